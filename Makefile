@@ -1,0 +1,41 @@
+# One entry point for people and CI. `make demo` runs the main job end to end; `make test` runs
+# everything CI checks. Both create the virtual environment they need on first use.
+PYTHON ?= python3
+VENV ?= $(CURDIR)/.venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
+
+.PHONY: setup demo test pytest lint sanity collection-link clean
+
+setup: $(STAMP) collection-link
+
+$(STAMP): requirements.txt requirements-test.txt tools/pvesim/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements-test.txt
+	touch $@
+
+# ansible finds this checkout as the vmanyware.proxmox collection through a symlink.
+collection-link:
+	@mkdir -p build/collections/ansible_collections/vmanyware
+	@ln -sfn $(CURDIR) build/collections/ansible_collections/vmanyware/proxmox
+
+demo: setup
+	$(BIN)/ansible-playbook examples/plan.yml
+
+test: setup pytest lint sanity
+
+pytest: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ansible-lint --profile production
+
+sanity: setup
+	VENV=$(VENV) tools/dev/sanity.sh
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,121 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The collection's error hierarchy.
+
+Every failure the collection reports carries a fixed ``code`` from ``ERROR_CODES`` and a
+message written by the collection itself. Input values, secrets and raw provider responses
+are never put into an error: callers pass the *path* of an offending field and the *rule*
+it broke, not the value. Modules turn these errors into ``fail_json`` in one place
+(``_module.py``).
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+# code -> one-line meaning. docs/errors.md is generated from (and tested against) this table.
+ERROR_CODES: dict[str, str] = {
+    # input validation
+    "invalid_catalog": "The template catalog is not a valid v1 TemplateCatalog.",
+    "invalid_definition": "The environment definition is not a valid v1 Environment.",
+    "invalid_target_vmid": "The target VMID is outside 100-999999999 or equals the template VMID.",
+    "image_not_mapped": "The definition's image has no mapping in the template catalog.",
+    "disk_shrink_unsupported": "The requested disk is smaller than the template's recorded source disk.",
+    "invalid_plan": "The inputs are inconsistent and no plan can be built from them.",
+    "invalid_option": "A module option has an invalid value.",
+    "configuration_error": "A configuration gate or connection setting has an invalid value.",
+    # provider access
+    "tls_verification_failed": "The server certificate did not match the configured CA or fingerprint pin.",
+    "auth_failed": "Proxmox rejected the credentials (HTTP 401).",
+    "permission_denied": "The token lacks a privilege on a path (HTTP 403).",
+    "not_found": "The requested object does not exist.",
+    "locked": "The target is locked by another task.",
+    "conflict": "The configuration changed concurrently (digest/checksum mismatch) or the object already exists.",
+    "parameter_invalid": "Proxmox rejected a request parameter (HTTP 400).",
+    "server_error": "Proxmox answered with a server error.",
+    "transport_lost": "The connection failed before the request could reach Proxmox.",
+    "reply_lost": "The request was sent but its reply was lost; the outcome is unknown.",
+    "response_too_large": "The response exceeded the configured size bound.",
+    "unexpected_response": "Proxmox answered with a body the collection does not understand.",
+    # tasks
+    "task_failed": "A Proxmox task ended with an error.",
+    "task_timeout": "A Proxmox task did not finish before the deadline.",
+    "task_unobservable": "The task status could not be polled.",
+    # gates and operations
+    "provisioning_disabled": "VMANYWARE_PROVISIONING_ENABLED is not exactly true.",
+    "snapshot_disabled": "A snapshot was declared but VMANYWARE_SNAPSHOTS_ENABLED is not exactly true.",
+    "preflight_failed": "At least one preflight check did not pass.",
+    "internal_error": "An unexpected internal error occurred.",
+    # local files and the operation journal (docs/journal.md)
+    "invalid_json": "A local file is oversized, not UTF-8, or not strict JSON (duplicate keys, NaN, trailing data).",
+    "io_error": "A local file or directory could not be read or written.",
+    "journal_corrupt": "A journal file is not a valid operation document; it was left untouched for the operator.",
+    "journal_conflict": "The operation changed concurrently or is not in the state the update expects.",
+    "journal_locked": "A journal lock could not be acquired before the deadline.",
+    "conflicting_operation": "Another operation already holds the same target (provider scope and VMID).",
+    "idempotency_key_conflict": "The idempotency key was already used with different inputs.",
+}
+
+
+class VmanywareError(Exception):
+    """Base of every error the collection raises on purpose.
+
+    ``message`` is fixed application text. ``path`` names an input field (``images[3].bridge``);
+    ``details`` holds further safe, non-secret facts (never raw input or provider bodies).
+    """
+
+    default_code = "internal_error"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        code: str | None = None,
+        path: str | None = None,
+        details: t.Mapping[str, t.Any] | None = None,
+    ) -> None:
+        self.code = code or self.default_code
+        if self.code not in ERROR_CODES:
+            raise ValueError("unregistered error code")
+        self.message = message or ERROR_CODES[self.code]
+        self.path = path
+        self.details: dict[str, t.Any] = dict(details or {})
+        super().__init__(self.message)
+
+    def to_result(self) -> dict[str, t.Any]:
+        """The safe, structured form that modules return with ``failed: true``."""
+        result: dict[str, t.Any] = {"msg": self.message, "error_code": self.code}
+        if self.path is not None:
+            result["error_path"] = self.path
+        if self.details:
+            result["error_details"] = dict(self.details)
+        return result
+
+
+class InputError(VmanywareError):
+    """Invalid catalog, definition, option or plan input."""
+
+    default_code = "invalid_option"
+
+
+class ConfigurationError(VmanywareError):
+    """A gate or connection setting that is not usable."""
+
+    default_code = "configuration_error"
+
+
+class ProviderError(VmanywareError):
+    """Proxmox answered with an error, or could not be reached."""
+
+    default_code = "server_error"
+
+
+class TaskError(VmanywareError):
+    """A Proxmox task failed, timed out or could not be observed."""
+
+    default_code = "task_failed"
