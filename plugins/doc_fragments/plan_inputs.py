@@ -1,0 +1,46 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    """The plan inputs every vmanyware module takes (argument spec: `_plan.plan_input_argument_spec()`)."""
+
+    DOCUMENTATION = r"""
+options:
+  catalog_path:
+    description:
+      - Path on the controller of the template catalog, a v1 C(TemplateCatalog) YAML file of at most 64 KiB.
+      - The format is strict; see C(docs/formats.md) in the collection.
+      - Exactly one of O(catalog_path) and O(catalog) is required.
+    type: path
+  catalog:
+    description:
+      - The template catalog as inline YAML text (same format and limits as the file of O(catalog_path)).
+      - Exactly one of O(catalog_path) and O(catalog) is required.
+    type: str
+  definition_path:
+    description:
+      - Path on the controller of the environment definition, a v1 C(Environment) YAML file of at most 64 KiB.
+      - Exactly one of O(definition_path) and O(definition) is required.
+    type: path
+  definition:
+    description:
+      - The environment definition as inline YAML text (same format and limits as the file of O(definition_path)).
+      - Exactly one of O(definition_path) and O(definition) is required.
+    type: str
+  target_vmid:
+    description:
+      - The VMID the new virtual machine will get, 100-999999999.
+      - Must differ from the template VMID of the selected catalog mapping.
+      - It is part of the plan hash.
+    type: int
+    required: true
+notes:
+  - Invalid inputs fail with a fixed C(error_code) (for example V(invalid_catalog), V(invalid_definition), V(invalid_target_vmid),
+    V(image_not_mapped), V(disk_shrink_unsupported), V(invalid_plan)), the path of the offending field in C(error_path) and the
+    rule it broke in C(error_details.rule); input values are never echoed.
+"""

@@ -1,0 +1,212 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vmanyware_plan
+short_description: Build the reviewable plan for an environment definition, offline
+version_added: 0.1.0
+description:
+  - Reads a v1 template catalog and a v1 environment definition, validates both strictly, selects the catalog mapping of the
+    definition's image and returns the v1 plan document with its C(definitionHash) and C(planHash).
+  - Contacts no Proxmox host and changes nothing; the plan says so with RV(plan.liveVerified=false) and RV(plan.vmidReserved=false).
+  - The formats, the hashes and the plan document are specified in C(docs/formats.md) in the collection.
+author:
+  - vmanyware developers (@vmanyware)
+extends_documentation_fragment:
+  - vmanyware.proxmox.plan_inputs
+  - vmanyware.proxmox.attributes
+attributes:
+  check_mode:
+    support: full
+    details: The module never changes anything; check mode returns the same result.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+requirements:
+  - PyYAML
+"""
+
+EXAMPLES = r"""
+- name: Plan an environment from files
+  vmanyware.proxmox.vmanyware_plan:
+    catalog_path: files/catalog.yml
+    definition_path: files/kernel-lab.yml
+    target_vmid: 201
+  register: planned
+
+- name: Show the hash to confirm
+  ansible.builtin.debug:
+    msg: "{{ planned.plan_hash }}"
+
+- name: Plan from inline text
+  vmanyware.proxmox.vmanyware_plan:
+    catalog: "{{ lookup('ansible.builtin.file', 'catalog.yml') }}"
+    definition: "{{ lookup('ansible.builtin.file', 'kernel-lab.yml') }}"
+    target_vmid: 202
+"""
+
+RETURN = r"""
+plan_hash:
+  description: The C(planHash), SHA-256 (lowercase hex) over the definition hash, the selected mapping and the target VMID.
+  returned: success
+  type: str
+  sample: 5873419e09d564384061d4dffd58480fcc2e768a4cd773163e9cbde3c14957df
+definition_hash:
+  description: The C(definitionHash), SHA-256 (lowercase hex) of the RFC 8785 canonical JSON of the validated definition.
+  returned: success
+  type: str
+  sample: 109cb47497a9c1740f37adc432f0f14bd3fd31d43e2bf67d435a696a44345366
+plan:
+  description: The v1 plan document (C(docs/formats.md), "Plan v1"). It contains no SSH key, only their count.
+  returned: success
+  type: dict
+  contains:
+    apiVersion:
+      description: Always V(vmanyware.dev/v1).
+      type: str
+      returned: success
+    kind:
+      description: Always V(Plan).
+      type: str
+      returned: success
+    definitionName:
+      description: The definition's C(name).
+      type: str
+      returned: success
+    definitionHash:
+      description: Same as RV(definition_hash).
+      type: str
+      returned: success
+    planHash:
+      description: Same as RV(plan_hash).
+      type: str
+      returned: success
+    provider:
+      description: Always V(proxmox-ve).
+      type: str
+      returned: success
+    source:
+      description: The selected catalog mapping exactly as hashed, in catalog field order (C(imageDefaultUser) only when the catalog has it).
+      type: dict
+      returned: success
+    target:
+      description: Where the VM will be created.
+      type: dict
+      returned: success
+      contains:
+        node:
+          description: The mapping's node.
+          type: str
+          returned: success
+        vmid:
+          description: The target VMID.
+          type: int
+          returned: success
+        name:
+          description: The VM name (the definition's C(name)).
+          type: str
+          returned: success
+    resources:
+      description: The declared C(cores), C(memoryMiB) and C(diskGiB).
+      type: dict
+      returned: success
+    storage:
+      description: The mapping's storage.
+      type: str
+      returned: success
+    bridge:
+      description: The mapping's bridge.
+      type: str
+      returned: success
+    guestUser:
+      description: The mapping's guest user.
+      type: str
+      returned: success
+    network:
+      description: Always V(ipv4-dhcp).
+      type: str
+      returned: success
+    access:
+      description: Access summary; C(sshPublicKeyCount) is the number of declared keys (the keys are not returned).
+      type: dict
+      returned: success
+    packages:
+      description: The declared packages (C(name), and C(version) when declared).
+      type: list
+      elements: dict
+      returned: success
+    snapshotAfterProvisioning:
+      description: Whether a snapshot is taken after provisioning.
+      type: bool
+      returned: success
+    diskExpansion:
+      description: Whether C(diskGiB) is larger than the mapping's C(sourceDiskGiB).
+      type: bool
+      returned: success
+    steps:
+      description:
+        - Ordered steps, each with a 1-based C(position) and a C(kind).
+        - Kinds in order are V(clone), V(resources), V(disk) (only when expanding), V(cloudinit), V(seed), V(start), V(readiness),
+          V(packages) (only when declared) and V(snapshot) (only when declared).
+      type: list
+      elements: dict
+      returned: success
+    liveVerified:
+      description: Always V(false) for this module; nothing was checked against Proxmox.
+      type: bool
+      returned: success
+    vmidReserved:
+      description: Always V(false) for this module; the VMID is not reserved.
+      type: bool
+      returned: success
+error_code:
+  description: The fixed error code when the module fails (see C(docs/formats.md)).
+  returned: failure
+  type: str
+  sample: invalid_definition
+error_path:
+  description: The path of the offending input field when the module fails.
+  returned: failure, when a field is at fault
+  type: str
+  sample: resources.diskGiB
+error_details:
+  description: Safe facts about the failure, such as the C(rule) broken and the C(line) and C(column) of a YAML error.
+  returned: failure, when available
+  type: dict
+  sample: {"rule": "maximum"}
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import HAS_YAML, YAML_IMPORT_ERROR
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan, plan_input_module_kwargs
+
+
+def main() -> None:
+    module = AnsibleModule(supports_check_mode=True, **plan_input_module_kwargs())
+    if not HAS_YAML:
+        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR, error_code="configuration_error")
+    params = module.params
+
+    def action() -> dict:
+        planned = build_plan(
+            catalog=params["catalog"],
+            catalog_path=params["catalog_path"],
+            definition=params["definition"],
+            definition_path=params["definition_path"],
+            target_vmid=params["target_vmid"],
+        )
+        return {"changed": False, "plan": planned.plan, "plan_hash": planned.plan_hash, "definition_hash": planned.definition_hash}
+
+    run_module(module, action)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""vmanyware_plan: DOCUMENTATION (with its fragments) matches the argument spec; RETURN covers the result."""
+
+from __future__ import annotations
+
+import yaml
+
+from ansible_collections.vmanyware.proxmox.plugins.doc_fragments.attributes import ModuleDocFragment as Attributes
+from ansible_collections.vmanyware.proxmox.plugins.doc_fragments.plan_inputs import ModuleDocFragment as PlanInputs
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan, plan_input_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_plan
+
+
+def test_documented_options_match_the_argument_spec() -> None:
+    doc = yaml.safe_load(vmanyware_plan.DOCUMENTATION)
+    assert doc["extends_documentation_fragment"] == ["vmanyware.proxmox.plan_inputs", "vmanyware.proxmox.attributes"]
+    options = yaml.safe_load(PlanInputs.DOCUMENTATION)["options"]
+    spec = plan_input_argument_spec()
+    assert set(options) == set(spec)
+    for name, option in spec.items():
+        assert options[name]["type"] == option["type"]
+        assert options[name].get("required", False) == option.get("required", False)
+        assert "default" not in options[name]
+    attributes = yaml.safe_load(Attributes.DOCUMENTATION)["attributes"]
+    assert set(doc["attributes"]) == set(attributes) == {"check_mode", "diff_mode", "idempotent"}
+    assert {name: value["support"] for name, value in doc["attributes"].items()} == {"check_mode": "full", "diff_mode": "none", "idempotent": "full"}
+
+
+def test_return_documents_every_plan_key() -> None:
+    returned = yaml.safe_load(vmanyware_plan.RETURN)
+    assert {"plan", "plan_hash", "definition_hash", "error_code", "error_path", "error_details"} <= set(returned)
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[4]
+    planned = build_plan(catalog_path=str(repo / "examples/catalog.yml"), definition_path=str(repo / "examples/definition.yml"), target_vmid=201)
+    assert set(returned["plan"]["contains"]) == set(planned.plan)
+    assert returned["plan_hash"]["sample"] == planned.plan_hash
+    assert returned["definition_hash"]["sample"] == planned.definition_hash
