@@ -100,6 +100,7 @@ _STAGE_KEYS = (
 # Stage transitions: new status -> statuses it may be reached from.
 _STAGE_FROM: dict[str, tuple[str, ...]] = {
     "dispatching": ("pending",),
+    "pending": ("dispatching",),
     "submitted": ("dispatching",),
     "completed": ("dispatching", "submitted", "uncertain"),
     "failed": ("pending", "dispatching", "submitted", "uncertain"),
@@ -297,7 +298,8 @@ def _check_stage(stage: t.Any, index: int, previous_completed: bool) -> None:
     _check_failure(stage["failure"], False, "stage_failure")
     # state invariants
     if status == "pending":
-        _check(not stage["submissionStarted"] and stage["attempts"] == 0 and stage["dispatchedAt"] is None
+        # attempts may be > 0: a request that provably never took effect returns the stage to pending.
+        _check(not stage["submissionStarted"] and stage["dispatchedAt"] is None
                and stage["upid"] is None and stage["request"] is None and stage["completedAt"] is None, "stage_pending")
     else:
         _check(previous_completed, "stage_order")
@@ -689,20 +691,45 @@ class JournalStore:
         return current
 
     def record_dispatch(self, operation_id: str, kind: str, request_summary: t.Mapping[str, t.Any], *,
-                        expected_revision: int | None = None) -> dict[str, t.Any]:
+                        resend: bool = False, expected_revision: int | None = None) -> dict[str, t.Any]:
         """pending -> dispatching, ``submissionStarted: true``: durable before the caller sends the request.
 
+        ``resend=True`` also allows dispatching -> dispatching and uncertain -> dispatching. Only the
+        stage runner uses it, and only for a request its stage proved harmless to repeat (bound to a
+        digest or an absolute value, so at most one copy can apply) after reads showed it did not apply.
         ``request_summary`` is stored redacted (``redact``).
         """
         summary = redact(_mapping_arg(request_summary, "request_summary"))
 
         def apply(document: dict[str, t.Any]) -> tuple[str, str]:
-            current = self._stage_transition(document, kind, "dispatching", None)
+            current = stage(document, kind)
+            if resend and current["status"] in ("dispatching", "uncertain"):
+                if document["status"] == "uncertain" and not any(
+                        item["status"] == "uncertain" for item in document["stages"] if item is not current):
+                    document.update(status="open", failure=None)
+                current.update(failure=None)
+            else:
+                current = self._stage_transition(document, kind, "dispatching", None)
             if document["status"] != "open":
                 raise _conflict(operation_id, "operation_not_open")
             current.update(status="dispatching", submissionStarted=True, attempts=current["attempts"] + 1,
                            dispatchedAt=utc_now(), request=summary)
             return kind, "dispatching"
+
+        return self._mutate(operation_id, apply, expected_revision)
+
+    def record_not_sent(self, operation_id: str, kind: str, *, expected_revision: int | None = None) -> dict[str, t.Any]:
+        """dispatching -> pending: the request provably did not take effect.
+
+        Used when nothing reached Proxmox (connection refused, TLS refused) or Proxmox answered with
+        a definite rejection before changing anything (401/403/400, ``VM is locked``, digest
+        mismatch). The attempt count is kept; re-running the stage dispatches afresh.
+        """
+
+        def apply(document: dict[str, t.Any]) -> tuple[str, str]:
+            current = self._stage_transition(document, kind, "pending", "dispatching")
+            current.update(status="pending", submissionStarted=False, dispatchedAt=None, request=None, upid=None)
+            return kind, "pending"
 
         return self._mutate(operation_id, apply, expected_revision)
 

@@ -871,3 +871,30 @@ def test_crash_during_creation_leaves_no_claim(store: JournalStore, journal_dir:
     assert len(orphans) == 1 and os.listdir(journal_dir / "keys") == []  # nothing was dispatched: a harmless orphan
     document, created = store.create_operation(**_inputs())
     assert created and document["operationId"] != orphans[0]
+
+
+def test_not_sent_returns_the_stage_to_pending_and_keeps_attempts(store: JournalStore) -> None:
+    oid = _create(store)["operationId"]
+    store.record_dispatch(oid, "clone", {"newid": 123})
+    doc = store.record_not_sent(oid, "clone")
+    clone = _journal.stage(doc, "clone")
+    assert clone["status"] == "pending" and clone["submissionStarted"] is False and clone["attempts"] == 1
+    assert clone["request"] is None and clone["dispatchedAt"] is None
+    doc = store.record_dispatch(oid, "clone", {"newid": 123})
+    assert _journal.stage(doc, "clone")["attempts"] == 2
+    store.record_completed(oid, "clone")
+    with pytest.raises(JournalError) as info:  # only a dispatching stage can be "not sent"
+        store.record_not_sent(oid, "clone")
+    assert info.value.code == "journal_conflict"
+
+
+def test_resend_is_explicit_and_reopens_an_uncertain_operation(store: JournalStore) -> None:
+    oid = _create(store)["operationId"]
+    store.record_dispatch(oid, "clone", {})
+    with pytest.raises(JournalError):
+        store.record_dispatch(oid, "clone", {})  # a plain dispatch never repeats
+    store.record_uncertain(oid, "clone", "reply_lost", "The reply was lost.")
+    doc = store.record_dispatch(oid, "clone", {}, resend=True)
+    clone = _journal.stage(doc, "clone")
+    assert doc["status"] == "open" and doc["failure"] is None
+    assert clone["status"] == "dispatching" and clone["attempts"] == 2 and clone["failure"] is None
