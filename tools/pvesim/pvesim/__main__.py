@@ -1,0 +1,51 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""``python -m pvesim serve --port PORT --state-dir DIR [--seed demo] [--speed F] [--schema P] [--faults F]``."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import typing as t
+
+
+def main(argv: t.Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pvesim", description="Proxmox VE 9.x API simulator")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the HTTPS simulator on 127.0.0.1")
+    serve.add_argument("--port", type=int, default=0, help="TCP port (0: pick a free one)")
+    serve.add_argument("--state-dir", required=True, help="directory for certificates and connection.json")
+    serve.add_argument("--seed", default="demo", help="initial state (only 'demo')")
+    serve.add_argument("--speed", type=float, default=1.0, help="simulated clock speed factor (task durations are divided by it)")
+    serve.add_argument("--schema", default=None, help="API schema JSON (default: the bundled pve-9.1.3 schema)")
+    serve.add_argument("--faults", default=None, help="JSON/YAML file with fault rules to install at start")
+    args = parser.parse_args(argv)
+
+    from .server import PvesimServer  # pylint: disable=import-outside-toplevel
+
+    server = PvesimServer(args.state_dir, port=args.port, seed=args.seed, speed=args.speed, schema_path=args.schema,
+                          faults_file=args.faults)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: t.Any) -> None:
+        del signum, frame
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    sys.stderr.write(f"pvesim listening on https://127.0.0.1:{server.port}/api2/json (state dir {server.state_dir})\n")
+    sys.stderr.flush()
+    while not stop.wait(0.5):
+        pass
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

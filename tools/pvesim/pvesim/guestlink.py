@@ -1,0 +1,88 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The server's single link to ``pvesim.cloudinit`` and ``pvesim.guest`` (written separately).
+
+Keeps the API handlers independent of those modules' details: rendering the cloud-init dump,
+the pending list, and creating a ``SimulatedGuest`` with the per-VM fault knobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as t
+
+from . import cloudinit, guest
+
+AgentNotRunning = guest.AgentNotRunning
+AgentError = guest.AgentCommandError
+
+# per-VM guest knobs set through the admin API or fault rules: vmid -> {field: value}
+GUEST_FAULT_FIELDS = frozenset(f.name for f in dataclasses.fields(guest.GuestFaults))
+GUEST_TIMING_FIELDS = frozenset(f.name for f in dataclasses.fields(guest.GuestTiming))
+
+OSINFO = {"id": "debian", "name": "Debian GNU/Linux", "pretty-name": "Debian GNU/Linux 13 (trixie)", "version": "13 (trixie)",
+          "version-id": "13", "kernel-release": "6.12.48+deb13-cloud-amd64", "kernel-version": "#1 SMP PREEMPT_DYNAMIC Debian 6.12.48-1",
+          "machine": "x86_64"}
+
+
+def render(config: t.Mapping[str, str], vmid: int, node: str) -> dict[str, str]:
+    return cloudinit.render(config, vmid, node)
+
+
+def generated_snapshot(config: t.Mapping[str, str]) -> dict[str, str]:
+    return cloudinit.generated_snapshot(config)
+
+
+def pending_items(config: t.Mapping[str, str], generated: t.Mapping[str, str]) -> list[dict[str, t.Any]]:
+    return list(cloudinit.pending_items(config, generated))
+
+
+def split_knobs(knobs: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], dict[str, t.Any], list[str]]:
+    """Split admin knobs into GuestFaults fields, GuestTiming fields and unknown names."""
+    faults: dict[str, t.Any] = {}
+    timing: dict[str, t.Any] = {}
+    unknown: list[str] = []
+    for key, value in knobs.items():
+        if key in GUEST_FAULT_FIELDS:
+            faults[key] = tuple(value) if isinstance(value, list) and key != "package_versions" else value
+        elif key in GUEST_TIMING_FIELDS:
+            timing[key] = float(value)
+        else:
+            unknown.append(key)
+    return faults, timing, unknown
+
+
+def create_guest(sim: t.Any, vm: t.Any) -> t.Any:
+    """A fresh guest for a VM that just (re)started, booted from its cloud-init drive."""
+    knobs = dict(sim.guest_knobs.get(vm.vmid, {})) if hasattr(sim, "guest_knobs") else {}
+    faults, timing, _unknown = split_knobs(knobs)
+    try:
+        seed = cloudinit.drive_files(vm.config, vm.vmid, sim.state.node)
+    except cloudinit.CloudinitError:
+        seed = render(vm.config, vm.vmid, sim.state.node)
+    gfaults = guest.GuestFaults(**faults)
+    gtiming = guest.GuestTiming(**timing) if timing else None
+    return guest.SimulatedGuest(vm.vmid, vm.config, seed, sim.clock.now, timing=gtiming, faults=gfaults)
+
+
+def apply_knobs(guest_obj: t.Any, knobs: t.Mapping[str, t.Any]) -> None:
+    """Update a running guest's fault knobs in place."""
+    faults, timing, _unknown = split_knobs(knobs)
+    for key, value in faults.items():
+        setattr(guest_obj.faults, key, value)
+    if timing:
+        guest_obj.timing = dataclasses.replace(guest_obj.timing, **timing)
+
+
+def get_osinfo(guest_obj: t.Any) -> dict[str, t.Any]:
+    guest_obj.ping()
+    return dict(OSINFO)
+
+
+def get_info(guest_obj: t.Any) -> dict[str, t.Any]:
+    guest_obj.ping()
+    cmds = ["guest-ping", "guest-exec", "guest-exec-status", "guest-file-read", "guest-network-get-interfaces", "guest-get-osinfo"]
+    return {"version": "9.2.0", "supported_commands": [{"name": c, "enabled": True, "success-response": True} for c in cmds]}

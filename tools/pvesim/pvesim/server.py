@@ -1,0 +1,559 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The HTTPS server: PVE request pipeline (auth, schema, permissions, faults, handler) + admin API.
+
+Web stack: the standard library (``http.server.ThreadingHTTPServer`` + ``ssl``). It starts in
+milliseconds, needs no dependency, gives full control over the socket (``drop_reply`` closes it
+without a reply) and over status lines (PVE puts its message in the reason phrase). The TLS
+handshake runs in the per-connection thread, never in the accept loop.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import secrets
+import socket
+import ssl
+import threading
+import time
+import typing as t
+import urllib.parse
+
+from . import api, guestlink
+from .api import ApiError, Call, Sim
+from .certs import make_certs
+from .clock import Clock
+from .faults import FaultSet, FaultSpecError
+from .schema import NoSuchMethod, NoSuchPath, Schema, errors_to_dict, validate_params
+from .state import State
+
+API_PREFIX = "/api2/json"
+ADMIN_PREFIX = "/_pvesim"
+ADMIN_HEADER = "X-Pvesim-Admin"
+NO_AUTH = {("GET", "/access/domains"), ("GET", "/access/ticket"), ("POST", "/access/ticket"), ("POST", "/access/vncticket")}
+SECRET_KEY_RE = re.compile(r"password|secret|ticket|otp|tfa-challenge|csrf|token", re.I)
+MAX_BODY = 64 * 1024  # pve-http-server $limit_max_post
+
+
+class DropReply(Exception):
+    """Close the connection without replying (fault ``drop_reply``)."""
+
+
+def redact(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    return {k: ("<redacted>" if SECRET_KEY_RE.search(k) else v) for k, v in params.items()}
+
+
+class RequestLog:
+    """Evidence: one entry per ``/api2`` request."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entries: list[dict[str, t.Any]] = []
+        self.seq = 0
+
+    def add(self, entry: dict[str, t.Any]) -> None:
+        with self.lock:
+            self.seq += 1
+            entry["seq"] = self.seq
+            self.entries.append(entry)
+
+    def list(self) -> list[dict[str, t.Any]]:
+        with self.lock:
+            return [dict(e) for e in self.entries]
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+
+class Reply:
+    """What goes back on the wire."""
+
+    def __init__(self, status: int, body: t.Any, reason: str | None = None, headers: dict[str, str] | None = None,
+                 raw: bytes | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.reason = reason
+        self.headers = headers or {}
+        self.raw = raw
+
+
+def error_reply(err: ApiError) -> Reply:
+    body: dict[str, t.Any] = {"data": None, "message": err.message}
+    if err.errors:
+        body["errors"] = err.errors
+    return Reply(err.status, body, reason=err.message.split("\n", 1)[0])
+
+
+class App:
+    """The simulator application (independent of the socket layer)."""
+
+    def __init__(self, schema: Schema, seed: str = "demo", speed: float = 1.0, admin_token: str | None = None) -> None:
+        self.schema = schema
+        self.clock = Clock(speed)
+        self.faults = FaultSet()
+        self.sim = Sim(State(seed), self.clock, self.faults)
+        self.log = RequestLog()
+        self.admin_token = admin_token or secrets.token_hex(24)
+        self.auth_delay = 3.0  # PVE delays every 401 by 3 s (scaled by the clock speed)
+
+    # ---------------------------------------------------------------------------------------
+    def handle(self, method: str, raw_path: str, headers: t.Mapping[str, str], body: bytes) -> Reply:
+        url = urllib.parse.urlsplit(raw_path)
+        path = urllib.parse.unquote(url.path)
+        if path.startswith(ADMIN_PREFIX + "/") or path == ADMIN_PREFIX:
+            return self.handle_admin(method, path[len(ADMIN_PREFIX):], headers, body)
+        if not path.startswith("/api2/"):
+            return Reply(501, None, reason="no such uri", raw=b"no such uri")
+        if not path.startswith(API_PREFIX + "/") and path != API_PREFIX:
+            m = re.match(r"/api2/([a-z][a-z0-9]+)", path)
+            fmt = m.group(1) if m else ""
+            return Reply(501, None, reason=f"no formatter for uri {path}, {fmt}", raw=b"")
+        rel = Schema.relative_path(path)
+        entry: dict[str, t.Any] = {"time": time.time(), "method": method, "path": rel, "params": {}, "status": None,
+                                   "token": None, "schema_errors": {}, "endpoint": None, "implemented": None}
+        try:
+            reply = self._handle_api(method, rel, url.query, headers, body, entry)
+        except DropReply:
+            entry["status"] = "dropped"
+            self.log.add(entry)
+            raise
+        entry["status"] = reply.status
+        self.log.add(entry)
+        return reply
+
+    def _parse_params(self, method: str, query: str, headers: t.Mapping[str, str], body: bytes) -> dict[str, t.Any]:
+        params: dict[str, t.Any] = {}
+
+        def add(k: str, v: t.Any) -> None:
+            if k in params:
+                prev = params[k]
+                params[k] = (prev if isinstance(prev, list) else [prev]) + [v]
+            else:
+                params[k] = v
+        for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True):
+            add(k, v)
+        if method in ("POST", "PUT") and body:
+            ctype = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
+            if ctype == "application/json":
+                try:
+                    data = json.loads(body)
+                except ValueError as exc:
+                    raise ApiError(400, f"unable to parse JSON body - {exc}") from exc
+                if not isinstance(data, dict):
+                    raise ApiError(400, "JSON body must be an object")
+                for k, v in data.items():
+                    params[k] = v
+            else:
+                for k, v in urllib.parse.parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
+                    add(k, v)
+        return params
+
+    def _authenticate(self, method: str, rel: str, headers: t.Mapping[str, str]) -> tuple[str | None, bool]:
+        """Returns (subject, is_token); raises ApiError(401)."""
+        st = self.sim.state
+        cookie = headers.get("Cookie") or ""
+        auth = headers.get("Authorization") or ""
+        ticket = None
+        m = re.search(r"(?:^|;\s*)PVEAuthCookie=([^;\s]+)", cookie) or re.match(r"PVEAuthCookie=(\S+)", auth)
+        if m:
+            ticket = urllib.parse.unquote(m.group(1))
+        api_token = None
+        if not ticket:
+            m = re.match(r"PVEAPIToken=(.+)", auth)
+            if m:
+                api_token = m.group(1).strip()
+        if (method, rel) in NO_AUTH:
+            return None, False
+        with st.lock:
+            if api_token:
+                tokenid, sep, secret = api_token.rpartition("=")
+                if not sep:
+                    tokenid, sep, secret = api_token.rpartition(":")
+                token = st.tokens.get(tokenid)
+                user = st.users.get(tokenid.split("!")[0])
+                ok = token is not None and user is not None and user.enable and secrets.compare_digest(token.secret, secret) \
+                    and not (token.expire and token.expire < time.time()) and not (user.expire and user.expire < time.time())
+                if not ok:
+                    raise ApiError(401, "Authentication failed!")
+                return tokenid, True
+            if not ticket:
+                raise ApiError(401, "No ticket")
+            info = st.tickets.get(ticket)
+            if info is None or info[1] < time.time():
+                raise ApiError(401, "Authentication failed!")
+            if method != "GET":
+                csrf = headers.get("CSRFPreventionToken")
+                if not csrf or st.csrf.get(ticket) != csrf:
+                    raise ApiError(401, "Permission denied - invalid csrf token")
+            return info[0], False
+
+    def _handle_api(self, method: str, rel: str, query: str, headers: t.Mapping[str, str], body: bytes,
+                    entry: dict[str, t.Any]) -> Reply:
+        sim = self.sim
+        try:
+            params = self._parse_params(method, query, headers, body)
+        except ApiError as err:
+            return error_reply(err)
+        entry["params"] = redact(params)
+        try:
+            subject, is_token = self._authenticate(method, rel, headers)
+        except ApiError as err:
+            if self.auth_delay:
+                time.sleep(self.clock.real_seconds(self.auth_delay))
+            entry["token"] = None
+            return Reply(401, None, reason=err.message.strip(), raw=b"")
+        entry["token"] = subject
+        try:
+            ep, uri_params = self.schema.match(method, rel)
+        except (NoSuchPath, NoSuchMethod):
+            entry["implemented"] = False
+            return error_reply(ApiError(501, f"Method '{method} {rel}' not implemented"))
+        entry["endpoint"] = f"{method} {ep.path}"
+        handler = api.HANDLERS.get((method, ep.path))
+        entry["implemented"] = handler is not None
+        merged = dict(params)
+        dup: dict[str, str] = {}
+        for k, v in uri_params.items():
+            if k in merged and merged[k] != v:
+                dup[k] = "duplicate parameter (already defined in URI) with conflicting values!"
+            merged[k] = v
+        schema_errors = errors_to_dict(validate_params(ep, merged))
+        entry["schema_errors"] = schema_errors
+        if handler is None:
+            return error_reply(ApiError(501, f"Method '{method} {rel}' not implemented"))
+        if subject is None:
+            subject = "nobody@pve"
+        call: Call | None = None
+        try:
+            if dup:
+                raise api.param_error(dup)
+            if is_token and not ep.allowtoken:
+                raise api.perm_error(f"URI '{rel}' not available with API token, need proper ticket.\n")
+            with sim.state.lock:
+                api.check_permissions(sim, ep.permissions, subject, merged)
+            if schema_errors:
+                raise api.param_error(schema_errors)
+            fired = self.faults.match(method, rel)
+            call = Call(method, rel, ep.path, merged, subject, fired)
+            self._pre_faults(call)
+            with sim.state.lock:
+                data = handler(sim, call)
+            wait = call.extra.pop("wait_task", None)
+            if wait is not None:
+                data = wait()
+        except ApiError as err:
+            if call is not None and any(f.action == "drop_reply" for f in call.faults):
+                raise DropReply() from err
+            return error_reply(err)
+        if any(f.action == "drop_reply" for f in call.faults):
+            raise DropReply()
+        out: dict[str, t.Any] = {"data": data}
+        if call.extra.get("total"):
+            out["total"] = call.extra["total"]
+        return Reply(200, out)
+
+    def _pre_faults(self, call: Call) -> None:
+        vmid = call.params.get("vmid")
+        for f in call.faults:
+            if f.action == "delay":
+                time.sleep(float(f.params.get("seconds", 1.0)))
+        for f in call.faults:
+            if f.action == "http_error":
+                raise ApiError(int(f.params.get("status", 500)), str(f.params.get("message", "simulated error")))
+            if f.action == "lock_timeout":
+                lock_id = call.params.get("newid", vmid) if call.template.endswith("/clone") else vmid
+                raise ApiError(500, f"can't lock file '/var/lock/qemu-server/lock-{lock_id}.conf' - got timeout")
+            if f.action == "vm_locked":
+                raise ApiError(500, f"VM is locked ({f.params.get('lock', 'backup')})")
+            if f.action == "checksum_mismatch" and (call.method, call.template) not in (
+                    ("POST", "/nodes/{node}/qemu/{vmid}/config"), ("PUT", "/nodes/{node}/qemu/{vmid}/resize")):
+                raise ApiError(500, "checksum mismatch (file change by other user?)")
+            if f.action in ("dhcp_never", "cloudinit_error") and vmid is not None and "/agent/" not in call.template \
+                    and not call.template.endswith("/cloudinit/dump") and not call.template.endswith("/cloudinit"):
+                knobs = self.sim.guest_knobs.setdefault(int(vmid), {})
+                knobs[f.action] = True
+                with self.sim.state.lock:
+                    vm = self.sim.state.vms.get(int(vmid))
+                    if vm is not None and vm.guest is not None:
+                        guestlink.apply_knobs(vm.guest, {f.action: True})
+
+    # ---------------------------------------------------------------------------------------
+    # admin API
+    def handle_admin(self, method: str, path: str, headers: t.Mapping[str, str], body: bytes) -> Reply:
+        given = headers.get(ADMIN_HEADER) or ""
+        if not secrets.compare_digest(given, self.admin_token):
+            return Reply(403, {"data": None, "message": "admin token required\n"}, reason="admin token required")
+        try:
+            data = json.loads(body) if body else {}
+        except ValueError:
+            return Reply(400, {"data": None, "message": "invalid JSON body\n"}, reason="invalid JSON body")
+        try:
+            result = self._admin(method, path.rstrip("/") or "/", data if isinstance(data, dict) else {})
+        except (ValueError, KeyError, TypeError, FaultSpecError) as exc:
+            return Reply(400, {"data": None, "message": f"{exc}\n"}, reason="bad request")
+        except LookupError as exc:
+            return Reply(404, {"data": None, "message": f"{exc}\n"}, reason="not found")
+        if result is NotImplemented:
+            return Reply(404, {"data": None, "message": f"no admin endpoint {method} {path}\n"}, reason="not found")
+        return Reply(200, {"data": result})
+
+    def reset(self, seed: str = "demo") -> None:
+        sim = self.sim
+        sim.stop_event.set()
+        old = sim.state
+        new_state = State(seed)
+        new_state.apply_seed(seed, secrets_from=old)
+        with old.lock:
+            sim.state = new_state
+        sim.tasks.clear()
+        sim.guest_knobs.clear()
+        sim.stop_event = threading.Event()
+        self.faults.clear()
+        self.log.clear()
+
+    def _admin(self, method: str, path: str, data: dict[str, t.Any]) -> t.Any:  # noqa: C901
+        sim = self.sim
+        st = sim.state
+        if (method, path) == ("POST", "/reset"):
+            self.reset(str(data.get("seed", "demo")))
+            return None
+        if path == "/requests":
+            if method == "GET":
+                return self.log.list()
+            if method == "DELETE":
+                self.log.clear()
+                return None
+        if path == "/faults":
+            if method == "POST":
+                return {"id": self.faults.add(data).id}
+            if method == "GET":
+                return self.faults.list()
+            if method == "DELETE":
+                self.faults.clear()
+                return None
+        if (method, path) == ("POST", "/clock"):
+            self.clock.set_speed(float(data["speed"]))
+            return {"speed": self.clock.speed}
+        if (method, path) == ("GET", "/clock"):
+            return {"speed": self.clock.speed, "now": self.clock.now()}
+        m = re.fullmatch(r"/vms/(\d+)(/config|/guest)?", path)
+        if m:
+            vmid = int(m.group(1))
+            with st.lock:
+                vm = st.vms.get(vmid)
+                if m.group(2) == "/guest" and method == "PUT":
+                    _faults, _timing, unknown = guestlink.split_knobs(data)
+                    if unknown:
+                        raise ValueError(f"unknown guest knobs: {', '.join(sorted(unknown))}")
+                    sim.guest_knobs.setdefault(vmid, {}).update(data)
+                    if vm is not None and vm.guest is not None:
+                        guestlink.apply_knobs(vm.guest, data)
+                    return {"knobs": sim.guest_knobs[vmid]}
+                if vm is None:
+                    raise LookupError(f"VM {vmid} does not exist")
+                if m.group(2) == "/config" and method == "PUT":
+                    for key in data.get("delete", []) or []:
+                        vm.config.pop(str(key), None)
+                    for key, value in (data.get("set") or {}).items():
+                        vm.config[str(key)] = str(value)
+                    return {"digest": vm.digest(), "config": dict(vm.config)}
+                if m.group(2) is None and method == "DELETE":
+                    del st.vms[vmid]
+                    return None
+                if m.group(2) is None and method == "GET":
+                    return {"vmid": vmid, "status": vm.status, "config": dict(vm.config), "pending": dict(vm.pending),
+                            "pending_delete": list(vm.pending_delete), "snapshots": sorted(vm.snapshots), "digest": vm.digest(),
+                            "raw": vm.raw_config()}
+        m = re.fullmatch(r"/storage/([^/]+)", path)
+        if m and method in ("PUT", "GET"):
+            with st.lock:
+                s = st.storages.get(m.group(1))
+                if s is None:
+                    raise LookupError(f"storage {m.group(1)} does not exist")
+                if method == "PUT":
+                    if "avail" in data:
+                        s.avail_override = None if data["avail"] is None else int(data["avail"])
+                    for key in ("enabled", "active", "shared"):
+                        if key in data:
+                            setattr(s, key, 1 if data[key] else 0)
+                    if "content" in data:
+                        content = data["content"]
+                        s.content = content.split(",") if isinstance(content, str) else list(content)
+                    if "total" in data:
+                        s.total = int(data["total"])
+                return {"storage": s.storage, "total": s.total, "avail": s.avail, "enabled": s.enabled, "active": s.active,
+                        "content": s.content, "volumes": dict(s.volumes)}
+        m = re.fullmatch(r"/bridges/([^/]+)", path)
+        if m and method == "DELETE":
+            with st.lock:
+                if st.bridges.pop(m.group(1), None) is None:
+                    raise LookupError(f"bridge {m.group(1)} does not exist")
+            return None
+        m = re.fullmatch(r"/tokens/([^/]+)", path)
+        if m and method == "PUT":
+            tokenid = m.group(1)
+            with st.lock:
+                token = st.tokens.get(tokenid)
+                if token is None:
+                    raise LookupError(f"token {tokenid} does not exist")
+                if "expire" in data:
+                    token.expire = int(data["expire"] or 0)
+                if "privsep" in data:
+                    token.privsep = bool(data["privsep"])
+                if "privileges" in data:
+                    st.acl[tokenid] = {str(p): (frozenset(str(x) for x in privs), True)
+                                       for p, privs in (data["privileges"] or {}).items()}
+                    user_acl = st.acl.setdefault(token.userid, {})
+                    for p, (privs, prop) in st.acl[tokenid].items():
+                        cur = user_acl.get(p, (frozenset(), True))[0]
+                        user_acl[p] = (cur | privs, prop)
+                return {"tokenid": tokenid, "expire": token.expire, "privsep": int(token.privsep),
+                        "privileges": {p: sorted(v[0]) for p, v in st.acl.get(tokenid, {}).items()}}
+        return NotImplemented
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "pve-api-daemon/3.0"
+    sys_version = ""
+    disable_nagle_algorithm = True
+    timeout = 60
+
+    def log_message(self, format: str, *args: t.Any) -> None:  # pylint: disable=redefined-builtin
+        del format, args
+
+    def _dispatch(self) -> None:
+        app: App = self.server.app  # type: ignore[attr-defined]
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self.send_error(413, "request too large")
+            return
+        body = self.rfile.read(length) if length else b""
+        try:
+            reply = app.handle(self.command, self.path, self.headers, body)  # type: ignore[arg-type]
+        except DropReply:
+            self.close_connection = True
+            try:
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            except OSError:
+                pass
+            try:
+                self.connection.close()
+            except OSError:
+                pass
+            return
+        except Exception as exc:  # pylint: disable=broad-except
+            reply = error_reply(ApiError(500, f"internal simulator error: {exc.__class__.__name__}: {exc}"))
+        if reply.raw is not None:
+            payload = reply.raw
+            ctype = "text/plain;charset=UTF-8"
+        else:
+            payload = json.dumps(reply.body, separators=(",", ":")).encode()
+            ctype = "application/json;charset=UTF-8"
+        reason = reply.reason
+        if reason is not None:
+            reason = reason.split("\n", 1)[0].replace("\r", " ")
+        self.send_response(reply.status, reason)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "max-age=0")
+        self.send_header("Pragma", "no-cache")
+        for k, v in reply.headers.items():
+            self.send_header(k, v)
+        if reply.status >= 400:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _dispatch
+
+
+class _TLSServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, addr: tuple[str, int], ctx: ssl.SSLContext, app: App) -> None:
+        super().__init__(addr, _Handler)
+        self.ctx = ctx
+        self.app = app
+
+    def finish_request(self, request: t.Any, client_address: t.Any) -> None:
+        try:
+            tls = self.ctx.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        try:
+            self.RequestHandlerClass(tls, client_address, self)
+        finally:
+            try:
+                tls.close()
+            except OSError:
+                pass
+
+    def handle_error(self, request: t.Any, client_address: t.Any) -> None:
+        del request, client_address
+
+
+class PvesimServer:
+    """Start/stop wrapper used by ``__main__`` and tests."""
+
+    def __init__(self, state_dir: str, port: int = 0, seed: str = "demo", speed: float = 1.0, schema_path: str | None = None,
+                 faults_file: str | None = None) -> None:
+        self.state_dir = os.path.abspath(state_dir)
+        os.makedirs(self.state_dir, exist_ok=True)
+        self.app = App(Schema.load(schema_path), seed=seed, speed=speed)
+        if faults_file:
+            from .faults import load_fault_file  # pylint: disable=import-outside-toplevel
+            for spec in load_fault_file(faults_file):
+                self.app.faults.add(spec)
+        self.certs = make_certs(self.state_dir, self.app.sim.state.node)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(self.certs["cert_file"], self.certs["key_file"])
+        self.httpd = _TLSServer(("127.0.0.1", port), ctx, self.app)
+        self.port = self.httpd.server_address[1]
+        self.thread: threading.Thread | None = None
+
+    def connection_info(self) -> dict[str, t.Any]:
+        st = self.app.sim.state
+        tokens = {name: {"id": f"vmanyware@pve!{name}", "secret": st.tokens[f"vmanyware@pve!{name}"].secret}
+                  for name in ("full", "limited")}
+        return {
+            "url": f"https://127.0.0.1:{self.port}/api2/json", "host": "127.0.0.1", "port": self.port,
+            "ca_file": self.certs["ca_file"], "fingerprint_sha256": self.certs["fingerprint_sha256"], "node": st.node,
+            "template_vmid": 9000, "storage": "local-lvm", "bridge": "vmbr0", "tokens": tokens,
+            "root_password": st.users["root@pam"].password, "admin_token": self.app.admin_token,
+            "admin_url": f"https://127.0.0.1:{self.port}{ADMIN_PREFIX}", "pid": os.getpid(),
+        }
+
+    def write_connection_file(self) -> str:
+        path = os.path.join(self.state_dir, "connection.json")
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(self.connection_info(), fh, indent=2)
+        os.replace(tmp, path)
+        return path
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="pvesim-http",
+                                       daemon=True)
+        self.thread.start()
+        self.write_connection_file()
+
+    def stop(self) -> None:
+        self.app.sim.stop_event.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self.thread is not None:
+            self.thread.join(timeout=5)

@@ -1,0 +1,388 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Simulated cluster state: node, storages, bridges, VMs, users, tokens, ACLs and the seed.
+
+All mutation happens under ``State.lock`` (one re-entrant lock for the whole state).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import secrets
+import threading
+import typing as t
+import urllib.parse
+import uuid
+from dataclasses import dataclass, field
+
+GIB = 1 << 30
+
+# Privileges of PVE 9 (pve-access-control PVE::AccessControl $privgroups + specials)
+ALL_PRIVS: frozenset[str] = frozenset("""
+Datastore.Allocate Datastore.AllocateSpace Datastore.AllocateTemplate Datastore.Audit Group.Allocate Mapping.Audit
+Mapping.Modify Mapping.Use Permissions.Modify Pool.Allocate Pool.Audit Realm.Allocate Realm.AllocateUser SDN.Allocate
+SDN.Audit SDN.Use Sys.AccessNetwork Sys.Audit Sys.Console Sys.Incoming Sys.Modify Sys.PowerMgmt Sys.Syslog User.Modify
+VM.Allocate VM.Audit VM.Backup VM.Clone VM.Config.CDROM VM.Config.CPU VM.Config.Cloudinit VM.Config.Disk VM.Config.HWType
+VM.Config.Memory VM.Config.Network VM.Config.Options VM.Console VM.GuestAgent.Audit VM.GuestAgent.FileRead
+VM.GuestAgent.FileSystemMgmt VM.GuestAgent.FileWrite VM.GuestAgent.Unrestricted VM.Migrate VM.PowerMgmt VM.Replicate
+VM.Snapshot VM.Snapshot.Rollback
+""".split())
+
+VM_CONFIG_PRIVS = ["VM.Config.Disk", "VM.Config.CDROM", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Network",
+                   "VM.Config.HWType", "VM.Config.Options", "VM.Config.Cloudinit"]
+
+FULL_TOKEN_ACL: dict[str, list[str]] = {
+    "/vms": ["VM.Allocate", *VM_CONFIG_PRIVS, "VM.PowerMgmt", "VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted",
+             "VM.Snapshot", "VM.Audit"],
+    "/vms/9000": ["VM.Clone", "VM.Audit"],
+    "/storage/local-lvm": ["Datastore.AllocateSpace", "Datastore.Audit"],
+    "/sdn/zones/localnetwork/vmbr0": ["SDN.Use"],
+    "/nodes/pve-test": ["Sys.Audit"],
+}
+LIMITED_TOKEN_ACL: dict[str, list[str]] = {
+    "/vms": ["VM.Allocate", *VM_CONFIG_PRIVS, "VM.PowerMgmt", "VM.GuestAgent.Audit", "VM.Audit"],
+    "/vms/9000": ["VM.Audit"],
+    "/storage/local-lvm": ["Datastore.Audit"],
+    "/sdn/zones/localnetwork/vmbr0": ["SDN.Use"],
+    "/nodes/pve-test": ["Sys.Audit"],
+}
+
+CLOUDINIT_KEYS = frozenset({"cicustom", "cipassword", "citype", "ciupgrade", "ciuser", "nameserver", "searchdomain", "sshkeys"})
+FAST_PLUG = frozenset({"description", "hookscript", "lock", "migrate_downtime", "migrate_speed", "name", "onboot", "protection",
+                       "shares", "startup", "tags", "vmstatestorage"}) | CLOUDINIT_KEYS
+DRIVE_RE = re.compile(r"(ide|sata|scsi|virtio)\d+|efidisk0|tpmstate0")
+
+
+def size_to_bytes(text: str) -> int:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT])?", text)
+    if not m:
+        raise ValueError(text)
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(m.group(2) or "", 1)
+    return int(float(m.group(1)) * mult)
+
+
+def format_size(size: int) -> str:
+    """``PVE::JSONSchema::format_size``."""
+    for unit in ("", "K", "M", "G"):
+        if size % 1024:
+            return f"{size}{unit}"
+        size //= 1024
+        if unit == "G":
+            return f"{size}T"
+    return f"{size}T"  # pragma: no cover
+
+
+def parse_kv(text: str, default_key: str) -> dict[str, str]:
+    """Loose property-string split (values already schema-validated)."""
+    res: dict[str, str] = {}
+    for part in text.split(","):
+        if not part:
+            continue
+        if "=" in part:
+            k, v = part.split("=", 1)
+            res[k] = v
+        else:
+            res[default_key] = part
+    return res
+
+
+def print_kv(data: dict[str, str], default_key: str) -> str:
+    parts = [data[default_key]] if default_key in data else []
+    parts += [f"{k}={v}" for k, v in data.items() if k != default_key]
+    return ",".join(parts)
+
+
+def random_mac(rng: random.Random) -> str:
+    """PVE's ``random_ether_addr`` with the Proxmox OUI prefix ``BC:24:11``."""
+    return "BC:24:11:" + ":".join(f"{rng.randrange(256):02X}" for _ in range(3))
+
+
+def is_cdrom(value: str) -> bool:
+    return "media=cdrom" in value or value.split(",")[0] in ("cdrom", "none")
+
+
+def is_cloudinit_volume(value: str) -> bool:
+    return bool(re.search(r"vm-\d+-cloudinit", value.split(",")[0]))
+
+
+@dataclass
+class Storage:
+    storage: str
+    type: str
+    content: list[str]
+    total: int
+    used: int = 0
+    shared: int = 0
+    enabled: int = 1
+    active: int = 1
+    avail_override: int | None = None
+    volumes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def avail(self) -> int:
+        if self.avail_override is not None:
+            return self.avail_override
+        return max(0, self.total - self.used - sum(self.volumes.values()))
+
+    def used_bytes(self) -> int:
+        return self.total - self.avail
+
+
+@dataclass
+class Snapshot:
+    name: str
+    conf: dict[str, str]
+    snaptime: int
+    description: str = ""
+    vmstate: bool = False
+    parent: str | None = None
+
+
+@dataclass
+class VM:
+    vmid: int
+    node: str
+    config: dict[str, str]
+    pending: dict[str, str] = field(default_factory=dict)
+    pending_delete: list[str] = field(default_factory=list)
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)
+    status: str = "stopped"
+    started_at: float | None = None
+    guest: t.Any = None
+    cloudinit_generated: dict[str, str] = field(default_factory=dict)
+    pool: str | None = None
+
+    @property
+    def is_template(self) -> bool:
+        return self.config.get("template") == "1"
+
+    @property
+    def lock(self) -> str | None:
+        return self.config.get("lock")
+
+    def raw_config(self) -> str:
+        """The config file as ``write_vm_config`` writes it (digest = SHA-1 of this text)."""
+        raw = _raw_section(self.config, False)
+        if self.pending or self.pending_delete:
+            pend = dict(self.pending)
+            if self.pending_delete:
+                pend["delete"] = ",".join(self.pending_delete)
+            raw += "\n[PENDING]\n" + _raw_section(pend, True)
+        for name in sorted(self.snapshots):
+            snap = self.snapshots[name]
+            conf = dict(snap.conf)
+            conf["snaptime"] = str(snap.snaptime)
+            if snap.description:
+                conf["description"] = snap.description
+            if snap.parent:
+                conf["parent"] = snap.parent
+            raw += f"\n[{name}]\n" + _raw_section(conf, False)
+        return raw
+
+    def digest(self) -> str:
+        return hashlib.sha1(self.raw_config().encode()).hexdigest()
+
+    def pending_config(self) -> dict[str, str]:
+        conf = dict(self.config)
+        for key in self.pending_delete:
+            conf.pop(key.lstrip("!"), None)
+        conf.update(self.pending)
+        return conf
+
+    def disks(self, conf: dict[str, str] | None = None) -> dict[str, str]:
+        conf = self.config if conf is None else conf
+        return {k: v for k, v in conf.items() if DRIVE_RE.fullmatch(k)}
+
+
+def _encode_text(text: str) -> str:
+    return urllib.parse.quote(text, safe="".join(chr(c) for c in range(0x20, 0x7F) if chr(c) not in "%:"))
+
+
+def _raw_section(conf: dict[str, str], pending: bool) -> str:
+    raw = ""
+    descr = conf.get("description")
+    if descr is not None:
+        if descr:
+            raw += "".join("#" + _encode_text(line) + "\n" for line in descr.split("\n"))
+        elif pending:
+            raw += "#\n"
+    for key in sorted(conf):
+        if key == "description":
+            continue
+        raw += f"{key}: {conf[key]}\n"
+    return raw
+
+
+@dataclass
+class Token:
+    userid: str
+    name: str
+    secret: str
+    privsep: bool = True
+    expire: int = 0
+    comment: str = ""
+
+    @property
+    def tokenid(self) -> str:
+        return f"{self.userid}!{self.name}"
+
+
+@dataclass
+class User:
+    userid: str
+    password: str | None = None
+    enable: bool = True
+    expire: int = 0
+
+
+class State:
+    """Everything the simulated host knows. Use ``with state.lock:`` around reads and writes."""
+
+    def __init__(self, seed: str = "demo", rng_seed: int | None = None) -> None:
+        self.lock = threading.RLock()
+        self.rng = random.Random(rng_seed)
+        self.node = "pve-test"
+        self.cluster_name: str | None = None
+        self.storages: dict[str, Storage] = {}
+        self.bridges: dict[str, dict[str, t.Any]] = {}
+        self.vms: dict[int, VM] = {}
+        self.users: dict[str, User] = {}
+        self.tokens: dict[str, Token] = {}
+        # subject (userid or tokenid) -> path -> (privileges, propagate)
+        self.acl: dict[str, dict[str, tuple[frozenset[str], bool]]] = {}
+        self.tickets: dict[str, tuple[str, float]] = {}
+        self.csrf: dict[str, str] = {}
+        self.seed_name = seed
+        self.apply_seed(seed)
+
+    # ------------------------------------------------------------------------------------
+    def apply_seed(self, seed: str, secrets_from: "State | None" = None) -> None:
+        if seed != "demo":
+            raise ValueError(f"unknown seed '{seed}'")
+        self.seed_name = seed
+        self.storages = {
+            "local-lvm": Storage("local-lvm", "lvmthin", ["images", "rootdir"], total=200 * GIB, used=0),
+            "local": Storage("local", "dir", ["iso", "vztmpl", "backup", "snippets"], total=100 * GIB, used=12 * GIB),
+        }
+        self.bridges = {
+            "vmbr0": {"iface": "vmbr0", "type": "bridge", "active": 1, "autostart": 1, "bridge_ports": "eno1", "bridge_stp": "off",
+                      "bridge_fd": "0", "method": "static", "method6": "manual", "families": ["inet"], "cidr": "192.0.2.10/24",
+                      "address": "192.0.2.10", "netmask": "24", "gateway": "192.0.2.1", "priority": 5},
+        }
+        self.vms = {}
+        template = VM(9000, self.node, {
+            "agent": "1",
+            "boot": "order=scsi0",
+            "cores": "2",
+            "cpu": "x86-64-v2-AES",
+            "ide2": "local-lvm:vm-9000-cloudinit,media=cdrom",
+            "memory": "2048",
+            "meta": "creation-qemu=10.0.2,ctime=1760000000",
+            "name": "debian-13",
+            "net0": f"virtio={random_mac(self.rng)},bridge=vmbr0",
+            "ostype": "l26",
+            "scsi0": "local-lvm:base-9000-disk-0,size=8G",
+            "scsihw": "virtio-scsi-single",
+            "serial0": "socket",
+            "smbios1": "uuid=5f0c8a4e-3d55-4d6e-9a0e-2b1f3c4d5e6f",
+            "sockets": "1",
+            "template": "1",
+            "vga": "serial0",
+            "vmgenid": "0d2f8c1e-6a3b-4f5e-8d7c-1b2a3c4d5e6f",
+            "description": "Debian 13 (trixie) cloud image template",
+        })
+        self.vms[9000] = template
+        lvm = self.storages["local-lvm"]
+        lvm.volumes = {"local-lvm:base-9000-disk-0": 8 * GIB, "local-lvm:vm-9000-cloudinit": 4 << 20}
+        old_tokens = secrets_from.tokens if secrets_from else self.tokens
+        old_users = secrets_from.users if secrets_from else self.users
+        root_pw = old_users["root@pam"].password if "root@pam" in old_users else secrets.token_urlsafe(18)
+        self.users = {"root@pam": User("root@pam", password=root_pw), "vmanyware@pve": User("vmanyware@pve")}
+        self.tokens = {}
+        for name in ("full", "limited"):
+            tid = f"vmanyware@pve!{name}"
+            secret = old_tokens[tid].secret if tid in old_tokens else str(uuid.uuid4())
+            self.tokens[tid] = Token("vmanyware@pve", name, secret)
+        user_acl: dict[str, set[str]] = {}
+        for acl in (FULL_TOKEN_ACL, LIMITED_TOKEN_ACL):
+            for path, privs in acl.items():
+                user_acl.setdefault(path, set()).update(privs)
+        self.acl = {
+            "vmanyware@pve": {p: (frozenset(v), True) for p, v in user_acl.items()},
+            "vmanyware@pve!full": {p: (frozenset(v), True) for p, v in FULL_TOKEN_ACL.items()},
+            "vmanyware@pve!limited": {p: (frozenset(v), True) for p, v in LIMITED_TOKEN_ACL.items()},
+        }
+        self.tickets = {}
+        self.csrf = {}
+
+    # ------------------------------------------------------------------------------------
+    def permissions(self, subject: str, path: str) -> frozenset[str]:
+        """Effective privileges of a user or token on ``path`` (PVE's ``permissions``)."""
+        userid = subject.split("!", 1)[0]
+        if userid == "root@pam":
+            if "!" not in subject:
+                return ALL_PRIVS
+            token = self.tokens.get(subject)
+            if token is not None and not token.privsep:
+                return ALL_PRIVS
+        user_privs = ALL_PRIVS if userid == "root@pam" else self._acl_privs(userid, path)
+        if "!" not in subject:
+            return user_privs
+        token = self.tokens.get(subject)
+        if token is None:
+            return frozenset()
+        if not token.privsep:
+            return user_privs
+        return user_privs & self._acl_privs(subject, path)
+
+    def _acl_privs(self, subject: str, path: str) -> frozenset[str]:
+        entries = self.acl.get(subject, {})
+        parts = [p for p in path.split("/") if p]
+        prefixes = ["/"] + ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        perm: frozenset[str] = frozenset()
+        for prefix in prefixes:
+            entry = entries.get(prefix)
+            if entry is None:
+                continue
+            privs, propagate = entry
+            if prefix == prefixes[-1] or propagate:
+                perm = privs  # more specific ACL entries replace inherited ones (PVE semantics)
+        return perm
+
+    def acl_paths(self, subject: str) -> list[str]:
+        userid = subject.split("!", 1)[0]
+        paths = set(self.acl.get(subject, {})) | set(self.acl.get(userid, {}))
+        if userid == "root@pam":
+            paths.add("/")
+        return sorted(paths)
+
+    # ------------------------------------------------------------------------------------
+    def next_disk_name(self, storage: str, vmid: int) -> str:
+        used = {v.split(":", 1)[1].split("/")[-1] for st in self.storages.values() for v in st.volumes}
+        n = 0
+        while f"vm-{vmid}-disk-{n}" in used:
+            n += 1
+        return f"vm-{vmid}-disk-{n}"
+
+    def volume_size(self, volid: str) -> int | None:
+        storage = volid.split(":", 1)[0]
+        st = self.storages.get(storage)
+        if st is None:
+            return None
+        return st.volumes.get(volid)
+
+    def new_mac(self) -> str:
+        return random_mac(self.rng)
+
+    def new_uuid(self) -> str:
+        return _uuid(self.rng)
+
+
+def _uuid(rng: random.Random) -> str:
+    h = f"{rng.getrandbits(128):032x}"
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"

@@ -1,0 +1,166 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""pytest plugin: ``pytest_plugins = ["pvesim.testing"]``.
+
+Fixtures:
+
+- ``pvesim_server`` (session): runs ``python -m pvesim serve --port 0 --state-dir <tmp> --seed demo
+  --speed 50`` as a subprocess, waits for ``connection.json``, stops it with SIGTERM at the end.
+  Returns the connection dict.
+- ``pvesim`` (function): resets the simulator (fresh demo state, no faults, empty log) and
+  returns a ``PvesimAdmin``.
+
+``PvesimAdmin`` talks to the admin API and always verifies TLS with the simulator's CA
+(``verify=ca_file`` per request: ``REQUESTS_CA_BUNDLE`` would override ``session.verify``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import typing as t
+
+import pytest
+import requests
+
+DEFAULT_SPEED = 50.0
+
+
+class PvesimAdmin:
+    """Client of the ``/_pvesim`` admin API."""
+
+    def __init__(self, connection: dict[str, t.Any]) -> None:
+        self.connection = connection
+        self.base = f"https://{connection['host']}:{connection['port']}/_pvesim"
+        self.session = requests.Session()
+        self.session.headers["X-Pvesim-Admin"] = connection["admin_token"]
+
+    def _call(self, method: str, path: str, body: t.Any = None) -> t.Any:
+        resp = self.session.request(method, self.base + path, json=body, verify=self.connection["ca_file"], timeout=30)
+        if resp.status_code != 200:
+            raise RuntimeError(f"pvesim admin {method} {path}: HTTP {resp.status_code} {resp.text}")
+        return resp.json()["data"]
+
+    # state
+    def reset(self, seed: str = "demo") -> None:
+        self._call("POST", "/reset", {"seed": seed})
+
+    def requests(self, method: str | None = None, path_regex: str | None = None) -> list[dict[str, t.Any]]:
+        entries = self._call("GET", "/requests")
+        if method:
+            entries = [e for e in entries if e["method"] == method.upper()]
+        if path_regex:
+            rx = re.compile(path_regex)
+            entries = [e for e in entries if rx.search(e["path"])]
+        return entries
+
+    def clear_requests(self) -> None:
+        self._call("DELETE", "/requests")
+
+    def schema_violations(self) -> list[dict[str, t.Any]]:
+        return [e for e in self.requests() if e.get("schema_errors")]
+
+    def add_fault(self, method: str = "*", path: str = ".*", action: str = "http_error", occurrence: int | str = "every",
+                  **params: t.Any) -> str:
+        spec = {"method": method, "path": path, "occurrence": occurrence, "action": action, **params}
+        return str(self._call("POST", "/faults", spec)["id"])
+
+    def faults(self) -> list[dict[str, t.Any]]:
+        return list(self._call("GET", "/faults"))
+
+    def clear_faults(self) -> None:
+        self._call("DELETE", "/faults")
+
+    def set_speed(self, speed: float) -> None:
+        self._call("POST", "/clock", {"speed": speed})
+
+    def set_vm_config(self, vmid: int, set: dict[str, t.Any] | None = None,  # pylint: disable=redefined-builtin
+                      delete: list[str] | None = None) -> dict[str, t.Any]:
+        return dict(self._call("PUT", f"/vms/{vmid}/config", {"set": set or {}, "delete": delete or []}))
+
+    def vm(self, vmid: int) -> dict[str, t.Any]:
+        return dict(self._call("GET", f"/vms/{vmid}"))
+
+    def delete_vm(self, vmid: int) -> None:
+        self._call("DELETE", f"/vms/{vmid}")
+
+    def set_storage(self, storage: str, **fields: t.Any) -> dict[str, t.Any]:
+        return dict(self._call("PUT", f"/storage/{storage}", fields))
+
+    def delete_bridge(self, name: str) -> None:
+        self._call("DELETE", f"/bridges/{name}")
+
+    def set_token(self, tokenid: str, expire: int | None = None, privileges: dict[str, list[str]] | None = None,
+                  **fields: t.Any) -> dict[str, t.Any]:
+        body: dict[str, t.Any] = dict(fields)
+        if expire is not None:
+            body["expire"] = expire
+        if privileges is not None:
+            body["privileges"] = privileges
+        return dict(self._call("PUT", f"/tokens/{tokenid}", body))
+
+    def set_guest(self, vmid: int, **knobs: t.Any) -> dict[str, t.Any]:
+        return dict(self._call("PUT", f"/vms/{vmid}/guest", knobs))
+
+
+def start_server(state_dir: str, speed: float = DEFAULT_SPEED, extra: t.Sequence[str] = (),
+                 timeout: float = 20.0) -> tuple[subprocess.Popen[bytes], dict[str, t.Any]]:
+    """Start ``python -m pvesim serve`` and wait for its ``connection.json``."""
+    conn_file = os.path.join(state_dir, "connection.json")
+    if os.path.exists(conn_file):
+        os.unlink(conn_file)
+    proc = subprocess.Popen(  # pylint: disable=consider-using-with
+        [sys.executable, "-m", "pvesim", "serve", "--port", "0", "--state-dir", state_dir, "--seed", "demo",
+         "--speed", str(speed), *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(conn_file):
+            with open(conn_file, encoding="utf-8") as fh:
+                return proc, json.load(fh)
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"pvesim exited with {proc.returncode}: {err}")
+        time.sleep(0.02)
+    proc.kill()
+    raise RuntimeError("pvesim did not write connection.json in time")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stderr:
+        proc.stderr.close()
+
+
+@pytest.fixture(scope="session")
+def pvesim_server() -> t.Iterator[dict[str, t.Any]]:
+    with tempfile.TemporaryDirectory(prefix="pvesim-") as tmp:
+        proc, conn = start_server(tmp)
+        try:
+            yield conn
+        finally:
+            stop_server(proc)
+
+
+@pytest.fixture()
+def pvesim(pvesim_server: dict[str, t.Any]) -> PvesimAdmin:  # pylint: disable=redefined-outer-name
+    admin = PvesimAdmin(pvesim_server)
+    admin.reset()
+    admin.set_speed(DEFAULT_SPEED)
+    return admin
