@@ -1,0 +1,563 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The one Proxmox VE HTTP client of the collection.
+
+Design choice: the client talks to the API through ``requests`` directly, with a thin
+proxmoxer-compatible path builder (``client.api.nodes("pve").qemu(100).config.get()``) on top,
+and reuses proxmoxer's token ``Authorization`` header builder (``ProxmoxHTTPApiTokenAuth``).
+proxmoxer's own session cannot give the control this collection needs: its ticket login posts
+through the module-level ``requests.post`` (outside any pinned adapter and with the
+environment's CA bundle), it keeps ``trust_env`` on, it reads whole bodies without a bound, it
+cannot pin a certificate during the handshake, and it cannot tell "nothing was sent" from
+"sent, reply lost". So this module owns:
+
+- TLS: verified unless ``validate_certs`` is explicitly false; ``session.trust_env`` is off and
+  ``verify=`` is passed per request (REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE never override
+  ``ca_path``); an optional SHA-256 pin is checked by urllib3 (``assert_fingerprint``) right
+  after the handshake, before any request byte (so before any credential) is written. A pin
+  replaces the CA chain check (the usual self-signed PVE certificate).
+- bounded, streamed responses (``max_response_bytes``) and a per-request timeout;
+- no retry of any mutation; bounded retries with backoff for GETs on connection errors and 5xx;
+- typed errors with fixed codes (``_errors.py``); no raw provider body, no secret in any error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import time
+import typing as t
+import warnings
+from urllib.parse import quote
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, ProviderError
+
+try:
+    import requests
+    import requests.adapters
+    import requests.exceptions
+    import urllib3
+    import urllib3.exceptions
+except ImportError:  # pragma: no cover - exercised by the sanity import test only
+    HAS_REQUESTS = False
+    _BaseAdapter: t.Any = object
+else:
+    HAS_REQUESTS = True
+    _BaseAdapter = requests.adapters.HTTPAdapter
+
+try:
+    from proxmoxer.backends.https import ProxmoxHTTPApiTokenAuth
+except (ImportError, SystemExit):  # pragma: no cover - proxmoxer exits when requests is missing
+    HAS_PROXMOXER = False
+    ProxmoxHTTPApiTokenAuth = None
+else:
+    HAS_PROXMOXER = True
+
+DEFAULT_PORT = 8006
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+GET_ATTEMPTS = 3
+GET_BACKOFF = (0.2, 0.6)
+MUTATING_METHODS = frozenset({"POST", "PUT", "DELETE"})
+_CHUNK = 64 * 1024
+
+# Parameter names whose values are never logged (matched case-insensitively, as substrings).
+SECRET_PARAM_MARKERS = ("password", "secret", "ticket", "token", "otp", "sshkeys", "input-data", "content")
+REDACTED = "<redacted>"
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_TOKEN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9.\-_]+$")
+_USERID = re.compile(r"^[^\s:/!]+@[A-Za-z][A-Za-z0-9.\-_]+$")
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*|[A-Za-z0-9._-]+)$")
+_PERM_CHECK = re.compile(r"Permission check failed \((/[^,()\s]*), ([A-Za-z][A-Za-z0-9.]*)\)")
+_LOCKED = re.compile(r"VM is locked \(([a-z-]+)\)|can't lock file .* got timeout", re.IGNORECASE)
+_NOT_FOUND = re.compile(r"does not exist|no such (vm|task|storage|file|node)", re.IGNORECASE)
+_CONFLICT = re.compile(r"detected modified configuration|checksum mismatch|digest mismatch|already exists", re.IGNORECASE)
+
+RequestLog = t.Callable[[str, str, t.Mapping[str, t.Any], t.Optional[int]], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectionSettings:
+    """Plain connection values; modules build it with ``_argspec.connection_settings``.
+
+    ``token_user`` is ``user@realm`` and ``token_name`` the bare token name (never the secret).
+    ``fingerprint`` is the normalized pin (64 lowercase hex digits) or ``None``.
+    """
+
+    host: str
+    port: int = DEFAULT_PORT
+    user: str | None = None
+    token_name: str | None = None
+    token_secret: str | None = dataclasses.field(default=None, repr=False)
+    password: str | None = dataclasses.field(default=None, repr=False)
+    validate_certs: bool = True
+    ca_path: str | None = None
+    fingerprint: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+
+    @property
+    def base_url(self) -> str:
+        return f"https://{_url_host(self.host)}:{self.port}/api2/json"
+
+    @property
+    def uses_token(self) -> bool:
+        return self.token_name is not None
+
+
+def _url_host(host: str) -> str:
+    host = host.strip().lower()
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]"
+    return host
+
+
+def normalize_fingerprint(value: str) -> str:
+    """``AB:CD:...`` or ``abcd...`` (64 hex digits, any case) -> 64 lowercase hex digits."""
+    text = value.strip().lower().replace(":", "")
+    if not _HEX64.match(text):
+        raise ConfigurationError("api_fingerprint must be a SHA-256 fingerprint: 64 hex digits, optionally colon-separated.",
+                                 path="api_fingerprint")
+    return text
+
+
+def parse_token_id(token_id: str, user: str | None) -> tuple[str, str]:
+    """Accept ``user@realm!name`` or a bare ``name`` together with ``api_user``; return (user, name)."""
+    token_id = token_id.strip()
+    if "!" in token_id:
+        token_user, _sep, name = token_id.partition("!")
+        if not _USERID.match(token_user):
+            raise ConfigurationError("api_token_id must be user@realm!name or a bare token name.", path="api_token_id")
+        if user and user.strip() != token_user:
+            raise ConfigurationError("api_user does not match the user in api_token_id.", path="api_user")
+    else:
+        if not user:
+            raise ConfigurationError("A bare api_token_id needs api_user (user@realm).", path="api_user")
+        token_user, name = user.strip(), token_id
+        if not _USERID.match(token_user):
+            raise ConfigurationError("api_user must have the form user@realm.", path="api_user")
+    if not _TOKEN_NAME.match(name):
+        raise ConfigurationError("api_token_id must be user@realm!name or a bare token name.", path="api_token_id")
+    return token_user, name
+
+
+def build_settings(
+    *,
+    host: str | None,
+    port: int | None = DEFAULT_PORT,
+    user: str | None = None,
+    token_id: str | None = None,
+    token_secret: str | None = None,
+    password: str | None = None,
+    validate_certs: bool = True,
+    ca_path: str | None = None,
+    fingerprint: str | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+) -> ConnectionSettings:
+    """Validate raw option values into ``ConnectionSettings`` (``configuration_error`` otherwise)."""
+    if not host or not _HOST.match(host.strip()):
+        raise ConfigurationError("api_host must be a host name or IP address without scheme, port or path.", path="api_host")
+    port = DEFAULT_PORT if port is None else int(port)
+    if not 1 <= port <= 65535:
+        raise ConfigurationError("api_port must be between 1 and 65535.", path="api_port")
+    timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+    if not 0 < timeout <= 3600:
+        raise ConfigurationError("api_timeout must be greater than 0 and at most 3600 seconds.", path="api_timeout")
+    token_user: str | None = None
+    token_name: str | None = None
+    if token_id or token_secret:
+        if not (token_id and token_secret):
+            raise ConfigurationError("api_token_id and api_token_secret must be given together.", path="api_token_secret")
+        token_user, token_name = parse_token_id(token_id, user)
+    elif password:
+        if not user or not _USERID.match(user.strip()):
+            raise ConfigurationError("Password authentication needs api_user of the form user@realm.", path="api_user")
+        token_user = user.strip()
+    else:
+        raise ConfigurationError("Configure an API token (api_token_id, api_token_secret) or api_user with api_password.",
+                                 path="api_token_id")
+    if ca_path is not None:
+        try:
+            with open(ca_path, "rb"):
+                pass
+        except OSError:
+            raise ConfigurationError("ca_path is not a readable file.", path="ca_path") from None
+    return ConnectionSettings(
+        host=host.strip().lower(),
+        port=port,
+        user=token_user,
+        token_name=token_name,
+        token_secret=token_secret if token_name else None,
+        password=None if token_name else password,
+        validate_certs=bool(validate_certs),
+        ca_path=ca_path,
+        fingerprint=normalize_fingerprint(fingerprint) if fingerprint else None,
+        timeout=timeout,
+        max_response_bytes=int(max_response_bytes),
+    )
+
+
+def provider_scope_id(settings: ConnectionSettings, certificate_sha256: str | None) -> str | None:
+    """``pve:`` + SHA-256 of compact JSON {apiUrl, certificateSha256, user}; ``None`` without a certificate."""
+    fingerprint = settings.fingerprint or certificate_sha256
+    if not fingerprint:
+        return None
+    doc = {"apiUrl": settings.base_url, "certificateSha256": normalize_fingerprint(fingerprint), "user": settings.user}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "pve:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def redact_params(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """A copy of ``params`` with every secret-bearing value replaced by ``<redacted>``."""
+    safe: dict[str, t.Any] = {}
+    for key, value in params.items():
+        lowered = key.lower()
+        safe[key] = REDACTED if any(marker in lowered for marker in SECRET_PARAM_MARKERS) else value
+    return safe
+
+
+class PinnedTLSAdapter(_BaseAdapter):  # type: ignore[misc,valid-type]
+    """An ``HTTPAdapter`` whose pools check the server certificate's SHA-256 during the handshake.
+
+    urllib3 compares ``assert_fingerprint`` right after the TLS handshake, inside ``connect()``,
+    so a mismatch aborts before the request line, headers or credentials are written. urllib3's
+    own retries are off (``max_retries=0``): retry policy lives in the client.
+    """
+
+    def __init__(self, fingerprint: str | None = None) -> None:
+        self._fingerprint = fingerprint
+        super().__init__(max_retries=0, pool_connections=1, pool_maxsize=2)
+
+    def init_poolmanager(self, *args: t.Any, **kwargs: t.Any) -> None:
+        if self._fingerprint:
+            kwargs["assert_fingerprint"] = self._fingerprint
+        super().init_poolmanager(*args, **kwargs)
+
+
+class _Resource:
+    """proxmoxer-style path builder: ``client.api.nodes("pve").qemu(100).config.get()``."""
+
+    def __init__(self, client: ProxmoxClient, path: str = "") -> None:
+        self._client = client
+        self._path = path
+
+    def __getattr__(self, name: str) -> _Resource:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _Resource(self._client, f"{self._path}/{name}")
+
+    def __call__(self, *segments: t.Any) -> _Resource:
+        path = self._path
+        for segment in segments:
+            path = f"{path}/{segment}"
+        return _Resource(self._client, path)
+
+    def get(self, **params: t.Any) -> t.Any:
+        return self._client.get(self._path, **params)
+
+    def post(self, **params: t.Any) -> t.Any:
+        return self._client.post(self._path, **params)
+
+    def put(self, **params: t.Any) -> t.Any:
+        return self._client.put(self._path, **params)
+
+    def delete(self, **params: t.Any) -> t.Any:
+        return self._client.delete(self._path, **params)
+
+
+def _error(code: str, message: str, *, method: str, path: str, status: int | None = None, **details: t.Any) -> ProviderError:
+    """A ProviderError whose details name the request (``method``, ``endpoint``) and status: never a body."""
+    info: dict[str, t.Any] = {"method": method, "endpoint": path}
+    if status is not None:
+        info["status"] = status
+    info.update(details)
+    return ProviderError(message, code=code, details=info)
+
+
+def map_http_error(method: str, path: str, status: int, reason: str, body: t.Any) -> ProviderError:
+    """Map a PVE error response to a typed error; only safe facts go into the error.
+
+    PVE puts its message in the HTTP reason phrase and (format json) in ``message``; parameter
+    errors come as ``errors: {name: text}``. Texts are read to classify, never forwarded.
+    """
+    message = ""
+    errors: dict[str, t.Any] = {}
+    if isinstance(body, dict):
+        if isinstance(body.get("message"), str):
+            message = body["message"]
+        if isinstance(body.get("errors"), dict):
+            errors = body["errors"]
+    text = f"{reason or ''}\n{message}"
+    error_texts = " ".join(str(v) for v in errors.values())
+    names = sorted(str(k) for k in errors)
+    ctx = {"method": method, "path": path, "status": status}
+    if status == 401:
+        return _error("auth_failed", "Proxmox rejected the credentials.", **ctx)
+    if status == 403:
+        match = _PERM_CHECK.search(text)
+        err = _error("permission_denied", "The token lacks a privilege on a path.", **ctx)
+        if match:
+            err.details["path"] = match.group(1)
+            err.details["privilege"] = match.group(2)
+        return err
+    if status == 400:
+        if _CONFLICT.search(error_texts) or _CONFLICT.search(text):
+            return _error("conflict", "Proxmox reports that the object already exists or changed concurrently.", parameters=names, **ctx)
+        return _error("parameter_invalid", "Proxmox rejected a request parameter.", parameters=names, **ctx)
+    if status == 404:
+        return _error("not_found", "The requested object does not exist.", **ctx)
+    lock = _LOCKED.search(text)
+    if lock:
+        extra_lock = {"lock": lock.group(1)} if lock.group(1) else {}
+        return _error("locked", "The target is locked by another task.", **ctx, **extra_lock)
+    if _CONFLICT.search(text):
+        return _error("conflict", "Proxmox reports that the object already exists or changed concurrently.", **ctx)
+    if status >= 500 and _NOT_FOUND.search(text):
+        return _error("not_found", "The requested object does not exist.", **ctx)
+    if status >= 500:
+        return _error("server_error", "Proxmox answered with a server error.", **ctx)
+    return _error("unexpected_response", "Proxmox answered with an unexpected HTTP status.", **ctx)
+
+
+def _is_connect_phase(exc: BaseException) -> bool:
+    """True when a requests ConnectionError happened before any request byte was sent."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        item = stack.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError,
+                             urllib3.exceptions.NameResolutionError)):
+            return True
+        if isinstance(item, urllib3.exceptions.MaxRetryError):
+            stack.append(item.reason)
+        stack.extend(a for a in getattr(item, "args", ()) if isinstance(a, BaseException))
+        stack.append(item.__cause__)
+        stack.append(item.__context__)
+    return False
+
+
+class ProxmoxClient:
+    """Typed, bounded access to the PVE API.
+
+    ``get``/``post``/``put``/``delete`` (path positional-only, so ``path=`` can be an API parameter) return the
+    response's ``data``; ``request`` returns the whole
+    JSON envelope (``data``, ``total`` ...). ``request_log`` (optional) is called once per attempt with
+    ``(method, path, redacted params, HTTP status or None)``.
+    """
+
+    def __init__(
+        self,
+        settings: ConnectionSettings,
+        *,
+        request_log: RequestLog | None = None,
+        adapter: t.Any = None,
+        sleep: t.Callable[[float], None] = time.sleep,
+        clock: t.Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not HAS_REQUESTS:
+            raise ConfigurationError("The Python library requests is required.")
+        self.settings = settings
+        self._request_log = request_log
+        self._sleep = sleep
+        self._clock = clock
+        self._session = requests.Session()
+        self._session.trust_env = False
+        self._session.verify = self._verify
+        self._session.headers["Accept"] = "application/json"
+        self._session.mount("https://", adapter if adapter is not None else PinnedTLSAdapter(settings.fingerprint))
+        self._ticket: tuple[str, str] | None = None
+        self.observed_fingerprint: str | None = None
+        self.api = _Resource(self)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> ProxmoxClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def provider_scope_id(self) -> str | None:
+        return provider_scope_id(self.settings, self.observed_fingerprint)
+
+    @property
+    def _verify(self) -> bool | str:
+        if self.settings.fingerprint:
+            return False  # the pin is the trust anchor, checked by urllib3 during the handshake
+        if not self.settings.validate_certs:
+            return False
+        return self.settings.ca_path or True
+
+    # -- public verbs ---------------------------------------------------------------------------------
+    def get(self, path: str, /, **params: t.Any) -> t.Any:
+        return self.request("GET", path, params).get("data")
+
+    def post(self, path: str, /, **params: t.Any) -> t.Any:
+        return self.request("POST", path, params).get("data")
+
+    def put(self, path: str, /, **params: t.Any) -> t.Any:
+        return self.request("PUT", path, params).get("data")
+
+    def delete(self, path: str, /, **params: t.Any) -> t.Any:
+        return self.request("DELETE", path, params).get("data")
+
+    def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+        """Send one request (GETs retried on connection errors and 5xx); return the JSON envelope."""
+        method = method.upper()
+        params = {k: v for k, v in (params or {}).items() if v is not None}
+        if not path.startswith("/"):
+            path = "/" + path
+        attempts = GET_ATTEMPTS if method == "GET" else 1
+        for attempt in range(attempts):
+            try:
+                return self._send_once(method, path, params)
+            except ProviderError as err:
+                retryable = err.code in ("transport_lost", "reply_lost") or (
+                    err.code == "server_error" and err.details.get("status") != 501)
+                if method != "GET" or not retryable or attempt + 1 >= attempts:
+                    raise
+                self._sleep(GET_BACKOFF[min(attempt, len(GET_BACKOFF) - 1)])
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- internals -------------------------------------------------------------------------------------------
+    def _log(self, method: str, path: str, params: t.Mapping[str, t.Any], status: int | None) -> None:
+        if self._request_log is not None:
+            self._request_log(method, path, redact_params(params), status)
+
+    def _auth(self, method: str) -> tuple[t.Any, dict[str, str], dict[str, str]]:
+        settings = self.settings
+        if settings.uses_token:
+            return ProxmoxHTTPApiTokenAuth(settings.user, settings.token_name, settings.token_secret), {}, {}
+        if self._ticket is None:
+            self._login()
+        assert self._ticket is not None
+        ticket, csrf = self._ticket
+        headers = {"CSRFPreventionToken": csrf} if method != "GET" else {}
+        return None, headers, {"PVEAuthCookie": ticket}
+
+    def _login(self) -> None:
+        params = {"username": self.settings.user, "password": self.settings.password}
+        data = self._exchange("POST", "/access/ticket", params, auth=None, headers={}, cookies={}).get("data")
+        if not isinstance(data, dict) or not isinstance(data.get("ticket"), str) or not isinstance(data.get("CSRFPreventionToken"), str):
+            raise _error("unexpected_response", "Proxmox answered the login with an unexpected body.", method="POST", path="/access/ticket")
+        if data.get("NeedTFA"):
+            raise _error("auth_failed", "The user requires a second factor; use an API token.", method="POST", path="/access/ticket")
+        self._ticket = (data["ticket"], data["CSRFPreventionToken"])
+
+    def _send_once(self, method: str, path: str, params: dict[str, t.Any]) -> dict[str, t.Any]:
+        auth, headers, cookies = self._auth(method)
+        return self._exchange(method, path, params, auth=auth, headers=headers, cookies=cookies)
+
+    def _exchange(self, method: str, path: str, params: dict[str, t.Any], *, auth: t.Any, headers: dict[str, str],
+                  cookies: dict[str, str]) -> dict[str, t.Any]:
+        url = self.settings.base_url + quote(path, safe="/:@!=,._~-")
+        encoded = {k: _encode_value(v) for k, v in params.items()}
+        query, form = (encoded, None) if method in ("GET", "DELETE") else (None, encoded)
+        timeout = self.settings.timeout
+        started = self._clock()
+        # Errors are built inside the except blocks but raised outside them, so no exception from
+        # requests/urllib3 (whose ``request`` carries the Authorization header) stays chained as context.
+        failure: ProviderError | None = None
+        response: t.Any = None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+                response = self._session.request(
+                    method, url, params=query, data=form, auth=auth, headers=headers, cookies=cookies,
+                    verify=self._verify, timeout=(timeout, timeout), stream=True, allow_redirects=False,
+                )
+        except requests.exceptions.SSLError:
+            failure = _error("tls_verification_failed", "The server certificate did not match the configured CA or fingerprint pin.",
+                             method=method, path=path)
+        except requests.exceptions.ConnectTimeout:
+            failure = _error("transport_lost", "The connection failed before the request could reach Proxmox.", method=method, path=path)
+        except requests.exceptions.ConnectionError as exc:
+            if _is_connect_phase(exc):
+                failure = _error("transport_lost", "The connection failed before the request could reach Proxmox.", method=method, path=path)
+            else:
+                failure = _error("reply_lost", "The request was sent but its reply was lost; the outcome is unknown.", method=method, path=path)
+        except requests.exceptions.RequestException:
+            # ReadTimeout and friends: the request may have been processed.
+            failure = _error("reply_lost", "The request was sent but its reply was lost; the outcome is unknown.", method=method, path=path)
+        if failure is not None:
+            self._log(method, path, params, None)
+            raise failure
+        try:
+            self._observe_certificate(response)
+            body = self._read_bounded(response, method, path, started)
+        finally:
+            response.close()
+            self._log(method, path, params, response.status_code)
+        parsed: t.Any = None
+        if body:
+            try:
+                parsed = json.loads(body.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                parsed = None
+        status = response.status_code
+        if status >= 300:
+            raise map_http_error(method, path, status, response.reason or "", parsed)
+        if not isinstance(parsed, dict) or "data" not in parsed:
+            raise _error("unexpected_response", "Proxmox answered with a body the collection does not understand.",
+                         method=method, path=path, status=status)
+        return parsed
+
+    def _read_bounded(self, response: t.Any, method: str, path: str, started: float) -> bytes:
+        limit = self.settings.max_response_bytes
+        declared = response.headers.get("Content-Length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise _error("response_too_large", "The response exceeded the configured size bound.",
+                         method=method, path=path, status=response.status_code, limit=limit)
+        chunks: list[bytes] = []
+        size = 0
+        lost = False
+        try:
+            for chunk in response.raw.stream(_CHUNK, decode_content=True):
+                size += len(chunk)
+                if size > limit:
+                    raise _error("response_too_large", "The response exceeded the configured size bound.",
+                                 method=method, path=path, status=response.status_code, limit=limit)
+                chunks.append(chunk)
+                if self._clock() - started > self.settings.timeout:
+                    raise _error("reply_lost", "The reply did not arrive within the timeout; the outcome is unknown.",
+                                 method=method, path=path, status=response.status_code)
+        except ProviderError:
+            raise
+        except (urllib3.exceptions.HTTPError, OSError, requests.exceptions.RequestException):
+            lost = True
+        if lost:
+            raise _error("reply_lost", "The request was sent but its reply was lost; the outcome is unknown.",
+                         method=method, path=path, status=response.status_code)
+        return b"".join(chunks)
+
+    def _observe_certificate(self, response: t.Any) -> None:
+        if self.observed_fingerprint is not None:
+            return
+        try:
+            sock = response.raw.connection.sock
+            der = sock.getpeercert(binary_form=True)
+        except Exception:  # pylint: disable=broad-exception-caught
+            return
+        if der:
+            self.observed_fingerprint = hashlib.sha256(der).hexdigest()
+
+
+def _encode_value(value: t.Any) -> t.Any:
+    if isinstance(value, bool):
+        return 1 if value else 0
+    if isinstance(value, (list, tuple)):
+        return [_encode_value(v) for v in value]
+    return value

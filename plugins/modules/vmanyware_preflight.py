@@ -1,0 +1,188 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vmanyware_preflight
+short_description: Check a plan against a Proxmox VE datacenter with read-only requests
+version_added: 0.1.0
+description:
+  - Recomputes the plan from the same inputs as M(vmanyware.proxmox.vmanyware_plan), then checks it against Proxmox VE with
+    bounded, verified-TLS C(GET) requests only. Nothing is created, changed or reserved.
+  - Each check has a fixed code and ends V(passed), V(failed) or V(unknown). What reads cannot prove stays V(unknown).
+  - Check messages are fixed text; provider responses and configuration values are not returned.
+  - The token's required privileges are listed in C(docs/permissions.md) in the collection.
+author:
+  - vmanyware developers (@vmanyware)
+extends_documentation_fragment:
+  - vmanyware.proxmox.plan_inputs
+  - vmanyware.proxmox.connection
+  - vmanyware.proxmox.attributes
+options:
+  fail_on:
+    description:
+      - V(failed) fails the task (C(error_code=preflight_failed)) when any check failed.
+      - V(unknown) also fails it when a check that reads could decide stayed unknown (C(template_revision), C(dhcp_available),
+        C(guest_readiness) and C(workflow_permitted) are always unknown and do not count).
+      - V(never) never fails because of check results.
+      - The failure result still contains RV(checks) and the other return values.
+    type: str
+    choices: [failed, unknown, never]
+    default: failed
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; check mode runs the same requests and returns the same result.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+requirements:
+  - PyYAML
+  - requests
+  - proxmoxer
+notes:
+  - E(VMANYWARE_PROVISIONING_ENABLED) must be unset, V(true) or V(false); any other value fails with C(configuration_error)
+    before any request is sent.
+"""
+
+EXAMPLES = r"""
+- name: Preflight a plan
+  vmanyware.proxmox.vmanyware_preflight:
+    catalog_path: files/catalog.yml
+    definition_path: files/kernel-lab.yml
+    target_vmid: 201
+    api_host: pve.example.org
+    api_token_id: automation@pve!vmanyware
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    ca_path: files/pve-ca.pem
+  register: preflight
+
+- name: Report checks that could not be decided
+  ansible.builtin.debug:
+    msg: "{{ preflight.checks | selectattr('status', 'equalto', 'unknown') | map(attribute='code') | list }}"
+"""
+
+RETURN = r"""
+planHash:
+  description: The C(planHash) of the recomputed plan.
+  returned: always
+  type: str
+plan_hash:
+  description: Same as RV(planHash).
+  returned: always
+  type: str
+providerScopeId:
+  description:
+    - C(pve:) and the SHA-256 of the API URL, the certificate SHA-256 fingerprint and the token's C(user@realm); not secret.
+    - V(null) when no certificate was pinned or observed (the API was not reached).
+  returned: always
+  type: str
+checks:
+  description: The checks in fixed order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    code:
+      description: >-
+        One of V(api_reachable), V(version_supported), V(template_exists), V(template_is_template), V(template_disk),
+        V(template_cloudinit_drive), V(template_guest_agent), V(storage_exists), V(storage_active), V(storage_images),
+        V(storage_capacity), V(bridge_exists), V(vmid_free), V(privileges), V(template_revision), V(dhcp_available),
+        V(guest_readiness), V(workflow_permitted).
+      type: str
+      returned: always
+    status:
+      description: V(passed), V(failed) or V(unknown).
+      type: str
+      returned: always
+    message:
+      description: Fixed text; for V(privileges) the missing privileges with their ACL path and stage.
+      type: str
+      returned: always
+summary:
+  description: Counts of C(passed), C(failed) and C(unknown) checks.
+  returned: always
+  type: dict
+creationEnabled:
+  description: Whether E(VMANYWARE_PROVISIONING_ENABLED) is exactly V(true).
+  returned: always
+  type: bool
+vmidReserved:
+  description: Always V(false); a preflight reserves nothing.
+  returned: always
+  type: bool
+capabilities:
+  description: Version-dependent behaviour of the Proxmox VE API (all V(null) when the version is unknown).
+  returned: always
+  type: dict
+  contains:
+    pve_major:
+      description: Major version.
+      type: int
+      returned: always
+    pve_minor:
+      description: Minor version.
+      type: int
+      returned: always
+    resize_returns_upid:
+      description: Whether a disk resize returns a task id (PVE 8 and later).
+      type: bool
+      returned: always
+    agent_exec_array:
+      description: Whether the guest agent C(exec) endpoint takes the command as an array.
+      type: bool
+      returned: always
+    guest_agent_privileges:
+      description: V(VM.GuestAgent.*) (PVE 9) or V(VM.Monitor) (PVE 8).
+      type: str
+      returned: always
+error_code:
+  description: On failure, the fixed error code (for example V(preflight_failed), V(configuration_error), V(invalid_definition)).
+  returned: failure
+  type: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import HAS_PROXMOXER, HAS_REQUESTS
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import HAS_YAML
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan, plan_input_module_kwargs
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import FAIL_ON_CHOICES, provisioning_enabled, run_preflight
+
+
+def main() -> None:
+    kwargs = plan_input_module_kwargs()
+    kwargs["argument_spec"].update(connection_argument_spec())
+    kwargs["argument_spec"]["fail_on"] = {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "failed"}
+    module = AnsibleModule(supports_check_mode=True, **kwargs)
+    for present, name in ((HAS_YAML, "PyYAML"), (HAS_REQUESTS, "requests"), (HAS_PROXMOXER, "proxmoxer")):
+        if not present:
+            module.fail_json(msg=missing_required_lib(name), error_code="configuration_error")
+    params = module.params
+
+    def action() -> dict:
+        provisioning_enabled(os.environ)  # a bad gate value fails before anything else
+        planned = build_plan(
+            catalog=params["catalog"],
+            catalog_path=params["catalog_path"],
+            definition=params["definition"],
+            definition_path=params["definition_path"],
+            target_vmid=params["target_vmid"],
+        )
+        settings = connection_settings(params)
+        return run_preflight(planned, settings, environ=os.environ, fail_on=params["fail_on"])
+
+    run_module(module, action)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The shared connection options: names, env fallbacks, no_log, doc fragment, settings helper."""
+
+from __future__ import annotations
+
+import yaml
+
+from ansible_collections.vmanyware.proxmox.plugins.doc_fragments.connection import ModuleDocFragment
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import (
+    CONNECTION_OPTION_NAMES,
+    connection_argument_spec,
+    connection_settings,
+)
+
+ENV = {"api_host": "PROXMOX_HOST", "api_port": "PROXMOX_PORT", "api_user": "PROXMOX_USER", "api_token_id": "PROXMOX_TOKEN_ID",
+       "api_token_secret": "PROXMOX_TOKEN_SECRET", "api_password": "PROXMOX_PASSWORD", "validate_certs": "PROXMOX_VALIDATE_CERTS",
+       "ca_path": "PROXMOX_CA_PATH", "api_fingerprint": "PROXMOX_FINGERPRINT", "api_timeout": "PROXMOX_TIMEOUT"}
+
+
+def test_spec_names_env_and_no_log() -> None:
+    spec = connection_argument_spec()
+    assert tuple(spec) == CONNECTION_OPTION_NAMES
+    assert {name: option["fallback"][1] for name, option in spec.items()} == {k: [v] for k, v in ENV.items()}
+    assert {name for name, option in spec.items() if option.get("no_log")} == {"api_token_secret", "api_password"}
+    assert spec["api_port"]["default"] == 8006 and spec["validate_certs"]["default"] is True and spec["api_timeout"]["default"] == 30
+    assert connection_argument_spec() is not spec  # a fresh copy each time
+
+
+def test_doc_fragment_matches_spec() -> None:
+    options = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
+    spec = connection_argument_spec()
+    assert set(options) == set(spec)
+    for name, option in spec.items():
+        assert options[name]["type"] == option["type"], name
+        assert options[name].get("default") == option.get("default"), name
+        assert ENV[name] in " ".join(options[name]["description"]), name
+
+
+def test_settings_from_params() -> None:
+    params = {name: None for name in CONNECTION_OPTION_NAMES}
+    params.update({"api_host": "PVE.Example.org", "api_port": 8006, "api_user": "automation@pve", "api_token_id": "vmanyware",
+                   "api_token_secret": "s", "validate_certs": True, "ca_path": "", "api_timeout": 12.5})
+    settings = connection_settings(params)
+    assert (settings.host, settings.user, settings.token_name, settings.ca_path, settings.timeout) == (
+        "pve.example.org", "automation@pve", "vmanyware", None, 12.5)

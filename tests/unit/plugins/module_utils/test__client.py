@@ -1,0 +1,367 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The Proxmox client: TLS (CA, pin, environment bundles), retries, bounds, typed errors, secrets."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import typing as t
+
+import pytest
+import requests
+import urllib3
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _client
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (
+    ConnectionSettings,
+    ProxmoxClient,
+    build_settings,
+    map_http_error,
+    normalize_fingerprint,
+    parse_token_id,
+    provider_scope_id,
+    redact_params,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, ProviderError
+
+from pve_stubs import RecordedRequest, Reply, fixtures_dir, make_settings, stub_server, tls_material  # noqa: F401  pylint: disable=unused-import
+
+SECRET = "00000000-test-secret-0000-000000000000"
+VERSION = {"data": {"version": "9.1.3", "release": "9.1", "repoid": "0123abcd"}}
+
+
+def _client_for(settings: ConnectionSettings, sleeps: list[float] | None = None, **kwargs: t.Any) -> ProxmoxClient:
+    return ProxmoxClient(settings, sleep=(sleeps.append if sleeps is not None else (lambda s: None)), **kwargs)
+
+
+def _raises(code: str, func: t.Callable[[], t.Any]) -> ProviderError:
+    with pytest.raises(ProviderError) as info:
+        func()
+    assert info.value.code == code, info.value.to_result()
+    return info.value
+
+
+# -- error mapping -------------------------------------------------------------------------------------------
+
+
+def _cases(fixtures_dir: t.Any) -> list[dict[str, t.Any]]:
+    return json.loads((fixtures_dir / "pve_errors.json").read_text())["cases"]
+
+
+def test_error_mapping_table(fixtures_dir: t.Any) -> None:
+    for case in _cases(fixtures_dir):
+        err = map_http_error("GET", "/nodes/pve/qemu/201/config", case["status"], case["reason"], case["body"])
+        assert err.code == case["code"], case["name"]
+        for key, value in case.get("details", {}).items():
+            assert err.details[key] == value, case["name"]
+        # Only fixed text and safe facts: no reason phrase, no provider message, no parameter message.
+        text = json.dumps(err.to_result())
+        assert case["reason"] not in text or case["reason"] in ("Permission check failed",), case["name"]
+        assert "s3cr3t-user" not in text and "minimum value" not in text and "Configuration file" not in text and "9000" not in text
+
+
+def test_error_mapping_over_the_wire(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, fixtures_dir: t.Any) -> None:
+    cases = {c["name"]: c for c in _cases(fixtures_dir)}
+    current: dict[str, t.Any] = {}
+    server = stub_server(lambda r: Reply(current["status"], current["reason"], current["body"]))
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path))
+    for name in ("perm_allocate", "config_missing", "nextid_taken", "param_invalid", "vm_locked", "token_invalid"):
+        current.update(cases[name])
+        err = _raises(cases[name]["code"], lambda: client.post("/nodes/pve/qemu/9000/clone", newid=201))
+        for key, value in cases[name].get("details", {}).items():
+            assert err.details[key] == value
+        assert err.__cause__ is None and err.__context__ is None
+
+
+def test_unexpected_body(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server(lambda r: Reply(200, "OK", b"<html>not json</html>"))
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path))
+    _raises("unexpected_response", lambda: client.get("/version"))
+
+
+# -- retries -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+def test_mutation_never_retried_when_connection_drops(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, method: str) -> None:
+    server = stub_server(lambda r: Reply(drop=True))
+    sleeps: list[float] = []
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path), sleeps)
+    err = _raises("reply_lost", lambda: client.request(method, "/nodes/pve/qemu/9000/clone", {"newid": 201}))
+    assert len(server.requests) == 1
+    assert sleeps == []
+    assert err.__cause__ is None and err.__context__ is None  # nothing from requests (which holds the token) stays chained
+
+
+@pytest.mark.parametrize("status", [500, 596])
+def test_mutation_never_retried_on_5xx(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, status: int) -> None:
+    server = stub_server(lambda r: Reply(status, "Broken pipe", {"data": None}))
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path))
+    _raises("server_error", lambda: client.post("/nodes/pve/qemu/9000/clone", newid=201))
+    assert len(server.requests) == 1
+
+
+def test_get_retry_bounded_on_dropped_connection(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server(lambda r: Reply(drop=True))
+    sleeps: list[float] = []
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path), sleeps)
+    _raises("reply_lost", lambda: client.get("/version"))
+    assert len(server.requests) == 3
+    assert sleeps == [0.2, 0.6]
+
+
+def test_get_retry_on_5xx_then_success(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    replies = iter([Reply(596, "Broken pipe", None), Reply(500, "Internal Server Error", None), Reply(body=VERSION)])
+    server = stub_server(lambda r: next(replies))
+    sleeps: list[float] = []
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path), sleeps)
+    assert client.get("/version")["version"] == "9.1.3"
+    assert len(server.requests) == 3 and sleeps == [0.2, 0.6]
+
+
+@pytest.mark.parametrize("status,code", [(400, "parameter_invalid"), (401, "auth_failed"), (403, "permission_denied"), (501, "server_error")])
+def test_get_not_retried_on_definite_errors(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, status: int, code: str) -> None:
+    server = stub_server(lambda r: Reply(status, "nope", {"data": None}))
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path))
+    _raises(code, lambda: client.get("/version"))
+    assert len(server.requests) == 1
+
+
+def test_connection_refused_is_transport_lost() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again before the request: nothing listens
+    sleeps: list[float] = []
+    settings = build_settings(host="127.0.0.1", port=port, token_id="a@pve!tk", token_secret=SECRET, timeout=2)
+    client = _client_for(settings, sleeps)
+    err = _raises("transport_lost", lambda: client.post("/nodes/pve/qemu/9000/clone", newid=201))
+    assert sleeps == []
+    assert SECRET not in repr(err.to_result())
+    _raises("transport_lost", lambda: client.get("/version"))
+    assert sleeps == [0.2, 0.6]
+
+
+def test_connect_phase_classification() -> None:
+    pool: t.Any = None
+    new_conn = urllib3.exceptions.NewConnectionError(pool, "refused")
+    assert _client._is_connect_phase(requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", new_conn)))
+    protocol = urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError())
+    assert not _client._is_connect_phase(requests.exceptions.ConnectionError(protocol))
+
+
+# -- bounds --------------------------------------------------------------------------------------------------------
+
+
+def test_read_timeout_is_reply_lost_and_mutation_not_retried(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server(lambda r: Reply(body={"data": "UPID"}, delay=1.0))
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path, timeout=0.3))
+    _raises("reply_lost", lambda: client.post("/nodes/pve/qemu/9000/clone", newid=201))
+    assert len(server.requests) == 1
+
+
+def test_response_size_cap_declared(stub_server: t.Any, tls_material: t.Any) -> None:
+    server = stub_server(lambda r: Reply(body={"data": "x" * 5000}))
+    settings = build_settings(host="127.0.0.1", port=server.port, token_id="a@pve!tk", token_secret=SECRET, ca_path=tls_material.ca_path,
+                              max_response_bytes=1024)
+    err = _raises("response_too_large", lambda: _client_for(settings).get("/version"))
+    assert err.details["limit"] == 1024
+    assert len(server.requests) == 1  # not retried
+
+
+def test_response_size_cap_streamed_decompressed(stub_server: t.Any, tls_material: t.Any) -> None:
+    bomb = gzip.compress(json.dumps({"data": "0" * 200_000}).encode())
+    server = stub_server(lambda r: Reply(body=bomb, headers={"Content-Encoding": "gzip"}))
+    settings = build_settings(host="127.0.0.1", port=server.port, token_id="a@pve!tk", token_secret=SECRET, ca_path=tls_material.ca_path,
+                              max_response_bytes=64 * 1024)
+    assert len(bomb) < 64 * 1024
+    _raises("response_too_large", lambda: _client_for(settings).get("/version"))
+
+
+def test_default_bounds() -> None:
+    settings = build_settings(host="pve", token_id="a@pve!tk", token_secret=SECRET)
+    assert settings.max_response_bytes == 8 * 1024 * 1024 and settings.timeout == 30 and settings.port == 8006
+
+
+# -- TLS -----------------------------------------------------------------------------------------------------------
+
+
+def test_ca_path_verifies(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server()
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path))
+    assert client.get("/version")["release"] == "9.1"
+    assert client.observed_fingerprint == tls_material.fingerprint
+
+
+def test_default_trust_refuses_private_ca(stub_server: t.Any, make_settings: t.Any) -> None:
+    server = stub_server()
+    _raises("tls_verification_failed", lambda: _client_for(make_settings(server.port)).get("/version"))
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("variable", ["REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"])
+def test_env_bundle_without_ca_does_not_override_ca_path(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, tls_material.other_ca_path)
+    server = stub_server()
+    assert _client_for(make_settings(server.port, ca_path=tls_material.ca_path)).get("/version")["version"] == "9.1.3"
+
+
+@pytest.mark.parametrize("variable", ["REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"])
+def test_env_bundle_with_ca_cannot_widen_trust(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, tls_material.ca_path)
+    server = stub_server()
+    _raises("tls_verification_failed", lambda: _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path)).get("/version"))
+    _raises("tls_verification_failed", lambda: _client_for(make_settings(server.port)).get("/version"))
+    assert server.requests == []
+
+
+def test_validate_certs_false_connects(stub_server: t.Any, make_settings: t.Any) -> None:
+    server = stub_server()
+    assert _client_for(make_settings(server.port, validate_certs=False)).get("/version")["version"] == "9.1.3"
+
+
+def test_fingerprint_pin_matches(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server()
+    colon_upper = ":".join(tls_material.fingerprint[i:i + 2] for i in range(0, 64, 2)).upper()
+    settings = make_settings(server.port, fingerprint=colon_upper)
+    assert settings.fingerprint == tls_material.fingerprint
+    client = _client_for(settings)
+    assert client.get("/version")["version"] == "9.1.3"
+    assert client.provider_scope_id == provider_scope_id(settings, None)
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_wrong_pin_refused_before_any_request_byte(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, method: str) -> None:
+    server = stub_server()
+    wrong = "ab" * 32
+    assert wrong != tls_material.fingerprint
+    # even a CA that would verify the chain does not rescue a wrong pin
+    settings = make_settings(server.port, fingerprint=wrong, ca_path=tls_material.ca_path)
+    err = _raises("tls_verification_failed", lambda: _client_for(settings).request(method, "/version", {}))
+    assert err.__context__ is None and err.__cause__ is None
+    assert server.connections >= 1  # the handshake happened ...
+    assert server.requests == []  # ... but no request line, header or token arrived
+    assert SECRET not in json.dumps(err.to_result())
+
+
+# -- settings, token ids, scope ----------------------------------------------------------------------------------
+
+
+def test_token_id_forms() -> None:
+    assert parse_token_id("automation@pve!vmanyware", None) == ("automation@pve", "vmanyware")
+    assert parse_token_id("vmanyware", "automation@pve") == ("automation@pve", "vmanyware")
+    assert parse_token_id("automation@pve!vmanyware", "automation@pve") == ("automation@pve", "vmanyware")
+    for token_id, user, path in [("vmanyware", None, "api_user"), ("a@pve!x", "b@pve", "api_user"), ("nope!x", None, "api_token_id"),
+                                 ("a@pve!1bad", None, "api_token_id")]:
+        with pytest.raises(ConfigurationError) as info:
+            parse_token_id(token_id, user)
+        assert info.value.path == path
+
+
+def test_token_header_sent(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server()
+    settings = make_settings(server.port, ca_path=tls_material.ca_path, token_id="vmanyware", user="automation@pve")
+    _client_for(settings).get("/version")
+    assert server.requests[0].headers["Authorization"] == f"PVEAPIToken=automation@pve!vmanyware={SECRET}"
+
+
+def test_password_ticket_login(stub_server: t.Any, tls_material: t.Any) -> None:
+    def behave(r: RecordedRequest) -> Reply:
+        if r.path == "/api2/json/access/ticket":
+            return Reply(body={"data": {"ticket": "PVE:ticket", "CSRFPreventionToken": "csrf1", "username": "root@pam"}})
+        return Reply(body={"data": None})
+
+    server = stub_server(behave)
+    settings = build_settings(host="127.0.0.1", port=server.port, user="root@pam", password="pw-" + SECRET, ca_path=tls_material.ca_path)
+    assert "pw-" not in repr(settings)
+    client = _client_for(settings)
+    client.get("/version")
+    client.post("/nodes/pve/qemu/201/status/start")
+    login, get, post = server.requests
+    assert login.method == "POST" and b"password=" in login.body
+    assert "PVEAuthCookie=PVE:ticket" in get.headers["Cookie"] and "CSRFPreventionToken" not in get.headers
+    assert post.headers["CSRFPreventionToken"] == "csrf1"
+
+
+@pytest.mark.parametrize(
+    "kwargs,path",
+    [
+        ({"host": "https://pve"}, "api_host"),
+        ({"host": "pve/api"}, "api_host"),
+        ({"host": None}, "api_host"),
+        ({"port": 0}, "api_port"),
+        ({"timeout": 0}, "api_timeout"),
+        ({"fingerprint": "zz"}, "api_fingerprint"),
+        ({"ca_path": "/nonexistent/ca.pem"}, "ca_path"),
+        ({"token_secret": None}, "api_token_secret"),
+        ({"token_id": None, "token_secret": None}, "api_token_id"),
+    ],
+)
+def test_settings_validation(kwargs: dict[str, t.Any], path: str) -> None:
+    values = {"host": "pve", "token_id": "a@pve!tk", "token_secret": SECRET}
+    values.update(kwargs)
+    with pytest.raises(ConfigurationError) as info:
+        build_settings(**values)
+    assert info.value.path == path and info.value.code == "configuration_error"
+    assert SECRET not in json.dumps(info.value.to_result())
+
+
+def test_fingerprint_normalization() -> None:
+    plain = "0123456789abcdef" * 4
+    colon = ":".join(plain[i:i + 2] for i in range(0, 64, 2)).upper()
+    assert normalize_fingerprint(colon) == plain == normalize_fingerprint(" " + plain.upper() + " ")
+
+
+def test_scope_id_stable_and_sensitive() -> None:
+    fp = "ab" * 32
+    base = build_settings(host="PVE.example.org", token_id="a@pve!tk1", token_secret="s1")
+    same = build_settings(host="pve.example.org", token_id="tk2", user="a@pve", token_secret="s2")
+    scope = provider_scope_id(base, fp)
+    assert scope is not None and scope.startswith("pve:") and len(scope) == 4 + 64
+    assert scope == provider_scope_id(same, fp.upper()) == provider_scope_id(same, ":".join([fp[i:i + 2] for i in range(0, 64, 2)]))
+    assert scope == "pve:" + __import__("hashlib").sha256(
+        b'{"apiUrl":"https://pve.example.org:8006/api2/json","certificateSha256":"' + fp.encode() + b'","user":"a@pve"}').hexdigest()
+    others = [
+        provider_scope_id(build_settings(host="pve2.example.org", token_id="a@pve!tk", token_secret="s"), fp),
+        provider_scope_id(build_settings(host="pve.example.org", port=8007, token_id="a@pve!tk", token_secret="s"), fp),
+        provider_scope_id(build_settings(host="pve.example.org", token_id="b@pve!tk", token_secret="s"), fp),
+        provider_scope_id(base, "cd" * 32),
+    ]
+    assert len(set(others + [scope])) == 5
+    assert provider_scope_id(base, None) is None
+    pinned = build_settings(host="pve.example.org", token_id="a@pve!tk", token_secret="s", fingerprint=fp)
+    assert provider_scope_id(pinned, None) == scope
+
+
+# -- secrets, log hook, path builder ---------------------------------------------------------------------------
+
+
+def test_request_log_hook_redacts(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server(lambda r: Reply(body={"data": None}))
+    seen: list[tuple[str, str, dict[str, t.Any], int | None]] = []
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path), request_log=lambda *a: seen.append(a))
+    client.put("/nodes/pve/qemu/201/config", cipassword="hunter2", ciuser="admin", cores=2)
+    assert seen == [("PUT", "/nodes/pve/qemu/201/config", {"cipassword": "<redacted>", "ciuser": "admin", "cores": 2}, 200)]
+    redacted = redact_params({"password": "x", "api_token_secret": "y", "vmid": 1})
+    assert redacted == {"password": "<redacted>", "api_token_secret": "<redacted>", "vmid": 1}
+    assert SECRET not in repr(client.settings)
+
+
+def test_proxmoxer_style_path_builder(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server(lambda r: Reply(body={"data": {"template": 1}}))
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path))
+    assert client.api.nodes("pve").qemu(9000).config.get() == {"template": 1}
+    client.api.cluster.nextid.get(vmid=201)
+    assert [r.path for r in server.requests] == ["/api2/json/nodes/pve/qemu/9000/config", "/api2/json/cluster/nextid"]
+    assert server.requests[1].query == {"vmid": "201"}
+
+
+def test_list_and_bool_encoding(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server(lambda r: Reply(body={"data": {"pid": 1}}))
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path))
+    client.post("/nodes/pve/qemu/201/agent/exec", command=["apt-get", "install", "-y", "vim"], full=True)
+    assert server.requests[0].body == b"command=apt-get&command=install&command=-y&command=vim&full=1"

@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""UPID parsing and the task poller (fake clock, fake client)."""
+
+from __future__ import annotations
+
+import typing as t
+
+import pytest
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, TaskError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import (
+    TaskOutcome,
+    parse_upid,
+    poll_once,
+    sanitize_log_line,
+    wait_task,
+)
+
+UPID = "UPID:pve:0000A1B2:0012D687:6650F00D:qmclone:9000:automation@pve!vmanyware:"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(round(seconds, 4))
+        self.now += seconds
+
+
+class FakeClient:
+    """Answers status GETs from a script (dicts or ProviderError codes) and log GETs from ``log``."""
+
+    def __init__(self, statuses: list[t.Any], log: list[str] | None = None) -> None:
+        self.statuses = list(statuses)
+        self.log = log or []
+        self.calls: list[tuple[str, str, dict[str, t.Any]]] = []
+
+    def get(self, path: str, **params: t.Any) -> t.Any:
+        self.calls.append(("GET", path, params))
+        item = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+        if isinstance(item, str):
+            raise ProviderError(code=item)
+        return item
+
+    def request(self, method: str, path: str, params: dict[str, t.Any]) -> dict[str, t.Any]:
+        self.calls.append((method, path, dict(params)))
+        start, limit = params["start"], params["limit"]
+        lines = [{"n": i + 1, "t": text} for i, text in enumerate(self.log)]
+        return {"data": lines[start:start + limit], "total": len(lines)}
+
+
+RUNNING = {"status": "running", "upid": UPID}
+
+
+def test_parse_upid() -> None:
+    upid = parse_upid(UPID)
+    assert (upid.node, upid.pid, upid.pstart, upid.starttime, upid.type, upid.id, upid.user) == (
+        "pve", 0xA1B2, 0x12D687, 0x6650F00D, "qmclone", "9000", "automation@pve!vmanyware")
+    assert parse_upid("UPID:pve:00001234:00000001:00000002:vzdump::root@pam:").id == ""
+
+
+@pytest.mark.parametrize("bad", [
+    None, 42, "", "UPID:pve:1234", UPID[:-1], UPID.replace("UPID", "UPIX"), UPID.replace("0000A1B2", "zzzz"),
+    UPID.replace("automation@pve!vmanyware", "nouser"), UPID + "extra:", "UPID:pve:1:2:3:type:id:user@pam:\n",
+])
+def test_parse_upid_malformed(bad: t.Any) -> None:
+    with pytest.raises(ProviderError) as info:
+        parse_upid(bad)
+    assert info.value.code == "unexpected_response"
+    assert "zzzz" not in info.value.message
+
+
+def test_wait_ok_with_adaptive_interval() -> None:
+    clock = FakeClock()
+    client = FakeClient([RUNNING] * 8 + [{"status": "stopped", "exitstatus": "OK"}])
+    outcome = wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep)
+    assert outcome == TaskOutcome(upid=UPID, status="ok", exitstatus="OK")
+    assert outcome.succeeded and outcome.raise_for_outcome() is outcome
+    assert clock.sleeps == [0.1, 0.15, 0.225, 0.3375, 0.5063, 0.7594, 1.1391, 1.7086]
+    assert client.calls[0] == ("GET", f"/nodes/pve/tasks/{UPID}/status", {})
+
+
+def test_interval_caps_at_two_seconds() -> None:
+    clock = FakeClock()
+    client = FakeClient([RUNNING] * 15 + [{"status": "stopped", "exitstatus": "OK"}])
+    wait_task(client, UPID, timeout=600, clock=clock.clock, sleep=clock.sleep)
+    assert max(clock.sleeps) == 2.0 and clock.sleeps[-1] == 2.0
+
+
+def test_wait_warnings() -> None:
+    clock = FakeClock()
+    outcome = wait_task(FakeClient([{"status": "stopped", "exitstatus": "WARNINGS: 2"}]), UPID, timeout=5, clock=clock.clock, sleep=clock.sleep)
+    assert (outcome.status, outcome.warnings, outcome.succeeded, outcome.error_code) == ("warnings", 2, True, None)
+
+
+def test_wait_failed_with_sanitized_log_tail() -> None:
+    clock = FakeClock()
+    log = [f"line {i}" for i in range(45)] + ["\x1b[31mTASK ERROR: clone failed\x07", "x" * 1000]
+    client = FakeClient([RUNNING, {"status": "stopped", "exitstatus": "clone failed: storage full"}], log)
+    outcome = wait_task(client, UPID, timeout=5, clock=clock.clock, sleep=clock.sleep)
+    assert outcome.status == "failed" and outcome.exitstatus == "clone failed: storage full"
+    assert len(outcome.log_tail) == 20
+    assert outcome.log_tail[0] == "line 27"
+    assert outcome.log_tail[-2] == "[31mTASK ERROR: clone failed"
+    assert len(outcome.log_tail[-1]) == 240 and outcome.log_tail[-1].endswith("...")
+    log_calls = [c for c in client.calls if c[1].endswith("/log")]
+    assert [c[2] for c in log_calls] == [{"start": 0, "limit": 20}, {"start": 27, "limit": 20}]
+    with pytest.raises(TaskError) as info:
+        outcome.raise_for_outcome()
+    assert info.value.code == "task_failed" and info.value.details["upid"] == UPID
+
+
+def test_wait_timeout() -> None:
+    clock = FakeClock()
+    outcome = wait_task(FakeClient([RUNNING]), UPID, timeout=10, clock=clock.clock, sleep=clock.sleep)
+    assert outcome.status == "timeout" and outcome.error_code == "task_timeout"
+    assert clock.now == pytest.approx(1010.0)  # never sleeps past the deadline
+
+
+@pytest.mark.parametrize("code", ["transport_lost", "server_error", "reply_lost"])
+def test_wait_unobservable_after_repeated_errors(code: str) -> None:
+    clock = FakeClock()
+    client = FakeClient([RUNNING, code, code, code, RUNNING])
+    outcome = wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep)
+    assert outcome.status == "unobservable" and outcome.error_code == "task_unobservable"
+    assert len(client.calls) == 4
+
+
+def test_wait_transient_error_then_success() -> None:
+    clock = FakeClock()
+    client = FakeClient([RUNNING, "server_error", "server_error", {"status": "stopped", "exitstatus": "OK"}])
+    assert wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep).status == "ok"
+
+
+def test_wait_unobservable_at_once_on_permission_error() -> None:
+    clock = FakeClock()
+    client = FakeClient(["permission_denied"])
+    assert wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep).status == "unobservable"
+    assert len(client.calls) == 1
+
+
+def test_poll_once() -> None:
+    assert poll_once(FakeClient([RUNNING]), UPID).status == "running"
+    assert poll_once(FakeClient([{"status": "stopped", "exitstatus": "OK"}]), parse_upid(UPID)).status == "ok"
+    assert poll_once(FakeClient(["server_error"]), UPID).status == "unobservable"
+    assert poll_once(FakeClient([{"status": "weird"}]), UPID).status == "unobservable"
+
+
+def test_sanitize() -> None:
+    assert sanitize_log_line("a\tb\r\nc\u2028d\x00") == "abcd"
+    assert sanitize_log_line("y" * 10, max_length=8) == "yyyyy..."
