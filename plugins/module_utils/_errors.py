@@ -59,6 +59,15 @@ ERROR_CODES: dict[str, str] = {
     "journal_locked": "A journal lock could not be acquired before the deadline.",
     "conflicting_operation": "Another operation already holds the same target (provider scope and VMID).",
     "idempotency_key_conflict": "The idempotency key was already used with different inputs.",
+    # confirmation and stages (docs/operations.md, docs/stages.md)
+    "confirmation_required": "No complete confirmation of this exact plan was given; review the plan and pass the confirmation block.",
+    "plan_changed": "The confirmation does not match the freshly computed plan, provider scope or target.",
+    "attestation_required": "Creation needs a validated imageDefaultUser attestation on the catalog mapping.",
+    "stage_precondition_failed": "The target is not in the state this stage requires; nothing was sent.",
+    "stage_out_of_order": "An earlier stage of the operation has not completed.",
+    "stage_failed": "The stage failed earlier; the operation keeps the target for the operator.",
+    "outcome_uncertain": "A request's reply was lost and reads cannot prove its outcome; check Proxmox before re-running.",
+    "observation_mismatch": "After the request, Proxmox does not show the state the stage requested.",
 }
 
 

@@ -1,0 +1,48 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    """Options of the stage modules (``_stage_module.stage_argument_spec``) and of the journal."""
+
+    JOURNAL = r"""
+options:
+  journal_dir:
+    description:
+      - Directory of the local operation journal (one JSON file per operation, mode 0600).
+      - When unset, E(VMANYWARE_JOURNAL_DIR) is used, else C($XDG_STATE_HOME/vmanyware/journal), else
+        C(~/.local/state/vmanyware/journal).
+      - In AWX / Automation Platform, point it at persistent storage; see C(docs/awx.md) in the collection.
+    type: path
+"""
+
+    DOCUMENTATION = r"""
+options:
+  operation_id:
+    description:
+      - The operation returned by M(vmanyware.proxmox.vmanyware_operation).
+      - The stage reads its inputs only from that operation's immutable snapshots in the journal.
+    type: str
+    required: true
+  wait_budget:
+    description:
+      - How long this run waits for a running Proxmox task before returning RV(done=false) with progress.
+      - Re-running the module keeps following the same task by reading it; nothing is sent again.
+      - When unset, the module waits up to O(timeout).
+    type: float
+  timeout:
+    description:
+      - Deadline in seconds for the stage's Proxmox task. When it passes, the module fails with C(task_timeout)
+        and the stage stays submitted, so a re-run reconciles the task instead of sending anything again.
+      - When unset, each stage uses its own default (for example 600 seconds for a full clone).
+    type: float
+  lock_wait:
+    description:
+      - How long to wait out a C(VM is locked) refusal (the request changed nothing) before failing with C(locked).
+    type: float
+    default: 60
+"""

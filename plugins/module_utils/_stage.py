@@ -1,0 +1,384 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The stage protocol: one runner that every stage module uses (docs/stages.md).
+
+A stage knows *what* to read, send and observe (a ``StageLogic``); the runner owns *when*:
+
+1. load the operation; a completed stage returns its evidence (``changed: false``), a failed one
+   reports its recorded failure;
+2. a recorded UPID is reconciled by GETs only (never re-posted);
+3. a submission whose reply was lost (``submissionStarted`` without a UPID, or ``uncertain``) is
+   resolved by reads: applied -> continue from there; provably not applied -> re-sent only when
+   the stage declares the request harmless to repeat; otherwise the stage stays ``uncertain``
+   and the module fails telling the operator what to check;
+4. otherwise: preconditions by GET, (check mode: return the exact requests, write nothing),
+   record the dispatch durably, send once, record the UPID, wait, observe independently, record.
+
+Outcomes of a send: nothing reached Proxmox or Proxmox definitely refused before changing
+anything -> the stage goes back to ``pending`` (re-running dispatches afresh); ``VM is locked``
+-> waited out within the stage's lock budget; a lost reply or a 5xx -> read-only resolution.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import typing as t
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, redact, stage as journal_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_once, wait_task
+
+# Codes with which Proxmox (or the transport) proves the request changed nothing.
+NOT_APPLIED_CODES = frozenset({"transport_lost", "tls_verification_failed", "auth_failed", "permission_denied",
+                               "parameter_invalid", "conflict", "not_found", "locked", "response_too_large"})
+# Codes after which the request may or may not have been applied.
+AMBIGUOUS_CODES = frozenset({"reply_lost", "server_error", "unexpected_response"})
+
+
+class StageError(VmanywareError):
+    """A stage cannot proceed: precondition, observation or resolution failure."""
+
+    default_code = "stage_precondition_failed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One mutating request, exactly as sent (``params`` never holds a credential)."""
+
+    method: str
+    path: str
+    params: dict[str, t.Any]
+
+    def summary(self) -> dict[str, t.Any]:
+        return {"method": self.method, "path": self.path, "params": redact(dict(self.params))}
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolution:
+    """What reads proved about a submission whose reply was lost.
+
+    ``applied``: the request took effect (``upid`` is its task when the reads found one);
+    ``not_applied``: reads prove it did not (yet) take effect; ``undecidable``: they cannot tell,
+    ``message`` says what the operator should check.
+    """
+
+    verdict: str
+    upid: str | None = None
+    evidence: dict[str, t.Any] = dataclasses.field(default_factory=dict)
+    message: str = ""
+
+    @classmethod
+    def applied(cls, upid: str | None = None, **evidence: t.Any) -> Resolution:
+        return cls("applied", upid, dict(evidence))
+
+    @classmethod
+    def not_applied(cls) -> Resolution:
+        return cls("not_applied")
+
+    @classmethod
+    def undecidable(cls, message: str) -> Resolution:
+        return cls("undecidable", message=message)
+
+
+@dataclasses.dataclass
+class StageContext:
+    """What a stage may use: the journal's immutable snapshots, earlier evidence, the client."""
+
+    operation: dict[str, t.Any]
+    client: t.Any
+    kind: str
+    check_mode: bool = False
+    diff: dict[str, t.Any] | None = None
+    facts: dict[str, t.Any] = dataclasses.field(default_factory=dict)  # scratch space of one run
+
+    @property
+    def node(self) -> str:
+        return t.cast(str, self.operation["target"]["node"])
+
+    @property
+    def vmid(self) -> int:
+        return t.cast(int, self.operation["target"]["vmid"])
+
+    @property
+    def plan(self) -> dict[str, t.Any]:
+        return t.cast(dict, self.operation["plan"])
+
+    @property
+    def mapping(self) -> dict[str, t.Any]:
+        return t.cast(dict, self.operation["mapping"])
+
+    @property
+    def definition(self) -> dict[str, t.Any]:
+        return t.cast(dict, self.operation["definition"])
+
+    @property
+    def record(self) -> dict[str, t.Any]:
+        return journal_stage(self.operation, self.kind)
+
+    def evidence(self, kind: str | None = None) -> dict[str, t.Any]:
+        """Recorded evidence of ``kind`` (default: this stage)."""
+        return t.cast(dict, journal_stage(self.operation, kind or self.kind)["evidence"])
+
+    def earlier_evidence(self, key: str) -> t.Any:
+        """The latest value of ``key`` recorded by any earlier stage (e.g. the config digest)."""
+        value = None
+        for item in self.operation["stages"]:
+            if item["kind"] == self.kind:
+                break
+            if key in item["evidence"]:
+                value = item["evidence"][key]
+        return value
+
+    @property
+    def vm_path(self) -> str:
+        return "/nodes/%s/qemu/%d" % (self.node, self.vmid)
+
+
+class StageLogic:
+    """Base class of a stage: override the hooks; the runner calls them in protocol order."""
+
+    kind: t.ClassVar[str] = ""
+    # UPID type of the task the request starts (``qmclone``); None for synchronous requests.
+    task_type: t.ClassVar[str | None] = None
+    # True only when repeating the request cannot apply twice (bound to a digest / absolute value / fixed id).
+    resend_harmless: t.ClassVar[bool] = False
+    # Overall deadline for the stage's task, seconds from dispatch.
+    default_timeout: t.ClassVar[float] = 600.0
+
+    def preconditions(self, ctx: StageContext) -> None:
+        """Read the current state (GETs) and raise ``StageError`` if the request must not be sent."""
+
+    def request(self, ctx: StageContext) -> Request | None:
+        """The mutation to send; ``None`` when the observed state already is the desired one."""
+        raise NotImplementedError
+
+    def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
+        """Validate the reply; return (UPID, evidence to record with the submission)."""
+        if self.task_type is None:
+            return None, {}
+        upid = parse_upid(data)
+        if upid.type != self.task_type or upid.node != ctx.node:
+            raise StageError("Proxmox answered with a task of an unexpected type or node.", code="unexpected_response")
+        return upid.raw, {}
+
+    def observe(self, ctx: StageContext) -> dict[str, t.Any]:
+        """Independent read-back after success; raise ``StageError('observation_mismatch')`` when it differs."""
+        return {}
+
+    def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
+        """Read-only resolution of a submission whose reply was lost. Default: undecidable."""
+        return Resolution.undecidable("Check the target's task list and configuration in Proxmox before re-running.")
+
+    def diff(self, ctx: StageContext) -> dict[str, t.Any] | None:
+        """``{'before': ..., 'after': ...}`` for ``--diff`` (after preconditions have read the state)."""
+        return None
+
+    def progress(self, ctx: StageContext, upid: str) -> dict[str, t.Any]:
+        """Progress of a running task for operators (e.g. parsed from the task log)."""
+        return {}
+
+
+@dataclasses.dataclass
+class StageSettings:
+    """Per-run knobs from the module's options."""
+
+    check_mode: bool = False
+    diff: bool = False
+    # How long this invocation waits for a running task before returning ``done: false`` (progress).
+    wait_budget: float | None = None
+    timeout: float | None = None
+    lock_wait: float = 60.0
+    clock: t.Callable[[], float] = time.monotonic
+    sleep: t.Callable[[float], None] = time.sleep
+
+
+def _result(ctx: StageContext, *, changed: bool, done: bool, requests: list[dict[str, t.Any]] | None = None,
+            **extra: t.Any) -> dict[str, t.Any]:
+    record = ctx.record
+    result: dict[str, t.Any] = {
+        "changed": changed,
+        "done": done,
+        "operation_id": ctx.operation["operationId"],
+        "stage": {"kind": ctx.kind, "position": record["position"], "status": record["status"], "upid": record["upid"],
+                  "attempts": record["attempts"], "evidence": dict(record["evidence"])},
+        "requests": requests or [],
+    }
+    if ctx.diff is not None:
+        result["diff"] = ctx.diff
+    result.update(extra)
+    return result
+
+
+class StageRunner:
+    """Runs one ``StageLogic`` against one operation (docs/stages.md)."""
+
+    def __init__(self, store: JournalStore, client: t.Any, logic: StageLogic, settings: StageSettings | None = None) -> None:
+        self.store = store
+        self.client = client
+        self.logic = logic
+        self.settings = settings or StageSettings()
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _context(self, operation_id: str) -> StageContext:
+        operation = self.store.load(operation_id)
+        return StageContext(operation=operation, client=self.client, kind=self.logic.kind, check_mode=self.settings.check_mode)
+
+    def _refresh(self, ctx: StageContext, document: dict[str, t.Any]) -> None:
+        ctx.operation = document
+
+    @property
+    def _timeout(self) -> float:
+        return self.settings.timeout if self.settings.timeout is not None else self.logic.default_timeout
+
+    def _fail(self, ctx: StageContext, err: VmanywareError) -> t.NoReturn:
+        self._refresh(ctx, self.store.record_failed(ctx.operation["operationId"], ctx.kind, err.code, err.message))
+        raise err
+
+    def _uncertain(self, ctx: StageContext, code: str, message: str) -> t.NoReturn:
+        if ctx.record["status"] != "uncertain":
+            self._refresh(ctx, self.store.record_uncertain(ctx.operation["operationId"], ctx.kind, code, message))
+        raise StageError(message, code="outcome_uncertain",
+                         details={"stage": ctx.kind, "cause": code, "operationId": ctx.operation["operationId"]})
+
+    # -- protocol ------------------------------------------------------------------------------------
+    def run(self, operation_id: str) -> dict[str, t.Any]:
+        ctx = self._context(operation_id)
+        record = ctx.record
+        if record["status"] == "completed":
+            return _result(ctx, changed=False, done=True)
+        if record["status"] == "failed":
+            failure = record["failure"] or {}
+            raise StageError("The stage failed earlier; the operation keeps the target for the operator.",
+                             code="stage_failed", details={"stage": ctx.kind, "cause": failure.get("code")})
+        for earlier in ctx.operation["stages"][:record["position"]]:
+            if earlier["status"] != "completed":
+                if self.settings.check_mode:
+                    return self._preview_from_plan(ctx)
+                raise StageError("An earlier stage has not completed.", code="stage_out_of_order",
+                                 details={"stage": ctx.kind, "waiting_for": earlier["kind"]})
+        if record["upid"]:
+            return self._reconcile(ctx, record["upid"])
+        if record["submissionStarted"]:
+            return self._resolve(ctx)
+        return self._dispatch(ctx)
+
+    def _preview_from_plan(self, ctx: StageContext) -> dict[str, t.Any]:
+        """Check mode before the earlier stages ran: nothing to read yet, say what would be sent."""
+        try:
+            request = self.logic.request(ctx)
+        except (VmanywareError, KeyError, TypeError):
+            request = None
+        requests = [dict(request.summary(), basis="plan")] if request is not None else []
+        return _result(ctx, changed=True, done=False, requests=requests, preview="earlier stages pending")
+
+    def _dispatch(self, ctx: StageContext, resend: bool = False) -> dict[str, t.Any]:
+        lock_deadline = self.settings.clock() + self.settings.lock_wait
+        while True:
+            self.logic.preconditions(ctx)
+            if self.settings.diff:
+                ctx.diff = self.logic.diff(ctx)
+            request = self.logic.request(ctx)
+            if request is None:
+                # Already in the desired state (read back); nothing to send.
+                if self.settings.check_mode:
+                    return _result(ctx, changed=False, done=True)
+                evidence = self.logic.observe(ctx)
+                self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, {"noop": True}, resend=resend))
+                self._refresh(ctx, self.store.record_completed(ctx.operation["operationId"], ctx.kind, evidence))
+                return _result(ctx, changed=False, done=True)
+            if self.settings.check_mode:
+                return _result(ctx, changed=True, done=False, requests=[request.summary()])
+            self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, request.summary(), resend=resend))
+            resend = False
+            try:
+                data = self.client.request(request.method, request.path, request.params).get("data")
+            except ProviderError as err:
+                if err.code in NOT_APPLIED_CODES:
+                    self._refresh(ctx, self.store.record_not_sent(ctx.operation["operationId"], ctx.kind))
+                    if err.code == "locked" and self.settings.clock() < lock_deadline:
+                        self.settings.sleep(min(2.0, max(0.0, lock_deadline - self.settings.clock())))
+                        continue
+                    raise
+                return self._resolve(ctx, cause=err.code, error=err)
+            try:
+                upid, evidence = self.logic.accept_reply(ctx, request, data)
+            except VmanywareError:
+                # The request was accepted but its reply is not what we sent for: resolve by reads.
+                return self._resolve(ctx, cause="unexpected_response")
+            self._refresh(ctx, self.store.record_submitted(ctx.operation["operationId"], ctx.kind, upid, evidence))
+            if upid is None:
+                return self._complete(ctx, requests=[request.summary()])
+            return self._reconcile(ctx, upid, requests=[request.summary()], changed=True)
+
+    def _reconcile(self, ctx: StageContext, upid: str, requests: list[dict[str, t.Any]] | None = None,
+                   changed: bool = False) -> dict[str, t.Any]:
+        """Follow a known task by GET only, within this run's wait budget and the stage deadline."""
+        budget = self.settings.wait_budget
+        wait = self._timeout if budget is None else budget
+        if self.settings.check_mode:
+            outcome = poll_once(self.client, upid)
+        else:
+            outcome = wait_task(self.client, upid, timeout=wait, clock=self.settings.clock, sleep=self.settings.sleep)
+        if outcome.status in ("running", "timeout"):
+            dispatched = ctx.record["dispatchedAt"]
+            if outcome.status == "timeout" and budget is None:
+                raise StageError("The Proxmox task did not finish before the stage deadline; re-run to keep following it.",
+                                 code="task_timeout", details={"stage": ctx.kind, "upid": upid, "dispatchedAt": dispatched})
+            return _result(ctx, changed=changed, done=False, requests=requests, progress=self.logic.progress(ctx, upid))
+        if outcome.status == "unobservable":
+            raise StageError("The task status could not be polled; re-run to reconcile it by reads.", code="task_unobservable",
+                             details={"stage": ctx.kind, "upid": upid})
+        if not outcome.succeeded:
+            self._fail(ctx, StageError("The Proxmox task ended with an error.", code="task_failed",
+                                       details={"stage": ctx.kind, "upid": upid, "log_tail": list(outcome.log_tail)}))
+        warnings = {"taskWarnings": outcome.warnings} if outcome.warnings else {}
+        return self._complete(ctx, requests=requests, task=outcome, extra_evidence=warnings)
+
+    def _complete(self, ctx: StageContext, *, requests: list[dict[str, t.Any]] | None = None, task: TaskOutcome | None = None,
+                  extra_evidence: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+        try:
+            evidence = self.logic.observe(ctx)
+        except StageError as err:
+            if err.code == "observation_mismatch":
+                self._fail(ctx, err)
+            raise
+        evidence.update(extra_evidence or {})
+        self._refresh(ctx, self.store.record_completed(ctx.operation["operationId"], ctx.kind, evidence))
+        extra: dict[str, t.Any] = {}
+        if task is not None:
+            extra["task"] = task.to_result()
+            if task.warnings:
+                extra["warnings"] = ["The Proxmox task ended with %d warning(s)." % task.warnings]
+        return _result(ctx, changed=True, done=True, requests=requests, **extra)
+
+    def _resolve(self, ctx: StageContext, cause: str = "reply_lost", error: ProviderError | None = None) -> dict[str, t.Any]:
+        """A submission started but its outcome is unknown: decide by reads only."""
+        if self.settings.check_mode:
+            return _result(ctx, changed=False, done=False, preview="outcome of an earlier submission is being resolved")
+        resolution = self.logic.resolve_lost_reply(ctx)
+        if resolution.verdict == "applied":
+            if ctx.record["status"] == "dispatching" or resolution.upid is not None:
+                if ctx.record["status"] == "uncertain":
+                    # The journal allows uncertain -> completed only; record the task through evidence.
+                    self._refresh(ctx, self.store.record_evidence(ctx.operation["operationId"], ctx.kind,
+                                                                  dict(resolution.evidence, resolvedUpid=resolution.upid)))
+                else:
+                    self._refresh(ctx, self.store.record_submitted(ctx.operation["operationId"], ctx.kind, resolution.upid,
+                                                                   resolution.evidence))
+            if resolution.upid is not None:
+                return self._reconcile(ctx, resolution.upid, changed=True)
+            return self._complete(ctx)
+        if resolution.verdict == "not_applied":
+            if error is not None and error.details.get("status") == 500:
+                # Proxmox answered (its handler finished with an error) and reads show no effect: a
+                # definite refusal, so the stage may be dispatched again on a later run.
+                self._refresh(ctx, self.store.record_not_sent(ctx.operation["operationId"], ctx.kind))
+                raise error
+            if self.logic.resend_harmless:
+                return self._dispatch(ctx, resend=True)
+        message = resolution.message or "The outcome of the request is unknown; check Proxmox before re-running."
+        self._uncertain(ctx, cause if cause in AMBIGUOUS_CODES else "reply_lost", message)

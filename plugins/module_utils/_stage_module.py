@@ -1,0 +1,79 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What every stage module shares: its options, and running one stage with the journal and client.
+
+A stage module is ``run_stage_module(module, SomeStageLogic())``; everything else (option
+handling, provider scope binding, the protocol, facts, safe failures) happens here.
+"""
+
+from __future__ import annotations
+
+import os
+import typing as t
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, resolve_journal_dir
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic, StageRunner, StageSettings
+
+
+def journal_argument_spec() -> dict[str, dict[str, t.Any]]:
+    """``journal_dir`` (doc fragment ``vmanyware.proxmox.journal``)."""
+    return {"journal_dir": {"type": "path"}}
+
+
+def stage_argument_spec() -> dict[str, dict[str, t.Any]]:
+    """Options of every stage module (doc fragment ``vmanyware.proxmox.stage``) plus connection and journal."""
+    spec: dict[str, dict[str, t.Any]] = {
+        "operation_id": {"type": "str", "required": True},
+        "wait_budget": {"type": "float"},
+        "timeout": {"type": "float"},
+        "lock_wait": {"type": "float", "default": 60.0},
+    }
+    spec.update(journal_argument_spec())
+    spec.update(connection_argument_spec())
+    return spec
+
+
+def open_store(journal_dir: str | None) -> JournalStore:
+    return JournalStore(resolve_journal_dir(journal_dir, os.environ))
+
+
+def bind_scope(client: t.Any, operation: t.Mapping[str, t.Any]) -> None:
+    """Refuse to act unless the configured provider is the one the operation was confirmed for.
+
+    One cheap GET makes the client observe the server certificate that the scope id includes.
+    """
+    client.get("/version")
+    if client.provider_scope_id != operation["providerScopeId"]:
+        raise VmanywareError("The configured Proxmox provider is not the one this operation was confirmed for.",
+                             code="plan_changed", details={"fields": ["providerScopeId"]})
+
+
+def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: bool, diff: bool,
+              client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
+    """Run ``logic`` for ``params['operation_id']``; the result includes the operation as facts."""
+    store = open_store(params.get("journal_dir"))
+    operation_id = params["operation_id"]
+    operation = store.load(operation_id)
+    settings = StageSettings(check_mode=check_mode, diff=diff, wait_budget=params.get("wait_budget"),
+                             timeout=params.get("timeout"), lock_wait=params.get("lock_wait") or 0.0)
+    client = client_factory(connection_settings(params))
+    try:
+        bind_scope(client, operation)
+        result = StageRunner(store, client, logic, settings).run(operation_id)
+    finally:
+        client.close()
+    result["ansible_facts"] = {"vmanyware_operation": public_view(store.load(operation_id))}
+    return result
+
+
+def run_stage_module(module: t.Any, logic: StageLogic) -> None:
+    """The whole ``main()`` of a stage module after ``AnsibleModule`` was built."""
+    run_module(module, lambda: run_stage(module.params, logic, check_mode=module.check_mode, diff=module._diff))
