@@ -39,6 +39,14 @@ NOT_APPLIED_CODES = frozenset({"transport_lost", "tls_verification_failed", "aut
 AMBIGUOUS_CODES = frozenset({"reply_lost", "server_error", "unexpected_response"})
 
 
+class StageInProgress(Exception):
+    """Raised by ``observe`` when the submitted work is still running (e.g. a guest exec): ``done: false``."""
+
+    def __init__(self, progress: t.Mapping[str, t.Any] | None = None) -> None:
+        self.progress = dict(progress or {})
+        super().__init__("in progress")
+
+
 class StageError(VmanywareError):
     """A stage cannot proceed: precondition, observation or resolution failure."""
 
@@ -262,6 +270,9 @@ class StageRunner:
                                  details={"stage": ctx.kind, "waiting_for": earlier["kind"]})
         if record["upid"]:
             return self._reconcile(ctx, record["upid"])
+        if record["status"] == "submitted":
+            # Accepted without a task (sync request, or guest exec with its PID in the evidence): observe.
+            return self._complete(ctx)
         if record["submissionStarted"]:
             return self._resolve(ctx)
         return self._dispatch(ctx)
@@ -342,6 +353,8 @@ class StageRunner:
                   extra_evidence: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
         try:
             evidence = self.logic.observe(ctx)
+        except StageInProgress as running:
+            return _result(ctx, changed=requests is not None, done=False, requests=requests, progress=running.progress)
         except StageError as err:
             if err.code == "observation_mismatch":
                 self._fail(ctx, err)

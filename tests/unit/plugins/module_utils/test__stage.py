@@ -13,6 +13,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     Request,
     Resolution,
     StageContext,
+    StageInProgress,
     StageLogic,
     StageRunner,
     StageSettings,
@@ -213,3 +214,24 @@ def test_wrong_task_type_is_resolved_by_reads(store: JournalStore, operation_id:
     with pytest.raises(VmanywareError) as info:
         _run(store, ScriptedClient([other]), CloneLike(), operation_id)
     assert info.value.code == "outcome_uncertain"
+
+
+def test_submitted_without_task_is_observed_not_resent(store: JournalStore, operation_id: str) -> None:
+    class GuestExec(CloneLike):
+        task_type = None
+        calls = 0
+
+        def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
+            return None, {"pid": data["pid"]}
+
+        def observe(self, ctx: StageContext) -> dict[str, t.Any]:
+            GuestExec.calls += 1
+            if GuestExec.calls == 1:
+                raise StageInProgress({"pid": ctx.evidence()["pid"]})
+            return {"exitcode": 0}
+
+    first = _run(store, ScriptedClient([{"pid": 42}]), GuestExec(), operation_id)
+    assert first["done"] is False and first["changed"] and first["progress"] == {"pid": 42}
+    client = ScriptedClient([])
+    second = _run(store, client, GuestExec(), operation_id)
+    assert second["done"] and client.sent == [] and second["stage"]["evidence"] == {"pid": 42, "exitcode": 0}
