@@ -24,7 +24,7 @@ collection-link:
 	@ln -sfn $(CURDIR) build/collections/ansible_collections/vmanyware/proxmox
 
 demo: setup
-	$(BIN)/ansible-playbook examples/plan.yml
+	VENV=$(VENV) tools/dev/demo.sh
 
 test: setup pytest lint sanity
 

@@ -78,6 +78,16 @@ _PERM_CHECK = re.compile(r"Permission check failed \((/[^,()\s]*), ([A-Za-z][A-Z
 _LOCKED = re.compile(r"VM is locked \(([a-z-]+)\)|can't lock file .* got timeout", re.IGNORECASE)
 _NOT_FOUND = re.compile(r"does not exist|no such (vm|task|storage|file|node)", re.IGNORECASE)
 _CONFLICT = re.compile(r"detected modified configuration|checksum mismatch|digest mismatch|already exists", re.IGNORECASE)
+# Guest agent failures (HTTP 500), classified into fixed tokens for ``details['agent']`` (the text is never forwarded).
+_AGENT_REASONS = (
+    (re.compile(r"QEMU guest agent is not running"), "not_running"),
+    (re.compile(r"guest-exec has been disabled|command guest-\S+ has been disabled"), "exec_disabled"),
+    (re.compile(r"No QEMU guest agent configured"), "not_configured"),
+    (re.compile(r"Invalid parameter 'pid'"), "unknown_pid"),
+    (re.compile(r"Failed to execute child process"), "exec_failed"),
+    (re.compile(r"failed to open file"), "file_not_found"),
+    (re.compile(r"VM \d+ is not running"), "vm_not_running"),
+)
 
 RequestLog = t.Callable[[str, str, t.Mapping[str, t.Any], t.Optional[int]], None]
 
@@ -322,6 +332,9 @@ def map_http_error(method: str, path: str, status: int, reason: str, body: t.Any
     if status >= 500 and _NOT_FOUND.search(text):
         return _error("not_found", "The requested object does not exist.", **ctx)
     if status >= 500:
+        for pattern, token in _AGENT_REASONS:
+            if pattern.search(text):
+                return _error("server_error", "Proxmox answered with a server error.", agent=token, **ctx)
         return _error("server_error", "Proxmox answered with a server error.", **ctx)
     return _error("unexpected_response", "Proxmox answered with an unexpected HTTP status.", **ctx)
 
@@ -443,7 +456,8 @@ class ProxmoxClient:
             return ProxmoxHTTPApiTokenAuth(settings.user, settings.token_name, settings.token_secret), {}, {}
         if self._ticket is None:
             self._login()
-        assert self._ticket is not None
+        if self._ticket is None:  # pragma: no cover - _login sets it or raises
+            raise AssertionError("no ticket after login")
         ticket, csrf = self._ticket
         headers = {"CSRFPreventionToken": csrf} if method != "GET" else {}
         return None, headers, {"PVEAuthCookie": ticket}

@@ -68,6 +68,7 @@ ERROR_CODES: dict[str, str] = {
     "stage_failed": "The stage failed earlier; the operation keeps the target for the operator.",
     "outcome_uncertain": "A request's reply was lost and reads cannot prove its outcome; check Proxmox before re-running.",
     "observation_mismatch": "After the request, Proxmox does not show the state the stage requested.",
+    "vmid_taken": "The target VMID is used by a VM that this operation did not create; nothing was sent.",
 }
 
 

@@ -981,7 +981,7 @@ def qemu_clone(sim: Sim, call: Call) -> str:
                         tstore.volumes[new_vol] = size
                         allocated.append(new_vol)
                         task.log(f"create {'full' if full else 'linked'} clone of drive {key} ({volid})")
-                        rest = [p for p in value.split(",")[1:]]
+                        rest = value.split(",")[1:]
                         newconf[key] = ",".join([new_vol, *rest])
                     elif DRIVE_RE.fullmatch(key) and is_cloudinit_volume(value):
                         sid = value.split(":", 1)[0]

@@ -273,7 +273,7 @@ def network_config(config: Mapping[str, str], *, host_dns: Mapping[str, str] | N
             if ip == "dhcp":
                 out.append(f"{sub}- type: dhcp4")
             else:
-                addr, _, prefix = ip.partition("/")
+                addr, _sep, prefix = ip.partition("/")
                 out += [f"{sub}- type: static", f"{sub}  address: '{addr}'", f"{sub}  netmask: '{_ipv4_netmask(prefix)}'"]
                 if ipconfig.get("gw") is not None:
                     out.append(f"{sub}  gateway: '{ipconfig['gw']}'")
@@ -316,7 +316,7 @@ def _configdrive2_network(config: Mapping[str, str], host_dns: Mapping[str, str]
             if net["ip"] == "dhcp":
                 out += f"iface {name} inet dhcp\n"
             else:
-                addr, _, prefix = net["ip"].partition("/")
+                addr, _sep, prefix = net["ip"].partition("/")
                 out += f"iface {name} inet static\n        address {addr}\n        netmask {_ipv4_netmask(prefix)}\n"
                 if net.get("gw"):
                     out += f"        gateway {net['gw']}\n"
@@ -324,7 +324,7 @@ def _configdrive2_network(config: Mapping[str, str], host_dns: Mapping[str, str]
             if net["ip6"] in ("auto", "dhcp"):
                 out += f"iface {name} inet6 {net['ip6']}\n"
             else:
-                addr, _, prefix = net["ip6"].partition("/")
+                addr, _sep, prefix = net["ip6"].partition("/")
                 out += f"iface {name} inet6 static\n        address {addr}\n        netmask {prefix}\n"
                 if net.get("gw6"):
                     out += f"        gateway {net['gw6']}\n"

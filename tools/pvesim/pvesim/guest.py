@@ -20,7 +20,7 @@ Facts followed (see docs/simulator-guest.md for the sources):
   then forgotten (``Invalid parameter 'pid'``); ``out-data`` only when there was output, then with
   ``out-truncated`` (QEMU >= 10.0.4); blocked commands fail with ``The command guest-exec has been
   disabled for this instance``; a missing binary fails the *exec* call itself with GLib's
-  ``Failed to execute child process “x” (No such file or directory)``; file-open errors read
+  ``Failed to execute child process "x" (No such file or directory)``; file-open errors read
   ``failed to open file '<path>' (mode: 'r'): No such file or directory``.
 - cloud-init 25.1 (``cloudinit/cmd/status.py``, ``cloudinit/cmd/main.py``): status.json layout,
   ``status --long`` text, exit codes 0 (done), 1 (error), 2 (degraded), ``--wait`` dots,
@@ -232,11 +232,11 @@ def _miller_rabin(n: int, rounds: int, rng: random.Random) -> bool:
     while d % 2 == 0:
         d //= 2
         s += 1
-    for _ in range(rounds):
+    for _round in range(rounds):
         x = pow(rng.randrange(2, n - 2), d, n)
         if x in (1, n - 1):
             continue
-        for _ in range(s - 1):
+        for _step in range(s - 1):
             x = pow(x, 2, n)
             if x == n - 1:
                 break
@@ -486,7 +486,7 @@ class SimulatedGuest:
         if not argv:
             raise self._error("exec", "Invalid parameter type for 'path', expected: string")
         if self._resolve(argv[0]) is None:
-            desc = f"Guest agent command failed, error was 'Failed to execute child process “{argv[0]}” (No such file or directory)'"
+            desc = f"Guest agent command failed, error was 'Failed to execute child process \u201c{argv[0]}\u201d (No such file or directory)'"
             raise self._error("exec", desc)
         now = self.uptime()
         outcome = self._run(argv, {}, input_data, now)
@@ -638,7 +638,7 @@ class SimulatedGuest:
                 addr = str(sub["address"])
                 prefix = ipaddress.IPv4Network(f"0.0.0.0/{sub.get('netmask', '255.255.255.0')}").prefixlen
                 if "/" in addr:
-                    addr, _, pfx = addr.partition("/")
+                    addr, _sep, pfx = addr.partition("/")
                     prefix = int(pfx)
                 v4.append({"ip-address-type": "ipv4", "ip-address": addr, "prefix": prefix})
             elif kind in ("dhcp", "dhcp4") and leased:
@@ -825,13 +825,13 @@ class SimulatedGuest:
         if rest and rest[0] == "--":
             rest = rest[1:]
         while rest and "=" in rest[0] and not rest[0].startswith("="):
-            name, _, value = rest[0].partition("=")
+            name, _sep, value = rest[0].partition("=")
             new_env[name] = value
             rest = rest[1:]
         if not rest:
             return _Outcome(0, "".join(f"{k}={v}\n" for k, v in new_env.items()))
         if self._resolve(rest[0]) is None:
-            return _Outcome(127, "", f"{argv[0]}: ‘{rest[0]}’: No such file or directory\n")
+            return _Outcome(127, "", f"{argv[0]}: \u2018{rest[0]}\u2019: No such file or directory\n")
         return self._run(rest, new_env, stdin, now)
 
     def _cmd_cat(self, argv: list[str], env: dict[str, str], stdin: str | None, now: float) -> _Outcome:
@@ -945,7 +945,7 @@ class SimulatedGuest:
             elif fmt.startswith("${", i) and "}" in fmt[i:]:
                 end = fmt.index("}", i)
                 spec = fmt[i + 2:end]
-                fname, _, width = spec.partition(";")
+                fname, _sep, width = spec.partition(";")
                 value = self._dpkg_field(name, fname)
                 if width.lstrip("-").isdigit():
                     w = int(width)
@@ -1100,11 +1100,11 @@ class SimulatedGuest:
         lines = [header] if header else []
         lines += [f"{n} is already the newest version ({v}).\n" for n, v in same]
         if up:
-            lines.append("The following packages will be upgraded:\n  " + " ".join(n for n, _ in up) + "\n")
+            lines.append("The following packages will be upgraded:\n  " + " ".join(n for n, _version in up) + "\n")
         if new:
-            lines.append("The following NEW packages will be installed:\n  " + " ".join(n for n, _ in new) + "\n")
+            lines.append("The following NEW packages will be installed:\n  " + " ".join(n for n, _version in new) + "\n")
         if down:
-            lines.append("The following packages will be DOWNGRADED:\n  " + " ".join(n for n, _ in down) + "\n")
+            lines.append("The following packages will be DOWNGRADED:\n  " + " ".join(n for n, _version in down) + "\n")
         lines.append(f"{len(up)} upgraded, {len(new)} newly installed, {len(down)} downgraded, 0 to remove and 0 not upgraded.\n")
         if down and not allow_downgrades:
             return _Outcome(100, "".join(lines) if quiet < 2 else "", "E: Packages were downgraded and -y was used without --allow-downgrades.\n",

@@ -99,7 +99,7 @@ def print_kv(data: dict[str, str], default_key: str) -> str:
 
 def random_mac(rng: random.Random) -> str:
     """PVE's ``random_ether_addr`` with the Proxmox OUI prefix ``BC:24:11``."""
-    return "BC:24:11:" + ":".join(f"{rng.randrange(256):02X}" for _ in range(3))
+    return "BC:24:11:" + ":".join(f"{rng.randrange(256):02X}" for _octet in range(3))
 
 
 def is_cdrom(value: str) -> bool:

@@ -45,7 +45,7 @@ class Task:
         self.lines.append("WARN: " + line)
 
     def status_dict(self) -> dict[str, t.Any]:
-        user, _, token = self.user.partition("!")
+        user, _sep, token = self.user.partition("!")
         res: dict[str, t.Any] = {"upid": self.upid, "node": self.node, "pid": self.pid, "pstart": self.pstart,
                                  "starttime": self.starttime, "type": self.type, "id": self.id, "user": user,
                                  "status": self.status}
@@ -56,7 +56,7 @@ class Task:
         return res
 
     def list_dict(self) -> dict[str, t.Any]:
-        user, _, token = self.user.partition("!")
+        user, _sep, token = self.user.partition("!")
         res: dict[str, t.Any] = {"upid": self.upid, "node": self.node, "pid": self.pid, "pstart": self.pstart,
                                  "starttime": self.starttime, "type": self.type, "id": self.id, "user": user}
         if token:

@@ -212,7 +212,7 @@ def test_concurrent_clones_exactly_one_wins(api: Api, pvesim: PvesimAdmin) -> No
         barrier.wait()
         results.append(client.post(f"{N}/qemu/9000/clone", newid=250, full=1))
 
-    threads = [threading.Thread(target=worker) for _ in range(2)]
+    threads = [threading.Thread(target=worker) for _index in range(2)]
     for th in threads:
         th.start()
     for th in threads:

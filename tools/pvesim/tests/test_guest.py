@@ -119,7 +119,7 @@ class TestNetwork:
         assert [a["ip-address-type"] for a in guest.network_get_interfaces()[1]["ip-addresses"]] == ["ipv6"]
 
     def test_static_address_is_there_when_agent_is(self) -> None:
-        guest, _ = make(ipconfig0="ip=192.0.2.7/26,gw=192.0.2.1")
+        guest, _clock = make(ipconfig0="ip=192.0.2.7/26,gw=192.0.2.1")
         assert guest.network_get_interfaces()[1]["ip-addresses"][0] == {"ip-address-type": "ipv4", "ip-address": "192.0.2.7", "prefix": 26}
 
     def test_nic_without_ipconfig_keeps_predictable_name(self) -> None:
@@ -158,7 +158,7 @@ class TestExec:
         assert run(guest, clock, ["/bin/false"]) == {"exited": 1, "exitcode": 1}
 
     def test_exec_disabled(self) -> None:
-        guest, _ = make(faults=GuestFaults(exec_disabled=True))
+        guest, _clock = make(faults=GuestFaults(exec_disabled=True))
         with pytest.raises(AgentCommandError, match="The command guest-exec has been disabled for this instance$"):
             guest.exec(["true"])
 
@@ -166,9 +166,9 @@ class TestExec:
         guest, clock = make()
         with pytest.raises(AgentCommandError) as err:
             guest.exec(["/usr/bin/nope", "x"])
-        assert err.value.desc == "Guest agent command failed, error was 'Failed to execute child process “/usr/bin/nope” (No such file or directory)'"
+        assert err.value.desc == "Guest agent command failed, error was 'Failed to execute child process \u201c/usr/bin/nope\u201d (No such file or directory)'"
         res = run(guest, clock, ["/usr/bin/env", "A=1", "nope"])
-        assert res["exitcode"] == 127 and res["err-data"] == "/usr/bin/env: ‘nope’: No such file or directory\n"
+        assert res["exitcode"] == 127 and res["err-data"] == "/usr/bin/env: \u2018nope\u2019: No such file or directory\n"
 
     def test_cat_and_stdin(self) -> None:
         guest, clock = make()
@@ -296,7 +296,7 @@ class TestPackages:
 
 class TestFilesAndKeys:
     def test_missing_file(self) -> None:
-        guest, _ = make()
+        guest, _clock = make()
         with pytest.raises(AgentCommandError) as err:
             guest.file_read("/etc/shadow")
         assert err.value.message == (
@@ -343,14 +343,14 @@ class TestFilesAndKeys:
         assert host_public_keys(4242, ("rsa",))["rsa"] == key
 
     def test_host_keys_appear_with_cloud_init(self) -> None:
-        guest, _ = make(timing=GuestTiming(agent_up_after=1.0, cloudinit_done_after_boot=60.0))
+        guest, _clock = make(timing=GuestTiming(agent_up_after=1.0, cloudinit_done_after_boot=60.0))
         with pytest.raises(AgentCommandError):
             guest.file_read("/etc/ssh/ssh_host_ed25519_key.pub")
 
 
 class TestUsers:
     def test_default_image_user(self) -> None:
-        guest, _ = make()
+        guest, _clock = make()
         assert guest.users() == [
             {"name": "debian", "default": True, "ssh_authorized_keys": [KEY], "password_set": False, "home": "/home/debian"}
         ]

@@ -45,7 +45,7 @@ def test_match_literal_and_params(schema: Schema) -> None:
     ep, params = schema.match("GET", "/api2/json/nodes/pve-test/qemu/201/status/current")
     assert ep.path == "/nodes/{node}/qemu/{vmid}/status/current"
     assert params == {"node": "pve-test", "vmid": "201"}
-    ep, _ = schema.match("POST", f"{NODE}/qemu/201/status/start")
+    ep, _params = schema.match("POST", f"{NODE}/qemu/201/status/start")
     assert ep.path.endswith("/status/start")
 
 

@@ -37,7 +37,7 @@ def generated_keys() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=None)
 def ed25519_pool(count: int = 20) -> tuple[str, ...]:
-    return tuple(_openssh(ed25519.Ed25519PrivateKey.generate().public_key()) for _ in range(count))
+    return tuple(_openssh(ed25519.Ed25519PrivateKey.generate().public_key()) for _index in range(count))
 
 
 def ssh_string(data: bytes) -> bytes:
