@@ -1,0 +1,65 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: check_table
+short_description: Format preflight checks or operation stages as aligned lines, one per entry
+version_added: 0.1.0
+author:
+  - vmanyware developers (@vmanyware)
+description:
+  - Turns the RV(vmanyware.proxmox.vmanyware_preflight#module:checks) list into lines
+    C(<status> <code> <message>), or the C(stages) list of an operation
+    (M(vmanyware.proxmox.vmanyware_operation_info)) into lines C(<position> <kind> <status>).
+  - Columns are padded so the lines read as a table in C(ansible-playbook) output and AWX job events.
+options:
+  _input:
+    description: A list of checks (with C(status), C(code), C(message)) or of stages (with C(position), C(kind), C(status)).
+    type: list
+    elements: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Print the preflight checks
+  ansible.builtin.debug:
+    msg: "{{ preflight.checks | vmanyware.proxmox.check_table }}"
+"""
+
+RETURN = r"""
+_value:
+  description: One line per entry.
+  type: list
+  elements: str
+"""
+
+import typing as t
+
+from ansible.errors import AnsibleFilterError
+
+
+def _cells(entry: t.Mapping[str, t.Any]) -> list[str]:
+    if "code" in entry:
+        return [str(entry.get("status", "")), str(entry.get("code", "")), str(entry.get("message", ""))]
+    if "kind" in entry:
+        upid = " " + str(entry["upid"]) if entry.get("upid") else ""
+        return [str(entry.get("position", "")), str(entry.get("kind", "")), str(entry.get("status", "")) + upid]
+    raise AnsibleFilterError("check_table expects preflight checks or operation stages")
+
+
+def check_table(entries: t.Any) -> list[str]:
+    """Filter: checks or stages -> aligned lines."""
+    if not isinstance(entries, list) or not all(isinstance(entry, t.Mapping) for entry in entries):
+        raise AnsibleFilterError("check_table expects a list of mappings")
+    rows = [_cells(entry) for entry in entries]
+    widths = [max((len(row[column]) for row in rows), default=0) for column in range(2)]
+    return ["%s  %s  %s" % (row[0].ljust(widths[0]), row[1].ljust(widths[1]), row[2]) for row in rows]
+
+
+class FilterModule:
+    def filters(self) -> dict[str, t.Callable[..., t.Any]]:
+        return {"check_table": check_table}
