@@ -29,3 +29,30 @@ def run_module(module: t.Any, action: t.Callable[[], dict[str, t.Any]]) -> None:
         module.fail_json(msg="An unexpected internal error occurred.", error_code="internal_error")
     else:
         module.exit_json(**result)
+
+
+def require_libraries(module: t.Any, *names: str) -> None:
+    """Fail with Ansible's standard message when a controller library is missing.
+
+    ``names``: ``PyYAML``, ``jsonschema``, ``requests``, ``proxmoxer``.
+    """
+    # Imported here so a module only loads the support code of the libraries it needs.
+    from ansible.module_utils.basic import missing_required_lib  # pylint: disable=import-outside-toplevel
+
+    present: dict[str, bool] = {}
+    if "PyYAML" in names:
+        from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import HAS_YAML  # pylint: disable=import-outside-toplevel
+        present["PyYAML"] = HAS_YAML
+    if "jsonschema" in names:
+        from ansible_collections.vmanyware.proxmox.plugins.module_utils._schemas import HAS_JSONSCHEMA  # pylint: disable=import-outside-toplevel
+        present["jsonschema"] = HAS_JSONSCHEMA
+    if "requests" in names or "proxmoxer" in names:
+        from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (  # pylint: disable=import-outside-toplevel
+            HAS_PROXMOXER,
+            HAS_REQUESTS,
+        )
+        present["requests"] = HAS_REQUESTS
+        present["proxmoxer"] = HAS_PROXMOXER
+    for name in names:
+        if not present.get(name, False):
+            module.fail_json(msg=missing_required_lib(name), error_code="configuration_error")

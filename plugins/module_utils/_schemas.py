@@ -9,13 +9,12 @@ module_utils are shipped to modules without data files, so the schemas live here
 dicts; ``docs/schemas/*.schema.json`` are byte-for-byte renderings of them
 (``json.dumps(schema, indent=2) + "\\n"``), kept equal by a unit test.
 
-``check_schema`` interprets the subset of JSON Schema 2020-12 the schemas use (type,
-properties, required, additionalProperties: false, const, enum, pattern, minLength,
-maxLength, minimum, maximum, items, minItems, maxItems, local ``$ref``) and reports the
-*first* violation as ``(path, rule, text)``: the path of the field (``images[3].bridge``),
-a fixed rule name and a fixed text. It never looks at a value to build a message. Two
-deliberate strictnesses beyond plain JSON Schema: ``integer`` excludes floats such as
-``2.0`` (and booleans), and every ``pattern`` is anchored and must match the whole string.
+``check_schema`` validates with jsonschema (Draft 2020-12) and reports the *first*
+violation in the schema's field order as ``(path, rule, text)``: the path of the field
+(``images[3].bridge``), a fixed rule name and a fixed text. It never uses jsonschema's
+messages (they quote the input). One deliberate strictness beyond plain JSON Schema:
+``integer`` excludes floats such as ``2.0`` (and booleans). Every ``pattern`` is anchored
+(``^...$``) so any JSON Schema validator reads the shipped files the same way.
 
 This is a private module_utils file: not a public API.
 """
@@ -23,8 +22,16 @@ This is a private module_utils file: not a public API.
 from __future__ import annotations
 
 import json
-import re
 import typing as t
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError
+
+try:
+    import jsonschema
+    import jsonschema.validators
+    HAS_JSONSCHEMA = True
+except ImportError:  # pragma: no cover - reported by the module through missing_required_lib
+    HAS_JSONSCHEMA = False
 
 API_VERSION = "vmanyware.dev/v1"
 
@@ -167,6 +174,13 @@ DEFINITION_SCHEMA_V1: dict[str, t.Any] = {
 }
 
 _TYPE_NAMES = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer", "boolean": "true or false"}
+# JSON Schema keyword -> the rule name errors report (docs/formats.md).
+_RULES = {"type": "type", "const": "const", "enum": "enum", "pattern": "pattern", "minLength": "min_length", "maxLength": "max_length",
+          "minimum": "minimum", "maximum": "maximum", "minItems": "min_items", "maxItems": "max_items", "required": "required",
+          "additionalProperties": "unknown_field"}
+# Within one field, violations are reported in this order (type first: nothing else is meaningful then).
+_KEYWORD_ORDER = ("type", "const", "enum", "minLength", "maxLength", "pattern", "minimum", "maximum", "minItems", "maxItems",
+                  "additionalProperties", "required")
 
 
 class SchemaViolation(Exception):
@@ -185,78 +199,73 @@ def join_path(parent: str, key: str | int) -> str:
     return key if parent == "$" else "%s.%s" % (parent, key)
 
 
-def _is_type(value: t.Any, type_name: str) -> bool:
-    if type_name == "object":
-        return isinstance(value, dict)
-    if type_name == "array":
-        return isinstance(value, list)
-    if type_name == "string":
-        return isinstance(value, str)
-    if type_name == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if type_name == "boolean":
-        return isinstance(value, bool)
-    raise ValueError("unsupported schema type")
+def _validator_class() -> t.Any:
+    """Draft 2020-12, with ``integer`` meaning a Python int that is not a bool (``2.0`` is refused)."""
+    checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
 
 
-def _resolve(root: dict[str, t.Any], schema: dict[str, t.Any]) -> dict[str, t.Any]:
-    ref = schema.get("$ref")
-    if ref is None:
-        return schema
-    prefix = "#/$defs/"
-    if not ref.startswith(prefix):
-        raise ValueError("only local $defs references are supported")
-    return root["$defs"][ref[len(prefix):]]
+def _text(error: t.Any, schema: dict[str, t.Any]) -> str:
+    keyword, expected = error.validator, error.validator_value
+    if keyword == "type":
+        return "must be %s" % _TYPE_NAMES[expected]
+    if keyword == "const":
+        return "must be exactly %s" % json.dumps(expected)
+    if keyword == "enum":
+        return "must be one of %s" % ", ".join(expected)
+    if keyword == "pattern":
+        return "does not have the required form: %s" % schema.get("description", "see the schema")
+    if keyword == "additionalProperties":
+        # The unknown key itself is input: it is not named.
+        return "contains a field that is not part of the v1 format"
+    if keyword == "required":
+        return "is required"
+    bounds = {"minLength": "must have at least %d characters", "maxLength": "must have at most %d characters",
+              "minimum": "must be at least %d", "maximum": "must be at most %d",
+              "minItems": "must have at least %d entries", "maxItems": "must have at most %d entries"}
+    return bounds[keyword] % expected
 
 
-def _check(root: dict[str, t.Any], schema: dict[str, t.Any], value: t.Any, path: str) -> None:
-    schema = _resolve(root, schema)
-    type_name = schema.get("type")
-    if type_name is not None and not _is_type(value, type_name):
-        raise SchemaViolation(path, "type", "must be %s" % _TYPE_NAMES[type_name])
-    if "const" in schema and not (value == schema["const"] and isinstance(value, bool) == isinstance(schema["const"], bool)):
-        raise SchemaViolation(path, "const", "must be exactly %s" % json.dumps(schema["const"]))
-    if "enum" in schema and value not in schema["enum"]:
-        raise SchemaViolation(path, "enum", "must be one of %s" % ", ".join(schema["enum"]))
-    if isinstance(value, str):
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            raise SchemaViolation(path, "min_length", "must have at least %d characters" % schema["minLength"])
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            raise SchemaViolation(path, "max_length", "must have at most %d characters" % schema["maxLength"])
-        if "pattern" in schema and re.fullmatch(schema["pattern"], value) is None:
-            raise SchemaViolation(path, "pattern", "does not have the required form: %s" % schema.get("description", "see the schema"))
-    if isinstance(value, int) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            raise SchemaViolation(path, "minimum", "must be at least %d" % schema["minimum"])
-        if "maximum" in schema and value > schema["maximum"]:
-            raise SchemaViolation(path, "maximum", "must be at most %d" % schema["maximum"])
-    if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            raise SchemaViolation(path, "min_items", "must have at least %d entries" % schema["minItems"])
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            raise SchemaViolation(path, "max_items", "must have at most %d entries" % schema["maxItems"])
-        if "items" in schema:
-            for index, item in enumerate(value):
-                _check(root, schema["items"], item, join_path(path, index))
-    if isinstance(value, dict):
-        properties: dict[str, t.Any] = schema.get("properties", {})
-        if schema.get("additionalProperties") is False:
-            for key in value:
-                if key not in properties:
-                    # The unknown key itself is input: it is not named.
-                    raise SchemaViolation(path, "unknown_field", "contains a field that is not part of the v1 format")
-        required = schema.get("required", [])
-        for key, subschema in properties.items():
-            if key not in value:
-                if key in required:
-                    raise SchemaViolation(join_path(path, key), "required", "is required")
-                continue
-            _check(root, subschema, value[key], join_path(path, key))
+def _located(root: dict[str, t.Any], error: t.Any) -> tuple[tuple[t.Any, ...], str, tuple[int, ...]]:
+    """(path elements, dotted path, sort key following the schema's field order) of one error."""
+    elements = list(error.absolute_path)
+    if error.validator == "required":
+        missing = [key for key in error.validator_value if key not in error.instance]
+        elements.append(missing[0])
+    order: list[int] = []
+    node = root
+    for element in elements:
+        node = root["$defs"][node["$ref"].rsplit("/", 1)[1]] if "$ref" in node else node
+        if isinstance(element, int):
+            order.append(element)
+            node = node.get("items", {})
+        else:
+            names = list(node.get("properties", {}))
+            order.append(names.index(element) if element in names else len(names))
+            node = node.get("properties", {}).get(element, {})
+    path = "$"
+    for element in elements:
+        path = join_path(path, element)
+    # An unknown field is reported at its mapping, before the mapping's own fields.
+    tail = -1 if error.validator == "additionalProperties" else _KEYWORD_ORDER.index(error.validator)
+    return tuple(elements), path, tuple(order) + (tail,)
 
 
 def check_schema(schema: dict[str, t.Any], value: t.Any) -> None:
-    """Raise ``SchemaViolation`` for the first violation of ``schema`` by ``value``."""
-    _check(schema, schema, value, "$")
+    """Raise ``SchemaViolation`` for the first violation of ``schema`` by ``value`` (in the schema's field order).
+
+    Validation is jsonschema's (Draft 2020-12); only the error's location and keyword are used,
+    never its message, which quotes the input.
+    """
+    if not HAS_JSONSCHEMA:
+        raise ConfigurationError("The Python library jsonschema is required on the controller.", details={"rule": "missing_library"})
+    errors = list(_validator_class()(schema).iter_errors(value))
+    if not errors:
+        return
+    located = sorted((_located(schema, error) + (error,) for error in errors), key=lambda item: item[2])
+    _elements, path, _order, error = located[0]
+    raise SchemaViolation(path, _RULES[error.validator], _text(error, error.schema))
 
 
 def schema_json(schema: dict[str, t.Any]) -> str:

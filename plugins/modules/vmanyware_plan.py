@@ -30,6 +30,7 @@ attributes:
     support: full
 requirements:
   - PyYAML
+  - jsonschema
 """
 
 EXAMPLES = r"""
@@ -182,17 +183,15 @@ error_details:
   sample: {"rule": "maximum"}
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import HAS_YAML, YAML_IMPORT_ERROR
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import require_libraries, run_module
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan, plan_input_module_kwargs
 
 
 def main() -> None:
     module = AnsibleModule(supports_check_mode=True, **plan_input_module_kwargs())
-    if not HAS_YAML:
-        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR, error_code="configuration_error")
+    require_libraries(module, "PyYAML", "jsonschema")
     params = module.params
 
     def action() -> dict:

@@ -43,6 +43,7 @@ attributes:
     support: full
 requirements:
   - PyYAML
+  - jsonschema
   - requests
   - proxmoxer
 notes:
@@ -149,12 +150,10 @@ error_code:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import HAS_PROXMOXER, HAS_REQUESTS
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import HAS_YAML
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import require_libraries, run_module
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan, plan_input_module_kwargs
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import FAIL_ON_CHOICES, provisioning_enabled, run_preflight
 
@@ -164,9 +163,7 @@ def main() -> None:
     kwargs["argument_spec"].update(connection_argument_spec())
     kwargs["argument_spec"]["fail_on"] = {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "failed"}
     module = AnsibleModule(supports_check_mode=True, **kwargs)
-    for present, name in ((HAS_YAML, "PyYAML"), (HAS_REQUESTS, "requests"), (HAS_PROXMOXER, "proxmoxer")):
-        if not present:
-            module.fail_json(msg=missing_required_lib(name), error_code="configuration_error")
+    require_libraries(module, "PyYAML", "jsonschema", "requests", "proxmoxer")
     params = module.params
 
     def action() -> dict:
