@@ -152,8 +152,9 @@ def test_definition_hash_changes_with_any_declared_change(document: dict[str, t.
 # ---------------------------------------------------------------- malformed input
 
 YAMLISH = st.lists(st.sampled_from(list("abc:-[]{}'\"#&*!|>%@`,?~\n\t \\0123.") + [PLANTED, "\u00e9", "\x00", "\ufeff", "---", "<<"]), max_size=80).map("".join)
-DOCUMENTED_RULES = set(_formats.RULE_TEXTS) | {"type", "const", "enum", "pattern", "required", "unknown_field", "minimum", "maximum",
-                                                "min_items", "max_items", "min_length", "max_length"}
+DOCUMENTED_RULES = set(_formats.RULE_TEXTS) | {
+    "type", "const", "enum", "pattern", "required", "unknown_field", "minimum", "maximum", "min_items", "max_items", "min_length", "max_length",
+}
 
 
 def _check_refusal(err: VmanywareError, code: str) -> None:
