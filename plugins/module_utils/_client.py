@@ -30,6 +30,8 @@ import dataclasses
 import hashlib
 import json
 import re
+import socket
+import ssl
 import time
 import typing as t
 import warnings
@@ -40,6 +42,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import C
 try:
     import requests
     import requests.adapters
+    import requests.certs
     import requests.exceptions
     import urllib3
     import urllib3.exceptions
@@ -222,6 +225,45 @@ def provider_scope_id(settings: ConnectionSettings, certificate_sha256: str | No
     doc = {"apiUrl": settings.base_url, "certificateSha256": normalize_fingerprint(fingerprint), "user": settings.user}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "pve:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def certificate_fingerprint(settings: ConnectionSettings) -> str:
+    """SHA-256 (lowercase hex) of the server certificate, without sending any request.
+
+    With a pin (``api_fingerprint``) the pin itself is returned and nothing is contacted. Otherwise one
+    TLS connection to ``host:port`` is opened and verified exactly as the client verifies
+    (``ca_path``, else the CA bundle ``requests`` uses; host name checked; no verification when
+    ``validate_certs`` is false), the handshake completes, the peer certificate is read, and the
+    connection is closed before any HTTP byte is written. Failures: ``tls_verification_failed``
+    (certificate or handshake refused) and ``transport_lost`` (no connection).
+    """
+    if settings.fingerprint:
+        return settings.fingerprint
+    host = settings.host[1:-1] if settings.host.startswith("[") else settings.host
+    if settings.validate_certs:
+        # Only the configured CA file, or the bundle requests verifies with (never the environment's overrides).
+        cafile = settings.ca_path or (requests.certs.where() if HAS_REQUESTS else None)
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+    else:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    failure: ProviderError | None = None
+    der: bytes | None = None
+    try:
+        with socket.create_connection((host, settings.port), timeout=settings.timeout) as raw:
+            with context.wrap_socket(raw, server_hostname=host) as tls:
+                der = tls.getpeercert(binary_form=True)
+    except (ssl.SSLError, ssl.CertificateError):
+        failure = _error("tls_verification_failed", "The server certificate did not match the configured CA or fingerprint pin.",
+                         method="CONNECT", path="/")
+    except OSError:
+        failure = _error("transport_lost", "The connection failed before the request could reach Proxmox.", method="CONNECT", path="/")
+    if failure is not None:
+        raise failure
+    if not der:
+        raise _error("tls_verification_failed", "The server presented no certificate.", method="CONNECT", path="/")
+    return hashlib.sha256(der).hexdigest()
 
 
 def redact_params(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:

@@ -21,6 +21,7 @@ import typing as t
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ConnectionSettings, ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges, required_privileges
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, parse_size_bytes
 
 PROVISIONING_GATE = "VMANYWARE_PROVISIONING_ENABLED"
 SUPPORTED_MAJORS = (8, 9)
@@ -42,8 +43,6 @@ UNDECIDABLE = {
     "workflow_permitted": "Change approval and maintenance windows are outside what the Proxmox API can show.",
 }
 
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)$")
-_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
 _DRIVE_KEY = re.compile(r"^(ide|scsi|sata)\d+$")
 _VERSION = re.compile(r"^(\d+)\.(\d+)")
 
@@ -81,25 +80,6 @@ def provisioning_enabled(environ: t.Mapping[str, str]) -> bool:
     if value == "true":
         return True
     raise ConfigurationError("VMANYWARE_PROVISIONING_ENABLED must be exactly true or false.", path=PROVISIONING_GATE)
-
-
-def parse_size_bytes(value: str) -> int | None:
-    """``8G``/``512M``/``10737418240`` -> bytes; None if not understood."""
-    match = _SIZE.match(value.strip())
-    if not match:
-        return None
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
-
-
-def _property_string(value: t.Any, default_key: str) -> dict[str, str]:
-    parts: dict[str, str] = {}
-    for index, item in enumerate(str(value).split(",")):
-        if "=" in item:
-            key, _sep, val = item.partition("=")
-            parts[key.strip()] = val.strip()
-        elif index == 0:
-            parts[default_key] = item.strip()
-    return parts
 
 
 def _truthy(value: t.Any) -> bool:
@@ -203,7 +183,7 @@ class _Preflight:
         agent = config.get("agent")
         if agent is None:
             self.set("template_guest_agent", "failed", "The QEMU guest agent is not enabled in the template.")
-        elif _truthy(_property_string(agent, "enabled").get("enabled")):
+        elif _truthy(parse_property_string(agent, "enabled").get("enabled")):
             self.set("template_guest_agent", "passed", "The QEMU guest agent is enabled in the template.")
         else:
             self.set("template_guest_agent", "failed", "The QEMU guest agent is not enabled in the template.")
@@ -214,7 +194,7 @@ class _Preflight:
         if value is None:
             self.set("template_disk", "failed", f"The template has no disk on the declared device {device}.")
             return
-        props = _property_string(value, "file")
+        props = parse_property_string(value, "file")
         if props.get("media") == "cdrom" or "cloudinit" in props.get("file", ""):
             self.set("template_disk", "failed", f"The declared device {device} of the template is not a disk.")
             return

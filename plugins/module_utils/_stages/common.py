@@ -1,0 +1,140 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What the VM stages share: the description that binds a VM to its operation, the identity check,
+and the read-only task lookup used to resolve a lost reply (docs/stages.md).
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import datetime
+import typing as t
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import pending_keys, read_config, read_pending, read_status
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid
+
+# Tasks started up to this many seconds before the recorded dispatch still count (clock skew between
+# the controller and the Proxmox node; the journal records controller time, tasks carry node time).
+TASK_SINCE_SLACK = 300
+TASK_LIST_LIMIT = 500
+
+
+def binding_description(operation: t.Mapping[str, t.Any]) -> str:
+    """The exact VM description that binds a VM to ``operation`` (the one place that builds it).
+
+    It names the operation id (128 random bits), so no other operation can produce it; stages compare
+    it exactly (PVE strips trailing whitespace from descriptions, so it has none).
+    """
+    plan = operation["plan"]
+    return "vmanyware operation %s\ndefinitionHash %s\nplanHash %s" % (operation["operationId"], plan["definitionHash"], plan["planHash"])
+
+
+def read_config_or_none(ctx: StageContext) -> dict[str, t.Any] | None:
+    """The target's configuration, or ``None`` when the VM does not exist."""
+    try:
+        return read_config(ctx.client, ctx.vm_path)
+    except ProviderError as err:
+        if err.code == "not_found":
+            return None
+        raise
+
+
+def is_ours(ctx: StageContext, config: t.Mapping[str, t.Any] | None) -> bool:
+    return config is not None and config.get("description") == binding_description(ctx.operation)
+
+
+def require_clone_identity(ctx: StageContext, *, stopped: bool = True, no_pending: bool = True) -> dict[str, t.Any]:
+    """Read the target and prove it is the VM this operation cloned: exists, description exactly ours,
+    not locked; optionally stopped and without pending changes. Returns the configuration (with ``digest``)."""
+    config = read_config_or_none(ctx)
+    if config is None:
+        raise StageError("The target VM does not exist.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "exists"})
+    if not is_ours(ctx, config):
+        raise StageError("The target VM's description does not bind it to this operation.",
+                         details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "description"})
+    if config.get("lock"):
+        raise StageError("The target VM is locked.", code="locked", details={"stage": ctx.kind, "vmid": ctx.vmid, "lock": str(config["lock"])})
+    if stopped:
+        status = read_status(ctx.client, ctx.vm_path)
+        if status.get("status") != "stopped":
+            raise StageError("The target VM is not stopped.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "stopped"})
+    if no_pending:
+        keys = pending_keys(read_pending(ctx.client, ctx.vm_path))
+        if keys:
+            raise StageError("The target VM has pending configuration changes.",
+                             details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "no_pending", "keys": keys})
+    return config
+
+
+def require_digest(ctx: StageContext, config: t.Mapping[str, t.Any]) -> str:
+    """The digest the earlier stages recorded; ``conflict`` when the configuration changed since."""
+    expected = ctx.earlier_evidence("digest")
+    digest = config.get("digest")
+    if not isinstance(expected, str) or digest != expected:
+        raise StageError("The VM configuration changed since the earlier stages observed it (digest differs); nothing was sent.",
+                         code="conflict", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "digest_unchanged"})
+    return expected
+
+
+def token_identity(client: t.Any) -> str | None:
+    """``user@realm!token`` (or ``user@realm`` for a ticket), as PVE writes it into the UPIDs of our tasks."""
+    settings = getattr(client, "settings", None)
+    user = getattr(settings, "user", None)
+    if not user:
+        return None
+    name = getattr(settings, "token_name", None)
+    return "%s!%s" % (user, name) if name else str(user)
+
+
+def dispatched_epoch(ctx: StageContext) -> int | None:
+    """The recorded dispatch time of this stage as epoch seconds."""
+    value = ctx.record.get("dispatchedAt")
+    if not value:
+        return None
+    moment = datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
+    return int(moment.timestamp())
+
+
+def task_list_params(ctx: StageContext, task_type: str, task_vmid: int) -> dict[str, t.Any]:
+    """The query of ``GET /nodes/{node}/tasks`` for our tasks of ``task_type`` on ``task_vmid`` since the dispatch."""
+    params: dict[str, t.Any] = {"typefilter": task_type, "vmid": int(task_vmid), "source": "all", "limit": TASK_LIST_LIMIT}
+    since = dispatched_epoch(ctx)
+    if since is not None:
+        params["since"] = max(0, since - TASK_SINCE_SLACK)
+    user = token_identity(ctx.client)
+    if user:
+        params["userfilter"] = user.split("!", 1)[0]
+    return params
+
+
+def find_tasks(ctx: StageContext, task_type: str, task_vmid: int) -> list[dict[str, t.Any]]:
+    """Tasks of ``task_type`` with id ``task_vmid`` started by exactly our token since the dispatch (newest first).
+
+    Each item: ``upid``, ``running`` (bool), ``ok`` (None while running, else whether it succeeded).
+    """
+    data = ctx.client.get("/nodes/%s/tasks" % ctx.node, **task_list_params(ctx, task_type, task_vmid))
+    user = token_identity(ctx.client)
+    found: list[dict[str, t.Any]] = []
+    for entry in data if isinstance(data, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        try:
+            upid = parse_upid(entry.get("upid"))
+        except ProviderError:
+            continue
+        if upid.type != task_type or upid.id != str(task_vmid) or upid.node != ctx.node:
+            continue
+        if user is not None and upid.user != user:
+            continue
+        status = entry.get("status")
+        running = entry.get("endtime") is None or status in (None, "RUNNING", "running")
+        ok = None if running else (status == "OK" or str(status).startswith("WARNINGS"))
+        found.append({"upid": upid.raw, "running": running, "ok": ok, "starttime": upid.starttime})
+    found.sort(key=lambda item: item["starttime"], reverse=True)
+    return found

@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The ``disk`` stage: grow the cloned VM's disk to the definition's size (docs/stages.md).
+
+Present only when the plan expands the disk (``diskGiB`` > the catalog's ``sourceDiskGiB``).
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import GIB, disk_volume, gib_size_string, read_config
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import (
+    find_tasks,
+    is_ours,
+    read_config_or_none,
+    require_clone_identity,
+    require_digest,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid
+
+
+def requested_bytes(ctx: StageContext) -> int:
+    return int(ctx.plan["resources"]["diskGiB"]) * GIB
+
+
+class DiskStage(StageLogic):
+    """``PUT {vm}/resize`` with ``disk`` (the mapping's ``diskDevice``), an absolute ``size`` (``"20G"``) and ``digest``.
+
+    PVE 8 and 9 run the resize as a ``resize`` task (UPID id = the VM). The size is absolute, never
+    relative (``+N``), and a disk larger than requested is refused (never shrunk). Why a re-send is
+    harmless: an absolute size applied twice is the same size, and the digest binds the request to the
+    configuration the earlier stages observed, so a second copy after the first applied is refused
+    with ``checksum mismatch``.
+    """
+
+    kind = "disk"
+    task_type = "resize"
+    resend_harmless = True
+    default_timeout = 600.0
+
+    def preconditions(self, ctx: StageContext) -> None:
+        config = require_clone_identity(ctx)
+        disk = disk_volume(config, ctx.mapping["diskDevice"])
+        if disk is None or disk.is_cdrom or disk.is_cloudinit:
+            raise StageError("The VM has no disk on the mapping's device.", details={"stage": ctx.kind, "rule": "disk_exists"})
+        if disk.size_bytes is None:
+            raise StageError("The VM's disk does not record a size the collection understands.", details={"stage": ctx.kind, "rule": "size_known"})
+        if disk.size_bytes > requested_bytes(ctx):
+            raise StageError(code="disk_shrink_unsupported", details={"stage": ctx.kind, "rule": "never_shrink"})
+        ctx.facts["sizeBytes"] = disk.size_bytes
+        ctx.facts["satisfied"] = disk.size_bytes == requested_bytes(ctx)
+        if not ctx.facts["satisfied"]:
+            ctx.facts["digest"] = require_digest(ctx, config)
+
+    def request(self, ctx: StageContext) -> Request | None:
+        if ctx.facts.get("satisfied"):
+            return None
+        params: dict[str, t.Any] = {"disk": ctx.mapping["diskDevice"], "size": gib_size_string(ctx.plan["resources"]["diskGiB"])}
+        digest = ctx.facts.get("digest") or ctx.earlier_evidence("digest")
+        if digest:
+            params["digest"] = digest
+        return Request("PUT", ctx.vm_path + "/resize", params)
+
+    def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
+        upid = parse_upid(data)
+        if upid.type != self.task_type or upid.node != ctx.node or upid.id != str(ctx.vmid):
+            raise StageError("Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response")
+        return upid.raw, {}
+
+    def observe(self, ctx: StageContext) -> dict[str, t.Any]:
+        config = read_config(ctx.client, ctx.vm_path)
+        disk = disk_volume(config, ctx.mapping["diskDevice"])
+        if not is_ours(ctx, config) or disk is None or disk.size_bytes != requested_bytes(ctx):
+            raise StageError("After the resize, Proxmox does not show the requested disk size.", code="observation_mismatch",
+                             details={"stage": ctx.kind, "vmid": ctx.vmid})
+        return {"digest": config.get("digest"), "diskSizeBytes": disk.size_bytes, "volid": disk.volid}
+
+    def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
+        """Requested size shown -> applied; a resize task of ours since the dispatch -> applied (followed);
+        size and digest unchanged and no task -> not applied; otherwise undecidable."""
+        config = read_config_or_none(ctx)
+        if config is None or not is_ours(ctx, config):
+            return Resolution.undecidable("VM %d is missing or no longer bound to this operation; check it before re-running." % ctx.vmid)
+        disk = disk_volume(config, ctx.mapping["diskDevice"])
+        tasks = find_tasks(ctx, "resize", ctx.vmid)
+        if disk is not None and disk.size_bytes == requested_bytes(ctx):
+            return Resolution.applied(tasks[0]["upid"] if len(tasks) == 1 else None)
+        if len(tasks) == 1:
+            return Resolution.applied(tasks[0]["upid"])
+        if not tasks and config.get("digest") == ctx.earlier_evidence("digest"):
+            return Resolution.not_applied()
+        return Resolution.undecidable("The disk of VM %d does not show the requested size and the resize cannot be proven not to have "
+                                      "run; check the node's resize tasks for VM %d before re-running." % (ctx.vmid, ctx.vmid))
+
+    def diff(self, ctx: StageContext) -> dict[str, t.Any] | None:
+        device = ctx.mapping["diskDevice"]
+        return {"before": {device: {"sizeBytes": ctx.facts.get("sizeBytes")}}, "after": {device: {"sizeBytes": requested_bytes(ctx)}}}

@@ -1,0 +1,167 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vmanyware_clone
+short_description: Clone the catalog template into the operation's VM (stage clone)
+version_added: 0.1.0
+description:
+  - Runs the C(clone) stage of an operation created by M(vmanyware.proxmox.vmanyware_operation) - a full clone
+    (C(full=1)) of the catalog template to the confirmed VMID on the mapping's storage, named after the definition.
+  - Preconditions (read only) - the template exists on the mapped node and is a template; C(GET /cluster/nextid?vmid=N) shows the VMID
+    free. A VMID used by any VM not bound to this operation fails with C(vmid_taken) and nothing is sent.
+  - The new VM's description binds it to the operation (operation id, definitionHash, planHash); later stages compare it exactly.
+  - The dispatch is recorded in the journal before the request is sent. A lost reply is resolved by reading the node's
+    C(qmclone) tasks and the target's configuration; the request is sent again only when reads prove it did not apply
+    (harmless - the fixed VMID allows at most one clone to create it).
+  - Observation - the VM exists, is stopped and unlocked, carries the description and has its disk on the planned storage; the
+    evidence records the volume, config digest, C(net0) MAC address and disk size.
+  - The protocol every stage follows is described in C(docs/stages.md) in the collection.
+author:
+  - vmanyware developers (@vmanyware)
+extends_documentation_fragment:
+  - vmanyware.proxmox.stage
+  - vmanyware.proxmox.stage.journal
+  - vmanyware.proxmox.connection
+  - vmanyware.proxmox.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Runs the same reads and returns the exact request it would send in RV(requests); writes nothing.
+  diff_mode:
+    support: full
+    details: Shows the VM before (absent) and after (VMID, name, storage, description, source).
+  idempotent:
+    support: full
+    details: A completed stage returns its recorded evidence without sending anything.
+requirements:
+  - requests
+  - proxmoxer
+"""
+
+EXAMPLES = r"""
+- name: Run the clone stage
+  vmanyware.proxmox.vmanyware_clone:
+    operation_id: "{{ operation.operation_id }}"
+    api_host: pve.example.org
+    api_token_id: automation@pve!vmanyware
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    ca_path: files/pve-ca.pem
+
+- name: Clone, waiting at most 30 seconds per run for the task
+  vmanyware.proxmox.vmanyware_clone:
+    operation_id: "{{ operation.operation_id }}"
+    wait_budget: 30
+  register: clone
+  until: clone.done
+  retries: 40
+"""
+
+RETURN = r"""
+changed:
+  description: Whether this run sent a request that changed the VM (V(false) on a re-run of a completed stage).
+  returned: always
+  type: bool
+done:
+  description:
+    - Whether the stage is completed. V(false) while its Proxmox task is still running (see O(wait_budget)) and in check mode.
+  returned: always
+  type: bool
+operation_id:
+  description: The operation the stage belongs to.
+  returned: always
+  type: str
+stage:
+  description: The stage as recorded in the journal after this run.
+  returned: always
+  type: dict
+  contains:
+    kind:
+      description: V(clone).
+      type: str
+      returned: always
+    position:
+      description: Position of the stage in the operation (0-based).
+      type: int
+      returned: always
+    status:
+      description: V(pending), V(dispatching), V(submitted), V(completed), V(failed) or V(uncertain).
+      type: str
+      returned: always
+    upid:
+      description: The Proxmox task id of the request, when it started a task.
+      type: str
+      returned: always
+    attempts:
+      description: How many times the request was dispatched (a re-send after reads proved it did not apply counts).
+      type: int
+      returned: always
+    evidence:
+      description: What the independent read-back recorded.
+      type: dict
+      returned: always
+      sample: {"volid": "local-lvm:vm-201-disk-0", "digest": "b27f97f7...", "macaddr": "BC:24:11:73:96:67", "diskSizeBytes": 8589934592}
+requests:
+  description:
+    - The mutating requests this run sent, or in check mode would send (method, path, params; no secret).
+    - Empty when nothing was (or would be) sent.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"method": "POST", "path": "/nodes/pve-test/qemu/9000/clone", "params": {"newid": 201, "full": 1, "storage": "local-lvm"}}]
+progress:
+  description: Progress of a still running task (when RV(done=false)).
+  returned: when the task is still running
+  type: dict
+task:
+  description: The outcome of the Proxmox task (upid, status, exitstatus, warnings, log_tail).
+  returned: when this run followed a task to its end
+  type: dict
+warnings:
+  description: A warning when the Proxmox task ended with warnings (the stage is still completed).
+  returned: when the task ended with warnings
+  type: list
+  elements: str
+diff:
+  description: Before and after of what the stage changes (with C(--diff)).
+  returned: in diff mode
+  type: dict
+ansible_facts:
+  description: Facts set by the module.
+  returned: always
+  type: dict
+  contains:
+    vmanyware_operation:
+      description: The public view of the operation (as M(vmanyware.proxmox.vmanyware_operation_info) returns it).
+      type: dict
+      returned: always
+error_code:
+  description:
+    - On failure, the fixed error code, for example V(stage_precondition_failed), V(stage_out_of_order), V(conflict), V(locked),
+      V(task_failed), V(outcome_uncertain), V(plan_changed), V(vmid_taken).
+  returned: failure
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import HAS_PROXMOXER, HAS_REQUESTS
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage_module, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=stage_argument_spec(), supports_check_mode=True)
+    for present, name in ((HAS_REQUESTS, "requests"), (HAS_PROXMOXER, "proxmoxer")):
+        if not present:
+            module.fail_json(msg=missing_required_lib(name), error_code="configuration_error")
+    run_stage_module(module, CloneStage())
+
+
+if __name__ == "__main__":
+    main()

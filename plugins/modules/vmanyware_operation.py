@@ -1,0 +1,183 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vmanyware_operation
+short_description: Create a confirmed provisioning operation in the local journal
+version_added: 0.1.0
+description:
+  - Recomputes the plan from the same inputs as M(vmanyware.proxmox.vmanyware_plan), checks the gates and the operator's
+    confirmation of exactly this plan, and records a new operation in the local journal. The stage modules
+    (M(vmanyware.proxmox.vmanyware_clone), M(vmanyware.proxmox.vmanyware_resources), M(vmanyware.proxmox.vmanyware_disk), ...) then
+    act only on that operation's recorded snapshots.
+  - Sends no API request. To bind the operation to the provider, it opens one TLS connection to O(api_host), verifies the
+    certificate exactly as every API request would (O(api_fingerprint) pin, O(ca_path) or the system CAs), reads the certificate
+    and closes the connection without sending any HTTP byte; with O(api_fingerprint) it does not connect at all.
+  - Without a complete, matching O(confirmation) it fails with C(confirmation_required) (or C(plan_changed) when the confirmation
+    names another plan, provider or target); the failure result carries the block to review and pass back in
+    RV(error_details.expected_confirmation).
+  - A target (provider and VMID) is held by at most one operation (C(conflicting_operation)); re-running with the same
+    idempotency key and the same confirmation returns the existing operation with RV(changed=false).
+  - Gates, the confirmation block and idempotency are described in C(docs/operations.md) in the collection.
+author:
+  - vmanyware developers (@vmanyware)
+extends_documentation_fragment:
+  - vmanyware.proxmox.plan_inputs
+  - vmanyware.proxmox.connection
+  - vmanyware.proxmox.stage.journal
+  - vmanyware.proxmox.attributes
+options:
+  confirmation:
+    description:
+      - The confirmation of the plan, exactly as returned in RV(error_details.expected_confirmation) after review, with C(confirmed=true).
+      - Fields C(definitionName), C(definitionHash), C(providerScopeId), C(planHash), C(targetNode), C(targetVmid), C(sourceVmid),
+        C(storage), C(bridge), C(confirmed).
+    type: dict
+  idempotency_key:
+    description:
+      - Identifies this creation request. Re-running with the same key and the same inputs returns the same operation; the same
+        key with different inputs fails with C(idempotency_key_conflict).
+      - Only its SHA-256 is stored in the journal, never the key in clear.
+      - Defaults to C(<planHash>@<providerScopeId>).
+    type: str
+  provisioning_enabled:
+    description:
+      - Overrides the E(VMANYWARE_PROVISIONING_ENABLED) gate for this task. When unset, the variable must be exactly V(true) to
+        create an operation (unset or V(false) means disabled; any other value fails with C(configuration_error) before anything
+        else happens).
+    type: bool
+attributes:
+  check_mode:
+    support: full
+    details: Checks gates, confirmation and journal claims and returns the operation it would create; writes nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: The same inputs (and idempotency key) return the existing operation with RV(changed=false).
+requirements:
+  - PyYAML
+  - requests
+notes:
+  - E(VMANYWARE_SNAPSHOTS_ENABLED) must be exactly V(true) when the definition asks for a snapshot (C(snapshot_disabled) otherwise).
+  - The catalog mapping must carry a C(imageDefaultUser) attestation (C(attestation_required) otherwise).
+"""
+
+EXAMPLES = r"""
+- name: Ask for the confirmation block
+  vmanyware.proxmox.vmanyware_operation:
+    catalog_path: files/catalog.yml
+    definition_path: files/kernel-lab.yml
+    target_vmid: 201
+  register: attempt
+  failed_when: attempt.error_code | default('') not in ['confirmation_required']
+
+- name: Create the operation after review
+  vmanyware.proxmox.vmanyware_operation:
+    catalog_path: files/catalog.yml
+    definition_path: files/kernel-lab.yml
+    target_vmid: 201
+    confirmation: "{{ reviewed_confirmation }}"
+  register: operation
+"""
+
+RETURN = r"""
+operation_id:
+  description: The id of the operation (V(null) in check mode when it would be created).
+  returned: success
+  type: str
+  sample: op-jhk7jbe4mkjzshug4nkssf4kf4
+created:
+  description: Whether this run created the operation.
+  returned: success
+  type: bool
+operation:
+  description: The public view of the operation (see M(vmanyware.proxmox.vmanyware_operation_info)).
+  returned: success
+  type: dict
+ansible_facts:
+  description: Facts set by the module.
+  returned: success
+  type: dict
+  contains:
+    vmanyware_operation:
+      description: Same as RV(operation).
+      type: dict
+      returned: success
+error_code:
+  description:
+    - On failure, the fixed error code, for example V(confirmation_required), V(plan_changed), V(provisioning_disabled),
+      V(snapshot_disabled), V(attestation_required), V(conflicting_operation), V(idempotency_key_conflict), V(configuration_error),
+      V(tls_verification_failed), V(transport_lost).
+  returned: failure
+  type: str
+error_details:
+  description: Safe details of a failure.
+  returned: failure
+  type: dict
+  contains:
+    expected_confirmation:
+      description: The confirmation block of the freshly computed plan (hashes, names, ids; nothing secret).
+      type: dict
+      returned: with confirmation_required and plan_changed
+    fields:
+      description: The confirmation fields that differ.
+      type: list
+      elements: str
+      returned: with plan_changed
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import HAS_REQUESTS, certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import HAS_YAML
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, create_operation, read_gate
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan, plan_input_module_kwargs
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
+
+
+def main() -> None:
+    kwargs = plan_input_module_kwargs()
+    spec = kwargs["argument_spec"]
+    spec.update(connection_argument_spec())
+    spec.update(journal_argument_spec())
+    spec["confirmation"] = {"type": "dict"}
+    spec["idempotency_key"] = {"type": "str", "no_log": False}
+    spec["provisioning_enabled"] = {"type": "bool"}
+    module = AnsibleModule(supports_check_mode=True, **kwargs)
+    for present, name in ((HAS_YAML, "PyYAML"), (HAS_REQUESTS, "requests")):
+        if not present:
+            module.fail_json(msg=missing_required_lib(name), error_code="configuration_error")
+    params = module.params
+
+    def action() -> dict:
+        # Gates first: a bad value is a configuration error before anything else; disabled means no connection at all.
+        if not read_gate(os.environ, PROVISIONING_GATE, params["provisioning_enabled"]):
+            raise VmanywareError(code="provisioning_disabled")
+        read_gate(os.environ, SNAPSHOTS_GATE)
+        store = open_store(params["journal_dir"])
+        planned = build_plan(catalog=params["catalog"], catalog_path=params["catalog_path"], definition=params["definition"],
+                             definition_path=params["definition_path"], target_vmid=params["target_vmid"])
+        settings = connection_settings(params)
+        scope = provider_scope_id(settings, certificate_fingerprint(settings))
+        result = create_operation(store, planned=planned, provider_scope_id=scope, confirmation=params["confirmation"],
+                                  idempotency_key=params["idempotency_key"], environ=os.environ,
+                                  provisioning_option=params["provisioning_enabled"], check_mode=module.check_mode)
+        result["ansible_facts"] = {"vmanyware_operation": result["operation"]}
+        return result
+
+    run_module(module, action)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vmanyware_operation_info
+short_description: Show an operation from the local journal
+version_added: 0.1.0
+description:
+  - Reads one operation from the local journal and returns its public view - identities, hashes, status, stage progress
+    and the hand-off. No private evidence, no secret, no idempotency key.
+  - Contacts no Proxmox host.
+  - A missing operation fails with C(not_found); a journal file that is not a valid operation document fails with
+    C(journal_corrupt) and is left untouched.
+author:
+  - vmanyware developers (@vmanyware)
+extends_documentation_fragment:
+  - vmanyware.proxmox.stage.journal
+  - vmanyware.proxmox.attributes
+options:
+  operation_id:
+    description: The operation to show.
+    type: str
+    required: true
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads the journal.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+requirements: []
+"""
+
+EXAMPLES = r"""
+- name: Show an operation
+  vmanyware.proxmox.vmanyware_operation_info:
+    operation_id: "{{ operation.operation_id }}"
+  register: info
+
+- name: Stages not yet completed
+  ansible.builtin.debug:
+    msg: "{{ info.operation.stages | rejectattr('status', 'equalto', 'completed') | map(attribute='kind') | list }}"
+"""
+
+RETURN = r"""
+operation:
+  description: The public view of the operation.
+  returned: success
+  type: dict
+  contains:
+    operationId:
+      description: The operation id.
+      type: str
+      returned: success
+    status:
+      description: V(open), V(completed), V(failed) or V(uncertain).
+      type: str
+      returned: success
+    failure:
+      description: Code, message and stage of a failed or uncertain operation.
+      type: dict
+      returned: success
+    released:
+      description: Whether the operation released its target.
+      type: bool
+      returned: success
+    providerScopeId:
+      description: The provider scope the operation was confirmed for.
+      type: str
+      returned: success
+    createdAt:
+      description: Creation time (UTC).
+      type: str
+      returned: success
+    updatedAt:
+      description: Time of the last journal write (UTC).
+      type: str
+      returned: success
+    definitionName:
+      description: The definition's name.
+      type: str
+      returned: success
+    definitionHash:
+      description: The definition hash.
+      type: str
+      returned: success
+    planHash:
+      description: The plan hash.
+      type: str
+      returned: success
+    source:
+      description: Image, node, template VMID and template version of the catalog mapping.
+      type: dict
+      returned: success
+    instance:
+      description: Node, VMID, name and instance tag of the VM.
+      type: dict
+      returned: success
+    guestUser:
+      description: The guest user of the image.
+      type: str
+      returned: success
+    stages:
+      description: Position, kind, status, submissionStarted, upid and failure of each stage.
+      type: list
+      elements: dict
+      returned: success
+    handoff:
+      description: The end result recorded by the last stages (empty until then).
+      type: dict
+      returned: success
+error_code:
+  description: On failure, the fixed error code (V(not_found), V(journal_corrupt), V(invalid_option), V(io_error)).
+  returned: failure
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import validate_operation_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
+
+
+def main() -> None:
+    spec = journal_argument_spec()
+    spec["operation_id"] = {"type": "str", "required": True}
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    params = module.params
+
+    def action() -> dict:
+        operation_id = validate_operation_id(params["operation_id"])
+        return {"changed": False, "operation": public_view(open_store(params["journal_dir"]).load(operation_id))}
+
+    run_module(module, action)
+
+
+if __name__ == "__main__":
+    main()

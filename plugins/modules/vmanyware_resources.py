@@ -1,0 +1,157 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vmanyware_resources
+short_description: Set cores, memory and the instance tag of the operation's VM (stage resources)
+version_added: 0.1.0
+description:
+  - Runs the C(resources) stage of an operation - one synchronous C(PUT /nodes/{node}/qemu/{vmid}/config) with C(cores),
+    C(memory), C(tags) (the instance tag C(vmanyware-<operation id>) as the only tag) and the configuration C(digest) recorded by
+    the clone stage.
+  - Preconditions (read only) - the VM carries this operation's description, is stopped, unlocked and without pending changes,
+    and its digest is still the recorded one; otherwise it fails (C(conflict) for a changed digest) and nothing is sent.
+  - When the VM already shows the values, nothing is sent and the stage completes with RV(changed=false).
+  - A lost reply is resolved by reading the configuration - values shown means applied; digest unchanged means not applied and the
+    request is sent again (harmless - a second copy would fail on the changed digest).
+  - The protocol every stage follows is described in C(docs/stages.md) in the collection.
+author:
+  - vmanyware developers (@vmanyware)
+extends_documentation_fragment:
+  - vmanyware.proxmox.stage
+  - vmanyware.proxmox.stage.journal
+  - vmanyware.proxmox.connection
+  - vmanyware.proxmox.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Runs the same reads and returns the exact request it would send in RV(requests); writes nothing.
+  diff_mode:
+    support: full
+    details: Shows C(cores), C(memory) and C(tags) before and after.
+  idempotent:
+    support: full
+    details: A completed stage returns its recorded evidence without sending anything.
+requirements:
+  - requests
+  - proxmoxer
+"""
+
+EXAMPLES = r"""
+- name: Run the resources stage
+  vmanyware.proxmox.vmanyware_resources:
+    operation_id: "{{ operation.operation_id }}"
+    api_host: pve.example.org
+    api_token_id: automation@pve!vmanyware
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    ca_path: files/pve-ca.pem
+"""
+
+RETURN = r"""
+changed:
+  description: Whether this run sent a request that changed the VM (V(false) on a re-run of a completed stage).
+  returned: always
+  type: bool
+done:
+  description:
+    - Whether the stage is completed. V(false) while its Proxmox task is still running (see O(wait_budget)) and in check mode.
+  returned: always
+  type: bool
+operation_id:
+  description: The operation the stage belongs to.
+  returned: always
+  type: str
+stage:
+  description: The stage as recorded in the journal after this run.
+  returned: always
+  type: dict
+  contains:
+    kind:
+      description: V(resources).
+      type: str
+      returned: always
+    position:
+      description: Position of the stage in the operation (0-based).
+      type: int
+      returned: always
+    status:
+      description: V(pending), V(dispatching), V(submitted), V(completed), V(failed) or V(uncertain).
+      type: str
+      returned: always
+    upid:
+      description: The Proxmox task id of the request, when it started a task.
+      type: str
+      returned: always
+    attempts:
+      description: How many times the request was dispatched (a re-send after reads proved it did not apply counts).
+      type: int
+      returned: always
+    evidence:
+      description: What the independent read-back recorded.
+      type: dict
+      returned: always
+      sample: {"digest": "91eb4507c8eb7ff0d2e4ebb041675903e2e2ce6a", "cores": 2, "memoryMiB": 2048, "tags": "vmanyware-op-..."}
+requests:
+  description:
+    - The mutating requests this run sent, or in check mode would send (method, path, params; no secret).
+    - Empty when nothing was (or would be) sent.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"method": "PUT", "path": "/nodes/pve-test/qemu/201/config", "params": {"cores": 2, "memory": "2048", "digest": "b27f..."}}]
+progress:
+  description: Progress of a still running task (when RV(done=false)).
+  returned: when the task is still running
+  type: dict
+task:
+  description: The outcome of the Proxmox task (upid, status, exitstatus, warnings, log_tail).
+  returned: when this run followed a task to its end
+  type: dict
+warnings:
+  description: A warning when the Proxmox task ended with warnings (the stage is still completed).
+  returned: when the task ended with warnings
+  type: list
+  elements: str
+diff:
+  description: Before and after of what the stage changes (with C(--diff)).
+  returned: in diff mode
+  type: dict
+ansible_facts:
+  description: Facts set by the module.
+  returned: always
+  type: dict
+  contains:
+    vmanyware_operation:
+      description: The public view of the operation (as M(vmanyware.proxmox.vmanyware_operation_info) returns it).
+      type: dict
+      returned: always
+error_code:
+  description:
+    - On failure, the fixed error code, for example V(stage_precondition_failed), V(stage_out_of_order), V(conflict), V(locked),
+      V(task_failed), V(outcome_uncertain), V(plan_changed).
+  returned: failure
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import HAS_PROXMOXER, HAS_REQUESTS
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage_module, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import ResourcesStage
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=stage_argument_spec(), supports_check_mode=True)
+    for present, name in ((HAS_REQUESTS, "requests"), (HAS_PROXMOXER, "proxmoxer")):
+        if not present:
+            module.fail_json(msg=missing_required_lib(name), error_code="configuration_error")
+    run_stage_module(module, ResourcesStage())
+
+
+if __name__ == "__main__":
+    main()
