@@ -69,6 +69,16 @@ ERROR_CODES: dict[str, str] = {
     "outcome_uncertain": "A request's reply was lost and reads cannot prove its outcome; check Proxmox before re-running.",
     "observation_mismatch": "After the request, Proxmox does not show the state the stage requested.",
     "vmid_taken": "The target VMID is used by a VM that this operation did not create; nothing was sent.",
+    # guest stages (docs/stages.md, "Guest stages")
+    "seed_incompatible": "The generated cloud-init user-data uses a form the collection does not accept (e.g. the deprecated scalar user:).",
+    "seed_mismatch": "The generated cloud-init seed does not carry exactly the requested user, keys and network.",
+    "guest_agent_unavailable": "The QEMU guest agent did not answer before the readiness deadline.",
+    "guest_network_unavailable": "The guest had no usable IPv4 address on the provisioned NIC before the readiness deadline.",
+    "guest_exec_unavailable": "The guest agent refuses guest-exec (disabled in its configuration); readiness and packages need it.",
+    "cloudinit_failed": "cloud-init in the guest reported an error or a degraded run.",
+    "readiness_timeout": "cloud-init in the guest did not finish before the readiness deadline.",
+    "package_install_failed": "Installing the declared packages in the guest failed.",
+    "package_version_missing": "A declared package is not installed in the declared version after the install.",
 }
 
 

@@ -102,6 +102,10 @@ class StageContext:
     check_mode: bool = False
     diff: dict[str, t.Any] | None = None
     facts: dict[str, t.Any] = dataclasses.field(default_factory=dict)  # scratch space of one run
+    # The journal and the run's settings, for stages that journal evidence while they work (guest probes: PIDs,
+    # deadlines) and poll within the run's wait budget. Hooks must not change the stage's status themselves.
+    store: t.Any = None
+    settings: t.Any = None
 
     @property
     def node(self) -> str:
@@ -156,6 +160,8 @@ class StageLogic:
     resend_harmless: t.ClassVar[bool] = False
     # Overall deadline for the stage's task, seconds from dispatch.
     default_timeout: t.ClassVar[float] = 600.0
+    # Error codes that are a final verdict about the target: raised by ``preconditions`` or ``observe``, they fail the stage.
+    final_codes: t.ClassVar[frozenset[str]] = frozenset()
 
     def preconditions(self, ctx: StageContext) -> None:
         """Read the current state (GETs) and raise ``StageError`` if the request must not be sent."""
@@ -233,7 +239,8 @@ class StageRunner:
     # -- helpers -------------------------------------------------------------------------------------
     def _context(self, operation_id: str) -> StageContext:
         operation = self.store.load(operation_id)
-        return StageContext(operation=operation, client=self.client, kind=self.logic.kind, check_mode=self.settings.check_mode)
+        return StageContext(operation=operation, client=self.client, kind=self.logic.kind, check_mode=self.settings.check_mode,
+                            store=self.store, settings=self.settings)
 
     def _refresh(self, ctx: StageContext, document: dict[str, t.Any]) -> None:
         ctx.operation = document
@@ -246,6 +253,18 @@ class StageRunner:
         self._refresh(ctx, self.store.record_failed(ctx.operation["operationId"], ctx.kind, err.code, err.message))
         raise err
 
+    def _fail_if_final(self, ctx: StageContext, err: VmanywareError) -> t.NoReturn:
+        if err.code in self.logic.final_codes and not self.settings.check_mode:
+            self._fail(ctx, err)
+        raise err
+
+    def _close_if_last(self, ctx: StageContext) -> None:
+        """The operation is ``completed`` once every declared stage completed (whichever stage is last)."""
+        document = ctx.operation
+        if document["status"] == "open" and document.get("release") is None and all(
+                item["status"] == "completed" for item in document["stages"]):
+            self._refresh(ctx, self.store.update_operation_status(document["operationId"], "completed", expected_status="open"))
+
     def _uncertain(self, ctx: StageContext, code: str, message: str) -> t.NoReturn:
         if ctx.record["status"] != "uncertain":
             self._refresh(ctx, self.store.record_uncertain(ctx.operation["operationId"], ctx.kind, code, message))
@@ -257,6 +276,8 @@ class StageRunner:
         ctx = self._context(operation_id)
         record = ctx.record
         if record["status"] == "completed":
+            if not self.settings.check_mode:
+                self._close_if_last(ctx)
             return _result(ctx, changed=False, done=True)
         if record["status"] == "failed":
             failure = record["failure"] or {}
@@ -289,7 +310,13 @@ class StageRunner:
     def _dispatch(self, ctx: StageContext, resend: bool = False) -> dict[str, t.Any]:
         lock_deadline = self.settings.clock() + self.settings.lock_wait
         while True:
-            self.logic.preconditions(ctx)
+            try:
+                self.logic.preconditions(ctx)
+            except StageInProgress as waiting:
+                # Still waiting for the target (e.g. a guest agent): nothing was sent; re-run to keep waiting.
+                return _result(ctx, changed=False, done=False, progress=waiting.progress)
+            except StageError as err:
+                self._fail_if_final(ctx, err)
             if self.settings.diff:
                 ctx.diff = self.logic.diff(ctx)
             request = self.logic.request(ctx)
@@ -297,9 +324,15 @@ class StageRunner:
                 # Already in the desired state (read back); nothing to send.
                 if self.settings.check_mode:
                     return _result(ctx, changed=False, done=True)
-                evidence = self.logic.observe(ctx)
+                try:
+                    evidence = self.logic.observe(ctx)
+                except StageInProgress as running:
+                    return _result(ctx, changed=False, done=False, progress=running.progress)
+                except StageError as err:
+                    self._fail_if_final(ctx, err)
                 self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, {"noop": True}, resend=resend))
                 self._refresh(ctx, self.store.record_completed(ctx.operation["operationId"], ctx.kind, evidence))
+                self._close_if_last(ctx)
                 return _result(ctx, changed=False, done=True)
             if self.settings.check_mode:
                 return _result(ctx, changed=True, done=False, requests=[request.summary()])
@@ -358,9 +391,10 @@ class StageRunner:
         except StageError as err:
             if err.code == "observation_mismatch":
                 self._fail(ctx, err)
-            raise
+            self._fail_if_final(ctx, err)
         evidence.update(extra_evidence or {})
         self._refresh(ctx, self.store.record_completed(ctx.operation["operationId"], ctx.kind, evidence))
+        self._close_if_last(ctx)
         extra: dict[str, t.Any] = {}
         if task is not None:
             extra["task"] = task.to_result()

@@ -1,0 +1,91 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Stage ``snapshot`` (only when the definition asks for it): one disk-only snapshot of the provisioned VM.
+
+Requires ``VMANYWARE_SNAPSHOTS_ENABLED=true`` (``snapshot_disabled`` otherwise, checked before any
+request). ``POST {vm}/snapshot`` with a name unique to the operation (``vmanyware-<last 12
+characters of the operation id>``: a ``pve-configid``, at most 40 characters), ``vmstate: 0``
+(no RAM) and a description naming the operation; the ``qmsnapshot`` task is reconciled by GET and
+the snapshot verified in ``GET {vm}/snapshot``. A lost reply is resolved by that list: present ->
+applied; absent with no ``qmsnapshot`` task since the dispatch -> undecidable.
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import os
+import typing as t
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import SNAPSHOTS_GATE, read_gate
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest, common
+
+
+def snapshot_name(operation_id: str) -> str:
+    """``vmanyware-`` + the last 12 characters of the operation id (``[a-z2-7]``): a valid ``pve-configid``."""
+    return "vmanyware-" + operation_id[-12:]
+
+
+def list_snapshots(ctx: StageContext) -> dict[str, dict[str, t.Any]]:
+    data = ctx.client.get(ctx.vm_path + "/snapshot")
+    if not isinstance(data, list):
+        raise StageError("Proxmox answered the snapshot list with an unexpected body.", code="unexpected_response")
+    return {str(item["name"]): item for item in data if isinstance(item, dict) and isinstance(item.get("name"), str)}
+
+
+class SnapshotStage(StageLogic):
+    kind = "snapshot"
+    task_type = "qmsnapshot"
+    resend_harmless = False  # the name is fixed, so a second copy would fail, but a lost reply is resolved by reads
+    default_timeout = 600.0
+
+    def __init__(self, environ: t.Mapping[str, str] | None = None) -> None:
+        self.environ = os.environ if environ is None else environ
+
+    def preconditions(self, ctx: StageContext) -> None:
+        if not read_gate(self.environ, SNAPSHOTS_GATE):
+            raise VmanywareError(code="snapshot_disabled", details={"stage": ctx.kind})
+        config = _guest.read_config(ctx)
+        _guest.check_identity(ctx, config)
+        if config.get("lock"):
+            raise StageError("The target VM is locked; nothing was sent.", code="locked", details={"stage": ctx.kind})
+        ctx.facts["snapshots"] = list_snapshots(ctx)
+
+    def request(self, ctx: StageContext) -> Request | None:
+        name = snapshot_name(ctx.operation["operationId"])
+        if name in ctx.facts.get("snapshots", {}):
+            return None
+        return Request("POST", ctx.vm_path + "/snapshot", {
+            "snapname": name, "vmstate": 0,
+            "description": "vmanyware operation %s (%s)" % (ctx.operation["operationId"], ctx.plan["definitionName"]),
+        })
+
+    def observe(self, ctx: StageContext) -> dict[str, t.Any]:
+        name = snapshot_name(ctx.operation["operationId"])
+        found = list_snapshots(ctx).get(name)
+        if found is None:
+            raise StageError("The snapshot task succeeded but the snapshot is not listed.", code="observation_mismatch",
+                             details={"stage": ctx.kind, "snapname": name})
+        if found.get("vmstate"):
+            raise StageError("The snapshot includes RAM state, which was not requested.", code="observation_mismatch",
+                             details={"stage": ctx.kind, "snapname": name})
+        evidence = {"snapname": name, "snaptime": found.get("snaptime")}
+        handoff = dict(ctx.operation.get("handoff") or {})
+        handoff["snapshot"] = name
+        if not ctx.check_mode:
+            ctx.operation = ctx.store.set_handoff(ctx.operation["operationId"], handoff)
+        return evidence
+
+    def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
+        if snapshot_name(ctx.operation["operationId"]) in list_snapshots(ctx):
+            return Resolution.applied()
+        tasks = common.find_tasks(ctx, "qmsnapshot", ctx.vmid)
+        if tasks:
+            return Resolution.applied(tasks[0]["upid"])
+        return Resolution.undecidable("The snapshot is not listed and no qmsnapshot task is visible; check the VM's snapshots and "
+                                      "the node's task list in Proxmox before re-running.")

@@ -1,0 +1,56 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Stage ``start``: power on the prepared target once (docs/stages.md).
+
+Before sending, the stage repeats the checks the earlier stages made: the clone's identity,
+``stopped``, no pending change, the config digest the seed check recorded, and the three
+cloud-init dumps hashing exactly as recorded. ``POST {vm}/status/start`` starts a ``qmstart``
+task; the stage completes on the task's success plus an observed ``running`` power state (not
+guest readiness). A lost reply is never re-posted: the node's task list (``qmstart`` for this
+VMID since the dispatch) and the power state decide; no task and still stopped is undecidable.
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest, common
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import dump_hashes, read_dumps
+
+class StartStage(StageLogic):
+    kind = "start"
+    task_type = "qmstart"
+    resend_harmless = False  # a second start of a running VM fails; a lost reply is resolved by reads only
+    default_timeout = 120.0
+
+    def preconditions(self, ctx: StageContext) -> None:
+        _guest.require_stopped_settled(ctx)
+        recorded = ctx.earlier_evidence("seedHashes")
+        if not isinstance(recorded, dict) or dump_hashes(read_dumps(ctx)) != recorded:
+            raise StageError("The cloud-init seed differs from the one the seed stage validated; nothing was sent.",
+                             details={"stage": ctx.kind, "rule": "seed_unchanged"})
+
+    def request(self, ctx: StageContext) -> Request | None:
+        return Request("POST", ctx.vm_path + "/status/start", {})
+
+    def observe(self, ctx: StageContext) -> dict[str, t.Any]:
+        state = _guest.read_power(ctx)
+        if state != "running":
+            raise StageError("The start task succeeded but the VM is not running.", code="observation_mismatch",
+                             details={"stage": ctx.kind, "powerState": state})
+        return {"powerState": "running", "guestReady": False}
+
+    def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
+        tasks = common.find_tasks(ctx, "qmstart", ctx.vmid)
+        if tasks:
+            return Resolution.applied(tasks[0]["upid"])
+        if _guest.read_power(ctx) == "running":
+            return Resolution.applied(startResolvedBy="power_state")
+        return Resolution.undecidable("No qmstart task for the VM is visible and it is stopped: the start request may not have "
+                                      "reached Proxmox. Check the node's task list, then start the VM or abandon the operation.")

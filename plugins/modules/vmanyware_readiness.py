@@ -1,0 +1,155 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vmanyware_readiness
+short_description: Wait until the guest is ready through the QEMU guest agent (stage readiness)
+version_added: 0.2.0
+description:
+  - Stage C(readiness) of an operation. Sends no configuration change; uses the guest agent read-only
+    (C(agent/ping), C(cloud-init status --long) through C(agent/exec) and C(agent/exec-status), C(agent/network-get-interfaces),
+    C(agent/file-read) of the SSH host public keys).
+  - Ready means cloud-init reports C(done) and the interface with net0's MAC has a usable IPv4 (not loopback, not link-local).
+  - The deadline (O(readiness_timeout)) is journaled when the stage first starts and never extended by re-runs; each probe's PID is
+    journaled before it is polled.
+  - Returns the address, the guest user and ready-made C(known_hosts) lines with SHA256 fingerprints of the host keys as read through
+    the agent. Readiness never grants SSH trust itself; compare the fingerprints through a channel you trust before using them.
+  - Fails with C(guest_agent_unavailable), C(guest_network_unavailable), C(readiness_timeout), C(cloudinit_failed) or
+    C(guest_exec_unavailable); these fail the stage.
+author:
+  - vmanyware developers (@vmanyware)
+extends_documentation_fragment:
+  - vmanyware.proxmox.stage
+  - vmanyware.proxmox.stage.journal
+  - vmanyware.proxmox.connection
+  - vmanyware.proxmox.attributes
+options:
+  readiness_timeout:
+    description:
+      - Seconds from the stage's first start until the guest must be ready. Journaled once; re-runs keep the first deadline.
+    type: float
+    default: 300
+attributes:
+  check_mode:
+    support: full
+    details: Reads the VM's power state and identity only; no guest agent command runs. Returns C(done=false).
+  diff_mode:
+    support: none
+    details: The stage changes nothing.
+  idempotent:
+    support: full
+    details: A completed stage returns its recorded evidence with C(changed=false) and sends nothing.
+requirements:
+  - requests
+  - proxmoxer
+"""
+
+EXAMPLES = r"""
+- name: Run the readiness stage of an operation
+  vmanyware.proxmox.vmanyware_readiness:
+    operation_id: "{{ operation.operation_id }}"
+    readiness_timeout: 600
+    wait_budget: 60
+    api_host: pve.example.org
+    api_token_id: automation@pve!vmanyware
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    ca_path: files/pve-ca.pem
+  register: stage
+
+- name: Trust the host keys only after comparing the fingerprints out of band
+  ansible.builtin.debug:
+    msg: "{{ stage.stage.evidence.hostKeyFingerprints }}"
+"""
+
+RETURN = r"""
+changed:
+  description: Whether this run sent a request that changed the target.
+  returned: always
+  type: bool
+done:
+  description:
+    - Whether the stage is completed. V(false) with RV(progress) when the run's O(wait_budget) ran out (re-run to continue),
+      and in check mode.
+  returned: always
+  type: bool
+operation_id:
+  description: The operation the stage belongs to.
+  returned: always
+  type: str
+stage:
+  description: The stage's journal record after this run.
+  returned: always
+  type: dict
+  contains:
+    kind:
+      description: The stage kind (V(readiness)).
+      type: str
+    position:
+      description: Position of the stage in the operation.
+      type: int
+    status:
+      description: V(pending), V(dispatching), V(submitted), V(completed), V(failed) or V(uncertain).
+      type: str
+    upid:
+      description: The Proxmox task of the stage, if it started one.
+      type: str
+    attempts:
+      description: How many times the stage's request was dispatched.
+      type: int
+    evidence:
+      description:
+        - C(ipv4), C(net0Mac), C(cloudinit), C(guestReady), C(knownHosts) (list of C(<ip> <keytype> <base64>)),
+          C(hostKeyFingerprints), C(readinessObservedAt) (historical), C(deadline) (epoch seconds).
+      type: dict
+requests:
+  description:
+    - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params) with secrets redacted).
+  returned: always
+  type: list
+  elements: dict
+progress:
+  description: What the stage is waiting for when RV(done) is V(false).
+  returned: when the stage is still in progress
+  type: dict
+task:
+  description: The outcome of the stage's Proxmox task (C(upid), C(status), C(exitstatus), C(warnings), C(log_tail)).
+  returned: when the stage followed a task to its end in this run
+  type: dict
+diff:
+  description: Before and after of the settings the stage changes.
+  returned: in diff mode, when the stage changes settings
+  type: dict
+ansible_facts:
+  description: The public view of the operation.
+  returned: always
+  type: dict
+  contains:
+    vmanyware_operation:
+      description: Identities, hashes, status, stage progress and handoff of the operation (no private evidence).
+      type: dict
+error_code:
+  description: The fixed error code when the module fails (see C(docs/errors.md)).
+  returned: failure
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage_module, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.readiness import ReadinessStage
+
+
+def main() -> None:
+    argument_spec = stage_argument_spec()
+    argument_spec["readiness_timeout"] = {"type": "float", "default": 300.0}
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    run_stage_module(module, ReadinessStage(readiness_timeout=module.params["readiness_timeout"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vmanyware_seed
+short_description: Regenerate and validate the Cloud-Init seed of the VM (stage seed)
+version_added: 0.2.0
+description:
+  - Stage C(seed) of an operation. C(PUT /nodes/{node}/qemu/{vmid}/cloudinit) regenerates the drive, then the three generated parts
+    are read with C(GET .../cloudinit/dump) (C(user), C(network), C(meta)) and validated.
+  - With the C(imageDefaultUser) attestation the user-data must have no C(user) key, C(users) with C(default) only, and
+    C(ssh_authorized_keys) exactly the requested keys; the network config must configure DHCP on the NIC with net0's MAC.
+  - The deprecated scalar C(user:) form fails with C(seed_incompatible); any other difference with C(seed_mismatch). Both fail the stage.
+  - Only SHA-256 hashes of the three parts and the config digest are recorded; the seed text is never returned.
+author:
+  - vmanyware developers (@vmanyware)
+extends_documentation_fragment:
+  - vmanyware.proxmox.stage
+  - vmanyware.proxmox.stage.journal
+  - vmanyware.proxmox.connection
+  - vmanyware.proxmox.attributes
+
+attributes:
+  check_mode:
+    support: full
+    details: Reads the VM and returns the request it would send; writes nothing.
+  diff_mode:
+    support: none
+    details: The stage changes no setting.
+  idempotent:
+    support: full
+    details: A completed stage returns its recorded evidence with C(changed=false) and sends nothing.
+requirements:
+  - PyYAML
+  - requests
+  - proxmoxer
+"""
+
+EXAMPLES = r"""
+- name: Run the seed stage of an operation
+  vmanyware.proxmox.vmanyware_seed:
+    operation_id: "{{ operation.operation_id }}"
+    api_host: pve.example.org
+    api_token_id: automation@pve!vmanyware
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    ca_path: files/pve-ca.pem
+  register: stage
+"""
+
+RETURN = r"""
+changed:
+  description: Whether this run sent a request that changed the target.
+  returned: always
+  type: bool
+done:
+  description:
+    - Whether the stage is completed. V(false) with RV(progress) when the run's O(wait_budget) ran out (re-run to continue),
+      and in check mode.
+  returned: always
+  type: bool
+operation_id:
+  description: The operation the stage belongs to.
+  returned: always
+  type: str
+stage:
+  description: The stage's journal record after this run.
+  returned: always
+  type: dict
+  contains:
+    kind:
+      description: The stage kind (V(seed)).
+      type: str
+    position:
+      description: Position of the stage in the operation.
+      type: int
+    status:
+      description: V(pending), V(dispatching), V(submitted), V(completed), V(failed) or V(uncertain).
+      type: str
+    upid:
+      description: The Proxmox task of the stage, if it started one.
+      type: str
+    attempts:
+      description: How many times the stage's request was dispatched.
+      type: int
+    evidence:
+      description: C(seedHashes) (SHA-256 of the user, network and meta parts), C(seedDigest), C(digest), C(seedVerdict).
+      type: dict
+requests:
+  description:
+    - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params) with secrets redacted).
+  returned: always
+  type: list
+  elements: dict
+progress:
+  description: What the stage is waiting for when RV(done) is V(false).
+  returned: when the stage is still in progress
+  type: dict
+task:
+  description: The outcome of the stage's Proxmox task (C(upid), C(status), C(exitstatus), C(warnings), C(log_tail)).
+  returned: when the stage followed a task to its end in this run
+  type: dict
+diff:
+  description: Before and after of the settings the stage changes.
+  returned: in diff mode, when the stage changes settings
+  type: dict
+ansible_facts:
+  description: The public view of the operation.
+  returned: always
+  type: dict
+  contains:
+    vmanyware_operation:
+      description: Identities, hashes, status, stage progress and handoff of the operation (no private evidence).
+      type: dict
+error_code:
+  description: The fixed error code when the module fails (see C(docs/errors.md)).
+  returned: failure
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage_module, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import SeedStage
+
+
+def main() -> None:
+    argument_spec = stage_argument_spec()
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    run_stage_module(module, SeedStage())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Shared setup for the guest stage tests against the simulator (imported by basename)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import typing as t
+from pathlib import Path
+
+import yaml
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import ResourcesStage
+
+REPO = Path(__file__).resolve().parents[2]
+VMID = 201
+NODE = "pve-test"
+VM = "/nodes/%s/qemu/%d" % (NODE, VMID)
+EARLY: dict[str, t.Callable[[], StageLogic]] = {"clone": CloneStage, "resources": ResourcesStage, "disk": DiskStage}
+
+
+def settings_for(conn: dict[str, t.Any], token: str = "full") -> t.Any:
+    return build_settings(host=conn["host"], port=conn["port"], token_id=conn["tokens"][token]["id"],
+                          token_secret=conn["tokens"][token]["secret"], ca_path=conn["ca_file"], timeout=10)
+
+
+def catalog_text(attested: bool = True) -> str:
+    data = yaml.safe_load((REPO / "examples/catalog.yml").read_text(encoding="utf-8"))
+    if not attested:
+        del data["images"][0]["imageDefaultUser"]
+    return yaml.safe_dump(data)
+
+
+def definition_text(packages: list[dict[str, str]] | None = None, snapshot: bool = False) -> str:
+    data = yaml.safe_load((REPO / "examples/definition.yml").read_text(encoding="utf-8"))
+    data["packages"] = [] if packages is None else packages
+    data["snapshotAfterProvisioning"] = snapshot
+    return yaml.safe_dump(data)
+
+
+@dataclasses.dataclass
+class Env:
+    store: JournalStore
+    client: ProxmoxClient
+    operation_id: str
+    kinds: list[str]
+
+    def run(self, logic: StageLogic, **settings: t.Any) -> dict[str, t.Any]:
+        return StageRunner(self.store, self.client, logic, StageSettings(**settings)).run(self.operation_id)
+
+    def stage(self, kind: str) -> dict[str, t.Any]:
+        return self.store.stage(self.store.load(self.operation_id), kind)
+
+    @property
+    def document(self) -> dict[str, t.Any]:
+        return self.store.load(self.operation_id)
+
+
+def create(tmp_path: Path, conn: dict[str, t.Any], *, attested: bool = True, packages: list[dict[str, str]] | None = None,
+           snapshot: bool = False) -> Env:
+    """An operation for VM 201 (created in the journal directly, so a non-attested mapping is possible)."""
+    planned = build_plan(catalog=catalog_text(attested), definition=definition_text(packages, snapshot), target_vmid=VMID)
+    client = ProxmoxClient(settings_for(conn))
+    client.get("/version")
+    store = JournalStore(str(tmp_path / "journal"))
+    kinds = [step["kind"] for step in planned.plan["steps"]]
+    document, _created = store.create_operation(
+        idempotency_key="test-%s" % planned.plan_hash, provider_scope_id=client.provider_scope_id, definition=planned.definition,
+        mapping=planned.mapping, plan=planned.plan, confirmation={"confirmed": True}, target_node=NODE, target_vmid=VMID,
+        stage_kinds=kinds)
+    return Env(store, client, document["operationId"], kinds)
+
+
+def run_clone_stages(env: Env) -> None:
+    """The real clone, resources and (when planned) disk stages: what the guest stages start from."""
+    for kind in env.kinds[:env.kinds.index("cloudinit")]:
+        result = env.run(EARLY[kind]())
+        assert result["done"], result
+
+
+def prepared(tmp_path: Path, conn: dict[str, t.Any], **kwargs: t.Any) -> Env:
+    env = create(tmp_path, conn, **kwargs)
+    run_clone_stages(env)
+    return env
+
+
+def mutations(pvesim: t.Any) -> list[tuple[str, str]]:
+    return [(e["method"], e["path"]) for e in pvesim.requests() if e["method"] != "GET"]
+
+
+def deep(value: t.Any) -> t.Any:
+    return copy.deepcopy(value)

@@ -1,0 +1,349 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Guest stages without the simulator: request building (schema-validated), sshkeys encoding, seed verdicts,
+readiness decisions, known_hosts formatting, dpkg parsing, and the runner hooks they rely on.
+
+Recorded PVE replies: tests/unit/fixtures/pve_guest_stages.json (captured from pvesim, whose guest and
+cloud-init models follow qemu-server, QGA and cloud-init).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import typing as t
+from pathlib import Path
+
+import pytest
+from pvesim.cloudinit import decode_sshkeys as pve_decode_sshkeys
+from pvesim.guest import _fingerprint as pvesim_fingerprint
+from pvesim.schema import Schema
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import map_http_error
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
+    Request,
+    StageContext,
+    StageError,
+    StageInProgress,
+    StageLogic,
+    StageRunner,
+    StageSettings,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import CloudinitStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.packages import (
+    PackagesStage,
+    dpkg_query_argv,
+    install_argv,
+    missing_packages,
+    parse_dpkg,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.readiness import (
+    CLOUDINIT_PROBE,
+    cloudinit_verdict,
+    host_keys,
+    parse_cloudinit_status,
+    usable_ipv4,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import SeedStage, validate_network, validate_user_data
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import SnapshotStage, snapshot_name
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage
+
+REPO = Path(__file__).resolve().parents[5]
+REC = json.loads((REPO / "tests/unit/fixtures/pve_guest_stages.json").read_text(encoding="utf-8"))
+VM = "/nodes/pve-test/qemu/201"
+KEYS = list(REC["sshPublicKeys"])
+MAC = REC["config_before"]["net0"].split(",")[0].split("=")[1]
+SCHEMA = Schema.load()
+
+
+def _hashes() -> tuple[str, str]:
+    lines = REC["config_before"]["description"].split("\n")
+    return lines[1].split()[1], lines[2].split()[1]
+
+
+def operation(attested: bool = True, packages: list[dict[str, str]] | None = None) -> dict[str, t.Any]:
+    definition_hash, plan_hash = _hashes()
+    mapping: dict[str, t.Any] = {"image": "debian-13", "node": "pve-test", "templateVmid": 9000, "guestUser": "debian"}
+    if attested:
+        mapping["imageDefaultUser"] = {"name": "debian", "templateVersion": "v", "passwordLocked": True, "noAuthorizedKeys": True}
+    stage = {"kind": "resources", "evidence": {"digest": REC["config_before"]["digest"], "macaddr": MAC}}
+    return {
+        "operationId": REC["operationId"], "target": {"node": "pve-test", "vmid": 201}, "mapping": mapping,
+        "definition": {"access": {"sshPublicKeys": KEYS}},
+        "plan": {"bridge": "vmbr0", "guestUser": "debian", "definitionHash": definition_hash, "planHash": plan_hash,
+                 "definitionName": "kernel-lab", "packages": packages or []},
+        "stages": [stage, {"kind": "cloudinit", "evidence": {}}], "handoff": {},
+    }
+
+
+class Client:
+    def __init__(self, routes: dict[str, t.Any]) -> None:
+        self.routes = routes
+        self.log: list[tuple[str, str, dict[str, t.Any]]] = []
+
+    def get(self, path: str, /, **params: t.Any) -> t.Any:
+        self.log.append(("GET", path, params))
+        assert SCHEMA.validate("GET", path, params) == []
+        value = self.routes[path]
+        return value(params) if callable(value) else copy.deepcopy(value)
+
+
+def ctx_for(kind: str = "cloudinit", **kwargs: t.Any) -> StageContext:
+    return StageContext(operation=operation(**kwargs), client=None, kind=kind)
+
+
+def valid(request: Request) -> None:
+    assert SCHEMA.validate(request.method, request.path, request.params) == [], request
+
+
+# -- sshkeys ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("keys", [
+    KEYS,
+    ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA+b/c= a+b@host", "ssh-rsa AAAAB3Nz+/== comment with spaces % and %41 and #"],
+])
+def test_sshkeys_round_trip_through_pves_decoder(keys: list[str]) -> None:
+    encoded = _guest.encode_sshkeys(keys)
+    assert "+" not in encoded and " " not in encoded and "\n" not in encoded
+    assert pve_decode_sshkeys(encoded) == keys and _guest.decode_sshkeys(encoded) == keys
+    assert REC["config_after"]["sshkeys"] == _guest.encode_sshkeys(KEYS)
+
+
+# -- cloudinit -------------------------------------------------------------------------------------------
+def test_cloudinit_request_attested() -> None:
+    ctx = ctx_for()
+    ctx.facts["config"] = REC["config_before"]
+    request = CloudinitStage().request(ctx)
+    assert request is not None
+    valid(request)
+    assert request.params == {"digest": REC["config_before"]["digest"], "net0": "virtio=%s,bridge=vmbr0" % MAC, "ipconfig0": "ip=dhcp",
+                              "citype": "nocloud", "sshkeys": _guest.encode_sshkeys(KEYS), "ciupgrade": 0,
+                              "delete": "cipassword,ciuser,cicustom"}
+
+
+def test_cloudinit_request_without_attestation_sets_ciuser() -> None:
+    ctx = ctx_for(attested=False)
+    ctx.facts["config"] = REC["config_before"]
+    request = CloudinitStage().request(ctx)
+    assert request is not None and request.params["ciuser"] == "debian" and request.params["delete"] == "cipassword"
+    valid(request)
+
+
+def test_cloudinit_observe_and_resolution() -> None:
+    ctx = ctx_for()
+    ctx.client = Client({VM + "/config": REC["config_after"]})
+    assert CloudinitStage().observe(ctx)["digest"] == REC["config_after"]["digest"]
+    assert CloudinitStage().resolve_lost_reply(ctx).verdict == "applied"
+    ctx.client = Client({VM + "/config": REC["config_before"]})
+    assert CloudinitStage().resolve_lost_reply(ctx).verdict == "not_applied"
+    changed = dict(REC["config_before"], digest="0" * 40)
+    ctx.client = Client({VM + "/config": changed})
+    assert CloudinitStage().resolve_lost_reply(ctx).verdict == "undecidable"
+    wrong = dict(REC["config_after"], sshkeys=_guest.encode_sshkeys(KEYS + KEYS))
+    ctx.client = Client({VM + "/config": wrong})
+    with pytest.raises(StageError) as info:
+        CloudinitStage().observe(ctx)
+    assert info.value.code == "observation_mismatch" and info.value.details["fields"] == ["sshkeys"]
+
+
+def test_cloudinit_drive_must_be_the_targets_own() -> None:
+    assert _guest.cloudinit_drive(REC["config_before"], 201) == "ide2"
+    assert _guest.cloudinit_drive({"ide2": "local-lvm:vm-9000-cloudinit,media=cdrom"}, 201) is None
+    assert _guest.cloudinit_drive({"ide2": "local-lvm:vm-2010-cloudinit,media=cdrom"}, 201) is None
+
+
+# -- seed ------------------------------------------------------------------------------------------------
+def _verdict(text: str, attested: bool = True) -> str | None:
+    try:
+        validate_user_data(text, KEYS, attested=attested, guest_user="debian")
+    except StageError as err:
+        return "%s/%s" % (err.code, err.details["rule"])
+    return None
+
+
+def test_seed_user_data_verdicts() -> None:
+    good = REC["dump"]["user"]
+    assert _verdict(good) is None
+    scalar = good.replace("users:\n", "user: debian\nusers:\n")
+    assert _verdict(scalar) == "seed_incompatible/scalar_user" and _verdict(scalar, attested=False) == "seed_incompatible/scalar_user"
+    assert _verdict(good.replace("users:\n", "user:\nusers:\n")) == "seed_mismatch/user_present"
+    assert _verdict(good.replace("users:\n", "user:\n  name: debian\nusers:\n")) == "seed_mismatch/user_present"
+    assert _verdict(good.replace("  - default\n", "  - default\n  - name: other\n")) == "seed_mismatch/named_users"
+    assert _verdict(good.replace("users:\n  - default\n", "")) == "seed_mismatch/default_user"
+    assert _verdict(good.replace("alice@laptop", "mallory@laptop")) == "seed_mismatch/ssh_authorized_keys"
+    assert _verdict(good.replace("chpasswd:", "password: x\nchpasswd:")) == "seed_mismatch/password_present"
+    assert _verdict(good.replace("#cloud-config\n", "")) == "seed_mismatch/cloud_config_header"
+
+
+def test_seed_network_verdicts() -> None:
+    validate_network(REC["dump"]["network"], MAC)
+    with pytest.raises(StageError) as info:
+        validate_network(REC["dump"]["network"], "BC:24:11:00:00:01")
+    assert info.value.details["rule"] == "nic_mac"
+    with pytest.raises(StageError) as info:
+        validate_network(REC["dump"]["network"].replace("type: dhcp4", "type: static"), MAC)
+    assert info.value.details["rule"] == "dhcp4"
+
+
+def test_seed_observe_records_hashes_only() -> None:
+    ctx = ctx_for("seed")
+    ctx.operation["stages"][1]["evidence"] = {"digest": REC["config_after"]["digest"]}
+    ctx.operation["stages"].append({"kind": "seed", "evidence": {}})
+    routes: dict[str, t.Any] = {VM + "/config": REC["config_after"], VM + "/cloudinit/dump": lambda p: REC["dump"][p["type"]]}
+    ctx.client = Client(routes)
+    evidence = SeedStage().observe(ctx)
+    assert evidence["seedHashes"]["user"] == hashlib.sha256(REC["dump"]["user"].encode()).hexdigest()
+    assert "ssh-ed25519" not in json.dumps(evidence)
+    valid(SeedStage().request(ctx))  # type: ignore[arg-type]
+
+
+# -- start and snapshot ---------------------------------------------------------------------------------
+def test_start_and_snapshot_requests() -> None:
+    ctx = ctx_for("start")
+    valid(t.cast(Request, StartStage().request(ctx)))
+    request = t.cast(Request, SnapshotStage({"VMANYWARE_SNAPSHOTS_ENABLED": "true"}).request(ctx))
+    valid(request)
+    name = snapshot_name(REC["operationId"])
+    assert request.params["snapname"] == name and request.params["vmstate"] == 0 and len(name) <= 40
+    ctx.facts["snapshots"] = {name: {}}
+    assert SnapshotStage({}).request(ctx) is None
+
+
+def test_snapshot_gate() -> None:
+    ctx = ctx_for("snapshot")
+    for environ in ({}, {"VMANYWARE_SNAPSHOTS_ENABLED": "false"}):
+        with pytest.raises(VmanywareError) as info:
+            SnapshotStage(environ).preconditions(ctx)
+        assert info.value.code == "snapshot_disabled"
+    with pytest.raises(VmanywareError) as bad:
+        SnapshotStage({"VMANYWARE_SNAPSHOTS_ENABLED": "yes"}).preconditions(ctx)
+    assert bad.value.code == "configuration_error"
+
+
+# -- readiness -------------------------------------------------------------------------------------------
+def test_cloudinit_status_parsing() -> None:
+    done = REC["exec_status_cloudinit_done"]
+    assert parse_cloudinit_status(done["out-data"]) == ("done", "done")
+    assert cloudinit_verdict(done["out-data"], done["exitcode"]) == "done"
+    assert cloudinit_verdict("..status: done\nextended_status: done\n", 0) == "done"
+    assert cloudinit_verdict("status: running\nextended_status: running\n", 0) == "running"
+    assert cloudinit_verdict("status: error\nextended_status: error - done\n", 1) == "failed:error"
+    assert cloudinit_verdict("status: done\nextended_status: degraded done\n", 2) == "failed:degraded"
+    assert cloudinit_verdict("garbage", 0) == "failed:unknown"
+
+
+def test_usable_ipv4_on_the_net0_interface_only() -> None:
+    interfaces = REC["interfaces"]["result"]
+    assert usable_ipv4(interfaces, MAC) == "10.10.0.203"
+    assert usable_ipv4(interfaces, "00:00:00:00:00:00") is None  # loopback
+    only_link_local = copy.deepcopy(interfaces)
+    only_link_local[1]["ip-addresses"] = [{"ip-address-type": "ipv4", "ip-address": "169.254.3.4", "prefix": 16}]
+    assert usable_ipv4(only_link_local, MAC) is None
+    assert usable_ipv4(None, MAC) is None
+
+
+def test_known_hosts_and_fingerprints_like_ssh_keygen() -> None:
+    line = REC["file_read_ed25519"]["content"].strip()
+    known, prints = host_keys({"ssh-ed25519": line}, "10.10.0.203")
+    kind, blob = line.split()[:2]
+    assert known == ["10.10.0.203 %s %s" % (kind, blob)]
+    expected = "SHA256:" + base64.b64encode(hashlib.sha256(base64.b64decode(blob)).digest()).decode().rstrip("=")
+    assert prints == {"ssh-ed25519": expected} and expected == pvesim_fingerprint(line)
+    with pytest.raises(ValueError):
+        _guest.ssh_fingerprint("ssh-ed25519 !!!")
+
+
+def test_agent_errors_are_classified_without_their_text() -> None:
+    cases = {"QEMU guest agent is not running": "not_running",
+             "VM 201 qga command 'guest-exec' failed - The command guest-exec has been disabled for this instance": "exec_disabled",
+             "VM 201 qga command 'guest-exec-status' failed - Invalid parameter 'pid'": "unknown_pid"}
+    for text, token in cases.items():
+        err = map_http_error("POST", VM + "/agent/exec", 500, text, {"data": None, "message": text + "\n"})
+        assert err.code == "server_error" and err.details["agent"] == token and text not in json.dumps(err.to_result())
+    assert CLOUDINIT_PROBE == ("cloud-init", "status", "--long")
+
+
+# -- packages --------------------------------------------------------------------------------------------
+def test_dpkg_parsing_and_missing() -> None:
+    status = REC["exec_status_dpkg"]
+    installed = parse_dpkg(status["out-data"])
+    assert installed == {"sudo": "1.9.16p2-3"}
+    assert parse_dpkg("vim\trc \t2:9.1\nbash:amd64\tii \t5.2\n") == {"bash": "5.2"}
+    declared = [{"name": "sudo"}, {"name": "nosuchpkg"}, {"name": "sudo2", "version": "1"}]
+    assert missing_packages(declared, installed) == [{"name": "nosuchpkg"}, {"name": "sudo2", "version": "1"}]
+    assert missing_packages([{"name": "sudo", "version": "0.1"}], installed) == [{"name": "sudo", "version": "0.1"}]
+    assert missing_packages([{"name": "sudo", "version": "1.9.16p2-3"}], installed) == []
+
+
+def test_package_commands_are_fixed_arrays_without_shell() -> None:
+    argv = install_argv([{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}])
+    assert argv[:3] == ["/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "apt-get"] and argv[-3:] == ["--", "git", "jq=1.7.1-6"]
+    assert "--no-install-recommends" in argv and not any(a in ("sh", "bash", "-c") for a in argv)
+    query = dpkg_query_argv(["git"])
+    assert query[1].startswith("--showformat=") and query[2] == "-W"
+    ctx = ctx_for("packages", packages=[{"name": "git"}])
+    ctx.facts["missing"] = [{"name": "git"}]
+    request = t.cast(Request, PackagesStage().request(ctx))
+    valid(request)
+    ctx.facts["missing"] = []
+    assert PackagesStage().request(ctx) is None
+
+
+def test_new_error_codes_registered() -> None:
+    for code in ("seed_incompatible", "seed_mismatch", "guest_agent_unavailable", "guest_network_unavailable", "guest_exec_unavailable",
+                 "cloudinit_failed", "readiness_timeout", "package_install_failed", "package_version_missing"):
+        assert code in ERROR_CODES
+
+
+# -- runner hooks the guest stages use ------------------------------------------------------------------
+HASH = "a" * 64
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> JournalStore:
+    return JournalStore(str(tmp_path / "journal"))
+
+
+def _op(store: JournalStore, kinds: list[str]) -> str:
+    document, _ = store.create_operation(idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={},
+                                         plan={"definitionHash": HASH, "planHash": HASH}, confirmation={}, target_node="pve-test",
+                                         target_vmid=201, stage_kinds=kinds)
+    return t.cast(str, document["operationId"])
+
+
+class Waiting(StageLogic):
+    kind = "readiness"
+    final_codes = frozenset({"guest_agent_unavailable"})
+
+    def __init__(self, outcome: BaseException | None) -> None:
+        self.outcome = outcome
+
+    def preconditions(self, ctx: StageContext) -> None:
+        ctx.operation = ctx.store.record_evidence(ctx.operation["operationId"], ctx.kind, {"deadline": 1.0})
+        if self.outcome is not None:
+            raise self.outcome
+
+    def request(self, ctx: StageContext) -> Request | None:
+        return None
+
+    def observe(self, ctx: StageContext) -> dict[str, t.Any]:
+        return {"ready": True}
+
+
+def test_runner_in_progress_final_codes_and_completion(store: JournalStore, tmp_path: Path) -> None:
+    operation_id = _op(store, ["readiness"])
+    runner = StageRunner(store, None, Waiting(StageInProgress({"phase": "agent"})), StageSettings())
+    result = runner.run(operation_id)
+    assert result["done"] is False and result["progress"] == {"phase": "agent"} and result["stage"]["status"] == "pending"
+    assert store.stage(store.load(operation_id), "readiness")["evidence"] == {"deadline": 1.0}
+    done = StageRunner(store, None, Waiting(None), StageSettings()).run(operation_id)
+    assert done["done"] and store.load(operation_id)["status"] == "completed"
+
+    other = JournalStore(str(tmp_path / "other"))
+    operation_id = _op(other, ["readiness"])
+    with pytest.raises(StageError):
+        StageRunner(other, None, Waiting(StageError(code="guest_agent_unavailable")), StageSettings()).run(operation_id)
+    assert other.load(operation_id)["status"] == "failed"
