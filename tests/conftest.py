@@ -10,6 +10,7 @@ imports in unit tests) and into ``ANSIBLE_COLLECTIONS_PATH`` (for real ``ansible
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
@@ -20,7 +21,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def _collection_root() -> Path:
     explicit = os.environ.get("VMANYWARE_TEST_COLLECTIONS_ROOT")
-    root = Path(explicit) if explicit else Path(tempfile.gettempdir()) / f"vmanyware-collections-{os.getuid()}"
+    # One link per checkout: several clones (a CI run beside a work tree) must not re-point each other's.
+    tag = hashlib.sha256(str(REPO_ROOT).encode()).hexdigest()[:12]
+    root = Path(explicit) if explicit else Path(tempfile.gettempdir()) / f"vmanyware-collections-{os.getuid()}-{tag}"
     link = root / "ansible_collections" / "vmanyware" / "proxmox"
     link.parent.mkdir(parents=True, exist_ok=True)
     if link.is_symlink() and link.resolve() != REPO_ROOT:

@@ -13,12 +13,15 @@ version_added: 0.1.0
 description:
   - Reads a v1 template catalog and a v1 environment definition, validates both strictly, selects the catalog mapping of the
     definition's image and returns the v1 plan document with its C(definitionHash) and C(planHash).
+  - The connection options are accepted so that one C(module_defaults) entry for the action group
+    C(group/vmanyware.proxmox.proxmox) serves every module of the collection; this module never uses them.
   - Contacts no Proxmox host and changes nothing; the plan says so with RV(plan.liveVerified=false) and RV(plan.vmidReserved=false).
   - The formats, the hashes and the plan document are specified in C(docs/formats.md) in the collection.
 author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
   - vmanyware.proxmox.plan_inputs
+  - vmanyware.proxmox.connection
   - vmanyware.proxmox.attributes
 attributes:
   check_mode:
@@ -185,12 +188,15 @@ error_details:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import require_libraries, run_module
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan, plan_input_module_kwargs
 
 
 def main() -> None:
-    module = AnsibleModule(supports_check_mode=True, **plan_input_module_kwargs())
+    kwargs = plan_input_module_kwargs()
+    kwargs["argument_spec"].update(connection_argument_spec())  # accepted for module_defaults groups, never used
+    module = AnsibleModule(supports_check_mode=True, **kwargs)
     require_libraries(module, "PyYAML", "jsonschema")
     params = module.params
 

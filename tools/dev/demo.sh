@@ -5,7 +5,6 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 venv=${VENV:-$repo/.venv}
-playbook=${DEMO_PLAYBOOK:-$repo/examples/demo.yml}
 state=$(mktemp -d "${TMPDIR:-/tmp}/vmanyware-demo.XXXXXX")
 "$venv/bin/python" -m pvesim serve --port 0 --state-dir "$state/sim" --seed demo --speed "${DEMO_SPEED:-20}" \
   > "$state/pvesim.log" 2>&1 &
@@ -23,5 +22,14 @@ print("\n".join("export %s=%s" % (k, shlex.quote(str(v))) for k, v in env.items(
 PY
 )"
 export VMANYWARE_JOURNAL_DIR="$state/journal"
+export VMANYWARE_PROVISIONING_ENABLED=true
 echo "pvesim listening on https://${PROXMOX_HOST}:${PROXMOX_PORT} (verified with its CA)"
-"$venv/bin/ansible-playbook" "$playbook" "$@"
+run() {
+  "$venv/bin/ansible-playbook" vmanyware.proxmox.provision -e vmanyware_catalog_path="$repo/examples/catalog.yml" \
+    -e vmanyware_definition_path="$repo/examples/definition.yml" -e vmanyware_target_vmid=201 \
+    -e vmanyware_confirmation_file="$state/confirm.yml" -e vmanyware_known_hosts_file="$state/known_hosts" "$@"
+}
+echo "== 1/2: plan and preflight; without a confirmation the playbook prints one and changes nothing"
+run
+echo "== 2/2: the same playbook with the reviewed confirmation: every stage, then the handoff"
+run -e @"$state/confirm.yml" "$@"
