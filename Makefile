@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 
-.PHONY: setup demo test pytest lint sanity collection-link clean
+.PHONY: setup demo test pytest lint docs docs-check sanity collection-link clean
 
 setup: $(STAMP) collection-link
 
@@ -26,13 +26,20 @@ collection-link:
 demo: setup
 	VENV=$(VENV) tools/dev/demo.sh
 
-test: setup pytest lint sanity
+test: setup pytest lint docs-check sanity
 
 pytest: setup
 	$(BIN)/python -m pytest -q
 
 lint: setup
 	$(BIN)/ansible-lint --profile production
+
+# Module, filter and role reference pages (docs/reference) from their embedded documentation.
+docs: setup
+	VENV=$(VENV) tools/dev/build_docs.sh
+
+docs-check: setup
+	VENV=$(VENV) tools/dev/build_docs.sh --check
 
 sanity: setup
 	VENV=$(VENV) tools/dev/sanity.sh

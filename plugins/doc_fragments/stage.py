@@ -26,8 +26,15 @@ options:
     description:
       - The operation returned by M(vmanyware.proxmox.vmanyware_operation).
       - The stage reads its inputs only from that operation's immutable snapshots in the journal.
+      - Required, except in check mode with O(preview_operation).
     type: str
-    required: true
+  preview_operation:
+    description:
+      - Check mode only, when no operation is recorded yet (a C(--check) run of the whole workflow). Pass the
+        C(preview_document) that M(vmanyware.proxmox.vmanyware_operation) returned in check mode.
+      - The stage then reads Proxmox and returns the requests it would send, against that in-memory document;
+        nothing is written. Outside check mode this option is refused.
+    type: dict
   wait_budget:
     description:
       - How long this run waits for a running Proxmox task before returning RV(done=false) with progress.

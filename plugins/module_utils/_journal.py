@@ -376,6 +376,31 @@ def _conflict(operation_id: str, rule: str) -> JournalError:
     )
 
 
+def new_operation_document(operation_id: str, key_hash: str | None, target: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any],
+                           stage_kinds: list[str], now: str) -> dict[str, t.Any]:
+    """A fresh v1 operation document: what ``create_operation`` writes, and what check mode previews."""
+    return {
+        "schemaVersion": SCHEMA_VERSION,
+        "kind": KIND,
+        "operationId": operation_id,
+        "revision": 1,
+        "idempotencyKeyHash": key_hash,
+        "providerScopeId": target["scope"],
+        "createdAt": now,
+        "updatedAt": now,
+        "target": dict(target),
+        "definition": snapshots["definition"],
+        "mapping": snapshots["mapping"],
+        "plan": snapshots["plan"],
+        "confirmation": snapshots["confirmation"],
+        "status": "open",
+        "failure": None,
+        "release": None,
+        "stages": [_new_stage(index, kind) for index, kind in enumerate(stage_kinds)],
+        "handoff": {},
+    }
+
+
 def stage(document: t.Mapping[str, t.Any], kind: str) -> dict[str, t.Any]:
     """The stage of ``kind`` in ``document`` (the same dict object); ``not_found`` if there is none."""
     for item in document["stages"]:
@@ -609,26 +634,7 @@ class JournalStore:
             operation_id = new_operation_id()
             while os.path.lexists(self.operation_path(operation_id)):  # pragma: no cover - 128 random bits
                 operation_id = new_operation_id()
-            document: dict[str, t.Any] = {
-                "schemaVersion": SCHEMA_VERSION,
-                "kind": KIND,
-                "operationId": operation_id,
-                "revision": 1,
-                "idempotencyKeyHash": key_hash,
-                "providerScopeId": scope,
-                "createdAt": now,
-                "updatedAt": now,
-                "target": target,
-                "definition": snapshots["definition"],
-                "mapping": snapshots["mapping"],
-                "plan": snapshots["plan"],
-                "confirmation": snapshots["confirmation"],
-                "status": "open",
-                "failure": None,
-                "release": None,
-                "stages": [_new_stage(index, kind) for index, kind in enumerate(kinds)],
-                "handoff": {},
-            }
+            document = new_operation_document(operation_id, key_hash, target, snapshots, kinds, now)
             # Order: operation file, key claim, target claim. A crash in between leaves either an
             # operation nobody refers to (nothing was dispatched), or a key claim whose retry
             # completes the target claim (``_complete_target_claim``).

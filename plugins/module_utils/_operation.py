@@ -15,7 +15,13 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
+    JournalStore,
+    hash_idempotency_key,
+    new_operation_document,
+    new_operation_id,
+    utc_now,
+)
 
 PROVISIONING_GATE = "VMANYWARE_PROVISIONING_ENABLED"
 SNAPSHOTS_GATE = "VMANYWARE_SNAPSHOTS_ENABLED"
@@ -114,11 +120,13 @@ def create_operation(
         holder = store.target_holder(provider_scope_id, target["vmid"])
         if holder is not None:
             raise VmanywareError(code="conflicting_operation", details={"operationId": holder})
-        preview = {"operationId": None, "status": "open", "providerScopeId": provider_scope_id,
-                   "target": {"node": target["node"], "vmid": target["vmid"]},
-                   "stages": [{"position": index, "kind": kind, "status": "pending", "submissionStarted": False}
-                              for index, kind in enumerate(stage_kinds)]}
-        return {"changed": True, "operation_id": None, "created": False, "operation": preview}
+        # The document an apply run would record, never written: stage modules preview against it.
+        preview = new_operation_document(
+            new_operation_id(), hash_idempotency_key(key),
+            {"scope": provider_scope_id, "node": target["node"], "vmid": target["vmid"]},
+            {"definition": dict(planned.definition), "mapping": dict(planned.mapping), "plan": dict(plan), "confirmation": confirmed},
+            stage_kinds, utc_now())
+        return {"changed": True, "operation_id": None, "created": False, "operation": public_view(preview), "preview_document": preview}
     document, created = store.create_operation(
         idempotency_key=key,
         provider_scope_id=provider_scope_id,

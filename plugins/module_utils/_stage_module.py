@@ -11,27 +11,29 @@ handling, provider scope binding, the protocol, facts, safe failures) happens he
 
 from __future__ import annotations
 
+import copy
 import os
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, resolve_journal_dir
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, resolve_journal_dir, validate_document
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic, StageRunner, StageSettings
 
 
 def journal_argument_spec() -> dict[str, dict[str, t.Any]]:
-    """``journal_dir`` (doc fragment ``vmanyware.proxmox.journal``)."""
+    """``journal_dir`` (doc fragment ``vmanyware.proxmox.stage.journal``)."""
     return {"journal_dir": {"type": "path"}}
 
 
 def stage_argument_spec() -> dict[str, dict[str, t.Any]]:
     """Options of every stage module (doc fragment ``vmanyware.proxmox.stage``) plus connection and journal."""
     spec: dict[str, dict[str, t.Any]] = {
-        "operation_id": {"type": "str", "required": True},
+        "operation_id": {"type": "str"},
+        "preview_operation": {"type": "dict"},
         "wait_budget": {"type": "float"},
         "timeout": {"type": "float"},
         "lock_wait": {"type": "float", "default": 60.0},
@@ -43,6 +45,38 @@ def stage_argument_spec() -> dict[str, dict[str, t.Any]]:
 
 def open_store(journal_dir: str | None) -> JournalStore:
     return JournalStore(resolve_journal_dir(journal_dir, os.environ))
+
+
+class PreviewStore:
+    """Check mode without a recorded operation: one in-memory document, read-only.
+
+    The stage runner never writes in check mode; a write here would be a bug, so it fails loudly.
+    """
+
+    def __init__(self, document: t.Mapping[str, t.Any]) -> None:
+        try:
+            validate_document(document)
+        except Exception:  # pylint: disable=broad-exception-caught  # any rule violation: not a preview document
+            raise InputError("preview_operation is not an operation document from vmanyware_operation in check mode.",
+                             path="preview_operation", details={"rule": "operation_document"}) from None
+        self.document = copy.deepcopy(dict(document))
+
+    def load(self, operation_id: str) -> dict[str, t.Any]:
+        return copy.deepcopy(self.document)
+
+    def __getattr__(self, name: str) -> t.Any:
+        raise VmanywareError("A preview tried to write to the journal.", code="internal_error")
+
+
+def _store_and_operation(params: t.Mapping[str, t.Any], check_mode: bool) -> tuple[t.Any, str]:
+    if params.get("operation_id"):
+        return open_store(params.get("journal_dir")), params["operation_id"]
+    preview = params.get("preview_operation")
+    if preview and check_mode:
+        store = PreviewStore(preview)
+        return store, store.document["operationId"]
+    raise InputError("operation_id is required (preview_operation is accepted in check mode only).", path="operation_id",
+                     details={"rule": "required"})
 
 
 def bind_scope(client: t.Any, operation: t.Mapping[str, t.Any]) -> None:
@@ -59,8 +93,7 @@ def bind_scope(client: t.Any, operation: t.Mapping[str, t.Any]) -> None:
 def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: bool, diff: bool,
               client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
     """Run ``logic`` for ``params['operation_id']``; the result includes the operation as facts."""
-    store = open_store(params.get("journal_dir"))
-    operation_id = params["operation_id"]
+    store, operation_id = _store_and_operation(params, check_mode)
     operation = store.load(operation_id)
     settings = StageSettings(check_mode=check_mode, diff=diff, wait_budget=params.get("wait_budget"),
                              timeout=params.get("timeout"), lock_wait=params.get("lock_wait") or 0.0)

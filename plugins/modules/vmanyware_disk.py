@@ -17,7 +17,7 @@ description:
     the recorded configuration C(digest), then follows the C(resize) task.
   - Preconditions (read only) - the VM carries this operation's description, is stopped, unlocked, without pending changes, its
     digest unchanged; a disk larger than requested fails with C(disk_shrink_unsupported); a disk of exactly the requested
-    size needs no request (RV(changed=false)).
+    size needs no request (C(changed=false)).
   - A lost reply is resolved by reading the disk size and the node's C(resize) tasks; the request is sent again only when size
     and digest are unchanged and no task exists (harmless - absolute size and digest).
   - The protocol every stage follows is described in C(docs/stages.md) in the collection.

@@ -22,7 +22,7 @@ description:
     names another plan, provider or target); the failure result carries the block to review and pass back in
     RV(error_details.expected_confirmation).
   - A target (provider and VMID) is held by at most one operation (C(conflicting_operation)); re-running with the same
-    idempotency key and the same confirmation returns the existing operation with RV(changed=false).
+    idempotency key and the same confirmation returns the existing operation with C(changed=false).
   - Gates, the confirmation block and idempotency are described in C(docs/operations.md) in the collection.
 author:
   - vmanyware developers (@vmanyware)
@@ -59,7 +59,7 @@ attributes:
     support: none
   idempotent:
     support: full
-    details: The same inputs (and idempotency key) return the existing operation with RV(changed=false).
+    details: The same inputs (and idempotency key) return the existing operation with C(changed=false).
 requirements:
   - PyYAML
   - requests
@@ -99,6 +99,13 @@ created:
 operation:
   description: The public view of the operation (see M(vmanyware.proxmox.vmanyware_operation_info)).
   returned: success
+  type: dict
+preview_document:
+  description:
+    - Check mode only, when the operation would be created. The complete operation document an apply run would record
+      (never written). Pass it to the stage modules as O(vmanyware.proxmox.vmanyware_clone#module:preview_operation) to
+      preview every stage in check mode.
+  returned: check mode, when the operation does not exist yet
   type: dict
 ansible_facts:
   description: Facts set by the module.

@@ -13,13 +13,15 @@ version_added: 0.1.0
 description:
   - Reads one operation from the local journal and returns its public view - identities, hashes, status, stage progress
     and the hand-off. No private evidence, no secret, no idempotency key.
-  - Contacts no Proxmox host.
+  - Contacts no Proxmox host. The connection options are accepted so that one C(module_defaults) entry for the action group
+    C(group/vmanyware.proxmox.proxmox) serves every module of the collection; this module never uses them.
   - A missing operation fails with C(not_found); a journal file that is not a valid operation document fails with
     C(journal_corrupt) and is left untouched.
 author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
   - vmanyware.proxmox.stage.journal
+  - vmanyware.proxmox.connection
   - vmanyware.proxmox.attributes
 options:
   operation_id:
@@ -126,11 +128,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import validate_operation_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
 
 
 def main() -> None:
     spec = journal_argument_spec()
+    spec.update(connection_argument_spec())  # accepted for module_defaults groups, never used
     spec["operation_id"] = {"type": "str", "required": True}
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     params = module.params

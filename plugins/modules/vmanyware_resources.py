@@ -16,7 +16,7 @@ description:
     the clone stage.
   - Preconditions (read only) - the VM carries this operation's description, is stopped, unlocked and without pending changes,
     and its digest is still the recorded one; otherwise it fails (C(conflict) for a changed digest) and nothing is sent.
-  - When the VM already shows the values, nothing is sent and the stage completes with RV(changed=false).
+  - When the VM already shows the values, nothing is sent and the stage completes with C(changed=false).
   - A lost reply is resolved by reading the configuration - values shown means applied; digest unchanged means not applied and the
     request is sent again (harmless - a second copy would fail on the changed digest).
   - The protocol every stage follows is described in C(docs/stages.md) in the collection.

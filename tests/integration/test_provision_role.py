@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The provision playbook as operators run it: review, check-mode preview, apply, re-run, plan change.
+
+Real ``ansible-playbook`` processes against the simulator; the simulator's request log and the
+journal directory are the independent evidence of what happened.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import typing as t
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+MUTATING = ("POST", "PUT", "DELETE")
+
+
+class Operator:
+    """Runs ``vmanyware.proxmox.provision`` with the simulator's connection in the environment."""
+
+    def __init__(self, pvesim: t.Any, tmp_path: Path) -> None:
+        conn = pvesim.connection
+        self.tmp = tmp_path
+        self.journal = tmp_path / "journal"
+        self.confirm = tmp_path / "confirm.yml"
+        self.env = dict(os.environ, PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]),
+                        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"], PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+                        PROXMOX_CA_PATH=conn["ca_file"], VMANYWARE_JOURNAL_DIR=str(self.journal),
+                        VMANYWARE_PROVISIONING_ENABLED="true", ANSIBLE_NOCOLOR="1")
+
+    def run(self, *extra: str, definition: Path | None = None) -> subprocess.CompletedProcess[str]:
+        args = [str(BIN / "ansible-playbook"), "vmanyware.proxmox.provision",
+                "-e", "vmanyware_catalog_path=%s" % (REPO / "examples/catalog.yml"),
+                "-e", "vmanyware_definition_path=%s" % (definition or REPO / "examples/definition.yml"),
+                "-e", "vmanyware_target_vmid=201", "-e", "vmanyware_confirmation_file=%s" % self.confirm,
+                "-e", "vmanyware_known_hosts_file=%s" % (self.tmp / "known_hosts"), *extra]
+        return subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def _mutations(pvesim: t.Any) -> list[str]:
+    return ["%s %s" % (entry["method"], entry["path"]) for entry in pvesim.requests() if entry["method"] in MUTATING]
+
+
+def test_review_preview_apply_and_rerun(pvesim: t.Any, tmp_path: Path) -> None:
+    pvesim.set_speed(200)
+    operator = Operator(pvesim, tmp_path)
+
+    review = operator.run()
+    assert review.returncode == 0, review.stdout[-3000:]
+    assert "confirmation_required" not in review.stdout and "provision_confirmation:" in review.stdout
+    assert _mutations(pvesim) == []
+    assert not list(operator.journal.glob("op-*.json"))
+    block = yaml.safe_load(operator.confirm.read_text())["provision_confirmation"]
+    assert block["confirmed"] is True and block["targetVmid"] == 201
+
+    preview = operator.run("-e", "@%s" % operator.confirm, "--check", "--diff")
+    assert preview.returncode == 0, preview.stdout[-3000:]
+    assert "POST /nodes/pve-test/qemu/9000/clone" in preview.stdout
+    assert _mutations(pvesim) == []
+    assert not list(operator.journal.glob("op-*.json"))
+
+    applied = operator.run("-e", "@%s" % operator.confirm)
+    assert applied.returncode == 0, applied.stdout[-3000:]
+    assert "7  packages   completed" in applied.stdout
+    sent = _mutations(pvesim)
+    assert sent.count("POST /nodes/pve-test/qemu/9000/clone") == 1
+    assert sent.count("POST /nodes/pve-test/qemu/201/status/start") == 1
+    assert sent.count("PUT /nodes/pve-test/qemu/201/resize") == 1
+    assert (tmp_path / "known_hosts").read_text().count("ssh-ed25519") == 1
+    pvesim.clear_requests()
+
+    again = operator.run("-e", "@%s" % operator.confirm)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert _mutations(pvesim) == []
+    assert re.search(r"localhost\s+:\s+ok=\d+\s+changed=0\s", again.stdout), again.stdout[-1500:]
+
+
+def test_a_changed_plan_stops_with_plan_changed(pvesim: t.Any, tmp_path: Path) -> None:
+    operator = Operator(pvesim, tmp_path)
+    assert operator.run().returncode == 0
+    changed = tmp_path / "definition.yml"
+    changed.write_text((REPO / "examples/definition.yml").read_text().replace("cores: 2", "cores: 4"))
+    result = operator.run("-e", "@%s" % operator.confirm, definition=changed)
+    assert result.returncode != 0
+    assert "plan_changed" in result.stdout
+    assert _mutations(pvesim) == []
