@@ -1,0 +1,214 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The provision playbook through ansible-runner, the engine AWX / Automation Platform uses.
+
+Like a controller job: a private data dir with ``project/`` (a project playbook importing
+``vmanyware.proxmox.provision``, the catalog and definition as project files), extra vars and
+environment variables handed to ``ansible_runner.run``, no TTY, events read from the artifacts.
+The connection and gates come from ``awx/credential_type.yml``: its injectors are rendered the way
+the controller renders them (sandboxed Jinja2, the CA written to a private file under ``env/``,
+``tower.filename.ca``), so the credential type itself is exercised against the simulator.
+
+Run 1 (no confirmation) only reads; run 2 (the confirmation written by run 1) runs every stage.
+Afterwards every file in the private data dir and the journal is searched for the token secret.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import types
+import typing as t
+from pathlib import Path
+
+import pytest
+import yaml
+
+ansible_runner = pytest.importorskip("ansible_runner")
+sandbox = pytest.importorskip("jinja2.sandbox")
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+CREDENTIAL_TYPE = REPO / "awx" / "credential_type.yml"
+VENV_BIN = Path(sys.executable).parent
+TARGET_VMID = 201
+STAGE_ACTIONS = {
+    kind: f"vmanyware.proxmox.vmanyware_{kind}"
+    for kind in ("clone", "resources", "disk", "cloudinit", "seed", "start", "readiness", "packages", "snapshot")
+}
+PROJECT_PLAYBOOK = """\
+---
+# What an AWX project holds: its own playbook, importing the collection's playbook from the EE.
+- name: Provision with vmanyware.proxmox
+  ansible.builtin.import_playbook: vmanyware.proxmox.provision
+"""
+
+
+# The controller's usual localhost inventory: local connection, the playbook's own interpreter.
+INVENTORY = """\
+all:
+  hosts:
+    localhost:
+      ansible_connection: local
+      ansible_python_interpreter: "{{ ansible_playbook_python }}"
+"""
+
+
+def render_credential(inputs: dict[str, t.Any], private_data_dir: Path) -> dict[str, str]:
+    """Render ``awx/credential_type.yml``'s injectors as the controller does for a job.
+
+    File injectors are written to ``<private_data_dir>/env/tmp*`` (mode 0600) and exposed as
+    ``tower.filename.<label>``; missing boolean inputs are ``False``; env values are rendered with
+    the same sandboxed Jinja2 environment the controller uses.
+    """
+    cred_type = yaml.safe_load(CREDENTIAL_TYPE.read_text(encoding="utf-8"))
+    namespace: dict[str, t.Any] = dict(inputs)
+    for field in cred_type["inputs"]["fields"]:
+        if field.get("type") == "boolean" and field["id"] not in namespace:
+            namespace[field["id"]] = False
+    env = sandbox.ImmutableSandboxedEnvironment()
+    files = types.SimpleNamespace()
+    env_dir = private_data_dir / "env"
+    env_dir.mkdir(parents=True, exist_ok=True)
+    for label, template in cred_type["injectors"].get("file", {}).items():
+        fd, path = tempfile.mkstemp(dir=env_dir)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(env.from_string(template).render(**namespace))
+        os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+        setattr(files, label.split(".", 1)[1], path)
+    namespace["tower"] = types.SimpleNamespace(filename=files)
+    return {name: env.from_string(template).render(**namespace) for name, template in cred_type["injectors"]["env"].items()}
+
+
+def make_private_data_dir(root: Path) -> Path:
+    pdd = root / "private"
+    project = pdd / "project"
+    (project / "vmanyware").mkdir(parents=True)
+    (project / "provision.yml").write_text(PROJECT_PLAYBOOK, encoding="utf-8")
+    shutil.copy(REPO / "examples" / "catalog.yml", project / "vmanyware" / "catalog.yml")
+    shutil.copy(REPO / "examples" / "definition.yml", project / "vmanyware" / "definition.yml")
+    (pdd / "inventory").mkdir()
+    (pdd / "inventory" / "hosts.yml").write_text(INVENTORY, encoding="utf-8")
+    return pdd
+
+
+def run_job(pdd: Path, ident: str, extravars: dict[str, t.Any], envvars: dict[str, str]) -> t.Any:
+    for name in ("extravars", "envvars"):  # each job brings its own (ansible-runner keeps an existing env/<name>)
+        (pdd / "env" / name).unlink(missing_ok=True)
+    return ansible_runner.run(
+        private_data_dir=str(pdd), ident=ident, playbook="provision.yml", inventory="hosts.yml",
+        extravars=extravars, envvars=envvars, quiet=True, rotate_artifacts=0, timeout=600,
+    )
+
+
+def events_of(runner: t.Any, event: str) -> list[dict[str, t.Any]]:
+    return [e for e in runner.events if e.get("event") == event]
+
+
+def stage_oks(runner: t.Any) -> dict[str, dict[str, t.Any]]:
+    """The last ``runner_on_ok`` of every stage module task, by stage kind."""
+    found: dict[str, dict[str, t.Any]] = {}
+    for ev in events_of(runner, "runner_on_ok"):
+        action = ev["event_data"].get("resolved_action") or ev["event_data"].get("task_action")
+        for kind, name in STAGE_ACTIONS.items():
+            if action in (name, name.rsplit(".", 1)[1]):
+                found[kind] = ev["event_data"]
+    return found
+
+
+def files_containing(root: Path, needle: bytes) -> list[Path]:
+    hits = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink() and needle in path.read_bytes():
+            hits.append(path)
+    return hits
+
+
+def test_provision_through_ansible_runner(pvesim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # ansible-playbook, as on the EE's PATH
+    conn = pvesim.connection
+    pvesim.set_speed(200)
+    secret = conn["tokens"]["full"]["secret"]
+    pdd = make_private_data_dir(tmp_path)
+    journal = tmp_path / "journal"
+    confirm_file = tmp_path / "confirm.yml"
+    known_hosts = tmp_path / "known_hosts"
+
+    envvars = render_credential({
+        "api_host": conn["host"], "api_port": str(conn["port"]), "api_token_id": conn["tokens"]["full"]["id"],
+        "api_token_secret": secret, "ca_certificate": Path(conn["ca_file"]).read_text(encoding="utf-8"),
+        "provisioning_enabled": True,
+    }, pdd)
+    assert envvars["VMANYWARE_PROVISIONING_ENABLED"] == "true" and envvars["VMANYWARE_SNAPSHOTS_ENABLED"] == "false"
+    assert envvars["PROXMOX_FINGERPRINT"] == "" and Path(envvars["PROXMOX_CA_PATH"]).parent == pdd / "env"
+    envvars.update({"VMANYWARE_JOURNAL_DIR": str(journal), "ANSIBLE_COLLECTIONS_PATH": os.environ["ANSIBLE_COLLECTIONS_PATH"]})
+    extravars: dict[str, t.Any] = {
+        # Project files by absolute path (/runner/project/... in an EE): a collection playbook's modules run in the
+        # collection's playbooks/ directory, so a relative path would not name the project's file.
+        "vmanyware_catalog_path": str(pdd / "project" / "vmanyware" / "catalog.yml"),
+        "vmanyware_definition_path": str(pdd / "project" / "vmanyware" / "definition.yml"),
+        "vmanyware_target_vmid": TARGET_VMID,
+        "vmanyware_confirmation_file": str(confirm_file),
+        "vmanyware_known_hosts_file": str(known_hosts),
+    }
+
+    # Run 1: plan + preflight, prints and writes the confirmation block, changes nothing.
+    first = run_job(pdd, "1", extravars, envvars)
+    assert (first.status, first.rc) == ("successful", 0), first.stdout.read()
+    assert {e["method"] for e in pvesim.requests()} == {"GET"}
+    assert pvesim.schema_violations() == []
+    confirmation = yaml.safe_load(confirm_file.read_text(encoding="utf-8"))
+    assert set(confirmation) == {"provision_confirmation"}
+    block = confirmation["provision_confirmation"]
+    assert block["confirmed"] is True and block["targetVmid"] == TARGET_VMID
+    printed = [e for e in events_of(first, "runner_on_ok") if e["event_data"].get("task") == "Print the exact confirmation block for this plan"]
+    assert printed and block["planHash"] in json.dumps(printed[0]["event_data"]["res"])
+    assert not stage_oks(first)
+    assert not journal.exists() or not list(journal.glob("op-*.json"))
+
+    # Run 2: the same job with the reviewed confirmation as extra vars runs every stage.
+    pvesim.clear_requests()
+    second = run_job(pdd, "2", {**extravars, **confirmation}, envvars)
+    assert (second.status, second.rc) == ("successful", 0), second.stdout.read()
+    oks = stage_oks(second)
+    final = [e["event_data"]["res"]["ansible_facts"]["provision_operation"] for e in events_of(second, "runner_on_ok")
+             if e["event_data"].get("task") == "Keep the operation for later tasks"]
+    assert final, "no final operation facts event"
+    operation = final[-1]
+    assert operation["status"] == "completed"
+    kinds = [s["kind"] for s in operation["stages"]]
+    assert kinds[:3] == ["clone", "resources", "disk"]
+    assert all(s["status"] == "completed" for s in operation["stages"]), operation["stages"]
+    assert set(oks) == set(kinds), (sorted(oks), kinds)
+    table = [e for e in events_of(second, "runner_on_ok") if e["event_data"].get("task") == "Show the stages"]
+    assert table and all(f" {kind} " in json.dumps(table[0]["event_data"]["res"]) for kind in kinds)
+    clones = pvesim.requests("POST", r"/clone$")
+    assert [e["path"] for e in clones] == ["/nodes/pve-test/qemu/9000/clone"]
+    assert pvesim.schema_violations() == []
+    assert pvesim.vm(TARGET_VMID)["status"] == "running"
+
+    # The token secret: nowhere in what the jobs produced (stdout, events, facts, journal, files).
+    needle = secret.encode()
+    allowed = {pdd / "env" / "envvars"}  # the job's input, written by ansible-runner from envvars=
+    for ident in ("1", "2"):
+        command = pdd / "artifacts" / ident / "command"  # ansible-runner's record of the command and its environment
+        recorded = json.loads(command.read_text(encoding="utf-8"))
+        assert recorded["env"]["PROXMOX_TOKEN_SECRET"] == secret
+        del recorded["env"]["PROXMOX_TOKEN_SECRET"]
+        assert secret not in json.dumps(recorded)
+        allowed.add(command)
+    leaks = [p for p in files_containing(pdd, needle) if p not in allowed]
+    assert leaks == [], leaks
+    assert (pdd / "artifacts" / "2" / "stdout").stat().st_size > 0
+    assert len(list((pdd / "artifacts" / "2" / "job_events").glob("*.json"))) > 20
+    assert list(journal.glob("op-*.json")) and files_containing(journal, needle) == []
+    assert files_containing(tmp_path, needle) == sorted(allowed)
+    assert not any(secret in json.dumps(e) for run in (first, second) for e in run.events)
