@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""``python -m pvesim serve --port PORT --state-dir DIR [--seed demo] [--speed F] [--schema P] [--faults F]``."""
+"""``python -m pvesim serve --port PORT --state-dir DIR [--seed demo] [--speed F] [--schema P] [--faults F]
+[--guests simulated|real [--guest-image DIR] [--guest-accel auto|kvm|tcg]]``."""
 
 from __future__ import annotations
 
@@ -24,12 +25,28 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     serve.add_argument("--speed", type=float, default=1.0, help="simulated clock speed factor (task durations are divided by it)")
     serve.add_argument("--schema", default=None, help="API schema JSON (default: the bundled pve-9.1.3 schema)")
     serve.add_argument("--faults", default=None, help="JSON/YAML file with fault rules to install at start")
+    serve.add_argument("--guests", choices=("simulated", "real"), default="simulated",
+                       help="guest backend: simulated (default) or real QEMU VMs (docs/real-guest.md)")
+    serve.add_argument("--guest-image", default=None, help="with --guests real: image directory from tools/guest-image/build.sh")
+    serve.add_argument("--guest-accel", choices=("auto", "kvm", "tcg"), default="auto",
+                       help="with --guests real: QEMU accelerator (auto: KVM only with kvm_intel/kvm_amd loaded)")
     args = parser.parse_args(argv)
 
     from .server import PvesimServer  # pylint: disable=import-outside-toplevel
 
-    server = PvesimServer(args.state_dir, port=args.port, seed=args.seed, speed=args.speed, schema_path=args.schema,
-                          faults_file=args.faults)
+    if args.guests == "real":
+        from .realguest import GuestImageError  # pylint: disable=import-outside-toplevel
+        if not args.guest_image:
+            parser.error("--guests real needs --guest-image DIR (build it with tools/guest-image/build.sh)")
+        try:
+            server = PvesimServer(args.state_dir, port=args.port, seed=args.seed, speed=args.speed, schema_path=args.schema,
+                                  faults_file=args.faults, guests="real", guest_image=args.guest_image, guest_accel=args.guest_accel)
+        except GuestImageError as exc:
+            sys.stderr.write(f"pvesim: cannot use real guests: {exc}\n")
+            return 2
+    else:
+        server = PvesimServer(args.state_dir, port=args.port, seed=args.seed, speed=args.speed, schema_path=args.schema,
+                              faults_file=args.faults)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: t.Any) -> None:
@@ -41,9 +58,11 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     server.start()
     sys.stderr.write(f"pvesim listening on https://127.0.0.1:{server.port}/api2/json (state dir {server.state_dir})\n")
     sys.stderr.flush()
-    while not stop.wait(0.5):
-        pass
-    server.stop()
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop()  # also stops every real guest's QEMU
     return 0
 
 

@@ -1132,14 +1132,15 @@ def _power(sim: Sim, call: Call, ttype: str) -> str:
                 if any(is_cloudinit_volume(v) for k, v in vm.config.items() if DRIVE_RE.fullmatch(k)):
                     task.log("generating cloud-init ISO")
                 vm.cloudinit_generated = guestlink.generated_snapshot(vm.config)
+                vm.guest = guestlink.create_guest(sim, vm)  # a real guest's QEMU failing to start fails the task
                 vm.status = "running"
                 vm.started_at = sim.clock.now()
-                vm.guest = guestlink.create_guest(sim, vm)
         elif ttype in ("qmstop", "qmshutdown"):
             if ttype == "qmshutdown" and vm.status == "running":
                 sim.sleep("qmshutdown")
             else:
                 sim.sleep("qmstop")
+            guestlink.stop_guest(vm.guest, graceful=ttype == "qmshutdown")
             with st.lock:
                 vm.status = "stopped"
                 vm.started_at = None
@@ -1226,6 +1227,7 @@ def qemu_destroy(sim: Sim, call: Call) -> str:
                     if DRIVE_RE.fullmatch(key):
                         _free_volume(sim, value.split(",")[0])
             st.vms.pop(vm.vmid, None)
+        guestlink.forget_vm(sim, vm.vmid)
 
     return sim.start_task(call, "qmdestroy", str(vm.vmid), body)
 
@@ -1371,6 +1373,7 @@ def snapshot_rollback(sim: Sim, call: Call) -> str:
                 raise TaskFailed(f"VM is locked ({vm.lock})")
             snap = vm.snapshots[name]
             if vm.status == "running" and not snap.vmstate:
+                guestlink.stop_guest(vm.guest)
                 vm.status, vm.guest, vm.started_at = "stopped", None, None
             desc = vm.config.get("description")
             vm.config = dict(snap.conf)

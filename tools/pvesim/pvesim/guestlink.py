@@ -56,16 +56,46 @@ def split_knobs(knobs: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], dict[st
 
 
 def create_guest(sim: t.Any, vm: t.Any) -> t.Any:
-    """A fresh guest for a VM that just (re)started, booted from its cloud-init drive."""
+    """A fresh guest for a VM that just (re)started, booted from its cloud-init drive.
+
+    With a real-guest backend (``sim.guest_backend``, ``--guests real``) this boots a QEMU VM
+    (:class:`pvesim.realguest.RealGuest`) instead of creating a ``SimulatedGuest``.
+    """
     knobs = dict(sim.guest_knobs.get(vm.vmid, {})) if hasattr(sim, "guest_knobs") else {}
     faults, timing, _unknown = split_knobs(knobs)
     try:
         seed = cloudinit.drive_files(vm.config, vm.vmid, sim.state.node)
     except cloudinit.CloudinitError:
         seed = render(vm.config, vm.vmid, sim.state.node)
+    backend = getattr(sim, "guest_backend", None)
+    if backend is not None:
+        stop_guest(getattr(vm, "guest", None))  # a reboot replaces a running guest
+        real = backend.start(vm.vmid, vm.config, seed)
+        apply_knobs(real, knobs)
+        return real
     gfaults = guest.GuestFaults(**faults)
     gtiming = guest.GuestTiming(**timing) if timing else None
     return guest.SimulatedGuest(vm.vmid, vm.config, seed, sim.clock.now, timing=gtiming, faults=gfaults)
+
+
+def stop_guest(guest_obj: t.Any, graceful: bool = False) -> None:
+    """The VM stops (``graceful``: shutdown): a real guest's QEMU ends; a simulated one is just dropped."""
+    stop = getattr(guest_obj, "stop", None)
+    if stop is not None:
+        stop(graceful=graceful)
+
+
+def forget_vm(sim: t.Any, vmid: int) -> None:
+    """The VM was destroyed: a real-guest backend removes its disk."""
+    backend = getattr(sim, "guest_backend", None)
+    if backend is not None:
+        backend.destroy_vm(vmid)
+
+
+def admin_info(guest_obj: t.Any) -> dict[str, t.Any]:
+    """Extra fields for ``GET /_pvesim/vms/{vmid}`` (a real guest: accel, ssh_forward_port, qemu_pid ...)."""
+    info = getattr(guest_obj, "admin_info", None)
+    return dict(info()) if info is not None else {}
 
 
 def apply_knobs(guest_obj: t.Any, knobs: t.Mapping[str, t.Any]) -> None:
@@ -78,11 +108,15 @@ def apply_knobs(guest_obj: t.Any, knobs: t.Mapping[str, t.Any]) -> None:
 
 
 def get_osinfo(guest_obj: t.Any) -> dict[str, t.Any]:
+    if hasattr(guest_obj, "get_osinfo"):
+        return dict(guest_obj.get_osinfo())
     guest_obj.ping()
     return dict(OSINFO)
 
 
 def get_info(guest_obj: t.Any) -> dict[str, t.Any]:
+    if hasattr(guest_obj, "get_info"):
+        return dict(guest_obj.get_info())
     guest_obj.ping()
     cmds = ["guest-ping", "guest-exec", "guest-exec-status", "guest-file-read", "guest-network-get-interfaces", "guest-get-osinfo"]
     return {"version": "9.2.0", "supported_commands": [{"name": c, "enabled": True, "success-response": True} for c in cmds]}

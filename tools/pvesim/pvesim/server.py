@@ -314,6 +314,8 @@ class App:
             sim.state = new_state
         sim.tasks.clear()
         sim.guest_knobs.clear()
+        if getattr(sim, "guest_backend", None) is not None:
+            sim.guest_backend.reset()  # real guests: stop every QEMU, drop every VM disk
         sim.stop_event = threading.Event()
         self.faults.clear()
         self.log.clear()
@@ -366,11 +368,13 @@ class App:
                     return {"digest": vm.digest(), "config": dict(vm.config)}
                 if m.group(2) is None and method == "DELETE":
                     del st.vms[vmid]
+                    guestlink.stop_guest(vm.guest)
+                    guestlink.forget_vm(sim, vmid)
                     return None
                 if m.group(2) is None and method == "GET":
                     return {"vmid": vmid, "status": vm.status, "config": dict(vm.config), "pending": dict(vm.pending),
                             "pending_delete": list(vm.pending_delete), "snapshots": sorted(vm.snapshots), "digest": vm.digest(),
-                            "raw": vm.raw_config()}
+                            "raw": vm.raw_config(), **guestlink.admin_info(vm.guest)}
         m = re.fullmatch(r"/storage/([^/]+)", path)
         if m and method in ("PUT", "GET"):
             with st.lock:
@@ -508,10 +512,21 @@ class PvesimServer:
     """Start/stop wrapper used by ``__main__`` and tests."""
 
     def __init__(self, state_dir: str, port: int = 0, seed: str = "demo", speed: float = 1.0, schema_path: str | None = None,
-                 faults_file: str | None = None) -> None:
+                 faults_file: str | None = None, guests: str = "simulated", guest_image: str | None = None,
+                 guest_accel: str = "auto") -> None:
         self.state_dir = os.path.abspath(state_dir)
         os.makedirs(self.state_dir, exist_ok=True)
         self.app = App(Schema.load(schema_path), seed=seed, speed=speed)
+        self.guest_backend: t.Any = None
+        if guests == "real":
+            # real QEMU guests (pvesim.realguest, docs/real-guest.md); fails here when the image or QEMU is missing
+            from .realguest import RealGuestBackend  # pylint: disable=import-outside-toplevel
+            if not guest_image:
+                raise ValueError("--guests real needs --guest-image DIR (built by tools/guest-image/build.sh)")
+            self.guest_backend = RealGuestBackend(guest_image, self.state_dir, accel=guest_accel)
+        elif guests != "simulated":
+            raise ValueError(f"unknown guest backend {guests!r} (simulated or real)")
+        self.app.sim.guest_backend = self.guest_backend
         if faults_file:
             from .faults import load_fault_file  # pylint: disable=import-outside-toplevel
             for spec in load_fault_file(faults_file):
@@ -534,6 +549,8 @@ class PvesimServer:
             "template_vmid": 9000, "storage": "local-lvm", "bridge": "vmbr0", "tokens": tokens,
             "root_password": st.users["root@pam"].password, "admin_token": self.app.admin_token,
             "admin_url": f"https://127.0.0.1:{self.port}{ADMIN_PREFIX}", "pid": os.getpid(),
+            "guests": "real" if self.guest_backend is not None else "simulated",
+            **({"guest_accel": self.guest_backend.accel} if self.guest_backend is not None else {}),
         }
 
     def write_connection_file(self) -> str:
@@ -557,3 +574,5 @@ class PvesimServer:
         self.httpd.server_close()
         if self.thread is not None:
             self.thread.join(timeout=5)
+        if self.guest_backend is not None:
+            self.guest_backend.stop_all()
