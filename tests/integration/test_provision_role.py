@@ -93,3 +93,13 @@ def test_a_changed_plan_stops_with_plan_changed(pvesim: t.Any, tmp_path: Path) -
     assert result.returncode != 0
     assert "plan_changed" in result.stdout
     assert _mutations(pvesim) == []
+
+
+def test_long_tasks_show_progress_without_resending(pvesim: t.Any, tmp_path: Path) -> None:
+    operator = Operator(pvesim, tmp_path)
+    assert operator.run().returncode == 0
+    pvesim.set_speed(4)  # a full clone now takes about 2 s; the role checks back every second
+    applied = operator.run("-e", "@%s" % operator.confirm, "-e", "provision_wait_budget=1")
+    assert applied.returncode == 0, applied.stdout[-3000:]
+    assert re.search(r"clone still running", applied.stdout), applied.stdout[-3000:]
+    assert _mutations(pvesim).count("POST /nodes/pve-test/qemu/9000/clone") == 1
