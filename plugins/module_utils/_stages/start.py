@@ -23,6 +23,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Re
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest, common
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import dump_hashes, read_dumps
 
+
 class StartStage(StageLogic):
     kind = "start"
     task_type = "qmstart"
