@@ -401,6 +401,70 @@ def new_operation_document(operation_id: str, key_hash: str | None, target: t.Ma
     }
 
 
+ADOPTED_REQUEST = {"adopted": True}
+_ADOPTED_STATUSES = ("completed", "uncertain", "pending")
+
+
+def adopted_operation_document(operation_id: str, key_hash: str | None, target: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any],
+                               stage_kinds: list[str], observed: list[t.Mapping[str, t.Any]], now: str) -> dict[str, t.Any]:
+    """The document ``adopt_operation`` writes (and check mode previews): a fresh document whose stages carry what reads proved.
+
+    ``observed``: one ``{status, evidence, upid, failure}`` per stage, in order; ``status`` is
+    ``completed`` (evidence, optional ``upid``), ``uncertain`` (``failure`` {code, message}: the
+    stage resolves its outcome by reads on its next run, as after a lost reply) or ``pending``.
+    Adopted records carry ``request: {"adopted": true}``, one attempt and the adoption time as
+    ``dispatchedAt`` (and ``completedAt``). The operation is ``uncertain`` when a stage is,
+    ``completed`` when every stage is, else ``open``. The result passes ``validate_document``
+    (stage order included) or ``internal_error`` is raised.
+    """
+    document = new_operation_document(operation_id, key_hash, target, snapshots, stage_kinds, now)
+    if not isinstance(observed, (list, tuple)) or len(observed) != len(stage_kinds):
+        raise InputError("observed must hold one entry per stage.", path="observed", details={"rule": "length"})
+    for record, seen in zip(document["stages"], observed):
+        status = seen.get("status") if isinstance(seen, t.Mapping) else None
+        if status not in _ADOPTED_STATUSES:
+            raise InputError("An adopted stage is completed, uncertain or pending.", path="observed", details={"rule": "enum"})
+        if status == "pending":
+            continue
+        upid = seen.get("upid")
+        if upid is not None and (not isinstance(upid, str) or not _UPID.match(upid)):
+            raise InputError("The UPID is not well-formed.", path="upid", details={"rule": "upid_format"})
+        record.update(status=status, submissionStarted=True, attempts=1, dispatchedAt=now, request=dict(ADOPTED_REQUEST),
+                      upid=upid if status == "completed" else None,
+                      evidence=redact(_mapping_arg(seen.get("evidence") or {}, "evidence")))
+        if status == "completed":
+            record["completedAt"] = now
+        else:
+            failure = seen.get("failure") or {}
+            record["failure"] = {"code": _failure_code(failure.get("code")), "message": _failure_message(failure.get("message"))}
+            if document["status"] != "uncertain":
+                document.update(status="uncertain", failure=dict(record["failure"], stage=record["kind"]))
+    if all(item["status"] == "completed" for item in document["stages"]):
+        document["status"] = "completed"
+    try:
+        validate_document(document, operation_id)
+    except Exception:  # pylint: disable=broad-exception-caught
+        raise JournalError("Refusing to build an invalid operation document.", code="internal_error") from None
+    return document
+
+
+def _operation_inputs(idempotency_key: str | None, provider_scope_id: str, definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any],
+                      plan: t.Mapping[str, t.Any], confirmation: t.Mapping[str, t.Any], target_node: str, target_vmid: int,
+                      stage_kinds: list[str]) -> tuple[str | None, dict[str, t.Any], list[str], dict[str, t.Any]]:
+    """Checked arguments of a new operation: ``(key_hash, target, stage_kinds, snapshots)``."""
+    key_hash = hash_idempotency_key(_check_key(idempotency_key)) if idempotency_key is not None else None
+    scope = _check_scope(provider_scope_id)
+    node = _check_node(target_node)
+    vmid = _check_vmid(target_vmid)
+    kinds = _check_stage_kinds(stage_kinds)
+    snapshots = {name: _mapping_arg(value, name) for name, value in
+                 (("definition", definition), ("mapping", mapping), ("plan", plan), ("confirmation", confirmation))}
+    for name in ("definitionHash", "planHash"):
+        if not isinstance(snapshots["plan"].get(name), str) or not _HEX64.match(snapshots["plan"][name]):
+            raise InputError("The plan must carry definitionHash and planHash.", path="plan." + name, details={"rule": "sha256_hex"})
+    return key_hash, {"scope": scope, "node": node, "vmid": vmid}, kinds, snapshots
+
+
 def stage(document: t.Mapping[str, t.Any], kind: str) -> dict[str, t.Any]:
     """The stage of ``kind`` in ``document`` (the same dict object); ``not_found`` if there is none."""
     for item in document["stages"]:
@@ -599,51 +663,104 @@ class JournalStore:
         with ``created=False``; different inputs raise ``idempotency_key_conflict``. A target
         held by another unreleased operation raises ``conflicting_operation`` (its id in details).
         """
-        key_hash = hash_idempotency_key(_check_key(idempotency_key)) if idempotency_key is not None else None
-        scope = _check_scope(provider_scope_id)
-        node = _check_node(target_node)
-        vmid = _check_vmid(target_vmid)
-        kinds = _check_stage_kinds(stage_kinds)
-        snapshots = {name: _mapping_arg(value, name) for name, value in
-                     (("definition", definition), ("mapping", mapping), ("plan", plan), ("confirmation", confirmation))}
-        for name in ("definitionHash", "planHash"):
-            if not isinstance(snapshots["plan"].get(name), str) or not _HEX64.match(snapshots["plan"][name]):
-                raise InputError("The plan must carry definitionHash and planHash.", path="plan." + name, details={"rule": "sha256_hex"})
-        target = {"scope": scope, "node": node, "vmid": vmid}
-        target_path = self._target_path(scope, vmid)
+        key_hash, target, kinds, snapshots = _operation_inputs(idempotency_key, provider_scope_id, definition, mapping, plan,
+                                                               confirmation, target_node, target_vmid, stage_kinds)
+        target_path = self._target_path(target["scope"], target["vmid"])
 
         with self._journal_lock():
             if key_hash is not None:
-                existing_id = self._read_claim(self._key_path(key_hash))
-                if existing_id is not None:
-                    existing = self._load_or_none(existing_id)
-                    if existing is not None:
-                        if not _same_inputs(existing, snapshots, target, kinds):
-                            raise JournalError(code="idempotency_key_conflict", path="idempotency_key",
-                                               details={"operationId": existing_id})
-                        self._complete_target_claim(existing, target_path)
-                        return existing, False
-                    remove_file_durable(self._key_path(key_hash))  # stale: its operation file is gone
-            holder = self._read_claim(target_path)
-            if holder is not None:
-                held_by = self._load_or_none(holder)
-                if held_by is not None and held_by["release"] is None:
-                    raise JournalError(code="conflicting_operation", details={"operationId": holder})
-                remove_file_durable(target_path)  # stale: released, or its operation file is gone
-            now = utc_now()
+                existing = self._key_holder(key_hash)
+                if existing is not None:
+                    if not _same_inputs(existing, snapshots, target, kinds):
+                        raise JournalError(code="idempotency_key_conflict", path="idempotency_key",
+                                           details={"operationId": existing["operationId"]})
+                    self._complete_target_claim(existing, target_path)
+                    return existing, False
+            self._free_target(target_path)
             operation_id = new_operation_id()
             while os.path.lexists(self.operation_path(operation_id)):  # pragma: no cover - 128 random bits
                 operation_id = new_operation_id()
-            document = new_operation_document(operation_id, key_hash, target, snapshots, kinds, now)
-            # Order: operation file, key claim, target claim. A crash in between leaves either an
-            # operation nobody refers to (nothing was dispatched), or a key claim whose retry
-            # completes the target claim (``_complete_target_claim``).
-            self._write(document, "operation", "open")
-            if key_hash is not None and not self._claim(self._key_path(key_hash), operation_id):  # pragma: no cover - under lock
-                raise _conflict(operation_id, "key_claim_exists")
-            if not self._claim(target_path, operation_id):  # pragma: no cover - checked under the lock
-                raise _conflict(operation_id, "target_claim_exists")
+            document = new_operation_document(operation_id, key_hash, target, snapshots, kinds, utc_now())
+            self._write_new(document, key_hash, target_path, "open")
             return document, True
+
+    def adopt_operation(
+        self,
+        *,
+        operation_id: str,
+        idempotency_key: str | None,
+        provider_scope_id: str,
+        definition: t.Mapping[str, t.Any],
+        mapping: t.Mapping[str, t.Any],
+        plan: t.Mapping[str, t.Any],
+        confirmation: t.Mapping[str, t.Any],
+        target_node: str,
+        target_vmid: int,
+        stage_kinds: list[str],
+        observed: list[t.Mapping[str, t.Any]],
+    ) -> tuple[dict[str, t.Any], bool]:
+        """Record an operation whose journal was lost, rebuilt from reads of Proxmox; return ``(document, adopted)``.
+
+        ``operation_id`` is the id the VM's description names; ``observed`` has one entry per stage
+        (``adopted_operation_document``). Same locks, claims and validation as ``create_operation``:
+        under the journal lock, an operation file that already exists is returned unchanged
+        (``adopted=False``, never overwritten; like an idempotent creation replay, a target claim
+        that a crash cut short is completed when the target is the same); a key held by another operation raises
+        ``idempotency_key_conflict``, a target held by another unreleased operation
+        ``conflicting_operation``. Then the operation file, the key claim and the target claim are
+        written in that order (crash points ``journal:*:operation:adopted``).
+        """
+        validate_operation_id(operation_id)
+        key_hash, target, kinds, snapshots = _operation_inputs(idempotency_key, provider_scope_id, definition, mapping, plan,
+                                                               confirmation, target_node, target_vmid, stage_kinds)
+        target_path = self._target_path(target["scope"], target["vmid"])
+        with self._journal_lock():
+            existing = self._load_or_none(operation_id)
+            if existing is not None:
+                if existing["target"] == target:
+                    self._complete_target_claim(existing, target_path)
+                return existing, False
+            if key_hash is not None:
+                holder = self._key_holder(key_hash)
+                if holder is not None:
+                    raise JournalError(code="idempotency_key_conflict", path="idempotency_key",
+                                       details={"operationId": holder["operationId"]})
+            self._free_target(target_path)
+            document = adopted_operation_document(operation_id, key_hash, target, snapshots, kinds, observed, utc_now())
+            self._write_new(document, key_hash, target_path, "adopted")
+            return document, True
+
+    def _key_holder(self, key_hash: str) -> dict[str, t.Any] | None:
+        """The operation an idempotency key is bound to; a claim whose operation file is gone is stale and removed."""
+        holder = self._read_claim(self._key_path(key_hash))
+        if holder is None:
+            return None
+        existing = self._load_or_none(holder)
+        if existing is None:
+            remove_file_durable(self._key_path(key_hash))  # stale: its operation file is gone
+        return existing
+
+    def _free_target(self, target_path: str) -> None:
+        """``conflicting_operation`` when another unreleased operation holds the target; a stale claim is removed."""
+        holder = self._read_claim(target_path)
+        if holder is not None:
+            held_by = self._load_or_none(holder)
+            if held_by is not None and held_by["release"] is None:
+                raise JournalError(code="conflicting_operation", details={"operationId": holder})
+            remove_file_durable(target_path)  # stale: released, or its operation file is gone
+
+    def _write_new(self, document: dict[str, t.Any], key_hash: str | None, target_path: str, hook_status: str) -> None:
+        """Write a new operation file, then its key claim, then its target claim (under the journal lock).
+
+        A crash in between leaves either an operation nobody refers to (nothing was dispatched), or
+        a key claim whose retry completes the target claim (``_complete_target_claim``).
+        """
+        operation_id = document["operationId"]
+        self._write(document, "operation", hook_status)
+        if key_hash is not None and not self._claim(self._key_path(key_hash), operation_id):  # pragma: no cover - under lock
+            raise _conflict(operation_id, "key_claim_exists")
+        if not self._claim(target_path, operation_id):  # pragma: no cover - checked under the lock
+            raise _conflict(operation_id, "target_claim_exists")
 
     def _complete_target_claim(self, document: dict[str, t.Any], target_path: str) -> None:
         """Idempotent replay: make sure the operation still holds its target (a crash may have cut creation short)."""

@@ -86,6 +86,30 @@ def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any]) -> dict[st
     return dict(given)
 
 
+def gate_and_confirm(planned: t.Any, provider_scope_id: str, confirmation: t.Any, environ: t.Mapping[str, str],
+                     provisioning_option: bool | None = None) -> dict[str, t.Any]:
+    """The gates, the attestation and the operator's confirmation of exactly this plan; returns the confirmation.
+
+    Shared by creating an operation and adopting one (``_adopt``): both record an operation that stages
+    then act on, so both need the same gates and the same confirmation.
+    """
+    provisioning = read_gate(environ, PROVISIONING_GATE, provisioning_option)
+    snapshots = read_gate(environ, SNAPSHOTS_GATE)
+    if not provisioning:
+        raise VmanywareError(code="provisioning_disabled")
+    plan = planned.plan
+    if plan["snapshotAfterProvisioning"] and not snapshots:
+        raise VmanywareError(code="snapshot_disabled")
+    if "imageDefaultUser" not in planned.mapping:
+        raise VmanywareError(code="attestation_required")
+    return check_confirmation(confirmation, expected_confirmation(plan, provider_scope_id))
+
+
+def default_idempotency_key(plan: t.Mapping[str, t.Any], provider_scope_id: str) -> str:
+    """``<planHash>@<providerScopeId>``: the idempotency key when none is given."""
+    return "%s@%s" % (plan["planHash"], provider_scope_id)
+
+
 def create_operation(
     store: JournalStore,
     *,
@@ -98,18 +122,9 @@ def create_operation(
     check_mode: bool = False,
 ) -> dict[str, t.Any]:
     """Gate, confirm and record an operation; return the module result (no provider request)."""
-    provisioning = read_gate(environ, PROVISIONING_GATE, provisioning_option)
-    snapshots = read_gate(environ, SNAPSHOTS_GATE)
-    if not provisioning:
-        raise VmanywareError(code="provisioning_disabled")
+    confirmed = gate_and_confirm(planned, provider_scope_id, confirmation, environ, provisioning_option)
     plan = planned.plan
-    if plan["snapshotAfterProvisioning"] and not snapshots:
-        raise VmanywareError(code="snapshot_disabled")
-    if "imageDefaultUser" not in planned.mapping:
-        raise VmanywareError(code="attestation_required")
-    expected = expected_confirmation(plan, provider_scope_id)
-    confirmed = check_confirmation(confirmation, expected)
-    key = idempotency_key if idempotency_key else "%s@%s" % (plan["planHash"], provider_scope_id)
+    key = idempotency_key if idempotency_key else default_idempotency_key(plan, provider_scope_id)
     stage_kinds = [step["kind"] for step in plan["steps"]]
     target = plan["target"]
     if check_mode:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: vmanyware_operation
-short_description: Create a confirmed provisioning operation in the local journal
+short_description: Create a confirmed provisioning operation in the local journal, or adopt one whose journal was lost
 version_added: 0.1.0
 description:
   - Recomputes the plan from the same inputs as M(vmanyware.proxmox.vmanyware_plan), checks the gates and the operator's
     confirmation of exactly this plan, and records a new operation in the local journal. The stage modules
     (M(vmanyware.proxmox.vmanyware_clone), M(vmanyware.proxmox.vmanyware_resources), M(vmanyware.proxmox.vmanyware_disk), ...) then
     act only on that operation's recorded snapshots.
-  - Sends no API request. To bind the operation to the provider, it opens one TLS connection to O(api_host), verifies the
+  - With O(state=present) it sends no API request. To bind the operation to the provider, it opens one TLS connection to O(api_host), verifies the
     certificate exactly as every API request would (O(api_fingerprint) pin, O(ca_path) or the system CAs), reads the certificate
     and closes the connection without sending any HTTP byte; with O(api_fingerprint) it does not connect at all.
   - Without a complete, matching O(confirmation) it fails with C(confirmation_required) (or C(plan_changed) when the confirmation
@@ -24,6 +24,12 @@ description:
   - A target (provider and VMID) is held by at most one operation (C(conflicting_operation)); re-running with the same
     idempotency key and the same confirmation returns the existing operation with C(changed=false).
   - Gates, the confirmation block and idempotency are described in C(docs/operations.md) in the collection.
+  - With O(state=adopt) it rebuilds the journal entry of an operation whose journal was lost (for example an AWX job in a fresh
+    container), from GET requests only. It reads the target VM's binding description (operation id and both hashes, which must equal the
+    recomputed plan's, else C(plan_changed)), its configuration, power state, pending changes and Cloud-Init dumps, its snapshot
+    list and the node's task list. Each stage is recorded as completed (with the evidence the stage would record), pending, or
+    uncertain (resolved by reads on the stage's next run). Nothing but GET requests is ever sent. See "Recovering a lost journal"
+    in C(docs/operations.md).
 author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
@@ -32,6 +38,15 @@ extends_documentation_fragment:
   - vmanyware.proxmox.stage.journal
   - vmanyware.proxmox.attributes
 options:
+  state:
+    description:
+      - V(present) creates the operation (no API request).
+      - V(adopt) recovers an operation whose journal was lost from reads of Proxmox. It needs the same inputs, gates and
+        confirmation as V(present). A target VM without a binding description fails with C(not_found); an operation that is
+        still in the journal is returned unchanged (RV(adopted=false), C(changed=false)); a locked VM fails with C(locked).
+    type: str
+    choices: [present, adopt]
+    default: present
   confirmation:
     description:
       - The confirmation of the plan, exactly as returned in RV(error_details.expected_confirmation) after review, with C(confirmed=true).
@@ -54,12 +69,16 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Checks gates, confirmation and journal claims and returns the operation it would create; writes nothing.
+    details:
+      - Checks gates, confirmation and journal claims and returns the operation it would create; writes nothing.
+      - With O(state=adopt) it makes the same reads and returns the operation it would record; writes nothing.
   diff_mode:
     support: none
   idempotent:
     support: full
-    details: The same inputs (and idempotency key) return the existing operation with C(changed=false).
+    details:
+      - The same inputs (and idempotency key) return the existing operation with C(changed=false).
+      - With O(state=adopt), an operation already in the journal is returned unchanged with C(changed=false).
 requirements:
   - PyYAML
   - requests
@@ -84,28 +103,62 @@ EXAMPLES = r"""
     target_vmid: 201
     confirmation: "{{ reviewed_confirmation }}"
   register: operation
+
+- name: Recover the operation after the journal was lost (GET requests only)
+  vmanyware.proxmox.vmanyware_operation:
+    state: adopt
+    catalog_path: files/catalog.yml
+    definition_path: files/kernel-lab.yml
+    target_vmid: 201
+    confirmation: "{{ reviewed_confirmation }}"
+  register: recovered
 """
 
 RETURN = r"""
 operation_id:
-  description: The id of the operation (V(null) in check mode when it would be created).
+  description:
+    - The id of the operation (V(null) in check mode when it would be created).
+    - With O(state=adopt), the id the VM's binding description names (also in check mode).
   returned: success
   type: str
   sample: op-jhk7jbe4mkjzshug4nkssf4kf4
 created:
-  description: Whether this run created the operation.
+  description: Whether this run created the operation (always V(false) with O(state=adopt)).
   returned: success
   type: bool
+adopted:
+  description: Whether this run recorded (or, in check mode, would record) the operation from reads of Proxmox.
+  returned: success, with O(state=adopt)
+  type: bool
+adoption:
+  description: Per stage, what the reads proved (V(completed), V(pending) or V(uncertain)) and why. Empty when nothing was adopted.
+  returned: success, with O(state=adopt)
+  type: list
+  elements: dict
+  contains:
+    kind:
+      description: The stage kind.
+      type: str
+    status:
+      description: The status recorded for the stage.
+      type: str
+    reason:
+      description: Fixed text naming what the reads showed.
+      type: str
+observed:
+  description: What the reads showed about the VM (C(powerState), C(pendingKeys), C(qmstartTasks)).
+  returned: with O(state=adopt), when the operation was (or would be) adopted
+  type: dict
 operation:
   description: The public view of the operation (see M(vmanyware.proxmox.vmanyware_operation_info)).
   returned: success
   type: dict
 preview_document:
   description:
-    - Check mode only, when the operation would be created. The complete operation document an apply run would record
+    - Check mode only, when the operation would be created or adopted. The complete operation document an apply run would record
       (never written). Pass it to the stage modules as O(vmanyware.proxmox.vmanyware_clone#module:preview_operation) to
       preview every stage in check mode.
-  returned: check mode, when the operation does not exist yet
+  returned: check mode, when the operation does not exist in the journal yet
   type: dict
 ansible_facts:
   description: Facts set by the module.
@@ -120,7 +173,7 @@ error_code:
   description:
     - On failure, the fixed error code, for example V(confirmation_required), V(plan_changed), V(provisioning_disabled),
       V(snapshot_disabled), V(attestation_required), V(conflicting_operation), V(idempotency_key_conflict), V(configuration_error),
-      V(tls_verification_failed), V(transport_lost).
+      V(tls_verification_failed), V(transport_lost); with O(state=adopt) also V(not_found) and V(locked).
   returned: failure
   type: str
 error_details:
@@ -143,8 +196,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._adopt import adopt_operation
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import HAS_REQUESTS, certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import HAS_REQUESTS, ProxmoxClient, certificate_fingerprint, provider_scope_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import HAS_YAML
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
@@ -161,6 +215,7 @@ def main() -> None:
     spec["confirmation"] = {"type": "dict"}
     spec["idempotency_key"] = {"type": "str", "no_log": False}
     spec["provisioning_enabled"] = {"type": "bool"}
+    spec["state"] = {"type": "str", "choices": ["present", "adopt"], "default": "present"}
     module = AnsibleModule(supports_check_mode=True, **kwargs)
     for present, name in ((HAS_YAML, "PyYAML"), (HAS_REQUESTS, "requests")):
         if not present:
@@ -177,9 +232,15 @@ def main() -> None:
                              definition_path=params["definition_path"], target_vmid=params["target_vmid"])
         settings = connection_settings(params)
         scope = provider_scope_id(settings, certificate_fingerprint(settings))
-        result = create_operation(store, planned=planned, provider_scope_id=scope, confirmation=params["confirmation"],
-                                  idempotency_key=params["idempotency_key"], environ=os.environ,
-                                  provisioning_option=params["provisioning_enabled"], check_mode=module.check_mode)
+        if params["state"] == "adopt":
+            with ProxmoxClient(settings) as client:
+                result = adopt_operation(store, client, planned=planned, provider_scope_id=scope, confirmation=params["confirmation"],
+                                         idempotency_key=params["idempotency_key"], environ=os.environ,
+                                         provisioning_option=params["provisioning_enabled"], check_mode=module.check_mode)
+        else:
+            result = create_operation(store, planned=planned, provider_scope_id=scope, confirmation=params["confirmation"],
+                                      idempotency_key=params["idempotency_key"], environ=os.environ,
+                                      provisioning_option=params["provisioning_enabled"], check_mode=module.check_mode)
         result["ansible_facts"] = {"vmanyware_operation": result["operation"]}
         return result
 

@@ -42,9 +42,10 @@ def store(tmp_path: t.Any) -> JournalStore:
     return JournalStore(str(tmp_path / "journal"))
 
 
-def create(store: JournalStore, plan: t.Any = None, confirmation: t.Any = "expected", environ: t.Mapping[str, str] = ON,
+def create(store: JournalStore, plan: t.Any = None, confirmation: t.Any = "expected", environ: t.Mapping[str, str] | None = None,
            key: str | None = None, **kwargs: t.Any) -> dict[str, t.Any]:
     plan = plan or planned()
+    environ = ON if environ is None else environ
     if confirmation == "expected":
         confirmation = expected_confirmation(plan.plan, SCOPE)
     return create_operation(store, planned=plan, provider_scope_id=SCOPE, confirmation=confirmation, idempotency_key=key, environ=environ,
