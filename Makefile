@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 
-.PHONY: setup demo test pytest lint docs docs-check sanity collection-link clean
+.PHONY: setup demo test pytest lint docs docs-check sanity acceptance collection-link clean
 
 setup: $(STAMP) collection-link
 
@@ -26,7 +26,7 @@ collection-link:
 demo: setup
 	VENV=$(VENV) tools/dev/demo.sh
 
-test: setup pytest lint docs-check sanity
+test: setup pytest lint docs-check sanity acceptance
 
 pytest: setup
 	$(BIN)/python -m pytest -q
@@ -43,6 +43,11 @@ docs-check: setup
 
 sanity: setup
 	VENV=$(VENV) tools/dev/sanity.sh
+
+# The provision playbook end to end on a real QEMU guest (pvesim --guests real); installs QEMU and
+# mmdebstrap with apt when missing and builds (or reuses) the cached Debian guest image.
+acceptance: setup
+	VENV=$(VENV) tools/dev/acceptance.sh
 
 clean:
 	rm -rf build .pytest_cache

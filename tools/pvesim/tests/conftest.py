@@ -60,11 +60,6 @@ class Api:
         return self.wait(upid)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # opt-in tests of the real-guest backend (test_realguest.py); pytest.ini runs with --strict-markers
-    config.addinivalue_line("markers", "realguest: boots real QEMU guests (opt-in: -m realguest or PVESIM_REALGUEST=1)")
-
-
 @pytest.fixture()
 def api(pvesim: PvesimAdmin) -> Api:  # noqa: F811  pylint: disable=redefined-outer-name
     return Api(pvesim.connection)
