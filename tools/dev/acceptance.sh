@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Acceptance (issue 10, docs/real-guest.md "Acceptance: the provision playbook on a real guest"):
-# the provision playbook end to end against pvesim --guests real, i.e. a real QEMU guest with real
+# the real-guest backend tests, and the provision playbook end to end against pvesim --guests real, i.e. a real QEMU guest with real
 # cloud-init, qemu-guest-agent and sshd; then SSH with strict host key checking. Builds or reuses the
 # guest image and installs QEMU and the image tools with apt when missing (needs root for both).
 # Skips (exit 0, reason printed) only where QEMU cannot run at all. Extra arguments go to pytest.
@@ -9,4 +9,4 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 venv=${VENV:-$repo/.venv}
 cd "$repo"
-exec "$venv/bin/python" -m pytest -m realguest tests/acceptance/test_real_guest.py -s -q -p no:cacheprovider "$@"
+exec "$venv/bin/python" -m pytest -m realguest tests/acceptance/test_real_guest.py tools/pvesim/tests/test_realguest.py -s -q -p no:cacheprovider "$@"
