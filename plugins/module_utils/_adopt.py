@@ -46,7 +46,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import default_idempotency_key, gate_and_confirm, public_view
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import disk_volume, net_macaddr, pending_keys, read_pending, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import bind_scope
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import attested, mismatches
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import binding_description, find_tasks, read_config_or_none
@@ -311,7 +310,12 @@ def adopt_operation(
     target = {"scope": provider_scope_id, "node": plan["target"]["node"], "vmid": plan["target"]["vmid"]}
     snapshots = {"definition": dict(planned.definition), "mapping": dict(planned.mapping), "plan": dict(plan), "confirmation": confirmed}
     reader = ReadOnlyClient(client)
-    bind_scope(reader, {"providerScopeId": provider_scope_id})
+    # One cheap GET makes the client observe the certificate the scope id includes: the reads that
+    # decide the stages must come from the provider the operator confirmed.
+    reader.get("/version")
+    if reader.provider_scope_id != provider_scope_id:
+        raise VmanywareError("The configured Proxmox provider is not the one this operation was confirmed for.",
+                             code="plan_changed", details={"fields": ["providerScopeId"]})
 
     now = utc_now()
     # A scratch document (never written) gives the stage helpers their context; its id is set from the binding.

@@ -16,7 +16,7 @@ import os
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, resolve_journal_dir, validate_document
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
@@ -79,13 +79,13 @@ def _store_and_operation(params: t.Mapping[str, t.Any], check_mode: bool) -> tup
                      details={"rule": "required"})
 
 
-def bind_scope(client: t.Any, operation: t.Mapping[str, t.Any]) -> None:
+def bind_scope(settings: t.Any, operation: t.Mapping[str, t.Any]) -> None:
     """Refuse to act unless the configured provider is the one the operation was confirmed for.
 
-    One cheap GET makes the client observe the server certificate that the scope id includes.
+    The scope id includes the server certificate: with a pin it is known without connecting;
+    otherwise one verified TLS handshake reads it (no HTTP request, no credential sent).
     """
-    client.get("/version")
-    if client.provider_scope_id != operation["providerScopeId"]:
+    if provider_scope_id(settings, certificate_fingerprint(settings)) != operation["providerScopeId"]:
         raise VmanywareError("The configured Proxmox provider is not the one this operation was confirmed for.",
                              code="plan_changed", details={"fields": ["providerScopeId"]})
 
@@ -97,9 +97,10 @@ def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: b
     operation = store.load(operation_id)
     settings = StageSettings(check_mode=check_mode, diff=diff, wait_budget=params.get("wait_budget"),
                              timeout=params.get("timeout"), lock_wait=params.get("lock_wait") or 0.0)
-    client = client_factory(connection_settings(params))
+    connection = connection_settings(params)
+    bind_scope(connection, operation)
+    client = client_factory(connection)
     try:
-        bind_scope(client, operation)
         result = StageRunner(store, client, logic, settings).run(operation_id)
     finally:
         client.close()

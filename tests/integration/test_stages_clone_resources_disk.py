@@ -133,7 +133,7 @@ def test_happy_path(pvesim: t.Any, tmp_path: Path, disk_gib: int) -> None:
     for logic in logics:
         again = env.run(logic)
         assert again["changed"] is False and again["done"] is True
-    assert {e["method"] for e in pvesim.requests()} == {"GET"}
+    assert {e["method"] for e in pvesim.requests()} <= {"GET"}  # completed stages answer from the journal
 
 
 def test_check_and_diff_mode_of_resources(env: Env) -> None:
