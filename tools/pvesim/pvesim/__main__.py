@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """``python -m pvesim serve --port PORT --state-dir DIR [--seed demo] [--speed F] [--schema P] [--faults F]
-[--guests simulated|real [--guest-image DIR] [--guest-accel auto|kvm|tcg]]``."""
+[--timings FILE] [--guests simulated|real [--guest-image DIR] [--guest-accel auto|kvm|tcg]]``."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     serve.add_argument("--speed", type=float, default=1.0, help="simulated clock speed factor (task durations are divided by it)")
     serve.add_argument("--schema", default=None, help="API schema JSON (default: the bundled pve-9.1.3 schema)")
     serve.add_argument("--faults", default=None, help="JSON/YAML file with fault rules to install at start")
+    serve.add_argument("--timings", default=None,
+                       help="JSON/YAML time model: {tasks: {qmclone_full: 20, ...}, guest: {agent_up_after: 8, ...}} (simulated seconds)")
     serve.add_argument("--guests", choices=("simulated", "real"), default="simulated",
                        help="guest backend: simulated (default) or real QEMU VMs (docs/real-guest.md)")
     serve.add_argument("--guest-image", default=None, help="with --guests real: image directory from tools/guest-image/build.sh")
@@ -40,13 +42,14 @@ def main(argv: t.Sequence[str] | None = None) -> int:
             parser.error("--guests real needs --guest-image DIR (build it with tools/guest-image/build.sh)")
         try:
             server = PvesimServer(args.state_dir, port=args.port, seed=args.seed, speed=args.speed, schema_path=args.schema,
-                                  faults_file=args.faults, guests="real", guest_image=args.guest_image, guest_accel=args.guest_accel)
+                                  faults_file=args.faults, guests="real", guest_image=args.guest_image, guest_accel=args.guest_accel,
+                                  timings_file=args.timings)
         except GuestImageError as exc:
             sys.stderr.write(f"pvesim: cannot use real guests: {exc}\n")
             return 2
     else:
         server = PvesimServer(args.state_dir, port=args.port, seed=args.seed, speed=args.speed, schema_path=args.schema,
-                              faults_file=args.faults)
+                              faults_file=args.faults, timings_file=args.timings)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: t.Any) -> None:

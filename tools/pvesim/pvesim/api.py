@@ -124,6 +124,10 @@ class Sim:
         self.tasks = TaskManager(state.node, clock)
         self.stop_event = threading.Event()
         self.guest_knobs: dict[int, dict[str, t.Any]] = {}
+        # the time model (``--timings FILE`` / ``PUT /_pvesim/timings``): task durations and the
+        # default GuestTiming of every new guest (per-VM guest knobs still override it)
+        self.durations: dict[str, float] = dict(DURATIONS)
+        self.guest_timing: dict[str, float] = {}
 
     # helpers ------------------------------------------------------------------------------
     def check_node(self, call: Call) -> None:
@@ -154,7 +158,7 @@ class Sim:
                 raise perm_error(f"{path}, {p}")
 
     def sleep(self, key: str, factor: float = 1.0) -> None:
-        self.clock.sleep(DURATIONS.get(key, 1.0) * factor, self.stop_event)
+        self.clock.sleep(self.durations.get(key, 1.0) * factor, self.stop_event)
 
     def start_task(self, call: Call, ttype: str, tid: str, body: t.Callable[[Task], None],
                    on_finish: t.Callable[[Task], None] | None = None) -> str:

@@ -61,7 +61,7 @@ def create_guest(sim: t.Any, vm: t.Any) -> t.Any:
     With a real-guest backend (``sim.guest_backend``, ``--guests real``) this boots a QEMU VM
     (:class:`pvesim.realguest.RealGuest`) instead of creating a ``SimulatedGuest``.
     """
-    knobs = dict(sim.guest_knobs.get(vm.vmid, {})) if hasattr(sim, "guest_knobs") else {}
+    knobs = {**getattr(sim, "guest_timing", {}), **(sim.guest_knobs.get(vm.vmid, {}) if hasattr(sim, "guest_knobs") else {})}
     faults, timing, _unknown = split_knobs(knobs)
     try:
         seed = cloudinit.drive_files(vm.config, vm.vmid, sim.state.node)

@@ -13,6 +13,7 @@ handshake runs in the per-connection thread, never in the accept loop.
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import json
 import os
@@ -25,7 +26,7 @@ import time
 import typing as t
 import urllib.parse
 
-from . import api, guestlink
+from . import api, guest, guestlink
 from .api import ApiError, Call, Sim
 from .certs import make_certs
 from .clock import Clock
@@ -91,6 +92,55 @@ def error_reply(err: ApiError) -> Reply:
     return Reply(err.status, body, reason=err.message.split("\n", 1)[0])
 
 
+def apply_timings(sim: Sim, data: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """Change the time model: ``{"tasks": {type: sim. seconds}, "guest": {GuestTiming field: sim. seconds}}``.
+
+    Task keys are those of ``api.DURATIONS`` (``qmclone_full``, ``qmconfig``, ``resize``, ``qmstart``,
+    ``qmsnapshot`` ...); guest keys the fields of ``pvesim.guest.GuestTiming``. Values are simulated
+    seconds (>= 0), divided by the clock speed like every other duration. Guest timing applies to
+    guests started afterwards (per-VM knobs of ``PUT /_pvesim/vms/{vmid}/guest`` still win).
+    Everything is validated before anything changes (``ValueError`` otherwise).
+    """
+    unknown_top = sorted(set(data) - {"tasks", "guest"})
+    if unknown_top:
+        raise ValueError(f"unknown timing sections: {', '.join(unknown_top)} (tasks, guest)")
+    tasks = dict(data.get("tasks") or {})
+    guest_part = dict(data.get("guest") or {})
+    bad = sorted(k for k in tasks if k not in api.DURATIONS)
+    if bad:
+        raise ValueError(f"unknown task durations: {', '.join(bad)} (known: {', '.join(sorted(api.DURATIONS))})")
+    _faults, _timing, unknown = guestlink.split_knobs(guest_part)
+    if unknown or _faults:
+        raise ValueError(f"unknown guest timings: {', '.join(sorted(unknown + list(_faults)))}")
+    values = {**{f"tasks.{k}": v for k, v in tasks.items()}, **{f"guest.{k}": v for k, v in guest_part.items()}}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{key} must be a number >= 0")
+    sim.durations.update({k: float(v) for k, v in tasks.items()})
+    sim.guest_timing.update({k: float(v) for k, v in guest_part.items()})
+    return timings_dict(sim)
+
+
+def timings_dict(sim: Sim) -> dict[str, t.Any]:
+    """The effective time model (guest: GuestTiming defaults with the overrides applied)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(guest.GuestTiming)}
+    return {"tasks": dict(sim.durations), "guest": {**defaults, **sim.guest_timing}}
+
+
+def load_timings_file(path: str) -> dict[str, t.Any]:
+    """Read a time model from a JSON or YAML file (``{"tasks": {...}, "guest": {...}}``)."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    if path.endswith((".yml", ".yaml")):
+        import yaml  # pylint: disable=import-outside-toplevel
+        data = yaml.safe_load(text)
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("timings file must hold a mapping with 'tasks' and/or 'guest'")
+    return data
+
+
 class App:
     """The simulator application (independent of the socket layer)."""
 
@@ -102,6 +152,8 @@ class App:
         self.log = RequestLog()
         self.admin_token = admin_token or secrets.token_hex(24)
         self.auth_delay = 3.0  # PVE delays every 401 by 3 s (scaled by the clock speed)
+        self.start_durations: dict[str, float] = dict(self.sim.durations)
+        self.start_guest_timing: dict[str, float] = dict(self.sim.guest_timing)
 
     # ---------------------------------------------------------------------------------------
     def handle(self, method: str, raw_path: str, headers: t.Mapping[str, str], body: bytes) -> Reply:
@@ -314,6 +366,9 @@ class App:
             sim.state = new_state
         sim.tasks.clear()
         sim.guest_knobs.clear()
+        # back to the time model given at start (--timings), so run-time changes do not leak
+        sim.durations = dict(self.start_durations)
+        sim.guest_timing = dict(self.start_guest_timing)
         if getattr(sim, "guest_backend", None) is not None:
             sim.guest_backend.reset()  # real guests: stop every QEMU, drop every VM disk
         sim.stop_event = threading.Event()
@@ -345,6 +400,13 @@ class App:
             return {"speed": self.clock.speed}
         if (method, path) == ("GET", "/clock"):
             return {"speed": self.clock.speed, "now": self.clock.now()}
+        if path == "/timings":
+            if method == "GET":
+                return timings_dict(sim)
+            if method == "PUT":
+                return apply_timings(sim, data)
+        if (method, path) == ("GET", "/tasks"):
+            return sim.tasks.admin_list()
         m = re.fullmatch(r"/vms/(\d+)(/config|/guest)?", path)
         if m:
             vmid = int(m.group(1))
@@ -513,7 +575,7 @@ class PvesimServer:
 
     def __init__(self, state_dir: str, port: int = 0, seed: str = "demo", speed: float = 1.0, schema_path: str | None = None,
                  faults_file: str | None = None, guests: str = "simulated", guest_image: str | None = None,
-                 guest_accel: str = "auto") -> None:
+                 guest_accel: str = "auto", timings_file: str | None = None) -> None:
         self.state_dir = os.path.abspath(state_dir)
         os.makedirs(self.state_dir, exist_ok=True)
         self.app = App(Schema.load(schema_path), seed=seed, speed=speed)
@@ -527,6 +589,10 @@ class PvesimServer:
         elif guests != "simulated":
             raise ValueError(f"unknown guest backend {guests!r} (simulated or real)")
         self.app.sim.guest_backend = self.guest_backend
+        if timings_file:
+            apply_timings(self.app.sim, load_timings_file(timings_file))
+            self.app.start_durations = dict(self.app.sim.durations)
+            self.app.start_guest_timing = dict(self.app.sim.guest_timing)
         if faults_file:
             from .faults import load_fault_file  # pylint: disable=import-outside-toplevel
             for spec in load_fault_file(faults_file):

@@ -34,6 +34,10 @@ class Task:
     status: str = "running"
     exitstatus: str | None = None
     endtime: int | None = None
+    # real epoch seconds (float) of creation and of the switch to "stopped": the admin task list
+    # (``GET /_pvesim/tasks``) gives them for latency measurements; PVE's own fields are integers
+    created_real: float = 0.0
+    ended_real: float | None = None
     warnings: int = 0
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -109,7 +113,7 @@ class TaskManager:
             self._pstart += 7
             now = int(time.time())
             upid = f"UPID:{self.node}:{self._pid:08X}:{self._pstart:08X}:{now:08X}:{ttype}:{tid}:{user}:"
-            task = Task(upid, self.node, self._pid, self._pstart, now, ttype, tid, user)
+            task = Task(upid, self.node, self._pid, self._pstart, now, ttype, tid, user, created_real=time.time())
             self.tasks[upid] = task
             self.order.append(upid)
 
@@ -141,12 +145,20 @@ class TaskManager:
                     pass
             with self.lock:
                 task.exitstatus = status
-                task.endtime = int(time.time())
+                task.ended_real = time.time()
+                task.endtime = int(task.ended_real)
                 task.status = "stopped"
             task.done.set()
 
         threading.Thread(target=run, name=f"task-{ttype}-{tid}", daemon=True).start()
         return task
+
+    def admin_list(self) -> list[dict[str, t.Any]]:
+        """Every task, oldest first, with the real (float) creation and end times."""
+        with self.lock:
+            tasks = [self.tasks[u] for u in self.order]
+            return [{"upid": task.upid, "type": task.type, "id": task.id, "status": task.status, "exitstatus": task.exitstatus,
+                     "created": task.created_real, "ended": task.ended_real} for task in tasks]
 
     def list(self, params: dict[str, t.Any], visible: t.Callable[[Task], bool]) -> tuple[list[dict[str, t.Any]], int]:
         """``GET /nodes/{node}/tasks`` with PVE's filters; returns (entries, total)."""

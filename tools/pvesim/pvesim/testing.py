@@ -66,6 +66,18 @@ class PvesimAdmin:
     def clear_requests(self) -> None:
         self._call("DELETE", "/requests")
 
+    def timings(self) -> dict[str, t.Any]:
+        """The effective time model: ``{"tasks": {type: s}, "guest": {GuestTiming field: s}}``."""
+        return dict(self._call("GET", "/timings"))
+
+    def set_timings(self, tasks: dict[str, float] | None = None, guest: dict[str, float] | None = None) -> dict[str, t.Any]:
+        """Change task durations / default guest timing until the next reset (simulated seconds)."""
+        return dict(self._call("PUT", "/timings", {"tasks": tasks or {}, "guest": guest or {}}))
+
+    def tasks(self) -> list[dict[str, t.Any]]:
+        """Every task, oldest first: upid, type, id, status, exitstatus, created/ended (real epoch, float)."""
+        return list(self._call("GET", "/tasks"))
+
     def schema_violations(self) -> list[dict[str, t.Any]]:
         return [e for e in self.requests() if e.get("schema_errors")]
 
