@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import socket
 import ssl
@@ -91,6 +92,45 @@ _AGENT_REASONS = (
     (re.compile(r"failed to open file"), "file_not_found"),
     (re.compile(r"VM \d+ is not running"), "vm_not_running"),
 )
+
+# Test-only crash hook (docs/journal.md, "Crash testing"; docs/reliability.md); never set it in production. The journal
+# reads the same variable for its ``journal:...`` points; the client acts only on ``http:<phase>:<METHOD>:<path regex>[#N]``.
+ENV_CRASH_AT = "VMANYWARE_TEST_CRASH_AT"
+CRASH_EXIT_CODE = 137
+_HTTP_CRASH = re.compile(r"^http:(before_send|after_reply):([A-Z]+|\*):(.+?)(?:#([1-9][0-9]{0,5}))?$", re.DOTALL)
+
+
+class _CrashPoint:
+    """``http:before_send|after_reply:<METHOD>:<path regex>[#N]``: ``os._exit(137)`` at the Nth matching request (default 1).
+
+    ``before_send``: the request is built, no byte is written yet; ``after_reply``: the whole reply (any status)
+    was received, before it is parsed or returned. The path is the API-relative path (``/nodes/.../clone``).
+    """
+
+    def __init__(self, phase: str, method: str, regex: str, occurrence: int) -> None:
+        self.phase = phase
+        self.method = method
+        self.regex = re.compile(regex)
+        self.occurrence = occurrence
+        self.seen = 0
+
+    @classmethod
+    def from_environment(cls, value: str | None) -> _CrashPoint | None:
+        match = _HTTP_CRASH.match(value or "")
+        if match is None:
+            return None
+        try:
+            return cls(match.group(1), match.group(2), match.group(3), int(match.group(4) or 1))
+        except re.error:
+            return None
+
+    def check(self, phase: str, method: str, path: str) -> None:
+        if phase != self.phase or self.method not in ("*", method) or not self.regex.search(path):
+            return
+        self.seen += 1
+        if self.seen == self.occurrence:
+            os._exit(CRASH_EXIT_CODE)  # pylint: disable=protected-access
+
 
 RequestLog = t.Callable[[str, str, t.Mapping[str, t.Any], t.Optional[int]], None]
 
@@ -431,6 +471,8 @@ class ProxmoxClient:
         self._session.headers["Accept"] = "application/json"
         self._session.mount("https://", adapter if adapter is not None else PinnedTLSAdapter(settings.fingerprint))
         self._ticket: tuple[str, str] | None = None
+        # Read once per client: the test-only crash hook costs one ``is None`` test per request when unset.
+        self._crash_at = _CrashPoint.from_environment(os.environ.get(ENV_CRASH_AT))
         self.observed_fingerprint: str | None = None
         self.api = _Resource(self)
 
@@ -528,6 +570,8 @@ class ProxmoxClient:
         # requests/urllib3 (whose ``request`` carries the Authorization header) stays chained as context.
         failure: ProviderError | None = None
         response: t.Any = None
+        if self._crash_at is not None:
+            self._crash_at.check("before_send", method, path)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
@@ -557,6 +601,8 @@ class ProxmoxClient:
         finally:
             response.close()
             self._log(method, path, params, response.status_code)
+        if self._crash_at is not None:
+            self._crash_at.check("after_reply", method, path)
         parsed: t.Any = None
         if body:
             try:

@@ -35,6 +35,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import Ta
 # Codes with which Proxmox (or the transport) proves the request changed nothing.
 NOT_APPLIED_CODES = frozenset({"transport_lost", "tls_verification_failed", "auth_failed", "permission_denied",
                                "parameter_invalid", "conflict", "not_found", "locked", "response_too_large"})
+# Journaled as the "request" of a stage that needed none, so completing it never passes for a lost reply.
+NOOP_REQUEST: dict[str, t.Any] = {"noop": True}
 # Codes after which the request may or may not have been applied.
 AMBIGUOUS_CODES = frozenset({"reply_lost", "server_error", "unexpected_response"})
 
@@ -291,6 +293,9 @@ class StageRunner:
                                  details={"stage": ctx.kind, "waiting_for": earlier["kind"]})
         if record["upid"]:
             return self._reconcile(ctx, record["upid"])
+        if record["submissionStarted"] and record["request"] == NOOP_REQUEST:
+            # Nothing was sent (the state was already right, or the stage only reads): observe again.
+            return self._complete(ctx)
         if record["status"] == "submitted":
             # Accepted without a task (sync request, or guest exec with its PID in the evidence): observe.
             return self._complete(ctx)
@@ -330,7 +335,7 @@ class StageRunner:
                     return _result(ctx, changed=False, done=False, progress=running.progress)
                 except StageError as err:
                     self._fail_if_final(ctx, err)
-                self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, {"noop": True}, resend=resend))
+                self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, dict(NOOP_REQUEST), resend=resend))
                 self._refresh(ctx, self.store.record_completed(ctx.operation["operationId"], ctx.kind, evidence))
                 self._close_if_last(ctx)
                 return _result(ctx, changed=False, done=True)

@@ -10,7 +10,8 @@ request). ``POST {vm}/snapshot`` with a name unique to the operation (``vmanywar
 characters of the operation id>``: a ``pve-configid``, at most 40 characters), ``vmstate: 0``
 (no RAM) and a description naming the operation; the ``qmsnapshot`` task is reconciled by GET and
 the snapshot verified in ``GET {vm}/snapshot``. A lost reply is resolved by that list: present ->
-applied; absent with no ``qmsnapshot`` task since the dispatch -> undecidable.
+applied; absent with no ``qmsnapshot`` task since the dispatch -> not applied (the runner keeps a lost
+reply uncertain, as the stage is never re-sent; a refused request goes back to pending).
 
 This is a private module_utils file: not a public API.
 """
@@ -87,5 +88,5 @@ class SnapshotStage(StageLogic):
         tasks = common.find_tasks(ctx, "qmsnapshot", ctx.vmid)
         if tasks:
             return Resolution.applied(tasks[0]["upid"])
-        return Resolution.undecidable("The snapshot is not listed and no qmsnapshot task is visible; check the VM's snapshots and "
-                                      "the node's task list in Proxmox before re-running.")
+        return Resolution("not_applied", message="The snapshot is not listed and no qmsnapshot task is visible; check the VM's snapshots and "
+                                                    "the node's task list in Proxmox before re-running.")

@@ -53,5 +53,5 @@ class StartStage(StageLogic):
             return Resolution.applied(tasks[0]["upid"])
         if _guest.read_power(ctx) == "running":
             return Resolution.applied(startResolvedBy="power_state")
-        return Resolution.undecidable("No qmstart task for the VM is visible and it is stopped: the start request may not have "
-                                      "reached Proxmox. Check the node's task list, then start the VM or abandon the operation.")
+        return Resolution("not_applied", message="No qmstart task for the VM is visible and it is stopped: the start request may not have "
+                                                 "reached Proxmox. Check the node's task list, then start the VM or abandon the operation.")

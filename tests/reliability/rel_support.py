@@ -1,0 +1,438 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The reliability harness (docs/reliability.md): simulator, runs that get killed, and the per-trial checks.
+
+Imported by basename from the tests in this directory and from ``tools/dev/reliability.sh``'s report step.
+Evidence is always independent of the code under test: the simulator's request log and VM state (admin API)
+and the journal files read back with the journal's own strict loader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import typing as t
+from pathlib import Path
+
+import requests
+import yaml
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+DRIVER = HERE / "driver.py"
+NODE = "pve-test"
+TEMPLATE = 9000
+FULL = os.environ.get("VMANYWARE_RELIABILITY_FULL") == "1"
+PROFILE = "reliability-full" if FULL else "reliability-ci"  # hypothesis profiles registered in conftest.py
+RESULTS_DIR = Path(os.environ.get("VMANYWARE_RELIABILITY_RESULTS") or (Path(tempfile.gettempdir()) / "vmanyware-reliability"))
+CRASH_ENV = "VMANYWARE_TEST_CRASH_AT"
+MUTATING = ("POST", "PUT", "DELETE")
+# Statuses with which PVE refuses before its handler runs (auth, permission, parameters, unknown method).
+REFUSED_BEFORE_HANDLER = (400, 401, 403, 501)
+# Every process output is also kept here (set by conftest) so the secret scan covers it; every simulator's
+# token secrets are remembered as canaries.
+OUTPUT_DIR: Path | None = None
+CANARY_SECRETS: list[str] = []
+_OUTPUTS = [0]
+
+
+# -- inputs ---------------------------------------------------------------------------------------------
+def catalog_text() -> str:
+    return (REPO / "examples/catalog.yml").read_text(encoding="utf-8")
+
+
+def definition_data(snapshot: bool = True, name: str = "kernel-lab") -> dict[str, t.Any]:
+    data = yaml.safe_load((REPO / "examples/definition.yml").read_text(encoding="utf-8"))
+    data["snapshotAfterProvisioning"] = snapshot
+    data["name"] = name
+    return t.cast(dict, data)
+
+
+def definition_text(snapshot: bool = True, name: str = "kernel-lab") -> str:
+    return yaml.safe_dump(definition_data(snapshot, name), sort_keys=False)
+
+
+# -- simulator -------------------------------------------------------------------------------------------
+class Simulator:
+    """A dedicated pvesim (own state dir and log file) plus token-authenticated reads."""
+
+    def __init__(self, state_dir: Path, speed: float = 1000.0) -> None:
+        from pvesim.testing import PvesimAdmin, start_server  # pylint: disable=import-outside-toplevel
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir = state_dir
+        self.proc, self.connection = start_server(str(state_dir), speed)
+        self.admin = PvesimAdmin(self.connection)
+        self.speed = speed
+        CANARY_SECRETS.extend(token["secret"] for token in self.connection["tokens"].values())
+        CANARY_SECRETS.append(self.connection["root_password"])
+
+    def stop(self) -> None:
+        from pvesim.testing import stop_server  # pylint: disable=import-outside-toplevel
+        stop_server(self.proc)
+
+    @property
+    def token(self) -> tuple[str, str]:
+        full = self.connection["tokens"]["full"]
+        return full["id"], full["secret"]
+
+    def api_get(self, path: str, **params: t.Any) -> t.Any:
+        token_id, secret = self.token
+        resp = requests.get(self.connection["url"] + path, params=params, verify=self.connection["ca_file"], timeout=30,
+                            headers={"Authorization": "PVEAPIToken=%s=%s" % (token_id, secret)})
+        resp.raise_for_status()
+        return resp.json()["data"]
+
+    def vmids(self) -> list[int]:
+        return sorted(int(vm["vmid"]) for vm in self.api_get("/nodes/%s/qemu" % NODE))
+
+    def driver_conn(self) -> dict[str, t.Any]:
+        token_id, secret = self.token
+        return {"host": self.connection["host"], "port": self.connection["port"], "token_id": token_id, "token_secret": secret,
+                "ca_file": self.connection["ca_file"]}
+
+    def admin_conf(self) -> dict[str, str]:
+        return {"url": self.connection["admin_url"], "token": self.connection["admin_token"], "ca_file": self.connection["ca_file"]}
+
+    def playbook_env(self, journal: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+        token_id, secret = self.token
+        env = dict(os.environ, PROXMOX_HOST=self.connection["host"], PROXMOX_PORT=str(self.connection["port"]),
+                   PROXMOX_TOKEN_ID=token_id, PROXMOX_TOKEN_SECRET=secret, PROXMOX_CA_PATH=self.connection["ca_file"],
+                   VMANYWARE_JOURNAL_DIR=str(journal), VMANYWARE_PROVISIONING_ENABLED="true", VMANYWARE_SNAPSHOTS_ENABLED="true",
+                   ANSIBLE_NOCOLOR="1")
+        env.pop(CRASH_ENV, None)
+        env.update(extra or {})
+        return env
+
+
+# -- processes -------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Run:
+    rc: int
+    stdout: str
+    stderr: str
+    killed: bool
+    seconds: float
+
+
+def run_killable(args: list[str], env: dict[str, str], kill_after: float | None = None, timeout: float = 600.0,
+                 cwd: str | None = None) -> Run:
+    """Run ``args`` in its own process group; with ``kill_after``, SIGKILL the whole group at that time."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=err, start_new_session=True, cwd=cwd)  # pylint: disable=consider-using-with
+        killed = False
+        try:
+            proc.wait(timeout=kill_after if kill_after is not None else timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed = kill_after is not None
+            proc.wait()
+        # SIGKILL the group again: nothing started by this run may linger into the next one.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out.seek(0)
+        err.seek(0)
+        result = Run(proc.returncode, out.read(), err.read(), killed, time.monotonic() - started)
+    if OUTPUT_DIR is not None:
+        OUTPUT_DIR.mkdir(parents=True, exist_ok=True)
+        _OUTPUTS[0] += 1
+        name = "%05d-%d-%s.log" % (_OUTPUTS[0], os.getpid(), Path(args[0]).name if "driver" not in " ".join(args) else "driver")
+        (OUTPUT_DIR / name).write_text("$ %s\n--- stdout\n%s\n--- stderr\n%s" % (" ".join(args[:2]), result.stdout, result.stderr),
+                                       encoding="utf-8")
+    return result
+
+
+def driver_run(sim: Simulator, journal: Path, vmid: int, *, crash_at: str | None = None, crash_stage: str | None = None,
+               kill_after: float | None = None, snapshot: bool = True, enumerate_points: bool = False,
+               extra: dict[str, t.Any] | None = None, conn: dict[str, t.Any] | None = None, name: str = "kernel-lab") -> Run:
+    config = {"conn": conn or sim.driver_conn(), "admin": sim.admin_conf(), "journal_dir": str(journal), "vmid": vmid, "catalog": catalog_text(),
+              "definition": definition_text(snapshot, name), "crash_at": crash_at, "crash_stage": crash_stage,
+              "enumerate": enumerate_points, **(extra or {})}
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="vmanyware-driver-")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(config, handle)
+    try:
+        env = dict(os.environ)
+        env.pop(CRASH_ENV, None)
+        return run_killable([sys.executable, str(DRIVER), path], env, kill_after=kill_after)
+    finally:
+        os.unlink(path)
+
+
+def driver_result(run: Run) -> dict[str, t.Any]:
+    for line in reversed(run.stdout.strip().splitlines()):
+        try:
+            return t.cast(dict, json.loads(line))
+        except ValueError:
+            continue
+    return {}
+
+
+class Playbook:
+    """The provision playbook as an operator runs it (two steps: review writes the confirmation, then apply)."""
+
+    def __init__(self, sim: Simulator, workdir: Path, vmid: int, *, snapshot: bool = True, name: str = "kernel-lab") -> None:
+        self.sim = sim
+        self.workdir = workdir
+        self.vmid = vmid
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.journal = workdir / "journal"
+        self.confirm = workdir / "confirm.yml"
+        self.definition = workdir / "definition.yml"
+        self.definition.write_text(definition_text(snapshot, name), encoding="utf-8")
+
+    def args(self, *extra: str) -> list[str]:
+        return [str(BIN / "ansible-playbook"), "vmanyware.proxmox.provision",
+                "-e", "vmanyware_catalog_path=%s" % (REPO / "examples/catalog.yml"),
+                "-e", "vmanyware_definition_path=%s" % self.definition,
+                "-e", "vmanyware_target_vmid=%d" % self.vmid, "-e", "vmanyware_confirmation_file=%s" % self.confirm,
+                "-e", "vmanyware_known_hosts_file=%s" % (self.workdir / "known_hosts"), *extra]
+
+    def review(self) -> Run:
+        run = run_killable(self.args(), self.sim.playbook_env(self.journal), cwd=str(self.workdir))
+        if run.rc != 0 or not self.confirm.exists():
+            raise AssertionError("review run failed: " + run.stdout[-2000:])
+        return run
+
+    def apply(self, *, crash_at: str | None = None, kill_after: float | None = None, extra_args: tuple[str, ...] = (),
+              env_extra: dict[str, str] | None = None) -> Run:
+        extra = dict(env_extra or {})
+        if crash_at:
+            extra[CRASH_ENV] = crash_at
+        return run_killable(self.args("-e", "@%s" % self.confirm, *extra_args), self.sim.playbook_env(self.journal, extra),
+                            kill_after=kill_after, cwd=str(self.workdir))
+
+
+# -- evidence ----------------------------------------------------------------------------------------------
+def journal_state(journal: Path) -> tuple[list[dict[str, t.Any]], int]:
+    """Every operation document, loaded with the journal's strict loader; returns (documents, torn count)."""
+    if not journal.exists():
+        return [], 0
+    store = JournalStore(str(journal))
+    documents: list[dict[str, t.Any]] = []
+    torn = 0
+    for path in sorted(journal.glob("op-*.json")):
+        try:
+            document = store.load(path.stem)
+            # The target claim must be readable too (never torn).
+            store.target_holder(document["target"]["scope"], document["target"]["vmid"])
+            documents.append(document)
+        except VmanywareError:
+            torn += 1
+    return documents, torn
+
+
+def is_orphan(journal: Path, document: dict[str, t.Any]) -> bool:
+    store = JournalStore(str(journal))
+    holder = store.target_holder(document["target"]["scope"], document["target"]["vmid"])
+    return holder != document["operationId"] and all(not stage["submissionStarted"] for stage in document["stages"])
+
+
+def _command(entry: dict[str, t.Any]) -> str:
+    command = entry.get("params", {}).get("command")
+    return " ".join(command) if isinstance(command, list) else str(command or "")
+
+
+PRE_HANDLER_ACTIONS = ("http_error", "lock_timeout", "vm_locked")
+
+
+def mutation_counts(entries: list[dict[str, t.Any]], vmid: int, faults: list[dict[str, t.Any]] | None = None) -> dict[str, int]:
+    """Mutating requests for ``vmid`` that reached the simulator's handler.
+
+    Not counted: requests PVE refuses before its handler (auth, permission, schema: 400/401/403/501) and, with
+    ``faults`` (the simulator's rule list with counters), replies an injected rule produced instead of the handler.
+    """
+    injected = [(rule, int(rule.get("fired", 0))) for rule in faults or [] if rule.get("action") in PRE_HANDLER_ACTIONS or (
+        rule.get("action") == "checksum_mismatch" and not re.search(r"resize|config", str(rule.get("path", ""))))]
+    budget = {id(rule): fired for rule, fired in injected}
+    vm = "/nodes/%s/qemu/%d" % (NODE, vmid)
+    counts = {"clone": 0, "start": 0, "resize": 0, "snapshot": 0, "install": 0}
+    other = {"config": 0, "cloudinit": 0}
+    for entry in entries:
+        if entry["method"] not in MUTATING or entry.get("status") in REFUSED_BEFORE_HANDLER or entry.get("schema_errors"):
+            continue
+        path = entry["path"]
+        skip = False
+        for rule, _fired in injected:
+            if budget[id(rule)] > 0 and rule.get("method", "*") in ("*", entry["method"]) and re.search(str(rule.get("path", ".*")), path) \
+                    and isinstance(entry.get("status"), int) and entry["status"] >= 500:
+                budget[id(rule)] -= 1
+                skip = True
+                break
+        if skip:
+            continue
+        if path == "/nodes/%s/qemu/%d/clone" % (NODE, TEMPLATE) and str(entry.get("params", {}).get("newid")) == str(vmid):
+            counts["clone"] += 1
+        elif path == vm + "/status/start":
+            counts["start"] += 1
+        elif path == vm + "/resize":
+            counts["resize"] += 1
+        elif path == vm + "/snapshot" and entry["method"] == "POST":
+            counts["snapshot"] += 1
+        elif path == vm + "/agent/exec" and re.search(r"apt-get install", _command(entry)):
+            counts["install"] += 1
+        elif path == vm + "/config" and entry["method"] == "PUT":
+            other["config"] += 1
+        elif path == vm + "/cloudinit" and entry["method"] == "PUT":
+            other["cloudinit"] += 1
+    if OTHER_COUNTS is not None:
+        OTHER_COUNTS.update(other)
+    return counts
+
+
+# Informational: PUT config / PUT cloudinit requests that reached the handler in the last mutation_counts call
+# (not part of the duplicate rule: resources and cloudinit send one each, seed may regenerate twice on purpose).
+OTHER_COUNTS: dict[str, int] | None = {}
+
+
+def state_mismatches(sim: Simulator, vmid: int, document: dict[str, t.Any]) -> list[str]:
+    """The VM in the simulator compared with the plan of ``document``: names of what differs."""
+    plan = document["plan"]
+    resources = document["definition"]["resources"]
+    try:
+        vm = sim.admin.vm(vmid)
+    except RuntimeError:
+        return ["vm missing"]
+    config = vm["config"]
+    wrong = []
+    if config.get("cores") != str(resources["cores"]):
+        wrong.append("cores")
+    if config.get("memory") != str(resources["memoryMiB"]):
+        wrong.append("memory")
+    device = document["mapping"]["diskDevice"]
+    if "size=%dG" % resources["diskGiB"] not in config.get(device, ""):
+        wrong.append("disk")
+    if config.get("tags") != "vmanyware-" + document["operationId"]:
+        wrong.append("tag")
+    if vm["status"] != "running":
+        wrong.append("running")
+    if plan["snapshotAfterProvisioning"] and "vmanyware-" + document["operationId"][-12:] not in vm["snapshots"]:
+        wrong.append("snapshot")
+    if vm.get("pending") or vm.get("pending_delete"):
+        wrong.append("pending")
+    return wrong
+
+
+# -- trials -------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class TrialSpec:
+    """One crash trial: where the first run dies, and whether a later run is killed again."""
+
+    name: str
+    mode: str  # "driver" (stages in one python process) or "playbook" (a real ansible-playbook)
+    point: str | None = None  # VMANYWARE_TEST_CRASH_AT for the first run
+    stage: str | None = None  # driver only: arm the point while this stage runs
+    kill_after: float | None = None  # SIGKILL the process group after this many seconds
+    rekill_after: float | None = None  # SIGKILL the second run as well
+    vmid: int = 201
+
+
+@dataclasses.dataclass
+class TrialResult:
+    name: str
+    mode: str
+    point: str | None
+    runs: int
+    outcome: str  # completed / uncertain / failed / stuck
+    code: str | None
+    stage: str | None
+    message: str | None
+    duplicates: dict[str, int]
+    torn: int
+    state_mismatch: list[str]
+    extra_vms: list[int]
+    request_reached: bool | None
+    seconds: float
+    orphans: int = 0
+    rekill: bool = False
+
+    def to_json(self) -> dict[str, t.Any]:
+        return dataclasses.asdict(self)
+
+
+MAX_RUNS = 6
+
+
+def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook | None = None) -> TrialResult:
+    """Reset the simulator, run until completed or stopped (killing as the spec says), check every run."""
+    started = time.monotonic()
+    sim.admin.reset()
+    journal = playbook.journal if playbook else workdir / "journal"
+    if journal.exists():
+        for path in journal.rglob("*"):
+            if path.is_file():
+                path.unlink()
+    torn = 0
+    runs = 0
+    uncertain_seen = 0
+    document: dict[str, t.Any] | None = None
+    outcome, code, stage, message = "stuck", None, None, None
+    orphans = 0
+    for runs in range(1, MAX_RUNS + 1):
+        point = spec.point if runs == 1 else None
+        kill_after = spec.kill_after if runs == 1 else (spec.rekill_after if runs == 2 else None)
+        if playbook is not None:
+            run = playbook.apply(crash_at=point, kill_after=kill_after)
+        else:
+            run = driver_run(sim, journal, spec.vmid, crash_at=point, crash_stage=spec.stage, kill_after=kill_after)
+        documents, torn_now = journal_state(journal)
+        torn += torn_now
+        # An operation file without claims and without any dispatch is the documented orphan of a crash
+        # inside create_operation (docs/journal.md); anything else beyond one operation is a duplicate.
+        active = [d for d in documents if not is_orphan(journal, d)]
+        orphans = len(documents) - len(active)
+        document = active[0] if len(active) == 1 else None
+        if len(active) > 1:
+            outcome, message = "duplicate-operations", "%d operation files" % len(active)
+            break
+        if document is None:
+            continue
+        status = document["status"]
+        if status == "completed" and run.rc == 0:
+            outcome = "completed"
+            break
+        if status in ("failed", "uncertain"):
+            failure = document["failure"] or {}
+            code, stage, message = failure.get("code"), failure.get("stage"), failure.get("message")
+            if status == "uncertain" and uncertain_seen < 1:
+                uncertain_seen += 1  # an uncertain stage is resolved again by the next run
+                continue
+            outcome = status
+            break
+    entries = sim.admin.requests()
+    counts = mutation_counts(entries, spec.vmid)
+    duplicates = {k: v for k, v in counts.items() if v > 1}
+    mismatch: list[str] = []
+    if outcome == "completed" and document is not None:
+        mismatch = state_mismatches(sim, spec.vmid, document)
+    extra_vms = [v for v in sim.vmids() if v not in (TEMPLATE, spec.vmid)]
+    reached = None
+    if outcome == "uncertain" and stage:
+        reached = counts.get({"packages": "install"}.get(stage, stage), 0) > 0 if stage in ("clone", "start", "snapshot", "packages") else None
+    return TrialResult(spec.name, spec.mode, spec.point or ("kill@%.2fs" % spec.kill_after if spec.kill_after else None), runs,
+                       outcome, code, stage, message, duplicates, torn, mismatch, extra_vms, reached, time.monotonic() - started, orphans,
+                       spec.rekill_after is not None)
+
+
+def write_result(category: str, record: dict[str, t.Any]) -> None:
+    """Append one JSON line to the results of this run (read by tools/dev/reliability.sh's report)."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS_DIR / ("%s.jsonl" % category), "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def rng(seed: str) -> random.Random:
+    return random.Random(seed)
