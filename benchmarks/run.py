@@ -302,7 +302,7 @@ def journal_cost(root: Path, sizes: t.Sequence[int], reps: int, work: Path) -> d
         # History: real operations (claims and all); fsync is skipped only while filling it.
         with mock.patch("os.fsync", lambda fd: None):
             for i in range(size):
-                doc, _ = store.create_operation(idempotency_key=f"hist-{i}", target_vmid=100000 + i, **common)
+                doc, _created = store.create_operation(idempotency_key=f"hist-{i}", target_vmid=100000 + i, **common)
                 store.record_dispatch(doc["operationId"], "clone", {"method": "POST"})
                 store.record_completed(doc["operationId"], "clone", {"upid": "UPID:x"})
         fill = time.monotonic() - started
@@ -311,7 +311,7 @@ def journal_cost(root: Path, sizes: t.Sequence[int], reps: int, work: Path) -> d
         samples: dict[str, list[float]] = collections.defaultdict(list)
         for r in range(reps):
             t0 = time.perf_counter()
-            doc, _ = store.create_operation(idempotency_key=f"bench-{r}", target_vmid=900 + r, **common)
+            doc, _created = store.create_operation(idempotency_key=f"bench-{r}", target_vmid=900 + r, **common)
             t1 = time.perf_counter()
             op = doc["operationId"]
             store.record_dispatch(op, "clone", {"method": "POST", "path": "/nodes/pve-test/qemu/9000/clone"})
@@ -355,7 +355,7 @@ def plan_cost(root: Path, images: int, reps: int, proc_reps: int, work: Path, py
     planned = build_plan(catalog=catalog, definition=definition, target_vmid=FIRST_VMID)  # warm-up (imports, schema)
     assert planned.plan_hash
     samples = []
-    for _ in range(reps):
+    for _rep in range(reps):
         t0 = time.perf_counter()
         build_plan(catalog=catalog, definition=definition, target_vmid=FIRST_VMID)
         samples.append((time.perf_counter() - t0) * 1000)
@@ -366,7 +366,7 @@ def plan_cost(root: Path, images: int, reps: int, proc_reps: int, work: Path, py
                                                         "target_vmid": FIRST_VMID}}), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(root)}
     proc_samples = []
-    for _ in range(proc_reps):
+    for _rep in range(proc_reps):
         t0 = time.monotonic()
         proc = subprocess.run([python, "-m", "ansible_collections.vmanyware.proxmox.plugins.modules.vmanyware_plan", str(args)],
                               env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -650,7 +650,7 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
         if args.plot:
             plot(results, Path(args.plot))
         if args.json:
-            slim = {k: v for k, v in results.items()}
+            slim = dict(results)
             slim["runs"] = [{k: v for k, v in r.items() if k not in ("requests", "tasks")} | {"requests": len(r["requests"])} for r in runs]
             Path(args.json).write_text(json.dumps(slim, indent=1, default=str), encoding="utf-8")
         return 0

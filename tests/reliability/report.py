@@ -103,9 +103,9 @@ def figures(results: Path, seconds: int, command: str, status: int) -> str:
         per = collections.Counter()
         for r in fuzz:
             per.update(r["cases"])
+        counts = ", ".join("%s %d" % kv for kv in sorted(per.items()))
         lines += ["**Hostile input**: %d generated and explicit cases (%s), profile `%s`; any traceback or echoed value fails a test "
-                  "(see the list above)." % (
-            total, ", ".join("%s %d" % kv for kv in sorted(per.items())), fuzz[-1]["profile"]), ""]
+                  "(see the list above)." % (total, counts, fuzz[-1]["profile"]), ""]
     for record in secrets:
         if "session_scan_files" in record:
             lines += ["**Secrets**: session scan of %d files (every run's output, journals, logs, results) for %d canary secrets: %d hits." % (

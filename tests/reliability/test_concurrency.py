@@ -17,7 +17,6 @@ import time
 import typing as t
 from pathlib import Path
 
-import pytest
 import requests
 import yaml
 

@@ -151,8 +151,8 @@ def test_fuzz_operation_ids_and_gates(value: str) -> None:
 
 
 # Values of the types AnsibleModule delivers after its argument-spec conversion (str/int/bool/float/path), but hostile.
-hostile_text = st.text(max_size=60) | planted_text | st.sampled_from(["", " ", "../..", "/etc/passwd", "a\x00b", "h\nX-Injected: 1",
-                                                                   "[::1", "https://pve:8006/api2/json", "\u202epve"])
+hostile_text = st.text(max_size=60) | planted_text | st.sampled_from([
+    "", " ", "../..", "/etc/passwd", "a\x00b", "h\nX-Injected: 1", "[::1", "https://pve:8006/api2/json", "\u202epve"])
 floats = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))
 CONN_STRATEGIES = {
     "api_host": hostile_text, "api_port": st.one_of(st.none(), st.integers(min_value=-2**40, max_value=2**40)),
@@ -202,8 +202,8 @@ def test_fuzz_journal_files(data: bytes, tmp_path_factory: pytest.TempPathFactor
 
 
 # -- explicit hostile cases -------------------------------------------------------------------------------------
-BOMB_ALIASES = "a: &a [" + ",".join(["x"] * 10) + "]\n" + "".join("%s: &%s [%s]\n" % (chr(98 + i), chr(98 + i), ",".join(["*" + chr(97 + i)] * 10))
-                                                                   for i in range(8))
+BOMB_ALIASES = "a: &a [" + ",".join(["x"] * 10) + "]\n" + "".join(
+    "%s: &%s [%s]\n" % (chr(98 + i), chr(98 + i), ",".join(["*" + chr(97 + i)] * 10)) for i in range(8))
 EXPLICIT = {
     "oversized": "name: " + "x" * (70 * 1024),
     "non_utf8": b"name: \xff\xfe\x00kernel",

@@ -128,7 +128,7 @@ def test_secret_and_key_comment_stay_where_they_belong(rel_sim: rs.Simulator, tm
         sim.admin.clear_faults()
         runs.append(failing.apply(extra_args=("-vvvv",), env_extra=env, crash_at=r"http:after_reply:GET:/version"))
     # The secret: in no output, journal, log.
-    secrets = [s for s in rs.CANARY_SECRETS]
+    secrets = list(rs.CANARY_SECRETS)
     for run in runs:
         for secret in secrets:
             assert secret not in run.stdout and secret not in run.stderr

@@ -187,5 +187,6 @@ class PackagesStage(StageLogic):
             installed = {}
         if not missing_packages(ctx.plan["packages"], installed):
             return Resolution.applied(installResolvedBy="dpkg-query")
-        return Resolution("not_applied", message="The install's reply was lost and dpkg-query does not show every package yet; an install may "
-                                                    "still be running in the guest. Wait, then re-run: the stage checks with dpkg-query again.")
+        return Resolution("not_applied", message=(
+            "The install's reply was lost and dpkg-query does not show every package yet; an install may "
+            "still be running in the guest. Wait, then re-run: the stage checks with dpkg-query again."))

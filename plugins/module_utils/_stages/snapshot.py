@@ -88,5 +88,6 @@ class SnapshotStage(StageLogic):
         tasks = common.find_tasks(ctx, "qmsnapshot", ctx.vmid)
         if tasks:
             return Resolution.applied(tasks[0]["upid"])
-        return Resolution("not_applied", message="The snapshot is not listed and no qmsnapshot task is visible; check the VM's snapshots and "
-                                                    "the node's task list in Proxmox before re-running.")
+        return Resolution("not_applied", message=(
+            "The snapshot is not listed and no qmsnapshot task is visible; check the VM's snapshots and "
+            "the node's task list in Proxmox before re-running."))

@@ -308,9 +308,9 @@ def store(tmp_path: Path) -> JournalStore:
 
 
 def _op(store: JournalStore, kinds: list[str]) -> str:
-    document, _created = store.create_operation(idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={},
-                                         plan={"definitionHash": HASH, "planHash": HASH}, confirmation={}, target_node="pve-test",
-                                         target_vmid=201, stage_kinds=kinds)
+    document, _created = store.create_operation(
+        idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={},
+        plan={"definitionHash": HASH, "planHash": HASH}, confirmation={}, target_node="pve-test", target_vmid=201, stage_kinds=kinds)
     return t.cast(str, document["operationId"])
 
 
