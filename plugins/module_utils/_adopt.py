@@ -46,6 +46,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import default_idempotency_key, gate_and_confirm, public_view
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import disk_volume, net_macaddr, pending_keys, read_pending, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import require_scope
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import attested, mismatches
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import binding_description, find_tasks, read_config_or_none
@@ -313,9 +314,7 @@ def adopt_operation(
     # One cheap GET makes the client observe the certificate the scope id includes: the reads that
     # decide the stages must come from the provider the operator confirmed.
     reader.get("/version")
-    if reader.provider_scope_id != provider_scope_id:
-        raise VmanywareError("The configured Proxmox provider is not the one this operation was confirmed for.",
-                             code="plan_changed", details={"fields": ["providerScopeId"]})
+    require_scope(reader.provider_scope_id, provider_scope_id)
 
     now = utc_now()
     # A scratch document (never written) gives the stage helpers their context; its id is set from the binding.

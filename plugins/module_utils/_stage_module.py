@@ -79,15 +79,20 @@ def _store_and_operation(params: t.Mapping[str, t.Any], check_mode: bool) -> tup
                      details={"rule": "required"})
 
 
+def require_scope(observed: str | None, expected: str) -> None:
+    """``plan_changed`` unless the provider actually reached is the one the operation was confirmed for."""
+    if observed != expected:
+        raise VmanywareError("The configured Proxmox provider is not the one this operation was confirmed for.",
+                             code="plan_changed", details={"fields": ["providerScopeId"]})
+
+
 def bind_scope(settings: t.Any, operation: t.Mapping[str, t.Any]) -> None:
     """Refuse to act unless the configured provider is the one the operation was confirmed for.
 
     The scope id includes the server certificate: with a pin it is known without connecting;
     otherwise one verified TLS handshake reads it (no HTTP request, no credential sent).
     """
-    if provider_scope_id(settings, certificate_fingerprint(settings)) != operation["providerScopeId"]:
-        raise VmanywareError("The configured Proxmox provider is not the one this operation was confirmed for.",
-                             code="plan_changed", details={"fields": ["providerScopeId"]})
+    require_scope(provider_scope_id(settings, certificate_fingerprint(settings)), operation["providerScopeId"])
 
 
 def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: bool, diff: bool,
