@@ -52,4 +52,15 @@ options:
       - How long to wait out a C(VM is locked) refusal (the request changed nothing) before failing with C(locked).
     type: float
     default: 60
+  resend_after:
+    description:
+      - When the reply to a request was lost (timeout, HTTP 503/596) and reads show it has not taken effect, Proxmox
+        may still be holding it. A stage whose request is harmless to repeat (clone with a fixed VMID, config with
+        its digest, resize to an absolute size, Cloud-Init regeneration) reads again and sends it a second time only
+        once this many seconds have passed since the first submission; until then it waits (within O(wait_budget),
+        then returns RV(done=false)). Stages whose request is never repeated are not affected.
+      - Raise it when your Proxmox API can hold requests longer (for example long lock waits behind backups).
+      - If not specified, the value of the E(VMANYWARE_RESEND_AFTER) environment variable is used.
+    type: float
+    default: 30
 """

@@ -12,7 +12,8 @@ A stage knows *what* to read, send and observe (a ``StageLogic``); the runner ow
 2. a recorded UPID is reconciled by GETs only (never re-posted);
 3. a submission whose reply was lost (``submissionStarted`` without a UPID, or ``uncertain``) is
    resolved by reads: applied -> continue from there; provably not applied -> re-sent only when
-   the stage declares the request harmless to repeat; otherwise the stage stays ``uncertain``
+   the stage declares the request harmless to repeat, and only after ``resend_after`` seconds and a
+   second read (a first copy Proxmox still holds must not arrive after the resend); otherwise the stage stays ``uncertain``
    and the module fails telling the operator what to check;
 4. otherwise: preconditions by GET, (check mode: return the exact requests, write nothing),
    record the dispatch durably, send once, record the UPID, wait, observe independently, record.
@@ -25,6 +26,7 @@ anything -> the stage goes back to ``pending`` (re-running dispatches afresh); `
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import time
 import typing as t
 
@@ -160,6 +162,9 @@ class StageLogic:
     task_type: t.ClassVar[str | None] = None
     # True only when repeating the request cannot apply twice (bound to a digest / absolute value / fixed id).
     resend_harmless: t.ClassVar[bool] = False
+    # Before a resend, wait out ``resend_after`` so a first copy Proxmox still holds cannot reach it too. False only
+    # where a late first copy is indistinguishable from the resend and reads can never see either (seed).
+    settle_before_resend: t.ClassVar[bool] = True
     # Overall deadline for the stage's task, seconds from dispatch.
     default_timeout: t.ClassVar[float] = 600.0
     # Error codes that are a final verdict about the target: raised by ``preconditions`` or ``observe``, they fail the stage.
@@ -208,8 +213,12 @@ class StageSettings:
     wait_budget: float | None = None
     timeout: float | None = None
     lock_wait: float = 60.0
+    # A request whose reply was lost may still be queued at Proxmox: a harmless-to-repeat request is sent again
+    # only when reads still show no effect this many seconds after the first submission (finding F1).
+    resend_after: float = 30.0
     clock: t.Callable[[], float] = time.monotonic
     sleep: t.Callable[[float], None] = time.sleep
+    wall_clock: t.Callable[[], float] = time.time
 
 
 def _result(ctx: StageContext, *, changed: bool, done: bool, requests: list[dict[str, t.Any]] | None = None,
@@ -411,7 +420,9 @@ class StageRunner:
         """A submission started but its outcome is unknown: decide by reads only."""
         if self.settings.check_mode:
             return _result(ctx, changed=False, done=False, preview="outcome of an earlier submission is being resolved")
-        resolution = self.logic.resolve_lost_reply(ctx)
+        return self._resolve_by(ctx, self.logic.resolve_lost_reply(ctx), cause, error)
+
+    def _resolve_by(self, ctx: StageContext, resolution: Resolution, cause: str, error: ProviderError | None = None) -> dict[str, t.Any]:
         if resolution.verdict == "applied":
             if ctx.record["status"] == "dispatching" or resolution.upid is not None:
                 if ctx.record["status"] == "uncertain":
@@ -431,6 +442,36 @@ class StageRunner:
                 self._refresh(ctx, self.store.record_not_sent(ctx.operation["operationId"], ctx.kind))
                 raise error
             if self.logic.resend_harmless:
+                remaining = self._settle_remaining(ctx) if self.logic.settle_before_resend else 0.0
+                if remaining > 0:
+                    budget = self.settings.wait_budget
+                    if budget is not None and remaining > budget:
+                        self.settings.sleep(max(0.0, budget))
+                        return _result(ctx, changed=False, done=False, progress={
+                            "waiting": "a lost submission to settle before reading again",
+                            "resendAfterSeconds": round(remaining - budget, 1)})
+                    self.settings.sleep(remaining)
+                    again = self.logic.resolve_lost_reply(ctx)
+                    if again.verdict != "not_applied":
+                        # The first copy took effect while we waited (or reads can no longer tell): never send it again.
+                        return self._resolve_by(ctx, again, cause)
                 return self._dispatch(ctx, resend=True)
         message = resolution.message or "The outcome of the request is unknown; check Proxmox before re-running."
         self._uncertain(ctx, cause if cause in AMBIGUOUS_CODES else "reply_lost", message)
+
+    def _settle_remaining(self, ctx: StageContext) -> float:
+        """Seconds until a lost submission can no longer be queued at Proxmox (finding F1).
+
+        Reads that show "not applied" right after a timed-out reply do not prove the request will never run:
+        Proxmox may still hold it (a busy pvedaemon, a lock wait). A harmless-to-repeat request is re-sent only
+        ``resend_after`` seconds after the submission and after reading once more; within this run the wait is
+        bounded by the wait budget, beyond it the module returns ``done: false`` and a re-run goes on.
+        """
+        settle_at = _epoch(ctx.record["dispatchedAt"]) + self.settings.resend_after
+        return settle_at - self.settings.wall_clock()
+
+
+def _epoch(timestamp: str) -> float:
+    """A journal timestamp (``utc_now`` format) as seconds since the epoch."""
+    parsed = datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+    return parsed.replace(tzinfo=datetime.timezone.utc).timestamp()

@@ -110,6 +110,8 @@ def main(config_path: str) -> int:
         "ca_path": conn.get("ca_file"), "api_fingerprint": conn.get("fingerprint"), "validate_certs": True,
         "api_timeout": config.get("api_timeout", 10.0), "journal_dir": config["journal_dir"],
         "wait_budget": config.get("wait_budget", 20.0), "timeout": None, "lock_wait": config.get("lock_wait", 5.0),
+        # Longer than the slowest simulated delay (3 s), so a resend can never overtake a held first copy.
+        "resend_after": config.get("resend_after", 5.0),
     }
     stage = "operation"
     times: dict[str, float] = {}

@@ -169,15 +169,6 @@ EXPECTED: dict[str, str] = {
     'disk full@disk': 'failed task_failed',
 }
 
-# Cases where a request reaches the simulator's handler twice (see docs/reliability.md, finding F1): the reply of
-# the first copy timed out while Proxmox had not started it yet, reads showed "not applied (yet)", the runner
-# re-sent the harmless-to-repeat request, and the delayed first copy was then refused by Proxmox (config file
-# already exists / checksum mismatch). No effect is duplicated, but the "at most one request" property fails.
-KNOWN_DUPLICATE_REQUESTS = {
-    "timeout (delay 3 s > api_timeout 1.5 s)@clone", "timeout (delay 3 s > api_timeout 1.5 s)@disk",
-}
-
-
 def render_table(outcomes: t.Mapping[str, str]) -> str:
     stages = ALL
     faults: list[str] = []

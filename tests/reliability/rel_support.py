@@ -109,7 +109,7 @@ class Simulator:
         env = dict(os.environ, PROXMOX_HOST=self.connection["host"], PROXMOX_PORT=str(self.connection["port"]),
                    PROXMOX_TOKEN_ID=token_id, PROXMOX_TOKEN_SECRET=secret, PROXMOX_CA_PATH=self.connection["ca_file"],
                    VMANYWARE_JOURNAL_DIR=str(journal), VMANYWARE_PROVISIONING_ENABLED="true", VMANYWARE_SNAPSHOTS_ENABLED="true",
-                   ANSIBLE_NOCOLOR="1")
+                   VMANYWARE_RESEND_AFTER="5", ANSIBLE_NOCOLOR="1")
         env.pop(CRASH_ENV, None)
         env.update(extra or {})
         return env

@@ -81,10 +81,7 @@ def observe(sim: rs.Simulator, case: fm.Case, workdir: Path) -> dict[str, object
 
 
 def _param(case: fm.Case) -> t.Any:
-    marks = []
-    if fm.case_id(case) in fm.KNOWN_DUPLICATE_REQUESTS:
-        marks.append(pytest.mark.xfail(strict=True, reason="F1: a timed-out request is re-sent while Proxmox still queues the first"))
-    return pytest.param(case, id=fm.case_id(case), marks=marks)
+    return pytest.param(case, id=fm.case_id(case))
 
 
 @pytest.mark.parametrize("case", [_param(c) for c in CASES])

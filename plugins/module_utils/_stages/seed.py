@@ -120,6 +120,7 @@ class SeedStage(StageLogic):
     kind = "seed"
     task_type = None
     resend_harmless = True  # regenerating the drive from an unchanged config yields the same drive
+    settle_before_resend = False  # reads cannot see a regeneration, so waiting would never decide anything
     default_timeout = 60.0
     final_codes = frozenset({"seed_incompatible", "seed_mismatch"})
 

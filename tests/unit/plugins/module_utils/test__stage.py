@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 import typing as t
 
 import pytest
@@ -235,3 +236,74 @@ def test_submitted_without_task_is_observed_not_resent(store: JournalStore, oper
     client = ScriptedClient([])
     second = _run(store, client, GuestExec(), operation_id)
     assert second["done"] and client.sent == [] and second["stage"]["evidence"] == {"pid": 42, "exitcode": 0}
+
+
+class Sequenced(CloneLike):
+    """A harmless-to-repeat stage whose reads give one verdict after another (the last one repeats)."""
+
+    def __init__(self, *verdicts: Resolution) -> None:
+        super().__init__(harmless=True)
+        self.verdicts = list(verdicts)
+
+    def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
+        self.resolved += 1
+        return self.verdicts.pop(0) if len(self.verdicts) > 1 else self.verdicts[0]
+
+
+def _frozen_wall(offset: float = 0.0) -> t.Callable[[], float]:
+    """A wall clock that stops at its first reading (just after the journal recorded the dispatch)."""
+    frozen: list[float] = []
+
+    def wall() -> float:
+        if not frozen:
+            frozen.append(time.time())
+        return frozen[0] + offset
+
+    return wall
+
+
+def test_lost_reply_is_resent_only_after_settling_and_reading_again(store: JournalStore, operation_id: str) -> None:
+    slept: list[float] = []
+    logic = Sequenced(Resolution.not_applied())
+    client = ScriptedClient([_lost(), UPID])
+    result = _run(store, client, logic, operation_id, resend_after=30.0, sleep=slept.append, wall_clock=_frozen_wall())
+    assert result["done"] and len(client.sent) == 2 and logic.resolved == 2
+    assert len(slept) == 1 and 29.0 < slept[0] <= 30.0
+
+
+def test_first_copy_applied_while_settling_is_never_resent(store: JournalStore, operation_id: str) -> None:
+    logic = Sequenced(Resolution.not_applied(), Resolution.applied(UPID))
+    client = ScriptedClient([_lost()])
+    result = _run(store, client, logic, operation_id, resend_after=30.0, wall_clock=_frozen_wall())
+    assert result["done"] and len(client.sent) == 1 and result["stage"]["upid"] == UPID and result["stage"]["attempts"] == 1
+
+
+def test_settling_beyond_the_wait_budget_returns_progress_and_sends_nothing(store: JournalStore, operation_id: str) -> None:
+    slept: list[float] = []
+    logic = Sequenced(Resolution.not_applied())
+    client = ScriptedClient([_lost()])
+    result = _run(store, client, logic, operation_id, resend_after=30.0, wait_budget=5.0, sleep=slept.append, wall_clock=_frozen_wall())
+    assert result["done"] is False and not result["changed"] and len(client.sent) == 1 and slept == [5.0]
+    assert 24.0 < result["progress"]["resendAfterSeconds"] <= 25.0
+    assert store.stage(store.load(operation_id), "clone")["status"] == "dispatching"
+    # Once the settle time has passed, the next run reads once and re-sends.
+    later = ScriptedClient([UPID])
+    done = _run(store, later, logic, operation_id, resend_after=30.0, wall_clock=_frozen_wall(60.0))
+    assert done["done"] and len(later.sent) == 1 and logic.resolved == 2
+
+
+def test_a_definite_refusal_is_not_waited_for(store: JournalStore, operation_id: str) -> None:
+    slept: list[float] = []
+    refused = ProviderError(code="server_error", details={"status": 500})
+    with pytest.raises(ProviderError):
+        _run(store, ScriptedClient([refused]), Sequenced(Resolution.not_applied()), operation_id, sleep=slept.append)
+    assert slept == [] and store.stage(store.load(operation_id), "clone")["status"] == "pending"
+
+
+def test_a_stage_whose_effect_reads_cannot_see_resends_without_settling(store: JournalStore, operation_id: str) -> None:
+    slept: list[float] = []
+    logic = Sequenced(Resolution.not_applied())
+    logic.settle_before_resend = False  # type: ignore[misc]
+    client = ScriptedClient([_lost(), UPID])
+    result = _run(store, client, logic, operation_id, resend_after=30.0, sleep=slept.append, wall_clock=_frozen_wall())
+    assert result["done"] and len(client.sent) == 2 and slept == [] and logic.resolved == 1
