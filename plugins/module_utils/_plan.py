@@ -42,17 +42,8 @@ def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
     }
 
 
-PLAN_INPUT_MUTUALLY_EXCLUSIVE = [("catalog_path", "catalog"), ("definition_path", "definition")]
-PLAN_INPUT_REQUIRED_ONE_OF = [("catalog_path", "catalog"), ("definition_path", "definition")]
-
-
-def plan_input_module_kwargs() -> dict[str, t.Any]:
-    """Keyword arguments for ``AnsibleModule`` covering the plan inputs (merge into your own)."""
-    return {
-        "argument_spec": plan_input_argument_spec(),
-        "mutually_exclusive": [list(group) for group in PLAN_INPUT_MUTUALLY_EXCLUSIVE],
-        "required_one_of": [list(group) for group in PLAN_INPUT_REQUIRED_ONE_OF],
-    }
+PLAN_INPUT_MUTUALLY_EXCLUSIVE = (("catalog_path", "catalog"), ("definition_path", "definition"))
+PLAN_INPUT_REQUIRED_ONE_OF = (("catalog_path", "catalog"), ("definition_path", "definition"))
 
 
 @dataclasses.dataclass(frozen=True)

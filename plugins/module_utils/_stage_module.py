@@ -5,8 +5,9 @@
 
 """What every stage module shares: its options, and running one stage with the journal and client.
 
-A stage module is ``run_stage_module(module, SomeStageLogic())``; everything else (option
-handling, provider scope binding, the protocol, facts, safe failures) happens here.
+A stage module is ``ENTRY = stage_entry(lambda params: SomeStageLogic())`` plus the standard
+``main()``; everything else (option handling, provider scope binding, the protocol, facts, safe
+failures) happens here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, resolve_journal_dir, validate_document
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic, StageRunner, StageSettings
 
@@ -116,6 +117,16 @@ def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: b
     return result
 
 
-def run_stage_module(module: t.Any, logic: StageLogic) -> None:
-    """The whole ``main()`` of a stage module after ``AnsibleModule`` was built."""
-    run_module(module, lambda: run_stage(module.params, logic, check_mode=module.check_mode, diff=module._diff))
+def stage_entry(logic: t.Callable[[t.Mapping[str, t.Any]], StageLogic],
+                extra_options: dict[str, dict[str, t.Any]] | None = None) -> ModuleEntry:
+    """A stage module: the shared stage options (plus ``extra_options``) and ``run_stage`` of ``logic(params)``."""
+
+    def argument_spec() -> dict[str, dict[str, t.Any]]:
+        spec = stage_argument_spec()
+        spec.update(copy.deepcopy(extra_options or {}))
+        return spec
+
+    def action(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool) -> dict[str, t.Any]:
+        return run_stage(params, logic(params), check_mode=check_mode, diff=diff)
+
+    return ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests", "proxmoxer"))

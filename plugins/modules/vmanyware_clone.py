@@ -148,19 +148,17 @@ error_code:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import HAS_PROXMOXER, HAS_REQUESTS
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage_module, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage
+
+ENTRY = stage_entry(lambda params: CloneStage())
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=stage_argument_spec(), supports_check_mode=True)
-    for present, name in ((HAS_REQUESTS, "requests"), (HAS_PROXMOXER, "proxmoxer")):
-        if not present:
-            module.fail_json(msg=missing_required_lib(name), error_code="configuration_error")
-    run_stage_module(module, CloneStage())
+    run_entry(AnsibleModule(**ENTRY.module_kwargs()), ENTRY)
 
 
 if __name__ == "__main__":

@@ -125,14 +125,15 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage_module, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import CloudinitStage
+
+ENTRY = stage_entry(lambda params: CloudinitStage())
 
 
 def main() -> None:
-    argument_spec = stage_argument_spec()
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    run_stage_module(module, CloudinitStage())
+    run_entry(AnsibleModule(**ENTRY.module_kwargs()), ENTRY)
 
 
 if __name__ == "__main__":

@@ -194,57 +194,63 @@ error_details:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._adopt import adopt_operation
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import HAS_REQUESTS, ProxmoxClient, certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import HAS_YAML
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, create_operation, read_gate
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan, plan_input_module_kwargs
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import (
+    PLAN_INPUT_MUTUALLY_EXCLUSIVE,
+    PLAN_INPUT_REQUIRED_ONE_OF,
+    build_plan,
+    plan_input_argument_spec,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
 
 
-def main() -> None:
-    kwargs = plan_input_module_kwargs()
-    spec = kwargs["argument_spec"]
+def argument_spec() -> dict:
+    spec = plan_input_argument_spec()
     spec.update(connection_argument_spec())
     spec.update(journal_argument_spec())
     spec["confirmation"] = {"type": "dict"}
     spec["idempotency_key"] = {"type": "str", "no_log": False}
     spec["provisioning_enabled"] = {"type": "bool"}
     spec["state"] = {"type": "str", "choices": ["present", "adopt"], "default": "present"}
-    module = AnsibleModule(supports_check_mode=True, **kwargs)
-    for present, name in ((HAS_YAML, "PyYAML"), (HAS_REQUESTS, "requests")):
-        if not present:
-            module.fail_json(msg=missing_required_lib(name), error_code="configuration_error")
-    params = module.params
+    return spec
 
-    def action() -> dict:
-        # Gates first: a bad value is a configuration error before anything else; disabled means no connection at all.
-        if not read_gate(os.environ, PROVISIONING_GATE, params["provisioning_enabled"]):
-            raise VmanywareError(code="provisioning_disabled")
-        read_gate(os.environ, SNAPSHOTS_GATE)
-        store = open_store(params["journal_dir"])
-        planned = build_plan(catalog=params["catalog"], catalog_path=params["catalog_path"], definition=params["definition"],
-                             definition_path=params["definition_path"], target_vmid=params["target_vmid"])
-        settings = connection_settings(params)
-        scope = provider_scope_id(settings, certificate_fingerprint(settings))
-        if params["state"] == "adopt":
-            with ProxmoxClient(settings) as client:
-                result = adopt_operation(store, client, planned=planned, provider_scope_id=scope, confirmation=params["confirmation"],
-                                         idempotency_key=params["idempotency_key"], environ=os.environ,
-                                         provisioning_option=params["provisioning_enabled"], check_mode=module.check_mode)
-        else:
-            result = create_operation(store, planned=planned, provider_scope_id=scope, confirmation=params["confirmation"],
-                                      idempotency_key=params["idempotency_key"], environ=os.environ,
-                                      provisioning_option=params["provisioning_enabled"], check_mode=module.check_mode)
-        result["ansible_facts"] = {"vmanyware_operation": result["operation"]}
-        return result
 
-    run_module(module, action)
+def action(params, check_mode, diff) -> dict:
+    # Gates first: a bad value is a configuration error before anything else; disabled means no connection at all.
+    if not read_gate(os.environ, PROVISIONING_GATE, params["provisioning_enabled"]):
+        raise VmanywareError(code="provisioning_disabled")
+    read_gate(os.environ, SNAPSHOTS_GATE)
+    store = open_store(params["journal_dir"])
+    planned = build_plan(catalog=params["catalog"], catalog_path=params["catalog_path"], definition=params["definition"],
+                         definition_path=params["definition_path"], target_vmid=params["target_vmid"])
+    settings = connection_settings(params)
+    scope = provider_scope_id(settings, certificate_fingerprint(settings))
+    if params["state"] == "adopt":
+        with ProxmoxClient(settings) as client:
+            result = adopt_operation(store, client, planned=planned, provider_scope_id=scope, confirmation=params["confirmation"],
+                                     idempotency_key=params["idempotency_key"], environ=os.environ,
+                                     provisioning_option=params["provisioning_enabled"], check_mode=check_mode)
+    else:
+        result = create_operation(store, planned=planned, provider_scope_id=scope, confirmation=params["confirmation"],
+                                  idempotency_key=params["idempotency_key"], environ=os.environ,
+                                  provisioning_option=params["provisioning_enabled"], check_mode=check_mode)
+    result["ansible_facts"] = {"vmanyware_operation": result["operation"]}
+    return result
+
+
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "requests", "proxmoxer"),
+                    mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE, required_one_of=PLAN_INPUT_REQUIRED_ONE_OF)
+
+
+def main() -> None:
+    run_entry(AnsibleModule(**ENTRY.module_kwargs()), ENTRY)
 
 
 if __name__ == "__main__":

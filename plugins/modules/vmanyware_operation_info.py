@@ -125,25 +125,30 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import validate_operation_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_module
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import validate_operation_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
 
 
-def main() -> None:
+def argument_spec() -> dict:
     spec = journal_argument_spec()
     spec.update(connection_argument_spec())  # accepted for module_defaults groups, never used
     spec["operation_id"] = {"type": "str", "required": True}
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
-    params = module.params
+    return spec
 
-    def action() -> dict:
-        operation_id = validate_operation_id(params["operation_id"])
-        return {"changed": False, "operation": public_view(open_store(params["journal_dir"]).load(operation_id))}
 
-    run_module(module, action)
+def action(params, check_mode, diff) -> dict:
+    operation_id = validate_operation_id(params["operation_id"])
+    return {"changed": False, "operation": public_view(open_store(params["journal_dir"]).load(operation_id))}
+
+
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action)
+
+
+def main() -> None:
+    run_entry(AnsibleModule(**ENTRY.module_kwargs()), ENTRY)
 
 
 if __name__ == "__main__":

@@ -189,28 +189,33 @@ error_details:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import require_libraries, run_module
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan, plan_input_module_kwargs
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import (
+    PLAN_INPUT_MUTUALLY_EXCLUSIVE,
+    PLAN_INPUT_REQUIRED_ONE_OF,
+    build_plan,
+    plan_input_argument_spec,
+)
+
+
+def argument_spec() -> dict:
+    spec = plan_input_argument_spec()
+    spec.update(connection_argument_spec())  # accepted for module_defaults groups, never used
+    return spec
+
+
+def action(params, check_mode, diff) -> dict:
+    planned = build_plan(catalog=params["catalog"], catalog_path=params["catalog_path"], definition=params["definition"],
+                         definition_path=params["definition_path"], target_vmid=params["target_vmid"])
+    return {"changed": False, "plan": planned.plan, "plan_hash": planned.plan_hash, "definition_hash": planned.definition_hash}
+
+
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema"),
+                    mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE, required_one_of=PLAN_INPUT_REQUIRED_ONE_OF)
 
 
 def main() -> None:
-    kwargs = plan_input_module_kwargs()
-    kwargs["argument_spec"].update(connection_argument_spec())  # accepted for module_defaults groups, never used
-    module = AnsibleModule(supports_check_mode=True, **kwargs)
-    require_libraries(module, "PyYAML", "jsonschema")
-    params = module.params
-
-    def action() -> dict:
-        planned = build_plan(
-            catalog=params["catalog"],
-            catalog_path=params["catalog_path"],
-            definition=params["definition"],
-            definition_path=params["definition_path"],
-            target_vmid=params["target_vmid"],
-        )
-        return {"changed": False, "plan": planned.plan, "plan_hash": planned.plan_hash, "definition_hash": planned.definition_hash}
-
-    run_module(module, action)
+    run_entry(AnsibleModule(**ENTRY.module_kwargs()), ENTRY)
 
 
 if __name__ == "__main__":

@@ -153,32 +153,36 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import require_libraries, run_module
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan, plan_input_module_kwargs
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import (
+    PLAN_INPUT_MUTUALLY_EXCLUSIVE,
+    PLAN_INPUT_REQUIRED_ONE_OF,
+    build_plan,
+    plan_input_argument_spec,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import FAIL_ON_CHOICES, provisioning_enabled, run_preflight
 
 
+def argument_spec() -> dict:
+    spec = plan_input_argument_spec()
+    spec.update(connection_argument_spec())
+    spec["fail_on"] = {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "failed"}
+    return spec
+
+
+def action(params, check_mode, diff) -> dict:
+    provisioning_enabled(os.environ)  # a bad gate value fails before anything else
+    planned = build_plan(catalog=params["catalog"], catalog_path=params["catalog_path"], definition=params["definition"],
+                         definition_path=params["definition_path"], target_vmid=params["target_vmid"])
+    return run_preflight(planned, connection_settings(params), environ=os.environ, fail_on=params["fail_on"])
+
+
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),
+                    mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE, required_one_of=PLAN_INPUT_REQUIRED_ONE_OF)
+
+
 def main() -> None:
-    kwargs = plan_input_module_kwargs()
-    kwargs["argument_spec"].update(connection_argument_spec())
-    kwargs["argument_spec"]["fail_on"] = {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "failed"}
-    module = AnsibleModule(supports_check_mode=True, **kwargs)
-    require_libraries(module, "PyYAML", "jsonschema", "requests", "proxmoxer")
-    params = module.params
-
-    def action() -> dict:
-        provisioning_enabled(os.environ)  # a bad gate value fails before anything else
-        planned = build_plan(
-            catalog=params["catalog"],
-            catalog_path=params["catalog_path"],
-            definition=params["definition"],
-            definition_path=params["definition_path"],
-            target_vmid=params["target_vmid"],
-        )
-        settings = connection_settings(params)
-        return run_preflight(planned, settings, environ=os.environ, fail_on=params["fail_on"])
-
-    run_module(module, action)
+    run_entry(AnsibleModule(**ENTRY.module_kwargs()), ENTRY)
 
 
 if __name__ == "__main__":

@@ -140,15 +140,15 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage_module, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.readiness import ReadinessStage
+
+ENTRY = stage_entry(lambda params: ReadinessStage(readiness_timeout=params["readiness_timeout"]), {"readiness_timeout": {"type": "float", "default": 300.0}})
 
 
 def main() -> None:
-    argument_spec = stage_argument_spec()
-    argument_spec["readiness_timeout"] = {"type": "float", "default": 300.0}
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    run_stage_module(module, ReadinessStage(readiness_timeout=module.params["readiness_timeout"]))
+    run_entry(AnsibleModule(**ENTRY.module_kwargs()), ENTRY)
 
 
 if __name__ == "__main__":

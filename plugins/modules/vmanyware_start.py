@@ -123,14 +123,15 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage_module, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage
+
+ENTRY = stage_entry(lambda params: StartStage())
 
 
 def main() -> None:
-    argument_spec = stage_argument_spec()
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    run_stage_module(module, StartStage())
+    run_entry(AnsibleModule(**ENTRY.module_kwargs()), ENTRY)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,128 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Run a vmanyware module's own code inside Ansible's worker when the task runs on the controller.
+
+Every vmanyware module talks to the Proxmox API or the local journal, so it normally runs on the
+controller (``connection: local``). There, executing it as a module means one more Python start,
+the AnsiballZ payload and ``ansible.module_utils.basic`` for every task: about a second per task,
+most of the wall time of a provisioning run (docs/benchmarks.md). This action runs the same
+``ModuleEntry`` (options, libraries, action) in the worker process that Ansible already forked for
+the task, with the same option validation (``ArgumentSpecValidator``: types, defaults,
+``PROXMOX_*`` fallbacks, choices, mutually exclusive groups), the task's ``environment``, and the
+same ``no_log`` censoring of the result.
+
+It falls back to executing the module normally whenever the in-process run would not be the same:
+a connection other than ``local``, ``become``, ``async``, a library missing from the controller's
+Python (the module then runs under ``ansible_python_interpreter``), or
+``VMANYWARE_IN_PROCESS=false`` in the controller's environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import typing as t
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.parameters import remove_values
+from ansible.module_utils.errors import UnsupportedError
+from ansible.plugins.action import ActionBase
+from ansible.utils.vars import merge_hash
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, missing_libraries, safe_call
+
+MODULES_PACKAGE = "ansible_collections.vmanyware.proxmox.plugins.modules."
+SWITCH = "VMANYWARE_IN_PROCESS"
+
+
+def in_process_enabled(environ: t.Mapping[str, str]) -> bool:
+    """``VMANYWARE_IN_PROCESS``: unset or ``true`` -> in process; ``false`` -> always a module process."""
+    return environ.get(SWITCH, "true").strip().lower() != "false"
+
+
+@contextlib.contextmanager
+def task_environment(overrides: t.Mapping[str, t.Any]) -> t.Iterator[None]:
+    """The task's ``environment:`` keyword applied to ``os.environ`` for the run, then restored."""
+    saved = {key: os.environ.get(key) for key in overrides}
+    try:
+        for key, value in overrides.items():
+            os.environ[str(key)] = str(value)
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def plain(value: t.Any) -> t.Any:
+    """Task arguments as a module process would receive them (JSON types only, no template tags)."""
+    return json.loads(json.dumps(value))
+
+
+def run_entry_in_process(entry: ModuleEntry, module_name: str, args: t.Mapping[str, t.Any], *, check_mode: bool,
+                         diff: bool) -> dict[str, t.Any]:
+    """Validate ``args`` like ``AnsibleModule`` does, run the entry, censor ``no_log`` values in the result."""
+    kwargs = entry.module_kwargs()
+    kwargs.pop("supports_check_mode")
+    validator = ArgumentSpecValidator(**kwargs)
+    validation = validator.validate(plain(dict(args)))
+    no_log_values = validation._no_log_values  # pylint: disable=protected-access
+    if validation.error_messages:
+        # The first error, worded as AnsibleModule words it (no error code there either), censored.
+        message = validation.errors.msg
+        if isinstance(validation.errors[0], UnsupportedError):
+            message = "Unsupported parameters for (%s) module: %s" % (module_name, message)
+        return {"failed": True, "msg": remove_values(message, no_log_values)}
+    params = validation.validated_parameters
+    succeeded, result = safe_call(lambda: entry.action(params, check_mode, diff))
+    if not succeeded:
+        result["failed"] = True
+    result.setdefault("changed", False)
+    result.setdefault("invocation", {"module_args": params})  # as AnsibleModule returns it, on success and failure
+    return t.cast(dict, remove_values(result, no_log_values))
+
+
+class InProcessModuleAction(ActionBase):
+    """The action of every vmanyware module (``plugins/action/vmanyware_*.py``)."""
+
+    _supports_check_mode = True
+    _supports_async = True
+
+    def _module_short_name(self) -> str:
+        return (self._task.resolved_action or self._task.action).rsplit(".", 1)[-1]
+
+    def _entry(self) -> ModuleEntry | None:
+        """The module's entry when this task can run in process, else ``None`` (run the module)."""
+        if not in_process_enabled(os.environ):
+            return None
+        if getattr(self._connection, "transport", None) != "local" or self._play_context.become or self._task.async_val:
+            return None
+        entry = t.cast(ModuleEntry, importlib.import_module(MODULES_PACKAGE + self._module_short_name()).ENTRY)
+        if missing_libraries(entry.libraries):
+            return None
+        return entry
+
+    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
+        entry = self._entry()
+        if entry is None:
+            # Exactly what ansible.builtin.normal does for a module without an action plugin.
+            wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
+            result = merge_hash(result, self._execute_module(task_vars=task_vars, wrap_async=wrap_async))
+            if not wrap_async:
+                self._remove_tmp_path(self._connection._shell.tmpdir)  # pylint: disable=protected-access
+            return result
+        environment: dict[str, t.Any] = {}
+        self._compute_environment_string(environment)
+        with task_environment(environment):
+            result.update(run_entry_in_process(entry, self._module_short_name(), self._task.args,
+                                               check_mode=bool(self._task.check_mode), diff=bool(self._task.diff)))
+        return result

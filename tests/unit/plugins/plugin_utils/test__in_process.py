@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Running a module's entry in Ansible's worker: the same validation, errors and censoring as the module process."""
+
+from __future__ import annotations
+
+import os
+import typing as t
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
+from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_operation_info, vmanyware_plan
+from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import (
+    in_process_enabled,
+    run_entry_in_process,
+    task_environment,
+)
+
+REPO = Path(__file__).resolve().parents[4]
+SECRET = "canary-0123456789abcdef"
+
+
+def _entry(action: t.Callable[..., dict[str, t.Any]]) -> ModuleEntry:
+    def spec() -> dict[str, dict[str, t.Any]]:
+        return {"name": {"type": "str", "required": True}, "count": {"type": "int", "default": 2},
+                "api_token_secret": {"type": "str", "no_log": True, "fallback": (lambda *a, **k: os.environ["CANARY_SECRET"], [])},
+                "mode": {"type": "str", "choices": ["a", "b"], "default": "a"}}
+
+    return ModuleEntry(argument_spec=spec, action=action)
+
+
+def test_plan_module_runs_with_validated_params() -> None:
+    result = run_entry_in_process(vmanyware_plan.ENTRY, "vmanyware_plan", {
+        "catalog_path": str(REPO / "examples/catalog.yml"), "definition_path": str(REPO / "examples/definition.yml"), "target_vmid": 201},
+        check_mode=False, diff=False)
+    assert "failed" not in result and result["changed"] is False
+    assert len(result["plan_hash"]) == 64 and result["plan"]["target"]["vmid"] == 201
+    assert result["invocation"]["module_args"]["target_vmid"] == 201
+
+
+def test_types_defaults_and_check_mode_reach_the_action(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CANARY_SECRET", SECRET)
+    seen: list[tuple[dict[str, t.Any], bool, bool]] = []
+
+    def action(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool) -> dict[str, t.Any]:
+        seen.append((dict(params), check_mode, diff))
+        return {"changed": True}
+
+    result = run_entry_in_process(_entry(action), "m", {"name": "x", "count": "5"}, check_mode=True, diff=True)
+    assert result["changed"] is True
+    params, check_mode, diff = seen[0]
+    assert params["count"] == 5 and params["mode"] == "a" and params["api_token_secret"] == SECRET and check_mode and diff
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ({"count": 1}, "missing required arguments: name"),
+    ({"name": "x", "bogus": 1}, "Unsupported parameters for (m) module: bogus"),
+    ({"name": "x", "mode": "c"}, "value of mode must be one of"),
+    ({"name": "x", "count": "many"}, "cannot be converted to an int"),
+])
+def test_option_errors_fail_like_ansible_module(monkeypatch: pytest.MonkeyPatch, args: dict[str, t.Any], fragment: str) -> None:
+    monkeypatch.setenv("CANARY_SECRET", SECRET)
+    result = run_entry_in_process(_entry(lambda *a: {"changed": True}), "m", args, check_mode=False, diff=False)
+    assert result["failed"] is True and fragment in result["msg"]
+
+
+def test_plan_inputs_mutually_exclusive_and_required_one_of() -> None:
+    both = run_entry_in_process(vmanyware_plan.ENTRY, "vmanyware_plan", {
+        "catalog_path": "a", "catalog": "b", "definition_path": "c", "target_vmid": 201}, check_mode=False, diff=False)
+    assert both["failed"] and "mutually exclusive" in both["msg"]
+    neither = run_entry_in_process(vmanyware_plan.ENTRY, "vmanyware_plan", {"catalog_path": "a", "target_vmid": 201},
+                                   check_mode=False, diff=False)
+    assert neither["failed"] and "one of the following is required" in neither["msg"]
+
+
+def test_no_log_values_are_censored_in_results_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CANARY_SECRET", SECRET)
+
+    def leaky(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool) -> dict[str, t.Any]:
+        return {"changed": False, "echo": "token=%s" % params["api_token_secret"]}
+
+    result = run_entry_in_process(_entry(leaky), "m", {"name": "x"}, check_mode=False, diff=False)
+    assert SECRET not in repr(result) and "********" in result["echo"]
+    bad = run_entry_in_process(_entry(leaky), "m", {"name": "x", "count": SECRET}, check_mode=False, diff=False)
+    assert bad["failed"] and SECRET not in repr(bad)
+
+
+def test_errors_become_fixed_codes_without_exception_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CANARY_SECRET", SECRET)
+
+    def refuse(*_a: t.Any) -> dict[str, t.Any]:
+        raise VmanywareError(code="plan_changed", details={"fields": ["providerScopeId"]})
+
+    def crash(*_a: t.Any) -> dict[str, t.Any]:
+        raise RuntimeError("provider body " + SECRET)
+
+    refused = run_entry_in_process(_entry(refuse), "m", {"name": "x"}, check_mode=False, diff=False)
+    assert refused["failed"] and refused["error_code"] == "plan_changed" and refused["error_details"] == {"fields": ["providerScopeId"]}
+    crashed = run_entry_in_process(_entry(crash), "m", {"name": "x"}, check_mode=False, diff=False)
+    crashed.pop("invocation")
+    assert crashed == {"failed": True, "msg": "An unexpected internal error occurred.", "error_code": "internal_error", "changed": False}
+
+
+def test_journal_module_reports_a_bad_operation_id_with_its_code(tmp_path: Path) -> None:
+    result = run_entry_in_process(vmanyware_operation_info.ENTRY, "vmanyware_operation_info",
+                                  {"operation_id": "../etc/passwd", "journal_dir": str(tmp_path)}, check_mode=False, diff=False)
+    assert result["failed"] and result["error_code"] == "invalid_option"
+    # Like a module's: the message and error fields never echo the value (only -vvv's invocation shows the arguments).
+    assert "passwd" not in repr({k: v for k, v in result.items() if k != "invocation"})
+
+
+def test_switch_and_task_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert in_process_enabled({}) and in_process_enabled({"VMANYWARE_IN_PROCESS": "true"})
+    assert not in_process_enabled({"VMANYWARE_IN_PROCESS": "false"}) and not in_process_enabled({"VMANYWARE_IN_PROCESS": " False "})
+    monkeypatch.setenv("KEEP_ME", "before")
+    monkeypatch.delenv("NEW_ONE", raising=False)
+    with task_environment({"KEEP_ME": "during", "NEW_ONE": 7}):
+        assert os.environ["KEEP_ME"] == "during" and os.environ["NEW_ONE"] == "7"
+    assert os.environ["KEEP_ME"] == "before" and "NEW_ONE" not in os.environ
