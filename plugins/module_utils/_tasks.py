@@ -7,7 +7,8 @@
 
 A PVE task id looks like ``UPID:node:pid:pstart:starttime:type:id:user:`` (pid, pstart and
 starttime in hex). ``wait_task`` polls ``GET /nodes/{node}/tasks/{upid}/status`` until the task
-stops or a wall-clock deadline passes, with an adaptive interval (0.1 s, x1.5, capped at 2 s).
+stops or a wall-clock deadline passes: first after 0.25 s (no PVE task is done the moment it is
+accepted), then doubling, capped at 1 s so a task's end is noticed within about a second.
 Outcomes are distinct: ``ok``/``warnings`` (success), ``failed`` (with a sanitized log tail),
 ``timeout`` (still running at the deadline) and ``unobservable`` (the status could not be read).
 ``poll_once`` reads the status once, without waiting.
@@ -24,9 +25,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import P
 
 LOG_TAIL_LINES = 20
 LOG_LINE_MAX = 240
-FIRST_INTERVAL = 0.1
-INTERVAL_FACTOR = 1.5
-MAX_INTERVAL = 2.0
+FIRST_INTERVAL = 0.25
+INTERVAL_FACTOR = 2.0
+MAX_INTERVAL = 1.0
 MAX_CONSECUTIVE_POLL_ERRORS = 3
 # Errors that can heal between polls; anything else makes the task unobservable at once.
 _TRANSIENT = frozenset({"transport_lost", "reply_lost", "server_error", "response_too_large", "unexpected_response"})
@@ -172,6 +173,8 @@ def wait_task(
     deadline = clock() + timeout
     interval = FIRST_INTERVAL
     errors = 0
+    sleep(min(interval, max(0.0, deadline - clock())))
+    interval = min(interval * INTERVAL_FACTOR, MAX_INTERVAL)
     while True:
         try:
             outcome = _classify(parsed, client.get(_status_path(parsed, "status")), client)

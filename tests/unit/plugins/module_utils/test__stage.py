@@ -268,7 +268,7 @@ def test_lost_reply_is_resent_only_after_settling_and_reading_again(store: Journ
     client = ScriptedClient([_lost(), UPID])
     result = _run(store, client, logic, operation_id, resend_after=30.0, sleep=slept.append, wall_clock=_frozen_wall())
     assert result["done"] and len(client.sent) == 2 and logic.resolved == 2
-    assert len(slept) == 1 and 29.0 < slept[0] <= 30.0
+    assert 29.0 < slept[0] <= 30.0 and all(s <= 1.0 for s in slept[1:])  # the settle wait, then task polls
 
 
 def test_first_copy_applied_while_settling_is_never_resent(store: JournalStore, operation_id: str) -> None:
@@ -306,4 +306,4 @@ def test_a_stage_whose_effect_reads_cannot_see_resends_without_settling(store: J
     logic.settle_before_resend = False  # type: ignore[misc]
     client = ScriptedClient([_lost(), UPID])
     result = _run(store, client, logic, operation_id, resend_after=30.0, sleep=slept.append, wall_clock=_frozen_wall())
-    assert result["done"] and len(client.sent) == 2 and slept == [] and logic.resolved == 1
+    assert result["done"] and len(client.sent) == 2 and all(s <= 1.0 for s in slept) and logic.resolved == 1  # task polls only

@@ -77,19 +77,20 @@ def test_parse_upid_malformed(bad: t.Any) -> None:
 
 def test_wait_ok_with_adaptive_interval() -> None:
     clock = FakeClock()
-    client = FakeClient([RUNNING] * 8 + [{"status": "stopped", "exitstatus": "OK"}])
+    client = FakeClient([RUNNING] * 4 + [{"status": "stopped", "exitstatus": "OK"}])
     outcome = wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep)
     assert outcome == TaskOutcome(upid=UPID, status="ok", exitstatus="OK")
     assert outcome.succeeded and outcome.raise_for_outcome() is outcome
-    assert clock.sleeps == [0.1, 0.15, 0.225, 0.3375, 0.5063, 0.7594, 1.1391, 1.7086]
+    # the first poll waits 0.25 s (a task is never done when accepted), then the interval doubles
+    assert clock.sleeps == [0.25, 0.5, 1.0, 1.0, 1.0] and len(client.calls) == 5
     assert client.calls[0] == ("GET", f"/nodes/pve/tasks/{UPID}/status", {})
 
 
-def test_interval_caps_at_two_seconds() -> None:
+def test_interval_caps_at_one_second() -> None:
     clock = FakeClock()
     client = FakeClient([RUNNING] * 15 + [{"status": "stopped", "exitstatus": "OK"}])
     wait_task(client, UPID, timeout=600, clock=clock.clock, sleep=clock.sleep)
-    assert max(clock.sleeps) == 2.0 and clock.sleeps[-1] == 2.0
+    assert max(clock.sleeps) == 1.0 and clock.sleeps[-1] == 1.0 and len(clock.sleeps) == 16
 
 
 def test_wait_warnings() -> None:
