@@ -169,6 +169,7 @@ EXPECTED: dict[str, str] = {
     'disk full@disk': 'failed task_failed',
 }
 
+
 def render_table(outcomes: t.Mapping[str, str]) -> str:
     stages = ALL
     faults: list[str] = []
