@@ -22,7 +22,9 @@ def test_documented_options_match_the_argument_spec() -> None:
         assert options[name].get("required", False) == option.get("required", False)
         assert "default" not in options[name]
     attributes = yaml.safe_load(Attributes.DOCUMENTATION)["attributes"]
-    assert set(doc["attributes"]) == set(attributes) == {"check_mode", "diff_mode", "idempotent"}
+    assert set(attributes) == {"action", "check_mode", "diff_mode", "idempotent"}
+    # the module adds the support of each attribute; the fragment carries the one shared by every module (action)
+    assert set(doc["attributes"]) == {"check_mode", "diff_mode", "idempotent"} and attributes["action"]["support"] == "full"
     assert {name: value["support"] for name, value in doc["attributes"].items()} == {"check_mode": "full", "diff_mode": "none", "idempotent": "full"}
 
 
