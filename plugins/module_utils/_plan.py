@@ -44,6 +44,8 @@ def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
 
 PLAN_INPUT_MUTUALLY_EXCLUSIVE = (("catalog_path", "catalog"), ("definition_path", "definition"))
 PLAN_INPUT_REQUIRED_ONE_OF = (("catalog_path", "catalog"), ("definition_path", "definition"))
+# ``ModuleEntry`` keyword arguments of every module that takes the plan inputs.
+PLAN_INPUT_CONSTRAINTS: dict[str, t.Any] = {"mutually_exclusive": PLAN_INPUT_MUTUALLY_EXCLUSIVE, "required_one_of": PLAN_INPUT_REQUIRED_ONE_OF}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,3 +164,9 @@ def build_plan(
         definition_hash=def_hash,
         plan_hash=hash_of_plan,
     )
+
+
+def plan_from_params(params: t.Mapping[str, t.Any]) -> PlannedEnvironment:
+    """``build_plan`` from a module's plan input options."""
+    return build_plan(catalog=params["catalog"], catalog_path=params["catalog_path"], definition=params["definition"],
+                      definition_path=params["definition_path"], target_vmid=params["target_vmid"])

@@ -202,12 +202,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import P
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, create_operation, read_gate
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import (
-    PLAN_INPUT_MUTUALLY_EXCLUSIVE,
-    PLAN_INPUT_REQUIRED_ONE_OF,
-    build_plan,
-    plan_input_argument_spec,
-)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
 
 
@@ -228,8 +223,7 @@ def action(params, check_mode, diff) -> dict:
         raise VmanywareError(code="provisioning_disabled")
     read_gate(os.environ, SNAPSHOTS_GATE)
     store = open_store(params["journal_dir"])
-    planned = build_plan(catalog=params["catalog"], catalog_path=params["catalog_path"], definition=params["definition"],
-                         definition_path=params["definition_path"], target_vmid=params["target_vmid"])
+    planned = plan_from_params(params)
     settings = connection_settings(params)
     scope = provider_scope_id(settings, certificate_fingerprint(settings))
     if params["state"] == "adopt":
@@ -245,8 +239,8 @@ def action(params, check_mode, diff) -> dict:
     return result
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "requests", "proxmoxer"),
-                    mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE, required_one_of=PLAN_INPUT_REQUIRED_ONE_OF)
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),
+                    **PLAN_INPUT_CONSTRAINTS)
 
 
 def main() -> None:

@@ -190,12 +190,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import (
-    PLAN_INPUT_MUTUALLY_EXCLUSIVE,
-    PLAN_INPUT_REQUIRED_ONE_OF,
-    build_plan,
-    plan_input_argument_spec,
-)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
 
 
 def argument_spec() -> dict:
@@ -205,13 +200,11 @@ def argument_spec() -> dict:
 
 
 def action(params, check_mode, diff) -> dict:
-    planned = build_plan(catalog=params["catalog"], catalog_path=params["catalog_path"], definition=params["definition"],
-                         definition_path=params["definition_path"], target_vmid=params["target_vmid"])
+    planned = plan_from_params(params)
     return {"changed": False, "plan": planned.plan, "plan_hash": planned.plan_hash, "definition_hash": planned.definition_hash}
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema"),
-                    mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE, required_one_of=PLAN_INPUT_REQUIRED_ONE_OF)
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema"), **PLAN_INPUT_CONSTRAINTS)
 
 
 def main() -> None:

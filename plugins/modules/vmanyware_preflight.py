@@ -154,12 +154,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import (
-    PLAN_INPUT_MUTUALLY_EXCLUSIVE,
-    PLAN_INPUT_REQUIRED_ONE_OF,
-    build_plan,
-    plan_input_argument_spec,
-)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import FAIL_ON_CHOICES, provisioning_enabled, run_preflight
 
 
@@ -172,13 +167,12 @@ def argument_spec() -> dict:
 
 def action(params, check_mode, diff) -> dict:
     provisioning_enabled(os.environ)  # a bad gate value fails before anything else
-    planned = build_plan(catalog=params["catalog"], catalog_path=params["catalog_path"], definition=params["definition"],
-                         definition_path=params["definition_path"], target_vmid=params["target_vmid"])
+    planned = plan_from_params(params)
     return run_preflight(planned, connection_settings(params), environ=os.environ, fail_on=params["fail_on"])
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),
-                    mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE, required_one_of=PLAN_INPUT_REQUIRED_ONE_OF)
+                    **PLAN_INPUT_CONSTRAINTS)
 
 
 def main() -> None:
