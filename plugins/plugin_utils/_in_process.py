@@ -72,7 +72,12 @@ def run_entry_in_process(entry: ModuleEntry, module_name: str, args: t.Mapping[s
     kwargs = entry.module_kwargs()
     kwargs.pop("supports_check_mode")
     validator = ArgumentSpecValidator(**kwargs)
-    validation = validator.validate(plain(dict(args)))
+    try:
+        plain_args = plain(dict(args))
+    except (TypeError, ValueError):
+        # A module process could not receive them either (arguments travel as JSON).
+        return {"failed": True, "msg": "The task arguments are not JSON values (%s module)." % module_name}
+    validation = validator.validate(plain_args)
     no_log_values = validation._no_log_values  # pylint: disable=protected-access
     if validation.error_messages:
         # The first error, worded as AnsibleModule words it (no error code there either), censored.

@@ -119,3 +119,8 @@ def test_switch_and_task_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     with task_environment({"KEEP_ME": "during", "NEW_ONE": 7}):
         assert os.environ["KEEP_ME"] == "during" and os.environ["NEW_ONE"] == "7"
     assert os.environ["KEEP_ME"] == "before" and "NEW_ONE" not in os.environ
+
+
+def test_arguments_that_are_not_json_fail_safely() -> None:
+    result = run_entry_in_process(_entry(lambda *a: {"changed": True}), "m", {"name": object()}, check_mode=False, diff=False)
+    assert result == {"failed": True, "msg": "The task arguments are not JSON values (m module)."}
