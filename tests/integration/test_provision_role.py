@@ -95,6 +95,19 @@ def test_a_changed_plan_stops_with_plan_changed(pvesim: t.Any, tmp_path: Path) -
     assert _mutations(pvesim) == []
 
 
+def test_a_failed_preflight_stops_a_new_operation_before_anything_is_recorded(pvesim: t.Any, tmp_path: Path) -> None:
+    operator = Operator(pvesim, tmp_path)
+    assert operator.run().returncode == 0
+    # The limited token lacks privileges the stages need: the preflight fails, and with no recorded
+    # operation to resume, the confirmed run stops before recording one.
+    limited = pvesim.connection["tokens"]["limited"]
+    operator.env.update(PROXMOX_TOKEN_ID=limited["id"], PROXMOX_TOKEN_SECRET=limited["secret"])
+    result = operator.run("-e", "@%s" % operator.confirm)
+    assert result.returncode != 0
+    assert "check(s) failed (see the table above); nothing was changed" in result.stdout, result.stdout[-3000:]
+    assert _mutations(pvesim) == [] and not list(operator.journal.glob("op-*.json"))
+
+
 def test_long_tasks_show_progress_without_resending(pvesim: t.Any, tmp_path: Path) -> None:
     operator = Operator(pvesim, tmp_path)
     assert operator.run().returncode == 0
