@@ -124,3 +124,33 @@ def test_switch_and_task_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_arguments_that_are_not_json_fail_safely() -> None:
     result = run_entry_in_process(_entry(lambda *a: {"changed": True}), "m", {"name": object()}, check_mode=False, diff=False)
     assert result == {"failed": True, "msg": "The task arguments are not JSON values (m module)."}
+
+
+class _Fake:
+    def __init__(self, **attrs: t.Any) -> None:
+        self.__dict__.update(attrs)
+
+
+def _action(transport: str = "local", become: bool = False, async_val: int = 0) -> t.Any:
+    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import InProcessModuleAction
+
+    action = InProcessModuleAction.__new__(InProcessModuleAction)
+    action._connection = _Fake(transport=transport)  # pylint: disable=protected-access
+    action._play_context = _Fake(become=become)  # pylint: disable=protected-access
+    action._task = _Fake(resolved_action="vmanyware.proxmox.vmanyware_plan", action="vmanyware_plan", async_val=async_val)
+    return action
+
+
+def test_in_process_only_where_it_is_the_same_as_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils import _in_process
+
+    monkeypatch.delenv("VMANYWARE_IN_PROCESS", raising=False)
+    assert _action()._entry() is vmanyware_plan.ENTRY  # pylint: disable=protected-access
+    assert _action(transport="ssh")._entry() is None  # pylint: disable=protected-access
+    assert _action(become=True)._entry() is None  # pylint: disable=protected-access
+    assert _action(async_val=30)._entry() is None  # pylint: disable=protected-access
+    monkeypatch.setattr(_in_process, "missing_libraries", lambda names: ["jsonschema"])
+    assert _action()._entry() is None  # pylint: disable=protected-access
+    monkeypatch.undo()
+    monkeypatch.setenv("VMANYWARE_IN_PROCESS", "false")
+    assert _action()._entry() is None  # pylint: disable=protected-access
