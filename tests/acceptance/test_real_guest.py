@@ -22,7 +22,6 @@ import datetime
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -35,7 +34,7 @@ import pytest
 import requests
 import yaml
 
-from pvesim.testing import PvesimAdmin
+from pvesim.testing import PvesimAdmin, ensure_realguest_tools
 
 pytestmark = [pytest.mark.slow, pytest.mark.realguest]
 
@@ -60,34 +59,6 @@ def _say(msg: str) -> None:
 
 def _opted_in(config: pytest.Config) -> bool:
     return os.environ.get("PVESIM_REALGUEST") == "1" or "realguest" in (config.getoption("markexpr") or "")
-
-
-def _skip(reason: str) -> t.NoReturn:
-    _say(f"SKIP: {reason}")
-    pytest.skip(reason)
-
-
-def _ensure_tools() -> None:
-    """Install QEMU, the image tools and ssh with apt when missing (root only); skip only if QEMU cannot run at all."""
-    wanted = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils", "genisoimage": "genisoimage",
-              "mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs", "ssh": "openssh-client", "ssh-keygen": "openssh-client"}
-    missing = sorted({pkg for tool, pkg in wanted.items() if shutil.which(tool) is None})
-    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
-        _say(f"installing {' '.join(missing)}")
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        res = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], env=env, check=False,
-                             stdout=subprocess.DEVNULL, timeout=900)
-        if res.returncode != 0:  # a fresh machine may have no package lists yet
-            subprocess.run(["apt-get", "update", "-q"], env=env, check=False, stdout=subprocess.DEVNULL, timeout=600)
-            subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], env=env, check=False,
-                           stdout=subprocess.DEVNULL, timeout=900)
-    if shutil.which("qemu-system-x86_64") is None:
-        _skip("qemu-system-x86_64 is not installed and could not be installed (apt-get install qemu-system-x86)")
-    probe = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True, check=False, timeout=60)
-    if probe.returncode != 0:
-        _skip(f"qemu-system-x86_64 cannot run here: {(probe.stderr or probe.stdout).strip()[:300]}")
-    for tool in ("qemu-img", "genisoimage", "mmdebstrap", "mkfs.ext4", "ssh", "ssh-keygen"):
-        assert shutil.which(tool), f"{tool} is missing (apt-get install {wanted[tool]})"
 
 
 def _build_image(timings: dict[str, t.Any]) -> str:
@@ -204,7 +175,7 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
         pytest.skip("real-guest acceptance is opt-in: tools/dev/acceptance.sh (pytest -m realguest, or PVESIM_REALGUEST=1)")
     t_total = time.monotonic()
     timings: dict[str, t.Any] = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-    _ensure_tools()
+    ensure_realguest_tools(_say)
     image_dir = _build_image(timings)
 
     key = tmp_path / "id_ed25519"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,6 +123,36 @@ class PvesimAdmin:
 
     def set_guest(self, vmid: int, **knobs: t.Any) -> dict[str, t.Any]:
         return dict(self._call("PUT", f"/vms/{vmid}/guest", knobs))
+
+
+# tool -> Debian package, for the real-guest tests (pvesim --guests real and the acceptance test).
+REALGUEST_TOOLS = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils", "genisoimage": "genisoimage",
+                   "mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs", "ssh": "openssh-client", "ssh-keygen": "openssh-client"}
+
+
+def ensure_realguest_tools(say: t.Callable[[str], None]) -> None:
+    """Install QEMU, the image tools and ssh with apt when missing (root only); skip only if QEMU cannot run at all."""
+    missing = sorted({pkg for tool, pkg in REALGUEST_TOOLS.items() if shutil.which(tool) is None})
+    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
+        say(f"installing {' '.join(missing)}")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+        if subprocess.run(install, env=env, check=False, stdout=subprocess.DEVNULL, timeout=900).returncode != 0:
+            # a fresh machine may have no package lists yet
+            subprocess.run(["apt-get", "update", "-q"], env=env, check=False, stdout=subprocess.DEVNULL, timeout=600)
+            subprocess.run(install, env=env, check=False, stdout=subprocess.DEVNULL, timeout=900)
+    reason = None
+    if shutil.which("qemu-system-x86_64") is None:
+        reason = "qemu-system-x86_64 is not installed and could not be installed (apt-get install qemu-system-x86)"
+    else:
+        probe = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True, check=False, timeout=60)
+        if probe.returncode != 0:
+            reason = f"qemu-system-x86_64 cannot run here: {(probe.stderr or probe.stdout).strip()[:300]}"
+    if reason is not None:
+        say(f"SKIP: {reason}")
+        pytest.skip(reason)
+    for tool, package in REALGUEST_TOOLS.items():
+        assert shutil.which(tool), f"{tool} is missing (apt-get install {package})"
 
 
 def start_server(state_dir: str, speed: float = DEFAULT_SPEED, extra: t.Sequence[str] = (),

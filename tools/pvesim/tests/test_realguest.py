@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import pytest
 import requests
 from proxmoxer import ProxmoxAPI
 
-from pvesim.testing import PvesimAdmin
+from pvesim.testing import PvesimAdmin, ensure_realguest_tools
 
 REPO = Path(__file__).resolve().parents[3]
 BUILD_SH = REPO / "tools" / "guest-image" / "build.sh"
@@ -56,29 +55,11 @@ def _say(msg: str) -> None:
     sys.stdout.flush()
 
 
-def _ensure_tools() -> None:
-    """Install QEMU and the image tools with apt when they are missing (root only); skip if QEMU still is."""
-    wanted = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils", "genisoimage": "genisoimage",
-              "mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs", "ssh": "openssh-client", "ssh-keygen": "openssh-client"}
-    missing = sorted({pkg for tool, pkg in wanted.items() if shutil.which(tool) is None})
-    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
-        _say(f"installing {' '.join(missing)}")
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], env=env, check=False,
-                       stdout=subprocess.DEVNULL, timeout=900)
-    if shutil.which("qemu-system-x86_64") is None:
-        reason = "qemu-system-x86_64 is not installed and could not be installed (apt-get install qemu-system-x86)"
-        _say(f"SKIP: {reason}")
-        pytest.skip(reason)
-    for tool in ("qemu-img", "genisoimage", "mmdebstrap", "mkfs.ext4", "ssh", "ssh-keygen"):
-        assert shutil.which(tool), f"{tool} is missing (apt-get install {wanted[tool]})"
-
-
 @pytest.fixture(scope="module")
 def guest_image(request: pytest.FixtureRequest) -> str:
     if not _opted_in(request.config):
         pytest.skip("real-guest tests are opt-in: pytest -m realguest (or PVESIM_REALGUEST=1)")
-    _ensure_tools()
+    ensure_realguest_tools(_say)
     t0 = time.monotonic()
     res = subprocess.run([str(BUILD_SH)], capture_output=True, text=True, check=False, timeout=1800)
     TIMINGS["image_build_or_cache_s"] = round(time.monotonic() - t0, 1)
