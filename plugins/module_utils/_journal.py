@@ -125,9 +125,17 @@ class JournalError(VmanywareError):
 # helpers
 
 
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
 def utc_now() -> str:
     """The current UTC time as ISO 8601 with microseconds and ``Z``."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.datetime.now(datetime.timezone.utc).strftime(TIMESTAMP_FORMAT)
+
+
+def epoch_seconds(timestamp: str) -> float:
+    """A journal timestamp (``utc_now`` format) as seconds since the epoch."""
+    return datetime.datetime.strptime(timestamp, TIMESTAMP_FORMAT).replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
 def new_operation_id() -> str:

@@ -26,12 +26,11 @@ anything -> the stage goes back to ``pending`` (re-running dispatches afresh); `
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import time
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, redact, stage as journal_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, epoch_seconds, redact, stage as journal_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_once, wait_task
 
 # Codes with which Proxmox (or the transport) proves the request changed nothing.
@@ -467,11 +466,5 @@ class StageRunner:
         ``resend_after`` seconds after the submission and after reading once more; within this run the wait is
         bounded by the wait budget, beyond it the module returns ``done: false`` and a re-run goes on.
         """
-        settle_at = _epoch(ctx.record["dispatchedAt"]) + self.settings.resend_after
+        settle_at = epoch_seconds(ctx.record["dispatchedAt"]) + self.settings.resend_after
         return settle_at - self.settings.wall_clock()
-
-
-def _epoch(timestamp: str) -> float:
-    """A journal timestamp (``utc_now`` format) as seconds since the epoch."""
-    parsed = datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%S.%fZ")
-    return parsed.replace(tzinfo=datetime.timezone.utc).timestamp()

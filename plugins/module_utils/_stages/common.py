@@ -11,10 +11,10 @@ This is a private module_utils file: not a public API.
 
 from __future__ import annotations
 
-import datetime
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import epoch_seconds
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import pending_keys, read_config, read_pending, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid
@@ -97,8 +97,7 @@ def dispatched_epoch(ctx: StageContext) -> int | None:
     value = ctx.record.get("dispatchedAt")
     if not value:
         return None
-    moment = datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
-    return int(moment.timestamp())
+    return int(epoch_seconds(value))
 
 
 def task_list_params(ctx: StageContext, task_type: str, task_vmid: int) -> dict[str, t.Any]:

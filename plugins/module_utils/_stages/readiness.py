@@ -33,6 +33,7 @@ import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import TIMESTAMP_FORMAT
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, StageContext, StageError, StageInProgress, StageLogic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
 
@@ -101,7 +102,7 @@ def host_keys(lines: t.Mapping[str, str], address: str) -> tuple[list[str], dict
 
 
 def _iso(epoch: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime(TIMESTAMP_FORMAT)
 
 
 class ReadinessStage(StageLogic):
