@@ -29,6 +29,7 @@ import dataclasses
 import time
 import typing as t
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with_cli
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, epoch_seconds, redact, stage as journal_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_once, wait_task
@@ -229,7 +230,7 @@ def _result(ctx: StageContext, *, changed: bool, done: bool, requests: list[dict
         "operation_id": ctx.operation["operationId"],
         "stage": {"kind": ctx.kind, "position": record["position"], "status": record["status"], "upid": record["upid"],
                   "attempts": record["attempts"], "evidence": dict(record["evidence"])},
-        "requests": requests or [],
+        "requests": [with_cli(summary) for summary in requests or []],  # each with its qm/pct equivalent (_cli.py)
     }
     if ctx.diff is not None:
         result["diff"] = ctx.diff

@@ -21,7 +21,7 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the HTTPS simulator on 127.0.0.1")
     serve.add_argument("--port", type=int, default=0, help="TCP port (0: pick a free one)")
     serve.add_argument("--state-dir", required=True, help="directory for certificates and connection.json")
-    serve.add_argument("--seed", default="demo", help="initial state (only 'demo')")
+    serve.add_argument("--seed", default="demo", help="initial state: demo (one node) or cluster (three nodes, docs/simulator.md)")
     serve.add_argument("--speed", type=float, default=1.0, help="simulated clock speed factor (task durations are divided by it)")
     serve.add_argument("--schema", default=None, help="API schema JSON (default: the bundled pve-9.1.3 schema)")
     serve.add_argument("--faults", default=None, help="JSON/YAML file with fault rules to install at start")

@@ -131,15 +131,21 @@ class Sim:
 
     # helpers ------------------------------------------------------------------------------
     def check_node(self, call: Call) -> None:
+        """The path's node must be a cluster member; another member is served as pveproxy proxies to it (cluster.py)."""
         node = call.params.get("node")
         if node is not None and node != self.state.node:
-            raise ApiError(500, f"no such cluster node '{node}'")
+            cluster.member(self, str(node))
+
+    def call_node(self, call: Call) -> str:
+        """The node a node-scoped request is served by (the path's ``{node}``, else the answering node)."""
+        return str(call.params.get("node") or self.state.node)
 
     def vm(self, call: Call, key: str = "vmid") -> VM:
         vmid = int(call.params[key])
         vm = self.state.vms.get(vmid)
-        if vm is None:
-            raise ApiError(500, f"Configuration file 'nodes/{self.state.node}/qemu-server/{vmid}.conf' does not exist")
+        node = self.call_node(call)
+        if vm is None or vm.node != node:  # a VM's config lives in its own node's directory
+            raise ApiError(500, f"Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist")
         return vm
 
     def has(self, subject: str, path: str, privs: t.Iterable[str], any_of: bool = False) -> bool:
@@ -173,7 +179,7 @@ class Sim:
             if tf is not None:
                 raise TaskFailed(str(tf.params.get("message", "simulated failure")))
 
-        return self.tasks.start(ttype, tid, call.subject, wrapped, on_finish).upid
+        return self.tasks.start(ttype, tid, call.subject, wrapped, on_finish, node=self.call_node(call)).upid
 
 
 # ------------------------------------------------------------------------------------------
@@ -322,13 +328,7 @@ def version(sim: Sim, call: Call) -> dict[str, str]:
 @route("GET", "/nodes")
 def nodes(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     del call
-    return [_node_entry(sim)]
-
-
-def _node_entry(sim: Sim) -> dict[str, t.Any]:
-    return {"node": sim.state.node, "status": "online", "type": "node", "id": f"node/{sim.state.node}", "level": "",
-            "cpu": 0.03, "maxcpu": 16, "mem": 8 * GIB, "maxmem": 64 * GIB, "disk": 10 * GIB, "maxdisk": 100 * GIB,
-            "uptime": int(time.monotonic())}
+    return [cluster.node_entry(sim, sim.state.members[name]) for name in sorted(sim.state.members)]
 
 
 @route("GET", "/nodes/{node}")
@@ -428,19 +428,25 @@ def cluster_resources(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
         for vmid in sorted(st.vms):
             if sim.has(call.subject, f"/vms/{vmid}", ["VM.Audit"]):
                 res.append(_vm_resource(sim, st.vms[vmid]))
+    members = [st.members[name] for name in sorted(st.members)]
     if rtype in (None, "node"):
-        if sim.has(call.subject, f"/nodes/{st.node}", ["Sys.Audit"]):
-            res.append(_node_entry(sim))
+        for node in members:
+            if sim.has(call.subject, f"/nodes/{node.name}", ["Sys.Audit"]):
+                res.append(cluster.node_entry(sim, node))
     if rtype in (None, "storage"):
-        for sid in sorted(st.storages):
-            s = st.storages[sid]
-            if sim.has(call.subject, f"/storage/{sid}", ["Datastore.Audit", "Datastore.AllocateSpace"], any_of=True):
-                res.append({"id": f"storage/{st.node}/{sid}", "type": "storage", "storage": sid, "node": st.node,
-                            "status": "available" if s.active and s.enabled else "unknown", "plugintype": s.type,
-                            "content": ",".join(sorted(s.content)), "shared": s.shared, "disk": s.used_bytes(),
-                            "maxdisk": s.total})
+        for node in members:
+            for sid in sorted(st.storages):
+                s = st.storages[sid]
+                if s.on_node(node.name) and sim.has(call.subject, f"/storage/{sid}", ["Datastore.Audit", "Datastore.AllocateSpace"],
+                                                    any_of=True):
+                    res.append({"id": f"storage/{node.name}/{sid}", "type": "storage", "storage": sid, "node": node.name,
+                                "status": "available" if s.active and s.enabled and node.online else "unknown", "plugintype": s.type,
+                                "content": ",".join(sorted(s.content)), "shared": s.shared, "disk": s.used_bytes(),
+                                "maxdisk": s.total})
     if rtype in (None, "sdn"):
-        res.append({"id": f"sdn/{st.node}/localnetwork", "type": "sdn", "sdn": "localnetwork", "node": st.node, "status": "ok"})
+        for node in members:
+            res.append({"id": f"sdn/{node.name}/localnetwork", "type": "sdn", "sdn": "localnetwork", "node": node.name,
+                        "status": "ok" if node.online else "unknown"})
     return res
 
 
@@ -455,6 +461,8 @@ def node_storage(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     for sid in sorted(st.storages):
         s = st.storages[sid]
         if only and sid != only:
+            continue
+        if not s.on_node(sim.call_node(call)):
             continue
         if content and not set(content.split(",")) & set(s.content):
             continue
@@ -485,8 +493,9 @@ def node_network(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     sim.check_node(call)
     ntype = call.str("type")
     res = []
-    for name in sorted(sim.state.bridges):
-        b = dict(sim.state.bridges[name])
+    bridges = sim.state.members[sim.call_node(call)].bridges
+    for name in sorted(bridges):
+        b = dict(bridges[name])
         if ntype and ntype not in (b["type"], "any_bridge"):
             continue
         res.append(b)
@@ -496,7 +505,7 @@ def node_network(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
 @route("GET", "/nodes/{node}/network/{iface}")
 def node_network_iface(sim: Sim, call: Call) -> dict[str, t.Any]:
     sim.check_node(call)
-    b = sim.state.bridges.get(str(call.params["iface"]))
+    b = sim.state.members[sim.call_node(call)].bridges.get(str(call.params["iface"]))
     if b is None:
         raise ApiError(500, f"network interface '{call.params['iface']}' does not exist")
     return dict(b)
@@ -510,7 +519,7 @@ def qemu_list(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     sim.check_node(call)
     res = []
     for vmid in sorted(sim.state.vms):
-        if not sim.has(call.subject, f"/vms/{vmid}", ["VM.Audit"]):
+        if sim.state.vms[vmid].node != sim.call_node(call) or not sim.has(call.subject, f"/vms/{vmid}", ["VM.Audit"]):
             continue
         vm = sim.state.vms[vmid]
         r = _vm_resource(sim, vm)
@@ -762,7 +771,7 @@ def _materialize(sim: Sim, vm: VM, key: str, value: str) -> str:
             sid, size = m.group(1), m.group(2)
             storage = st.storages[sid]
             if not storage.enabled or not storage.active:
-                raise TaskFailed(f"storage '{sid}' is not available on node '{st.node}'")
+                raise TaskFailed(f"storage '{sid}' is not available on node '{vm.node}'")
             if size == "cloudinit":
                 volid = f"{sid}:vm-{vm.vmid}-cloudinit"
                 storage.volumes[volid] = 4 << 20
@@ -911,8 +920,10 @@ def qemu_clone(sim: Sim, call: Call) -> str:
     fmt = call.str("format")
     snapname = call.str("snapname")
     target = call.str("target")
-    if target and target not in (st.node, "localhost"):
-        raise ApiError(500, f"no such cluster node '{target}'")
+    if target == "localhost":
+        target = sim.call_node(call)
+    if target:
+        cluster.member(sim, target)
     with st.lock:
         src = sim.vm(call)
         if storage:
@@ -947,7 +958,7 @@ def qemu_clone(sim: Sim, call: Call) -> str:
         if newid in st.vms:
             raise ApiError(500, f"unable to create VM {newid}: config file already exists")
         # create the target config with the clone lock right away (atomic under the state lock)
-        target_vm = VM(newid, st.node, {"lock": "clone"}, pool=call.str("pool"))
+        target_vm = VM(newid, target or sim.call_node(call), {"lock": "clone"}, pool=call.str("pool"))
         st.vms[newid] = target_vm
         src_name = oldconf.get("name")
 
@@ -1116,7 +1127,7 @@ def _power(sim: Sim, call: Call, ttype: str) -> str:
                 for key, value in vm.config.items():
                     if re.fullmatch(r"net\d+", key):
                         bridge = parse_kv(value, "model").get("bridge")
-                        if bridge and bridge not in st.bridges:
+                        if bridge and bridge not in st.members[vm.node].bridges:
                             raise TaskFailed(f"bridge '{bridge}' does not exist")
                     if DRIVE_RE.fullmatch(key) and not is_cdrom(value) or (DRIVE_RE.fullmatch(key) and is_cloudinit_volume(value)):
                         sid = value.split(":", 1)[0]
@@ -1124,7 +1135,7 @@ def _power(sim: Sim, call: Call, ttype: str) -> str:
                         if s is None:
                             raise TaskFailed(f"storage '{sid}' does not exist")
                         if not s.enabled or not s.active:
-                            raise TaskFailed(f"storage '{sid}' is not available on node '{st.node}'")
+                            raise TaskFailed(f"storage '{sid}' is not available on node '{vm.node}'")
             sim.sleep("qmstart")
             with st.lock:
                 # apply pending changes (PVE applies [PENDING] on start) and regenerate cloud-init
@@ -1529,7 +1540,7 @@ def _get_task(sim: Sim, call: Call, audit: bool = True) -> Task:
                         r"[^:\s]+:[^:\s]*:[^:\s]+:", upid):
         raise ApiError(500, "unable to parse worker upid")
     task = sim.tasks.get(upid)
-    if task is None:
+    if task is None or task.node != sim.call_node(call):  # each node keeps its own task log
         raise ApiError(500, f"unable to open file '/var/log/pve/tasks/{upid[-3:-1]}/{upid}' - No such file or directory")
     if audit and not _task_visible(sim, call.subject, task):
         raise perm_error(f"/nodes/{task.node}, Sys.Audit")
@@ -1539,7 +1550,8 @@ def _get_task(sim: Sim, call: Call, audit: bool = True) -> Task:
 @route("GET", "/nodes/{node}/tasks")
 def task_list(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     sim.check_node(call)
-    res, total = sim.tasks.list(call.params, lambda task: _task_visible(sim, call.subject, task))
+    node = sim.call_node(call)
+    res, total = sim.tasks.list(call.params, lambda task: task.node == node and _task_visible(sim, call.subject, task))
     call.extra["total"] = total
     return res
 
@@ -1576,3 +1588,7 @@ def task_stop(sim: Sim, call: Call) -> None:
     if call.subject not in (task.user, task.user.split("!")[0]):
         sim.require(call.subject, f"/nodes/{task.node}", ["Sys.Modify"])
     return None
+
+
+# Several cluster nodes (the ``cluster`` seed, /cluster/status, the SDN VNet list) register here too.
+from . import cluster  # noqa: E402  pylint: disable=wrong-import-position,cyclic-import

@@ -26,7 +26,7 @@ import time
 import typing as t
 import urllib.parse
 
-from . import api, guest, guestlink
+from . import api, cluster, guest, guestlink
 from .api import ApiError, Call, Sim
 from .certs import make_certs
 from .clock import Clock
@@ -407,6 +407,9 @@ class App:
                 return apply_timings(sim, data)
         if (method, path) == ("GET", "/tasks"):
             return sim.tasks.admin_list()
+        handled = cluster.admin(sim, method, path, data)
+        if handled is not NotImplemented:
+            return handled
         m = re.fullmatch(r"/vms/(\d+)(/config|/guest)?", path)
         if m:
             vmid = int(m.group(1))

@@ -122,6 +122,10 @@ class Storage:
     active: int = 1
     avail_override: int | None = None
     volumes: dict[str, int] = field(default_factory=dict)
+    nodes: list[str] | None = None  # storage.cfg ``nodes``: None = every cluster node
+
+    def on_node(self, node: str) -> bool:
+        return self.nodes is None or node in self.nodes
 
     @property
     def avail(self) -> int:
@@ -219,6 +223,20 @@ def _raw_section(conf: dict[str, str], pending: bool) -> str:
 
 
 @dataclass
+class Member:
+    """A cluster node (corosync member); its network interfaces are its own."""
+
+    name: str
+    nodeid: int
+    ip: str
+    online: bool = True
+    bridges: dict[str, dict[str, t.Any]] = field(default_factory=dict)
+
+
+SEEDS = ("demo", "cluster")
+
+
+@dataclass
 class Token:
     userid: str
     name: str
@@ -248,6 +266,9 @@ class State:
         self.rng = random.Random(rng_seed)
         self.node = "pve-test"
         self.cluster_name: str | None = None
+        self.members: dict[str, Member] = {}
+        # SDN VNets (``/cluster/sdn/vnets``): vnet id -> {"zone": ..., "type": "vnet", ...}
+        self.vnets: dict[str, dict[str, t.Any]] = {}
         self.storages: dict[str, Storage] = {}
         self.bridges: dict[str, dict[str, t.Any]] = {}
         self.vms: dict[int, VM] = {}
@@ -262,12 +283,12 @@ class State:
 
     # ------------------------------------------------------------------------------------
     def apply_seed(self, seed: str, secrets_from: "State | None" = None) -> None:
-        if seed != "demo":
+        if seed not in SEEDS:
             raise ValueError(f"unknown seed '{seed}'")
         self.seed_name = seed
         self.storages = {
             "local-lvm": Storage("local-lvm", "lvmthin", ["images", "rootdir"], total=200 * GIB, used=0),
-            "local": Storage("local", "dir", ["iso", "vztmpl", "backup", "snippets"], total=100 * GIB, used=12 * GIB),
+            "local": Storage("local", "dir", ["iso", "vztmpl", "backup", "snippets", "import"], total=100 * GIB, used=12 * GIB),
         }
         self.bridges = {
             "vmbr0": {"iface": "vmbr0", "type": "bridge", "active": 1, "autostart": 1, "bridge_ports": "eno1", "bridge_stp": "off",
@@ -319,6 +340,13 @@ class State:
         }
         self.tickets = {}
         self.csrf = {}
+        self.cluster_name = None
+        self.members = {self.node: Member(self.node, 1, "192.0.2.10", True, self.bridges)}
+        self.vnets = {}
+        if seed == "cluster":
+            from .cluster import seed_cluster  # pylint: disable=import-outside-toplevel
+
+            seed_cluster(self)
 
     # ------------------------------------------------------------------------------------
     def permissions(self, subject: str, path: str) -> frozenset[str]:

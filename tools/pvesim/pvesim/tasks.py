@@ -105,15 +105,16 @@ class TaskManager:
             return self.tasks.get(upid)
 
     def start(self, ttype: str, tid: str, user: str, body: t.Callable[[Task], None],
-              on_finish: t.Callable[[Task], None] | None = None) -> Task:
+              on_finish: t.Callable[[Task], None] | None = None, node: str | None = None) -> Task:
         """Create a task and run ``body(task)`` in a thread. ``body`` raises ``TaskFailed``/any
         exception to fail; ``task.exitstatus`` may be preset (fault injection)."""
         with self.lock:
             self._pid += 1
             self._pstart += 7
             now = int(time.time())
-            upid = f"UPID:{self.node}:{self._pid:08X}:{self._pstart:08X}:{now:08X}:{ttype}:{tid}:{user}:"
-            task = Task(upid, self.node, self._pid, self._pstart, now, ttype, tid, user, created_real=time.time())
+            node = node or self.node  # the node that runs the worker (a proxied request runs on its own node)
+            upid = f"UPID:{node}:{self._pid:08X}:{self._pstart:08X}:{now:08X}:{ttype}:{tid}:{user}:"
+            task = Task(upid, node, self._pid, self._pstart, now, ttype, tid, user, created_real=time.time())
             self.tasks[upid] = task
             self.order.append(upid)
 

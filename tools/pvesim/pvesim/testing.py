@@ -112,6 +112,10 @@ class PvesimAdmin:
     def delete_bridge(self, name: str) -> None:
         self._call("DELETE", f"/bridges/{name}")
 
+    def set_node_online(self, node: str, online: bool) -> dict[str, t.Any]:
+        """Take a cluster member offline (requests for it then fail like a failed proxy connection) or back online."""
+        return dict(self._call("PUT", f"/nodes/{node}", {"online": online}))
+
     def set_token(self, tokenid: str, expire: int | None = None, privileges: dict[str, list[str]] | None = None,
                   **fields: t.Any) -> dict[str, t.Any]:
         body: dict[str, t.Any] = dict(fields)

@@ -1,0 +1,88 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The command an operator would type on the node for a planned API request (``qm``/``pct``).
+
+Previews list each planned request (method, path, params); ``with_cli`` adds the equivalent
+``qm``/``pct`` command line so an operator can compare it with Proxmox's own documentation or run
+the step by hand. The mapping follows the documented CLI syntax (``qm clone <vmid> <newid>``,
+``qm set``, ``qm resize <vmid> <disk> <size>``, ``qm cloudinit update``, ``qm start``,
+``qm snapshot <vmid> <snapname>``, ``qm guest exec <vmid> -- <command>``; ``pct`` likewise). It
+works on the request *summary*, whose secret values are already ``<redacted>``, so a command
+never shows more than the summary does. Requests without a CLI equivalent get none.
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import typing as t
+
+_GUEST = r"/nodes/(?P<node>[^/]+)/(?P<kind>qemu|lxc)/(?P<vmid>\d+)"
+# (method, path suffix regex, subcommand, positional parameters after the vmid)
+_COMMANDS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("POST", r"/clone", "clone", ("newid",)),
+    ("PUT", r"/config", "set", ()),
+    ("POST", r"/config", "set", ()),
+    ("PUT", r"/resize", "resize", ("disk", "size")),
+    ("PUT", r"/cloudinit", "cloudinit update", ()),
+    ("POST", r"/status/start", "start", ()),
+    ("POST", r"/status/stop", "stop", ()),
+    ("POST", r"/status/shutdown", "shutdown", ()),
+    ("POST", r"/snapshot", "snapshot", ("snapname",)),
+    ("POST", r"/agent/exec", "guest exec", ()),
+    ("DELETE", r"", "destroy", ()),
+)
+# pct has no cloudinit and no guest agent; its resize is positional the same way.
+_PCT_SUBCOMMANDS = frozenset({"clone", "set", "resize", "start", "stop", "shutdown", "snapshot", "destroy"})
+
+
+def _value(value: t.Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_value(item) for item in value)
+    return str(value)
+
+
+def cli_command(method: str, path: str, params: t.Mapping[str, t.Any]) -> str | None:
+    """``qm``/``pct`` command line for one request, or ``None`` when there is no equivalent."""
+    for verb, suffix, subcommand, positional in _COMMANDS:
+        if verb != method.upper():
+            continue
+        match = re.fullmatch(_GUEST + suffix, path)
+        if match is None:
+            continue
+        tool = "qm" if match.group("kind") == "qemu" else "pct"
+        if tool == "pct" and subcommand not in _PCT_SUBCOMMANDS:
+            return None
+        words = [tool, *subcommand.split(), match.group("vmid")]
+        remaining = dict(params)
+        for name in positional:
+            if name not in remaining:
+                return None
+            words.append(_value(remaining.pop(name)))
+        command = remaining.pop("command", None) if subcommand == "guest exec" else None
+        for key, value in remaining.items():
+            words += [f"--{key}", _value(value)]
+        if command is not None:
+            words += ["--", *(_value(item) for item in (command if isinstance(command, (list, tuple)) else [command]))]
+        fixed = 1 + len(subcommand.split())  # tool and subcommand words are never quoted
+        return " ".join(word if index < fixed else shlex.quote(word) for index, word in enumerate(words))
+    return None
+
+
+def with_cli(summary: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """A copy of a request summary (``method``, ``path``, ``params``) with ``cli`` added when one exists."""
+    result = dict(summary)
+    method, path = summary.get("method"), summary.get("path")
+    params = summary.get("params")
+    if isinstance(method, str) and isinstance(path, str) and isinstance(params, t.Mapping):
+        command = cli_command(method, path, params)
+        if command is not None:
+            result["cli"] = command
+    return result
