@@ -99,6 +99,7 @@ stage:
 requests:
   description:
     - The mutating requests this run sent, or in check mode would send (method, path, params; no secret).
+    - Each entry also has C(cli), the equivalent command on the node (C(qm clone ...), C(qm set ...)), when one exists.
     - Empty when nothing was (or would be) sent.
   returned: always
   type: list

@@ -92,6 +92,7 @@ stage:
 requests:
   description:
     - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params) with secrets redacted).
+    - Each entry also has C(cli), the equivalent command on the node (C(qm clone ...), C(qm set ...)), when one exists.
   returned: always
   type: list
   elements: dict

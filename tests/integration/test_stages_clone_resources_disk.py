@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -104,6 +105,9 @@ def test_happy_path(pvesim: t.Any, tmp_path: Path, disk_gib: int) -> None:
     logics = [CloneStage(), ResourcesStage()] + ([DiskStage()] if disk_gib == 20 else [])
     preview = env.run(CloneStage(), check_mode=True, diff=True)
     assert preview["changed"] and not preview["done"] and preview["requests"][0]["params"]["full"] == 1
+    description = binding_description(env.store.load(env.operation_id))
+    assert preview["requests"][0]["cli"] == "qm clone 9000 201 --name kernel-lab --full 1 --storage local-lvm --description " + \
+        shlex.quote(description)  # the documented syntax: qm clone <vmid> <newid> [OPTIONS]
     assert preview["diff"]["before"]["exists"] is False and effective_mutations(pvesim) == []
     later = env.run(ResourcesStage(), check_mode=True)
     assert later["preview"] == "earlier stages pending" and later["requests"][0]["basis"] == "plan"
@@ -140,6 +144,8 @@ def test_check_and_diff_mode_of_resources(env: Env) -> None:
     env.run(CloneStage())
     preview = env.run(ResourcesStage(), check_mode=True, diff=True)
     assert preview["requests"][0]["params"]["tags"] == instance_tag(env.operation_id)
+    digest = preview["requests"][0]["params"]["digest"]
+    assert preview["requests"][0]["cli"] == f"qm set 201 --cores 2 --memory 2048 --tags {instance_tag(env.operation_id)} --digest {digest}"
     assert preview["diff"]["after"]["tags"] == instance_tag(env.operation_id) and preview["diff"]["before"]["tags"] is None
     assert env.stage("resources")["status"] == "pending"
     assert effective_mutations(env.pvesim) == [("POST", "/nodes/pve-test/qemu/9000/clone")]
