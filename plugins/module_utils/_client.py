@@ -200,6 +200,19 @@ def parse_token_id(token_id: str, user: str | None) -> tuple[str, str]:
     return token_user, name
 
 
+def validate_endpoint(host: str | None, port: int | None, timeout: float | None) -> tuple[str, int, float]:
+    """``api_host``, ``api_port``, ``api_timeout`` checked and defaulted (``configuration_error`` otherwise)."""
+    if not host or not _HOST.match(host.strip()):
+        raise ConfigurationError("api_host must be a host name or IP address without scheme, port or path.", path="api_host")
+    port = DEFAULT_PORT if port is None else int(port)
+    if not 1 <= port <= 65535:
+        raise ConfigurationError("api_port must be between 1 and 65535.", path="api_port")
+    timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+    if not 0 < timeout <= 3600:
+        raise ConfigurationError("api_timeout must be greater than 0 and at most 3600 seconds.", path="api_timeout")
+    return host, port, timeout
+
+
 def build_settings(
     *,
     host: str | None,
@@ -215,14 +228,7 @@ def build_settings(
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> ConnectionSettings:
     """Validate raw option values into ``ConnectionSettings`` (``configuration_error`` otherwise)."""
-    if not host or not _HOST.match(host.strip()):
-        raise ConfigurationError("api_host must be a host name or IP address without scheme, port or path.", path="api_host")
-    port = DEFAULT_PORT if port is None else int(port)
-    if not 1 <= port <= 65535:
-        raise ConfigurationError("api_port must be between 1 and 65535.", path="api_port")
-    timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-    if not 0 < timeout <= 3600:
-        raise ConfigurationError("api_timeout must be greater than 0 and at most 3600 seconds.", path="api_timeout")
+    host, port, timeout = validate_endpoint(host, port, timeout)
     token_user: str | None = None
     token_name: str | None = None
     if token_id or token_secret:
