@@ -37,7 +37,8 @@ def seed_cluster(state: State) -> None:
     Every node has ``vmbr0``; ``pve-test2`` also ``vmbr1``. A shared NFS storage ``shared`` holds
     images, import and snippets on every node; ``local-lvm`` and ``local`` exist on every node.
     One SDN VNet ``labnet`` in the simple zone ``lab``. The ``full`` token may also audit the cluster
-    (``Sys.Audit`` on ``/``, not propagated) and use ``shared`` and ``labnet``.
+    (``Sys.Audit`` on ``/``, not propagated), let nodes download (``Sys.AccessNetwork`` on ``/nodes``) and use ``shared``
+    and ``labnet``: enough to build a template from a cloud image over the API.
     """
     state.cluster_name = CLUSTER_NAME
     local = state.members[state.node]
@@ -53,7 +54,7 @@ def seed_cluster(state: State) -> None:
     for subject in ("vmanyware@pve", "vmanyware@pve!full"):
         acl = state.acl.setdefault(subject, {})
         acl["/"] = (frozenset({"Sys.Audit"}), False)
-        acl["/nodes"] = (frozenset({"Sys.Audit"}), True)
+        acl["/nodes"] = (frozenset({"Sys.Audit", "Sys.AccessNetwork"}), True)
         acl["/storage/shared"] = (frozenset({"Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"}), True)
         acl["/sdn/zones/lab/labnet"] = (frozenset({"SDN.Use", "SDN.Audit"}), True)
         acl["/sdn/zones/localnetwork"] = (frozenset({"SDN.Use", "SDN.Audit"}), True)
