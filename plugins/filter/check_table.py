@@ -13,12 +13,15 @@ author:
   - vmanyware developers (@vmanyware)
 description:
   - Turns the RV(vmanyware.proxmox.vmanyware_preflight#module:checks) list into lines
-    C(<status> <code> <message>), or the C(stages) list of an operation
-    (M(vmanyware.proxmox.vmanyware_operation_info)) into lines C(<position> <kind> <status>).
+    C(<status> <code> <message>), the C(stages) list of an operation
+    (M(vmanyware.proxmox.vmanyware_operation_info)) into lines C(<position> <kind> <status>), or the
+    RV(vmanyware.proxmox.vmanyware_capabilities#module:operations) list into lines C(<status> <operation> via <api|ssh>: <reasons>).
   - Columns are padded so the lines read as a table in C(ansible-playbook) output and AWX job events.
 options:
   _input:
-    description: A list of checks (with C(status), C(code), C(message)) or of stages (with C(position), C(kind), C(status)).
+    description: >-
+      A list of checks (with C(status), C(code), C(message)), of stages (with C(position), C(kind), C(status)) or of
+      capability operations (with C(status), C(operation), C(via), C(reasons)).
     type: list
     elements: dict
     required: true
@@ -43,12 +46,15 @@ from ansible.errors import AnsibleFilterError
 
 
 def _cells(entry: t.Mapping[str, t.Any]) -> list[str]:
+    if "operation" in entry:
+        reasons = "; ".join(str(reason.get("message", "")) for reason in entry.get("reasons") or [] if isinstance(reason, t.Mapping))
+        return [str(entry.get("status", "")), str(entry.get("operation", "")), "via " + str(entry.get("via", "")) + (": " + reasons if reasons else "")]
     if "code" in entry:
         return [str(entry.get("status", "")), str(entry.get("code", "")), str(entry.get("message", ""))]
     if "kind" in entry:
         upid = " " + str(entry["upid"]) if entry.get("upid") else ""
         return [str(entry.get("position", "")), str(entry.get("kind", "")), str(entry.get("status", "")) + upid]
-    raise AnsibleFilterError("check_table expects preflight checks or operation stages")
+    raise AnsibleFilterError("check_table expects preflight checks, operation stages or capability operations")
 
 
 def check_table(entries: t.Any) -> list[str]:

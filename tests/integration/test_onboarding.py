@@ -149,3 +149,21 @@ def test_ansible_module_run(pvesim: t.Any) -> None:
             assert result["summary"] == {"available": 2, "unavailable": 2}
         else:
             assert result["pin_candidate"] == conn["fingerprint_sha256"]
+
+
+def test_capabilities_playbook_prints_a_table(pvesim: t.Any) -> None:
+    pvesim.reset("cluster")
+    conn = pvesim.connection
+    env = dict(os.environ, PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]), PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+               PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"], PROXMOX_FINGERPRINT=conn["fingerprint_sha256"], ANSIBLE_NOCOLOR="1")
+    completed = subprocess.run([str(BIN / "ansible-playbook"), "vmanyware.proxmox.capabilities", "-e", "vmanyware_template_vmid=9000"],
+                               env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = completed.stdout
+    assert completed.returncode == 0, out + completed.stderr
+    assert "Proxmox VE 9.1.3; cluster vmanyware-lab; VNets: labnet" in out
+    assert "pve-test2 online: storages local-lvm=images,rootdir shared=images,import,iso,snippets; bridges vmbr0, vmbr1" in out
+    for line in ("available    vm_provisioning  via api", "available    template_build   via api", "available    cleanup          via api",
+                 "unavailable  containers       via ssh: Proxmox VE has no API to run commands inside a container"):
+        assert line in out, out
+    assert conn["tokens"]["full"]["secret"] not in out
+    assert_reads_only_and_valid(pvesim)

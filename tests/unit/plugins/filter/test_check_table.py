@@ -23,6 +23,16 @@ def test_stages_show_position_kind_status_and_upid() -> None:
     assert lines == ["0  clone      completed UPID:n:1:2:3:qmclone:9000:u:", "1  resources  pending"]
 
 
+def test_capability_operations_show_status_via_and_reasons() -> None:
+    lines = check_table([
+        {"operation": "vm_provisioning", "status": "available", "via": "api", "reasons": []},
+        {"operation": "template_build", "status": "unavailable", "via": "ssh",
+         "reasons": [{"kind": "version", "message": "needs 8.4"}, {"kind": "privilege", "message": "VM.Allocate on /vms is missing"}]},
+    ])
+    assert lines == ["available    vm_provisioning  via api",
+                     "unavailable  template_build   via ssh: needs 8.4; VM.Allocate on /vms is missing"]
+
+
 @pytest.mark.parametrize("bad", [None, "x", [1], [{"other": 1}]])
 def test_other_input_is_refused(bad: object) -> None:
     with pytest.raises(AnsibleFilterError):
