@@ -15,7 +15,7 @@ description:
   - Turns the RV(vmanyware.proxmox.vmanyware_preflight#module:checks) list into lines
     C(<status> <code> <message>), the C(stages) list of an operation
     (M(vmanyware.proxmox.vmanyware_operation_info)) into lines C(<position> <kind> <status>), or the
-    RV(vmanyware.proxmox.vmanyware_capabilities#module:operations) list into lines C(<status> <operation> via <api|ssh>: <reasons>).
+    RV(vmanyware.proxmox.vmanyware_capabilities#module:operations) list into lines C(<status> <operation> via <api or ssh>) followed by the reasons.
   - Columns are padded so the lines read as a table in C(ansible-playbook) output and AWX job events.
 options:
   _input:
