@@ -8,7 +8,7 @@
 community.proxmox 1.4.0 comes from the ansible 12.3.0 wheel (tools/dev/fetch_peer_collection.sh,
 only ``ansible_collections/community/proxmox/`` is extracted). The playbook
 (``peer/community_proxmox.yml``) clones the template, updates it, grows the disk, starts it, reads
-it back and snapshots it, with the demo ``full`` API token (its privileges are enough; nothing is
+it back, snapshots it and lists the SDN VNets, with the demo ``full`` API token (its privileges are enough; nothing is
 added). Every request those clients send must validate against the PVE schema and hit an
 implemented endpoint.
 
@@ -60,6 +60,7 @@ EXPECTED_ENDPOINTS = {
     "POST /nodes/{node}/qemu/{vmid}/snapshot",
     "GET /nodes/{node}/qemu/{vmid}/snapshot",
     "GET /nodes/{node}/tasks/{upid}/status",
+    "GET /cluster/sdn/vnets",
 }
 
 
