@@ -25,7 +25,12 @@ import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import STAGE_ORDER, STAGE_PRIVILEGES, effective_privileges
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import (
+    STAGE_ORDER,
+    STAGE_PRIVILEGES,
+    Requirement,
+    effective_privileges,
+)
 
 SUPPORTED_MAJORS = (8, 9)
 TEMPLATE_BUILD_MINIMUM = (8, 4)
@@ -48,19 +53,13 @@ STAGE_PURPOSES = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Need:
-    """One privilege on an ACL path template (``{node}``, ``{storage}``, ``{bridge}``, ``{import}``, ``{template}``,
-    ``{target}``, ``{rootdir}``, ``{vztmpl}``); any of ``alternatives`` (path, privileges) satisfies it too."""
+class Need(Requirement):
+    """A ``Requirement`` (privilege on an ACL path template, PVE majors) with its purpose; any of ``alternatives``
+    (path, privileges) satisfies it too. Placeholders: ``{node}``, ``{storage}``, ``{bridge}``, ``{import}``,
+    ``{template}``, ``{target}``, ``{rootdir}``, ``{vztmpl}``."""
 
-    path: str
-    privilege: str
-    purpose: str
+    purpose: str = ""
     alternatives: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    min_major: int | None = None
-    max_major: int | None = None
-
-    def applies_to(self, major: int) -> bool:
-        return (self.min_major is None or major >= self.min_major) and (self.max_major is None or major <= self.max_major)
 
 
 def _provisioning_needs() -> tuple[Need, ...]:
@@ -68,7 +67,7 @@ def _provisioning_needs() -> tuple[Need, ...]:
     needs: list[Need] = []
     for stage in STAGE_ORDER:
         for req in STAGE_PRIVILEGES[stage]:
-            needs.append(Need(req.path, req.privilege, f"{stage}: {STAGE_PURPOSES[stage]}", min_major=req.min_major, max_major=req.max_major))
+            needs.append(Need(req.path, req.privilege, req.min_major, req.max_major, purpose=f"{stage}: {STAGE_PURPOSES[stage]}"))
     return tuple(needs)
 
 
@@ -77,35 +76,35 @@ _VM_CONFIG = ("VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk", "VM.Config.
 # Reading an import/ISO/template volume needs "at least read access to storage" (pve-storage check_volume_access).
 _READ_VOLUME = ("Datastore.AllocateSpace",)
 TEMPLATE_BUILD_NEEDS: tuple[Need, ...] = (
-    Need("/storage/{import}", "Datastore.AllocateTemplate", "download the cloud image into the import storage (download-url)"),
-    Need("/nodes/{node}", "Sys.AccessNetwork", "let the node fetch the image URL (download-url)",
+    Need("/storage/{import}", "Datastore.AllocateTemplate", purpose="download the cloud image into the import storage (download-url)"),
+    Need("/nodes/{node}", "Sys.AccessNetwork", purpose="let the node fetch the image URL (download-url)",
          alternatives=(("/", ("Sys.Audit", "Sys.Modify")),)),
-    Need("/storage/{import}", "Datastore.Audit", "import the downloaded image as the VM disk (import-from)",
+    Need("/storage/{import}", "Datastore.Audit", purpose="import the downloaded image as the VM disk (import-from)",
          alternatives=(("/storage/{import}", _READ_VOLUME),)),
-    Need("/vms/{target}", "VM.Allocate", "create the template VM and convert it to a template"),
-    *(Need("/vms/{target}", privilege, "configure the template VM") for privilege in _VM_CONFIG),
-    Need("/vms/{target}", "VM.PowerMgmt", "boot the template VM once to install the guest agent"),
-    Need("/vms/{target}", "VM.GuestAgent.Unrestricted", "install the guest agent inside the template VM", min_major=9),
-    Need("/vms/{target}", "VM.Monitor", "install the guest agent inside the template VM", max_major=8),
-    Need("/storage/{storage}", "Datastore.AllocateSpace", "allocate the template VM's disk"),
-    Need("/sdn/zones/localnetwork/{bridge}", "SDN.Use", "attach the template VM to the bridge"),
-    Need("/nodes/{node}", "Sys.Audit", "follow the node's tasks"),
+    Need("/vms/{target}", "VM.Allocate", purpose="create the template VM and convert it to a template"),
+    *(Need("/vms/{target}", privilege, purpose="configure the template VM") for privilege in _VM_CONFIG),
+    Need("/vms/{target}", "VM.PowerMgmt", purpose="boot the template VM once to install the guest agent"),
+    Need("/vms/{target}", "VM.GuestAgent.Unrestricted", purpose="install the guest agent inside the template VM", min_major=9),
+    Need("/vms/{target}", "VM.Monitor", purpose="install the guest agent inside the template VM", max_major=8),
+    Need("/storage/{storage}", "Datastore.AllocateSpace", purpose="allocate the template VM's disk"),
+    Need("/sdn/zones/localnetwork/{bridge}", "SDN.Use", purpose="attach the template VM to the bridge"),
+    Need("/nodes/{node}", "Sys.Audit", purpose="follow the node's tasks"),
 )
 CONTAINER_NEEDS: tuple[Need, ...] = (
-    Need("/vms/{target}", "VM.Allocate", "create the container"),
-    *(Need("/vms/{target}", privilege, "configure the container") for privilege in ("VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk",
+    Need("/vms/{target}", "VM.Allocate", purpose="create the container"),
+    *(Need("/vms/{target}", privilege, purpose="configure the container") for privilege in ("VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk",
                                                                                   "VM.Config.Network", "VM.Config.Options")),
-    Need("/vms/{target}", "VM.PowerMgmt", "start the container"),
-    Need("/storage/{rootdir}", "Datastore.AllocateSpace", "allocate the container's root disk"),
-    Need("/storage/{vztmpl}", "Datastore.Audit", "read the container template", alternatives=(("/storage/{vztmpl}", _READ_VOLUME),)),
-    Need("/sdn/zones/localnetwork/{bridge}", "SDN.Use", "attach the container to the bridge"),
-    Need("/nodes/{node}", "Sys.Audit", "follow the node's tasks"),
+    Need("/vms/{target}", "VM.PowerMgmt", purpose="start the container"),
+    Need("/storage/{rootdir}", "Datastore.AllocateSpace", purpose="allocate the container's root disk"),
+    Need("/storage/{vztmpl}", "Datastore.Audit", purpose="read the container template", alternatives=(("/storage/{vztmpl}", _READ_VOLUME),)),
+    Need("/sdn/zones/localnetwork/{bridge}", "SDN.Use", purpose="attach the container to the bridge"),
+    Need("/nodes/{node}", "Sys.Audit", purpose="follow the node's tasks"),
 )
 CLEANUP_NEEDS: tuple[Need, ...] = (
-    Need("/vms/{target}", "VM.Audit", "read the VM's binding description before deleting it"),
-    Need("/vms/{target}", "VM.PowerMgmt", "stop the VM before deleting it"),
-    Need("/vms/{target}", "VM.Allocate", "delete the VM and its disks"),
-    Need("/nodes/{node}", "Sys.Audit", "follow the node's tasks"),
+    Need("/vms/{target}", "VM.Audit", purpose="read the VM's binding description before deleting it"),
+    Need("/vms/{target}", "VM.PowerMgmt", purpose="stop the VM before deleting it"),
+    Need("/vms/{target}", "VM.Allocate", purpose="delete the VM and its disks"),
+    Need("/nodes/{node}", "Sys.Audit", purpose="follow the node's tasks"),
 )
 
 

@@ -27,8 +27,8 @@ import socket
 import ssl
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import normalize_fingerprint
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import normalize_fingerprint, require_readable_ca
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
 
 try:
     from cryptography import x509
@@ -151,12 +151,7 @@ def inspect_endpoint(host: str, port: int, *, ca_path: str | None = None, timeou
                      now: datetime.datetime | None = None) -> dict[str, t.Any]:
     """The module result of ``vmanyware_certificate_info`` (see its RETURN)."""
     pin = normalize_fingerprint(fingerprint) if fingerprint else None
-    if ca_path is not None:
-        try:
-            with open(ca_path, "rb"):
-                pass
-        except OSError:
-            raise ConfigurationError("ca_path is not a readable file.", path="ca_path") from None
+    require_readable_ca(ca_path)
     address = host.strip().strip("[]").lower()
     inspect = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     inspect.check_hostname = False

@@ -213,6 +213,16 @@ def validate_endpoint(host: str | None, port: int | None, timeout: float | None)
     return host, port, timeout
 
 
+def require_readable_ca(ca_path: str | None) -> None:
+    """``configuration_error`` unless ``ca_path`` is unset or a readable file."""
+    if ca_path is not None:
+        try:
+            with open(ca_path, "rb"):
+                pass
+        except OSError:
+            raise ConfigurationError("ca_path is not a readable file.", path="ca_path") from None
+
+
 def build_settings(
     *,
     host: str | None,
@@ -242,12 +252,7 @@ def build_settings(
     else:
         raise ConfigurationError("Configure an API token (api_token_id, api_token_secret) or api_user with api_password.",
                                  path="api_token_id")
-    if ca_path is not None:
-        try:
-            with open(ca_path, "rb"):
-                pass
-        except OSError:
-            raise ConfigurationError("ca_path is not a readable file.", path="ca_path") from None
+    require_readable_ca(ca_path)
     return ConnectionSettings(
         host=host.strip().lower(),
         port=port,
