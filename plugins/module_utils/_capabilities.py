@@ -90,10 +90,10 @@ TEMPLATE_BUILD_NEEDS: tuple[Need, ...] = (
     Need("/sdn/zones/localnetwork/{bridge}", "SDN.Use", purpose="attach the template VM to the bridge"),
     Need("/nodes/{node}", "Sys.Audit", purpose="follow the node's tasks"),
 )
+_CT_CONFIG = ("VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk", "VM.Config.Network", "VM.Config.Options")
 CONTAINER_NEEDS: tuple[Need, ...] = (
     Need("/vms/{target}", "VM.Allocate", purpose="create the container"),
-    *(Need("/vms/{target}", privilege, purpose="configure the container") for privilege in ("VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk",
-                                                                                  "VM.Config.Network", "VM.Config.Options")),
+    *(Need("/vms/{target}", privilege, purpose="configure the container") for privilege in _CT_CONFIG),
     Need("/vms/{target}", "VM.PowerMgmt", purpose="start the container"),
     Need("/storage/{rootdir}", "Datastore.AllocateSpace", purpose="allocate the container's root disk"),
     Need("/storage/{vztmpl}", "Datastore.Audit", purpose="read the container template", alternatives=(("/storage/{vztmpl}", _READ_VOLUME),)),
