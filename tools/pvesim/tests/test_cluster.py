@@ -12,7 +12,7 @@ import typing as t
 import pytest
 
 from pvesim.schema import Schema
-from pvesim.testing import PvesimAdmin
+from pvesim.testing import PvesimAdmin, start_server, stop_server
 
 from .conftest import Api
 
@@ -135,3 +135,12 @@ def test_vnet_list_is_filtered_by_sdn_audit(cluster: PvesimAdmin, api: Api, limi
     assert returns_ok("GET", "/cluster/sdn/vnets", vnets) == []
     assert [(v["vnet"], v["zone"]) for v in vnets] == [("labnet", "lab")]
     assert limited.data(limited.get("/cluster/sdn/vnets")) == []
+
+
+def test_serve_with_the_cluster_seed(tmp_path: t.Any) -> None:
+    proc, conn = start_server(str(tmp_path), extra=["--seed", "cluster"])
+    try:
+        nodes = Api(conn).data(Api(conn).get("/nodes"))
+        assert [n["node"] for n in nodes] == ["pve-test", "pve-test2", "pve-test3"]
+    finally:
+        stop_server(proc)
