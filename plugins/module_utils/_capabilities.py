@@ -31,10 +31,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions imp
     Requirement,
     effective_privileges,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import SUPPORTED_MAJORS
 
-SUPPORTED_MAJORS = (8, 9)
 TEMPLATE_BUILD_MINIMUM = (8, 4)
-CONTENT_TYPES = ("images", "rootdir", "import", "snippets", "vztmpl", "iso")
 _VERSION = re.compile(r"^(\d+)\.(\d+)")
 
 # Why each stage needs its privileges (the "purpose" of a missing privilege).
