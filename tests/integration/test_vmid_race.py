@@ -10,24 +10,22 @@ stage stays ``pending`` so the operator decides (docs/operations.md, "Automatic 
 
 from __future__ import annotations
 
+import sys
 import typing as t
 from pathlib import Path
 
 import pytest
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import create_operation, expected_confirmation
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._vmid import reserve
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vmid_support import Reserver  # noqa: E402  pylint: disable=wrong-import-position
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage  # noqa: E402
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
 CLONE_PATH = "/nodes/pve-test/qemu/9000/clone"
 
 
@@ -53,22 +51,13 @@ class Setup:
     """Reserve a VMID with ``auto``, plan and confirm with it, record the operation: the apply run up to the clone."""
 
     def __init__(self, pvesim: t.Any, tmp_path: Path) -> None:
-        conn = pvesim.connection
+        reserver = Reserver(pvesim, tmp_path)
         self.pvesim = pvesim
-        self.params: dict[str, t.Any] = {
-            "api_host": "127.0.0.1", "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-            "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-            "journal_dir": str(tmp_path / "journal"), "api_timeout": 10, "lock_wait": 0.0,
-        }
-        self.settings = connection_settings(self.params)
-        scope = provider_scope_id(self.settings, certificate_fingerprint(self.settings))
-        self.store = open_store(self.params["journal_dir"])
-        with ProxmoxClient(self.settings) as client:
-            self.vmid = reserve(self.store, client, owner="kernel-lab")["vmid"]
-        planned = build_plan(catalog_path=REPO / "examples/catalog.yml", definition_path=REPO / "examples/definition.yml", target_vmid=self.vmid)
-        created = create_operation(self.store, planned=planned, provider_scope_id=scope, confirmation=expected_confirmation(planned.plan, scope),
-                                   idempotency_key=None, environ=ON)
-        self.params["operation_id"] = created["operation_id"]
+        self.params = dict(reserver.params)
+        self.settings = reserver.settings
+        self.store = reserver.store
+        self.vmid = reserver.reserve("kernel-lab")["vmid"]
+        self.params["operation_id"] = reserver.create_operation(self.vmid)["operation_id"]
         pvesim.clear_requests()
 
     def outside_clone(self, vmid: int) -> None:
