@@ -356,7 +356,7 @@ class Reservation:
                 raise _taken(vmid, "on_proxmox")
         elif not self.verified(lease):
             raise _taken(vmid, "on_proxmox")
-        return _result(self.scope, vmid, lease=lease, changed=not reused and not self.check_mode, reused=reused)
+        return _result(self.scope, vmid, lease=lease, changed=not reused, reused=reused)
 
     # -- the lowest free VMID of a range ------------------------------------------------------------
     def reuse(self) -> dict[str, t.Any] | None:
@@ -388,7 +388,7 @@ class Reservation:
                     break
                 lease = self.take(*found)
             if self.verified(lease):
-                return _result(self.scope, lease["vmid"], lease=lease, changed=not self.check_mode, reused=False, vmid_range=vmid_range)
+                return _result(self.scope, lease["vmid"], lease=lease, changed=True, reused=False, vmid_range=vmid_range)
             refused.add(lease["vmid"])
         raise VmanywareError(code="no_free_vmid", details={"lower": vmid_range["lower"], "upper": vmid_range["upper"],
                                                           "refusedByProxmox": len(refused)})

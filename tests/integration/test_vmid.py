@@ -136,7 +136,8 @@ def test_lease_becomes_the_target_claim_and_its_release_frees_the_vmid(reserver:
 
 def test_check_mode_writes_no_lease(reserver: Reserver, pvesim: t.Any) -> None:
     preview = reserver.reserve("alpha", check_mode=True)
-    assert preview["vmid"] == 100 and not preview["changed"] and reserver.leases() == []
+    # check mode says what a real run would do (a new lease: changed) and writes nothing
+    assert preview["vmid"] == 100 and preview["changed"] and reserver.leases() == []
     assert reserver.reserve("alpha")["vmid"] == 100
 
 
