@@ -390,8 +390,8 @@ class Reservation:
             if self.verified(lease):
                 return _result(self.scope, lease["vmid"], lease=lease, changed=True, reused=False, vmid_range=vmid_range)
             refused.add(lease["vmid"])
-        raise VmanywareError(code="no_free_vmid", details={"lower": vmid_range["lower"], "upper": vmid_range["upper"],
-                                                          "refusedByProxmox": len(refused)})
+        details = {"lower": vmid_range["lower"], "upper": vmid_range["upper"], "refusedByProxmox": len(refused)}
+        raise VmanywareError(code="no_free_vmid", details=details)
 
 
 def reserve(store: JournalStore, client: t.Any, *, owner: str, purpose: str = "vm", vmid: int | None = None,
