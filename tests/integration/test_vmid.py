@@ -197,3 +197,16 @@ def test_ten_forks_get_ten_vmids(pvesim: t.Any, tmp_path: Path) -> None:
     assert sorted(found) == ["env%02d" % index for index in range(10)]
     assert sorted(found.values()) == list(range(100, 110)), found
     assert_read_only(pvesim)
+    # state: released gives the leases back (no API request: the provider is identified by its certificate)
+    pvesim.clear_requests()
+    release = tmp_path / "release.yml"
+    release.write_text(yaml.safe_dump([{
+        "name": "Release", "hosts": "all", "gather_facts": False, "connection": "local",
+        "tasks": [{"name": "Release", "vmanyware.proxmox.vmanyware_vmid": {"owner": "{{ inventory_hostname }}", "state": "released"},
+                   "register": "released"},
+                  {"name": "Check", "ansible.builtin.assert": {"that": ["released is changed", "released.released | length == 1"]}}],
+    }], sort_keys=False))
+    result = subprocess.run([str(BIN / "ansible-playbook"), "-i", inventory, "--forks", "10", str(release)], env=_env(pvesim, journal),
+                            capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert list((journal / "leases").iterdir()) == [] and pvesim.requests() == []
