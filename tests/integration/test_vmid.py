@@ -115,7 +115,7 @@ def test_expiry_release_and_given_vmid(reserver: Reserver, pvesim: t.Any) -> Non
     with pytest.raises(VmanywareError) as info:
         reserver.reserve("gamma", vmid=150)
     assert info.value.code == "vmid_taken" and info.value.details["rule"] == "on_proxmox"
-    assert [path for path in reserver.leases()] == [Path(reserver.store.lease_path(reserver.scope, 100)).name]
+    assert reserver.leases() == [Path(reserver.store.lease_path(reserver.scope, 100)).name]
     assert_read_only(pvesim)
 
 
@@ -167,7 +167,7 @@ def _reserved(stdout: str) -> dict[str, int]:
     found = {}
     for line in stdout.splitlines():
         if '"msg": "RESERVED ' in line:
-            _, host, vmid = line.split('"msg": "')[1].rstrip('"').split()
+            host, vmid = line.split('"msg": "RESERVED ')[1].rstrip('"').split()
             found[host] = int(vmid)
     return found
 

@@ -122,7 +122,7 @@ def test_container_created_between_preconditions_and_clone(pvesim: t.Any, tmp_pa
     setup = Setup(pvesim, tmp_path)
 
     def factory(settings: t.Any) -> OutsideCloneFirst:
-        return OutsideCloneFirst(ProxmoxClient(settings), lambda vmid: pvesim.add_container(vmid))
+        return OutsideCloneFirst(ProxmoxClient(settings), pvesim.add_container)
 
     with pytest.raises(VmanywareError) as info:
         setup.run_clone(factory)
