@@ -381,7 +381,7 @@ def parse_next_id(text: str) -> dict[str, int]:
     for part in text.split(","):
         if not part:
             continue
-        key, _, value = part.partition("=")
+        key, value = part.split("=", 1) if "=" in part else (part, "")
         if key not in NEXT_ID_KEYS or key in result:
             raise param_error({"next-id": f"invalid format - unknown or duplicate key '{key}'"})
         result[key] = int(value)

@@ -73,8 +73,8 @@ def test_containers_options_and_nextid_range(api: Api, pvesim: PvesimAdmin) -> N
     pvesim.add_container(100, name="ct-web")
     pvesim.add_container(101, name="ct-tpl", template=True)
     guests = api.data(api.get("/cluster/resources", type="vm"))
-    assert [(g["id"], g["type"], g["template"]) for g in guests] == [("lxc/100", "lxc", 0), ("lxc/101", "lxc", 1),
-                                                                    ("qemu/9000", "qemu", 1)]
+    expected = [("lxc/100", "lxc", 0), ("lxc/101", "lxc", 1), ("qemu/9000", "qemu", 1)]
+    assert [(g["id"], g["type"], g["template"]) for g in guests] == expected
     assert api.data(api.get("/cluster/nextid")) == 102
     assert api.get("/cluster/nextid", vmid=101).json()["errors"] == {"vmid": "VM 101 already exists"}
     # a container's VMID is refused as a clone target
