@@ -68,7 +68,8 @@ ERROR_CODES: dict[str, str] = {
     "stage_failed": "The stage failed earlier; the operation keeps the target for the operator.",
     "outcome_uncertain": "A request's reply was lost and reads cannot prove its outcome; check Proxmox before re-running.",
     "observation_mismatch": "After the request, Proxmox does not show the state the stage requested.",
-    "vmid_taken": "The target VMID is used by a VM that this operation did not create; nothing was sent.",
+    "vmid_taken": "The VMID is used by a guest this operation did not create, or leased by another owner; nothing was sent.",
+    "no_free_vmid": "No VMID of the range is free on Proxmox and unheld by local operations and leases.",
     # guest stages (docs/stages.md, "Guest stages")
     "seed_incompatible": "The generated cloud-init user-data uses a form the collection does not accept (e.g. the deprecated scalar user:).",
     "seed_mismatch": "The generated cloud-init seed does not carry exactly the requested user, keys and network.",

@@ -500,6 +500,7 @@ class JournalStore:
         self._targets_dir = os.path.join(self.journal_dir, "targets")
         self._keys_dir = os.path.join(self.journal_dir, "keys")
         self._locks_dir = os.path.join(self.journal_dir, "locks")
+        self.leases_dir = os.path.join(self.journal_dir, "leases")  # created by the first lease (_vmid)
         for directory in (self.journal_dir, self._targets_dir, self._keys_dir, self._locks_dir):
             self._ensure_directory(directory)
         # Read once: the crash hook costs one ``is None`` test per write when unset.
@@ -529,6 +530,10 @@ class JournalStore:
     def _target_path(self, scope: str, vmid: int) -> str:
         return os.path.join(self._targets_dir, target_key(scope, vmid) + ".json")
 
+    def lease_path(self, scope: str, vmid: int) -> str:
+        """The VMID lease file of a target (``_vmid``): same key as its claim, so creating the operation can supersede it."""
+        return os.path.join(self.leases_dir, target_key(scope, vmid) + ".json")
+
     def _key_path(self, key_hash: str) -> str:
         return os.path.join(self._keys_dir, key_hash + ".json")
 
@@ -547,6 +552,10 @@ class JournalStore:
 
     def _journal_lock(self) -> t.ContextManager[None]:
         return self._locked(os.path.join(self.journal_dir, ".lock"))
+
+    def journal_lock(self) -> t.ContextManager[None]:
+        """The journal-wide lock that claims are made under (VMID leases are made under it too)."""
+        return self._journal_lock()
 
     def _operation_lock(self, operation_id: str) -> t.ContextManager[None]:
         return self._locked(os.path.join(self._locks_dir, operation_id + ".lock"))
@@ -769,6 +778,7 @@ class JournalStore:
             raise _conflict(operation_id, "key_claim_exists")
         if not self._claim(target_path, operation_id):  # pragma: no cover - checked under the lock
             raise _conflict(operation_id, "target_claim_exists")
+        self._supersede_lease(document["target"])
 
     def _complete_target_claim(self, document: dict[str, t.Any], target_path: str) -> None:
         """Idempotent replay: make sure the operation still holds its target (a crash may have cut creation short)."""
@@ -776,6 +786,7 @@ class JournalStore:
             return
         holder = self._read_claim(target_path)
         if holder == document["operationId"]:
+            self._supersede_lease(document["target"])  # a crash may have come between the claim and the lease's removal
             return
         if holder is not None:
             other = self._load_or_none(holder)
@@ -783,6 +794,11 @@ class JournalStore:
                 raise JournalError(code="conflicting_operation", details={"operationId": holder})
             remove_file_durable(target_path)
         self._claim(target_path, document["operationId"])
+        self._supersede_lease(document["target"])
+
+    def _supersede_lease(self, target: t.Mapping[str, t.Any]) -> None:
+        """The target's VMID lease (if any) has become this claim: remove it, so releasing the claim frees the VMID."""
+        remove_file_durable(self.lease_path(target["scope"], target["vmid"]))
 
     def _mutate(
         self,

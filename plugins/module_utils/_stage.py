@@ -186,6 +186,10 @@ class StageLogic:
             raise StageError("Proxmox answered with a task of an unexpected type or node.", code="unexpected_response")
         return upid.raw, {}
 
+    def refused(self, ctx: StageContext, err: ProviderError) -> VmanywareError:
+        """The error to report when Proxmox definitely refused the request (nothing applied; the stage is pending again)."""
+        return err
+
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         """Independent read-back after success; raise ``StageError('observation_mismatch')`` when it differs."""
         return {}
@@ -360,7 +364,7 @@ class StageRunner:
                     if err.code == "locked" and self.settings.clock() < lock_deadline:
                         self.settings.sleep(min(2.0, max(0.0, lock_deadline - self.settings.clock())))
                         continue
-                    raise
+                    raise self.logic.refused(ctx, err) from None
                 return self._resolve(ctx, cause=err.code, error=err)
             try:
                 upid, evidence = self.logic.accept_reply(ctx, request, data)
@@ -440,7 +444,7 @@ class StageRunner:
                 # Proxmox answered (its handler finished with an error) and reads show no effect: a
                 # definite refusal, so the stage may be dispatched again on a later run.
                 self._refresh(ctx, self.store.record_not_sent(ctx.operation["operationId"], ctx.kind))
-                raise error
+                raise self.logic.refused(ctx, error) from None
             if self.logic.resend_harmless:
                 remaining = self._settle_remaining(ctx) if self.logic.settle_before_resend else 0.0
                 if remaining > 0:

@@ -14,7 +14,8 @@ description:
   - Runs the C(clone) stage of an operation created by M(vmanyware.proxmox.vmanyware_operation) - a full clone
     (C(full=1)) of the catalog template to the confirmed VMID on the mapping's storage, named after the definition.
   - Preconditions (read only) - the template exists on the mapped node and is a template; C(GET /cluster/nextid?vmid=N) shows the VMID
-    free. A VMID used by any VM not bound to this operation fails with C(vmid_taken) and nothing is sent.
+    free. A VMID used by any VM not bound to this operation fails with C(vmid_taken) and nothing is sent. When another client takes
+    the VMID after that read, Proxmox refuses the clone (nothing is created) and the stage fails with C(vmid_taken) as well.
   - The new VM's description binds it to the operation (operation id, definitionHash, planHash); later stages compare it exactly.
   - The dispatch is recorded in the journal before the request is sent. A lost reply is resolved by reading the node's
     C(qmclone) tasks and the target's configuration; the request is sent again only when reads prove it did not apply

@@ -198,9 +198,10 @@ def check_permissions(sim: Sim, ep_perms: dict[str, t.Any], subject: str, params
         return
     user = ep_perms.get("user")
     check = ep_perms.get("check")
+    if user in ("all", "world"):
+        # PVE's check_api2_permissions returns before ``check`` (then only a hint, e.g. GET /cluster/options filters itself).
+        return
     if check is None:
-        if user in ("all", "world"):
-            return
         if subject != "root@pam":
             raise perm_error("user != root@pam")
         return
@@ -353,16 +354,71 @@ def node_status(sim: Sim, call: Call) -> dict[str, t.Any]:
 
 @route("GET", "/cluster/nextid")
 def nextid(sim: Sim, call: Call) -> int:
+    """PVE's ``nextid``: a given VMID is returned when no guest (VM, template, container) has it; else the lowest free
+    one in the datacenter's ``next-id`` range (``lower`` inclusive, default 100; ``upper`` exclusive, default 1000000)."""
     st = sim.state
     vmid = call.int("vmid")
-    if vmid is not None:
-        if vmid not in st.vms:
-            return vmid
-        raise param_error({"vmid": f"VM {vmid} already exists"})
-    for i in range(100, 1000000):
-        if i not in st.vms:
-            return i
-    raise ApiError(500, "unable to get any free VMID in range [100, 1000000]")
+    with st.lock:
+        if vmid is not None:
+            if not st.vmid_used(vmid):
+                return vmid
+            raise param_error({"vmid": f"VM {vmid} already exists"})
+        next_id = st.datacenter.get("next-id") or {}
+        lower = int(next_id.get("lower", 100))
+        upper = int(next_id.get("upper", 1000 * 1000))
+        for i in range(lower, upper):
+            if not st.vmid_used(i):
+                return i
+    raise ApiError(500, f"unable to get any free VMID in range [{lower}, {upper}]")
+
+
+NEXT_ID_KEYS = ("lower", "upper")
+
+
+def parse_next_id(text: str) -> dict[str, int]:
+    """``[lower=<int>][,upper=<int>]`` (schema-validated already) as datacenter.cfg's parser returns it."""
+    result: dict[str, int] = {}
+    for part in text.split(","):
+        if not part:
+            continue
+        key, value = part.split("=", 1) if "=" in part else (part, "")
+        if key not in NEXT_ID_KEYS or key in result:
+            raise param_error({"next-id": f"invalid format - unknown or duplicate key '{key}'"})
+        result[key] = int(value)
+    return result
+
+
+@route("GET", "/cluster/options")
+def cluster_options(sim: Sim, call: Call) -> dict[str, t.Any]:
+    """datacenter.cfg; without Sys.Audit on / only ``console`` and ``tag-style`` (plus ``allowed-tags``), as in PVE."""
+    st = sim.state
+    with st.lock:
+        config = {key: (dict(value) if isinstance(value, dict) else value) for key, value in st.datacenter.items()}
+    if not sim.has(call.subject, "/", ["Sys.Audit"]):
+        config = {key: value for key, value in config.items() if key in ("console", "tag-style")}
+    config["allowed-tags"] = []
+    return config
+
+
+@route("PUT", "/cluster/options")
+def set_cluster_options(sim: Sim, call: Call) -> None:
+    """Set (or ``delete``) datacenter options; ``next-id`` is parsed, other options are kept as given."""
+    st = sim.state
+    with st.lock:
+        for key in (call.str("delete") or "").replace(";", ",").split(","):
+            if key.strip():
+                st.datacenter.pop(key.strip(), None)
+        for key, value in call.params.items():
+            if key == "delete":
+                continue
+            st.datacenter[key] = parse_next_id(str(value)) if key == "next-id" else value
+    return None
+
+
+def _ct_resource(vmid: int, ct: t.Mapping[str, t.Any], node: str) -> dict[str, t.Any]:
+    return {"id": f"lxc/{vmid}", "type": "lxc", "vmid": vmid, "node": node, "status": ct.get("status", "stopped"),
+            "name": ct.get("name", f"CT{vmid}"), "template": 1 if ct.get("template") else 0, "maxcpu": 1, "maxmem": 512 << 20,
+            "maxdisk": 8 << 30, "cpu": 0, "mem": 0, "disk": 0, "uptime": 0, "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0}
 
 
 def _vm_resource(sim: Sim, vm: VM) -> dict[str, t.Any]:
@@ -425,9 +481,14 @@ def cluster_resources(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     rtype = call.str("type")
     res: list[dict[str, t.Any]] = []
     if rtype in (None, "vm"):
-        for vmid in sorted(st.vms):
+        guests = {vmid: "qemu" for vmid in st.vms}
+        guests.update({vmid: "lxc" for vmid in st.containers})
+        for vmid in sorted(guests):
             if sim.has(call.subject, f"/vms/{vmid}", ["VM.Audit"]):
-                res.append(_vm_resource(sim, st.vms[vmid]))
+                if guests[vmid] == "qemu":
+                    res.append(_vm_resource(sim, st.vms[vmid]))
+                else:
+                    res.append(_ct_resource(vmid, st.containers[vmid], st.node))
     members = [st.members[name] for name in sorted(st.members)]
     if rtype in (None, "node"):
         for node in members:
@@ -957,6 +1018,9 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             raise ApiError(500, f"can't lock file '/var/lock/qemu-server/lock-{newid}.conf' - got timeout")
         if newid in st.vms:
             raise ApiError(500, f"unable to create VM {newid}: config file already exists")
+        if newid in st.containers:
+            # PVE finds no qemu config file, then check_vmid_unused refuses the ID held by the container.
+            raise ApiError(500, f"CT {newid} already exists on node '{st.node}'")
         # create the target config with the clone lock right away (atomic under the state lock)
         target_vm = VM(newid, target or sim.call_node(call), {"lock": "clone"}, pool=call.str("pool"))
         st.vms[newid] = target_vm

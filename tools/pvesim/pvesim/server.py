@@ -459,6 +459,19 @@ class App:
                         s.total = int(data["total"])
                 return {"storage": s.storage, "total": s.total, "avail": s.avail, "enabled": s.enabled, "active": s.active,
                         "content": s.content, "volumes": dict(s.volumes)}
+        m = re.fullmatch(r"/containers/(\d+)", path)
+        if m and method in ("PUT", "DELETE"):
+            vmid = int(m.group(1))
+            with st.lock:
+                if method == "DELETE":
+                    if st.containers.pop(vmid, None) is None:
+                        raise LookupError(f"CT {vmid} does not exist")
+                    return None
+                if vmid in st.vms:
+                    raise ValueError(f"VM {vmid} already exists")
+                st.containers[vmid] = {"name": str(data.get("name", f"CT{vmid}")), "template": bool(data.get("template", False)),
+                                       "status": "stopped"}
+                return dict(st.containers[vmid], vmid=vmid)
         m = re.fullmatch(r"/bridges/([^/]+)", path)
         if m and method == "DELETE":
             with st.lock:

@@ -272,6 +272,10 @@ class State:
         self.storages: dict[str, Storage] = {}
         self.bridges: dict[str, dict[str, t.Any]] = {}
         self.vms: dict[int, VM] = {}
+        # Containers only hold their VMID (listed, counted by nextid, refused as clone targets); no LXC endpoint is modelled.
+        self.containers: dict[int, dict[str, t.Any]] = {}
+        # datacenter.cfg as GET /cluster/options returns it (``next-id`` parsed to {lower, upper}).
+        self.datacenter: dict[str, t.Any] = {}
         self.users: dict[str, User] = {}
         self.tokens: dict[str, Token] = {}
         # subject (userid or tokenid) -> path -> (privileges, propagate)
@@ -296,6 +300,8 @@ class State:
                       "address": "192.0.2.10", "netmask": "24", "gateway": "192.0.2.1", "priority": 5},
         }
         self.vms = {}
+        self.containers = {}
+        self.datacenter = {}
         template = VM(9000, self.node, {
             "agent": "1",
             "boot": "order=scsi0",
@@ -390,6 +396,10 @@ class State:
         return sorted(paths)
 
     # ------------------------------------------------------------------------------------
+    def vmid_used(self, vmid: int) -> bool:
+        """Whether ``vmid`` is in the cluster's VM list (VMs, templates and containers: PVE's ``get_vmlist``)."""
+        return vmid in self.vms or vmid in self.containers
+
     def next_disk_name(self, storage: str, vmid: int) -> str:
         used = {v.split(":", 1)[1].split("/")[-1] for st in self.storages.values() for v in st.volumes}
         n = 0

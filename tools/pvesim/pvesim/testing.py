@@ -109,6 +109,30 @@ class PvesimAdmin:
     def set_storage(self, storage: str, **fields: t.Any) -> dict[str, t.Any]:
         return dict(self._call("PUT", f"/storage/{storage}", fields))
 
+    def root_call(self, method: str, path: str, **params: t.Any) -> t.Any:
+        """One API call as root@pam (ticket and CSRF token), for what the test tokens may not do (``PUT /cluster/options``)."""
+        conn = self.connection
+        login = requests.post(conn["url"] + "/access/ticket", data={"username": "root@pam", "password": conn["root_password"]},
+                              verify=conn["ca_file"], timeout=30)
+        login.raise_for_status()
+        ticket = login.json()["data"]
+        resp = requests.request(method, conn["url"] + path, data=params if method != "GET" else None,
+                                params=params if method == "GET" else None, cookies={"PVEAuthCookie": ticket["ticket"]},
+                                headers={"CSRFPreventionToken": ticket["CSRFPreventionToken"]}, verify=conn["ca_file"], timeout=30)
+        if resp.status_code != 200:
+            raise RuntimeError(f"pvesim {method} {path} as root: HTTP {resp.status_code} {resp.reason}")
+        return resp.json()["data"]
+
+    def add_container(self, vmid: int, name: str | None = None, template: bool = False) -> dict[str, t.Any]:
+        """An LXC container (or container template) holding ``vmid``: listed by /cluster/resources, counted by nextid."""
+        body: dict[str, t.Any] = {"template": template}
+        if name is not None:
+            body["name"] = name
+        return dict(self._call("PUT", f"/containers/{vmid}", body))
+
+    def delete_container(self, vmid: int) -> None:
+        self._call("DELETE", f"/containers/{vmid}")
+
     def delete_bridge(self, name: str) -> None:
         self._call("DELETE", f"/bridges/{name}")
 

@@ -49,6 +49,7 @@ EXPECTED_ENDPOINTS = {
     "GET /version",
     "GET /nodes",
     "GET /cluster/resources",
+    "GET /cluster/nextid",
     "POST /nodes/{node}/qemu/{vmid}/clone",
     "PUT /nodes/{node}/qemu/{vmid}/config",
     "GET /nodes/{node}/qemu/{vmid}/config",
