@@ -23,6 +23,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
     new_operation_document,
     new_operation_id,
     utc_now,
+    validate_operation_id,
 )
 
 PROVISIONING_GATE = "VMANYWARE_PROVISIONING_ENABLED"
@@ -203,3 +204,25 @@ def cleanup_summary(cleanup: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
             "failure": cleanup["failure"],
             "steps": [{"kind": item["kind"], "status": item["status"], "upid": item["upid"], "failure": item["failure"]} for item in steps],
             "removed": removed}
+
+
+def abandon_operation(store: JournalStore, operation_id: str, reason: t.Any, *, check_mode: bool = False) -> dict[str, t.Any]:
+    """The operator abandons ``operation_id``: record when and why, release its target; no provider request.
+
+    Idempotent: an operation already abandoned is returned unchanged (``changed: false``). One that
+    was closed or cleaned is not abandoned (``journal_conflict``). Stages refuse it afterwards
+    (``operation_abandoned``); its guest, if any, is left alone (``vmanyware_cleanup`` removes it).
+    """
+    validate_operation_id(operation_id)
+    if not isinstance(reason, str) or not reason.strip():
+        raise InputError("state=abandoned needs a reason (why the operation is abandoned).", path="reason", details={"rule": "required"})
+    document = store.load(operation_id)
+    release = document["release"]
+    if release is not None and release["reason"] == "abandoned":
+        return {"changed": False, "operation_id": operation_id, "operation": public_view(document)}
+    if release is not None:
+        raise VmanywareError("The operation already released its target (%s); there is nothing to abandon." % release["reason"],
+                             code="journal_conflict", details={"operationId": operation_id, "rule": "released"})
+    if check_mode:
+        return {"changed": True, "operation_id": operation_id, "operation": public_view(document)}
+    return {"changed": True, "operation_id": operation_id, "operation": public_view(store.abandon_operation(operation_id, reason))}
