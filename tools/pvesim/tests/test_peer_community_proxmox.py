@@ -8,8 +8,8 @@
 community.proxmox 1.4.0 comes from the ansible 12.3.0 wheel (tools/dev/fetch_peer_collection.sh,
 only ``ansible_collections/community/proxmox/`` is extracted). The playbook
 (``peer/community_proxmox.yml``) clones the template, updates it, grows the disk, starts it, reads
-it back and snapshots it, then (``peer/community_proxmox_absent.yml``) stops and removes it, with the demo ``full`` API token (its privileges are enough; nothing is
-added). Every request those clients send must validate against the PVE schema and hit an
+it back and snapshots it, then (``peer/community_proxmox_absent.yml``) stops and removes it, with
+the demo ``full`` API token (its privileges are enough; nothing is added). Every request those clients send must validate against the PVE schema and hit an
 implemented endpoint.
 
 Skips only when the wheel cannot be downloaded (no network); with ``CI=true`` that fails instead.
