@@ -88,6 +88,12 @@ def test_one_host_per_completed_operation_with_strict_host_keys(tmp_path: Path) 
     assert sorted(filtered["_meta"]["hostvars"]) == ["db-202"] and filtered["node_pve"]["hosts"] == ["db-202"]
     assert sorted(_inventory(tmp_path, journal, target_vmid=201)["_meta"]["hostvars"]) == ["web-201"]
     assert _inventory(tmp_path, journal, since="2999-01-01")["_meta"]["hostvars"] == {}
+    # compose sees the plugin's own values (the real-guest acceptance routes SSH this way, keeping the host key check)
+    routed = _inventory(tmp_path, journal, target_vmid=201, compose={
+        "ansible_ssh_common_args": "ansible_ssh_common_args ~ ' -o HostKeyAlias=' ~ ansible_host", "ansible_host": "'127.0.0.1'"})
+    web = routed["_meta"]["hostvars"]["web-201"]
+    assert web["ansible_host"] == "127.0.0.1" and web["ansible_ssh_common_args"].endswith(
+        "UserKnownHostsFile=%s -o HostKeyAlias=192.0.2.11" % known_hosts)
 
 
 def test_a_missing_journal_fails_the_inventory_source(tmp_path: Path) -> None:
