@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -29,6 +30,13 @@ def main(argv: list[str]) -> int:
     os.makedirs(os.path.join(links, "ansible_collections", "vmanyware"))
     os.symlink(REPO, os.path.join(links, "ansible_collections", "vmanyware", "proxmox"))
     sys.path.insert(0, links)
+    try:
+        return _run(count)
+    finally:
+        shutil.rmtree(links)
+
+
+def _run(count: int) -> int:
     # pylint: disable=import-outside-toplevel
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import Filters, list_operations
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, new_operation_document, new_operation_id

@@ -18,17 +18,17 @@ This is a private module_utils file: not a public API.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._io import LocalFileError, atomic_write_json, read_json_strict
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._io import LocalFileError, atomic_write_json
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
     TIMESTAMP_FORMAT,
     JournalError,
     JournalStore,
     lifecycle_status,
-    validate_operation_id,
 )
 
 CACHE_NAME = "history-cache.json"
@@ -39,24 +39,21 @@ STATUSES = ("open", "completed", "failed", "uncertain", "abandoned", "cleaned")
 DEFAULT_LIMIT = 100
 
 
-def summarize(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """The listing row of an operation document (identities, status, times; nothing private)."""
+# The listing row, stored in the cache as a list in this order (compact: the cache of 10,000 operations parses fast).
+ROW_KEYS = ("operationId", "status", "provisioningStatus", "failureCode", "released", "providerScopeId", "createdAt", "updatedAt",
+            "definitionName", "targetNode", "targetVmid", "ipv4")
+_STATUS, _CREATED, _NAME, _VMID = (ROW_KEYS.index(key) for key in ("status", "createdAt", "definitionName", "targetVmid"))
+
+
+def summarize(document: t.Mapping[str, t.Any]) -> list[t.Any]:
+    """The listing row of an operation document in ``ROW_KEYS`` order (identities, status, times; nothing private)."""
     plan = document["plan"]
     failure = document["failure"]
-    return {
-        "operationId": document["operationId"],
-        "status": lifecycle_status(document),
-        "provisioningStatus": document["status"],
-        "failureCode": failure["code"] if failure else None,
-        "released": document["release"] is not None,
-        "providerScopeId": document["providerScopeId"],
-        "createdAt": document["createdAt"],
-        "updatedAt": document["updatedAt"],
-        "definitionName": plan["definitionName"] if isinstance(plan.get("definitionName"), str) else None,
-        "targetNode": document["target"]["node"],
-        "targetVmid": document["target"]["vmid"],
-        "ipv4": (document.get("handoff") or {}).get("ipv4"),
-    }
+    name = plan.get("definitionName")
+    return [document["operationId"], lifecycle_status(document), document["status"], failure["code"] if failure else None,
+            document["release"] is not None, document["providerScopeId"], document["createdAt"], document["updatedAt"],
+            name if isinstance(name, str) else None, document["target"]["node"], document["target"]["vmid"],
+            (document.get("handoff") or {}).get("ipv4")]
 
 
 class Filters(t.NamedTuple):
@@ -67,11 +64,11 @@ class Filters(t.NamedTuple):
     definition_name: str | None = None
     since: str | None = None  # a journal timestamp (createdAt at or after)
 
-    def keep(self, row: t.Mapping[str, t.Any]) -> bool:
-        return ((not self.status or row["status"] in self.status)
-                and (self.target_vmid is None or row["targetVmid"] == self.target_vmid)
-                and (self.definition_name is None or row["definitionName"] == self.definition_name)
-                and (self.since is None or row["createdAt"] >= self.since))
+    def keep(self, row: t.Sequence[t.Any]) -> bool:
+        return ((not self.status or row[_STATUS] in self.status)
+                and (self.target_vmid is None or row[_VMID] == self.target_vmid)
+                and (self.definition_name is None or row[_NAME] == self.definition_name)
+                and (self.since is None or row[_CREATED] >= self.since))
 
 
 def parse_filters(status: t.Any = None, target_vmid: t.Any = None, definition_name: t.Any = None, since: t.Any = None) -> Filters:
@@ -98,18 +95,13 @@ def _since(value: t.Any) -> str:
                      details={"rule": "timestamp"})
 
 
-def _file_key(entry: os.DirEntry) -> list[int] | None:
-    try:
-        info = entry.stat(follow_symlinks=False)
-    except OSError:
-        return None
-    return [info.st_ino, info.st_size, info.st_mtime_ns]
-
-
 def _read_cache(path: str) -> dict[str, t.Any]:
+    """``{operationId: [inode, size, mtime_ns, *row]}``, or ``{}`` when the cache is missing or not understood."""
     try:
-        cache = read_json_strict(path, MAX_CACHE_BYTES, follow_symlinks=False)
-    except LocalFileError:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CACHE_BYTES + 1)
+        cache = json.loads(data) if len(data) <= MAX_CACHE_BYTES else None
+    except (OSError, ValueError):
         return {}
     if (not isinstance(cache, dict) or cache.get("kind") != CACHE_KIND or cache.get("version") != CACHE_VERSION
             or not isinstance(cache.get("entries"), dict)):
@@ -117,49 +109,34 @@ def _read_cache(path: str) -> dict[str, t.Any]:
     return t.cast(dict, cache["entries"])
 
 
-def _cached_row(entry: t.Any, key: list[int]) -> dict[str, t.Any] | None:
-    if isinstance(entry, dict) and entry.get("key") == key and isinstance(entry.get("row"), dict):
-        return t.cast(dict, entry["row"])
-    return None
-
-
-def summaries(store: JournalStore) -> list[dict[str, t.Any]]:
-    """One row per operation in the journal (unordered); a corrupt operation file raises ``journal_corrupt``."""
+def summaries(store: JournalStore) -> list[list[t.Any]]:
+    """One row (``ROW_KEYS`` order) per operation in the journal, unordered; a corrupt operation file raises ``journal_corrupt``."""
     cache_path = os.path.join(store.journal_dir, CACHE_NAME)
     cached = _read_cache(cache_path)
-    fresh: dict[str, t.Any] = {}
-    rows: list[dict[str, t.Any]] = []
+    fresh: dict[str, list[t.Any]] = {}
     changed = False
-    try:
-        with os.scandir(store.journal_dir) as entries:
-            files = [entry for entry in entries if entry.name.startswith("op-") and entry.name.endswith(".json")]
-    except OSError:
-        raise JournalError("The journal directory cannot be read.", code="io_error") from None
-    for entry in files:
-        operation_id = entry.name[:-5]
+    for operation_id in store.list_operations():
         try:
-            validate_operation_id(operation_id)
-        except InputError:
-            continue  # temp files of interrupted writes and anything else that is not an operation
-        key = _file_key(entry)
-        row = _cached_row(cached.get(operation_id), key) if key is not None else None
-        if row is None:
+            info = os.stat(store.operation_path(operation_id), follow_symlinks=False)
+        except OSError:
+            continue  # removed while listing
+        key = [info.st_ino, info.st_size, info.st_mtime_ns]
+        entry = cached.get(operation_id)
+        if not (isinstance(entry, list) and entry[:3] == key and len(entry) == 3 + len(ROW_KEYS)):
             try:
-                row = summarize(store.load(operation_id))
+                entry = key + summarize(store.load(operation_id))
             except JournalError as err:
                 if err.code == "not_found":  # removed while listing
                     continue
                 raise
             changed = True
-        if key is not None:
-            fresh[operation_id] = {"key": key, "row": row}
-        rows.append(row)
+        fresh[operation_id] = entry
     if changed or len(fresh) != len(cached):
         try:
             atomic_write_json(cache_path, {"kind": CACHE_KIND, "version": CACHE_VERSION, "entries": fresh}, 0o600)
         except LocalFileError:
             pass  # only a cache: the next listing reads the documents again
-    return rows
+    return [entry[3:] for entry in fresh.values()]
 
 
 def list_operations(store: JournalStore, filters: Filters = Filters(), limit: int | None = DEFAULT_LIMIT) -> dict[str, t.Any]:
@@ -167,6 +144,6 @@ def list_operations(store: JournalStore, filters: Filters = Filters(), limit: in
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InputError("limit must be a positive integer.", path="limit", details={"rule": "minimum"})
     rows = [row for row in summaries(store) if filters.keep(row)]
-    rows.sort(key=lambda row: (row["createdAt"], row["operationId"]), reverse=True)
-    return {"operations": rows[:limit] if limit is not None else rows, "total": len(rows)}
-
+    rows.sort(key=lambda row: (row[_CREATED], row[0]), reverse=True)
+    shown = rows[:limit] if limit is not None else rows
+    return {"operations": [dict(zip(ROW_KEYS, row)) for row in shown], "total": len(rows)}
