@@ -14,7 +14,7 @@ author:
 description:
   - Turns the RV(vmanyware.proxmox.vmanyware_preflight#module:checks) list into lines
     C(<status> <code> <message>), or the C(stages) list of an operation
-    (M(vmanyware.proxmox.vmanyware_operation_info)) into lines C(<position> <kind> <status>), or the RV(operations) listed by
+    (M(vmanyware.proxmox.vmanyware_operation_info)) into lines C(<position> <kind> <status>), or the C(operations) listed by
     M(vmanyware.proxmox.vmanyware_operation_info) without an operation id into lines
     C(<createdAt> <operationId> <status> <node>/<vmid> <definitionName> <failureCode>).
   - Columns are padded so the lines read as a table in C(ansible-playbook) output and AWX job events.

@@ -30,7 +30,7 @@ description:
     list and the node's task list. Each stage is recorded as completed (with the evidence the stage would record), pending, or
     uncertain (resolved by reads on the stage's next run). Nothing but GET requests is ever sent. See "Recovering a lost journal"
     in C(docs/operations.md).
-  - With O(state=abandoned) it records the operator's decision to give up an operation (O(operation_id)): when and why (O(reason)).
+  - With O(state=abandoned) it records the operator's decision to give up an operation (O(operation_id)), with when and why (O(reason)).
     It releases the operation's target claim, so a new operation may take the VMID, and sends nothing to Proxmox; the guest, if any,
     is left alone (M(vmanyware.proxmox.vmanyware_cleanup) removes it). The operation stays readable; no stage runs on it afterwards
     (C(operation_abandoned)). See "Lifecycle" in C(docs/operations.md).
