@@ -12,7 +12,6 @@ against the PVE schema.
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import subprocess
@@ -33,6 +32,11 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone im
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import ResourcesStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import wait_task
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_stages_clone_resources_disk import assert_clean  # noqa: E402  pylint: disable=wrong-import-position
+from test_stages_clone_resources_disk import effective_mutations as mutations  # noqa: E402  pylint: disable=wrong-import-position
 
 pytestmark = pytest.mark.integration
 
@@ -93,17 +97,6 @@ class Env:
     def client_get(self, path: str) -> t.Any:
         with ProxmoxClient(self.settings) as client:
             return client.get(path)
-
-
-def mutations(pvesim: t.Any) -> list[tuple[str, str]]:
-    """Mutating requests that reached a handler and could have changed something (2xx or reply dropped)."""
-    return [(e["method"], e["path"]) for e in pvesim.requests() if e["method"] != "GET" and (e["status"] == "dropped" or e["status"] < 300)]
-
-
-def assert_clean(pvesim: t.Any) -> None:
-    counts = collections.Counter(mutations(pvesim))
-    assert all(count == 1 for count in counts.values()), counts
-    assert pvesim.schema_violations() == []
 
 
 @pytest.fixture()
