@@ -399,8 +399,8 @@ def _check_lifecycle(document: t.Mapping[str, t.Any]) -> None:
     _check_timestamp(cleanup["startedAt"], "cleanup_started_at")
     _check_timestamp(cleanup["completedAt"], "cleanup_completed_at", nullable=True)
     _check((cleanup["completedAt"] is not None) == (cleanup["status"] == "completed"), "cleanup_completed_at")
-    _check(isinstance(cleanup["steps"], list) and tuple(item.get("kind") if isinstance(item, dict) else None
-                                                         for item in cleanup["steps"]) == CLEANUP_STEPS, "cleanup_steps")
+    kinds = tuple(item.get("kind") if isinstance(item, dict) else None for item in cleanup["steps"]) if isinstance(cleanup["steps"], list) else ()
+    _check(kinds == CLEANUP_STEPS, "cleanup_steps")
     if release is not None and release["reason"] == "cleaned":
         _check(cleanup["status"] == "completed", "cleanup_release")
     validate_document(cleanup_view(document))

@@ -278,4 +278,3 @@ def _result(document: dict[str, t.Any], *, changed: bool, requests: list[dict[st
               "operation": view, "ansible_facts": {"vmanyware_operation": view}}
     result.update(extra)
     return result
-
