@@ -7,21 +7,24 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: check_table
-short_description: Format preflight checks or operation stages as aligned lines, one per entry
+short_description: Format preflight checks, operation stages or the history of operations as aligned lines, one per entry
 version_added: 0.1.0
 author:
   - vmanyware developers (@vmanyware)
 description:
   - Turns the RV(vmanyware.proxmox.vmanyware_preflight#module:checks) list into lines
     C(<status> <code> <message>), the C(stages) list of an operation
-    (M(vmanyware.proxmox.vmanyware_operation_info)) into lines C(<position> <kind> <status>), or the
-    RV(vmanyware.proxmox.vmanyware_capabilities#module:operations) list into lines C(<status> <operation> via <api or ssh>) followed by the reasons.
+    (M(vmanyware.proxmox.vmanyware_operation_info)) into lines C(<position> <kind> <status>), the
+    RV(vmanyware.proxmox.vmanyware_capabilities#module:operations) list into lines C(<status> <operation> via <api or ssh>) followed by the reasons,
+    or the C(operations) listed by M(vmanyware.proxmox.vmanyware_operation_info) without an operation id into lines
+    C(<createdAt> <operationId> <status> <node>/<vmid> <definitionName> <failureCode>).
   - Columns are padded so the lines read as a table in C(ansible-playbook) output and AWX job events.
 options:
   _input:
     description: >-
-      A list of checks (with C(status), C(code), C(message)), of stages (with C(position), C(kind), C(status)) or of
-      capability operations (with C(status), C(operation), C(via), C(reasons)).
+      A list of checks (with C(status), C(code), C(message)), of stages (with C(position), C(kind), C(status)), of
+      capability operations (with C(status), C(operation), C(via), C(reasons)) or of listed operations
+      (with C(operationId), C(createdAt), C(status)).
     type: list
     elements: dict
     required: true
@@ -31,6 +34,10 @@ EXAMPLES = r"""
 - name: Print the preflight checks
   ansible.builtin.debug:
     msg: "{{ preflight.checks | vmanyware.proxmox.check_table }}"
+
+- name: Print the history of operations
+  ansible.builtin.debug:
+    msg: "{{ history.operations | vmanyware.proxmox.check_table }}"
 """
 
 RETURN = r"""
@@ -46,6 +53,10 @@ from ansible.errors import AnsibleFilterError
 
 
 def _cells(entry: t.Mapping[str, t.Any]) -> list[str]:
+    if "operationId" in entry and "createdAt" in entry:
+        return [str(entry["createdAt"])[:19].replace("T", " "), str(entry["operationId"]), str(entry.get("status", "")),
+                "%s/%s" % (entry.get("targetNode", ""), entry.get("targetVmid", "")), str(entry.get("definitionName") or ""),
+                str(entry.get("failureCode") or "")]
     if "operation" in entry:
         reasons = "; ".join(str(reason.get("message", "")) for reason in entry.get("reasons") or [] if isinstance(reason, t.Mapping))
         return [str(entry.get("status", "")), str(entry.get("operation", "")), "via " + str(entry.get("via", "")) + (": " + reasons if reasons else "")]
@@ -62,8 +73,9 @@ def check_table(entries: t.Any) -> list[str]:
     if not isinstance(entries, list) or not all(isinstance(entry, t.Mapping) for entry in entries):
         raise AnsibleFilterError("check_table expects a list of mappings")
     rows = [_cells(entry) for entry in entries]
-    widths = [max((len(row[column]) for row in rows), default=0) for column in range(2)]
-    return ["%s  %s  %s" % (row[0].ljust(widths[0]), row[1].ljust(widths[1]), row[2]) for row in rows]
+    columns = max((len(row) for row in rows), default=0)
+    widths = [max((len(row[column]) for row in rows if column < len(row)), default=0) for column in range(columns)]
+    return ["  ".join([cell.ljust(widths[column]) for column, cell in enumerate(row[:-1])] + [row[-1]]).rstrip() for row in rows]
 
 
 class FilterModule:

@@ -70,6 +70,15 @@ ERROR_CODES: dict[str, str] = {
     "observation_mismatch": "After the request, Proxmox does not show the state the stage requested.",
     "vmid_taken": "The VMID is used by a guest this operation did not create, or leased by another owner; nothing was sent.",
     "no_free_vmid": "No VMID of the range is free on Proxmox and unheld by local operations and leases.",
+    # lifecycle (docs/operations.md, "Lifecycle")
+    "operation_abandoned": "The operation was abandoned by the operator; no stage runs on it any more.",
+    "operation_cleaned": "The operation's guest is being or was removed by vmanyware_cleanup; no stage runs on it any more.",
+    "lifecycle_disabled": "VMANYWARE_LIFECYCLE_ENABLED is not exactly true (or the environment says false).",
+    "cleanup_not_eligible": "The operation is not failed, uncertain or abandoned (a completed one needs allow_completed).",
+    "cleanup_binding_mismatch": "The guest's description does not bind it to exactly this operation (id and plan hash); nothing was sent.",
+    "cleanup_template": "The guest is a template; cleanup never removes templates; nothing was sent.",
+    "cleanup_protected": "The guest has protection enabled; nothing was sent.",
+    "cleanup_running": "The guest is running and stop was not requested; nothing was sent.",
     # guest stages (docs/stages.md, "Guest stages")
     "seed_incompatible": "The generated cloud-init user-data uses a form the collection does not accept (e.g. the deprecated scalar user:).",
     "seed_mismatch": "The generated cloud-init seed does not carry exactly the requested user, keys and network.",

@@ -122,7 +122,11 @@ def atomic_write_json(
     Raises ``LocalFileError`` (``io_error``) on any OS failure; a serialization failure
     (``TypeError``/``ValueError``) is raised before any file is created.
     """
-    data = dumps_document(document)
+    atomic_write_bytes(path, dumps_document(document), mode, before_replace=before_replace, after_replace=after_replace)
+
+
+def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600, *, before_replace: Hook = None, after_replace: Hook = None) -> None:
+    """Durably replace ``path`` with ``data`` (temp file, fsync, rename, directory fsync); ``io_error`` on any OS failure."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
         temp = _write_temp(path, data, mode)

@@ -66,7 +66,9 @@ REDACTED = "<redacted>"
 
 OPERATION_STATUSES = ("open", "completed", "failed", "uncertain")
 STAGE_STATUSES = ("pending", "dispatching", "submitted", "completed", "failed", "uncertain")
-RELEASE_REASONS = ("closed", "abandoned")
+RELEASE_REASONS = ("closed", "abandoned", "cleaned")
+# The steps of a cleanup (``vmanyware_cleanup``), journaled like stages in the document's ``lifecycle.cleanup``.
+CLEANUP_STEPS = ("stop", "destroy")
 _MAX_DEPTH = 32
 
 _OPERATION_ID = re.compile(r"\Aop-[a-z2-7]{26}\Z")
@@ -92,6 +94,11 @@ _TOP_KEYS = (
     "schemaVersion", "kind", "operationId", "revision", "idempotencyKeyHash", "providerScopeId", "createdAt", "updatedAt",
     "target", "definition", "mapping", "plan", "confirmation", "status", "failure", "release", "stages", "handoff",
 )
+# Optional last key (absent in documents written before lifecycle actions existed).
+LIFECYCLE_KEY = "lifecycle"
+_LIFECYCLE_KEYS = ("abandonment", "cleanup")
+_ABANDONMENT_KEYS = ("at", "reason")
+_CLEANUP_KEYS = ("startedAt", "completedAt", "status", "failure", "steps")
 _STAGE_KEYS = (
     "position", "kind", "status", "submissionStarted", "attempts", "dispatchedAt", "completedAt", "upid", "request",
     "evidence", "failure",
@@ -323,7 +330,7 @@ def validate_document(document: t.Any, operation_id: str | None = None) -> None:
     """Raise ``_Invalid`` unless ``document`` is a complete, consistent v1 operation document."""
     _check(isinstance(document, dict), "object")
     _check(document.get("schemaVersion") == SCHEMA_VERSION and _is_int(document.get("schemaVersion")), "schema_version")
-    _check(tuple(document) == _TOP_KEYS, "top_keys")
+    _check(tuple(document) in (_TOP_KEYS, _TOP_KEYS + (LIFECYCLE_KEY,)), "top_keys")
     _check(document["kind"] == KIND, "kind")
     _check(isinstance(document["operationId"], str) and bool(_OPERATION_ID.match(document["operationId"])), "operation_id")
     if operation_id is not None:
@@ -366,6 +373,62 @@ def validate_document(document: t.Any, operation_id: str | None = None) -> None:
         _check(all(item == "completed" for item in statuses), "completed_stages")
     if status == "open":
         _check(not any(item in ("failed", "uncertain") for item in statuses), "open_stages")
+    _check_lifecycle(document)
+
+
+def _check_lifecycle(document: t.Mapping[str, t.Any]) -> None:
+    """``lifecycle``: the operator's abandonment and the cleanup track, consistent with the release."""
+    lifecycle = document.get(LIFECYCLE_KEY)
+    release = document["release"]
+    if lifecycle is None:
+        # (an abandonment released before reasons were recorded has no lifecycle)
+        _check(LIFECYCLE_KEY not in document and (release is None or release["reason"] != "cleaned"), "lifecycle")
+        return
+    _check(isinstance(lifecycle, dict) and tuple(lifecycle) == _LIFECYCLE_KEYS, "lifecycle_keys")
+    abandonment = lifecycle["abandonment"]
+    if abandonment is not None:
+        _check(isinstance(abandonment, dict) and tuple(abandonment) == _ABANDONMENT_KEYS, "abandonment")
+        _check_timestamp(abandonment["at"], "abandoned_at")
+        _check(isinstance(abandonment["reason"], str) and 0 < len(abandonment["reason"]) <= _MAX_MESSAGE, "abandonment_reason")
+        _check(release is not None and release["reason"] == "abandoned", "abandonment_release")
+    cleanup = lifecycle["cleanup"]
+    if cleanup is None:
+        _check(release is None or release["reason"] != "cleaned", "cleanup_release")
+        return
+    _check(isinstance(cleanup, dict) and tuple(cleanup) == _CLEANUP_KEYS, "cleanup_keys")
+    _check_timestamp(cleanup["startedAt"], "cleanup_started_at")
+    _check_timestamp(cleanup["completedAt"], "cleanup_completed_at", nullable=True)
+    _check((cleanup["completedAt"] is not None) == (cleanup["status"] == "completed"), "cleanup_completed_at")
+    kinds = tuple(item.get("kind") if isinstance(item, dict) else None for item in cleanup["steps"]) if isinstance(cleanup["steps"], list) else ()
+    _check(kinds == CLEANUP_STEPS, "cleanup_steps")
+    if release is not None and release["reason"] == "cleaned":
+        _check(cleanup["status"] == "completed", "cleanup_release")
+    validate_document(cleanup_view(document))
+
+
+def cleanup_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The cleanup track of ``document`` as an operation document whose stages are the cleanup steps.
+
+    The stage runner drives it exactly like provisioning stages (``JournalStore.cleanup_track``):
+    status, failure and stages are the track's; identities and snapshots are the operation's.
+    """
+    cleanup = document[LIFECYCLE_KEY]["cleanup"]
+    view = {key: copy.deepcopy(document[key]) for key in _TOP_KEYS if key not in ("stages", "handoff")}
+    view.update(status=cleanup["status"], failure=copy.deepcopy(cleanup["failure"]), release=None,
+                stages=copy.deepcopy(cleanup["steps"]), handoff={})
+    return {key: view[key] for key in _TOP_KEYS}
+
+
+def lifecycle_status(document: t.Mapping[str, t.Any]) -> str:
+    """The operation's status as operators see it: ``cleaned`` once its cleanup completed, ``abandoned`` once
+    the operator abandoned it, else the provisioning status (open, completed, failed, uncertain)."""
+    lifecycle = document.get(LIFECYCLE_KEY) or {}
+    cleanup = lifecycle.get("cleanup")
+    if cleanup is not None and cleanup["status"] == "completed":
+        return "cleaned"
+    if lifecycle.get("abandonment") is not None:
+        return "abandoned"
+    return t.cast(str, document["status"])
 
 
 def _corrupt(operation_id: str) -> JournalError:
@@ -816,6 +879,8 @@ class JournalStore:
                 raise _conflict(operation_id, "revision")
             if document["release"] is not None:
                 raise _conflict(operation_id, "released")
+            if (document.get(LIFECYCLE_KEY) or {}).get("cleanup") is not None:
+                raise _conflict(operation_id, "cleanup")  # the guest is being removed: provisioning is over
             hook_kind, hook_status = apply(document)
             document["revision"] += 1
             document["updatedAt"] = utc_now()
@@ -1011,17 +1076,21 @@ class JournalStore:
 
         return self._mutate(operation_id, apply, expected_revision)
 
-    def release_target(self, operation_id: str, reason: str) -> dict[str, t.Any]:
+    def release_target(self, operation_id: str, reason: str, *, note: str | None = None) -> dict[str, t.Any]:
         """Release the operation's target (and end the operation's life in the journal).
 
         ``closed`` requires a ``completed`` operation; ``abandoned`` is the operator's explicit
-        decision for any status (the VM, if any, is left alone). The document records the
-        release first, then the claim file is removed; a crash in between leaves a claim that
-        the next ``create_operation`` recognizes as released. Failures never release a target.
+        decision for any status (the VM, if any, is left alone), recorded with the operator's
+        ``note`` (why) in ``lifecycle.abandonment``; ``cleaned`` is written by ``finish_cleanup``
+        only. The document records the release first, then the claim file is removed; a crash in
+        between leaves a claim that the next ``create_operation`` recognizes as released. Failures
+        never release a target.
         """
         validate_operation_id(operation_id)
-        if reason not in RELEASE_REASONS:
+        if reason not in ("closed", "abandoned"):
             raise InputError("The release reason is not closed or abandoned.", path="reason", details={"rule": "enum"})
+        if note is not None and (not isinstance(note, str) or not 0 < len(note.strip()) <= _MAX_MESSAGE or "\x00" in note):
+            raise InputError("The reason must be 1-1024 characters.", path="reason", details={"rule": "length"})
         with self._journal_lock():
             with self._operation_lock(operation_id):
                 document = self.load(operation_id)
@@ -1029,22 +1098,110 @@ class JournalStore:
                     raise _conflict(operation_id, "released")
                 if reason == "closed" and document["status"] != "completed":
                     raise _conflict(operation_id, "not_completed")
-                document["release"] = {"reason": reason, "releasedAt": utc_now()}
-                document["revision"] += 1
-                document["updatedAt"] = document["release"]["releasedAt"]
-                self._write(document, "operation", reason)
-                target_path = self._target_path(document["target"]["scope"], document["target"]["vmid"])
-                if self._read_claim(target_path) == operation_id:
-                    remove_file_durable(target_path)
-                return document
+                if note is not None:
+                    document.setdefault(LIFECYCLE_KEY, {"abandonment": None, "cleanup": None})
+                    document[LIFECYCLE_KEY]["abandonment"] = {"at": utc_now(), "reason": note}
+                return self._release(document, reason)
+
+    def _release(self, document: dict[str, t.Any], reason: str) -> dict[str, t.Any]:
+        """Record the release (under the journal and operation locks), then remove the target claim."""
+        document["release"] = {"reason": reason, "releasedAt": utc_now()}
+        document["revision"] += 1
+        document["updatedAt"] = document["release"]["releasedAt"]
+        self._write(document, "operation", reason)
+        target_path = self._target_path(document["target"]["scope"], document["target"]["vmid"])
+        if self._read_claim(target_path) == document["operationId"]:
+            remove_file_durable(target_path)
+        return document
 
     def close_operation(self, operation_id: str) -> dict[str, t.Any]:
         """Release the target of a completed operation."""
         return self.release_target(operation_id, "closed")
 
-    def abandon_operation(self, operation_id: str) -> dict[str, t.Any]:
-        """Operator decision: release the target whatever the status (the VM is not touched)."""
-        return self.release_target(operation_id, "abandoned")
+    def abandon_operation(self, operation_id: str, reason: str | None = None) -> dict[str, t.Any]:
+        """Operator decision: release the target whatever the status (the VM is not touched); ``reason`` says why."""
+        return self.release_target(operation_id, "abandoned", note=reason)
+
+    # -- cleanup (vmanyware_cleanup) -----------------------------------------------------------------
+
+    def begin_cleanup(self, operation_id: str, *, allow_completed: bool = False) -> dict[str, t.Any]:
+        """Start the cleanup track of an eligible operation (``cleanup_not_eligible`` otherwise); idempotent.
+
+        The track holds one pending step per ``CLEANUP_STEPS`` kind; ``cleanup_track`` drives it.
+        """
+        validate_operation_id(operation_id)
+        with self._operation_lock(operation_id):
+            document = self.load(operation_id)
+            if (document.get(LIFECYCLE_KEY) or {}).get("cleanup") is not None:
+                return document
+            require_cleanup_eligible(document, allow_completed)
+            now = utc_now()
+            document.setdefault(LIFECYCLE_KEY, {"abandonment": None, "cleanup": None})
+            document[LIFECYCLE_KEY]["cleanup"] = {"startedAt": now, "completedAt": None, "status": "open", "failure": None,
+                                                  "steps": [_new_stage(index, kind) for index, kind in enumerate(CLEANUP_STEPS)]}
+            document["revision"] += 1
+            document["updatedAt"] = now
+            self._write(document, "cleanup", "open")
+            return document
+
+    def cleanup_track(self) -> JournalStore:
+        """A store over the cleanup tracks: ``load`` returns ``cleanup_view`` and every stage record method
+        (``record_dispatch`` ... ``update_operation_status``) writes the track, under the same lock and rules."""
+        return _CleanupTrack(self)
+
+    def finish_cleanup(self, operation_id: str) -> dict[str, t.Any]:
+        """After a completed cleanup: release the target as ``cleaned`` unless it was released already; idempotent."""
+        validate_operation_id(operation_id)
+        with self._journal_lock():
+            with self._operation_lock(operation_id):
+                document = self.load(operation_id)
+                cleanup = (document.get(LIFECYCLE_KEY) or {}).get("cleanup")
+                if cleanup is None or cleanup["status"] != "completed":
+                    raise _conflict(operation_id, "cleanup_not_completed")
+                if document["release"] is not None:
+                    return document
+                return self._release(document, "cleaned")
+
+
+def require_cleanup_eligible(document: t.Mapping[str, t.Any], allow_completed: bool) -> None:
+    """``cleanup_not_eligible`` unless the operation is failed, uncertain or abandoned (completed with ``allow_completed``)."""
+    status = lifecycle_status(document)
+    if status in ("failed", "uncertain", "abandoned") or (status == "completed" and allow_completed):
+        return
+    raise VmanywareError(code="cleanup_not_eligible", details={"operationId": document["operationId"], "status": status})
+
+
+class _CleanupTrack(JournalStore):
+    """``JournalStore.cleanup_track``: the stage record methods, applied to ``lifecycle.cleanup``."""
+
+    def __init__(self, store: JournalStore) -> None:  # pylint: disable=super-init-not-called  # shares the store's directory
+        self.__dict__.update(store.__dict__)
+
+    def load(self, operation_id: str) -> dict[str, t.Any]:
+        document = JournalStore.load(self, operation_id)
+        if (document.get(LIFECYCLE_KEY) or {}).get("cleanup") is None:
+            raise JournalError("The operation has no cleanup in progress.", code="not_found", details={"operationId": operation_id})
+        return cleanup_view(document)
+
+    def _mutate(self, operation_id: str, apply: t.Callable[[dict[str, t.Any]], tuple[str, str]],
+                expected_revision: int | None) -> dict[str, t.Any]:
+        validate_operation_id(operation_id)
+        with self._operation_lock(operation_id):
+            document = JournalStore.load(self, operation_id)
+            if expected_revision is not None and document["revision"] != expected_revision:
+                raise _conflict(operation_id, "revision")
+            cleanup = (document.get(LIFECYCLE_KEY) or {}).get("cleanup")
+            if cleanup is None:
+                raise _conflict(operation_id, "no_cleanup")
+            view = cleanup_view(document)
+            hook_kind, hook_status = apply(view)
+            now = utc_now()
+            cleanup.update(status=view["status"], failure=view["failure"], steps=view["stages"],
+                           completedAt=now if view["status"] == "completed" else None)
+            document["revision"] += 1
+            document["updatedAt"] = now
+            self._write(document, hook_kind, hook_status)
+            return cleanup_view(document)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ class ModuleEntry:
     libraries: t.Tuple[str, ...] = ()
     mutually_exclusive: t.Tuple[t.Tuple[str, ...], ...] = ()
     required_one_of: t.Tuple[t.Tuple[str, ...], ...] = ()
+    required_if: t.Tuple[t.Tuple[t.Any, ...], ...] = ()
 
     def module_kwargs(self) -> dict[str, t.Any]:
         """Keyword arguments for ``AnsibleModule`` (every module supports check mode)."""
@@ -42,6 +43,8 @@ class ModuleEntry:
             kwargs["mutually_exclusive"] = [list(group) for group in self.mutually_exclusive]
         if self.required_one_of:
             kwargs["required_one_of"] = [list(group) for group in self.required_one_of]
+        if self.required_if:
+            kwargs["required_if"] = [list(rule) for rule in self.required_if]
         return kwargs
 
 

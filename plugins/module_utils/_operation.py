@@ -16,15 +16,20 @@ import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
+    LIFECYCLE_KEY,
     JournalStore,
     hash_idempotency_key,
+    lifecycle_status,
     new_operation_document,
     new_operation_id,
     utc_now,
+    validate_operation_id,
 )
 
 PROVISIONING_GATE = "VMANYWARE_PROVISIONING_ENABLED"
 SNAPSHOTS_GATE = "VMANYWARE_SNAPSHOTS_ENABLED"
+# Removing what an operation created is gated separately from creating it (docs/operations.md, "Lifecycle").
+LIFECYCLE_GATE = "VMANYWARE_LIFECYCLE_ENABLED"
 
 CONFIRMATION_FIELDS = (
     "definitionName", "definitionHash", "providerScopeId", "planHash", "targetNode", "targetVmid", "sourceVmid", "storage", "bridge",
@@ -33,18 +38,19 @@ CONFIRMATION_FIELDS = (
 
 
 def read_gate(environ: t.Mapping[str, str], name: str, option: bool | None = None) -> bool:
-    """A gate: the module option wins when set; else the variable must be exactly ``true``/``false`` (unset: false).
-
-    Any other value is a configuration error, raised before anything else happens.
+    """A gate. The variable, when set (not empty), must be exactly ``true`` or ``false``: any other value is a
+    configuration error, raised before anything else happens. ``false`` in the environment wins over the
+    option (an operator's off switch cannot be overridden by a playbook); otherwise the option decides when
+    set, else the variable (``true``: enabled; unset: disabled).
     """
+    value = environ.get(name) or None
+    if value not in (None, "true", "false"):
+        raise ConfigurationError("%s must be exactly true or false." % name, path=name, details={"rule": "exact_boolean"})
+    if value == "false":
+        return False
     if option is not None:
         return bool(option)
-    value = environ.get(name)
-    if value is None or value == "false":
-        return False
-    if value == "true":
-        return True
-    raise ConfigurationError("%s must be exactly true or false." % name, path=name, details={"rule": "exact_boolean"})
+    return value == "true"
 
 
 def instance_tag(operation_id: str) -> str:
@@ -161,11 +167,17 @@ def public_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     plan = document["plan"]
     mapping = document["mapping"]
     handoff = dict(document.get("handoff") or {})
+    lifecycle = document.get(LIFECYCLE_KEY) or {}
+    cleanup = lifecycle.get("cleanup")
     return {
         "operationId": document["operationId"],
-        "status": document["status"],
+        "status": lifecycle_status(document),
+        "provisioningStatus": document["status"],
         "failure": document["failure"],
         "released": document["release"] is not None,
+        "release": dict(document["release"]) if document["release"] is not None else None,
+        "abandonment": dict(lifecycle["abandonment"]) if lifecycle.get("abandonment") else None,
+        "cleanup": cleanup_summary(cleanup) if cleanup is not None else None,
         "providerScopeId": document["providerScopeId"],
         "createdAt": document["createdAt"],
         "updatedAt": document["updatedAt"],
@@ -182,3 +194,35 @@ def public_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
                     "failure": item["failure"]} for item in document["stages"]],
         "handoff": handoff,
     }
+
+
+def cleanup_summary(cleanup: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The public part of a cleanup track: status, times, steps and what was removed."""
+    steps = cleanup["steps"]
+    removed = next((item["evidence"].get("removed") for item in steps if item["kind"] == "destroy"), None)
+    return {"status": cleanup["status"], "startedAt": cleanup["startedAt"], "completedAt": cleanup["completedAt"],
+            "failure": cleanup["failure"],
+            "steps": [{"kind": item["kind"], "status": item["status"], "upid": item["upid"], "failure": item["failure"]} for item in steps],
+            "removed": removed}
+
+
+def abandon_operation(store: JournalStore, operation_id: str, reason: t.Any, *, check_mode: bool = False) -> dict[str, t.Any]:
+    """The operator abandons ``operation_id``: record when and why, release its target; no provider request.
+
+    Idempotent: an operation already abandoned is returned unchanged (``changed: false``). One that
+    was closed or cleaned is not abandoned (``journal_conflict``). Stages refuse it afterwards
+    (``operation_abandoned``); its guest, if any, is left alone (``vmanyware_cleanup`` removes it).
+    """
+    validate_operation_id(operation_id)
+    if not isinstance(reason, str) or not reason.strip():
+        raise InputError("state=abandoned needs a reason (why the operation is abandoned).", path="reason", details={"rule": "required"})
+    document = store.load(operation_id)
+    release = document["release"]
+    if release is not None and release["reason"] == "abandoned":
+        return {"changed": False, "operation_id": operation_id, "operation": public_view(document)}
+    if release is not None:
+        raise VmanywareError("The operation already released its target (%s); there is nothing to abandon." % release["reason"],
+                             code="journal_conflict", details={"operationId": operation_id, "rule": "released"})
+    if check_mode:
+        return {"changed": True, "operation_id": operation_id, "operation": public_view(document)}
+    return {"changed": True, "operation_id": operation_id, "operation": public_view(store.abandon_operation(operation_id, reason))}

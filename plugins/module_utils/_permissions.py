@@ -76,9 +76,14 @@ STAGE_PRIVILEGES: dict[str, tuple[Requirement, ...]] = {
     "readiness": _GUEST_AGENT,
     "packages": _GUEST_AGENT,
     "snapshot": (Requirement(_TARGET, "VM.Snapshot"),),
+    # vmanyware_cleanup (not a plan step): removing the guest of a failed, uncertain or abandoned operation.
+    "cleanup": (
+        Requirement(_TARGET, "VM.Allocate"),
+        Requirement(_TARGET, "VM.PowerMgmt"),
+    ),
 }
 
-STAGE_ORDER = ("audit", "clone", "resources", "disk", "cloudinit", "seed", "start", "readiness", "packages", "snapshot")
+STAGE_ORDER = ("audit", "clone", "resources", "disk", "cloudinit", "seed", "start", "readiness", "packages", "snapshot", "cleanup")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +126,8 @@ ENDPOINTS: tuple[EndpointUse, ...] = (
     EndpointUse("POST", "/nodes/{node}/qemu/{vmid}/agent/exec", "packages"),
     EndpointUse("GET", "/nodes/{node}/qemu/{vmid}/agent/exec-status", "packages"),
     EndpointUse("POST", "/nodes/{node}/qemu/{vmid}/snapshot", "snapshot"),
+    EndpointUse("POST", "/nodes/{node}/qemu/{vmid}/status/stop", "cleanup"),
+    EndpointUse("DELETE", "/nodes/{node}/qemu/{vmid}", "cleanup"),
 )
 
 
@@ -242,6 +249,8 @@ def render_permissions_doc() -> str:
         "",
         "`snapshot` is needed only when the definition requests a snapshot; `disk` only when the disk grows;",
         "`packages` only when packages are declared. The preflight checks exactly the stages of the plan.",
+        "`cleanup` is `vmanyware_cleanup` (not a plan step): it reads the token's privileges on the VM before it sends",
+        "anything and needs `VM.PowerMgmt` only to stop a running VM (`stop: true`).",
         "",
     ]
     return "\n".join(lines)

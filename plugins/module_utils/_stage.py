@@ -242,6 +242,16 @@ def _result(ctx: StageContext, *, changed: bool, done: bool, requests: list[dict
     return result
 
 
+def _require_not_ended(operation: t.Mapping[str, t.Any]) -> None:
+    """No stage runs on an operation the operator abandoned or whose guest cleanup started (docs/operations.md, "Lifecycle")."""
+    if (operation.get("lifecycle") or {}).get("cleanup") is not None:
+        raise StageError("The operation's guest is being or was removed; no stage runs on it.", code="operation_cleaned",
+                         details={"operationId": operation["operationId"]})
+    if (operation.get("release") or {}).get("reason") == "abandoned":
+        raise StageError("The operation was abandoned; no stage runs on it.", code="operation_abandoned",
+                         details={"operationId": operation["operationId"]})
+
+
 class StageRunner:
     """Runs one ``StageLogic`` against one operation (docs/stages.md)."""
 
@@ -289,6 +299,7 @@ class StageRunner:
     # -- protocol ------------------------------------------------------------------------------------
     def run(self, operation_id: str) -> dict[str, t.Any]:
         ctx = self._context(operation_id)
+        _require_not_ended(ctx.operation)
         record = ctx.record
         if record["status"] == "completed":
             if not self.settings.check_mode:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: vmanyware_operation
-short_description: Create a confirmed provisioning operation in the local journal, or adopt one whose journal was lost
+short_description: Create a confirmed provisioning operation in the local journal, adopt one whose journal was lost, or abandon one
 version_added: 0.1.0
 description:
   - Recomputes the plan from the same inputs as M(vmanyware.proxmox.vmanyware_plan), checks the gates and the operator's
@@ -30,6 +30,10 @@ description:
     list and the node's task list. Each stage is recorded as completed (with the evidence the stage would record), pending, or
     uncertain (resolved by reads on the stage's next run). Nothing but GET requests is ever sent. See "Recovering a lost journal"
     in C(docs/operations.md).
+  - With O(state=abandoned) it records the operator's decision to give up an operation (O(operation_id)), with when and why (O(reason)).
+    It releases the operation's target claim, so a new operation may take the VMID, and sends nothing to Proxmox; the guest, if any,
+    is left alone (M(vmanyware.proxmox.vmanyware_cleanup) removes it). The operation stays readable; no stage runs on it afterwards
+    (C(operation_abandoned)). See "Lifecycle" in C(docs/operations.md).
 author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
@@ -38,14 +42,30 @@ extends_documentation_fragment:
   - vmanyware.proxmox.stage.journal
   - vmanyware.proxmox.attributes
 options:
+  target_vmid:
+    description:
+      - The VMID of the VM to create. Required with O(state=present) and O(state=adopt).
+    type: int
+    required: false
+  operation_id:
+    description:
+      - The operation to abandon. Required with O(state=abandoned); not used otherwise.
+    type: str
+  reason:
+    description:
+      - Why the operation is abandoned (1-1024 characters, recorded in the journal and shown by
+        M(vmanyware.proxmox.vmanyware_operation_info)). Required with O(state=abandoned). Do not put secrets in it.
+    type: str
   state:
     description:
       - V(present) creates the operation (no API request).
       - V(adopt) recovers an operation whose journal was lost from reads of Proxmox. It needs the same inputs, gates and
         confirmation as V(present). A target VM without a binding description fails with C(not_found); an operation that is
         still in the journal is returned unchanged (RV(adopted=false), C(changed=false)); a locked VM fails with C(locked).
+      - V(abandoned) abandons O(operation_id) (no API request, no plan inputs, no gate). An operation already abandoned is returned
+        unchanged (C(changed=false)); one that was closed or cleaned fails with C(journal_conflict).
     type: str
-    choices: [present, adopt]
+    choices: [present, adopt, abandoned]
     default: present
   confirmation:
     description:
@@ -72,6 +92,7 @@ attributes:
     details:
       - Checks gates, confirmation and journal claims and returns the operation it would create; writes nothing.
       - With O(state=adopt) it makes the same reads and returns the operation it would record; writes nothing.
+      - With O(state=abandoned) it returns whether the operation would be abandoned; writes nothing.
   diff_mode:
     support: none
   idempotent:
@@ -79,6 +100,7 @@ attributes:
     details:
       - The same inputs (and idempotency key) return the existing operation with C(changed=false).
       - With O(state=adopt), an operation already in the journal is returned unchanged with C(changed=false).
+      - With O(state=abandoned), an operation already abandoned is returned unchanged with C(changed=false).
 requirements:
   - PyYAML
   - requests
@@ -112,6 +134,12 @@ EXAMPLES = r"""
     target_vmid: 201
     confirmation: "{{ reviewed_confirmation }}"
   register: recovered
+
+- name: Give up a failed operation (frees its VMID; the VM is left alone)
+  vmanyware.proxmox.vmanyware_operation:
+    state: abandoned
+    operation_id: "{{ operation.operation_id }}"
+    reason: "clone failed on a full storage; retrying on another VMID"
 """
 
 RETURN = r"""
@@ -119,12 +147,13 @@ operation_id:
   description:
     - The id of the operation (V(null) in check mode when it would be created).
     - With O(state=adopt), the id the VM's binding description names (also in check mode).
+    - With O(state=abandoned), O(operation_id).
   returned: success
   type: str
   sample: op-jhk7jbe4mkjzshug4nkssf4kf4
 created:
   description: Whether this run created the operation (always V(false) with O(state=adopt)).
-  returned: success
+  returned: success, with O(state=present) or O(state=adopt)
   type: bool
 adopted:
   description: Whether this run recorded (or, in check mode, would record) the operation from reads of Proxmox.
@@ -201,8 +230,19 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, create_operation, read_gate
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (
+    PROVISIONING_GATE,
+    SNAPSHOTS_GATE,
+    abandon_operation,
+    create_operation,
+    read_gate,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import (
+    PLAN_INPUT_MUTUALLY_EXCLUSIVE,
+    PLAN_INPUT_REQUIRED_ONE_OF,
+    plan_from_params,
+    plan_input_argument_spec,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
 
 
@@ -213,11 +253,25 @@ def argument_spec() -> dict:
     spec["confirmation"] = {"type": "dict"}
     spec["idempotency_key"] = {"type": "str", "no_log": False}
     spec["provisioning_enabled"] = {"type": "bool"}
-    spec["state"] = {"type": "str", "choices": ["present", "adopt"], "default": "present"}
+    spec["state"] = {"type": "str", "choices": ["present", "adopt", "abandoned"], "default": "present"}
+    spec["target_vmid"] = dict(spec["target_vmid"], required=False)
+    spec["operation_id"] = {"type": "str"}
+    spec["reason"] = {"type": "str"}
     return spec
 
 
+# The plan inputs are required to create or adopt; abandoning needs only the operation and why.
+REQUIRED_IF = tuple(
+    rule for state in ("present", "adopt")
+    for rule in [("state", state, ["target_vmid"])] + [("state", state, list(group), True) for group in PLAN_INPUT_REQUIRED_ONE_OF]
+) + (("state", "abandoned", ["operation_id", "reason"]),)
+
+
 def action(params, check_mode, diff) -> dict:
+    if params["state"] == "abandoned":
+        result = abandon_operation(open_store(params["journal_dir"]), params["operation_id"], params["reason"], check_mode=check_mode)
+        result["ansible_facts"] = {"vmanyware_operation": result["operation"]}
+        return result
     # Gates first: a bad value is a configuration error before anything else; disabled means no connection at all.
     if not read_gate(os.environ, PROVISIONING_GATE, params["provisioning_enabled"]):
         raise VmanywareError(code="provisioning_disabled")
@@ -240,7 +294,7 @@ def action(params, check_mode, diff) -> dict:
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),
-                    **PLAN_INPUT_CONSTRAINTS)
+                    mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE, required_if=REQUIRED_IF)
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: vmanyware_operation_info
-short_description: Show an operation from the local journal
+short_description: Show an operation from the local journal, or list the history of operations
 version_added: 0.1.0
 description:
   - Reads one operation from the local journal and returns its public view - identities, hashes, status, stage progress
@@ -17,6 +17,10 @@ description:
     C(group/vmanyware.proxmox.proxmox) serves every module of the collection; this module never uses them.
   - A missing operation fails with C(not_found); a journal file that is not a valid operation document fails with
     C(journal_corrupt) and is left untouched.
+  - Without O(operation_id) it lists the operations of the journal, newest first (RV(operations)), filtered by O(status),
+    O(target_vmid), O(definition_name) and O(since), at most O(limit) of them. The listing keeps a summary cache
+    (C(history-cache.json)) in the journal directory so that thousands of operations list in well under a second;
+    it is rebuilt from the operation files whenever it does not match them.
 author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
@@ -25,9 +29,32 @@ extends_documentation_fragment:
   - vmanyware.proxmox.attributes
 options:
   operation_id:
-    description: The operation to show.
+    description: The operation to show. Without it, the module lists operations (see O(status) ... O(limit)).
     type: str
-    required: true
+  include_snapshots:
+    description:
+      - With O(operation_id), also return the operation's recorded definition, catalog mapping and plan in RV(snapshots), for
+        example to plan the same environment again (the C(provision) role's C(provision_repeat_operation)).
+    type: bool
+    default: false
+  status:
+    description: List only operations with one of these statuses.
+    type: list
+    elements: str
+    choices: [open, completed, failed, uncertain, abandoned, cleaned]
+  target_vmid:
+    description: List only operations whose target is this VMID.
+    type: int
+  definition_name:
+    description: List only operations of the definition with this name.
+    type: str
+  since:
+    description: List only operations created at or after this UTC time (V(2026-01-31) or V(2026-01-31T12:00:00Z)).
+    type: str
+  limit:
+    description: List at most this many operations (the newest); RV(total) counts every match.
+    type: int
+    default: 100
 attributes:
   check_mode:
     support: full
@@ -45,15 +72,71 @@ EXAMPLES = r"""
     operation_id: "{{ operation.operation_id }}"
   register: info
 
+- name: Failed operations of the last week
+  vmanyware.proxmox.vmanyware_operation_info:
+    status: [failed, uncertain]
+    since: "{{ '%Y-%m-%d' | strftime(now(utc=true).timestamp() - 7 * 86400) }}"
+  register: history
+
 - name: Stages not yet completed
   ansible.builtin.debug:
     msg: "{{ info.operation.stages | rejectattr('status', 'equalto', 'completed') | map(attribute='kind') | list }}"
 """
 
 RETURN = r"""
+operations:
+  description: Without O(operation_id), the matching operations, newest first (at most O(limit)).
+  returned: success, without O(operation_id)
+  type: list
+  elements: dict
+  contains:
+    operationId:
+      description: The operation id.
+      type: str
+    status:
+      description: V(open), V(completed), V(failed), V(uncertain), V(abandoned) or V(cleaned).
+      type: str
+    provisioningStatus:
+      description: The status the stages reached (V(open), V(completed), V(failed) or V(uncertain)).
+      type: str
+    failureCode:
+      description: The error code of a failed or uncertain operation, else V(null).
+      type: str
+    released:
+      description: Whether the operation released its target.
+      type: bool
+    providerScopeId:
+      description: The provider scope.
+      type: str
+    createdAt:
+      description: Creation time (UTC).
+      type: str
+    updatedAt:
+      description: Time of the last journal write (UTC).
+      type: str
+    definitionName:
+      description: The definition's name.
+      type: str
+    targetNode:
+      description: The target node.
+      type: str
+    targetVmid:
+      description: The target VMID.
+      type: int
+    ipv4:
+      description: The guest address recorded by readiness, else V(null).
+      type: str
+total:
+  description: Without O(operation_id), how many operations match the filters (before O(limit)).
+  returned: success, without O(operation_id)
+  type: int
+snapshots:
+  description: The operation's recorded C(definition), C(mapping) and C(plan) (what was confirmed; nothing secret).
+  returned: with O(operation_id) and O(include_snapshots=true)
+  type: dict
 operation:
   description: The public view of the operation.
-  returned: success
+  returned: success, with O(operation_id)
   type: dict
   contains:
     operationId:
@@ -61,8 +144,28 @@ operation:
       type: str
       returned: success
     status:
-      description: V(open), V(completed), V(failed) or V(uncertain).
+      description:
+        - V(open), V(completed), V(failed), V(uncertain), V(abandoned) (the operator abandoned it) or V(cleaned)
+          (M(vmanyware.proxmox.vmanyware_cleanup) removed its guest).
       type: str
+      returned: success
+    provisioningStatus:
+      description: The status the stages reached (V(open), V(completed), V(failed) or V(uncertain)).
+      type: str
+      returned: success
+    release:
+      description: C(reason) (V(closed), V(abandoned) or V(cleaned)) and C(releasedAt) once the target was released, else V(null).
+      type: dict
+      returned: success
+    abandonment:
+      description: C(at) and C(reason) (the operator's text) once the operation was abandoned, else V(null).
+      type: dict
+      returned: success
+    cleanup:
+      description:
+        - The cleanup of the guest once started, else V(null) - C(status), C(startedAt), C(completedAt), C(failure), C(steps)
+          (C(kind), C(status), C(upid), C(failure)) and C(removed) (C(vmid), C(volumes), C(snapshots)).
+      type: dict
       returned: success
     failure:
       description: Code, message and stage of a failed or uncertain operation.
@@ -126,6 +229,7 @@ error_code:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import STATUSES, list_operations, parse_filters
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import validate_operation_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view
@@ -135,13 +239,27 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module im
 def argument_spec() -> dict:
     spec = journal_argument_spec()
     spec.update(connection_argument_spec())  # accepted for module_defaults groups, never used
-    spec["operation_id"] = {"type": "str", "required": True}
+    spec["operation_id"] = {"type": "str"}
+    spec["include_snapshots"] = {"type": "bool", "default": False}
+    spec["status"] = {"type": "list", "elements": "str", "choices": list(STATUSES)}
+    spec["target_vmid"] = {"type": "int"}
+    spec["definition_name"] = {"type": "str"}
+    spec["since"] = {"type": "str"}
+    spec["limit"] = {"type": "int", "default": 100}
     return spec
 
 
 def action(params, check_mode, diff) -> dict:
+    store = open_store(params["journal_dir"])
+    if not params["operation_id"]:
+        filters = parse_filters(params["status"], params["target_vmid"], params["definition_name"], params["since"])
+        return dict(list_operations(store, filters, params["limit"]), changed=False)
     operation_id = validate_operation_id(params["operation_id"])
-    return {"changed": False, "operation": public_view(open_store(params["journal_dir"]).load(operation_id))}
+    document = store.load(operation_id)
+    result = {"changed": False, "operation": public_view(document)}
+    if params["include_snapshots"]:
+        result["snapshots"] = {name: document[name] for name in ("definition", "mapping", "plan")}
+    return result
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action)

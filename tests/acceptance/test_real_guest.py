@@ -117,9 +117,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _playbook(tmp: Path, env: dict[str, str], extra: list[str], name: str, timeout: float = 1500) -> tuple[int, str]:
-    """Run tests/acceptance/acceptance.yml, echoing its output live (visible with -s); returns (rc, output)."""
-    argv = [str(BIN / "ansible-playbook"), str(HERE / "acceptance.yml"), *extra]
+def _playbook(tmp: Path, env: dict[str, str], extra: list[str], name: str, timeout: float = 1500,
+              playbook: str = "acceptance.yml") -> tuple[int, str]:
+    """Run tests/acceptance/``playbook``, echoing its output live (visible with -s); returns (rc, output)."""
+    argv = [str(BIN / "ansible-playbook"), str(HERE / playbook), *extra]
     lines: list[str] = []
     with open(tmp / f"{name}.log", "w", encoding="utf-8") as log, \
             subprocess.Popen(argv, env=env, cwd=str(tmp), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
@@ -277,6 +278,26 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
                               "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
                               "-o", "HostKeyAlias=10.0.2.16", "debian@127.0.0.1", "true"], capture_output=True, text=True, check=False, timeout=120)
         assert res.returncode == 255 and "Host key verification failed" in res.stderr, res.stderr
+
+        # 3. the journal inventory plugin feeds a play that logs in with the plugin's strict host key options; as in
+        # acceptance.yml only the transport changes (compose: the loopback forward, HostKeyAlias = the recorded address)
+        _say("run 3: a play on the vmanyware.proxmox.journal inventory")
+        source = tmp_path / "provisioned.vmanyware_journal.yml"
+        source.write_text(json.dumps({
+            "plugin": "vmanyware.proxmox.journal", "journal_dir": str(journal),
+            "compose": {"ansible_ssh_common_args": "ansible_ssh_common_args ~ ' -o HostKeyAlias=' ~ ansible_host",
+                        "ansible_host": "'127.0.0.1'", "ansible_port": str(int(info["ssh_forward_port"]))}}), encoding="utf-8")
+        inventory_results = tmp_path / "inventory-results.json"
+        rc, out = _playbook(tmp_path, env, ["-i", str(source), "-e", f"ansible_ssh_private_key_file={key}",
+                                            "-e", f"acceptance_results_file={inventory_results}"], "run3", timeout=600,
+                            playbook="inventory.yml")
+        assert rc == 0, out[-4000:]
+        seen = json.loads(inventory_results.read_text(encoding="utf-8"))
+        _say(f"over SSH from the journal inventory: {json.dumps(seen)}")
+        assert seen["host"] == f"{definition['name']}-{VMID}" and seen["operation"] == op["operationId"]
+        assert seen["user"] == "debian" and seen["hostname"] == definition["name"]
+        assert "-o StrictHostKeyChecking=yes" in seen["sshArgs"] and f"UserKnownHostsFile={journal / 'known_hosts' / op['operationId']}" in seen["sshArgs"]
+        assert sorted((journal / "known_hosts" / op["operationId"]).read_text(encoding="utf-8").splitlines()) == sorted(handoff["knownHosts"])
     finally:
         try:
             timings["accel"] = admin.vm(VMID).get("accel")

@@ -116,3 +116,35 @@ def test_long_tasks_show_progress_without_resending(pvesim: t.Any, tmp_path: Pat
     assert applied.returncode == 0, applied.stdout[-3000:]
     assert re.search(r"clone still running", applied.stdout), applied.stdout[-3000:]
     assert _mutations(pvesim).count("POST /nodes/pve-test/qemu/9000/clone") == 1
+
+
+def test_repeat_plans_a_recorded_operation_again_for_a_new_vmid(pvesim: t.Any, tmp_path: Path) -> None:
+    pvesim.set_speed(200)
+    operator = Operator(pvesim, tmp_path)
+    assert operator.run().returncode == 0
+    pvesim.add_fault(method="POST", path=r"/qemu/9000/clone$", action="task_error", occurrence=1)
+    failed = operator.run("-e", "@%s" % operator.confirm)
+    assert failed.returncode != 0 and "task_failed" in failed.stdout
+    (source,) = [path.stem for path in operator.journal.glob("op-*.json")]
+    original = yaml.safe_load(operator.confirm.read_text())["provision_confirmation"]
+    pvesim.clear_requests()
+
+    def repeat(*extra: str, vmid: int = 202) -> subprocess.CompletedProcess[str]:
+        args = [str(BIN / "ansible-playbook"), "vmanyware.proxmox.provision", "-e", "vmanyware_repeat_operation=%s" % source,
+                "-e", "vmanyware_target_vmid=%d" % vmid, "-e", "vmanyware_confirmation_file=%s" % operator.confirm,
+                "-e", "vmanyware_known_hosts_file=%s" % (tmp_path / "known_hosts"), *extra]
+        return subprocess.run(args, env=operator.env, capture_output=True, text=True, timeout=600, check=False)
+
+    same = repeat(vmid=201)
+    assert same.returncode != 0 and "repeat it with a new provision_target_vmid" in same.stdout
+    review = repeat()
+    assert review.returncode == 0, review.stdout[-3000:]
+    assert "Repeating operation %s" % source in review.stdout and "provision_confirmation:" in review.stdout
+    block = yaml.safe_load(operator.confirm.read_text())["provision_confirmation"]
+    assert block["targetVmid"] == 202 and block["definitionHash"] == original["definitionHash"]
+    assert block["planHash"] != original["planHash"] and _mutations(pvesim) == []
+    applied = repeat("-e", "@%s" % operator.confirm)
+    assert applied.returncode == 0, applied.stdout[-3000:]
+    assert _mutations(pvesim).count("POST /nodes/pve-test/qemu/9000/clone") == 1
+    assert pvesim.vm(202)["config"]["name"] == "kernel-lab"
+    assert len(list(operator.journal.glob("op-*.json"))) == 2

@@ -21,7 +21,9 @@ def test_every_module_filter_and_role_has_a_page() -> None:
     modules |= {p.stem for p in (REPO / "plugins" / "modules").glob("*.py") if not p.name.startswith("_")}
     filters = {p.stem for p in (REPO / "plugins" / "filter").glob("*.py") if not p.name.startswith("_")}
     roles = {p.name for p in (REPO / "roles").iterdir() if (p / "meta" / "argument_specs.yml").is_file()}
+    inventories = {p.stem for p in (REPO / "plugins" / "inventory").glob("*.py") if not p.name.startswith("_")}
     expected = {f"{m}_module.md" for m in modules} | {f"{f}_filter.md" for f in filters} | {f"{r}_role.md" for r in roles}
+    expected |= {f"{i}_inventory.md" for i in inventories}
     missing = sorted(n for n in expected | {"README.md"} if not (REFERENCE / n).is_file())
     assert not missing, f"no reference page (run tools/dev/build_docs.sh): {missing}"
     index = (REFERENCE / "README.md").read_text(encoding="utf-8")

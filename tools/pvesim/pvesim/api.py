@@ -1272,26 +1272,38 @@ def qemu_reboot(sim: Sim, call: Call) -> str:
 
 @route("DELETE", "/nodes/{node}/qemu/{vmid}")
 def qemu_destroy(sim: Sim, call: Call) -> str:
+    """PVE's destroy_vm: early checks (protection, running) in the request and again under the config lock in the
+    ``qmdestroy`` worker, which then refuses a locked VM, frees the VM's volumes (with ``destroy-unreferenced-disks``
+    also its volumes on enabled storages that the config does not reference) and removes the config last."""
     sim.check_node(call)
     st = sim.state
+    skiplock = call.bool("skiplock")
+    if skiplock and call.userid != "root@pam":
+        raise param_error({"skiplock": "Only root may use this option."})
+    unreferenced = call.bool("destroy-unreferenced-disks")
+
+    def early_checks(vm: VM, fail: t.Callable[[str], Exception]) -> None:
+        if vm.config.get("protection") == "1":
+            raise fail(f"can't remove VM {vm.vmid} - protection mode enabled")
+        if vm.status == "running":
+            raise fail(f"VM {vm.vmid} is running - destroy failed")
+
     with st.lock:
         vm = sim.vm(call)
-        skiplock = call.bool("skiplock")
-        if skiplock and call.userid != "root@pam":
-            raise param_error({"skiplock": "Only root may use this option."})
-        if vm.lock and not skiplock:
-            raise ApiError(500, f"VM is locked ({vm.lock})")
-        if vm.config.get("protection") == "1":
-            raise ApiError(500, "can't remove VM - protection mode enabled")
-        if vm.status == "running":
-            raise ApiError(500, f"VM {vm.vmid} is running - destroy failed")
-        linked = [v for v in st.vms.values() for val in v.config.values()
-                  if v is not vm and vm.is_template and f"base-{vm.vmid}-disk" in val and "/" in val.split(",")[0]]
-        if linked:
-            raise ApiError(500, f"base volume of template {vm.vmid} is used by linked clones")
-        vm.config["lock"] = "destroyed"
+        early_checks(vm, lambda message: ApiError(500, message))
 
     def body(task: Task) -> None:
+        with st.lock:
+            if st.vms.get(vm.vmid) is not vm:
+                raise TaskFailed(f"Configuration file 'nodes/{st.node}/qemu-server/{vm.vmid}.conf' does not exist")
+            early_checks(vm, TaskFailed)
+            if vm.lock and not skiplock:
+                raise TaskFailed(f"VM is locked ({vm.lock})")
+            linked = [v for v in st.vms.values() for val in v.config.values()
+                      if v is not vm and vm.is_template and f"base-{vm.vmid}-disk" in val and "/" in val.split(",")[0]]
+            if linked:
+                raise TaskFailed(f"base volume of template {vm.vmid} is used by linked clones")
+            vm.config["lock"] = "destroyed"
         sim.sleep("qmdestroy")
         with st.lock:
             for key, value in list(vm.config.items()):
@@ -1305,6 +1317,12 @@ def qemu_destroy(sim: Sim, call: Call) -> str:
                 for key, value in snap.conf.items():
                     if DRIVE_RE.fullmatch(key):
                         _free_volume(sim, value.split(",")[0])
+            if unreferenced:
+                owned = re.compile(rf"(^|/)(vm|base)-{vm.vmid}-")
+                for storage in st.storages.values():
+                    for volid in [v for v in storage.volumes if storage.enabled and owned.search(v.split(":", 1)[-1])]:
+                        task.log(f"  Removed unreferenced volume '{volid}'")
+                        _free_volume(sim, volid)
             st.vms.pop(vm.vmid, None)
         guestlink.forget_vm(sim, vm.vmid)
 

@@ -421,6 +421,40 @@ def test_destroy(api: Api, clone201: dict[str, t.Any]) -> None:
     assert resp.json()["message"] == "Configuration file 'nodes/pve-test/qemu-server/201.conf' does not exist\n"
 
 
+def test_destroy_refusals_like_pve(api: Api, clone201: dict[str, t.Any], pvesim: PvesimAdmin) -> None:
+    """Protection and a running VM refuse in the request (PVE's early checks); a lock fails the qmdestroy task."""
+    del clone201
+    pvesim.set_vm_config(201, set={"protection": "1"})
+    resp = api.delete(f"{N}/qemu/201", purge=1)
+    assert resp.status_code == 500 and resp.json()["message"] == "can't remove VM 201 - protection mode enabled\n"
+    pvesim.set_vm_config(201, delete=["protection"])
+    api.run("POST", f"{N}/qemu/201/status/start")
+    resp = api.delete(f"{N}/qemu/201")
+    assert resp.status_code == 500 and resp.json()["message"] == "VM 201 is running - destroy failed\n"
+    assert api.run("POST", f"{N}/qemu/201/status/stop")["exitstatus"] == "OK"
+    pvesim.set_vm_config(201, set={"lock": "backup"})
+    st = api.wait(api.data(api.delete(f"{N}/qemu/201", purge=1)))
+    assert st["type"] == "qmdestroy" and st["exitstatus"] == "VM is locked (backup)"
+    assert pvesim.vm(201)["config"]["lock"] == "backup"  # nothing was removed
+    resp = api.delete(f"{N}/qemu/201", skiplock=1)
+    assert resp.status_code == 400 and "skiplock" in resp.json()["errors"]
+
+
+@pytest.mark.parametrize("unreferenced", [0, 1])
+def test_destroy_unreferenced_disks(api: Api, clone201: dict[str, t.Any], pvesim: PvesimAdmin, unreferenced: int) -> None:
+    del clone201
+    assert api.run("POST", f"{N}/qemu/201/config", scsi1="local-lvm:1")["exitstatus"] == "OK"
+    api.data(api.put(f"{N}/qemu/201/config", delete="scsi1"))  # detached: unused0
+    pvesim.set_vm_config(201, delete=["unused0"])  # forgotten by the config, still on the storage
+    assert "local-lvm:vm-201-disk-1" in pvesim.set_storage("local-lvm")["volumes"]
+    params = {"purge": 1, "destroy-unreferenced-disks": unreferenced}
+    assert api.wait(api.data(api.delete(f"{N}/qemu/201", **params)))["exitstatus"] == "OK"
+    volumes = pvesim.set_storage("local-lvm")["volumes"]
+    assert "local-lvm:vm-201-disk-0" not in volumes
+    assert ("local-lvm:vm-201-disk-1" in volumes) is (unreferenced == 0)
+    assert pvesim.schema_violations() == []
+
+
 # --- cloud-init and agent -------------------------------------------------------------------
 
 def test_cloudinit_dump_and_pending(api: Api, clone201: dict[str, t.Any]) -> None:

@@ -8,8 +8,8 @@
 community.proxmox 1.4.0 comes from the ansible 12.3.0 wheel (tools/dev/fetch_peer_collection.sh,
 only ``ansible_collections/community/proxmox/`` is extracted). The playbook
 (``peer/community_proxmox.yml``) clones the template, updates it, grows the disk, starts it, reads
-it back, snapshots it and lists the SDN VNets, with the demo ``full`` API token (its privileges are enough; nothing is
-added). Every request those clients send must validate against the PVE schema and hit an
+it back, snapshots it and lists the SDN VNets, then (``peer/community_proxmox_absent.yml``) stops and removes it, with
+the demo ``full`` API token (its privileges are enough; nothing is added). Every request those clients send must validate against the PVE schema and hit an
 implemented endpoint.
 
 Skips only when the wheel cannot be downloaded (no network); with ``CI=true`` that fails instead.
@@ -39,6 +39,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
 FETCH_SCRIPT = REPO / "tools" / "dev" / "fetch_peer_collection.sh"
 PLAYBOOK = Path(__file__).resolve().parent / "peer" / "community_proxmox.yml"
+ABSENT_PLAYBOOK = Path(__file__).resolve().parent / "peer" / "community_proxmox_absent.yml"
 EX_TEMPFAIL = 75  # fetch_peer_collection.sh: the wheel could not be downloaded
 PEER_VMID = 301
 PEER_NAME = "peer-301"
@@ -62,6 +63,13 @@ EXPECTED_ENDPOINTS = {
     "GET /nodes/{node}/qemu/{vmid}/snapshot",
     "GET /nodes/{node}/tasks/{upid}/status",
     "GET /cluster/sdn/vnets",
+}
+# Endpoints the stop/remove playbook must have exercised.
+EXPECTED_ABSENT_ENDPOINTS = {
+    "POST /nodes/{node}/qemu/{vmid}/status/shutdown",
+    "DELETE /nodes/{node}/qemu/{vmid}",
+    "GET /nodes/{node}/qemu/{vmid}/status/current",
+    "GET /nodes/{node}/tasks/{upid}/status",
 }
 
 
@@ -200,6 +208,21 @@ def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: 
     expected = {("qmclone", str(conn["template_vmid"])), ("resize", "301"), ("qmstart", "301"), ("qmsnapshot", "301")}
     assert expected <= kinds, kinds
     assert len(node.tasks.get(vmid=PEER_VMID, limit=50)) == 3
+
+    # --- community.proxmox stops and removes the VM ---------------------------------------------------
+    pvesim.clear_requests()
+    proc = subprocess.run([_ansible_playbook(), "-i", "localhost,", "-e", f"@{vars_file}", str(ABSENT_PLAYBOOK)],
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    absent_log = pvesim.requests()
+    _assert_clean_log(absent_log)
+    seen = {e["endpoint"] for e in absent_log}
+    assert EXPECTED_ABSENT_ENDPOINTS <= seen, f"not exercised: {sorted(EXPECTED_ABSENT_ENDPOINTS - seen)}"
+    deletes = [e for e in absent_log if e["method"] == "DELETE"]
+    assert len(deletes) == 1 and str(deletes[0]["params"].get("purge")) == "1", deletes
+    assert PEER_VMID not in {int(v["vmid"]) for v in node.qemu.get()}
+    volumes = pvesim.set_storage(conn["storage"])["volumes"]
+    assert not [volid for volid in volumes if "vm-301-" in volid], volumes  # its disks and cloud-init drive are freed
     for task in tasks:
         status = node.tasks(task["upid"]).status.get()
         assert status["status"] == "stopped" and status["exitstatus"] == "OK", status

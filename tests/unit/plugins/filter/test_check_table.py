@@ -37,3 +37,15 @@ def test_capability_operations_show_status_via_and_reasons() -> None:
 def test_other_input_is_refused(bad: object) -> None:
     with pytest.raises(AnsibleFilterError):
         check_table(bad)
+
+
+def test_history_rows_are_aligned_columns() -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.filter.check_table import check_table as table
+
+    rows = [{"operationId": "op-" + "a" * 26, "createdAt": "2026-12-01T10:00:00.000000Z", "status": "failed", "targetNode": "pve",
+             "targetVmid": 201, "definitionName": "web", "failureCode": "task_failed"},
+            {"operationId": "op-" + "b" * 26, "createdAt": "2026-11-30T09:00:00.000000Z", "status": "completed", "targetNode": "pve",
+             "targetVmid": 1201, "definitionName": "kernel-lab", "failureCode": None}]
+    lines = table(rows)
+    assert lines[0] == "2026-12-01 10:00:00  op-%s  failed     pve/201   web         task_failed" % ("a" * 26)
+    assert lines[1] == "2026-11-30 09:00:00  op-%s  completed  pve/1201  kernel-lab" % ("b" * 26)

@@ -898,3 +898,81 @@ def test_resend_is_explicit_and_reopens_an_uncertain_operation(store: JournalSto
     clone = _journal.stage(doc, "clone")
     assert doc["status"] == "open" and doc["failure"] is None
     assert clone["status"] == "dispatching" and clone["attempts"] == 2 and clone["failure"] is None
+
+
+# -- lifecycle: abandonment reason and the cleanup track -------------------------------------------
+
+
+def test_abandon_records_when_and_why(store: JournalStore) -> None:
+    oid = _create(store)["operationId"]
+    with pytest.raises(VmanywareError) as info:
+        store.abandon_operation(oid, "   ")
+    assert info.value.code == "invalid_option"
+    document = store.abandon_operation(oid, "VM deleted by hand after a failed clone")
+    assert document["lifecycle"]["abandonment"]["reason"] == "VM deleted by hand after a failed clone"
+    assert document["lifecycle"]["abandonment"]["at"] <= document["release"]["releasedAt"]
+    assert store.load(oid)["lifecycle"] == document["lifecycle"] and store.target_holder(SCOPE, 123) is None
+
+
+def test_cleanup_track_runs_like_stages_and_releases_as_cleaned(store: JournalStore) -> None:
+    oid = _create(store, stage_kinds=["clone"])["operationId"]
+    with pytest.raises(VmanywareError) as info:
+        store.begin_cleanup(oid)
+    assert info.value.code == "cleanup_not_eligible"  # open: abandon first
+    store.record_dispatch(oid, "clone", {"method": "POST"})
+    store.record_failed(oid, "clone", "task_failed", "A Proxmox task ended with an error.")
+    started = store.begin_cleanup(oid)
+    assert [item["kind"] for item in started["lifecycle"]["cleanup"]["steps"]] == ["stop", "destroy"]
+    assert store.begin_cleanup(oid)["revision"] == started["revision"]  # idempotent
+    with pytest.raises(JournalError) as conflict:
+        store.set_handoff(oid, {})  # provisioning writes are over once the cleanup started
+    assert conflict.value.code == "journal_conflict"
+    track = store.cleanup_track()
+    view = track.load(oid)
+    assert view["status"] == "open" and [item["status"] for item in view["stages"]] == ["pending", "pending"]
+    with pytest.raises(JournalError):
+        track.record_dispatch(oid, "destroy", {"method": "DELETE"})  # steps run in order
+    for kind in ("stop", "destroy"):
+        track.record_dispatch(oid, kind, {"method": "POST"})
+        track.record_completed(oid, kind, {"removed": {"vmid": 123}} if kind == "destroy" else {})
+    with pytest.raises(JournalError):
+        store.finish_cleanup(oid)  # the track is not completed yet
+    track.update_operation_status(oid, "completed", expected_status="open")
+    assert store.target_holder(SCOPE, 123) == oid
+    finished = store.finish_cleanup(oid)
+    assert finished["release"]["reason"] == "cleaned" and finished["status"] == "failed"
+    assert finished["lifecycle"]["cleanup"]["completedAt"] is not None and store.target_holder(SCOPE, 123) is None
+    assert store.finish_cleanup(oid)["revision"] == finished["revision"]
+
+
+def test_abandoned_operation_is_cleanable_and_stays_abandoned(store: JournalStore) -> None:
+    oid = _create(store)["operationId"]
+    store.abandon_operation(oid, "operator decision")
+    store.begin_cleanup(oid)
+    track = store.cleanup_track()
+    for kind in ("stop", "destroy"):
+        track.record_dispatch(oid, kind, {"noop": True})
+        track.record_completed(oid, kind, {})
+    track.update_operation_status(oid, "completed")
+    document = store.finish_cleanup(oid)
+    assert document["release"]["reason"] == "abandoned" and document["lifecycle"]["cleanup"]["status"] == "completed"
+
+
+def test_lifecycle_rules_are_validated(store: JournalStore) -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import validate_document
+
+    oid = _create(store)["operationId"]
+    document = store.abandon_operation(oid, "why")
+    bad = copy.deepcopy(document)
+    bad["release"] = None
+    with pytest.raises(Exception):
+        validate_document(bad)  # an abandonment is always a release
+    bad = copy.deepcopy(document)
+    bad["lifecycle"]["cleanup"] = {"startedAt": document["updatedAt"], "completedAt": None, "status": "open", "failure": None,
+                                   "steps": []}
+    with pytest.raises(Exception):
+        validate_document(bad)  # the cleanup steps are exactly stop, destroy
+    bad = copy.deepcopy(document)
+    bad["release"]["reason"] = "cleaned"
+    with pytest.raises(Exception):
+        validate_document(bad)  # cleaned needs a completed cleanup

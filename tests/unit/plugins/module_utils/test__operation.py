@@ -58,7 +58,7 @@ def test_gate_values(value: str | None, expected: bool) -> None:
     assert read_gate(environ, "G") is expected
 
 
-@pytest.mark.parametrize("value", ["True", "1", "yes", "", " true"])
+@pytest.mark.parametrize("value", ["True", "1", "yes", " true"])
 def test_invalid_gate_is_a_configuration_error_before_anything(store: JournalStore, value: str) -> None:
     with pytest.raises(VmanywareError) as info:
         create(store, confirmation=None, environ={"VMANYWARE_PROVISIONING_ENABLED": value})
@@ -67,6 +67,19 @@ def test_invalid_gate_is_a_configuration_error_before_anything(store: JournalSto
         create(store, confirmation=None, environ={"VMANYWARE_PROVISIONING_ENABLED": "true", "VMANYWARE_SNAPSHOTS_ENABLED": value})
     assert info.value.code == "configuration_error"
     assert store.list_operations() == []
+
+
+@pytest.mark.parametrize("name", ["VMANYWARE_PROVISIONING_ENABLED", "VMANYWARE_LIFECYCLE_ENABLED"])
+def test_gate_environment_false_wins_and_empty_is_unset(name: str) -> None:
+    assert read_gate({name: "false"}, name, True) is False
+    assert read_gate({name: "true"}, name, False) is False
+    assert read_gate({name: "true"}, name, None) is True
+    assert read_gate({name: ""}, name, None) is False
+    assert read_gate({name: ""}, name, True) is True
+    assert read_gate({}, name, True) is True
+    with pytest.raises(VmanywareError) as info:
+        read_gate({name: "TRUE"}, name, False)
+    assert info.value.code == "configuration_error"
 
 
 def test_gate_disabled_and_option_override(store: JournalStore) -> None:
