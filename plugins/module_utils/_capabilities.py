@@ -62,9 +62,13 @@ class Need(Requirement):
 
 
 def _provisioning_needs() -> tuple[Need, ...]:
-    """The stage privilege table (_permissions.py), each row with its stage's purpose."""
+    """The provisioning rows of the stage privilege table (_permissions.py), each with its stage's purpose.
+
+    Rows of other operations in that table (``cleanup``) are rated as their own operation below."""
     needs: list[Need] = []
     for stage in STAGE_ORDER:
+        if stage not in STAGE_PURPOSES:
+            continue
         for req in STAGE_PRIVILEGES[stage]:
             needs.append(Need(req.path, req.privilege, req.min_major, req.max_major, purpose=f"{stage}: {STAGE_PURPOSES[stage]}"))
     return tuple(needs)

@@ -29,6 +29,7 @@ import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with_cli
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import LIFECYCLE_KEY, require_cleanup_eligible, validate_operation_id
@@ -210,13 +211,13 @@ def _preview(document: dict[str, t.Any], client: t.Any, stop: StopStep) -> dict[
     requests = []
     request = stop.request(ctx)
     if request is not None:
-        requests.append(request.summary())
+        requests.append(with_cli(request.summary()))
     inventory = None
     if ctx.facts["power"] != "absent":
         # The destroy step's guards are the stop step's, read once above; the VM is (or will then be) stopped.
         config = ctx.facts["config"]
         inventory = {"vmid": ctx.vmid, "volumes": owned_volumes(config, ctx.vmid), "snapshots": snapshot_names(ctx)}
-        requests.append(Request("DELETE", ctx.vm_path, dict(DESTROY_PARAMS)).summary())
+        requests.append(with_cli(Request("DELETE", ctx.vm_path, dict(DESTROY_PARAMS)).summary()))
     return {"requests": requests, "removed": inventory or {"vmid": None, "volumes": [], "snapshots": []}}
 
 

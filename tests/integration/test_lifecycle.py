@@ -142,7 +142,8 @@ def test_cleanup_needs_the_gate_then_removes_the_failed_operations_vm(env: Env) 
     assert bad.value.code == "configuration_error"
     assert env.pvesim.requests() == []  # the gate is read before any connection
     preview = env.cleanup(check_mode=True, environ={}, lifecycle_enabled=True)
-    assert preview["requests"] == [{"method": "DELETE", "path": VM, "params": {"purge": 1, "destroy-unreferenced-disks": 1}}]
+    assert preview["requests"] == [{"method": "DELETE", "path": VM, "params": {"purge": 1, "destroy-unreferenced-disks": 1},
+                                    "cli": "qm destroy 201 --purge 1 --destroy-unreferenced-disks 1"}]
     assert preview["removed"] == {"vmid": 201, "volumes": ["local-lvm:vm-201-cloudinit", "local-lvm:vm-201-disk-0"], "snapshots": []}
     assert mutations(env.pvesim) == [] and env.store.load(env.operation_id).get("lifecycle") is None
     result = env.cleanup()
