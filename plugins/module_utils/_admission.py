@@ -40,8 +40,11 @@ ENV_STORAGE_CONCURRENCY = "VMANYWARE_STORAGE_CONCURRENCY"
 DEFAULT_STORAGE_CONCURRENCY = 3
 ADMISSION_DIR = "admission"
 ALLOCATED_LINE = "allocated target volume "
+# A waiter retries the slots every ACQUIRE_POLL seconds (a few syscalls; a free slot should not idle long); a holder
+# reads the task log after FIRST_POLL seconds, doubling up to MAX_POLL (the slot is busy until it sees the allocations).
+ACQUIRE_POLL = 0.2
 FIRST_POLL = 0.1
-MAX_POLL = 1.0
+MAX_POLL = 0.5
 LOG_LINES = 100
 
 
@@ -107,7 +110,6 @@ def acquire(journal_dir: str, scope: str, storage: str, concurrency: int, *, bud
     key = slot_key(scope, storage)
     paths = [os.path.join(directory, "%s.%d.slot" % (key, index)) for index in range(concurrency)]
     start = clock()
-    interval = FIRST_POLL
     while True:
         for index, path in enumerate(paths):
             fd = _try_slot(path)
@@ -120,8 +122,7 @@ def acquire(journal_dir: str, scope: str, storage: str, concurrency: int, *, bud
         if budget is not None and waited >= budget:
             raise AdmissionWaiting({"waiting": "a free allocation slot on storage %s" % storage, "storage": storage,
                                     "storageConcurrency": concurrency, "waitedSeconds": round(waited, 1)})
-        sleep(interval if budget is None else max(0.0, min(interval, budget - waited)))
-        interval = min(MAX_POLL, interval * 2)
+        sleep(ACQUIRE_POLL if budget is None else max(0.0, min(ACQUIRE_POLL, budget - waited)))
 
 
 def allocations_done(lines: t.Sequence[str], allocations: int | None) -> bool:
