@@ -209,6 +209,7 @@ class Runner:
             old.unlink()
         cmd, env = self._playbook(tool, n, state)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started_epoch = time.time()
         started = time.monotonic()
         proc = run_playbook(cmd, env)
         wall = time.monotonic() - started
@@ -234,10 +235,14 @@ class Runner:
         if len(failed_vms) == n:
             raise SystemExit(f"{tool} N={n}: no VM provisioned ({proc.returncode}, wall {wall:.0f} s):\n{failure_excerpt(proc.stdout)}")
         lock_errors = [task for task in tasks if "got timeout" in str(task.get("exitstatus"))]
+        # the wall time of what the tool finished: from the start to the end of the last finished VM's snapshot task
+        snapshots = [task["ended"] for task in tasks if task["type"] == "qmsnapshot" and task["ended"] is not None
+                     and task["exitstatus"] == "OK" and int(task["id"]) not in failed_vms]
+        finished_wall = max(snapshots) - started_epoch if snapshots else None
         bad = [e for e in requests if e.get("schema_errors") or e.get("implemented") is False]
         locks = admin.storage_locks()["storages"].get(self.sim.conn["storage"], {})
         return {"tool": tool, "n": n, "wall": wall, "cpu": cpu, "requests": requests, "tasks": tasks, "schema_or_501": len(bad),
-                "failed_vms": failed_vms, "lock_timeout_tasks": len(lock_errors),
+                "failed_vms": failed_vms, "lock_timeout_tasks": len(lock_errors), "finished_wall": finished_wall,
                 "failure_excerpt": failure_excerpt(proc.stdout)[:1500] if failed_vms else "",
                 "storage_lock": {k: v for k, v in locks.items() if k != "history"}}
 
@@ -408,6 +413,10 @@ def machine_info(python: str) -> dict[str, t.Any]:
             "platform": platform.platform(), "loadavg_start": os.getloadavg()}
 
 
+def fmt_seconds(values: t.Sequence[float | None]) -> str:
+    return "[" + ", ".join("-" if v is None else f"{v:.1f} s" for v in values) + "]"
+
+
 def fmt_methods(d: dict[str, float]) -> str:
     return " ".join(f"{k}={v:g}" for k, v in d.items() if k != "total") + f" total={d['total']:g}"
 
@@ -512,6 +521,8 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
     ap.add_argument("--timings", default=str(HERE / "timings.yml"), help="pvesim time model")
     ap.add_argument("--storage-lock", choices=("on", "off"), default="on",
                     help="pvesim's model of Proxmox's per-storage allocation lock (10 s waiter timeout; docs/simulator.md)")
+    ap.add_argument("--storage-concurrency", type=int, default=None,
+                    help="ours: VMANYWARE_STORAGE_CONCURRENCY (allocating submissions in flight per storage; default: the collection's)")
     ap.add_argument("--journal-sizes", default="0,1000,10000", help="earlier operations in the journal directory")
     ap.add_argument("--journal-reps", type=int, default=30)
     ap.add_argument("--plan-images", type=int, default=128)
@@ -541,7 +552,8 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
     info["command"] = " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])
     results: dict[str, t.Any] = {"machine": info, "config": {"sizes": sizes, "reps": reps_for,
                                                              "speed": args.speed, "timings": args.timings,
-                                                             "storage_lock": args.storage_lock}}
+                                                             "storage_lock": args.storage_lock,
+                                                             "storage_concurrency": args.storage_concurrency}}
     print(f"machine: {info['date']}, nproc={info['nproc']}, mem={info['mem_gib']} GiB, Python {info['python']}, "
           f"ansible-core {info['ansible_core']}, loadavg at start {' '.join(f'{x:.2f}' for x in info['loadavg_start'])}")
     sim = None
@@ -558,6 +570,8 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
         sim = Simulator(work / "sim", args.speed, Path(args.timings), args.storage_lock)
         results["config"]["time_model"] = sim.timings
         runner = Runner(sim, work, peer_root, python)
+        if args.storage_concurrency is not None:
+            runner.env_ours["VMANYWARE_STORAGE_CONCURRENCY"] = str(args.storage_concurrency)
         runs: list[dict[str, t.Any]] = []
         sizes_done = list(sizes)
         try:
@@ -656,12 +670,15 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
                 failed = [len(r["failed_vms"]) for r in tool_runs]
                 per[tool] = {"failed_vms": failed, "lock_timeout_tasks": [r["lock_timeout_tasks"] for r in tool_runs],
                              "wall": [r["wall"] for r in tool_runs], "finished": [n - f for f in failed],
+                             "finished_wall": [r["finished_wall"] for r in tool_runs],
                              "storage_lock": [r["storage_lock"] for r in tool_runs]}
             per["ratio"] = results["wall"][str(n)]["ratio_median"]
             results["contention"][str(n)] = per
             parts.append(f"N={n}: failed VMs ours {per['ours']['failed_vms']} peer {per['peer']['failed_vms']}, "
                          f"lock-timeout tasks ours {per['ours']['lock_timeout_tasks']} peer {per['peer']['lock_timeout_tasks']}, "
-                         f"finished ours {per['ours']['finished']} peer {per['peer']['finished']}, wall ratio {per['ratio']:.2f}")
+                         f"finished ours {per['ours']['finished']} peer {per['peer']['finished']}, wall ratio {per['ratio']:.2f}, "
+                         f"last finished VM's snapshot after ours {fmt_seconds(per['ours']['finished_wall'])} "
+                         f"peer {fmt_seconds(per['peer']['finished_wall'])}")
         print(f"[8] storage lock ({args.storage_lock}): " + "; ".join(parts))
 
         # [6] journal cost
