@@ -345,9 +345,12 @@ class StageRunner:
             return _result(ctx, changed=False, done=False, progress=waiting.progress)
         ctx.facts["admission"] = slot
         try:
-            return dict(self._dispatch_admitted(ctx, resend), admission=slot.summary())
+            result = self._dispatch_admitted(ctx, resend)
         finally:
             slot.release()
+        if result.get("requests"):
+            result["admission"] = slot.summary()
+        return result
 
     def _dispatch_admitted(self, ctx: StageContext, resend: bool = False) -> dict[str, t.Any]:
         lock_deadline = self.settings.clock() + self.settings.lock_wait
