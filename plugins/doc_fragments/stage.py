@@ -63,4 +63,17 @@ options:
       - If not specified, the value of the E(VMANYWARE_RESEND_AFTER) environment variable is used.
     type: float
     default: 30
+  storage_concurrency:
+    description:
+      - Admission control for stages that allocate on a storage (clone, disk). At most this many of their requests are in
+        flight per storage at a time, counted across every fork, C(ansible-playbook) process and AWX job that shares the
+        journal directory (one C(flock)ed slot file per place under C(<journal_dir>/admission/)).
+      - Proxmox runs every volume allocation and free on a storage under one lock whose waiters give up after 10 seconds
+        (C(can't lock file '/var/lock/pve-manager/pve-storage-<id>' - got timeout)); many clones at once fail that way.
+        A stage waiting for a slot has sent nothing; when O(wait_budget) passes it returns RV(done=false) with the waiting
+        time as progress. A slot is given back once the task logged its allocations (C(allocated target volume)) or ended.
+      - V(0) turns admission control off. See C(docs/concurrency.md) in the collection.
+      - If not specified, the value of the E(VMANYWARE_STORAGE_CONCURRENCY) environment variable is used.
+    type: int
+    default: 3
 """

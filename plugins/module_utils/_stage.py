@@ -29,6 +29,7 @@ import dataclasses
 import time
 import typing as t
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with_cli
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, epoch_seconds, redact, stage as journal_stage
@@ -206,6 +207,14 @@ class StageLogic:
         """Progress of a running task for operators (e.g. parsed from the task log)."""
         return {}
 
+    def allocates_on(self, ctx: StageContext) -> str | None:
+        """The storage the request allocates on (admission control, ``_admission``); None: it allocates nothing."""
+        return None
+
+    def allocations(self, ctx: StageContext) -> int | None:
+        """Volumes the task allocates (``allocated target volume`` log lines); None: it may allocate until it ends."""
+        return None
+
 
 @dataclasses.dataclass
 class StageSettings:
@@ -220,6 +229,8 @@ class StageSettings:
     # A request whose reply was lost may still be queued at Proxmox: a harmless-to-repeat request is sent again
     # only when reads still show no effect this many seconds after the first submission (finding F1).
     resend_after: float = 30.0
+    # At most this many allocating submissions in flight per storage (``_admission``); 0: no admission control.
+    storage_concurrency: int = _admission.DEFAULT_STORAGE_CONCURRENCY
     clock: t.Callable[[], float] = time.monotonic
     sleep: t.Callable[[float], None] = time.sleep
     wall_clock: t.Callable[[], float] = time.time
@@ -337,6 +348,27 @@ class StageRunner:
         return _result(ctx, changed=True, done=False, requests=requests, preview="earlier stages pending")
 
     def _dispatch(self, ctx: StageContext, resend: bool = False) -> dict[str, t.Any]:
+        """Dispatch, first taking an allocation slot of the storage when the stage allocates (``_admission``)."""
+        storage = None if self.settings.check_mode or not self.settings.storage_concurrency else self.logic.allocates_on(ctx)
+        if storage is None or ctx.facts.get("admission") is not None:
+            return self._dispatch_admitted(ctx, resend)
+        budget = self.settings.wait_budget
+        try:
+            slot = _admission.acquire(self.store.journal_dir, ctx.operation["providerScopeId"], storage, self.settings.storage_concurrency,
+                                      budget=self._timeout if budget is None else budget, clock=self.settings.clock, sleep=self.settings.sleep,
+                                      holder={"operationId": ctx.operation["operationId"], "stage": ctx.kind})
+        except _admission.AdmissionWaiting as waiting:
+            return _result(ctx, changed=False, done=False, progress=waiting.progress)
+        ctx.facts["admission"] = slot
+        try:
+            result = self._dispatch_admitted(ctx, resend)
+        finally:
+            slot.release()
+        if result.get("requests"):
+            result["admission"] = slot.summary()
+        return result
+
+    def _dispatch_admitted(self, ctx: StageContext, resend: bool = False) -> dict[str, t.Any]:
         lock_deadline = self.settings.clock() + self.settings.lock_wait
         while True:
             try:
@@ -390,6 +422,10 @@ class StageRunner:
     def _reconcile(self, ctx: StageContext, upid: str, requests: list[dict[str, t.Any]] | None = None,
                    changed: bool = False) -> dict[str, t.Any]:
         """Follow a known task by GET only, within this run's wait budget and the stage deadline."""
+        slot = ctx.facts.get("admission")
+        if slot is not None and not slot.released:  # keep the storage slot while the new task may still allocate
+            _admission.hold_until_allocated(slot, self.client, upid, self.logic.allocations(ctx), limit=self._timeout,
+                                            clock=self.settings.clock, sleep=self.settings.sleep)
         budget = self.settings.wait_budget
         wait = self._timeout if budget is None else budget
         if self.settings.check_mode:

@@ -17,6 +17,11 @@ import os
 import typing as t
 
 from ansible.module_utils.basic import env_fallback
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._admission import (
+    DEFAULT_STORAGE_CONCURRENCY,
+    ENV_STORAGE_CONCURRENCY,
+    check_concurrency,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, VmanywareError
@@ -40,6 +45,7 @@ def stage_argument_spec() -> dict[str, dict[str, t.Any]]:
         "timeout": {"type": "float"},
         "lock_wait": {"type": "float", "default": 60.0},
         "resend_after": {"type": "float", "default": 30.0, "fallback": (env_fallback, ["VMANYWARE_RESEND_AFTER"])},
+        "storage_concurrency": {"type": "int", "default": DEFAULT_STORAGE_CONCURRENCY, "fallback": (env_fallback, [ENV_STORAGE_CONCURRENCY])},
     }
     spec.update(journal_argument_spec())
     spec.update(connection_argument_spec())
@@ -105,7 +111,8 @@ def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: b
     operation = store.load(operation_id)
     settings = StageSettings(check_mode=check_mode, diff=diff, wait_budget=params.get("wait_budget"),
                              timeout=params.get("timeout"), lock_wait=params.get("lock_wait") or 0.0,
-                             resend_after=max(0.0, params.get("resend_after") or 0.0))
+                             resend_after=max(0.0, params.get("resend_after") or 0.0),
+                             storage_concurrency=check_concurrency(params.get("storage_concurrency", DEFAULT_STORAGE_CONCURRENCY)))
     connection = connection_settings(params)
     bind_scope(connection, operation)
     client = client_factory(connection)

@@ -117,9 +117,18 @@ requests:
   elements: dict
   sample: [{"method": "POST", "path": "/nodes/pve-test/qemu/9000/clone", "params": {"newid": 201, "full": 1, "storage": "local-lvm"}}]
 progress:
-  description: Progress of a still running task (when RV(done=false)).
-  returned: when the task is still running
+  description:
+    - Progress of a still running task (when RV(done=false)).
+    - While the stage waits for a free allocation slot of the storage (O(storage_concurrency)), nothing has been sent and the
+      progress says so, with the seconds waited in this run.
+  returned: when the task is still running or the stage waits for a storage slot
   type: dict
+  sample: {"waiting": "a free allocation slot on storage local-lvm", "storage": "local-lvm", "storageConcurrency": 3, "waitedSeconds": 20.0}
+admission:
+  description: The storage slot this run held while its request allocated (O(storage_concurrency)) and how long it waited for it.
+  returned: when this run sent the request with admission control on
+  type: dict
+  sample: {"storage": "local-lvm", "slot": 0, "waitedSeconds": 4.2}
 task:
   description: The outcome of the Proxmox task (upid, status, exitstatus, warnings, log_tail).
   returned: when this run followed a task to its end

@@ -44,7 +44,7 @@ def test_benchmark_smoke_prints_every_figure(peer_root: Path, tmp_path: Path) ->
                            "--json", str(out_json)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=1800, check=False)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    for figure in range(1, 8):
+    for figure in range(1, 9):
         assert re.search(rf"^\[{figure}\] ", proc.stdout, re.M), f"figure [{figure}] missing:\n{proc.stdout}"
     m = re.search(r"^\[1\] requests per VM \(N=1\): ours .*total=(\d+(?:\.\d+)?) \| peer .*total=(\d+(?:\.\d+)?) \|", proc.stdout, re.M)
     assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, proc.stdout

@@ -16,6 +16,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 import typing as t
 from pathlib import Path
 
@@ -239,7 +240,10 @@ def test_digest_conflict_sends_nothing(env: Env) -> None:
 
 def test_vmid_taken_between_preflight_and_clone(env: Env) -> None:
     with ProxmoxClient(env.settings) as client:
-        client.post("/nodes/pve-test/qemu/9000/clone", newid=201, full=True, storage="local-lvm", description="made by someone else")
+        upid = client.post("/nodes/pve-test/qemu/9000/clone", newid=201, full=True, storage="local-lvm", description="made by someone else")
+        # PVE writes the clone's config (with the description) only after allocating its volumes
+        while client.get("/nodes/pve-test/tasks/%s/status" % upid)["status"] == "running":
+            time.sleep(0.02)
     env.pvesim.clear_requests()
     with pytest.raises(VmanywareError) as info:
         env.run(CloneStage())

@@ -32,6 +32,17 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common i
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid, read_log_tail
 
 _TRANSFERRED = re.compile(r"transferred .* \((\d+(?:\.\d+)?)%\)")
+_DRIVE = re.compile(r"(ide|sata|scsi|virtio)\d+|efidisk0|tpmstate0")
+
+
+def cloned_volumes(template: t.Mapping[str, t.Any]) -> int:
+    """How many volumes a full clone of ``template`` allocates: every drive but CD-ROMs, plus Cloud-Init drives (clone_disk)."""
+    count = 0
+    for key in template:
+        disk = disk_volume(template, key) if _DRIVE.fullmatch(key) else None
+        if disk is not None and ":" in disk.volid and (disk.is_cloudinit or not disk.is_cdrom):
+            count += 1
+    return count
 
 
 def _mismatch(ctx: StageContext, rule: str) -> StageError:
@@ -89,6 +100,7 @@ class CloneStage(StageLogic):
         if int_value(template.get("template")) != 1:
             raise StageError("The source VM is not a template.",
                              details={"stage": ctx.kind, "templateVmid": self.template_vmid(ctx), "rule": "is_template"})
+        ctx.facts["allocations"] = cloned_volumes(template)
         try:
             ctx.client.get("/cluster/nextid", vmid=ctx.vmid)
         except ProviderError as err:
@@ -196,6 +208,12 @@ class CloneStage(StageLogic):
         if ctx.facts.get("adopt"):
             before = dict(after)
         return {"before": before, "after": after}
+
+    def allocates_on(self, ctx: StageContext) -> str | None:
+        return t.cast(str, ctx.plan["storage"])
+
+    def allocations(self, ctx: StageContext) -> int | None:
+        return t.cast("int | None", ctx.facts.get("allocations"))
 
     def progress(self, ctx: StageContext, upid: str) -> dict[str, t.Any]:
         for line in reversed(read_log_tail(ctx.client, parse_upid(upid), lines=5)):

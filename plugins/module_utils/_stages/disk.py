@@ -98,6 +98,10 @@ class DiskStage(StageLogic):
         return Resolution.undecidable("The disk of VM %d does not show the requested size and the resize cannot be proven not to have "
                                       "run; check the node's resize tasks for VM %d before re-running." % (ctx.vmid, ctx.vmid))
 
+    def allocates_on(self, ctx: StageContext) -> str | None:
+        # lvextend runs under the storage lock on LVM and LVM-thin (LVMPlugin::volume_resize); the slot is kept until the task ends
+        return t.cast(str, ctx.plan["storage"])
+
     def diff(self, ctx: StageContext) -> dict[str, t.Any] | None:
         device = ctx.mapping["diskDevice"]
         return {"before": {device: {"sizeBytes": ctx.facts.get("sizeBytes")}}, "after": {device: {"sizeBytes": requested_bytes(ctx)}}}

@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """``python -m pvesim serve --port PORT --state-dir DIR [--seed demo] [--speed F] [--schema P] [--faults F]
-[--timings FILE] [--guests simulated|real [--guest-image DIR] [--guest-accel auto|kvm|tcg]]``."""
+[--timings FILE] [--storage-lock on|off] [--guests simulated|real [--guest-image DIR] [--guest-accel auto|kvm|tcg]]``."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     serve.add_argument("--faults", default=None, help="JSON/YAML file with fault rules to install at start")
     serve.add_argument("--timings", default=None,
                        help="JSON/YAML time model: {tasks: {qmclone_full: 20, ...}, guest: {agent_up_after: 8, ...}} (simulated seconds)")
+    serve.add_argument("--storage-lock", choices=("on", "off"), default="on",
+                       help="model Proxmox's per-storage allocation lock (10 s waiter timeout; docs/simulator.md)")
     serve.add_argument("--guests", choices=("simulated", "real"), default="simulated",
                        help="guest backend: simulated (default) or real QEMU VMs (docs/real-guest.md)")
     serve.add_argument("--guest-image", default=None, help="with --guests real: image directory from tools/guest-image/build.sh")
@@ -43,13 +45,13 @@ def main(argv: t.Sequence[str] | None = None) -> int:
         try:
             server = PvesimServer(args.state_dir, port=args.port, seed=args.seed, speed=args.speed, schema_path=args.schema,
                                   faults_file=args.faults, guests="real", guest_image=args.guest_image, guest_accel=args.guest_accel,
-                                  timings_file=args.timings)
+                                  timings_file=args.timings, storage_lock=args.storage_lock == "on")
         except GuestImageError as exc:
             sys.stderr.write(f"pvesim: cannot use real guests: {exc}\n")
             return 2
     else:
         server = PvesimServer(args.state_dir, port=args.port, seed=args.seed, speed=args.speed, schema_path=args.schema,
-                              faults_file=args.faults, timings_file=args.timings)
+                              faults_file=args.faults, timings_file=args.timings, storage_lock=args.storage_lock == "on")
     stop = threading.Event()
 
     def on_signal(signum: int, frame: t.Any) -> None:

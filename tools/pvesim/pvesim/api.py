@@ -26,6 +26,7 @@ from .clock import Clock
 from .faults import Fault, FaultSet
 from .state import (DRIVE_RE, FAST_PLUG, GIB, VM, Snapshot, State, format_size, is_cdrom,
                     is_cloudinit_volume, parse_kv, print_kv, size_to_bytes)
+from .storagelock import StorageLocks
 from .tasks import Task, TaskFailed, TaskManager
 
 PVE_VERSION = {"release": "9.1", "repoid": "b5d5c8d5e7f5c4a1", "version": "9.1.3"}
@@ -35,6 +36,8 @@ DURATIONS: dict[str, float] = {
     "qmclone_full": 8.0, "qmclone_linked": 2.0, "qmstart": 2.0, "qmstop": 1.0, "qmshutdown": 4.0, "qmreboot": 4.0,
     "resize": 1.0, "qmsnapshot": 2.0, "qmsnapshot_vmstate": 5.0, "qmdelsnapshot": 1.5, "qmrollback": 2.0, "qmdestroy": 2.0,
     "qmconfig": 0.5,
+    # per-storage lock hold times (pvesim.storagelock): one LVM-thin lvcreate, lvextend, lvremove
+    "storage_alloc": 1.0, "storage_resize": 1.0, "storage_free": 1.0,
 }
 
 
@@ -128,6 +131,7 @@ class Sim:
         # default GuestTiming of every new guest (per-VM guest knobs still override it)
         self.durations: dict[str, float] = dict(DURATIONS)
         self.guest_timing: dict[str, float] = {}
+        self.storage_locks = StorageLocks(clock, self.stop_event, self.durations)
 
     # helpers ------------------------------------------------------------------------------
     def check_node(self, call: Call) -> None:
@@ -1026,10 +1030,20 @@ def qemu_clone(sim: Sim, call: Call) -> str:
         st.vms[newid] = target_vm
         src_name = oldconf.get("name")
 
+    # the storages the clone allocates on, counted as in flight from now until its last allocation
+    alloc_storages = sorted({storage if (storage and full and not is_cloudinit_volume(v)) else v.split(":", 1)[0]
+                             for k, v in oldconf.items() if DRIVE_RE.fullmatch(k) and (not is_cdrom(v) or is_cloudinit_volume(v))})
+    phases = [sim.storage_locks.begin_allocating(sid) for sid in alloc_storages]
+
+    def end_allocating() -> None:
+        for phase in phases:
+            phase.end()
+
     def body(task: Task) -> None:
         task.log(f"create {'full' if full else 'linked'} clone of VM {src.vmid} ({src_name or src.vmid})")
         newconf: dict[str, str] = {}
         allocated: list[str] = []
+        drives: list[tuple[str, str]] = []
         try:
             with st.lock:
                 for key in sorted(oldconf):
@@ -1043,15 +1057,31 @@ def qemu_clone(sim: Sim, call: Call) -> str:
                         model = first.split("=", 1)[0] if "=" in first else first
                         rest = [p for p in value.split(",")[1:] if not p.startswith("macaddr=")]
                         newconf[key] = ",".join([f"{model}={st.new_mac()}", *rest])
-                    elif DRIVE_RE.fullmatch(key) and not is_cdrom(value):
-                        volid = value.split(",")[0]
-                        tsid = storage if (storage and full) else volid.split(":", 1)[0]
+                    elif DRIVE_RE.fullmatch(key) and (not is_cdrom(value) or is_cloudinit_volume(value)):
+                        drives.append((key, value))
+                    else:
+                        newconf[key] = value
+            # clone_disk per drive (sorted, like qemu-server): vdisk_alloc / vdisk_clone under the storage lock
+            for index, (key, value) in enumerate(drives):
+                volid = value.split(",")[0]
+                if is_cloudinit_volume(value):
+                    sid = volid.split(":", 1)[0]
+                    task.log(f"create full clone of drive {key} ({volid})")
+                    with sim.storage_locks.hold(sid, "alloc", f"{sid}:vm-{newid}-cloudinit"), st.lock:
+                        new_vol = f"{sid}:vm-{newid}-cloudinit"
+                        st.storages[sid].volumes[new_vol] = 4 << 20
+                        allocated.append(new_vol)
+                    newconf[key] = ",".join([new_vol, *value.split(",")[1:]])
+                else:
+                    tsid = storage if (storage and full) else volid.split(":", 1)[0]
+                    task.log(f"create {'full' if full else 'linked'} clone of drive {key} ({volid})")
+                    with sim.storage_locks.hold(tsid, "alloc", volid), st.lock:
                         tstore = st.storages[tsid]
                         size = st.volume_size(volid) or 0
                         if full:
                             if call.fault("disk_full") or size > tstore.avail:
                                 name = st.next_disk_name(tsid, newid)
-                                raise TaskFailed(f"clone failed: lvcreate 'pve/{name}' error:   Volume group \"pve\" has "
+                                raise TaskFailed(f"lvcreate 'pve/{name}' error:   Volume group \"pve\" has "
                                                  f"insufficient free space ({tstore.avail >> 22} extents): {size >> 22} required.")
                             new_vol = f"{tsid}:{st.next_disk_name(tsid, newid)}"
                         else:
@@ -1059,17 +1089,13 @@ def qemu_clone(sim: Sim, call: Call) -> str:
                             new_vol = f"{tsid}:{base}/{st.next_disk_name(tsid, newid)}"
                         tstore.volumes[new_vol] = size
                         allocated.append(new_vol)
-                        task.log(f"create {'full' if full else 'linked'} clone of drive {key} ({volid})")
-                        rest = value.split(",")[1:]
-                        newconf[key] = ",".join([new_vol, *rest])
-                    elif DRIVE_RE.fullmatch(key) and is_cloudinit_volume(value):
-                        sid = value.split(":", 1)[0]
-                        new_vol = f"{sid}:vm-{newid}-cloudinit"
-                        st.storages[sid].volumes[new_vol] = 4 << 20
-                        allocated.append(new_vol)
-                        newconf[key] = ",".join([new_vol, *value.split(",")[1:]])
-                    else:
-                        newconf[key] = value
+                    newconf[key] = ",".join([new_vol, *value.split(",")[1:]])
+                if index == len(drives) - 1:
+                    end_allocating()  # before the last line a client could read as "allocations done"
+                if full or is_cloudinit_volume(value):
+                    task.log(f"allocated target volume '{new_vol}'")  # qemu-server clone_disk (commit 473b6774)
+            end_allocating()
+            with st.lock:
                 smbios = parse_kv(newconf.get("smbios1", ""), "uuid")
                 smbios["uuid"] = st.new_uuid()
                 newconf["smbios1"] = print_kv(smbios, "")
@@ -1088,15 +1114,25 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             with st.lock:
                 target_vm.config.pop("lock", None)
                 target_vm.cloudinit_generated = guestlink.generated_snapshot(target_vm.config)
-        except BaseException:
+        except BaseException as err:
+            end_allocating()
+            # qemu-server clone_vm: vdisk_free every new volume (each under the storage lock; a failure only
+            # warns and leaves the volume), then unlink the new config file, then die "clone failed: ..."
+            for vol in allocated:
+                try:
+                    with sim.storage_locks.hold(vol.split(":", 1)[0], "free", vol), st.lock:
+                        _free_volume(sim, vol)
+                except TaskFailed as free_err:
+                    task.log(str(free_err))
             with st.lock:
-                for vol in allocated:
-                    _free_volume(sim, vol)
                 if st.vms.get(newid) is target_vm:
                     del st.vms[newid]
+            if isinstance(err, TaskFailed):
+                raise TaskFailed(f"clone failed: {err}") from err
             raise
 
     def on_finish(task: Task) -> None:
+        end_allocating()
         if task.lines and task.lines[-1].startswith("TASK ERROR"):
             with st.lock:
                 vm2 = st.vms.get(newid)
@@ -1118,14 +1154,20 @@ def qemu_resize(sim: Sim, call: Call) -> str:
     st = sim.state
     with st.lock:
         vm = sim.vm(call)
+        current = vm.config.get(str(call.params["disk"]))
     disk = str(call.params["disk"])
     sizestr = str(call.params["size"])
     digest = call.str("digest")
     skiplock = call.bool("skiplock")
     if skiplock and call.userid != "root@pam":
         raise param_error({"skiplock": "Only root may use this option."})
+    # LVMPlugin::volume_resize runs lvextend under the storage lock (LVM and LVM-thin)
+    lock_sid = current.split(":", 1)[0] if current and not is_cdrom(current) and ":" in current else None
+    if lock_sid not in st.storages or st.storages[lock_sid].type not in ("lvm", "lvmthin"):
+        lock_sid = None
+    phase = sim.storage_locks.begin_allocating(lock_sid) if lock_sid else None
 
-    def body(task: Task) -> None:
+    def grow(task: Task) -> None:
         with st.lock:
             if digest and digest != vm.digest() or call.fault("checksum_mismatch"):
                 raise TaskFailed("checksum mismatch (file change by other user?)")
@@ -1162,9 +1204,20 @@ def qemu_resize(sim: Sim, call: Call) -> str:
             storage.volumes[volid] = new
             parts = [p for p in value.split(",")[1:] if not p.startswith("size=")]
             vm.config[disk] = ",".join([volid, *parts, f"size={format_size(new)}"])
+
+    def body(task: Task) -> None:
+        if lock_sid is None:
+            grow(task)
+        else:
+            with sim.storage_locks.hold(lock_sid, "resize", current.split(",")[0] if current else ""):
+                grow(task)
         sim.sleep("resize")
 
-    return sim.start_task(call, "resize", str(vm.vmid), body)
+    def on_finish(task: Task) -> None:
+        if phase is not None:
+            phase.end()
+
+    return sim.start_task(call, "resize", str(vm.vmid), body, on_finish)
 
 
 # ------------------------------------------------------------------------------------------
@@ -1306,23 +1359,27 @@ def qemu_destroy(sim: Sim, call: Call) -> str:
             vm.config["lock"] = "destroyed"
         sim.sleep("qmdestroy")
         with st.lock:
-            for key, value in list(vm.config.items()):
-                if DRIVE_RE.fullmatch(key) or re.fullmatch(r"unused\d+", key):
-                    volid = value.split(",")[0]
-                    if is_cdrom(value) and not is_cloudinit_volume(value):
-                        continue
-                    task.log(f"  Logical volume \"{volid.split(':', 1)[-1].split('/')[-1]}\" successfully removed.")
-                    _free_volume(sim, volid)
+            volids = [value.split(",")[0] for key, value in vm.config.items()
+                      if (DRIVE_RE.fullmatch(key) or re.fullmatch(r"unused\d+", key)) and (not is_cdrom(value) or is_cloudinit_volume(value))]
             for snap in vm.snapshots.values():
-                for key, value in snap.conf.items():
-                    if DRIVE_RE.fullmatch(key):
-                        _free_volume(sim, value.split(",")[0])
+                volids += [value.split(",")[0] for key, value in snap.conf.items() if DRIVE_RE.fullmatch(key)]
+            referenced = set(volids)
             if unreferenced:
                 owned = re.compile(rf"(^|/)(vm|base)-{vm.vmid}-")
                 for storage in st.storages.values():
-                    for volid in [v for v in storage.volumes if storage.enabled and owned.search(v.split(":", 1)[-1])]:
+                    volids += [v for v in storage.volumes if storage.enabled and owned.search(v.split(":", 1)[-1])]
+        # destroy_vm: vdisk_free per volume (under the storage lock); a failure warns and leaves the volume
+        for volid in dict.fromkeys(volids):
+            try:
+                with sim.storage_locks.hold(volid.split(":", 1)[0], "free", volid), st.lock:
+                    if volid not in referenced:
                         task.log(f"  Removed unreferenced volume '{volid}'")
-                        _free_volume(sim, volid)
+                    elif sim.state.volume_size(volid) is not None:
+                        task.log(f"  Logical volume \"{volid.split(':', 1)[-1].split('/')[-1]}\" successfully removed.")
+                    _free_volume(sim, volid)
+            except TaskFailed as err:
+                task.warn(f"Could not remove disk '{volid}', check manually: {err}")
+        with st.lock:
             st.vms.pop(vm.vmid, None)
         guestlink.forget_vm(sim, vm.vmid)
 

@@ -33,6 +33,7 @@ from .clock import Clock
 from .faults import FaultSet, FaultSpecError
 from .schema import NoSuchMethod, NoSuchPath, Schema, errors_to_dict, validate_params
 from .state import State
+from .storagelock import StorageLocks
 
 API_PREFIX = "/api2/json"
 ADMIN_PREFIX = "/_pvesim"
@@ -154,6 +155,7 @@ class App:
         self.auth_delay = 3.0  # PVE delays every 401 by 3 s (scaled by the clock speed)
         self.start_durations: dict[str, float] = dict(self.sim.durations)
         self.start_guest_timing: dict[str, float] = dict(self.sim.guest_timing)
+        self.start_storage_lock = True
 
     # ---------------------------------------------------------------------------------------
     def handle(self, method: str, raw_path: str, headers: t.Mapping[str, str], body: bytes) -> Reply:
@@ -372,6 +374,9 @@ class App:
         if getattr(sim, "guest_backend", None) is not None:
             sim.guest_backend.reset()  # real guests: stop every QEMU, drop every VM disk
         sim.stop_event = threading.Event()
+        # fresh storage locks and statistics, on or off as given at start (--storage-lock)
+        sim.storage_locks = StorageLocks(sim.clock, sim.stop_event, sim.durations)
+        sim.storage_locks.enabled = self.start_storage_lock
         self.faults.clear()
         self.log.clear()
 
@@ -407,6 +412,11 @@ class App:
                 return apply_timings(sim, data)
         if (method, path) == ("GET", "/tasks"):
             return sim.tasks.admin_list()
+        if path == "/storage-locks":
+            if method == "PUT":  # {"enabled": bool}: switch the storage lock model until the next reset
+                sim.storage_locks.enabled = bool(data.get("enabled", True))
+            if method in ("GET", "PUT"):
+                return sim.storage_locks.stats()
         handled = cluster.admin(sim, method, path, data)
         if handled is not NotImplemented:
             return handled
@@ -591,10 +601,11 @@ class PvesimServer:
 
     def __init__(self, state_dir: str, port: int = 0, seed: str = "demo", speed: float = 1.0, schema_path: str | None = None,
                  faults_file: str | None = None, guests: str = "simulated", guest_image: str | None = None,
-                 guest_accel: str = "auto", timings_file: str | None = None) -> None:
+                 guest_accel: str = "auto", timings_file: str | None = None, storage_lock: bool = True) -> None:
         self.state_dir = os.path.abspath(state_dir)
         os.makedirs(self.state_dir, exist_ok=True)
         self.app = App(Schema.load(schema_path), seed=seed, speed=speed)
+        self.app.start_storage_lock = self.app.sim.storage_locks.enabled = storage_lock
         self.guest_backend: t.Any = None
         if guests == "real":
             # real QEMU guests (pvesim.realguest, docs/real-guest.md); fails here when the image or QEMU is missing

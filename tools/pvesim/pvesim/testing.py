@@ -79,6 +79,14 @@ class PvesimAdmin:
         """Every task, oldest first: upid, type, id, status, exitstatus, created/ended (real epoch, float)."""
         return list(self._call("GET", "/tasks"))
 
+    def storage_locks(self) -> dict[str, t.Any]:
+        """Per-storage lock statistics (``pvesim.storagelock``): inflight, maxInflight, acquired, timeouts, maxWait, history."""
+        return dict(self._call("GET", "/storage-locks"))
+
+    def set_storage_lock(self, enabled: bool) -> dict[str, t.Any]:
+        """Switch the storage lock model on or off until the next reset."""
+        return dict(self._call("PUT", "/storage-locks", {"enabled": enabled}))
+
     def schema_violations(self) -> list[dict[str, t.Any]]:
         return [e for e in self.requests() if e.get("schema_errors")]
 

@@ -181,6 +181,11 @@ def test_resolution_table(store: JournalStore, op: str, case: dict[str, t.Any], 
 
 # -- the runner with the stage ------------------------------------------------------------------------
 
+TASK_LOG = [{"n": 1, "t": "create full clone of drive ide2 (local-lvm:vm-9000-cloudinit)"},
+            {"n": 2, "t": "allocated target volume 'local-lvm:vm-201-cloudinit'"},
+            {"n": 3, "t": "create full clone of drive scsi0 (local-lvm:base-9000-disk-0)"},
+            {"n": 4, "t": "allocated target volume 'local-lvm:vm-201-disk-0'"}]
+
 
 def test_runner_happy_path_and_rerun(store: JournalStore, op: str) -> None:
     state: dict[str, t.Any] = {"created": False}
@@ -195,9 +200,14 @@ def test_runner_happy_path_and_rerun(store: JournalStore, op: str) -> None:
     paths = routes(store, op)
     paths[VM + "/config"] = target
     paths["/nodes/pve-test/tasks/%s/status" % PVE["upid_clone"]] = {"status": "stopped", "exitstatus": "OK"}
+    paths["/nodes/pve-test/tasks/%s/log" % PVE["upid_clone"]] = TASK_LOG
     client = FakeClient(paths, [clone])
     result = StageRunner(store, client, CloneStage(), StageSettings(sleep=lambda _s: None)).run(op)
     assert result["done"] and result["changed"] and result["stage"]["upid"] == PVE["upid_clone"]
+    # the storage slot was taken before the POST and kept until the log showed the clone's two allocations
+    assert result["admission"] == {"storage": "local-lvm", "slot": 0, "waitedSeconds": 0.0}
+    gets = [entry[1] for entry in client.log]
+    assert gets.index(TEMPLATE + "/clone") < gets.index("/nodes/pve-test/tasks/%s/log" % PVE["upid_clone"])
     assert [m[:2] for m in client.mutations()] == [("POST", TEMPLATE + "/clone")]
     again = FakeClient(paths)
     assert StageRunner(store, again, CloneStage()).run(op)["changed"] is False and again.log == []
@@ -214,6 +224,7 @@ def test_runner_crash_before_send_resends_once(store: JournalStore, op: str) -> 
     paths = routes(store, op)
     paths[VM + "/config"] = lambda _p: ours(store, op) if state["created"] else pve_error("config_missing")
     paths["/nodes/pve-test/tasks/%s/status" % PVE["upid_clone"]] = {"status": "stopped", "exitstatus": "OK"}
+    paths["/nodes/pve-test/tasks/%s/log" % PVE["upid_clone"]] = TASK_LOG
     client = FakeClient(paths, [clone])
     result = StageRunner(store, client, CloneStage(), StageSettings(sleep=lambda _s: None)).run(op)
     assert result["done"] and result["stage"]["attempts"] == 2 and len(client.mutations()) == 1

@@ -93,8 +93,10 @@ def test_runner_follows_the_resize_task(store: JournalStore, op: str) -> None:
         return UPID
 
     client = FakeClient(paths(lambda _p: config(store, op, size="20G", digest="3" * 40) if state["sent"] else config(store, op)), [resize])
+    client.routes["/nodes/pve-test/tasks/%s/log" % UPID] = [{"n": 1, "t": "TASK OK"}]
     result = StageRunner(store, client, DiskStage(), StageSettings(sleep=lambda _s: None)).run(op)
     assert result["done"] and result["stage"]["upid"] == UPID and result["stage"]["evidence"]["diskSizeBytes"] == 20 * 1024 ** 3
+    assert result["admission"]["storage"] == "local-lvm"  # lvextend takes the storage lock: the resize is admitted like a clone
 
 
 @pytest.mark.parametrize("size,digest,tasks,verdict,upid", [
