@@ -33,18 +33,49 @@ CONFIRMATION_FIELDS = (
 
 
 def read_gate(environ: t.Mapping[str, str], name: str, option: bool | None = None) -> bool:
-    """A gate: the module option wins when set; else the variable must be exactly ``true``/``false`` (unset: false).
+    """A gate: an environment value of exactly ``false`` wins; else the module option, when set; else the variable.
 
-    Any other value is a configuration error, raised before anything else happens.
+    The variable must be exactly ``true`` or ``false``; empty or unset means "not set" (closed unless the
+    option opens it). Any other value is a configuration error, raised before anything else happens. An
+    option can open a gate the environment leaves unset, never one it closes: that is what lets an
+    administrator stop every job at once (docs/operations.md, "Gates").
     """
+    value = environ.get(name) or None
+    if value not in (None, "true", "false"):
+        raise ConfigurationError("%s must be exactly true or false." % name, path=name, details={"rule": "exact_boolean"})
+    if value == "false":
+        return False
     if option is not None:
         return bool(option)
-    value = environ.get(name)
-    if value is None or value == "false":
-        return False
-    if value == "true":
-        return True
-    raise ConfigurationError("%s must be exactly true or false." % name, path=name, details={"rule": "exact_boolean"})
+    return value == "true"
+
+
+def creation_blockers(plan: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], environ: t.Mapping[str, str],
+                      provisioning_option: bool | None = None) -> list[str]:
+    """Why an operation for ``plan`` cannot be created now (error codes, in the order they are raised); empty when it can.
+
+    Reads both gates (a bad value raises first) and the mapping's attestation; never the network.
+    """
+    blockers: list[str] = []
+    provisioning = read_gate(environ, PROVISIONING_GATE, provisioning_option)
+    snapshots = read_gate(environ, SNAPSHOTS_GATE)
+    if not provisioning:
+        blockers.append("provisioning_disabled")
+    if plan["snapshotAfterProvisioning"] and not snapshots:
+        blockers.append("snapshot_disabled")
+    if not isinstance(mapping.get("imageDefaultUser"), t.Mapping):
+        blockers.append("attestation_required")
+    return blockers
+
+
+def require_verified_tls(settings: t.Any) -> None:
+    """``tls_unverified`` unless the connection is verified by a CA (``validate_certs``) or a SHA-256 pin.
+
+    Creating an operation and running a stage act on the provider that was confirmed; without verified
+    TLS that identity means nothing. Plan and preflight may still read over unverified TLS.
+    """
+    if not settings.fingerprint and not settings.validate_certs:
+        raise VmanywareError(code="tls_unverified")
 
 
 def instance_tag(operation_id: str) -> str:
@@ -93,15 +124,10 @@ def gate_and_confirm(planned: t.Any, provider_scope_id: str, confirmation: t.Any
     Shared by creating an operation and adopting one (``_adopt``): both record an operation that stages
     then act on, so both need the same gates and the same confirmation.
     """
-    provisioning = read_gate(environ, PROVISIONING_GATE, provisioning_option)
-    snapshots = read_gate(environ, SNAPSHOTS_GATE)
-    if not provisioning:
-        raise VmanywareError(code="provisioning_disabled")
     plan = planned.plan
-    if plan["snapshotAfterProvisioning"] and not snapshots:
-        raise VmanywareError(code="snapshot_disabled")
-    if "imageDefaultUser" not in planned.mapping:
-        raise VmanywareError(code="attestation_required")
+    blockers = creation_blockers(plan, planned.mapping, environ, provisioning_option)
+    if blockers:
+        raise VmanywareError(code=blockers[0])
     return check_confirmation(confirmation, expected_confirmation(plan, provider_scope_id))
 
 
