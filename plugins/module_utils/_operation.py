@@ -12,6 +12,7 @@ makes no API request. See docs/operations.md.
 
 from __future__ import annotations
 
+import copy
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, VmanywareError
@@ -208,3 +209,17 @@ def public_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
                     "failure": item["failure"]} for item in document["stages"]],
         "handoff": handoff,
     }
+
+
+def snapshots_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The operation's immutable snapshots as created: the validated definition, the catalog mapping and the plan.
+
+    The definition's SSH public keys are shown as the plan shows them, as a count (``access.sshPublicKeyCount``);
+    the journal holds no secret, so nothing else needs hiding.
+    """
+    definition = copy.deepcopy(dict(document["definition"]))
+    access = definition.get("access")
+    if isinstance(access, dict) and "sshPublicKeys" in access:
+        keys = access.pop("sshPublicKeys")
+        access["sshPublicKeyCount"] = len(keys) if isinstance(keys, list) else 0
+    return {"definition": definition, "mapping": copy.deepcopy(dict(document["mapping"])), "plan": copy.deepcopy(dict(document["plan"]))}

@@ -28,6 +28,13 @@ options:
     description: The operation to show.
     type: str
     required: true
+  include_snapshots:
+    description:
+      - Also return RV(snapshots), the definition, catalog mapping and plan exactly as the operation recorded them when it
+        was created (what later runs must act on, rather than reading the journal file).
+      - SSH public keys appear only as a count, as in the plan.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -48,6 +55,12 @@ EXAMPLES = r"""
 - name: Stages not yet completed
   ansible.builtin.debug:
     msg: "{{ info.operation.stages | rejectattr('status', 'equalto', 'completed') | map(attribute='kind') | list }}"
+
+- name: Read the plan the operation was confirmed with
+  vmanyware.proxmox.vmanyware_operation_info:
+    operation_id: "{{ operation.operation_id }}"
+    include_snapshots: true
+  register: recorded
 """
 
 RETURN = r"""
@@ -117,6 +130,23 @@ operation:
       description: The end result recorded by the last stages (empty until then).
       type: dict
       returned: success
+snapshots:
+  description: The operation's immutable snapshots (only with O(include_snapshots=true)).
+  returned: when O(include_snapshots=true)
+  type: dict
+  contains:
+    definition:
+      description: The validated definition as recorded, with C(access.sshPublicKeyCount) in place of the keys.
+      type: dict
+      returned: when O(include_snapshots=true)
+    mapping:
+      description: The catalog mapping the plan was built from (C(imageDefaultUser) included when the catalog had it).
+      type: dict
+      returned: when O(include_snapshots=true)
+    plan:
+      description: The v1 plan document as confirmed.
+      type: dict
+      returned: when O(include_snapshots=true)
 error_code:
   description: On failure, the fixed error code (V(not_found), V(journal_corrupt), V(invalid_option), V(io_error)).
   returned: failure
@@ -128,7 +158,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import validate_operation_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view, snapshots_view
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
 
 
@@ -136,12 +166,17 @@ def argument_spec() -> dict:
     spec = journal_argument_spec()
     spec.update(connection_argument_spec())  # accepted for module_defaults groups, never used
     spec["operation_id"] = {"type": "str", "required": True}
+    spec["include_snapshots"] = {"type": "bool", "default": False}
     return spec
 
 
 def action(params, check_mode, diff) -> dict:
     operation_id = validate_operation_id(params["operation_id"])
-    return {"changed": False, "operation": public_view(open_store(params["journal_dir"]).load(operation_id))}
+    document = open_store(params["journal_dir"]).load(operation_id)
+    result = {"changed": False, "operation": public_view(document)}
+    if params["include_snapshots"]:
+        result["snapshots"] = snapshots_view(document)
+    return result
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action)
