@@ -39,7 +39,8 @@ RESULTS_DIR = Path(os.environ.get("VMANYWARE_RELIABILITY_RESULTS") or (Path(temp
 CRASH_ENV = "VMANYWARE_TEST_CRASH_AT"
 MUTATING = ("POST", "PUT", "DELETE")
 # Statuses with which PVE refuses before its handler runs (auth, permission, parameters, unknown method).
-REFUSED_BEFORE_HANDLER = (400, 401, 403, 501)
+# Statuses of requests that never reached the handler: PVE's refusals, and the simulator's drop_request fault.
+REFUSED_BEFORE_HANDLER = (400, 401, 403, 501, "request_dropped")
 # Every process output is also kept here (set by conftest) so the secret scan covers it; every simulator's
 # token secrets are remembered as canaries.
 OUTPUT_DIR: Path | None = None
@@ -109,7 +110,7 @@ class Simulator:
         env = dict(os.environ, PROXMOX_HOST=self.connection["host"], PROXMOX_PORT=str(self.connection["port"]),
                    PROXMOX_TOKEN_ID=token_id, PROXMOX_TOKEN_SECRET=secret, PROXMOX_CA_PATH=self.connection["ca_file"],
                    VMANYWARE_JOURNAL_DIR=str(journal), VMANYWARE_PROVISIONING_ENABLED="true", VMANYWARE_SNAPSHOTS_ENABLED="true",
-                   VMANYWARE_RESEND_AFTER="5", ANSIBLE_NOCOLOR="1")
+                   ANSIBLE_NOCOLOR="1")
         env.pop(CRASH_ENV, None)
         env.update(extra or {})
         return env
@@ -293,40 +294,37 @@ def mutation_counts(entries: list[dict[str, t.Any]], vmid: int, faults: list[dic
     return counts
 
 
-# Informational: PUT config / PUT cloudinit requests that reached the handler in the last mutation_counts call
-# (not part of the duplicate rule: resources and cloudinit send one each, seed may regenerate twice on purpose).
+# PUT config / PUT cloudinit requests that reached the handler in the last mutation_counts call: resources and
+# cloudinit send one config PUT each, seed one cloudinit PUT; more is a re-sent submission (resent_submissions).
 OTHER_COUNTS: dict[str, int] | None = {}
+# Handler-reaching requests each mutating request may have per operation: one submission each, never re-sent.
+ALLOWED_PER_OPERATION = {"clone": 1, "start": 1, "resize": 1, "snapshot": 1, "install": 1, "config": 2, "cloudinit": 1}
 
 
-def state_mismatches(sim: Simulator, vmid: int, document: dict[str, t.Any]) -> list[str]:
-    """The VM in the simulator compared with the plan of ``document``: names of what differs."""
-    plan = document["plan"]
-    resources = document["definition"]["resources"]
-    try:
-        vm = sim.admin.vm(vmid)
-    except RuntimeError:
-        return ["vm missing"]
-    config = vm["config"]
-    wrong = []
-    if config.get("cores") != str(resources["cores"]):
-        wrong.append("cores")
-    if config.get("memory") != str(resources["memoryMiB"]):
-        wrong.append("memory")
-    device = document["mapping"]["diskDevice"]
-    if "size=%dG" % resources["diskGiB"] not in config.get(device, ""):
-        wrong.append("disk")
-    if config.get("tags") != "vmanyware-" + document["operationId"]:
-        wrong.append("tag")
-    if vm["status"] != "running":
-        wrong.append("running")
-    if plan["snapshotAfterProvisioning"] and "vmanyware-" + document["operationId"][-12:] not in vm["snapshots"]:
-        wrong.append("snapshot")
-    if vm.get("pending") or vm.get("pending_delete"):
-        wrong.append("pending")
-    return wrong
+def resent_submissions(counts: t.Mapping[str, int], other: t.Mapping[str, int] | None, entries: list[dict[str, t.Any]] | None = None) -> int:
+    """Re-sent submissions: requests beyond one per stage that reached the handler, plus every mutating request sent
+    again after a copy whose outcome the client could not know (reply dropped, request dropped, 503/596).
+
+    Read-only guest-agent pings are not submissions and are left out.
+    """
+    merged = dict(counts)
+    merged.update(other or {})
+    resent = sum(max(0, merged.get(key, 0) - allowed) for key, allowed in ALLOWED_PER_OPERATION.items())
+    last: dict[tuple[str, str, str], t.Any] = {}
+    for entry in entries or []:
+        if entry["method"] not in MUTATING or entry["path"].endswith("/agent/ping"):
+            continue
+        key = (entry["method"], entry["path"], _command(entry))
+        if key in last and last[key] in UNKNOWN_OUTCOME_STATUSES:
+            resent += 1
+        last[key] = entry.get("status")
+    return resent
 
 
-# -- trials -------------------------------------------------------------------------------------------------
+# Simulator log statuses after which the client cannot know whether its request took effect.
+UNKNOWN_OUTCOME_STATUSES = ("dropped", "request_dropped", 503, 596)
+
+
 @dataclasses.dataclass
 class TrialSpec:
     """One crash trial: where the first run dies, and whether a later run is killed again."""
@@ -358,6 +356,7 @@ class TrialResult:
     seconds: float
     orphans: int = 0
     rekill: bool = False
+    resent: int = 0
 
     def to_json(self) -> dict[str, t.Any]:
         return dataclasses.asdict(self)
@@ -414,6 +413,7 @@ def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook
             break
     entries = sim.admin.requests()
     counts = mutation_counts(entries, spec.vmid)
+    resent = resent_submissions(counts, OTHER_COUNTS, entries)
     duplicates = {k: v for k, v in counts.items() if v > 1}
     mismatch: list[str] = []
     if outcome == "completed" and document is not None:
@@ -424,7 +424,7 @@ def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook
         reached = counts.get({"packages": "install"}.get(stage, stage), 0) > 0 if stage in ("clone", "start", "snapshot", "packages") else None
     return TrialResult(spec.name, spec.mode, spec.point or ("kill@%.2fs" % spec.kill_after if spec.kill_after else None), runs,
                        outcome, code, stage, message, duplicates, torn, mismatch, extra_vms, reached, time.monotonic() - started, orphans,
-                       spec.rekill_after is not None)
+                       spec.rekill_after is not None, resent)
 
 
 def write_result(category: str, record: dict[str, t.Any]) -> None:
