@@ -325,6 +325,36 @@ def resent_submissions(counts: t.Mapping[str, int], other: t.Mapping[str, int] |
 UNKNOWN_OUTCOME_STATUSES = ("dropped", "request_dropped", 503, 596)
 
 
+def state_mismatches(sim: Simulator, vmid: int, document: dict[str, t.Any]) -> list[str]:
+    """The VM in the simulator compared with the plan of ``document``: names of what differs."""
+    plan = document["plan"]
+    resources = document["definition"]["resources"]
+    try:
+        vm = sim.admin.vm(vmid)
+    except RuntimeError:
+        return ["vm missing"]
+    config = vm["config"]
+    wrong = []
+    if config.get("cores") != str(resources["cores"]):
+        wrong.append("cores")
+    if config.get("memory") != str(resources["memoryMiB"]):
+        wrong.append("memory")
+    device = document["mapping"]["diskDevice"]
+    if "size=%dG" % resources["diskGiB"] not in config.get(device, ""):
+        wrong.append("disk")
+    if config.get("tags") != "vmanyware-" + document["operationId"]:
+        wrong.append("tag")
+    if vm["status"] != "running":
+        wrong.append("running")
+    if plan["snapshotAfterProvisioning"] and "vmanyware-" + document["operationId"][-12:] not in vm["snapshots"]:
+        wrong.append("snapshot")
+    if vm.get("pending") or vm.get("pending_delete"):
+        wrong.append("pending")
+    return wrong
+
+
+# -- trials -------------------------------------------------------------------------------------------------
+
 @dataclasses.dataclass
 class TrialSpec:
     """One crash trial: where the first run dies, and whether a later run is killed again."""
