@@ -294,31 +294,38 @@ def mutation_counts(entries: list[dict[str, t.Any]], vmid: int, faults: list[dic
     return counts
 
 
-# PUT config / PUT cloudinit requests that reached the handler in the last mutation_counts call: resources and
-# cloudinit send one config PUT each, seed one cloudinit PUT; more is a re-sent submission (resent_submissions).
+# Informational: PUT config / PUT cloudinit requests that reached the handler in the last mutation_counts call.
 OTHER_COUNTS: dict[str, int] | None = {}
-# Handler-reaching requests each mutating request may have per operation: one submission each, never re-sent.
-ALLOWED_PER_OPERATION = {"clone": 1, "start": 1, "resize": 1, "snapshot": 1, "install": 1, "config": 2, "cloudinit": 1}
+# Accepted (2xx) PUT config / PUT cloudinit per operation: resources and cloudinit one config PUT each, seed one
+# regeneration. A definite refusal (500 checksum mismatch...) does not count: the stage may dispatch again after it.
+ACCEPTED_PER_OPERATION = {"/config": 2, "/cloudinit": 1}
 
 
-def resent_submissions(counts: t.Mapping[str, int], other: t.Mapping[str, int] | None, entries: list[dict[str, t.Any]] | None = None) -> int:
-    """Re-sent submissions: requests beyond one per stage that reached the handler, plus every mutating request sent
-    again after a copy whose outcome the client could not know (reply dropped, request dropped, 503/596).
+def resent_submissions(entries: list[dict[str, t.Any]], vmid: int) -> int:
+    """Re-sent submissions in a simulator request log: every mutating request sent again after a copy whose outcome the
+    client could not know (reply dropped, request dropped, 503/596), plus config / cloudinit PUTs accepted more often than
+    once per stage (a copy the client timed out on but Proxmox ran, then sent again). Clone, start, resize, snapshot and
+    install copies that reached the handler are counted by ``mutation_counts`` (duplicates).
 
     Read-only guest-agent pings are not submissions and are left out.
     """
-    merged = dict(counts)
-    merged.update(other or {})
-    resent = sum(max(0, merged.get(key, 0) - allowed) for key, allowed in ALLOWED_PER_OPERATION.items())
+    resent = 0
+    vm = "/nodes/%s/qemu/%d" % (NODE, vmid)
+    accepted = {suffix: 0 for suffix in ACCEPTED_PER_OPERATION}
     last: dict[tuple[str, str, str], t.Any] = {}
-    for entry in entries or []:
+    for entry in entries:
         if entry["method"] not in MUTATING or entry["path"].endswith("/agent/ping"):
             continue
         key = (entry["method"], entry["path"], _command(entry))
         if key in last and last[key] in UNKNOWN_OUTCOME_STATUSES:
             resent += 1
         last[key] = entry.get("status")
-    return resent
+        status = entry.get("status")
+        if entry["method"] == "PUT" and isinstance(status, int) and status < 300:
+            for suffix in accepted:
+                if entry["path"] == vm + suffix:
+                    accepted[suffix] += 1
+    return resent + sum(max(0, accepted[suffix] - allowed) for suffix, allowed in ACCEPTED_PER_OPERATION.items())
 
 
 # Simulator log statuses after which the client cannot know whether its request took effect.
@@ -443,7 +450,7 @@ def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook
             break
     entries = sim.admin.requests()
     counts = mutation_counts(entries, spec.vmid)
-    resent = resent_submissions(counts, OTHER_COUNTS, entries)
+    resent = resent_submissions(entries, spec.vmid)
     duplicates = {k: v for k, v in counts.items() if v > 1}
     mismatch: list[str] = []
     if outcome == "completed" and document is not None:

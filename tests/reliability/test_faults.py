@@ -75,7 +75,7 @@ def observe(sim: rs.Simulator, case: fm.Case, workdir: Path) -> dict[str, object
     entries = sim.admin.requests()
     counts = rs.mutation_counts(entries, fm.VMID, faults)
     other = dict(rs.OTHER_COUNTS or {})
-    return {"config_puts": other.get("config"), "cloudinit_puts": other.get("cloudinit"), "resent": rs.resent_submissions(counts, other, entries),
+    return {"config_puts": other.get("config"), "cloudinit_puts": other.get("cloudinit"), "resent": rs.resent_submissions(entries, fm.VMID),
             "case": fm.case_id(case), "fault": case.fault, "stage": case.stage, "outcome": outcome, "torn": torn,
             "duplicates": {k: v for k, v in counts.items() if v > 1}, "extra_vms": [v for v in sim.vmids() if v not in (9000, fm.VMID)],
             "fired": sum(int(f.get("fired", 0)) for f in faults)}
