@@ -248,7 +248,6 @@ class StageSettings:
     catalog: t.Mapping[str, t.Any] | None = None
     clock: t.Callable[[], float] = time.monotonic
     sleep: t.Callable[[float], None] = time.sleep
-    wall_clock: t.Callable[[], float] = time.time
 
 
 def _result(ctx: StageContext, *, changed: bool, done: bool, requests: list[dict[str, t.Any]] | None = None,

@@ -400,6 +400,7 @@ class TrialResult:
 
 
 MAX_RUNS = 6
+CRASH_WAIT_BUDGET = 2.0
 
 
 def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook | None = None) -> TrialResult:
@@ -423,7 +424,9 @@ def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook
         if playbook is not None:
             run = playbook.apply(crash_at=point, kill_after=kill_after)
         else:
-            run = driver_run(sim, journal, spec.vmid, crash_at=point, crash_stage=spec.stage, kill_after=kill_after)
+            # A crash leaves no request held at the simulator: 2 s of reads decide whatever reads can decide.
+            run = driver_run(sim, journal, spec.vmid, crash_at=point, crash_stage=spec.stage, kill_after=kill_after,
+                             extra={"wait_budget": CRASH_WAIT_BUDGET})
         documents, torn_now = journal_state(journal)
         torn += torn_now
         # An operation file without claims and without any dispatch is the documented orphan of a crash
