@@ -316,7 +316,9 @@ def resent_submissions(entries: list[dict[str, t.Any]], vmid: int) -> int:
     for entry in entries:
         if entry["method"] not in MUTATING or entry["path"].endswith("/agent/ping"):
             continue
-        key = (entry["method"], entry["path"], _command(entry))
+        # The same request again carries the same parameters (a resend is a copy); another stage's request to the same
+        # path (resources and cloudinit both PUT config) does not.
+        key = (entry["method"], entry["path"], json.dumps(entry.get("params") or {}, sort_keys=True, default=str))
         if key in last and last[key] in UNKNOWN_OUTCOME_STATUSES:
             resent += 1
         last[key] = entry.get("status")

@@ -103,3 +103,16 @@ def test_fault_table_is_current() -> None:
     assert match, "docs/reliability.md has no generated fault table"
     assert match.group(1).strip() == fm.render_table(fm.EXPECTED).strip()
     assert set(fm.EXPECTED) == {fm.case_id(c) for c in fm.cases()}
+
+
+def test_resent_submissions_are_counted_from_the_request_log() -> None:
+    def put(status: object, **params: object) -> dict[str, object]:
+        return {"method": "PUT", "path": "/nodes/pve-test/qemu/%d/config" % fm.VMID, "status": status, "params": params}
+
+    # another stage's request to the same path after a lost reply is not a resend; a copy with the same parameters is
+    assert rs.resent_submissions([put("dropped", cores=2), put(200, sshkeys="k")], fm.VMID) == 0
+    assert rs.resent_submissions([put("request_dropped", cores=2), put(200, cores=2)], fm.VMID) == 1
+    assert rs.resent_submissions([put(503, cores=2), put(200, cores=2)], fm.VMID) == 1
+    # after a definite refusal the stage may dispatch again; a third accepted config PUT is one too many
+    assert rs.resent_submissions([put(500, cores=2), put(200, cores=2), put(200, sshkeys="k")], fm.VMID) == 0
+    assert rs.resent_submissions([put(200, cores=2), put(200, cores=2), put(200, sshkeys="k")], fm.VMID) == 1
