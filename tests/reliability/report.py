@@ -77,7 +77,8 @@ def figures(results: Path, seconds: int, command: str, status: int) -> str:
               "| trials whose re-run was SIGKILLed again at a random time | %d |" % sum(1 for r in crash if r.get("rekill", r["name"].startswith("pt2-"))),
               "| runs (first + re-runs) | %d |" % sum(r["runs"] for r in crash),
               "| duplicate clone/start/resize/snapshot/install requests | %d |" % sum(sum(r["duplicates"].values()) for r in crash),
-              "| re-sent submissions (a copy after an unknown outcome, or config/cloudinit PUTs beyond one per stage) | %d |" % sum(r.get("resent", 0) for r in crash),
+              "| re-sent submissions (a copy after an unknown outcome, or config/cloudinit PUTs beyond one per stage) | %d |" % sum(
+                  r.get("resent", 0) for r in crash),
               "| torn journal files | %d |" % sum(r["torn"] for r in crash),
               "| other VMs created | %d |" % sum(len(r["extra_vms"]) for r in crash),
               "| completed VMs not equal to the plan | %d |" % sum(1 for r in crash if r["state_mismatch"]),

@@ -330,8 +330,8 @@ def test_a_definite_refusal_is_not_waited_for(store: JournalStore, operation_id:
     ({"VMANYWARE_PROVISIONING_ENABLED": "true"}, None, True), ({"VMANYWARE_PROVISIONING_ENABLED": "true"}, False, False),
     ({"VMANYWARE_PROVISIONING_ENABLED": "false"}, True, False), ({"VMANYWARE_PROVISIONING_ENABLED": "false"}, None, False),
 ])
-def test_the_gate_is_reread_before_the_write_and_an_environment_false_wins(store: JournalStore, operation_id: str, environ: dict[str, str],
-                                                                            option: bool | None, allowed: bool) -> None:
+def test_the_gate_is_reread_before_the_write_and_an_environment_false_wins(
+        store: JournalStore, operation_id: str, environ: dict[str, str], option: bool | None, allowed: bool) -> None:
     client = ScriptedClient([UPID])
     options = {"VMANYWARE_PROVISIONING_ENABLED": option}
     if allowed:

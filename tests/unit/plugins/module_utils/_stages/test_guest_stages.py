@@ -21,7 +21,7 @@ from pvesim.guest import _fingerprint as pvesim_fingerprint
 from pvesim.schema import Schema
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import map_http_error
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     Request,
