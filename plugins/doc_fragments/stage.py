@@ -40,6 +40,9 @@ options:
       - How long this run waits for a running Proxmox task before returning RV(done=false) with progress.
       - Re-running the module keeps following the same task by reading it; nothing is sent again.
       - When unset, the module waits up to O(timeout).
+      - It also bounds how long a run keeps reading when a submission's outcome is unknown (a lost reply); when unset,
+        up to 30 seconds. The submission is never sent again; if reads cannot prove its effect the stage is
+        C(uncertain) and the module fails with C(outcome_uncertain) (a later run reads again).
     type: float
   timeout:
     description:
@@ -52,17 +55,24 @@ options:
       - How long to wait out a C(VM is locked) refusal (the request changed nothing) before failing with C(locked).
     type: float
     default: 60
-  resend_after:
+  provisioning_enabled:
     description:
-      - When the reply to a request was lost (timeout, HTTP 503/596) and reads show it has not taken effect, Proxmox
-        may still be holding it. A stage whose request is harmless to repeat (clone with a fixed VMID, config with
-        its digest, resize to an absolute size, Cloud-Init regeneration) reads again and sends it a second time only
-        once this many seconds have passed since the first submission; until then it waits (within O(wait_budget),
-        then returns RV(done=false)). Stages whose request is never repeated are not affected.
-      - Raise it when your Proxmox API can hold requests longer (for example long lock waits behind backups).
-      - If not specified, the value of the E(VMANYWARE_RESEND_AFTER) environment variable is used.
-    type: float
-    default: 30
+      - Opens the provisioning gate for this stage's writes when E(VMANYWARE_PROVISIONING_ENABLED) is unset (or empty).
+      - The gate is re-read before every new write (never for following a known task by reads); when it is closed
+        the module fails with C(provisioning_disabled), sends nothing and the stage stays pending.
+      - An environment value of exactly C(false) wins over this option (the administrator's kill switch).
+    type: bool
+  catalog_path:
+    description:
+      - The template catalog file. When given (the provision role passes it), every new write first checks that the
+        catalog's mapping for the operation's image still equals the one the operation was confirmed with;
+        otherwise the module fails with C(plan_changed) and sends nothing.
+      - Mutually exclusive with O(catalog).
+    type: path
+  catalog:
+    description:
+      - The template catalog as inline YAML text; the same check as O(catalog_path).
+    type: str
   storage_concurrency:
     description:
       - Admission control for stages that allocate on a storage (clone, disk). At most this many of their requests are in

@@ -31,6 +31,7 @@ ERROR_CODES: dict[str, str] = {
     "configuration_error": "A configuration gate or connection setting has an invalid value.",
     # provider access
     "tls_verification_failed": "The server certificate did not match the configured CA or fingerprint pin.",
+    "tls_unverified": "TLS is not verified (validate_certs false and no pin); operations and stages need a CA file or a SHA-256 pin.",
     "auth_failed": "Proxmox rejected the credentials (HTTP 401).",
     "permission_denied": "The token lacks a privilege on a path (HTTP 403).",
     "not_found": "The requested object does not exist.",
@@ -47,8 +48,8 @@ ERROR_CODES: dict[str, str] = {
     "task_timeout": "A Proxmox task did not finish before the deadline.",
     "task_unobservable": "The task status could not be polled.",
     # gates and operations
-    "provisioning_disabled": "VMANYWARE_PROVISIONING_ENABLED is not exactly true.",
-    "snapshot_disabled": "A snapshot was declared but VMANYWARE_SNAPSHOTS_ENABLED is not exactly true.",
+    "provisioning_disabled": "The provisioning gate is closed (VMANYWARE_PROVISIONING_ENABLED false, or unset without provisioning_enabled).",
+    "snapshot_disabled": "A snapshot was declared but the snapshots gate is closed (VMANYWARE_SNAPSHOTS_ENABLED false, or unset without snapshots_enabled).",
     "preflight_failed": "At least one preflight check did not pass.",
     "internal_error": "An unexpected internal error occurred.",
     # local files and the operation journal (docs/journal.md)
@@ -66,7 +67,7 @@ ERROR_CODES: dict[str, str] = {
     "stage_precondition_failed": "The target is not in the state this stage requires; nothing was sent.",
     "stage_out_of_order": "An earlier stage of the operation has not completed.",
     "stage_failed": "The stage failed earlier; the operation keeps the target for the operator.",
-    "outcome_uncertain": "A request's reply was lost and reads cannot prove its outcome; check Proxmox before re-running.",
+    "outcome_uncertain": "A submission's outcome is unknown and reads cannot prove it; it is never sent again: check Proxmox, then re-run or abandon.",
     "observation_mismatch": "After the request, Proxmox does not show the state the stage requested.",
     "vmid_taken": "The VMID is used by a guest this operation did not create, or leased by another owner; nothing was sent.",
     "no_free_vmid": "No VMID of the range is free on Proxmox and unheld by local operations and leases.",

@@ -299,7 +299,8 @@ def _check_failure(value: t.Any, with_stage: bool, rule: str) -> None:
 
 def _check_stage(stage: t.Any, index: int, previous_completed: bool) -> None:
     _check(isinstance(stage, dict) and tuple(stage) == _STAGE_KEYS, "stage_keys")
-    _check(stage["position"] == index and _is_int(stage["position"]), "stage_position")
+    # 1-based, like the plan's steps: stage N of the journal is step N of the plan (docs/journal.md).
+    _check(stage["position"] == index + 1 and _is_int(stage["position"]), "stage_position")
     _check(isinstance(stage["kind"], str) and bool(_STAGE_KIND.match(stage["kind"])), "stage_kind")
     status = stage["status"]
     _check(status in STAGE_STATUSES, "stage_status")
@@ -467,7 +468,7 @@ def new_operation_document(operation_id: str, key_hash: str | None, target: t.Ma
         "status": "open",
         "failure": None,
         "release": None,
-        "stages": [_new_stage(index, kind) for index, kind in enumerate(stage_kinds)],
+        "stages": [_new_stage(position, kind) for position, kind in enumerate(stage_kinds, start=1)],
         "handoff": {},
     }
 
@@ -895,7 +896,7 @@ class JournalStore:
         if current["status"] not in _STAGE_FROM[new_status]:
             raise _conflict(document["operationId"], "stage_transition")
         if current["status"] == "pending":
-            for earlier in document["stages"][:current["position"]]:
+            for earlier in document["stages"][:current["position"] - 1]:
                 if earlier["status"] != "completed":
                     raise _conflict(document["operationId"], "stage_order")
         if document["status"] in ("completed", "failed"):
@@ -903,25 +904,16 @@ class JournalStore:
         return current
 
     def record_dispatch(self, operation_id: str, kind: str, request_summary: t.Mapping[str, t.Any], *,
-                        resend: bool = False, expected_revision: int | None = None) -> dict[str, t.Any]:
+                        expected_revision: int | None = None) -> dict[str, t.Any]:
         """pending -> dispatching, ``submissionStarted: true``: durable before the caller sends the request.
 
-        ``resend=True`` also allows dispatching -> dispatching and uncertain -> dispatching. Only the
-        stage runner uses it, and only for a request its stage proved harmless to repeat (bound to a
-        digest or an absolute value, so at most one copy can apply) after reads showed it did not apply.
-        ``request_summary`` is stored redacted (``redact``).
+        Only from ``pending``: a submission whose outcome is unknown (``dispatching``, ``uncertain``) is never
+        dispatched again; reads resolve it. ``request_summary`` is stored redacted (``redact``).
         """
         summary = redact(_mapping_arg(request_summary, "request_summary"))
 
         def apply(document: dict[str, t.Any]) -> tuple[str, str]:
-            current = stage(document, kind)
-            if resend and current["status"] in ("dispatching", "uncertain"):
-                if document["status"] == "uncertain" and not any(
-                        item["status"] == "uncertain" for item in document["stages"] if item is not current):
-                    document.update(status="open", failure=None)
-                current.update(failure=None)
-            else:
-                current = self._stage_transition(document, kind, "dispatching", None)
+            current = self._stage_transition(document, kind, "dispatching", None)
             if document["status"] != "open":
                 raise _conflict(operation_id, "operation_not_open")
             current.update(status="dispatching", submissionStarted=True, attempts=current["attempts"] + 1,
@@ -1138,7 +1130,7 @@ class JournalStore:
             now = utc_now()
             document.setdefault(LIFECYCLE_KEY, {"abandonment": None, "cleanup": None})
             document[LIFECYCLE_KEY]["cleanup"] = {"startedAt": now, "completedAt": None, "status": "open", "failure": None,
-                                                  "steps": [_new_stage(index, kind) for index, kind in enumerate(CLEANUP_STEPS)]}
+                                                  "steps": [_new_stage(index, kind) for index, kind in enumerate(CLEANUP_STEPS, start=1)]}
             document["revision"] += 1
             document["updatedAt"] = now
             self._write(document, "cleanup", "open")

@@ -12,6 +12,7 @@ makes no API request. See docs/operations.md.
 
 from __future__ import annotations
 
+import copy
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, VmanywareError
@@ -38,10 +39,12 @@ CONFIRMATION_FIELDS = (
 
 
 def read_gate(environ: t.Mapping[str, str], name: str, option: bool | None = None) -> bool:
-    """A gate. The variable, when set (not empty), must be exactly ``true`` or ``false``: any other value is a
-    configuration error, raised before anything else happens. ``false`` in the environment wins over the
-    option (an operator's off switch cannot be overridden by a playbook); otherwise the option decides when
-    set, else the variable (``true``: enabled; unset: disabled).
+    """A gate: an environment value of exactly ``false`` wins; else the module option, when set; else the variable.
+
+    The variable must be exactly ``true`` or ``false``; empty or unset means "not set" (closed unless the
+    option opens it). Any other value is a configuration error, raised before anything else happens. An
+    option can open a gate the environment leaves unset, never one it closes: that is what lets an
+    administrator stop every job at once (docs/operations.md, "Gates").
     """
     value = environ.get(name) or None
     if value not in (None, "true", "false"):
@@ -51,6 +54,34 @@ def read_gate(environ: t.Mapping[str, str], name: str, option: bool | None = Non
     if option is not None:
         return bool(option)
     return value == "true"
+
+
+def creation_blockers(plan: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], environ: t.Mapping[str, str],
+                      provisioning_option: bool | None = None) -> list[str]:
+    """Why an operation for ``plan`` cannot be created now (error codes, in the order they are raised); empty when it can.
+
+    Reads both gates (a bad value raises first) and the mapping's attestation; never the network.
+    """
+    blockers: list[str] = []
+    provisioning = read_gate(environ, PROVISIONING_GATE, provisioning_option)
+    snapshots = read_gate(environ, SNAPSHOTS_GATE)
+    if not provisioning:
+        blockers.append("provisioning_disabled")
+    if plan["snapshotAfterProvisioning"] and not snapshots:
+        blockers.append("snapshot_disabled")
+    if not isinstance(mapping.get("imageDefaultUser"), t.Mapping):
+        blockers.append("attestation_required")
+    return blockers
+
+
+def require_verified_tls(settings: t.Any) -> None:
+    """``tls_unverified`` unless the connection is verified by a CA (``validate_certs``) or a SHA-256 pin.
+
+    Creating an operation and running a stage act on the provider that was confirmed; without verified
+    TLS that identity means nothing. Plan and preflight may still read over unverified TLS.
+    """
+    if not settings.fingerprint and not settings.validate_certs:
+        raise VmanywareError(code="tls_unverified")
 
 
 def instance_tag(operation_id: str) -> str:
@@ -99,15 +130,10 @@ def gate_and_confirm(planned: t.Any, provider_scope_id: str, confirmation: t.Any
     Shared by creating an operation and adopting one (``_adopt``): both record an operation that stages
     then act on, so both need the same gates and the same confirmation.
     """
-    provisioning = read_gate(environ, PROVISIONING_GATE, provisioning_option)
-    snapshots = read_gate(environ, SNAPSHOTS_GATE)
-    if not provisioning:
-        raise VmanywareError(code="provisioning_disabled")
     plan = planned.plan
-    if plan["snapshotAfterProvisioning"] and not snapshots:
-        raise VmanywareError(code="snapshot_disabled")
-    if "imageDefaultUser" not in planned.mapping:
-        raise VmanywareError(code="attestation_required")
+    blockers = creation_blockers(plan, planned.mapping, environ, provisioning_option)
+    if blockers:
+        raise VmanywareError(code=blockers[0])
     return check_confirmation(confirmation, expected_confirmation(plan, provider_scope_id))
 
 
@@ -226,3 +252,18 @@ def abandon_operation(store: JournalStore, operation_id: str, reason: t.Any, *, 
     if check_mode:
         return {"changed": True, "operation_id": operation_id, "operation": public_view(document)}
     return {"changed": True, "operation_id": operation_id, "operation": public_view(store.abandon_operation(operation_id, reason))}
+
+
+def snapshots_view(document: t.Mapping[str, t.Any], with_public_keys: bool = False) -> dict[str, t.Any]:
+    """The operation's immutable snapshots as created: the validated definition, the catalog mapping and the plan.
+
+    The definition's SSH public keys are shown as the plan shows them, as a count (``access.sshPublicKeyCount``),
+    unless ``with_public_keys`` (planning the same definition again needs them; they are public, not secrets).
+    The journal holds no secret, so nothing else needs hiding.
+    """
+    definition = copy.deepcopy(dict(document["definition"]))
+    access = definition.get("access")
+    if not with_public_keys and isinstance(access, dict) and "sshPublicKeys" in access:
+        keys = access.pop("sshPublicKeys")
+        access["sshPublicKeyCount"] = len(keys) if isinstance(keys, list) else 0
+    return {"definition": definition, "mapping": copy.deepcopy(dict(document["mapping"])), "plan": copy.deepcopy(dict(document["plan"]))}

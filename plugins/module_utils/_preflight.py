@@ -19,11 +19,11 @@ import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ConnectionSettings, ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, ProviderError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, creation_blockers, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges, required_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, parse_size_bytes
 
-PROVISIONING_GATE = "VMANYWARE_PROVISIONING_ENABLED"
 SUPPORTED_MAJORS = (8, 9)
 GIB = 1024 ** 3
 FAIL_ON_CHOICES = ("failed", "unknown", "never")
@@ -73,13 +73,9 @@ class PreflightFailed(VmanywareError):
 
 
 def provisioning_enabled(environ: t.Mapping[str, str]) -> bool:
-    """``VMANYWARE_PROVISIONING_ENABLED``: exactly ``true``/``false``, unset is false, anything else is an error."""
-    value = environ.get(PROVISIONING_GATE)
-    if value is None or value == "false":
-        return False
-    if value == "true":
-        return True
-    raise ConfigurationError("VMANYWARE_PROVISIONING_ENABLED must be exactly true or false.", path=PROVISIONING_GATE)
+    """Both gates read (a bad value is a ``configuration_error`` before anything else); the provisioning gate's value."""
+    read_gate(environ, SNAPSHOTS_GATE)
+    return read_gate(environ, PROVISIONING_GATE)
 
 
 def _truthy(value: t.Any) -> bool:
@@ -102,8 +98,9 @@ def capabilities_for(major: int | None, minor: int | None) -> dict[str, t.Any]:
 
 
 class _Preflight:
-    def __init__(self, client: t.Any, plan: t.Mapping[str, t.Any]) -> None:
+    def __init__(self, client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> None:
         self.client = client
+        self.tls_verified = tls_verified
         self.plan = plan
         self.source = plan["source"]
         self.node = plan["target"]["node"]
@@ -133,7 +130,11 @@ class _Preflight:
                 self.set("api_reachable", "unknown", "The API answered GET /version with an error.")
             self.set("version_supported", "unknown", "The Proxmox VE version could not be read.")
             return False
-        self.set("api_reachable", "passed", "The API answered with verified TLS and accepted the credentials.")
+        if self.tls_verified:
+            self.set("api_reachable", "passed", "The API answered with verified TLS and accepted the credentials.")
+        else:
+            self.set("api_reachable", "passed", "The API answered and accepted the credentials over UNVERIFIED TLS (validate_certs is false "
+                                                "and no fingerprint pin is set): the server's identity is not proven.")
         version = data.get("version") if isinstance(data, dict) else None
         match = _VERSION.match(version) if isinstance(version, str) else None
         if match is None:
@@ -331,9 +332,9 @@ class _Preflight:
         self.set("privileges", "failed", "The token lacks: " + "; ".join(seen) + ".")
 
 
-def run_checks(client: t.Any, plan: t.Mapping[str, t.Any]) -> tuple[list[Check], dict[str, t.Any]]:
+def run_checks(client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> tuple[list[Check], dict[str, t.Any]]:
     """Run every check through ``client`` (GETs only); return the ordered checks and the capabilities."""
-    run = _Preflight(client, plan)
+    run = _Preflight(client, plan, tls_verified)
     if run.version():
         run.template()
         run.storage()
@@ -359,10 +360,13 @@ def run_preflight(
     """The preflight result for a ``PlannedEnvironment``; raises ``PreflightFailed`` per ``fail_on``."""
     if fail_on not in FAIL_ON_CHOICES:
         raise InputError("fail_on must be one of failed, unknown, never.", path="fail_on")
-    creation_enabled = provisioning_enabled(environ)  # before any network use
+    blockers = creation_blockers(planned.plan, planned.mapping, environ)  # the gates first: before any network use
+    tls_verified = bool(settings.fingerprint or settings.validate_certs)
+    if not tls_verified:
+        blockers.append("tls_unverified")
     client = client_factory(settings)
     try:
-        checks, capabilities = run_checks(client, planned.plan)
+        checks, capabilities = run_checks(client, planned.plan, tls_verified)
         scope = client.provider_scope_id
     finally:
         client.close()
@@ -374,7 +378,9 @@ def run_preflight(
         "providerScopeId": scope,
         "checks": [c.to_result() for c in checks],
         "summary": summary,
-        "creationEnabled": creation_enabled,
+        "creationEnabled": not blockers,
+        "creationBlockers": blockers,
+        "tlsVerified": tls_verified,
         "vmidReserved": False,
         "capabilities": capabilities,
     }

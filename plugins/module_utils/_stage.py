@@ -10,13 +10,14 @@ A stage knows *what* to read, send and observe (a ``StageLogic``); the runner ow
 1. load the operation; a completed stage returns its evidence (``changed: false``), a failed one
    reports its recorded failure;
 2. a recorded UPID is reconciled by GETs only (never re-posted);
-3. a submission whose reply was lost (``submissionStarted`` without a UPID, or ``uncertain``) is
-   resolved by reads: applied -> continue from there; provably not applied -> re-sent only when
-   the stage declares the request harmless to repeat, and only after ``resend_after`` seconds and a
-   second read (a first copy Proxmox still holds must not arrive after the resend); otherwise the stage stays ``uncertain``
-   and the module fails telling the operator what to check;
-4. otherwise: preconditions by GET, (check mode: return the exact requests, write nothing),
-   record the dispatch durably, send once, record the UPID, wait, observe independently, record.
+3. a submission whose outcome is unknown (``submissionStarted`` without a UPID, or ``uncertain``) is
+   resolved by reads only and never sent again: applied -> continue from there; otherwise the run
+   reads again within its wait budget, and when reads still cannot prove the effect the stage is
+   ``uncertain`` and the module fails telling the operator what to check (a later run reads again);
+4. otherwise: preconditions by GET, the write checks (gates re-read, an environment ``false`` wins;
+   the catalog's mapping, when given, equal to the operation's), (check mode: return the exact
+   requests, write nothing), record the dispatch durably, send once, record the UPID, wait, observe
+   independently, record.
 
 Outcomes of a send: nothing reached Proxmox or Proxmox definitely refused before changing
 anything -> the stage goes back to ``pending`` (re-running dispatches afresh); ``VM is locked``
@@ -26,13 +27,16 @@ anything -> the stage goes back to ``pending`` (re-running dispatches afresh); `
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with_cli
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, epoch_seconds, redact, stage as journal_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, redact, stage as journal_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, read_gate
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import select_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_once, wait_task
 
 # Codes with which Proxmox (or the transport) proves the request changed nothing.
@@ -42,6 +46,10 @@ NOT_APPLIED_CODES = frozenset({"transport_lost", "tls_verification_failed", "aut
 NOOP_REQUEST: dict[str, t.Any] = {"noop": True}
 # Codes after which the request may or may not have been applied.
 AMBIGUOUS_CODES = frozenset({"reply_lost", "server_error", "unexpected_response"})
+# The error code of each write gate when it is closed.
+GATE_CODES = {PROVISIONING_GATE: "provisioning_disabled", SNAPSHOTS_GATE: "snapshot_disabled"}
+# Without a wait budget, reads resolving an unknown outcome are repeated for at most this long (seconds).
+DEFAULT_RESOLVE_WAIT = 30.0
 
 
 class StageInProgress(Exception):
@@ -56,6 +64,20 @@ class StageError(VmanywareError):
     """A stage cannot proceed: precondition, observation or resolution failure."""
 
     default_code = "stage_precondition_failed"
+
+
+class StageUncertain(Exception):
+    """Raised by a hook when a submission it made itself (a guest-agent exec) has an unknown outcome.
+
+    ``request`` is the summary of that submission. The runner records it (``dispatching`` first when the stage
+    was still ``pending``) and makes the stage ``uncertain``; the submission is never repeated.
+    """
+
+    def __init__(self, cause: str, message: str, request: t.Mapping[str, t.Any]) -> None:
+        self.cause = cause
+        self.message = message
+        self.request = dict(request)
+        super().__init__(message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,14 +97,15 @@ class Resolution:
     """What reads proved about a submission whose reply was lost.
 
     ``applied``: the request took effect (``upid`` is its task when the reads found one);
-    ``not_applied``: reads prove it did not (yet) take effect; ``undecidable``: they cannot tell,
-    ``message`` says what the operator should check.
+    ``not_applied``: reads show no effect (yet); ``undecidable``: they cannot tell, ``message`` says
+    what the operator should check. ``final``: reading again cannot change the verdict (no waiting).
     """
 
     verdict: str
     upid: str | None = None
     evidence: dict[str, t.Any] = dataclasses.field(default_factory=dict)
     message: str = ""
+    final: bool = False
 
     @classmethod
     def applied(cls, upid: str | None = None, **evidence: t.Any) -> Resolution:
@@ -93,8 +116,8 @@ class Resolution:
         return cls("not_applied")
 
     @classmethod
-    def undecidable(cls, message: str) -> Resolution:
-        return cls("undecidable", message=message)
+    def undecidable(cls, message: str, final: bool = False) -> Resolution:
+        return cls("undecidable", message=message, final=final)
 
 
 @dataclasses.dataclass
@@ -111,6 +134,14 @@ class StageContext:
     # deadlines) and poll within the run's wait budget. Hooks must not change the stage's status themselves.
     store: t.Any = None
     settings: t.Any = None
+    # The runner's write checks (gates, catalog): stages call ``require_write_allowed`` before a guest command that
+    # is not a read-only probe (e.g. ``apt-get update``).
+    write_check: t.Callable[[StageContext], None] | None = None
+
+    def require_write_allowed(self) -> None:
+        """Raise (nothing sent) unless a new write is allowed now: every gate of the stage open, the catalog unchanged."""
+        if self.write_check is not None:
+            self.write_check(self)
 
     @property
     def node(self) -> str:
@@ -161,11 +192,8 @@ class StageLogic:
     kind: t.ClassVar[str] = ""
     # UPID type of the task the request starts (``qmclone``); None for synchronous requests.
     task_type: t.ClassVar[str | None] = None
-    # True only when repeating the request cannot apply twice (bound to a digest / absolute value / fixed id).
-    resend_harmless: t.ClassVar[bool] = False
-    # Before a resend, wait out ``resend_after`` so a first copy Proxmox still holds cannot reach it too. False only
-    # where a late first copy is indistinguishable from the resend and reads can never see either (seed).
-    settle_before_resend: t.ClassVar[bool] = True
+    # The gates re-read before every new write of the stage (docs/operations.md, "Gates").
+    gates: t.ClassVar[tuple[str, ...]] = (PROVISIONING_GATE,)
     # Overall deadline for the stage's task, seconds from dispatch.
     default_timeout: t.ClassVar[float] = 600.0
     # Error codes that are a final verdict about the target: raised by ``preconditions`` or ``observe``, they fail the stage.
@@ -226,14 +254,16 @@ class StageSettings:
     wait_budget: float | None = None
     timeout: float | None = None
     lock_wait: float = 60.0
-    # A request whose reply was lost may still be queued at Proxmox: a harmless-to-repeat request is sent again
-    # only when reads still show no effect this many seconds after the first submission (finding F1).
-    resend_after: float = 30.0
     # At most this many allocating submissions in flight per storage (``_admission``); 0: no admission control.
     storage_concurrency: int = _admission.DEFAULT_STORAGE_CONCURRENCY
+    # Where the gates are read (default: the process environment, read at each check) and the module options
+    # that may open a gate the environment leaves unset (gate name -> bool or None).
+    environ: t.Mapping[str, str] | None = None
+    gate_options: t.Mapping[str, bool | None] = dataclasses.field(default_factory=dict)
+    # The parsed catalog given to the stage (the roles pass it): its mapping for the image must equal the operation's.
+    catalog: t.Mapping[str, t.Any] | None = None
     clock: t.Callable[[], float] = time.monotonic
     sleep: t.Callable[[float], None] = time.sleep
-    wall_clock: t.Callable[[], float] = time.time
 
 
 def _result(ctx: StageContext, *, changed: bool, done: bool, requests: list[dict[str, t.Any]] | None = None,
@@ -276,7 +306,26 @@ class StageRunner:
     def _context(self, operation_id: str) -> StageContext:
         operation = self.store.load(operation_id)
         return StageContext(operation=operation, client=self.client, kind=self.logic.kind, check_mode=self.settings.check_mode,
-                            store=self.store, settings=self.settings)
+                            store=self.store, settings=self.settings, write_check=self._require_write_allowed)
+
+    def _require_write_allowed(self, ctx: StageContext) -> None:
+        """Before every new mutating request: each gate of the stage re-read (an environment ``false`` wins over an
+        option) and, when the stage was given the catalog, its mapping for the image equal to the operation's.
+
+        Raised before the dispatch is recorded, so the stage stays ``pending`` and nothing is sent.
+        """
+        environ = os.environ if self.settings.environ is None else self.settings.environ
+        for gate in self.logic.gates:
+            if not read_gate(environ, gate, self.settings.gate_options.get(gate)):
+                raise StageError(code=GATE_CODES[gate], details={"stage": ctx.kind, "gate": gate})
+        if self.settings.catalog is not None:
+            try:
+                mapping: dict[str, t.Any] | None = select_mapping(self.settings.catalog, ctx.definition["image"])
+            except InputError:
+                mapping = None
+            if mapping != ctx.mapping:
+                raise StageError("The catalog's mapping for the image is not the one this operation was confirmed with; nothing was sent.",
+                                 code="plan_changed", details={"stage": ctx.kind, "fields": ["mapping"]})
 
     def _refresh(self, ctx: StageContext, document: dict[str, t.Any]) -> None:
         ctx.operation = document
@@ -311,6 +360,16 @@ class StageRunner:
     def run(self, operation_id: str) -> dict[str, t.Any]:
         ctx = self._context(operation_id)
         _require_not_ended(ctx.operation)
+        try:
+            return self._run(ctx)
+        except StageUncertain as lost:
+            if self.settings.check_mode:
+                raise StageError(lost.message, code="outcome_uncertain", details={"stage": ctx.kind, "cause": lost.cause}) from None
+            if ctx.record["status"] == "pending":
+                self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, lost.request))
+            self._uncertain(ctx, lost.cause, lost.message)
+
+    def _run(self, ctx: StageContext) -> dict[str, t.Any]:
         record = ctx.record
         if record["status"] == "completed":
             if not self.settings.check_mode:
@@ -320,7 +379,7 @@ class StageRunner:
             failure = record["failure"] or {}
             raise StageError("The stage failed earlier; the operation keeps the target for the operator.",
                              code="stage_failed", details={"stage": ctx.kind, "cause": failure.get("code")})
-        for earlier in ctx.operation["stages"][:record["position"]]:
+        for earlier in ctx.operation["stages"][:record["position"] - 1]:
             if earlier["status"] != "completed":
                 if self.settings.check_mode:
                     return self._preview_from_plan(ctx)
@@ -339,7 +398,8 @@ class StageRunner:
         return self._dispatch(ctx)
 
     def _preview_from_plan(self, ctx: StageContext) -> dict[str, t.Any]:
-        """Check mode before the earlier stages ran: nothing to read yet, say what would be sent."""
+        """Check mode before the earlier stages ran: nothing to read yet, say what would be sent (if the gates allow it)."""
+        self._require_write_allowed(ctx)
         try:
             request = self.logic.request(ctx)
         except (VmanywareError, KeyError, TypeError):
@@ -347,11 +407,11 @@ class StageRunner:
         requests = [dict(request.summary(), basis="plan")] if request is not None else []
         return _result(ctx, changed=True, done=False, requests=requests, preview="earlier stages pending")
 
-    def _dispatch(self, ctx: StageContext, resend: bool = False) -> dict[str, t.Any]:
+    def _dispatch(self, ctx: StageContext) -> dict[str, t.Any]:
         """Dispatch, first taking an allocation slot of the storage when the stage allocates (``_admission``)."""
         storage = None if self.settings.check_mode or not self.settings.storage_concurrency else self.logic.allocates_on(ctx)
         if storage is None or ctx.facts.get("admission") is not None:
-            return self._dispatch_admitted(ctx, resend)
+            return self._dispatch_admitted(ctx)
         budget = self.settings.wait_budget
         try:
             slot = _admission.acquire(self.store.journal_dir, ctx.operation["providerScopeId"], storage, self.settings.storage_concurrency,
@@ -361,14 +421,14 @@ class StageRunner:
             return _result(ctx, changed=False, done=False, progress=waiting.progress)
         ctx.facts["admission"] = slot
         try:
-            result = self._dispatch_admitted(ctx, resend)
+            result = self._dispatch_admitted(ctx)
         finally:
             slot.release()
         if result.get("requests"):
             result["admission"] = slot.summary()
         return result
 
-    def _dispatch_admitted(self, ctx: StageContext, resend: bool = False) -> dict[str, t.Any]:
+    def _dispatch_admitted(self, ctx: StageContext) -> dict[str, t.Any]:
         lock_deadline = self.settings.clock() + self.settings.lock_wait
         while True:
             try:
@@ -391,14 +451,14 @@ class StageRunner:
                     return _result(ctx, changed=False, done=False, progress=running.progress)
                 except StageError as err:
                     self._fail_if_final(ctx, err)
-                self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, dict(NOOP_REQUEST), resend=resend))
+                self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, dict(NOOP_REQUEST)))
                 self._refresh(ctx, self.store.record_completed(ctx.operation["operationId"], ctx.kind, evidence))
                 self._close_if_last(ctx)
                 return _result(ctx, changed=False, done=True)
+            self._require_write_allowed(ctx)
             if self.settings.check_mode:
                 return _result(ctx, changed=True, done=False, requests=[request.summary()])
-            self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, request.summary(), resend=resend))
-            resend = False
+            self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, request.summary()))
             try:
                 data = self.client.request(request.method, request.path, request.params).get("data")
             except ProviderError as err:
@@ -474,49 +534,40 @@ class StageRunner:
         return self._resolve_by(ctx, self.logic.resolve_lost_reply(ctx), cause, error)
 
     def _resolve_by(self, ctx: StageContext, resolution: Resolution, cause: str, error: ProviderError | None = None) -> dict[str, t.Any]:
-        if resolution.verdict == "applied":
-            if ctx.record["status"] == "dispatching" or resolution.upid is not None:
-                if ctx.record["status"] == "uncertain":
-                    # The journal allows uncertain -> completed only; record the task through evidence.
-                    self._refresh(ctx, self.store.record_evidence(ctx.operation["operationId"], ctx.kind,
-                                                                  dict(resolution.evidence, resolvedUpid=resolution.upid)))
-                else:
-                    self._refresh(ctx, self.store.record_submitted(ctx.operation["operationId"], ctx.kind, resolution.upid,
-                                                                   resolution.evidence))
-            if resolution.upid is not None:
-                return self._reconcile(ctx, resolution.upid, changed=True)
-            return self._complete(ctx)
-        if resolution.verdict == "not_applied":
-            if error is not None and error.details.get("status") == 500:
+        """Reads only, never a second submission: applied -> follow/observe it; a definite refusal -> pending; otherwise
+        read again within this run's wait budget, then ``uncertain`` (a later run reads again)."""
+        wait = self.settings.wait_budget if self.settings.wait_budget is not None else min(self._timeout, DEFAULT_RESOLVE_WAIT)
+        deadline = self.settings.clock() + max(0.0, wait)
+        interval = 0.5
+        while True:
+            if resolution.verdict == "applied":
+                return self._applied(ctx, resolution)
+            if resolution.verdict == "not_applied" and error is not None and error.details.get("status") == 500:
                 # Proxmox answered (its handler finished with an error) and reads show no effect: a
                 # definite refusal, so the stage may be dispatched again on a later run.
                 self._refresh(ctx, self.store.record_not_sent(ctx.operation["operationId"], ctx.kind))
                 raise self.logic.refused(ctx, error) from None
-            if self.logic.resend_harmless:
-                remaining = self._settle_remaining(ctx) if self.logic.settle_before_resend else 0.0
-                if remaining > 0:
-                    budget = self.settings.wait_budget
-                    if budget is not None and remaining > budget:
-                        self.settings.sleep(max(0.0, budget))
-                        return _result(ctx, changed=False, done=False, progress={
-                            "waiting": "a lost submission to settle before reading again",
-                            "resendAfterSeconds": round(remaining - budget, 1)})
-                    self.settings.sleep(remaining)
-                    again = self.logic.resolve_lost_reply(ctx)
-                    if again.verdict != "not_applied":
-                        # The first copy took effect while we waited (or reads can no longer tell): never send it again.
-                        return self._resolve_by(ctx, again, cause)
-                return self._dispatch(ctx, resend=True)
-        message = resolution.message or "The outcome of the request is unknown; check Proxmox before re-running."
+            remaining = deadline - self.settings.clock()
+            if remaining <= 0 or resolution.final:
+                break
+            self.settings.sleep(min(interval, remaining))
+            interval = min(interval * 2, 5.0)
+            resolution = self.logic.resolve_lost_reply(ctx)
+        request = ctx.record.get("request") or {}
+        message = resolution.message or (
+            "Reads do not show the effect of %s %s, whose outcome is unknown; it is never sent again. Check the VM and the node's "
+            "task list in Proxmox: re-run when the effect shows, or abandon the operation." % (request.get("method"), request.get("path")))
         self._uncertain(ctx, cause if cause in AMBIGUOUS_CODES else "reply_lost", message)
 
-    def _settle_remaining(self, ctx: StageContext) -> float:
-        """Seconds until a lost submission can no longer be queued at Proxmox (finding F1).
-
-        Reads that show "not applied" right after a timed-out reply do not prove the request will never run:
-        Proxmox may still hold it (a busy pvedaemon, a lock wait). A harmless-to-repeat request is re-sent only
-        ``resend_after`` seconds after the submission and after reading once more; within this run the wait is
-        bounded by the wait budget, beyond it the module returns ``done: false`` and a re-run goes on.
-        """
-        settle_at = epoch_seconds(ctx.record["dispatchedAt"]) + self.settings.resend_after
-        return settle_at - self.settings.wall_clock()
+    def _applied(self, ctx: StageContext, resolution: Resolution) -> dict[str, t.Any]:
+        if ctx.record["status"] == "dispatching" or resolution.upid is not None:
+            if ctx.record["status"] == "uncertain":
+                # The journal allows uncertain -> completed only; record the task through evidence.
+                self._refresh(ctx, self.store.record_evidence(ctx.operation["operationId"], ctx.kind,
+                                                              dict(resolution.evidence, resolvedUpid=resolution.upid)))
+            else:
+                self._refresh(ctx, self.store.record_submitted(ctx.operation["operationId"], ctx.kind, resolution.upid,
+                                                               resolution.evidence))
+        if resolution.upid is not None:
+            return self._reconcile(ctx, resolution.upid, changed=True)
+        return self._complete(ctx)

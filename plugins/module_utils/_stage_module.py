@@ -27,7 +27,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import P
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, resolve_journal_dir, validate_document
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import parse_catalog
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, public_view, require_verified_tls
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic, StageRunner, StageSettings
 
 
@@ -44,8 +45,10 @@ def stage_argument_spec() -> dict[str, dict[str, t.Any]]:
         "wait_budget": {"type": "float"},
         "timeout": {"type": "float"},
         "lock_wait": {"type": "float", "default": 60.0},
-        "resend_after": {"type": "float", "default": 30.0, "fallback": (env_fallback, ["VMANYWARE_RESEND_AFTER"])},
         "storage_concurrency": {"type": "int", "default": DEFAULT_STORAGE_CONCURRENCY, "fallback": (env_fallback, [ENV_STORAGE_CONCURRENCY])},
+        "provisioning_enabled": {"type": "bool"},
+        "catalog_path": {"type": "path"},
+        "catalog": {"type": "str"},
     }
     spec.update(journal_argument_spec())
     spec.update(connection_argument_spec())
@@ -109,11 +112,17 @@ def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: b
     """Run ``logic`` for ``params['operation_id']``; the result includes the operation as facts."""
     store, operation_id = _store_and_operation(params, check_mode)
     operation = store.load(operation_id)
+    catalog = None
+    if params.get("catalog") or params.get("catalog_path"):
+        catalog = parse_catalog(text=params.get("catalog") or None, path=None if params.get("catalog") else params["catalog_path"])
     settings = StageSettings(check_mode=check_mode, diff=diff, wait_budget=params.get("wait_budget"),
                              timeout=params.get("timeout"), lock_wait=params.get("lock_wait") or 0.0,
-                             resend_after=max(0.0, params.get("resend_after") or 0.0),
-                             storage_concurrency=check_concurrency(params.get("storage_concurrency", DEFAULT_STORAGE_CONCURRENCY)))
+                             storage_concurrency=check_concurrency(params.get("storage_concurrency", DEFAULT_STORAGE_CONCURRENCY)),
+                             gate_options={PROVISIONING_GATE: params.get("provisioning_enabled"),
+                                           SNAPSHOTS_GATE: params.get("snapshots_enabled")},
+                             catalog=catalog)
     connection = connection_settings(params)
+    require_verified_tls(connection)
     bind_scope(connection, operation)
     client = client_factory(connection)
     try:
@@ -136,4 +145,5 @@ def stage_entry(logic: t.Callable[[t.Mapping[str, t.Any]], StageLogic],
     def action(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool) -> dict[str, t.Any]:
         return run_stage(params, logic(params), check_mode=check_mode, diff=diff)
 
-    return ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests", "proxmoxer"))
+    return ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests", "proxmoxer"),
+                       mutually_exclusive=(("catalog_path", "catalog"),))

@@ -82,9 +82,10 @@ options:
     type: str
   provisioning_enabled:
     description:
-      - Overrides the E(VMANYWARE_PROVISIONING_ENABLED) gate for this task. When unset, the variable must be exactly V(true) to
-        create an operation (unset or V(false) means disabled; any other value fails with C(configuration_error) before anything
-        else happens).
+      - Opens the provisioning gate for this task when E(VMANYWARE_PROVISIONING_ENABLED) is unset (or empty); V(false) closes it.
+      - An environment value of exactly V(false) always wins (the administrator's kill switch, for example on an AWX execution
+        environment); when the option is unset the variable must be exactly V(true). Any other value of the variable fails with
+        C(configuration_error) before anything else happens.
     type: bool
 attributes:
   check_mode:
@@ -107,6 +108,8 @@ requirements:
 notes:
   - E(VMANYWARE_SNAPSHOTS_ENABLED) must be exactly V(true) when the definition asks for a snapshot (C(snapshot_disabled) otherwise).
   - The catalog mapping must carry a C(imageDefaultUser) attestation (C(attestation_required) otherwise).
+  - TLS must be verified, by O(validate_certs) with a CA file (or the system CAs) or by a fingerprint pin, because the
+    operation is bound to the provider's certificate; otherwise the module fails with C(tls_unverified).
 """
 
 EXAMPLES = r"""
@@ -236,6 +239,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
     abandon_operation,
     create_operation,
     read_gate,
+    require_verified_tls,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import (
     PLAN_INPUT_MUTUALLY_EXCLUSIVE,
@@ -279,6 +283,7 @@ def action(params, check_mode, diff) -> dict:
     store = open_store(params["journal_dir"])
     planned = plan_from_params(params)
     settings = connection_settings(params)
+    require_verified_tls(settings)  # the confirmed provider is only known over verified TLS
     scope = provider_scope_id(settings, certificate_fingerprint(settings))
     if params["state"] == "adopt":
         with ProxmoxClient(settings) as client:

@@ -33,8 +33,16 @@ options:
     type: str
   include_snapshots:
     description:
-      - With O(operation_id), also return the operation's recorded definition, catalog mapping and plan in RV(snapshots), for
-        example to plan the same environment again (the C(provision) role's C(provision_repeat_operation)).
+      - With O(operation_id), also return RV(snapshots), the definition, catalog mapping and plan exactly as the operation
+        recorded them when it was created (what later runs must act on, rather than reading the journal file).
+      - SSH public keys appear only as a count, as in the plan, unless O(include_public_keys) is set.
+    type: bool
+    default: false
+  include_public_keys:
+    description:
+      - With O(include_snapshots), return the definition's SSH public keys as recorded instead of their count. They are
+        public keys, not secrets; planning the same definition again needs them (the C(provision) role's
+        C(provision_repeat_operation) sets this).
     type: bool
     default: false
   status:
@@ -81,6 +89,12 @@ EXAMPLES = r"""
 - name: Stages not yet completed
   ansible.builtin.debug:
     msg: "{{ info.operation.stages | rejectattr('status', 'equalto', 'completed') | map(attribute='kind') | list }}"
+
+- name: Read the plan the operation was confirmed with
+  vmanyware.proxmox.vmanyware_operation_info:
+    operation_id: "{{ operation.operation_id }}"
+    include_snapshots: true
+  register: recorded
 """
 
 RETURN = r"""
@@ -220,6 +234,23 @@ operation:
       description: The end result recorded by the last stages (empty until then).
       type: dict
       returned: success
+snapshots:
+  description: The operation's immutable snapshots (only with O(include_snapshots=true)).
+  returned: when O(include_snapshots=true)
+  type: dict
+  contains:
+    definition:
+      description: The validated definition as recorded, with C(access.sshPublicKeyCount) in place of the keys.
+      type: dict
+      returned: when O(include_snapshots=true)
+    mapping:
+      description: The catalog mapping the plan was built from (C(imageDefaultUser) included when the catalog had it).
+      type: dict
+      returned: when O(include_snapshots=true)
+    plan:
+      description: The v1 plan document as confirmed.
+      type: dict
+      returned: when O(include_snapshots=true)
 error_code:
   description: On failure, the fixed error code (V(not_found), V(journal_corrupt), V(invalid_option), V(io_error)).
   returned: failure
@@ -232,7 +263,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import STATUSES, list_operations, parse_filters
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import validate_operation_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view, snapshots_view
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
 
 
@@ -241,6 +272,7 @@ def argument_spec() -> dict:
     spec.update(connection_argument_spec())  # accepted for module_defaults groups, never used
     spec["operation_id"] = {"type": "str"}
     spec["include_snapshots"] = {"type": "bool", "default": False}
+    spec["include_public_keys"] = {"type": "bool", "default": False}
     spec["status"] = {"type": "list", "elements": "str", "choices": list(STATUSES)}
     spec["target_vmid"] = {"type": "int"}
     spec["definition_name"] = {"type": "str"}
@@ -258,7 +290,7 @@ def action(params, check_mode, diff) -> dict:
     document = store.load(operation_id)
     result = {"changed": False, "operation": public_view(document)}
     if params["include_snapshots"]:
-        result["snapshots"] = {name: document[name] for name in ("definition", "mapping", "plan")}
+        result["snapshots"] = snapshots_view(document, with_public_keys=params["include_public_keys"])
     return result
 
 

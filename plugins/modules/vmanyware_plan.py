@@ -66,6 +66,19 @@ definition_hash:
   returned: success
   type: str
   sample: 109cb47497a9c1740f37adc432f0f14bd3fd31d43e2bf67d435a696a44345366
+creationEnabled:
+  description:
+    - Whether an operation for this plan could be created now, judged from the gates and the mapping alone (the plan
+      makes no connection; the preflight adds the TLS check). False when the provisioning gate is closed, when the plan
+      declares a final snapshot and the snapshots gate is closed, or when the mapping lacks a C(imageDefaultUser) attestation.
+  returned: success
+  type: bool
+creationBlockers:
+  description: The error codes creating an operation would fail with, in order; empty when RV(creationEnabled) is true.
+  returned: success
+  type: list
+  elements: str
+  sample: ["provisioning_disabled"]
 plan:
   description: The v1 plan document (C(docs/formats.md), "Plan v1"). It contains no SSH key, only their count.
   returned: success
@@ -186,10 +199,13 @@ error_details:
   sample: {"rule": "maximum"}
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import creation_blockers
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
 
 
@@ -201,7 +217,9 @@ def argument_spec() -> dict:
 
 def action(params, check_mode, diff) -> dict:
     planned = plan_from_params(params)
-    return {"changed": False, "plan": planned.plan, "plan_hash": planned.plan_hash, "definition_hash": planned.definition_hash}
+    blockers = creation_blockers(planned.plan, planned.mapping, os.environ)  # the gates and the mapping; no connection
+    return {"changed": False, "plan": planned.plan, "plan_hash": planned.plan_hash, "definition_hash": planned.definition_hash,
+            "creationEnabled": not blockers, "creationBlockers": blockers}
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema"), **PLAN_INPUT_CONSTRAINTS)

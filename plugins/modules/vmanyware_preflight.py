@@ -110,7 +110,23 @@ summary:
   returned: always
   type: dict
 creationEnabled:
-  description: Whether E(VMANYWARE_PROVISIONING_ENABLED) is exactly V(true).
+  description:
+    - Whether creating an operation for this plan is allowed now, that is RV(creationBlockers) is empty.
+    - False when the provisioning gate is closed, when the plan declares a final snapshot and the snapshots gate is
+      closed, when the mapping lacks a validated C(imageDefaultUser) attestation, or when TLS is unverified.
+  returned: always
+  type: bool
+creationBlockers:
+  description:
+    - The error codes creating an operation would fail with, in order (C(provisioning_disabled), C(snapshot_disabled),
+      C(attestation_required), C(tls_unverified)); empty when RV(creationEnabled) is true.
+  returned: always
+  type: list
+  elements: str
+tlsVerified:
+  description:
+    - Whether the connection's TLS was verified (a CA file or the system CAs with O(validate_certs), or a fingerprint pin).
+    - With O(validate_certs=false) and no pin the preflight still reads, marked as unverified in C(api_reachable).
   returned: always
   type: bool
 vmidReserved:

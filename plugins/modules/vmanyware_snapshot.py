@@ -12,13 +12,20 @@ short_description: Take the one disk-only snapshot of the provisioned VM (stage 
 version_added: 0.2.0
 description:
   - Stage C(snapshot) of an operation, present only when the definition sets C(snapshotAfterProvisioning).
-  - Requires E(VMANYWARE_SNAPSHOTS_ENABLED=true); otherwise fails with C(snapshot_disabled) before any request.
+  - Its write needs the provisioning gate and the snapshots gate open, both re-read right before it; otherwise it fails with
+    C(provisioning_disabled) / C(snapshot_disabled), sends nothing and the stage stays pending.
   - Sends C(POST /nodes/{node}/qemu/{vmid}/snapshot) with a name unique to the operation (C(vmanyware-<last 12 characters of the
     operation id>)), C(vmstate=0) (no RAM) and a description, follows the C(qmsnapshot) task by GET and verifies the snapshot in the
     snapshot list.
   - A lost reply is resolved by the snapshot list and the task list; it is never re-posted.
 author:
   - vmanyware developers (@vmanyware)
+options:
+  snapshots_enabled:
+    description:
+      - Opens the snapshots gate for this stage when E(VMANYWARE_SNAPSHOTS_ENABLED) is unset (or empty).
+      - An environment value of exactly C(false) wins over this option.
+    type: bool
 extends_documentation_fragment:
   - vmanyware.proxmox.stage
   - vmanyware.proxmox.stage.journal
@@ -122,15 +129,13 @@ error_code:
   type: str
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import SnapshotStage
 
-ENTRY = stage_entry(lambda params: SnapshotStage(os.environ))
+ENTRY = stage_entry(lambda params: SnapshotStage(), {"snapshots_enabled": {"type": "bool"}})
 
 
 def main() -> None:

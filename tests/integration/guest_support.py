@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 VMID = 201
 NODE = "pve-test"
 VM = "/nodes/%s/qemu/%d" % (NODE, VMID)
+ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
 EARLY: dict[str, t.Callable[[], StageLogic]] = {"clone": CloneStage, "resources": ResourcesStage, "disk": DiskStage}
 
 
@@ -52,6 +53,7 @@ class Env:
     kinds: list[str]
 
     def run(self, logic: StageLogic, **settings: t.Any) -> dict[str, t.Any]:
+        settings.setdefault("environ", ON)
         return StageRunner(self.store, self.client, logic, StageSettings(**settings)).run(self.operation_id)
 
     def stage(self, kind: str) -> dict[str, t.Any]:

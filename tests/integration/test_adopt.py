@@ -49,7 +49,7 @@ ORDER = ("clone", "resources", "disk", "cloudinit", "seed", "start", "readiness"
 def logic_for(kind: str) -> t.Any:
     return {"clone": CloneStage, "resources": ResourcesStage, "disk": DiskStage, "cloudinit": CloudinitStage, "seed": SeedStage,
             "start": StartStage, "readiness": ReadinessStage, "packages": PackagesStage,
-            "snapshot": lambda: SnapshotStage(GATES)}[kind]()
+            "snapshot": SnapshotStage}[kind]()
 
 
 def planned_for(disk_gib: int = 20, packages: list[dict[str, str]] | None = None, snapshot: bool = True) -> t.Any:
@@ -70,7 +70,8 @@ class Env:
         self.params: dict[str, t.Any] = {
             "api_host": conn["host"], "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
             "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-            "journal_dir": str(self.journal), "api_timeout": 10.0, "lock_wait": 30.0,
+            "journal_dir": str(self.journal), "api_timeout": 10.0, "lock_wait": 30.0, "provisioning_enabled": True,
+            "snapshots_enabled": True,
         }
         self.settings = connection_settings(self.params)
         self.scope = provider_scope_id(self.settings, certificate_fingerprint(self.settings))

@@ -70,7 +70,7 @@ def test_review_preview_apply_and_rerun(pvesim: t.Any, tmp_path: Path) -> None:
 
     applied = operator.run("-e", "@%s" % operator.confirm)
     assert applied.returncode == 0, applied.stdout[-3000:]
-    assert "7  packages   completed" in applied.stdout
+    assert "8  packages   completed" in applied.stdout  # stage positions are 1-based, like the plan steps
     sent = _mutations(pvesim)
     assert sent.count("POST /nodes/pve-test/qemu/9000/clone") == 1
     assert sent.count("POST /nodes/pve-test/qemu/201/status/start") == 1

@@ -53,7 +53,7 @@ class Env:
         self.params: dict[str, t.Any] = {
             "api_host": "127.0.0.1", "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
             "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-            "journal_dir": str(tmp_path / "journal"), "api_timeout": 10, "lock_wait": 10.0,
+            "journal_dir": str(tmp_path / "journal"), "api_timeout": 10, "lock_wait": 10.0, "provisioning_enabled": True,
         }
         self.settings = connection_settings(self.params)
         self.scope = provider_scope_id(self.settings, certificate_fingerprint(self.settings))
@@ -155,11 +155,16 @@ def test_check_and_diff_mode_of_resources(env: Env) -> None:
 # -- crash and lost replies ---------------------------------------------------------------------------
 
 
-def test_crash_after_dispatch_before_send_resends_once(env: Env) -> None:
+def test_crash_after_dispatch_before_send_is_never_sent(env: Env) -> None:
+    # The process stopped after journaling the dispatch: whether the POST left is unknown, so it is never sent.
     env.store.record_dispatch(env.operation_id, "clone", {"method": "POST", "path": "/nodes/pve-test/qemu/9000/clone"})
-    result = env.run(CloneStage())
-    assert result["done"] and result["stage"]["attempts"] == 2
-    assert effective_mutations(env.pvesim) == [("POST", "/nodes/pve-test/qemu/9000/clone")]
+    env.params["wait_budget"] = 1.0
+    for _run in range(2):
+        with pytest.raises(VmanywareError) as info:
+            env.run(CloneStage())
+        assert info.value.code == "outcome_uncertain"
+    assert env.stage("clone")["status"] == "uncertain" and env.stage("clone")["attempts"] == 1
+    assert [e for e in env.pvesim.requests() if e["method"] != "GET"] == []
     assert_clean(env.pvesim)
 
 

@@ -109,8 +109,9 @@ def test_seed_happy_and_lost_reply(sim: t.Any, tmp_path: Path) -> None:
     result = env.run(SeedStage())
     evidence = result["stage"]["evidence"]
     assert result["done"] and set(evidence["seedHashes"]) == {"user", "network", "meta"} and evidence["seedVerdict"] == "valid"
-    # regenerating is harmless to repeat: the lost one is re-sent once
-    assert gs.mutations(sim) == [("PUT", gs.VM + "/cloudinit")] * 2
+    # the lost reply is resolved by GET cloudinit (nothing pending: the drive was regenerated), never re-sent
+    assert gs.mutations(sim) == [("PUT", gs.VM + "/cloudinit")]
+    assert evidence["seedResolvedBy"] == "cloudinit_pending"
     assert "ssh-ed25519" not in str(result)
 
 
@@ -272,8 +273,10 @@ def test_snapshot_disabled(sim: t.Any, tmp_path: Path) -> None:
     _through(env, "readiness")
     assert env.run(ReadinessStage())["done"]
     sim.clear_requests()
-    _fails(env, SnapshotStage({}), "snapshot_disabled")
-    assert sim.requests() == [] and env.stage("snapshot")["status"] == "pending"
+    for environ in (gs.ON, dict(gs.ON, VMANYWARE_SNAPSHOTS_ENABLED="false")):
+        _fails(env, SnapshotStage(), "snapshot_disabled", environ=environ, gate_options={"VMANYWARE_SNAPSHOTS_ENABLED": True}
+               if environ != gs.ON else {})
+    assert gs.mutations(sim) == [] and env.stage("snapshot")["status"] == "pending"
 
 
 def test_snapshot_lost_reply_and_completion(sim: t.Any, tmp_path: Path) -> None:
@@ -282,7 +285,7 @@ def test_snapshot_lost_reply_and_completion(sim: t.Any, tmp_path: Path) -> None:
     assert env.run(ReadinessStage())["done"]
     sim.clear_requests()
     sim.add_fault("POST", r"/qemu/201/snapshot$", "drop_reply", occurrence=1)
-    result = env.run(SnapshotStage(ENABLED))
+    result = env.run(SnapshotStage(), environ=dict(gs.ON, **ENABLED))
     assert result["done"] and result["stage"]["evidence"]["snapname"].startswith("vmanyware-")
     assert gs.mutations(sim) == [("POST", gs.VM + "/snapshot")]
     assert env.document["status"] == "completed" and env.document["handoff"]["snapshot"] == result["stage"]["evidence"]["snapname"]
@@ -297,8 +300,9 @@ def test_full_happy_path_clone_to_snapshot(sim: t.Any, tmp_path: Path, monkeypat
     params = {"operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "api_host": conn["host"],
               "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
               "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-              "api_timeout": 10.0, "lock_wait": 30.0}
+              "api_timeout": 10.0, "lock_wait": 30.0, "catalog": gs.catalog_text()}
     monkeypatch.setenv("VMANYWARE_SNAPSHOTS_ENABLED", "true")
+    monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", "true")
     for logic in (CloudinitStage(), SeedStage(), StartStage(), ReadinessStage(), PackagesStage(), SnapshotStage()):
         result = run_stage(params, logic, check_mode=False, diff=False)
         assert result["done"], result

@@ -110,8 +110,7 @@ def main(config_path: str) -> int:
         "ca_path": conn.get("ca_file"), "api_fingerprint": conn.get("fingerprint"), "validate_certs": True,
         "api_timeout": config.get("api_timeout", 10.0), "journal_dir": config["journal_dir"],
         "wait_budget": config.get("wait_budget", 20.0), "timeout": None, "lock_wait": config.get("lock_wait", 5.0),
-        # Longer than the slowest simulated delay (3 s), so a resend can never overtake a held first copy.
-        "resend_after": config.get("resend_after", 5.0),
+        "provisioning_enabled": None, "catalog": config["catalog"],
     }
     stage = "operation"
     times: dict[str, float] = {}
@@ -128,6 +127,7 @@ def main(config_path: str) -> int:
                                    confirmation=expected_confirmation(planned.plan, t.cast(str, scope)), idempotency_key=None,
                                    environ=environ)
         params["operation_id"] = created["operation_id"]
+        os.environ["VMANYWARE_PROVISIONING_ENABLED"] = "true"
         os.environ["VMANYWARE_SNAPSHOTS_ENABLED"] = "true"
         for step in planned.plan["steps"]:
             times[stage] = round(time.monotonic() - mark, 3)

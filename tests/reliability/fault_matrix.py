@@ -49,6 +49,8 @@ def cases() -> list[Case]:
     out: list[Case] = []
     for stage in ALL:
         out.append(Case("reply lost after commit (drop_reply)", stage, _one_shot(stage, "drop_reply")))
+    for stage in ALL:
+        out.append(Case("request lost before it ran (drop_request)", stage, _one_shot(stage, "drop_request")))
     for status in (500, 503, 596):
         for stage in ALL:
             out.append(Case("HTTP %d" % status, stage, _one_shot(stage, "http_error", status=status, message="simulated failure")))
@@ -81,7 +83,8 @@ def case_id(case: Case) -> str:
 
 
 CI_CASES = {
-    "reply lost after commit (drop_reply)@start", "HTTP 503@resources", "HTTP 596@clone", "timeout (delay 3 s > api_timeout 1.5 s)@disk",
+    "reply lost after commit (drop_reply)@start", "request lost before it ran (drop_request)@clone", "HTTP 503@resources", "HTTP 596@clone",
+    "timeout (delay 3 s > api_timeout 1.5 s)@disk",
     "task error@clone", "task WARNINGS: 2@snapshot", "VM is locked (backup)@cloudinit", "checksum mismatch@resources",
     "exec disabled@packages", "disk full@disk", "DHCP never@readiness",
 }
@@ -99,28 +102,37 @@ EXPECTED: dict[str, str] = {
     'reply lost after commit (drop_reply)@readiness': 'completed',
     'reply lost after commit (drop_reply)@packages': 'completed',
     'reply lost after commit (drop_reply)@snapshot': 'completed',
+    'request lost before it ran (drop_request)@clone': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@resources': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@disk': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@cloudinit': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@seed': 'completed',
+    'request lost before it ran (drop_request)@start': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@readiness': 'completed',
+    'request lost before it ran (drop_request)@packages': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@snapshot': 'uncertain reply_lost, still uncertain',
     'HTTP 500@clone': 'stopped server_error, re-run completes',
     'HTTP 500@resources': 'stopped server_error, re-run completes',
     'HTTP 500@disk': 'stopped server_error, re-run completes',
     'HTTP 500@cloudinit': 'stopped server_error, re-run completes',
-    'HTTP 500@seed': 'stopped server_error, re-run completes',
+    'HTTP 500@seed': 'completed',
     'HTTP 500@start': 'stopped server_error, re-run completes',
     'HTTP 500@readiness': 'stopped server_error, re-run completes',
     'HTTP 500@packages': 'stopped server_error, re-run completes',
     'HTTP 500@snapshot': 'stopped server_error, re-run completes',
-    'HTTP 503@clone': 'completed',
-    'HTTP 503@resources': 'completed',
-    'HTTP 503@disk': 'completed',
-    'HTTP 503@cloudinit': 'completed',
+    'HTTP 503@clone': 'uncertain server_error, still uncertain',
+    'HTTP 503@resources': 'uncertain server_error, still uncertain',
+    'HTTP 503@disk': 'uncertain server_error, still uncertain',
+    'HTTP 503@cloudinit': 'uncertain server_error, still uncertain',
     'HTTP 503@seed': 'completed',
     'HTTP 503@start': 'uncertain server_error, still uncertain',
     'HTTP 503@readiness': 'stopped server_error, re-run completes',
     'HTTP 503@packages': 'uncertain server_error, still uncertain',
     'HTTP 503@snapshot': 'uncertain server_error, still uncertain',
-    'HTTP 596@clone': 'completed',
-    'HTTP 596@resources': 'completed',
-    'HTTP 596@disk': 'completed',
-    'HTTP 596@cloudinit': 'completed',
+    'HTTP 596@clone': 'uncertain server_error, still uncertain',
+    'HTTP 596@resources': 'uncertain server_error, still uncertain',
+    'HTTP 596@disk': 'uncertain server_error, still uncertain',
+    'HTTP 596@cloudinit': 'uncertain server_error, still uncertain',
     'HTTP 596@seed': 'completed',
     'HTTP 596@start': 'uncertain server_error, still uncertain',
     'HTTP 596@readiness': 'stopped server_error, re-run completes',
@@ -131,10 +143,10 @@ EXPECTED: dict[str, str] = {
     'timeout (delay 3 s > api_timeout 1.5 s)@disk': 'completed',
     'timeout (delay 3 s > api_timeout 1.5 s)@cloudinit': 'completed',
     'timeout (delay 3 s > api_timeout 1.5 s)@seed': 'completed',
-    'timeout (delay 3 s > api_timeout 1.5 s)@start': 'uncertain reply_lost, re-run completes',
+    'timeout (delay 3 s > api_timeout 1.5 s)@start': 'completed',
     'timeout (delay 3 s > api_timeout 1.5 s)@readiness': 'completed',
-    'timeout (delay 3 s > api_timeout 1.5 s)@packages': 'uncertain reply_lost, re-run completes',
-    'timeout (delay 3 s > api_timeout 1.5 s)@snapshot': 'uncertain reply_lost, re-run completes',
+    'timeout (delay 3 s > api_timeout 1.5 s)@packages': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@snapshot': 'completed',
     'task error@clone': 'failed task_failed',
     'task error@disk': 'failed task_failed',
     'task error@start': 'failed task_failed',

@@ -39,7 +39,8 @@ RESULTS_DIR = Path(os.environ.get("VMANYWARE_RELIABILITY_RESULTS") or (Path(temp
 CRASH_ENV = "VMANYWARE_TEST_CRASH_AT"
 MUTATING = ("POST", "PUT", "DELETE")
 # Statuses with which PVE refuses before its handler runs (auth, permission, parameters, unknown method).
-REFUSED_BEFORE_HANDLER = (400, 401, 403, 501)
+# Statuses of requests that never reached the handler: PVE's refusals, and the simulator's drop_request fault.
+REFUSED_BEFORE_HANDLER = (400, 401, 403, 501, "request_dropped")
 # Every process output is also kept here (set by conftest) so the secret scan covers it; every simulator's
 # token secrets are remembered as canaries.
 OUTPUT_DIR: Path | None = None
@@ -109,7 +110,7 @@ class Simulator:
         env = dict(os.environ, PROXMOX_HOST=self.connection["host"], PROXMOX_PORT=str(self.connection["port"]),
                    PROXMOX_TOKEN_ID=token_id, PROXMOX_TOKEN_SECRET=secret, PROXMOX_CA_PATH=self.connection["ca_file"],
                    VMANYWARE_JOURNAL_DIR=str(journal), VMANYWARE_PROVISIONING_ENABLED="true", VMANYWARE_SNAPSHOTS_ENABLED="true",
-                   VMANYWARE_RESEND_AFTER="5", ANSIBLE_NOCOLOR="1")
+                   ANSIBLE_NOCOLOR="1")
         env.pop(CRASH_ENV, None)
         env.update(extra or {})
         return env
@@ -293,9 +294,44 @@ def mutation_counts(entries: list[dict[str, t.Any]], vmid: int, faults: list[dic
     return counts
 
 
-# Informational: PUT config / PUT cloudinit requests that reached the handler in the last mutation_counts call
-# (not part of the duplicate rule: resources and cloudinit send one each, seed may regenerate twice on purpose).
+# Informational: PUT config / PUT cloudinit requests that reached the handler in the last mutation_counts call.
 OTHER_COUNTS: dict[str, int] | None = {}
+# Accepted (2xx) PUT config / PUT cloudinit per operation: resources and cloudinit one config PUT each, seed one
+# regeneration. A definite refusal (500 checksum mismatch...) does not count: the stage may dispatch again after it.
+ACCEPTED_PER_OPERATION = {"/config": 2, "/cloudinit": 1}
+
+
+def resent_submissions(entries: list[dict[str, t.Any]], vmid: int) -> int:
+    """Re-sent submissions in a simulator request log: every mutating request sent again after a copy whose outcome the
+    client could not know (reply dropped, request dropped, 503/596), plus config / cloudinit PUTs accepted more often than
+    once per stage (a copy the client timed out on but Proxmox ran, then sent again). Clone, start, resize, snapshot and
+    install copies that reached the handler are counted by ``mutation_counts`` (duplicates).
+
+    Read-only guest-agent pings are not submissions and are left out.
+    """
+    resent = 0
+    vm = "/nodes/%s/qemu/%d" % (NODE, vmid)
+    accepted = {suffix: 0 for suffix in ACCEPTED_PER_OPERATION}
+    last: dict[tuple[str, str, str], t.Any] = {}
+    for entry in entries:
+        if entry["method"] not in MUTATING or entry["path"].endswith("/agent/ping"):
+            continue
+        # The same request again carries the same parameters (a resend is a copy); another stage's request to the same
+        # path (resources and cloudinit both PUT config) does not.
+        key = (entry["method"], entry["path"], json.dumps(entry.get("params") or {}, sort_keys=True, default=str))
+        if key in last and last[key] in UNKNOWN_OUTCOME_STATUSES:
+            resent += 1
+        last[key] = entry.get("status")
+        status = entry.get("status")
+        if entry["method"] == "PUT" and isinstance(status, int) and status < 300:
+            for suffix in accepted:
+                if entry["path"] == vm + suffix:
+                    accepted[suffix] += 1
+    return resent + sum(max(0, accepted[suffix] - allowed) for suffix, allowed in ACCEPTED_PER_OPERATION.items())
+
+
+# Simulator log statuses after which the client cannot know whether its request took effect.
+UNKNOWN_OUTCOME_STATUSES = ("dropped", "request_dropped", 503, 596)
 
 
 def state_mismatches(sim: Simulator, vmid: int, document: dict[str, t.Any]) -> list[str]:
@@ -327,6 +363,7 @@ def state_mismatches(sim: Simulator, vmid: int, document: dict[str, t.Any]) -> l
 
 
 # -- trials -------------------------------------------------------------------------------------------------
+
 @dataclasses.dataclass
 class TrialSpec:
     """One crash trial: where the first run dies, and whether a later run is killed again."""
@@ -358,12 +395,14 @@ class TrialResult:
     seconds: float
     orphans: int = 0
     rekill: bool = False
+    resent: int = 0
 
     def to_json(self) -> dict[str, t.Any]:
         return dataclasses.asdict(self)
 
 
 MAX_RUNS = 6
+CRASH_WAIT_BUDGET = 2.0
 
 
 def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook | None = None) -> TrialResult:
@@ -387,7 +426,9 @@ def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook
         if playbook is not None:
             run = playbook.apply(crash_at=point, kill_after=kill_after)
         else:
-            run = driver_run(sim, journal, spec.vmid, crash_at=point, crash_stage=spec.stage, kill_after=kill_after)
+            # A crash leaves no request held at the simulator: 2 s of reads decide whatever reads can decide.
+            run = driver_run(sim, journal, spec.vmid, crash_at=point, crash_stage=spec.stage, kill_after=kill_after,
+                             extra={"wait_budget": CRASH_WAIT_BUDGET})
         documents, torn_now = journal_state(journal)
         torn += torn_now
         # An operation file without claims and without any dispatch is the documented orphan of a crash
@@ -414,6 +455,7 @@ def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook
             break
     entries = sim.admin.requests()
     counts = mutation_counts(entries, spec.vmid)
+    resent = resent_submissions(entries, spec.vmid)
     duplicates = {k: v for k, v in counts.items() if v > 1}
     mismatch: list[str] = []
     if outcome == "completed" and document is not None:
@@ -424,7 +466,7 @@ def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook
         reached = counts.get({"packages": "install"}.get(stage, stage), 0) > 0 if stage in ("clone", "start", "snapshot", "packages") else None
     return TrialResult(spec.name, spec.mode, spec.point or ("kill@%.2fs" % spec.kill_after if spec.kill_after else None), runs,
                        outcome, code, stage, message, duplicates, torn, mismatch, extra_vms, reached, time.monotonic() - started, orphans,
-                       spec.rekill_after is not None)
+                       spec.rekill_after is not None, resent)
 
 
 def write_result(category: str, record: dict[str, t.Any]) -> None:

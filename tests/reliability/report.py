@@ -62,7 +62,8 @@ def figures(results: Path, seconds: int, command: str, status: int) -> str:
     modes = collections.Counter(r["mode"] for r in crash)
     outcomes = collections.Counter(r["outcome"] for r in crash)
     uncertain = collections.Counter(("%s (by design; the request never reached Proxmox)" % r["stage"]) if r["request_reached"] is False
-                                    else ("%s (finding F3)" % r["stage"]) if r["stage"] == "readiness"
+                                    else ("%s (a guest exec started, its reply unknown: never re-issued)" % r["stage"])
+                                    if r["stage"] in ("readiness", "packages") and r["request_reached"] is None
                                     else "%s (request reached Proxmox: %s)" % (r["stage"], r["request_reached"])
                                     for r in crash if r["outcome"] == "uncertain")
     covered = {r["point"] for r in crash if r["point"] and not r["point"].startswith("kill@")}
@@ -76,6 +77,8 @@ def figures(results: Path, seconds: int, command: str, status: int) -> str:
               "| trials whose re-run was SIGKILLed again at a random time | %d |" % sum(1 for r in crash if r.get("rekill", r["name"].startswith("pt2-"))),
               "| runs (first + re-runs) | %d |" % sum(r["runs"] for r in crash),
               "| duplicate clone/start/resize/snapshot/install requests | %d |" % sum(sum(r["duplicates"].values()) for r in crash),
+              "| re-sent submissions (a copy after an unknown outcome, or config/cloudinit PUTs beyond one per stage) | %d |" % sum(
+                  r.get("resent", 0) for r in crash),
               "| torn journal files | %d |" % sum(r["torn"] for r in crash),
               "| other VMs created | %d |" % sum(len(r["extra_vms"]) for r in crash),
               "| completed VMs not equal to the plan | %d |" % sum(1 for r in crash if r["state_mismatch"]),
@@ -84,8 +87,8 @@ def figures(results: Path, seconds: int, command: str, status: int) -> str:
               "| uncertain stops by stage | %s |" % (", ".join("%s: %d" % kv for kv in sorted(uncertain.items())) or "none"),
               "| mean seconds per trial | %.1f |" % (sum(r["seconds"] for r in crash) / max(1, len(crash))), ""]
     fault_outcomes = collections.Counter(r["outcome"].split(",")[0].split(" ")[0] for r in faults)
-    lines += ["**Faults**: %d cases (fault x stage), %d duplicate requests, %d torn journals, %d other VMs; "
-              "first-run outcomes: %s." % (len(faults), sum(sum(r["duplicates"].values()) for r in faults),
+    lines += ["**Faults**: %d cases (fault x stage), %d duplicate requests, %d re-sent submissions, %d torn journals, %d other VMs; "
+              "first-run outcomes: %s." % (len(faults), sum(sum(r["duplicates"].values()) for r in faults), sum(r.get("resent", 0) for r in faults),
                                            sum(r["torn"] for r in faults), sum(len(r["extra_vms"]) for r in faults),
                                            ", ".join("%s %d" % kv for kv in sorted(fault_outcomes.items()))), ""]
     for record in conc:

@@ -49,13 +49,14 @@ PLAYBOOK_TRIALS = [
 # CI: a hook kill and a SIGKILL of the whole ansible-playbook process group; the full run adds the rest.
 CI_PLAYBOOK_TRIALS = PLAYBOOK_TRIALS if rs.FULL else PLAYBOOK_TRIALS[:2]
 # Where a documented undecidable resolution is allowed to stop the operation as uncertain.
-UNCERTAIN_STAGES = {"clone", "start", "snapshot", "packages", "disk", "resources", "cloudinit"}
+UNCERTAIN_STAGES = {"clone", "start", "snapshot", "packages", "disk", "resources", "cloudinit", "seed", "readiness"}
 
 
 def check_trial(result: rs.TrialResult) -> None:
     record = result.to_json()
     assert result.torn == 0, record
     assert result.duplicates == {}, record
+    assert result.resent == 0, record
     assert result.extra_vms == [], record
     assert result.outcome in ("completed", "uncertain"), record
     if result.outcome == "completed":

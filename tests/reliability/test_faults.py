@@ -38,7 +38,8 @@ def observe(sim: rs.Simulator, case: fm.Case, workdir: Path) -> dict[str, object
     sim.admin.reset()
     sim.admin.set_guest(fm.VMID, **FAST_GUEST)
     journal = workdir / "journal"
-    extra = {"faults": case.rules, "api_timeout": case.api_timeout, "readiness_timeout": 3.0, "packages_timeout": 20.0}
+    # wait_budget 6 s: above the largest injected delay (3 s), so a delayed first copy is seen by the same run's reads.
+    extra = {"faults": case.rules, "api_timeout": case.api_timeout, "readiness_timeout": 3.0, "packages_timeout": 20.0, "wait_budget": 6.0}
     first = rs.driver_run(sim, journal, fm.VMID, extra=extra)
     kind, code = _summary(first)
     delays = [float(item["rule"].get("seconds", 0)) for item in case.rules if item["rule"]["action"] == "delay"]
@@ -60,7 +61,7 @@ def observe(sim: rs.Simulator, case: fm.Case, workdir: Path) -> dict[str, object
             label = ("uncertain %s" % document["failure"]["code"]) if status == "uncertain" else ("stopped %s" % code)
             final = "still %s" % status
             for _again in range(2):
-                rerun = rs.driver_run(sim, journal, fm.VMID, extra={"readiness_timeout": 3.0, "packages_timeout": 20.0})
+                rerun = rs.driver_run(sim, journal, fm.VMID, extra={"readiness_timeout": 3.0, "packages_timeout": 20.0, "wait_budget": 6.0})
                 documents, torn_now = rs.journal_state(journal)
                 torn += torn_now
                 status = documents[0]["status"] if documents else "none"
@@ -74,7 +75,7 @@ def observe(sim: rs.Simulator, case: fm.Case, workdir: Path) -> dict[str, object
     entries = sim.admin.requests()
     counts = rs.mutation_counts(entries, fm.VMID, faults)
     other = dict(rs.OTHER_COUNTS or {})
-    return {"config_puts": other.get("config"), "cloudinit_puts": other.get("cloudinit"),
+    return {"config_puts": other.get("config"), "cloudinit_puts": other.get("cloudinit"), "resent": rs.resent_submissions(entries, fm.VMID),
             "case": fm.case_id(case), "fault": case.fault, "stage": case.stage, "outcome": outcome, "torn": torn,
             "duplicates": {k: v for k, v in counts.items() if v > 1}, "extra_vms": [v for v in sim.vmids() if v not in (9000, fm.VMID)],
             "fired": sum(int(f.get("fired", 0)) for f in faults)}
@@ -93,6 +94,7 @@ def test_fault(sim: rs.Simulator, tmp_path: Path, case: fm.Case) -> None:
     if not RECORD:
         assert record["outcome"] == fm.EXPECTED[fm.case_id(case)], record
     assert record["duplicates"] == {}, record
+    assert record["resent"] == 0, record  # an unknown submission is never sent again
 
 
 def test_fault_table_is_current() -> None:
@@ -101,3 +103,16 @@ def test_fault_table_is_current() -> None:
     assert match, "docs/reliability.md has no generated fault table"
     assert match.group(1).strip() == fm.render_table(fm.EXPECTED).strip()
     assert set(fm.EXPECTED) == {fm.case_id(c) for c in fm.cases()}
+
+
+def test_resent_submissions_are_counted_from_the_request_log() -> None:
+    def put(status: object, **params: object) -> dict[str, object]:
+        return {"method": "PUT", "path": "/nodes/pve-test/qemu/%d/config" % fm.VMID, "status": status, "params": params}
+
+    # another stage's request to the same path after a lost reply is not a resend; a copy with the same parameters is
+    assert rs.resent_submissions([put("dropped", cores=2), put(200, sshkeys="k")], fm.VMID) == 0
+    assert rs.resent_submissions([put("request_dropped", cores=2), put(200, cores=2)], fm.VMID) == 1
+    assert rs.resent_submissions([put(503, cores=2), put(200, cores=2)], fm.VMID) == 1
+    # after a definite refusal the stage may dispatch again; a third accepted config PUT is one too many
+    assert rs.resent_submissions([put(500, cores=2), put(200, cores=2), put(200, sshkeys="k")], fm.VMID) == 0
+    assert rs.resent_submissions([put(200, cores=2), put(200, cores=2), put(200, sshkeys="k")], fm.VMID) == 1

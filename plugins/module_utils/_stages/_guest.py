@@ -25,7 +25,7 @@ from urllib.parse import quote, unquote
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _pveconfig
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import instance_tag
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError, StageInProgress
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError, StageInProgress, StageUncertain
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import common
 
 # The clone stage records the clone's net0 MAC (upper-cased) as ``macaddr``.
@@ -155,17 +155,56 @@ def exec_unavailable(ctx: StageContext) -> StageError:
                       code="guest_exec_unavailable", details={"stage": ctx.kind})
 
 
-def start_exec(ctx: StageContext, argv: t.Sequence[str]) -> int:
-    """``POST {vm}/agent/exec`` with ``command`` as an argument array (no shell); returns the guest PID."""
+# Codes after which an exec may or may not have started in the guest (a 500 is Proxmox's definite answer).
+_EXEC_AMBIGUOUS = frozenset({"reply_lost", "unexpected_response"})
+
+
+def _exec_summary(ctx: StageContext, probe: str, argv: t.Sequence[str]) -> dict[str, t.Any]:
+    return {"method": "POST", "path": ctx.vm_path + "/agent/exec", "params": {"command": list(argv)}, "probe": probe}
+
+
+def exec_lost(ctx: StageContext, probe: str, argv: t.Sequence[str]) -> StageUncertain:
+    """The stage's uncertainty about an exec that may have started in the guest: it is never issued again."""
+    return StageUncertain("reply_lost", "The reply to the guest-agent exec of %s was lost, so whether it ran in the guest is unknown; "
+                          "it is not repeated. Check the guest, then abandon the operation or record the outcome." % probe,
+                          _exec_summary(ctx, probe, argv))
+
+
+def start_exec(ctx: StageContext, argv: t.Sequence[str], slot: str, probe: str) -> int:
+    """``POST {vm}/agent/exec`` with ``command`` as an argument array (no shell); returns the guest PID.
+
+    The started marker ``{slot: {probe, pid: null, submissionStarted: true}}`` is journaled before the exec and
+    the PID right after it, so a reply lost in between (or a crash) is seen by the next run and never re-issued.
+    """
+    marker = {"probe": probe, "pid": None, "submissionStarted": True, "issuedAt": round(wall_clock(), 3)}
+    record(ctx, {slot: marker})
     try:
         data = ctx.client.post(ctx.vm_path + "/agent/exec", command=list(argv))
     except ProviderError as err:
+        if err.code in _EXEC_AMBIGUOUS or (err.code == "server_error" and err.details.get("status") != 500 and agent_reason(err) is None):
+            raise exec_lost(ctx, probe, argv) from None
+        record(ctx, {slot: None})  # a definite answer: nothing started in the guest
         if agent_reason(err) == "exec_disabled":
             raise exec_unavailable(ctx) from None
         raise
     if not isinstance(data, dict) or not isinstance(data.get("pid"), int) or isinstance(data.get("pid"), bool):
-        raise StageError("The guest agent answered exec with an unexpected body.", code="unexpected_response")
-    return t.cast(int, data["pid"])
+        raise exec_lost(ctx, probe, argv)
+    pid = t.cast(int, data["pid"])
+    record(ctx, {slot: dict(marker, pid=pid)})
+    return pid
+
+
+def journaled_pid(ctx: StageContext, slot: str, probe: str, argv: t.Sequence[str]) -> int | None:
+    """The PID of the exec journaled in ``slot``; ``None`` when none was started; an exec started without a PID is uncertain."""
+    marker = ctx.evidence().get(slot)
+    if not isinstance(marker, dict) or marker.get("probe") != probe:
+        return None
+    pid = marker.get("pid")
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        return pid
+    if marker.get("submissionStarted"):
+        raise exec_lost(ctx, probe, argv)
+    return None
 
 
 def exec_status(ctx: StageContext, pid: int) -> dict[str, t.Any] | None:
@@ -184,38 +223,29 @@ def exec_status(ctx: StageContext, pid: int) -> dict[str, t.Any] | None:
             "err": str(data.get("err-data") or ""), "signal": data.get("signal")}
 
 
-def journal_probe(ctx: StageContext, slot: str, probe: str, pid: int) -> None:
-    """Record ``{slot: {probe, pid, issuedAt}}`` in the stage evidence (durable before the PID is polled)."""
-    marker = {"probe": probe, "pid": pid, "issuedAt": round(wall_clock(), 3)}
-    ctx.operation = ctx.store.record_evidence(ctx.operation["operationId"], ctx.kind, {slot: marker})
-
-
 def record(ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> None:
     ctx.operation = ctx.store.record_evidence(ctx.operation["operationId"], ctx.kind, dict(evidence))
 
 
 def run_probe(ctx: StageContext, slot: str, probe: str, argv: t.Sequence[str], *, deadline: float,
               sleep: t.Callable[[float], None] = time.sleep, budget_end: float | None = None) -> dict[str, t.Any]:
-    """Run a read-only command to completion: resume a journaled PID, else exec and journal the PID, then poll.
+    """Run a guest command to completion: resume a journaled PID by GET, else exec it (marker journaled first), then poll.
 
-    Read-only probes may be re-issued (they change nothing), e.g. when the exited status was already
-    consumed by a run that did not get to record it. Raises ``StageInProgress`` when ``budget_end``
-    (epoch) passes and ``StageError('readiness_timeout')`` style errors are left to the caller via
-    the ``deadline`` check (returns ``{'timeout': True}``).
+    A command whose exited status was read (or consumed before it was recorded) is complete: the slot is cleared
+    and a later call may issue it afresh. An exec whose reply was lost is never re-issued (``StageUncertain``).
+    Raises ``StageInProgress`` when ``budget_end`` (epoch) passes; returns ``{'timeout': True}`` at ``deadline``.
     """
     interval = 0.1
     while True:
-        marker = ctx.evidence().get(slot)
-        pid = marker.get("pid") if isinstance(marker, dict) and marker.get("probe") == probe else None
-        if not isinstance(pid, int):
-            pid = start_exec(ctx, argv)
-            journal_probe(ctx, slot, probe, pid)
+        pid = journaled_pid(ctx, slot, probe, argv)
+        if pid is None:
+            pid = start_exec(ctx, argv, slot, probe)
         try:
             status = exec_status(ctx, pid)
         except ProviderError as err:
             if agent_reason(err) != "unknown_pid":
                 raise
-            record(ctx, {slot: None})  # consumed or forgotten: re-issue the read-only probe
+            record(ctx, {slot: None})  # completed, its status consumed by a run that did not record it: refresh the probe
             continue
         if status is not None:
             record(ctx, {slot: None})

@@ -63,10 +63,9 @@ def _nextid_refuses(ctx: StageContext) -> bool:
 class CloneStage(StageLogic):
     """``POST /nodes/{node}/qemu/{template}/clone`` with ``newid``, ``name``, ``full=1``, ``storage``, ``description``.
 
-    Why a re-send is harmless: the request is bound to a fixed ``newid``. Proxmox creates the target's
-    configuration file exclusively (``unable to create VM N: config file already exists``), so however
-    often the request is sent, at most one clone can ever create that VMID; a second copy fails before
-    touching anything. The runner still re-sends only after reads proved the first copy did not apply.
+    A lost reply is resolved by reads only, never by a second POST: the target's configuration and our
+    ``qmclone`` tasks decide; while they show nothing the run reads again within its wait budget, then the
+    stage is ``uncertain`` (a later run reads again and continues once the clone appears).
 
     The VM's ``description`` binds it to the operation (operation id, definitionHash, planHash) and is
     compared exactly by every later read. When ``cluster/nextid`` reports the VMID taken, the existing
@@ -77,7 +76,6 @@ class CloneStage(StageLogic):
 
     kind = "clone"
     task_type = "qmclone"
-    resend_harmless = True
 
     # -- helpers ------------------------------------------------------------------------------------
     @staticmethod
@@ -175,7 +173,7 @@ class CloneStage(StageLogic):
         - VM with our description: applied (following its task when exactly one candidate task exists;
           without a task only once the clone lock is gone);
         - VM in its first moments (only ``lock: clone``) with exactly one running candidate: applied;
-        - no VM and no task: not applied (the runner re-sends: the fixed newid makes that harmless);
+        - no VM and no task: not applied (yet): the runner reads again, then leaves the stage uncertain;
         - no VM and exactly one failed task: applied (followed, so the stage reports ``task_failed``);
         - anything else (a VM with another description, tasks that cannot be singled out): undecidable.
         """

@@ -9,13 +9,16 @@ Sets ``net0`` (the clone's MAC kept, the mapped bridge), ``ipconfig0: ip=dhcp``,
 nocloud``, ``sshkeys`` (the definition's exact public keys, URL-encoded as PVE expects) and
 ``ciupgrade: 0``; deletes ``cipassword``. With a validated ``imageDefaultUser`` attestation on the
 mapping it also deletes ``ciuser`` and ``cicustom`` (the image's default user gets the keys);
-without one it sets ``ciuser`` to the mapping's ``guestUser``.
+without one it sets ``ciuser`` to the mapping's ``guestUser``. A target with more than one network
+device (``net1``...) is refused before any write (``stage_precondition_failed``, rule
+``single_network_device``).
 
 This is a private module_utils file: not a public API.
 """
 
 from __future__ import annotations
 
+import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
@@ -27,6 +30,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
 
+_NET_KEY = re.compile(r"\Anet\d+\Z")
 _COMPARED = ("net0", "ipconfig0", "citype", "sshkeys", "ciupgrade", "ciuser", "cipassword", "cicustom")
 
 
@@ -83,11 +87,16 @@ def mismatches(ctx: StageContext, config: t.Mapping[str, t.Any], mac: str) -> li
 class CloudinitStage(StageLogic):
     kind = "cloudinit"
     task_type = None
-    resend_harmless = True  # bound to the config digest: at most one copy can apply
     default_timeout = 60.0
 
     def preconditions(self, ctx: StageContext) -> None:
         config = _guest.require_stopped_settled(ctx)
+        extra = sorted((key for key in config if _NET_KEY.match(key) and key != "net0"), key=lambda key: int(key[3:]))
+        if extra:
+            # One DHCP NIC is what the plan describes and what readiness checks; a second one would get an
+            # unplanned Cloud-Init network configuration.
+            raise StageError("The target has more than one network device; the collection provisions exactly one (net0). Nothing was sent.",
+                             details={"stage": ctx.kind, "rule": "single_network_device", "devices": ["net0"] + extra})
         if _guest.cloudinit_drive(config, ctx.vmid) is None:
             raise StageError("The target has no Cloud-Init drive of its own (vm-<vmid>-cloudinit); nothing was sent.",
                              details={"stage": ctx.kind, "rule": "cloudinit_drive"})

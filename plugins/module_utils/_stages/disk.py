@@ -33,15 +33,13 @@ class DiskStage(StageLogic):
     """``PUT {vm}/resize`` with ``disk`` (the mapping's ``diskDevice``), an absolute ``size`` (``"20G"``) and ``digest``.
 
     PVE 8 and 9 run the resize as a ``resize`` task (UPID id = the VM). The size is absolute, never
-    relative (``+N``), and a disk larger than requested is refused (never shrunk). Why a re-send is
-    harmless: an absolute size applied twice is the same size, and the digest binds the request to the
-    configuration the earlier stages observed, so a second copy after the first applied is refused
-    with ``checksum mismatch``.
+    relative (``+N``), and a disk larger than requested is refused (never shrunk). The digest binds the
+    request to the configuration the earlier stages observed. A lost reply is resolved by reads only
+    (never re-sent): the requested size or our resize task -> applied; otherwise ``uncertain``.
     """
 
     kind = "disk"
     task_type = "resize"
-    resend_harmless = True
     default_timeout = 600.0
 
     def preconditions(self, ctx: StageContext) -> None:

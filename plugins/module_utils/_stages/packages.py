@@ -17,8 +17,10 @@ No shell is involved: every command is a fixed argument array passed to ``agent/
    durably, its PID journaled with the submission, then polled.
 4. ``dpkg-query`` verifies each package and version.
 
-Every exec's PID is journaled before ``exec-status`` is polled. A lost install reply is never
-re-run: ``dpkg-query`` decides (all installed -> applied), else the stage stays ``uncertain``.
+Before every exec a started marker is journaled, then its PID, before ``exec-status`` is polled; an
+exec whose reply was lost is never repeated. A lost install reply is never re-run: ``dpkg-query``
+decides (all installed -> applied), else the stage stays ``uncertain``. ``apt-get update`` and the
+install are new writes: the gates (and the catalog, when given) are checked before each.
 
 This is a private module_utils file: not a public API.
 """
@@ -79,7 +81,6 @@ def missing_packages(packages: t.Sequence[t.Mapping[str, str]], installed: t.Map
 class PackagesStage(StageLogic):
     kind = "packages"
     task_type = None
-    resend_harmless = False  # an install is never re-run blindly
     final_codes = frozenset({"package_install_failed", "package_version_missing", "guest_exec_unavailable"})
 
     def __init__(self, packages_timeout: float = DEFAULT_PACKAGES_TIMEOUT) -> None:
@@ -121,6 +122,8 @@ class PackagesStage(StageLogic):
         missing = missing_packages(ctx.plan["packages"], self._installed(ctx))
         ctx.facts["missing"] = missing
         if missing:
+            if not isinstance(ctx.evidence().get("update"), dict):
+                ctx.require_write_allowed()  # apt-get update changes the guest: a new write (a journaled one resumes by GET)
             update = self._run(ctx, "update", "apt-get-update", APT_UPDATE)
             if update["exitcode"] != 0:
                 raise StageError("apt-get update failed in the guest.", code="package_install_failed",

@@ -11,9 +11,10 @@ send-once protocol). Everything that must survive a crash is journaled in the st
 
 - the deadline (``readiness_timeout`` seconds, epoch), written when the stage first starts and
   never extended by re-runs;
-- each probe's guest PID and marker, written *before* ``exec-status`` is polled; a journaled PID
-  resumes by GET, and a probe whose exited status was already consumed is simply re-issued
-  (probes change nothing).
+- before each guest-agent exec a started marker (``submissionStarted: true``, no PID), then its
+  PID, before ``exec-status`` is polled; a journaled PID resumes by GET, and a probe that completed
+  (its exited status read, or consumed by a run that did not record it) may be issued afresh. An
+  exec whose reply was lost (a marker without a PID) is never repeated: the stage is ``uncertain``.
 
 Ready means: ``cloud-init status --long`` reports ``done`` (``error``/``degraded`` fail with
 ``cloudinit_failed``) and the interface whose MAC is net0's has a usable IPv4 (not loopback, not
@@ -34,11 +35,19 @@ import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import TIMESTAMP_FORMAT
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, StageContext, StageError, StageInProgress, StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
+    Request,
+    Resolution,
+    StageContext,
+    StageError,
+    StageInProgress,
+    StageLogic,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
 
 DEFAULT_READINESS_TIMEOUT = 300.0
 CLOUDINIT_PROBE = ("cloud-init", "status", "--long")
+CLOUDINIT_PROBE_NAME = "cloud-init-status"
 HOST_KEY_FILES = (
     ("ssh-ed25519", "/etc/ssh/ssh_host_ed25519_key.pub"),
     ("ecdsa-sha2-nistp256", "/etc/ssh/ssh_host_ecdsa_key.pub"),
@@ -108,7 +117,7 @@ def _iso(epoch: float) -> str:
 class ReadinessStage(StageLogic):
     kind = "readiness"
     task_type = None
-    resend_harmless = True  # nothing is ever sent through the runner
+    gates = ()  # only fixed read-only probes: they may continue while VM writes are disabled
     final_codes = frozenset({"guest_agent_unavailable", "guest_network_unavailable", "guest_exec_unavailable", "cloudinit_failed",
                              "readiness_timeout"})
 
@@ -173,6 +182,11 @@ class ReadinessStage(StageLogic):
     def request(self, ctx: StageContext) -> Request | None:
         return None  # readiness changes nothing; see the module docstring
 
+    def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
+        request = ctx.record.get("request") or {}
+        return Resolution.undecidable("The reply to the guest-agent exec of %s was lost, so whether it ran in the guest is unknown; "
+                                      "it is not repeated. Check the guest, then abandon the operation." % request.get("probe", "a probe"), final=True)
+
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         started = _guest.wall_clock()
         mac = _guest.clone_mac(ctx)
@@ -227,14 +241,13 @@ class ReadinessStage(StageLogic):
             interval = self._wait(ctx, "cloud-init", started, interval)
 
     def _probe_once(self, ctx: StageContext, started: float) -> dict[str, t.Any] | None:
-        """Resume the journaled probe or issue one (PID journaled first); poll it until it exits or the budget ends."""
+        """Resume the journaled probe by GET or issue one (started marker journaled first, then its PID); poll it until it
+        exits or the budget ends. An exec whose reply was lost is not repeated: ``StageUncertain``."""
         interval = 0.1
         while True:
-            marker = ctx.evidence().get("probe")
-            pid = marker.get("pid") if isinstance(marker, dict) else None
-            if not isinstance(pid, int):
-                pid = _guest.start_exec(ctx, CLOUDINIT_PROBE)
-                _guest.journal_probe(ctx, "probe", "cloud-init-status", pid)
+            pid = _guest.journaled_pid(ctx, "probe", CLOUDINIT_PROBE_NAME, CLOUDINIT_PROBE)
+            if pid is None:
+                pid = _guest.start_exec(ctx, CLOUDINIT_PROBE, "probe", CLOUDINIT_PROBE_NAME)
             try:
                 status = _guest.exec_status(ctx, pid)
             except ProviderError as err:

@@ -39,14 +39,13 @@ def matches(ctx: StageContext, config: t.Mapping[str, t.Any]) -> bool:
 class ResourcesStage(StageLogic):
     """Synchronous ``PUT {vm}/config`` with ``cores``, ``memory``, ``tags`` and the observed ``digest``.
 
-    Why a re-send is harmless: the request carries the digest of the configuration the earlier stages
-    observed. If the first copy applied, the digest changed and a second copy fails with Proxmox's
-    ``checksum mismatch`` before changing anything; and reads resolve a lost reply as applied anyway.
+    The request carries the digest of the configuration the earlier stages observed, so it cannot apply
+    over a concurrent change. A lost reply is resolved by reads only (never re-sent): our values shown ->
+    applied; otherwise the stage reads again within its wait budget, then stays ``uncertain``.
     """
 
     kind = "resources"
     task_type = None
-    resend_harmless = True
     default_timeout = 60.0
 
     def preconditions(self, ctx: StageContext) -> None:

@@ -75,7 +75,7 @@ def validate_user_data(text: str, keys: t.Sequence[str], *, attested: bool, gues
         raise _bad("seed_mismatch", "user", "default_user")
     if any(not isinstance(entry, str) for entry in users):
         raise _bad("seed_mismatch", "user", "named_users")
-    if not attested and guest_user not in users:  # pragma: no cover - the scalar user form is refused first
+    if not attested and guest_user not in users:
         raise _bad("seed_mismatch", "user", "guest_user")
     found = data.get("ssh_authorized_keys")
     if not isinstance(found, list) or [str(item) for item in found] != list(keys):
@@ -119,8 +119,6 @@ def dump_hashes(dumps: t.Mapping[str, str]) -> dict[str, str]:
 class SeedStage(StageLogic):
     kind = "seed"
     task_type = None
-    resend_harmless = True  # regenerating the drive from an unchanged config yields the same drive
-    settle_before_resend = False  # reads cannot see a regeneration, so waiting would never decide anything
     default_timeout = 60.0
     final_codes = frozenset({"seed_incompatible", "seed_mismatch"})
 
@@ -147,5 +145,14 @@ class SeedStage(StageLogic):
         return {"seedHashes": dump_hashes(dumps), "seedDigest": config["digest"], "digest": config["digest"], "seedVerdict": "valid"}
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
-        # Regeneration is invisible to reads but harmless to repeat: re-send it.
-        return Resolution.not_applied()
+        """``GET {vm}/cloudinit`` lists the Cloud-Init values that differ between the configuration and the drive:
+        none -> the drive was regenerated from the current configuration (applied); any -> no effect yet."""
+        items = ctx.client.get(ctx.vm_path + "/cloudinit")
+        if not isinstance(items, list):
+            return Resolution.undecidable("Proxmox answered the Cloud-Init pending list with an unexpected body; check the VM's "
+                                          "Cloud-Init drive before re-running.")
+        if not any(isinstance(item, dict) and ("pending" in item or "delete" in item) for item in items):
+            return Resolution.applied(seedResolvedBy="cloudinit_pending")
+        return Resolution("not_applied", message=(
+            "The Cloud-Init drive still differs from the configuration (GET cloudinit lists pending values) after the "
+            "regeneration's reply was lost; it is not sent again. Check the VM, then re-run or abandon the operation."))

@@ -5,24 +5,23 @@
 
 """Stage ``snapshot`` (only when the definition asks for it): one disk-only snapshot of the provisioned VM.
 
-Requires ``VMANYWARE_SNAPSHOTS_ENABLED=true`` (``snapshot_disabled`` otherwise, checked before any
-request). ``POST {vm}/snapshot`` with a name unique to the operation (``vmanyware-<last 12
+Its write needs both gates open, re-read right before it (``provisioning_disabled`` /
+``snapshot_disabled`` otherwise: nothing is sent, the stage stays pending; an environment ``false`` wins over
+the ``snapshots_enabled`` option). ``POST {vm}/snapshot`` with a name unique to the operation (``vmanyware-<last 12
 characters of the operation id>``: a ``pve-configid``, at most 40 characters), ``vmstate: 0``
 (no RAM) and a description naming the operation; the ``qmsnapshot`` task is reconciled by GET and
 the snapshot verified in ``GET {vm}/snapshot``. A lost reply is resolved by that list: present ->
-applied; absent with no ``qmsnapshot`` task since the dispatch -> not applied (the runner keeps a lost
-reply uncertain, as the stage is never re-sent; a refused request goes back to pending).
+applied; absent with no ``qmsnapshot`` task since the dispatch -> no effect yet (the runner reads again, then
+keeps the stage uncertain: a lost submission is never re-sent; a refused request goes back to pending).
 
 This is a private module_utils file: not a public API.
 """
 
 from __future__ import annotations
 
-import os
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import SNAPSHOTS_GATE, read_gate
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest, common
 
@@ -42,15 +41,10 @@ def list_snapshots(ctx: StageContext) -> dict[str, dict[str, t.Any]]:
 class SnapshotStage(StageLogic):
     kind = "snapshot"
     task_type = "qmsnapshot"
-    resend_harmless = False  # the name is fixed, so a second copy would fail, but a lost reply is resolved by reads
+    gates = (PROVISIONING_GATE, SNAPSHOTS_GATE)
     default_timeout = 600.0
 
-    def __init__(self, environ: t.Mapping[str, str] | None = None) -> None:
-        self.environ = os.environ if environ is None else environ
-
     def preconditions(self, ctx: StageContext) -> None:
-        if not read_gate(self.environ, SNAPSHOTS_GATE):
-            raise VmanywareError(code="snapshot_disabled", details={"stage": ctx.kind})
         config = _guest.read_config(ctx)
         _guest.check_identity(ctx, config)
         if config.get("lock"):

@@ -27,7 +27,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed imp
 class StartStage(StageLogic):
     kind = "start"
     task_type = "qmstart"
-    resend_harmless = False  # a second start of a running VM fails; a lost reply is resolved by reads only
     default_timeout = 120.0
 
     def preconditions(self, ctx: StageContext) -> None:

@@ -10,6 +10,8 @@ A rule: ``{"method": "POST"|"*", "path": "<regex searched in the /api2/json-rela
 the Nth matching request only (1-based); ``"every"`` on all of them. Actions and parameters:
 
 - ``drop_reply``: run the request (mutations committed), then close the socket without a reply.
+- ``drop_request``: close the socket without a reply before the request runs (nothing happens); to the
+  client it looks exactly like ``drop_reply``.
 - ``delay``: ``seconds`` (real seconds) before handling.
 - ``http_error``: ``status`` (500/503/596/...) and ``message``; the handler does not run.
 - ``task_error``: the request's task ends with ``message`` as exit status (default ``simulated failure``).
@@ -29,7 +31,7 @@ import re
 import threading
 import typing as t
 
-ACTIONS = frozenset({"drop_reply", "delay", "http_error", "task_error", "task_warnings", "lock_timeout", "vm_locked",
+ACTIONS = frozenset({"drop_reply", "drop_request", "delay", "http_error", "task_error", "task_warnings", "lock_timeout", "vm_locked",
                      "checksum_mismatch", "agent_not_running", "dhcp_never", "cloudinit_error", "exec_disabled", "disk_full"})
 GUEST_ACTIONS = frozenset({"agent_not_running", "dhcp_never", "cloudinit_error", "exec_disabled"})
 

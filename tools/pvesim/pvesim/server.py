@@ -46,6 +46,14 @@ MAX_BODY = 64 * 1024  # pve-http-server $limit_max_post
 class DropReply(Exception):
     """Close the connection without replying (fault ``drop_reply``)."""
 
+    log_status = "dropped"
+
+
+class DropRequest(DropReply):
+    """Close the connection without replying before the request runs (fault ``drop_request``): nothing happened."""
+
+    log_status = "request_dropped"
+
 
 def redact(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     return {k: ("<redacted>" if SECRET_KEY_RE.search(k) else v) for k, v in params.items()}
@@ -174,8 +182,8 @@ class App:
                                    "token": None, "schema_errors": {}, "endpoint": None, "implemented": None}
         try:
             reply = self._handle_api(method, rel, url.query, headers, body, entry)
-        except DropReply:
-            entry["status"] = "dropped"
+        except DropReply as drop:
+            entry["status"] = drop.log_status
             self.log.add(entry)
             raise
         entry["status"] = reply.status
@@ -296,6 +304,8 @@ class App:
                 raise api.param_error(schema_errors)
             fired = self.faults.match(method, rel)
             call = Call(method, rel, ep.path, merged, subject, fired)
+            if any(f.action == "drop_request" for f in fired):
+                raise DropRequest()
             self._pre_faults(call)
             with sim.state.lock:
                 data = handler(sim, call)

@@ -50,6 +50,17 @@ def test_drop_reply_commits_mutation(api: Api, pvesim: PvesimAdmin) -> None:
     assert pvesim.requests(method="POST")[-1]["status"] == "dropped"
 
 
+def test_drop_request_changes_nothing(api: Api, pvesim: PvesimAdmin) -> None:
+    pvesim.add_fault(method="POST", path=r"/qemu/9000/clone$", action="drop_request", occurrence=1)
+    with pytest.raises(requests.exceptions.ConnectionError):
+        api.post(f"{N}/qemu/9000/clone", newid=201, full=1)
+    time.sleep(0.3)
+    assert api.get(f"{N}/qemu/201/config").status_code != 200  # nothing was cloned
+    assert [t for t in pvesim.tasks() if t.get("type") == "qmclone"] == []
+    assert pvesim.requests(method="POST")[-1]["status"] == "request_dropped"
+    assert api.post(f"{N}/qemu/9000/clone", newid=201, full=1).status_code == 200  # only the first matching request
+
+
 def test_delay(api: Api, pvesim: PvesimAdmin) -> None:
     pvesim.add_fault(method="GET", path="/version", action="delay", seconds=0.3)
     start = time.monotonic()

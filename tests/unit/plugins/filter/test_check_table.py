@@ -17,10 +17,10 @@ def test_checks_are_aligned_one_per_line() -> None:
 
 def test_stages_show_position_kind_status_and_upid() -> None:
     lines = check_table([
-        {"position": 0, "kind": "clone", "status": "completed", "upid": "UPID:n:1:2:3:qmclone:9000:u:"},
-        {"position": 1, "kind": "resources", "status": "pending", "upid": None},
+        {"position": 1, "kind": "clone", "status": "completed", "upid": "UPID:n:1:2:3:qmclone:9000:u:"},
+        {"position": 2, "kind": "resources", "status": "pending", "upid": None},
     ])
-    assert lines == ["0  clone      completed UPID:n:1:2:3:qmclone:9000:u:", "1  resources  pending"]
+    assert lines == ["1  clone      completed UPID:n:1:2:3:qmclone:9000:u:", "2  resources  pending"]
 
 
 def test_capability_operations_show_status_via_and_reasons() -> None:

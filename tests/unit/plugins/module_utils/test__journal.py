@@ -181,7 +181,7 @@ def test_create_document_shape(store: JournalStore, journal_dir: Path) -> None:
     assert document["target"] == {"scope": SCOPE, "node": "pve1", "vmid": 123}
     assert document["createdAt"].endswith("Z") and document["createdAt"] == document["updatedAt"]
     assert [s["kind"] for s in document["stages"]] == STAGES
-    assert [s["position"] for s in document["stages"]] == [0, 1, 2, 3]
+    assert [s["position"] for s in document["stages"]] == [1, 2, 3, 4]  # 1-based, like the plan's steps
     assert all(s["status"] == "pending" and s["submissionStarted"] is False for s in document["stages"])
     assert document["idempotencyKeyHash"] == _journal.hash_idempotency_key("run-42-secret-key")
     raw = (journal_dir / (document["operationId"] + ".json")).read_bytes()
@@ -594,7 +594,7 @@ def _corruptions() -> list[t.Callable[[dict[str, t.Any], bytes], bytes]]:
         with_doc(lambda d: d["plan"].pop("planHash")),
         with_doc(lambda d: d["stages"][1].update(status="completed", submissionStarted=True, attempts=1,
                                                  dispatchedAt=d["createdAt"], completedAt=d["createdAt"], request={})),
-        with_doc(lambda d: d["stages"][0].update(position=1)),
+        with_doc(lambda d: d["stages"][0].update(position=0)),
         with_doc(lambda d: d["stages"][0].update(status="dispatching")),
         with_doc(lambda d: d["stages"][0].update(failure={"code": "x", "message": "y"})),
         with_doc(lambda d: d["stages"].append(copy.deepcopy(d["stages"][0]))),
@@ -888,16 +888,16 @@ def test_not_sent_returns_the_stage_to_pending_and_keeps_attempts(store: Journal
     assert info.value.code == "journal_conflict"
 
 
-def test_resend_is_explicit_and_reopens_an_uncertain_operation(store: JournalStore) -> None:
+def test_a_submission_with_an_unknown_outcome_is_never_dispatched_again(store: JournalStore) -> None:
     oid = _create(store)["operationId"]
     store.record_dispatch(oid, "clone", {})
     with pytest.raises(JournalError):
-        store.record_dispatch(oid, "clone", {})  # a plain dispatch never repeats
+        store.record_dispatch(oid, "clone", {})  # dispatching: the outcome is unknown
     store.record_uncertain(oid, "clone", "reply_lost", "The reply was lost.")
-    doc = store.record_dispatch(oid, "clone", {}, resend=True)
-    clone = _journal.stage(doc, "clone")
-    assert doc["status"] == "open" and doc["failure"] is None
-    assert clone["status"] == "dispatching" and clone["attempts"] == 2 and clone["failure"] is None
+    with pytest.raises(JournalError):
+        store.record_dispatch(oid, "clone", {})  # uncertain: resolved by reads only
+    with pytest.raises(TypeError):
+        store.record_dispatch(oid, "clone", {}, resend=True)  # type: ignore[call-arg]  # no way to ask for a resend
 
 
 # -- lifecycle: abandonment reason and the cleanup track -------------------------------------------

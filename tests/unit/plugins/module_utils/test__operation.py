@@ -52,13 +52,17 @@ def create(store: JournalStore, plan: t.Any = None, confirmation: t.Any = "expec
                             **kwargs)
 
 
-@pytest.mark.parametrize("value,expected", [(None, False), ("false", False), ("true", True)])
-def test_gate_values(value: str | None, expected: bool) -> None:
+@pytest.mark.parametrize("value,option,expected", [
+    (None, None, False), ("", None, False), ("false", None, False), ("true", None, True),
+    (None, True, True), ("", True, True), (None, False, False), ("true", False, False), ("true", True, True),
+    ("false", True, False),  # the kill switch: an environment false wins over the option
+])
+def test_gate_values(value: str | None, option: bool | None, expected: bool) -> None:
     environ = {} if value is None else {"G": value}
-    assert read_gate(environ, "G") is expected
+    assert read_gate(environ, "G", option) is expected
 
 
-@pytest.mark.parametrize("value", ["True", "1", "yes", " true"])
+@pytest.mark.parametrize("value", ["True", "1", "yes", " true", "false "])
 def test_invalid_gate_is_a_configuration_error_before_anything(store: JournalStore, value: str) -> None:
     with pytest.raises(VmanywareError) as info:
         create(store, confirmation=None, environ={"VMANYWARE_PROVISIONING_ENABLED": value})
@@ -90,6 +94,9 @@ def test_gate_disabled_and_option_override(store: JournalStore) -> None:
     with pytest.raises(VmanywareError) as info:
         create(store, environ=ON, provisioning_option=False)
     assert info.value.code == "provisioning_disabled"
+    with pytest.raises(VmanywareError) as info:
+        create(store, environ={"VMANYWARE_PROVISIONING_ENABLED": "false"}, provisioning_option=True)
+    assert info.value.code == "provisioning_disabled"  # the environment's false is the administrator's kill switch
     assert create(store, environ={}, provisioning_option=True)["created"] is True
 
 

@@ -258,7 +258,34 @@ def test_creation_gate(value: str | None, expected: bool) -> None:
     assert run(healthy_state(), environ=environ)[1]["creationEnabled"] is expected
 
 
-@pytest.mark.parametrize("value", ["True", "1", "yes", "", " true", "TRUE"])
+ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
+
+
+def test_creation_enabled_says_what_it_means() -> None:
+    assert run(healthy_state(), environ=ON)[1]["creationBlockers"] == []
+    snapshot = planned(snapshotAfterProvisioning=True)
+    result = run(healthy_state(), environ=ON, plan=snapshot)[1]
+    assert result["creationEnabled"] is False and result["creationBlockers"] == ["snapshot_disabled"]
+    assert run(healthy_state(), environ=dict(ON, VMANYWARE_SNAPSHOTS_ENABLED="true"), plan=snapshot)[1]["creationEnabled"] is True
+    unattested = planned(image="ubuntu-24.04")
+    result = run(healthy_state(), environ=ON, plan=unattested)[1]
+    assert result["creationEnabled"] is False and result["creationBlockers"] == ["attestation_required"]
+    assert run(healthy_state(), environ={}, plan=unattested)[1]["creationBlockers"] == ["provisioning_disabled", "attestation_required"]
+
+
+def test_unverified_tls_is_reported_as_such_and_blocks_creation() -> None:
+    adapter = RecordingAdapter(Datacenter(healthy_state()))
+    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False)
+    result = run_preflight(planned(), settings, environ=ON, fail_on="never", client_factory=lambda s: ProxmoxClient(s, adapter=adapter))
+    reachable = result["checks"][0]
+    assert reachable["code"] == "api_reachable" and reachable["status"] == "passed"
+    assert "UNVERIFIED" in reachable["message"] and "verified TLS" not in reachable["message"]
+    assert result["tlsVerified"] is False and result["creationEnabled"] is False and result["creationBlockers"] == ["tls_unverified"]
+    verified = run(healthy_state(), environ=ON)[1]
+    assert verified["tlsVerified"] is True and "verified TLS" in verified["checks"][0]["message"]
+
+
+@pytest.mark.parametrize("value", ["True", "1", "yes", " true", "TRUE"])
 def test_creation_gate_invalid_before_network(value: str) -> None:
     adapter = RecordingAdapter(Datacenter(healthy_state()))
     settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 import typing as t
 
 import pytest
@@ -18,6 +17,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageLogic,
     StageRunner,
     StageSettings,
+    StageUncertain,
 )
 
 UPID = "UPID:pve-test:00001234:00005678:65000000:qmclone:9000:vmanyware@pve!full:"
@@ -55,9 +55,8 @@ class CloneLike(StageLogic):
     kind = "clone"
     task_type = "qmclone"
 
-    def __init__(self, resolution: Resolution | None = None, harmless: bool = False, observed: dict[str, t.Any] | None = None) -> None:
+    def __init__(self, resolution: Resolution | None = None, observed: dict[str, t.Any] | None = None) -> None:
         self.resolution = resolution or Resolution.undecidable("Check the task list.")
-        self.resend_harmless = harmless  # type: ignore[misc]
         self.observed = observed if observed is not None else {"volid": "local-lvm:vm-201-disk-0"}
         self.resolved = 0
 
@@ -90,8 +89,29 @@ def operation_id(store: JournalStore) -> str:
     return t.cast(str, document["operationId"])
 
 
+ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
+
+
+class FakeTime:
+    """A monotonic clock that advances only when the runner sleeps (so waits are instant and measurable)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
 def _run(store: JournalStore, client: ScriptedClient, logic: StageLogic, operation_id: str, **settings: t.Any) -> dict[str, t.Any]:
-    settings.setdefault("sleep", lambda _s: None)
+    fake = settings.pop("fake", None) or FakeTime()
+    settings.setdefault("sleep", fake.sleep)
+    settings.setdefault("clock", fake.clock)
+    settings.setdefault("environ", ON)
     return StageRunner(store, client, logic, StageSettings(**settings)).run(operation_id)
 
 
@@ -139,10 +159,11 @@ def test_lost_reply_undecidable_stays_uncertain_and_never_resends(store: Journal
         _run(store, ScriptedClient([_lost()]), logic, operation_id)
     assert info.value.code == "outcome_uncertain" and "task list" in info.value.message
     assert store.stage(store.load(operation_id), "clone")["status"] == "uncertain"
+    first_reads = logic.resolved
     client = ScriptedClient([])
     with pytest.raises(VmanywareError):
         _run(store, client, logic, operation_id)
-    assert client.sent == [] and logic.resolved == 2
+    assert client.sent == [] and logic.resolved > first_reads > 1
 
 
 def test_lost_reply_resolved_as_applied_follows_the_found_task(store: JournalStore, operation_id: str) -> None:
@@ -151,12 +172,25 @@ def test_lost_reply_resolved_as_applied_follows_the_found_task(store: JournalSto
     assert result["done"] and result["stage"]["status"] == "completed" and result["stage"]["upid"] == UPID
 
 
-def test_not_applied_is_resent_only_when_harmless(store: JournalStore, operation_id: str) -> None:
-    with pytest.raises(VmanywareError):
-        _run(store, ScriptedClient([_lost()]), CloneLike(Resolution.not_applied()), operation_id)
+def test_not_applied_is_never_resent(store: JournalStore, operation_id: str) -> None:
+    first = ScriptedClient([_lost()])
+    with pytest.raises(VmanywareError) as info:
+        _run(store, first, CloneLike(Resolution.not_applied()), operation_id)
+    assert info.value.code == "outcome_uncertain" and "never sent again" in info.value.message
     client = ScriptedClient([UPID])
-    result = _run(store, client, CloneLike(Resolution.not_applied(), harmless=True), operation_id)
-    assert result["done"] and len(client.sent) == 1 and result["stage"]["attempts"] == 2
+    with pytest.raises(VmanywareError):
+        _run(store, client, CloneLike(Resolution.not_applied()), operation_id)
+    clone = store.stage(store.load(operation_id), "clone")
+    assert first.sent == [("POST", "/nodes/pve-test/qemu/9000/clone")] and client.sent == []
+    assert clone["status"] == "uncertain" and clone["attempts"] == 1
+
+
+def test_a_crash_after_the_dispatch_record_is_resolved_by_reads_never_sent(store: JournalStore, operation_id: str) -> None:
+    store.record_dispatch(operation_id, "clone", {"method": "POST", "path": "/nodes/pve-test/qemu/9000/clone", "params": {}})
+    client = ScriptedClient([UPID])
+    with pytest.raises(VmanywareError) as info:
+        _run(store, client, CloneLike(Resolution.not_applied()), operation_id)
+    assert info.value.code == "outcome_uncertain" and client.sent == []
 
 
 def test_definite_refusal_returns_to_pending(store: JournalStore, operation_id: str) -> None:
@@ -239,10 +273,10 @@ def test_submitted_without_task_is_observed_not_resent(store: JournalStore, oper
 
 
 class Sequenced(CloneLike):
-    """A harmless-to-repeat stage whose reads give one verdict after another (the last one repeats)."""
+    """A stage whose reads give one verdict after another (the last one repeats)."""
 
     def __init__(self, *verdicts: Resolution) -> None:
-        super().__init__(harmless=True)
+        super().__init__()
         self.verdicts = list(verdicts)
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
@@ -250,60 +284,108 @@ class Sequenced(CloneLike):
         return self.verdicts.pop(0) if len(self.verdicts) > 1 else self.verdicts[0]
 
 
-def _frozen_wall(offset: float = 0.0) -> t.Callable[[], float]:
-    """A wall clock that stops at its first reading (just after the journal recorded the dispatch)."""
-    frozen: list[float] = []
-
-    def wall() -> float:
-        if not frozen:
-            frozen.append(time.time())
-        return frozen[0] + offset
-
-    return wall
-
-
-def test_lost_reply_is_resent_only_after_settling_and_reading_again(store: JournalStore, operation_id: str) -> None:
-    slept: list[float] = []
+def test_reads_are_repeated_within_the_wait_budget_then_uncertain(store: JournalStore, operation_id: str) -> None:
+    fake = FakeTime()
     logic = Sequenced(Resolution.not_applied())
-    client = ScriptedClient([_lost(), UPID])
-    result = _run(store, client, logic, operation_id, resend_after=30.0, sleep=slept.append, wall_clock=_frozen_wall())
-    assert result["done"] and len(client.sent) == 2 and logic.resolved == 2
-    assert 29.0 < slept[0] <= 30.0 and all(s <= 1.0 for s in slept[1:])  # the settle wait, then task polls
-
-
-def test_first_copy_applied_while_settling_is_never_resent(store: JournalStore, operation_id: str) -> None:
-    logic = Sequenced(Resolution.not_applied(), Resolution.applied(UPID))
     client = ScriptedClient([_lost()])
-    result = _run(store, client, logic, operation_id, resend_after=30.0, wall_clock=_frozen_wall())
+    with pytest.raises(VmanywareError) as info:
+        _run(store, client, logic, operation_id, wait_budget=5.0, fake=fake)
+    assert info.value.code == "outcome_uncertain" and len(client.sent) == 1
+    assert sum(fake.slept) == pytest.approx(5.0) and logic.resolved > 2
+
+
+def test_an_effect_that_appears_while_reading_is_followed_never_resent(store: JournalStore, operation_id: str) -> None:
+    logic = Sequenced(Resolution.not_applied(), Resolution.not_applied(), Resolution.applied(UPID))
+    client = ScriptedClient([_lost()])
+    result = _run(store, client, logic, operation_id)
     assert result["done"] and len(client.sent) == 1 and result["stage"]["upid"] == UPID and result["stage"]["attempts"] == 1
 
 
-def test_settling_beyond_the_wait_budget_returns_progress_and_sends_nothing(store: JournalStore, operation_id: str) -> None:
-    slept: list[float] = []
-    logic = Sequenced(Resolution.not_applied())
-    client = ScriptedClient([_lost()])
-    result = _run(store, client, logic, operation_id, resend_after=30.0, wait_budget=5.0, sleep=slept.append, wall_clock=_frozen_wall())
-    assert result["done"] is False and not result["changed"] and len(client.sent) == 1 and slept == [5.0]
-    assert 24.0 < result["progress"]["resendAfterSeconds"] <= 25.0
-    assert store.stage(store.load(operation_id), "clone")["status"] == "dispatching"
-    # Once the settle time has passed, the next run reads once and re-sends.
-    later = ScriptedClient([UPID])
-    done = _run(store, later, logic, operation_id, resend_after=30.0, wall_clock=_frozen_wall(60.0))
-    assert done["done"] and len(later.sent) == 1 and logic.resolved == 2
+def test_a_later_run_continues_once_the_effect_appeared(store: JournalStore, operation_id: str) -> None:
+    with pytest.raises(VmanywareError):
+        _run(store, ScriptedClient([_lost()]), Sequenced(Resolution.not_applied()), operation_id, wait_budget=1.0)
+    client = ScriptedClient([])
+    result = _run(store, client, Sequenced(Resolution.applied(UPID)), operation_id)
+    assert result["done"] and result["stage"]["status"] == "completed" and client.sent == []
+
+
+def test_a_final_undecidable_verdict_is_not_waited_for(store: JournalStore, operation_id: str) -> None:
+    fake = FakeTime()
+    logic = Sequenced(Resolution.undecidable("The probe's reply was lost.", final=True))
+    with pytest.raises(VmanywareError):
+        _run(store, ScriptedClient([_lost()]), logic, operation_id, fake=fake)
+    assert fake.slept == [] and logic.resolved == 1
 
 
 def test_a_definite_refusal_is_not_waited_for(store: JournalStore, operation_id: str) -> None:
-    slept: list[float] = []
+    fake = FakeTime()
     refused = ProviderError(code="server_error", details={"status": 500})
     with pytest.raises(ProviderError):
-        _run(store, ScriptedClient([refused]), Sequenced(Resolution.not_applied()), operation_id, sleep=slept.append)
-    assert slept == [] and store.stage(store.load(operation_id), "clone")["status"] == "pending"
+        _run(store, ScriptedClient([refused]), Sequenced(Resolution.not_applied()), operation_id, fake=fake)
+    assert fake.slept == [] and store.stage(store.load(operation_id), "clone")["status"] == "pending"
 
 
-def test_a_stage_whose_effect_reads_cannot_see_resends_without_settling(store: JournalStore, operation_id: str) -> None:
-    slept: list[float] = []
-    logic = Sequenced(Resolution.not_applied())
-    logic.settle_before_resend = False  # type: ignore[misc]
-    client = ScriptedClient([_lost(), UPID])
-    result = _run(store, client, logic, operation_id, resend_after=30.0, sleep=slept.append, wall_clock=_frozen_wall())
-    assert result["done"] and len(client.sent) == 2 and all(s <= 1.0 for s in slept) and logic.resolved == 1  # task polls only
+@pytest.mark.parametrize("environ,option,allowed", [
+    ({}, None, False), ({"VMANYWARE_PROVISIONING_ENABLED": ""}, None, False), ({}, True, True), ({}, False, False),
+    ({"VMANYWARE_PROVISIONING_ENABLED": "true"}, None, True), ({"VMANYWARE_PROVISIONING_ENABLED": "true"}, False, False),
+    ({"VMANYWARE_PROVISIONING_ENABLED": "false"}, True, False), ({"VMANYWARE_PROVISIONING_ENABLED": "false"}, None, False),
+])
+def test_the_gate_is_reread_before_the_write_and_an_environment_false_wins(
+        store: JournalStore, operation_id: str, environ: dict[str, str], option: bool | None, allowed: bool) -> None:
+    client = ScriptedClient([UPID])
+    options = {"VMANYWARE_PROVISIONING_ENABLED": option}
+    if allowed:
+        assert _run(store, client, CloneLike(), operation_id, environ=environ, gate_options=options)["done"]
+        return
+    for check_mode in (True, False):
+        with pytest.raises(VmanywareError) as info:
+            _run(store, client, CloneLike(), operation_id, environ=environ, gate_options=options, check_mode=check_mode)
+        assert info.value.code == "provisioning_disabled" and info.value.details["gate"] == "VMANYWARE_PROVISIONING_ENABLED"
+    clone = store.stage(store.load(operation_id), "clone")
+    assert client.sent == [] and clone["status"] == "pending" and clone["attempts"] == 0
+
+
+def test_a_known_task_keeps_reconciling_after_the_gate_closed(store: JournalStore, operation_id: str) -> None:
+    _run(store, ScriptedClient([UPID], statuses=[{"status": "running"}]), CloneLike(), operation_id, wait_budget=0)
+    client = ScriptedClient([])
+    result = _run(store, client, CloneLike(), operation_id, environ={"VMANYWARE_PROVISIONING_ENABLED": "false"})
+    assert result["done"] and client.sent == []
+
+
+def test_a_stage_with_two_gates_needs_both(store: JournalStore, operation_id: str) -> None:
+    class Snapshotting(CloneLike):
+        gates = ("VMANYWARE_PROVISIONING_ENABLED", "VMANYWARE_SNAPSHOTS_ENABLED")
+
+    client = ScriptedClient([UPID])
+    with pytest.raises(VmanywareError) as info:
+        _run(store, client, Snapshotting(), operation_id, gate_options={"VMANYWARE_SNAPSHOTS_ENABLED": True},
+             environ=dict(ON, VMANYWARE_SNAPSHOTS_ENABLED="false"))
+    assert info.value.code == "snapshot_disabled" and client.sent == []
+    assert _run(store, client, Snapshotting(), operation_id, gate_options={"VMANYWARE_SNAPSHOTS_ENABLED": True})["done"]
+
+
+def test_a_changed_catalog_mapping_is_plan_changed_and_sends_nothing(store: JournalStore, tmp_path: t.Any) -> None:
+    mapping = {"image": "debian-12", "node": "pve-test", "templateVmid": 9000}
+    document, _created = store.create_operation(
+        idempotency_key="c", provider_scope_id="pve:" + HASH, definition={"image": "debian-12"}, mapping=mapping,
+        plan={"definitionHash": HASH, "planHash": HASH}, confirmation={}, target_node="pve-test", target_vmid=202,
+        stage_kinds=["clone"])
+    oid = document["operationId"]
+    client = ScriptedClient([UPID])
+    for catalog in ({"images": [dict(mapping, templateVmid=9001)]}, {"images": []}):
+        with pytest.raises(VmanywareError) as info:
+            _run(store, client, CloneLike(), oid, catalog=catalog)
+        assert info.value.code == "plan_changed" and info.value.details["fields"] == ["mapping"]
+    assert client.sent == [] and store.stage(store.load(oid), "clone")["status"] == "pending"
+    assert _run(store, client, CloneLike(), oid, catalog={"images": [dict(mapping)]})["done"]
+
+
+def test_a_hook_submission_with_an_unknown_outcome_makes_the_stage_uncertain(store: JournalStore, operation_id: str) -> None:
+    class LostProbe(CloneLike):
+        def preconditions(self, ctx: StageContext) -> None:
+            raise StageUncertain("reply_lost", "The probe's reply was lost.", {"method": "POST", "path": "/x/agent/exec", "params": {}})
+
+    with pytest.raises(VmanywareError) as info:
+        _run(store, ScriptedClient([]), LostProbe(), operation_id)
+    clone = store.stage(store.load(operation_id), "clone")
+    assert info.value.code == "outcome_uncertain" and clone["status"] == "uncertain" and clone["request"]["path"] == "/x/agent/exec"

@@ -213,18 +213,14 @@ def test_runner_happy_path_and_rerun(store: JournalStore, op: str) -> None:
     assert StageRunner(store, again, CloneStage()).run(op)["changed"] is False and again.log == []
 
 
-def test_runner_crash_before_send_resends_once(store: JournalStore, op: str) -> None:
-    dispatch(store, op, "clone")  # the process died after recording the dispatch, before sending
-    state: dict[str, t.Any] = {"created": False}
-
-    def clone() -> str:
-        state["created"] = True
-        return PVE["upid_clone"]
-
+def test_runner_crash_before_send_is_resolved_by_reads_and_never_sent(store: JournalStore, op: str) -> None:
+    dispatch(store, op, "clone")  # the process died after recording the dispatch: whether it sent is unknown
     paths = routes(store, op)
-    paths[VM + "/config"] = lambda _p: ours(store, op) if state["created"] else pve_error("config_missing")
-    paths["/nodes/pve-test/tasks/%s/status" % PVE["upid_clone"]] = {"status": "stopped", "exitstatus": "OK"}
-    paths["/nodes/pve-test/tasks/%s/log" % PVE["upid_clone"]] = TASK_LOG
-    client = FakeClient(paths, [clone])
-    result = StageRunner(store, client, CloneStage(), StageSettings(sleep=lambda _s: None)).run(op)
-    assert result["done"] and result["stage"]["attempts"] == 2 and len(client.mutations()) == 1
+    paths[VM + "/config"] = lambda _p: pve_error("config_missing")
+    client = FakeClient(paths, [])
+    now = [0.0]
+    settings = StageSettings(sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0], wait_budget=3.0)
+    with pytest.raises(VmanywareError) as info:
+        StageRunner(store, client, CloneStage(), settings).run(op)
+    assert info.value.code == "outcome_uncertain" and client.mutations() == []
+    assert store.stage(store.load(op), "clone")["status"] == "uncertain"

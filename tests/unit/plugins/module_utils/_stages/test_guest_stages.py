@@ -21,7 +21,7 @@ from pvesim.guest import _fingerprint as pvesim_fingerprint
 from pvesim.schema import Schema
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import map_http_error
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     Request,
@@ -43,6 +43,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.packages
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.readiness import (
     CLOUDINIT_PROBE,
+    ReadinessStage,
     cloudinit_verdict,
     host_keys,
     parse_cloudinit_status,
@@ -176,6 +177,18 @@ def test_seed_user_data_verdicts() -> None:
     assert _verdict(good.replace("alice@laptop", "mallory@laptop")) == "seed_mismatch/ssh_authorized_keys"
     assert _verdict(good.replace("chpasswd:", "password: x\nchpasswd:")) == "seed_mismatch/password_present"
     assert _verdict(good.replace("#cloud-config\n", "")) == "seed_mismatch/cloud_config_header"
+    # Without an attestation the default user is not enough: the mapping's guest user must be listed.
+    assert _verdict(good, attested=False) == "seed_mismatch/guest_user"
+    assert _verdict(good.replace("  - default\n", "  - default\n  - debian\n"), attested=False) is None
+
+
+def test_seed_lost_reply_is_resolved_by_the_cloudinit_pending_list() -> None:
+    ctx = ctx_for("seed")
+    ctx.client = Client({VM + "/cloudinit": [{"key": "citype", "value": "nocloud"}]})
+    assert SeedStage().resolve_lost_reply(ctx).verdict == "applied"
+    ctx.client = Client({VM + "/cloudinit": [{"key": "sshkeys", "value": "old", "pending": "new"}, {"key": "ciuser", "delete": 1}]})
+    resolution = SeedStage().resolve_lost_reply(ctx)
+    assert resolution.verdict == "not_applied" and "not sent again" in resolution.message
 
 
 def test_seed_network_verdicts() -> None:
@@ -204,23 +217,18 @@ def test_seed_observe_records_hashes_only() -> None:
 def test_start_and_snapshot_requests() -> None:
     ctx = ctx_for("start")
     valid(t.cast(Request, StartStage().request(ctx)))
-    request = t.cast(Request, SnapshotStage({"VMANYWARE_SNAPSHOTS_ENABLED": "true"}).request(ctx))
+    request = t.cast(Request, SnapshotStage().request(ctx))
     valid(request)
     name = snapshot_name(REC["operationId"])
     assert request.params["snapname"] == name and request.params["vmstate"] == 0 and len(name) <= 40
     ctx.facts["snapshots"] = {name: {}}
-    assert SnapshotStage({}).request(ctx) is None
+    assert SnapshotStage().request(ctx) is None
 
 
-def test_snapshot_gate() -> None:
-    ctx = ctx_for("snapshot")
-    for environ in ({}, {"VMANYWARE_SNAPSHOTS_ENABLED": "false"}):
-        with pytest.raises(VmanywareError) as info:
-            SnapshotStage(environ).preconditions(ctx)
-        assert info.value.code == "snapshot_disabled"
-    with pytest.raises(VmanywareError) as bad:
-        SnapshotStage({"VMANYWARE_SNAPSHOTS_ENABLED": "yes"}).preconditions(ctx)
-    assert bad.value.code == "configuration_error"
+def test_snapshot_stage_declares_both_gates() -> None:
+    # The runner re-reads them before the write (tests/unit/plugins/module_utils/test__stage.py).
+    assert SnapshotStage.gates == ("VMANYWARE_PROVISIONING_ENABLED", "VMANYWARE_SNAPSHOTS_ENABLED")
+    assert ReadinessStage.gates == () and StartStage.gates == ("VMANYWARE_PROVISIONING_ENABLED",)
 
 
 # -- readiness -------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from stage_fakes import PVE, VM, FakeClient, complete, context, dispatch, fixtur
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import instance_tag
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageRunner
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageRunner, StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import binding_description
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import ResourcesStage
 
@@ -110,19 +110,17 @@ def test_resolution(store: JournalStore, op: str, cfg: str, verdict: str) -> Non
     assert resolution.verdict == verdict and client.mutations() == []
 
 
-def test_lost_reply_not_applied_is_resent_once_with_the_same_digest(store: JournalStore, op: str) -> None:
+def test_lost_reply_not_applied_is_never_resent(store: JournalStore, op: str) -> None:
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
 
-    state = {"sent": 0}
-
     def put() -> t.Any:
-        state["sent"] += 1
-        if state["sent"] == 1:
-            return ProviderError(code="reply_lost")  # the first copy never reached the handler
-        return None
+        return ProviderError(code="reply_lost")  # the copy never reached the handler
 
-    client = FakeClient({VM + "/config": lambda _p: applied(store, op) if state["sent"] == 2 else config(store, op, cores=1),
+    client = FakeClient({VM + "/config": lambda _p: config(store, op, cores=1),
                          VM + "/status/current": fixture("status_stopped"), VM + "/pending": fixture("pending_clean")}, [put, put])
-    result = StageRunner(store, client, ResourcesStage()).run(op)
-    assert result["done"] and result["stage"]["attempts"] == 2
-    assert [m[2]["digest"] for m in client.mutations()] == [DIGEST, DIGEST]
+    with pytest.raises(VmanywareError) as info:
+        StageRunner(store, client, ResourcesStage(), StageSettings(wait_budget=0.0)).run(op)
+    assert info.value.code == "outcome_uncertain" and [m[2]["digest"] for m in client.mutations()] == [DIGEST]
+    with pytest.raises(VmanywareError):
+        StageRunner(store, client, ResourcesStage(), StageSettings(wait_budget=0.0)).run(op)
+    assert len(client.mutations()) == 1 and store.stage(store.load(op), "resources")["status"] == "uncertain"
