@@ -290,7 +290,7 @@ def action(params, check_mode, diff) -> dict:
     document = store.load(operation_id)
     result = {"changed": False, "operation": public_view(document)}
     if params["include_snapshots"]:
-        result["snapshots"] = snapshots_view(document, with_public_keys=params["include_public_keys"])
+        result["snapshots"] = snapshots_view(document, with_public_keys=bool(params.get("include_public_keys")))
     return result
 
 

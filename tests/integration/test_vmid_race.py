@@ -24,6 +24,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import P
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import wait_task  # noqa: E402
 
 pytestmark = pytest.mark.integration
 CLONE_PATH = "/nodes/pve-test/qemu/9000/clone"
@@ -58,11 +59,14 @@ class Setup:
         self.store = reserver.store
         self.vmid = reserver.reserve("kernel-lab")["vmid"]
         self.params["operation_id"] = reserver.create_operation(self.vmid)["operation_id"]
+        self.params["provisioning_enabled"] = True  # stages re-read the gate before every write
         pvesim.clear_requests()
 
     def outside_clone(self, vmid: int) -> None:
         with ProxmoxClient(self.settings) as client:
-            client.post(CLONE_PATH, newid=vmid, full=1, storage="local-lvm", name="someone-else", description="made by another tool")
+            upid = client.post(CLONE_PATH, newid=vmid, full=1, storage="local-lvm", name="someone-else", description="made by another tool")
+            # The other tool's clone holds the VMID at once; its config is complete once its task ended (volumes allocated).
+            wait_task(client, upid, timeout=120)
 
     def run_clone(self, client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
         return run_stage(self.params, CloneStage(), check_mode=False, diff=False, client_factory=client_factory)
