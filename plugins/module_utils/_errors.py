@@ -47,7 +47,8 @@ ERROR_CODES: dict[str, str] = {
     "task_timeout": "A Proxmox task did not finish before the deadline.",
     "task_unobservable": "The task status could not be polled.",
     # gates and operations
-    "provisioning_disabled": "VMANYWARE_PROVISIONING_ENABLED is not exactly true.",
+    "provisioning_disabled": ("VMANYWARE_PROVISIONING_ENABLED is not exactly true. To provision, set it to true in the environment"
+                              " (or use the credential with provisioning enabled in AWX), or pass provisioning_enabled: true to the task."),
     "snapshot_disabled": "A snapshot was declared but VMANYWARE_SNAPSHOTS_ENABLED is not exactly true.",
     "preflight_failed": "At least one preflight check did not pass.",
     "internal_error": "An unexpected internal error occurred.",

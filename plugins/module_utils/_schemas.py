@@ -22,6 +22,7 @@ This is a private module_utils file: not a public API.
 from __future__ import annotations
 
 import json
+import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError
@@ -173,6 +174,8 @@ DEFINITION_SCHEMA_V1: dict[str, t.Any] = {
     },
 }
 
+# A key that may be named in an error: a plain identifier, as a misspelt field name is.
+PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 _TYPE_NAMES = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer", "boolean": "true or false"}
 # JSON Schema keyword -> the rule name errors report (docs/formats.md).
 _RULES = {"type": "type", "const": "const", "enum": "enum", "pattern": "pattern", "minLength": "min_length", "maxLength": "max_length",
@@ -217,7 +220,10 @@ def _text(error: t.Any, schema: dict[str, t.Any]) -> str:
     if keyword == "pattern":
         return "does not have the required form: %s" % schema.get("description", "see the schema")
     if keyword == "additionalProperties":
-        # The unknown key itself is input: it is not named.
+        # The key is input: it is named only when it is a plain identifier (a misspelt field), never otherwise.
+        unknown = sorted(str(key) for key in error.instance if key not in schema.get("properties", {}))
+        if unknown and PLAIN_KEY.match(unknown[0]):
+            return "contains the field %s, which is not part of the v1 format" % unknown[0]
         return "contains a field that is not part of the v1 format"
     if keyword == "required":
         return "is required"

@@ -161,7 +161,11 @@ def _check_refusal(err: VmanywareError, code: str) -> None:
     assert isinstance(err, FormatError)
     assert err.code == code
     assert err.details["rule"] in DOCUMENTED_RULES
-    assert PLANTED not in str(err) and PLANTED not in json.dumps(err.to_result(), ensure_ascii=False)
+    rendered = str(err) + json.dumps(err.to_result(), ensure_ascii=False)
+    if err.details["rule"] == "unknown_field":
+        # An unknown key that is a plain identifier is named (a misspelt field); nothing else of the input is.
+        rendered = rendered.replace("the field %s," % PLANTED, "the field <key>,")
+    assert PLANTED not in rendered
 
 
 @SETTINGS

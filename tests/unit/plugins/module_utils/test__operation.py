@@ -77,6 +77,9 @@ def test_gate_disabled_and_option_override(store: JournalStore) -> None:
     with pytest.raises(VmanywareError) as info:
         create(store, environ=ON, provisioning_option=False)
     assert info.value.code == "provisioning_disabled"
+    # The message says how to open the gate.
+    assert "VMANYWARE_PROVISIONING_ENABLED" in info.value.message and "set it to true" in info.value.message
+    assert "provisioning_enabled: true" in info.value.message
     assert create(store, environ={}, provisioning_option=True)["created"] is True
 
 

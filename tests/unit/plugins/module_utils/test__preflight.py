@@ -241,12 +241,17 @@ def test_fail_on() -> None:
     result = info.value.to_result()
     assert result["error_code"] == "preflight_failed" and result["checks"][11]["status"] == "failed"
     assert result["planHash"] and result["msg"]
+    failed = [c["code"] for c in result["checks"] if c["status"] == "failed"]
+    assert failed and result["error_details"]["failed_checks"] == failed
+    assert result["msg"].endswith("Checks failed: %s." % ", ".join(failed))  # the message names what to fix
     run(state, fail_on="never")
     state = healthy_state()
     state["errors"][("GET", "/cluster/nextid")] = (500, "Internal Server Error", {"data": None})
     run(state, fail_on="failed")
-    with pytest.raises(PreflightFailed):
+    with pytest.raises(PreflightFailed) as info:
         run(state, fail_on="unknown")
+    unknown = info.value.to_result()["msg"].split("Checks unknown: ", 1)[1]
+    assert "vmid_free" in unknown and "template_revision" not in unknown  # only the unknowns that count
     with pytest.raises(InputError):
         run(state, fail_on="sometimes")
 
@@ -316,3 +321,17 @@ def test_plan_copy_not_mutated() -> None:
     before = copy.deepcopy(plan.plan)
     run(healthy_state(), plan=plan)
     assert plan.plan == before
+
+
+def test_refused_connection_is_reported_as_refused() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    settings = build_settings(host="127.0.0.1", port=port, token_id="automation@pve!vmanyware", token_secret=SECRET,
+                              fingerprint="ab" * 32, timeout=2)
+    result = run_preflight(planned(), settings, environ={}, fail_on="never", client_factory=lambda s: ProxmoxClient(s, sleep=lambda x: None))
+    api = next(c for c in result["checks"] if c["code"] == "api_reachable")
+    assert api["status"] == "failed" and "refused" in api["message"] and "timed out" not in api["message"]
+    assert "within the timeout" not in api["message"]
