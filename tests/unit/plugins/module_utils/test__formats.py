@@ -543,3 +543,34 @@ def test_unknown_field_is_named_only_when_a_plain_identifier(key: str, named: bo
     assert (info.value.path, info.value.details["rule"]) == ("$", "unknown_field")
     assert (key in info.value.message) is named
     assert "planted value" not in info.value.message and "planted" not in json.dumps(info.value.to_result())
+
+
+def test_mapping_input_is_validated_as_data() -> None:
+    """A dict (from group_vars) gives the same result as its YAML text; it is never turned into text."""
+    assert parse_definition(text=definition()) == parse_definition(text=dump(definition()))
+    assert parse_catalog(text=catalog()) == parse_catalog(text=dump(catalog()))
+    document = definition()
+    document["snapshotAfterProvisioning"] = False
+    assert parse_definition(text=document)["snapshotAfterProvisioning"] is False
+    document["snapshotAfterProvisioning"] = "false"  # a string stays a string: refused as data, by its field
+    with pytest.raises(FormatError) as info:
+        parse_definition(text=document)
+    assert (info.value.path, info.value.details["rule"]) == ("snapshotAfterProvisioning", "type")
+    with pytest.raises(FormatError) as info:
+        parse_definition(text={**definition(), 1: "x"})
+    assert info.value.details["rule"] == "key_type"
+    with pytest.raises(FormatError) as info:
+        parse_definition(text={**definition(), "name": object()})
+    assert info.value.details["rule"] == "type"
+    with pytest.raises(FormatError) as info:
+        parse_catalog(text=catalog(), path="/nonexistent")
+    assert info.value.details["rule"] == "source"
+    nested: dict = {}
+    for _ in range(40):
+        nested = {"x": nested}
+    with pytest.raises(FormatError) as info:
+        parse_catalog(text=nested)
+    assert info.value.details["rule"] == "too_deep"
+    with pytest.raises(FormatError) as info:
+        parse_catalog(text={"x": "y" * (64 * 1024)})
+    assert info.value.details["rule"] == "too_large"
