@@ -68,13 +68,18 @@ def expected_confirmation(plan: t.Mapping[str, t.Any], provider_scope_id: str) -
     }
 
 
+def confirmation_complete(given: t.Any) -> bool:
+    """Whether ``given`` is a complete confirmation with ``confirmed: true`` (an apply run), matching or not."""
+    return isinstance(given, t.Mapping) and all(name in given for name in CONFIRMATION_FIELDS) and given.get("confirmed") is True
+
+
 def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """``confirmation_required`` when missing/incomplete, ``plan_changed`` when it confirms something else.
 
     Both failures carry the expected block (hashes, names and ids: nothing secret) so the operator
     can review and pass it back.
     """
-    if not isinstance(given, t.Mapping) or any(name not in given for name in CONFIRMATION_FIELDS) or given.get("confirmed") is not True:
+    if not confirmation_complete(given):
         raise VmanywareError(code="confirmation_required", details={"expected_confirmation": dict(expected)})
     unknown = sorted(str(name) for name in given if name not in CONFIRMATION_FIELDS)
     if unknown:
@@ -91,18 +96,26 @@ def gate_and_confirm(planned: t.Any, provider_scope_id: str, confirmation: t.Any
     """The gates, the attestation and the operator's confirmation of exactly this plan; returns the confirmation.
 
     Shared by creating an operation and adopting one (``_adopt``): both record an operation that stages
-    then act on, so both need the same gates and the same confirmation.
+    then act on, so both need the same gates and the same confirmation. A review run (no complete
+    confirmation) gets the block to confirm whatever the gates say: building it records nothing, so
+    a read-only credential can review; ``error_details`` then says which gates an apply run would find
+    closed. Only an apply run (a complete confirmation) needs the gates open.
     """
     provisioning = read_gate(environ, PROVISIONING_GATE, provisioning_option)
     snapshots = read_gate(environ, SNAPSHOTS_GATE)
-    if not provisioning:
-        raise VmanywareError(code="provisioning_disabled")
     plan = planned.plan
-    if plan["snapshotAfterProvisioning"] and not snapshots:
-        raise VmanywareError(code="snapshot_disabled")
     if "imageDefaultUser" not in planned.mapping:
         raise VmanywareError(code="attestation_required")
-    return check_confirmation(confirmation, expected_confirmation(plan, provider_scope_id))
+    expected = expected_confirmation(plan, provider_scope_id)
+    if not confirmation_complete(confirmation):
+        raise VmanywareError(code="confirmation_required", details={
+            "expected_confirmation": expected, "provisioning_enabled": provisioning,
+            "snapshots_enabled": snapshots or not plan["snapshotAfterProvisioning"]})
+    if not provisioning:
+        raise VmanywareError(code="provisioning_disabled")
+    if plan["snapshotAfterProvisioning"] and not snapshots:
+        raise VmanywareError(code="snapshot_disabled")
+    return check_confirmation(confirmation, expected)
 
 
 def default_idempotency_key(plan: t.Mapping[str, t.Any], provider_scope_id: str) -> str:

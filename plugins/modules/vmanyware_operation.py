@@ -21,6 +21,9 @@ description:
   - Without a complete, matching O(confirmation) it fails with C(confirmation_required) (or C(plan_changed) when the confirmation
     names another plan, provider or target); the failure result carries the block to review and pass back in
     RV(error_details.expected_confirmation).
+  - A review run (no complete O(confirmation)) gets that block whatever the gates say, so a read-only credential can review; its
+    RV(error_details.provisioning_enabled) and RV(error_details.snapshots_enabled) say whether an apply run would find the gates
+    open. Only an apply run (a complete O(confirmation)) needs E(VMANYWARE_PROVISIONING_ENABLED=true).
   - A target (provider and VMID) is held by at most one operation (C(conflicting_operation)); re-running with the same
     idempotency key and the same confirmation returns the existing operation with C(changed=false).
   - Gates, the confirmation block and idempotency are described in C(docs/operations.md) in the collection.
@@ -190,6 +193,14 @@ error_details:
       type: list
       elements: str
       returned: with plan_changed
+    provisioning_enabled:
+      description: Whether the provisioning gate is open for this run (an apply run needs it).
+      type: bool
+      returned: with confirmation_required
+    snapshots_enabled:
+      description: Whether an apply run would pass the snapshot gate (V(true) when the plan takes no snapshot).
+      type: bool
+      returned: with confirmation_required
 """
 
 import os
@@ -201,7 +212,13 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, create_operation, read_gate
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (
+    PROVISIONING_GATE,
+    SNAPSHOTS_GATE,
+    confirmation_complete,
+    create_operation,
+    read_gate,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
 
@@ -218,8 +235,9 @@ def argument_spec() -> dict:
 
 
 def action(params, check_mode, diff) -> dict:
-    # Gates first: a bad value is a configuration error before anything else; disabled means no connection at all.
-    if not read_gate(os.environ, PROVISIONING_GATE, params["provisioning_enabled"]):
+    # Gates first: a bad value is a configuration error before anything else. An apply run (a complete confirmation)
+    # with the gate closed stops here, without any connection; a review run goes on to build the block to confirm.
+    if not read_gate(os.environ, PROVISIONING_GATE, params["provisioning_enabled"]) and confirmation_complete(params["confirmation"]):
         raise VmanywareError(code="provisioning_disabled")
     read_gate(os.environ, SNAPSHOTS_GATE)
     store = open_store(params["journal_dir"])

@@ -192,3 +192,17 @@ def test_public_view_has_no_private_evidence(store: JournalStore) -> None:
     view = public_view(document)
     assert "definition" not in view and "confirmation" not in view and "idempotencyKeyHash" not in view
     assert all("evidence" not in stage and "request" not in stage for stage in view["stages"])
+
+
+def test_review_run_gets_the_block_with_the_gates_closed(store: JournalStore) -> None:
+    """A read-only credential (gates closed) can review: the block needs no recorded operation; the apply run needs the gate."""
+    for confirmation in (None, {}, {"confirmed": True}):
+        with pytest.raises(VmanywareError) as info:
+            create(store, planned(snapshot=True), confirmation=confirmation, environ={"VMANYWARE_PROVISIONING_ENABLED": "false"})
+        assert info.value.code == "confirmation_required"
+        assert info.value.details["expected_confirmation"] == expected_confirmation(planned(snapshot=True).plan, SCOPE)
+        assert info.value.details["provisioning_enabled"] is False and info.value.details["snapshots_enabled"] is False
+    with pytest.raises(VmanywareError) as info:
+        create(store, planned(snapshot=True), environ={})
+    assert info.value.code == "provisioning_disabled"
+    assert store.list_operations() == []
