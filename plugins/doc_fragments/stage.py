@@ -27,11 +27,15 @@ options:
       - The operation returned by M(vmanyware.proxmox.vmanyware_operation).
       - The stage reads its inputs only from that operation's immutable snapshots in the journal.
       - Required, except in check mode with O(preview_operation).
+      - In check mode, the O(operation_id) that M(vmanyware.proxmox.vmanyware_operation) returned for a preview (the operation
+        is not recorded) previews against that document; the action plugin passes it as O(preview_operation) from the fact
+        C(vmanyware_preview_operation), so a playbook written for the normal mode runs unchanged with C(--check).
     type: str
   preview_operation:
     description:
-      - Check mode only, when no operation is recorded yet (a C(--check) run of the whole workflow). Pass the
-        C(preview_document) that M(vmanyware.proxmox.vmanyware_operation) returned in check mode.
+      - Check mode only, when no operation is recorded yet (a C(--check) run of the whole workflow), the
+        C(preview_document) that M(vmanyware.proxmox.vmanyware_operation) returned in check mode. Not needed when
+        O(operation_id) is that preview's id (see there).
       - The stage then reads Proxmox and returns the requests it would send, against that in-memory document;
         nothing is written. Outside check mode this option is refused.
     type: dict

@@ -154,7 +154,9 @@ def create_operation(
             {"scope": provider_scope_id, "node": target["node"], "vmid": target["vmid"]},
             {"definition": dict(planned.definition), "mapping": dict(planned.mapping), "plan": dict(plan), "confirmation": confirmed},
             stage_kinds, utc_now())
-        return {"changed": True, "operation_id": None, "created": False, "operation": public_view(preview), "preview_document": preview}
+        # operation_id is the preview's own id, so a playbook that passes it on to the stages previews them unchanged.
+        return {"changed": True, "operation_id": preview["operationId"], "created": False, "operation": public_view(preview),
+                "preview_document": preview}
     document, created = store.create_operation(
         idempotency_key=key,
         provider_scope_id=provider_scope_id,

@@ -26,6 +26,11 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic, StageRunner, StageSettings
 
 
+# The fact vmanyware_operation sets in check mode: the document an apply run would record (never written). A check-mode
+# stage task whose operation_id is that document's gets it as preview_operation (plugins/plugin_utils/_in_process.py).
+PREVIEW_FACT = "vmanyware_preview_operation"
+
+
 def journal_argument_spec() -> dict[str, dict[str, t.Any]]:
     """``journal_dir`` (doc fragment ``vmanyware.proxmox.stage.journal``)."""
     return {"journal_dir": {"type": "path"}}
@@ -72,12 +77,15 @@ class PreviewStore:
 
 
 def _store_and_operation(params: t.Mapping[str, t.Any], check_mode: bool) -> tuple[t.Any, str]:
-    if params.get("operation_id"):
-        return open_store(params.get("journal_dir")), params["operation_id"]
+    """The journal and the operation id; in check mode, the preview document when it is the operation named (or none is)."""
+    operation_id = params.get("operation_id")
     preview = params.get("preview_operation")
     if preview and check_mode:
         store = PreviewStore(preview)
-        return store, store.document["operationId"]
+        if not operation_id or operation_id == store.document["operationId"]:
+            return store, store.document["operationId"]
+    if operation_id:
+        return open_store(params.get("journal_dir")), operation_id
     raise InputError("operation_id is required (preview_operation is accepted in check mode only).", path="operation_id",
                      details={"rule": "required"})
 

@@ -120,7 +120,9 @@ EXAMPLES = r"""
 RETURN = r"""
 operation_id:
   description:
-    - The id of the operation (V(null) in check mode when it would be created).
+    - The id of the operation. In check mode, when it would be created, the id of the preview (RV(preview_document)); stage tasks of
+      the same play given this id in check mode preview against that document (through the fact C(vmanyware_preview_operation)), so a
+      playbook written for the normal mode runs unchanged with C(--check).
     - With O(state=adopt), the id the VM's binding description names (also in check mode).
   returned: success
   type: str
@@ -159,8 +161,8 @@ operation:
 preview_document:
   description:
     - Check mode only, when the operation would be created or adopted. The complete operation document an apply run would record
-      (never written). Pass it to the stage modules as O(vmanyware.proxmox.vmanyware_clone#module:preview_operation) to
-      preview every stage in check mode.
+      (never written). Stage tasks in check mode get it automatically when their O(vmanyware.proxmox.vmanyware_clone#module:operation_id)
+      is RV(operation_id); it can also be passed explicitly as O(vmanyware.proxmox.vmanyware_clone#module:preview_operation).
   returned: check mode, when the operation does not exist in the journal yet
   type: dict
 ansible_facts:
@@ -170,6 +172,10 @@ ansible_facts:
   contains:
     vmanyware_operation:
       description: Same as RV(operation).
+      type: dict
+      returned: success
+    vmanyware_preview_operation:
+      description: Same as RV(preview_document) (V(null) when there is none); check-mode stage tasks read it.
       type: dict
       returned: success
 error_code:
@@ -220,7 +226,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
     read_gate,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PREVIEW_FACT, journal_argument_spec, open_store
 
 
 def argument_spec() -> dict:
@@ -254,6 +260,8 @@ def action(params, check_mode, diff) -> dict:
                                   idempotency_key=params["idempotency_key"], environ=os.environ,
                                   provisioning_option=params["provisioning_enabled"], check_mode=check_mode)
     result["ansible_facts"] = {"vmanyware_operation": result["operation"]}
+    # Check mode: the stages of the same play preview against this document (plugin_utils/_in_process.py).
+    result["ansible_facts"][PREVIEW_FACT] = result.get("preview_document")
     return result
 
 

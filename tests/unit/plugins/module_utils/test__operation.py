@@ -158,7 +158,8 @@ def test_conflicting_operation_on_the_same_target(store: JournalStore) -> None:
 
 def test_check_mode_writes_nothing(store: JournalStore) -> None:
     preview = create(store, check_mode=True)
-    assert preview["changed"] and preview["operation_id"] is None and store.list_operations() == []
+    assert preview["changed"] and store.list_operations() == []
+    assert preview["operation_id"] == preview["preview_document"]["operationId"] == preview["operation"]["operationId"]
     assert [item["kind"] for item in preview["operation"]["stages"]][:3] == ["clone", "resources", "disk"]
     created = create(store)
     again = create(store, check_mode=True)
