@@ -339,6 +339,8 @@ def _mapping_rules(mapping: t.Mapping[str, t.Any], path: str, code: str) -> dict
     result: dict[str, t.Any] = {}
     for field in _MAPPING_FIELDS:
         result[field] = int(mapping[field]) if field in _INT_FIELDS else str(mapping[field])
+    if mapping.get("pool") is not None:  # optional: absent, the mapping (and every hash over it) is as before
+        result["pool"] = str(mapping["pool"])
     attestation = mapping.get("imageDefaultUser")
     if attestation is not None:
         prefix = "imageDefaultUser" if path == "$" else path + ".imageDefaultUser"

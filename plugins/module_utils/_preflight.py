@@ -316,7 +316,12 @@ class _Preflight:
             storage=self.plan["storage"], bridge=self.plan["bridge"],
         )
         held: dict[str, set[str]] = {}
-        for path in dict.fromkeys(row.path for row in rows):
+        target = "/vms/%d" % self.plan["target"]["vmid"]
+        pool = self.source.get("pool")
+        # A VM cloned into a pool is a member from its creation: privileges on /pool/<pool> count for it (clone checks
+        # VM.Allocate on /vms/<newid> or /pool/<pool>; every later request inherits the pool's ACL).
+        pool_path = "/pool/%s" % pool if pool else None
+        for path in dict.fromkeys([row.path for row in rows] + ([pool_path] if pool_path else [])):
             try:
                 data = self.client.get("/access/permissions", path=path)
             except ProviderError:
@@ -326,13 +331,16 @@ class _Preflight:
                 self.set("privileges", "unknown", "The token's effective privileges could not be understood.")
                 return
             held[path] = effective_privileges(data, path)
+        if pool_path:
+            held[target] = held[target] | held[pool_path]
         missing = [row for row in rows if row.privilege not in held[row.path]]
         if not missing:
             self.set("privileges", "passed", "The token holds every privilege the planned stages need.")
             return
         seen: list[str] = []
         for row in missing:
-            text = f"{row.privilege} on {row.path} ({row.stage})"
+            where = f"{row.path} or {pool_path}" if pool_path and row.path == target else row.path
+            text = f"{row.privilege} on {where} ({row.stage})"
             if text not in seen:
                 seen.append(text)
         self.set("privileges", "failed", "The token lacks: " + "; ".join(seen) + ".")

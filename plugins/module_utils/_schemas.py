@@ -41,6 +41,8 @@ NODE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 TEMPLATE_VERSION_PATTERN = r"^[A-Za-z0-9._+-]{1,128}$"
 STORAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 BRIDGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$"
+# PVE's pve-poolid format (nested pools a/b/c since PVE 8.1); at most 64 characters here.
+POOL_PATTERN = r"^(?=.{1,64}$)[A-Za-z0-9_-]+(?:/[A-Za-z0-9_-]+){0,2}$"
 GUEST_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
 DNS_LABEL_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$"
 # Debian policy 5.6.1, minus a trailing "-" (apt reads "name-" as "remove name").
@@ -98,6 +100,7 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
                 "guestUser": _string(
                     GUEST_USER_PATTERN, "1-32 lowercase letters, digits, underscores or hyphens, starting with a lowercase letter or underscore."
                 ),
+                "pool": _string(POOL_PATTERN, "Optional resource pool the VM is cloned into (PVE pool id, up to three levels a/b/c)."),
                 "imageDefaultUser": {"$ref": "#/$defs/imageDefaultUser"},
             },
         },

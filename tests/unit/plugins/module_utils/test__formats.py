@@ -574,3 +574,21 @@ def test_mapping_input_is_validated_as_data() -> None:
     with pytest.raises(FormatError) as info:
         parse_catalog(text={"x": "y" * (64 * 1024)})
     assert info.value.details["rule"] == "too_large"
+
+
+def test_a_mapping_may_name_a_pool() -> None:
+    """``pool`` is optional: a catalog without it normalizes (and hashes) exactly as before."""
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import plan_hash
+
+    plain = parse_catalog(text=dump(catalog()))
+    assert all("pool" not in mapping for mapping in plain["images"])
+    pooled = catalog()
+    pooled["images"][1]["pool"] = "vmanyware/lab"
+    parsed = parse_catalog(text=dump(pooled))
+    assert parsed["images"][1]["pool"] == "vmanyware/lab" and list(parsed["images"][1])[-2:] == ["pool", "imageDefaultUser"]
+    assert plan_hash("0" * 64, parsed["images"][1], 201) != plan_hash("0" * 64, plain["images"][1], 201)
+    for bad in ("a/b/c/d", "with space", "", "x" * 65, "a//b"):
+        pooled["images"][1]["pool"] = bad
+        with pytest.raises(FormatError) as info:
+            parse_catalog(text=dump(pooled))
+        assert (info.value.path, info.value.details["rule"]) in (("images[1].pool", "pattern"), ("images[1].pool", "min_length"))
