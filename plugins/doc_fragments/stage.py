@@ -39,6 +39,13 @@ options:
       - The stage then reads Proxmox and returns the requests it would send, against that in-memory document;
         nothing is written. Outside check mode this option is refused.
     type: dict
+  set_operation_fact:
+    description:
+      - Set the fact C(vmanyware_operation) (the operation's public view) from this run. By default a stage sets no fact, so
+        it never overwrites one the playbook relies on; register the result, or read the operation with
+        M(vmanyware.proxmox.vmanyware_operation_info).
+    type: bool
+    default: false
   wait_budget:
     description:
       - How long this run waits for a running Proxmox task before returning RV(done=false) with progress.

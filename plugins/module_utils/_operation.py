@@ -171,8 +171,8 @@ def create_operation(
     return {"changed": created, "operation_id": document["operationId"], "created": created, "operation": public_view(document)}
 
 
-def public_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """What may leave the journal: identities, hashes, status and stage progress; no private evidence."""
+def public_view(document: t.Mapping[str, t.Any], evidence: bool = False) -> dict[str, t.Any]:
+    """What may leave the journal: identities, hashes, status and stage progress; each stage's evidence only when asked."""
     plan = document["plan"]
     mapping = document["mapping"]
     handoff = dict(document.get("handoff") or {})
@@ -192,8 +192,8 @@ def public_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "instance": {"node": document["target"]["node"], "vmid": document["target"]["vmid"], "name": plan["target"]["name"],
                      "tag": instance_tag(document["operationId"])},
         "guestUser": plan["guestUser"],
-        "stages": [{"position": item["position"], "kind": item["kind"], "status": item["status"],
-                    "submissionStarted": item["submissionStarted"], "upid": item["upid"],
-                    "failure": item["failure"]} for item in document["stages"]],
+        "stages": [dict({"position": item["position"], "kind": item["kind"], "status": item["status"],
+                         "submissionStarted": item["submissionStarted"], "upid": item["upid"], "failure": item["failure"]},
+                        **({"evidence": dict(item["evidence"])} if evidence else {})) for item in document["stages"]],
         "handoff": handoff,
     }

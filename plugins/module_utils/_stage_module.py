@@ -44,6 +44,7 @@ def stage_argument_spec() -> dict[str, dict[str, t.Any]]:
         "wait_budget": {"type": "float"},
         "timeout": {"type": "float"},
         "lock_wait": {"type": "float", "default": 60.0},
+        "set_operation_fact": {"type": "bool", "default": False},
         "resend_after": {"type": "float", "default": 30.0, "fallback": (env_fallback, ["VMANYWARE_RESEND_AFTER"])},
     }
     spec.update(journal_argument_spec())
@@ -108,7 +109,10 @@ def bind_scope(settings: t.Any, operation: t.Mapping[str, t.Any]) -> None:
 
 def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: bool, diff: bool,
               client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
-    """Run ``logic`` for ``params['operation_id']``; the result includes the operation as facts."""
+    """Run ``logic`` for ``params['operation_id']``; a compact result (no evidence), facts only with ``set_operation_fact``.
+
+    The full record, evidence included, is the journal's (``vmanyware_operation_info`` with ``evidence: true``).
+    """
     store, operation_id = _store_and_operation(params, check_mode)
     operation = store.load(operation_id)
     settings = StageSettings(check_mode=check_mode, diff=diff, wait_budget=params.get("wait_budget"),
@@ -121,7 +125,9 @@ def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: b
         result = StageRunner(store, client, logic, settings).run(operation_id)
     finally:
         client.close()
-    result["ansible_facts"] = {"vmanyware_operation": public_view(store.load(operation_id))}
+    result["stage"] = {key: value for key, value in result["stage"].items() if key != "evidence"}
+    if params.get("set_operation_fact"):
+        result["ansible_facts"] = {"vmanyware_operation": public_view(store.load(operation_id))}
     return result
 
 

@@ -12,7 +12,7 @@ short_description: Show an operation from the local journal
 version_added: 0.1.0
 description:
   - Reads one operation from the local journal and returns its public view - identities, hashes, status, stage progress
-    and the hand-off. No private evidence, no secret, no idempotency key.
+    and the hand-off; with O(evidence=true) also each stage's evidence. No secret, no idempotency key.
   - Contacts no Proxmox host. The connection options are accepted so that one C(module_defaults) entry for the action group
     C(group/vmanyware.proxmox.proxmox) serves every module of the collection; this module never uses them.
   - A missing operation fails with C(not_found); a journal file that is not a valid operation document fails with
@@ -28,6 +28,13 @@ options:
     description: The operation to show.
     type: str
     required: true
+  evidence:
+    description:
+      - Also return each stage's evidence (C(evidence) in RV(operation.stages)), what its independent read-back recorded (volume,
+        digests, MAC address, seed hashes, IPv4 and host keys, installed package versions, snapshot name). The stage modules
+        return a compact record without it.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -109,7 +116,7 @@ operation:
       type: str
       returned: success
     stages:
-      description: Position, kind, status, submissionStarted, upid and failure of each stage.
+      description: Position, kind, status, submissionStarted, upid and failure of each stage (and C(evidence) with O(evidence=true)).
       type: list
       elements: dict
       returned: success
@@ -136,12 +143,13 @@ def argument_spec() -> dict:
     spec = journal_argument_spec()
     spec.update(connection_argument_spec())  # accepted for module_defaults groups, never used
     spec["operation_id"] = {"type": "str", "required": True}
+    spec["evidence"] = {"type": "bool", "default": False}
     return spec
 
 
 def action(params, check_mode, diff) -> dict:
     operation_id = validate_operation_id(params["operation_id"])
-    return {"changed": False, "operation": public_view(open_store(params["journal_dir"]).load(operation_id))}
+    return {"changed": False, "operation": public_view(open_store(params["journal_dir"]).load(operation_id), evidence=params["evidence"])}
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action)

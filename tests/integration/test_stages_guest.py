@@ -262,7 +262,7 @@ def test_packages_lost_install_reply_is_never_rerun(sim: t.Any, tmp_path: Path) 
         assert err.code == "outcome_uncertain" and env.stage("packages")["status"] == "uncertain"
         time.sleep(0.5)
         result = env.run(PackagesStage())
-    assert result["done"] and result["stage"]["evidence"]["packages"]["git"] == load_index()["git"][-1]
+    assert result["done"] and env.stage("packages")["evidence"]["packages"]["git"] == load_index()["git"][-1]
     installs = [e for e in sim.requests("POST", r"/agent/exec$") if "install" in e["params"]["command"]]
     assert len(installs) == 1
 
@@ -298,7 +298,7 @@ def test_full_happy_path_clone_to_snapshot(sim: t.Any, tmp_path: Path, monkeypat
     params = {"operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "api_host": conn["host"],
               "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
               "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-              "api_timeout": 10.0, "lock_wait": 30.0}
+              "api_timeout": 10.0, "lock_wait": 30.0, "set_operation_fact": True}
     monkeypatch.setenv("VMANYWARE_SNAPSHOTS_ENABLED", "true")
     for logic in (CloudinitStage(), SeedStage(), StartStage(), ReadinessStage(), PackagesStage(), SnapshotStage()):
         result = run_stage(params, logic, check_mode=False, diff=False)

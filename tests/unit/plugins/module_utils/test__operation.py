@@ -207,3 +207,11 @@ def test_review_run_gets_the_block_with_the_gates_closed(store: JournalStore) ->
         create(store, planned(snapshot=True), environ={})
     assert info.value.code == "provisioning_disabled"
     assert store.list_operations() == []
+
+
+def test_public_view_has_the_evidence_only_when_asked(store: JournalStore) -> None:
+    created = create(store)
+    document = store.load(created["operation_id"])
+    assert all("evidence" not in stage for stage in public_view(document)["stages"])
+    full = public_view(document, evidence=True)
+    assert [stage["evidence"] for stage in full["stages"]] == [dict(stage["evidence"]) for stage in document["stages"]]
