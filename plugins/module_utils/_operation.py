@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, VmanywareError, snake_keys
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
     JournalStore,
     hash_idempotency_key,
@@ -172,7 +172,14 @@ def create_operation(
 
 
 def public_view(document: t.Mapping[str, t.Any], evidence: bool = False) -> dict[str, t.Any]:
-    """What may leave the journal: identities, hashes, status and stage progress; each stage's evidence only when asked."""
+    """What may leave the journal: identities, hashes, status and stage progress; each stage's evidence only when asked.
+
+    Keys in snake_case, as every module return key (the journal document itself keeps its camelCase).
+    """
+    return t.cast(dict, snake_keys(_public_fields(document, evidence)))
+
+
+def _public_fields(document: t.Mapping[str, t.Any], evidence: bool) -> dict[str, t.Any]:
     plan = document["plan"]
     mapping = document["mapping"]
     handoff = dict(document.get("handoff") or {})

@@ -19,7 +19,14 @@ import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import CONNECT_FAILURE_TEXTS, ConnectionSettings, ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES, ConfigurationError, InputError, ProviderError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import (
+    ERROR_CODES,
+    ConfigurationError,
+    InputError,
+    ProviderError,
+    VmanywareError,
+    snake_keys,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges, required_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, parse_size_bytes
 
@@ -384,14 +391,13 @@ def run_preflight(
     summary = {s: sum(1 for c in checks if c.status == s) for s in ("passed", "failed", "unknown")}
     result: dict[str, t.Any] = {
         "changed": False,
-        "planHash": planned.plan_hash,
         "plan_hash": planned.plan_hash,
-        "providerScopeId": scope,
+        "provider_scope_id": scope,
         "checks": [c.to_result() for c in checks],
         "summary": summary,
-        "creationEnabled": creation_enabled,
-        "vmidReserved": False,
-        "capabilities": capabilities,
+        "creation_enabled": creation_enabled,
+        "vmid_reserved": False,
+        "capabilities": snake_keys(capabilities),
     }
     decidable_unknown = [c.code for c in checks if c.status == "unknown" and c.code not in UNDECIDABLE]
     if (fail_on in ("failed", "unknown") and summary["failed"]) or (fail_on == "unknown" and decidable_unknown):

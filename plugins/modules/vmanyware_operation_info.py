@@ -59,11 +59,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 operation:
-  description: The public view of the operation.
+  description: The public view of the operation (keys in snake_case; the journal document keeps its camelCase).
   returned: success
   type: dict
   contains:
-    operationId:
+    operation_id:
       description: The operation id.
       type: str
       returned: success
@@ -79,49 +79,49 @@ operation:
       description: Whether the operation released its target.
       type: bool
       returned: success
-    providerScopeId:
+    provider_scope_id:
       description: The provider scope the operation was confirmed for.
       type: str
       returned: success
-    createdAt:
+    created_at:
       description: Creation time (UTC).
       type: str
       returned: success
-    updatedAt:
+    updated_at:
       description: Time of the last journal write (UTC).
       type: str
       returned: success
-    definitionName:
+    definition_name:
       description: The definition's name.
       type: str
       returned: success
-    definitionHash:
+    definition_hash:
       description: The definition hash.
       type: str
       returned: success
-    planHash:
+    plan_hash:
       description: The plan hash.
       type: str
       returned: success
     source:
-      description: Image, node, template VMID and template version of the catalog mapping.
+      description: C(image), C(node), C(template_vmid) and C(template_version) of the catalog mapping.
       type: dict
       returned: success
     instance:
       description: Node, VMID, name and instance tag of the VM.
       type: dict
       returned: success
-    guestUser:
+    guest_user:
       description: The guest user of the image.
       type: str
       returned: success
     stages:
-      description: Position, kind, status, submissionStarted, upid and failure of each stage (and C(evidence) with O(evidence=true)).
+      description: Position, kind, status, submission_started, upid and failure of each stage (and C(evidence) with O(evidence=true)).
       type: list
       elements: dict
       returned: success
     handoff:
-      description: The end result recorded by the last stages (empty until then).
+      description: The end result recorded by the last stages (empty until then), e.g. C(ipv4), C(known_hosts), C(snapshot).
       type: dict
       returned: success
 error_code:

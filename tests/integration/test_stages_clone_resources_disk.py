@@ -361,7 +361,7 @@ def test_ansible_playbook_operation_to_info(pvesim: t.Any, tmp_path: Path) -> No
     assert conn["tokens"]["full"]["secret"] not in completed.stdout + completed.stderr
     view = json.loads(out.read_text(encoding="utf-8"))
     assert [(s["kind"], s["status"]) for s in view["stages"][:3]] == [("clone", "completed"), ("resources", "completed"), ("disk", "completed")]
-    assert view["instance"]["vmid"] == 201 and view["instance"]["tag"] == instance_tag(view["operationId"])
+    assert view["instance"]["vmid"] == 201 and view["instance"]["tag"] == instance_tag(view["operation_id"])
     assert effective_mutations(pvesim) == [("POST", "/nodes/pve-test/qemu/9000/clone"), ("PUT", "/nodes/pve-test/qemu/201/config"),
                                            ("PUT", "/nodes/pve-test/qemu/201/resize")]
     assert_clean(pvesim)

@@ -159,7 +159,7 @@ def test_conflicting_operation_on_the_same_target(store: JournalStore) -> None:
 def test_check_mode_writes_nothing(store: JournalStore) -> None:
     preview = create(store, check_mode=True)
     assert preview["changed"] and store.list_operations() == []
-    assert preview["operation_id"] == preview["preview_document"]["operationId"] == preview["operation"]["operationId"]
+    assert preview["operation_id"] == preview["preview_document"]["operationId"] == preview["operation"]["operation_id"]
     assert [item["kind"] for item in preview["operation"]["stages"]][:3] == ["clone", "resources", "disk"]
     created = create(store)
     again = create(store, check_mode=True)
@@ -215,3 +215,22 @@ def test_public_view_has_the_evidence_only_when_asked(store: JournalStore) -> No
     assert all("evidence" not in stage for stage in public_view(document)["stages"])
     full = public_view(document, evidence=True)
     assert [stage["evidence"] for stage in full["stages"]] == [dict(stage["evidence"]) for stage in document["stages"]]
+
+
+def test_module_return_keys_are_snake_case(store: JournalStore) -> None:
+    """The public view and error details use Ansible's key style; the plan and confirmation documents keep theirs."""
+    import json
+    import re
+
+    result = create(store)
+    view = json.dumps(result["operation"])
+    assert re.findall(r'"([A-Za-z_]*[A-Z][A-Za-z_]*)":', view) == []
+    assert result["operation"]["provider_scope_id"] == SCOPE and result["operation"]["source"]["template_vmid"] == 9000
+    with pytest.raises(VmanywareError) as info:
+        create(store, confirmation=None)
+    details = info.value.to_result()["error_details"]
+    assert details["provisioning_enabled"] is True and "definitionHash" in details["expected_confirmation"]
+    with pytest.raises(VmanywareError) as info:
+        create(store, key="another request for the same target")
+    assert info.value.code == "conflicting_operation"
+    assert info.value.to_result()["error_details"] == {"operation_id": result["operation_id"]}
