@@ -24,6 +24,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (
     build_settings,
 )
 
+
 def set_env_fallback(*names: str, **kwargs: t.Any) -> str:
     """Like Ansible's ``env_fallback``, but a variable set to the empty string counts as unset.
 

@@ -43,7 +43,9 @@ def block(name: str) -> str:
 
 
 def commands(name: str) -> list[str]:
-    return [line for line in block(name).splitlines() if line.strip() and not line.startswith("#")]
+    """The block's shell commands, continuation lines (``\\``) joined."""
+    joined = block(name).replace("\\\n", "")
+    return [line for line in joined.splitlines() if line.strip() and not line.startswith("#")]
 
 
 def on_simulator(text: str) -> str:

@@ -12,7 +12,8 @@ version=$(ansible --version)
 echo "== artifact with ${version%%$'\n'*}"
 ansible-galaxy collection build --force --output-path "$work/dist" "$repo" >/dev/null
 tarball=$(ls "$work"/dist/vmanyware-proxmox-*.tar.gz)
-if tar -tzf "$tarball" | grep -E '(^|/)(\.mypy_cache|\.ruff_cache|\.coverage[^/]*|\.plugin-cache\.yaml|\.pytest_cache|\.hypothesis|\.cache|\.molecule|\.ansible|\.venv)(/|$)'; then
+caches='\.mypy_cache|\.ruff_cache|\.coverage[^/]*|\.plugin-cache\.yaml|\.pytest_cache|\.hypothesis|\.cache|\.molecule|\.ansible|\.venv'
+if tar -tzf "$tarball" | grep -E "(^|/)($caches)(/|\$)"; then
   echo "caches in $tarball (add them to build_ignore in galaxy.yml)" >&2
   exit 1
 fi

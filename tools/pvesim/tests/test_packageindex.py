@@ -29,7 +29,8 @@ def fake_mirror(packages: str = PACKAGES, corrupt: bool = False) -> dict[str, by
     files: dict[str, bytes] = {}
     for archive, suite in packageindex.SUITES:
         base = f"http://mirror/{archive}/dists/{suite}/"
-        files[base + "Release"] = f"Suite: {suite}\nDate: Sat, 01 Nov 2026 00:00:00 UTC\nSHA256:\n {digest} {len(packed)} main/binary-amd64/Packages.xz\n".encode()
+        release = f"Suite: {suite}\nDate: Sat, 01 Nov 2026 00:00:00 UTC\nSHA256:\n {digest} {len(packed)} main/binary-amd64/Packages.xz\n"
+        files[base + "Release"] = release.encode()
         files[base + "main/binary-amd64/Packages.xz"] = packed
     return files
 

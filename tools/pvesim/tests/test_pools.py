@@ -66,5 +66,3 @@ def test_clone_into_a_missing_pool(pvesim: PvesimAdmin, api: Api) -> None:
     reply = api.req("POST", "/nodes/pve-test/qemu/9000/clone", data={"newid": 202, "full": 1, "pool": "nosuch"})
     assert reply.status_code == 403 and "pool 'nosuch' does not exist" in reply.reason
     assert 202 not in [r["vmid"] for r in api.data(api.get("/cluster/resources", type="vm"))]
-
-
