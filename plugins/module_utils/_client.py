@@ -465,7 +465,8 @@ def connect_failure_reason(exc: BaseException) -> str:
     if any(isinstance(item, OSError) and item.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH) for item in chain):
         return "network_unreachable"
     if any(isinstance(item, (TimeoutError, socket.timeout)) for item in chain) or (
-            HAS_REQUESTS and any(type(item) is urllib3.exceptions.ConnectTimeoutError for item in chain)):
+            HAS_REQUESTS and any(isinstance(item, urllib3.exceptions.ConnectTimeoutError)
+                                 and not isinstance(item, urllib3.exceptions.NewConnectionError) for item in chain)):
         return "connect_timeout"
     return "connect_failed"
 
@@ -479,7 +480,6 @@ def _is_connect_phase(exc: BaseException) -> bool:
     """True when a requests ConnectionError happened before any request byte was sent."""
     connect_errors = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.NameResolutionError)
     return any(isinstance(item, connect_errors) for item in _exception_chain(exc))
-    return False
 
 
 class ProxmoxClient:

@@ -161,12 +161,15 @@ class InProcessModuleAction(ActionBase):
         play = getattr(getattr(self._task, "_parent", None), "_play", None)
         groups = (getattr(play, "_action_groups", None) or {}).get(fqcn, [])
         names: set[str] = set()
-        for key, value in merged.items():
-            if key.startswith("group/") and key.split("group/")[-1] in groups:
-                value = self._templar.template(value)
-                if isinstance(value, t.Mapping):
-                    names.update(str(name) for name in value)
-        own = self._templar.template(merged.get(fqcn) or {})
+        try:
+            for key, value in merged.items():
+                if key.startswith("group/") and key.split("group/")[-1] in groups:
+                    value = self._templar.template(value)
+                    if isinstance(value, t.Mapping):
+                        names.update(str(name) for name in value)
+            own = self._templar.template(merged.get(fqcn) or {})
+        except Exception:  # pylint: disable=broad-exception-caught  # not resolvable here: leave the task's arguments as they are
+            return set()
         return names - set(own if isinstance(own, t.Mapping) else ())
 
     def _module_args(self, task_vars: t.Mapping[str, t.Any] | None) -> dict[str, t.Any]:

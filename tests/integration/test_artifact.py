@@ -41,7 +41,7 @@ def test_build_leaves_out_tool_caches(tmp_path: Path) -> None:
     with tarfile.open(tarball) as tar:
         names = tar.getnames()
     assert "plugins/modules/vmanyware_plan.py" in names and "roles/provision/tasks/main.yml" in names
-    assert [name for name in names if any(name == c or name.startswith(c.split("/x")[0]) for c in CACHES)] == []
+    assert [name for name in names if any(name == c or name.startswith(c.split("/x", maxsplit=1)[0]) for c in CACHES)] == []
 
 
 def test_galaxy_metadata_and_the_tested_ansible_core_range() -> None:

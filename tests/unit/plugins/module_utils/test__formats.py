@@ -566,7 +566,7 @@ def test_mapping_input_is_validated_as_data() -> None:
         parse_catalog(text=catalog(), path="/nonexistent")
     assert info.value.details["rule"] == "source"
     nested: dict = {}
-    for _ in range(40):
+    for _level in range(40):
         nested = {"x": nested}
     with pytest.raises(FormatError) as info:
         parse_catalog(text=nested)
