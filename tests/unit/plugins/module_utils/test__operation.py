@@ -235,12 +235,3 @@ def test_module_return_keys_are_snake_case(store: JournalStore) -> None:
     assert info.value.code == "conflicting_operation"
     assert info.value.to_result()["error_details"] == {"operation_id": result["operation_id"]}
 
-
-def test_unknown_confirmation_field_is_named_when_a_plain_identifier(store: JournalStore) -> None:
-    block = expected_confirmation(planned().plan, SCOPE)
-    with pytest.raises(VmanywareError) as info:
-        create(store, confirmation=dict(block, targetVmId=201))
-    assert info.value.code == "invalid_option" and info.value.message.endswith("not part of it: targetVmId.")
-    with pytest.raises(VmanywareError) as info:
-        create(store, confirmation=dict(block, **{"PLANTED secret value": 1}))
-    assert "PLANTED" not in info.value.message
