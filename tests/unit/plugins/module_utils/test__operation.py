@@ -234,4 +234,3 @@ def test_module_return_keys_are_snake_case(store: JournalStore) -> None:
         create(store, key="another request for the same target")
     assert info.value.code == "conflicting_operation"
     assert info.value.to_result()["error_details"] == {"operation_id": result["operation_id"]}
-
