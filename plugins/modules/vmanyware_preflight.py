@@ -69,15 +69,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-planHash:
+plan_hash:
   description: The C(planHash) of the recomputed plan.
   returned: always
   type: str
-plan_hash:
-  description: Same as RV(planHash).
-  returned: always
-  type: str
-providerScopeId:
+provider_scope_id:
   description:
     - C(pve:) and the SHA-256 of the API URL, the certificate SHA-256 fingerprint and the token's C(user@realm); not secret.
     - V(null) when no certificate was pinned or observed (the API was not reached).
@@ -109,11 +105,11 @@ summary:
   description: Counts of C(passed), C(failed) and C(unknown) checks.
   returned: always
   type: dict
-creationEnabled:
+creation_enabled:
   description: Whether E(VMANYWARE_PROVISIONING_ENABLED) is exactly V(true).
   returned: always
   type: bool
-vmidReserved:
+vmid_reserved:
   description: Always V(false); a preflight reserves nothing.
   returned: always
   type: bool
