@@ -69,10 +69,13 @@ def without_foreign_group_defaults(args: t.Mapping[str, t.Any], entry: ModuleEnt
     option set there that this module does not take (``journal_dir`` for ``vmanyware_plan``) is left out,
     and a group default gives way to the other member of a mutually exclusive pair that the task itself
     (or the module's own defaults) set (``catalog`` on the task, ``catalog_path`` in the group).
+    A group default outside this module's choices for an option of the same name is meant for another
+    module (``state: present`` of ``vmanyware_operation`` is not a state of ``vmanyware_vmid``) and is left out too.
     ``from_group`` names the options that reached the task only through group defaults.
     """
     accepted = entry.argument_spec()
-    kept = {name: value for name, value in args.items() if name in accepted or name not in from_group}
+    kept = {name: value for name, value in args.items()
+            if name not in from_group or (name in accepted and _within_choices(value, accepted[name]))}
     for group in entry.mutually_exclusive:
         present = [name for name in group if kept.get(name) is not None]
         if len(present) > 1 and any(name not in from_group for name in present):
@@ -80,6 +83,14 @@ def without_foreign_group_defaults(args: t.Mapping[str, t.Any], entry: ModuleEnt
                 if name in from_group:
                     del kept[name]
     return kept
+
+
+def _within_choices(value: t.Any, spec: t.Mapping[str, t.Any]) -> bool:
+    """Whether a group default fits the option's ``choices`` (always when it has none, or for a templated value)."""
+    choices = spec.get("choices")
+    if not choices or not isinstance(value, (str, int)) or isinstance(value, bool) or spec.get("type") == "list":
+        return True
+    return value in choices or str(value) in [str(choice) for choice in choices]
 
 
 def with_preview_document(args: t.Mapping[str, t.Any], entry: ModuleEntry, facts: t.Mapping[str, t.Any]) -> dict[str, t.Any]:

@@ -34,9 +34,11 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 GROUP = "group/vmanyware.proxmox.proxmox"
 # The order the modules run in (stages in check mode: they preview against the recorded operation).
-RUN_ORDER = ("plan", "preflight", "operation", "operation_info", "clone", "resources", "disk", "cloudinit", "seed", "start", "readiness",
-             "packages", "snapshot")
-STAGES = RUN_ORDER[4:]
+RUN_ORDER = ("certificate_info", "capabilities", "vmid", "plan", "preflight", "operation", "operation_info", "clone", "resources", "disk",
+             "cloudinit", "seed", "start", "readiness", "packages", "snapshot", "cleanup")
+STAGES = RUN_ORDER[7:16]
+# Cleanup takes every option but refuses the open operation: its own refusal shows the options were accepted.
+EXPECTED_REFUSAL = {"cleanup": "cleanup_not_eligible"}
 
 
 def group_modules() -> list[str]:
@@ -84,7 +86,8 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         "catalog": yaml.safe_load((REPO / "examples/catalog.yml").read_text()), "definition": yaml.safe_load(definition.read_text()),
         "journal_dir": str(journal), "confirmation": confirmation, "idempotency_key": "group-test", "provisioning_enabled": True,
         "state": "present", "fail_on": "failed", "operation_id": operation_id, "preview_operation": preview, "wait_budget": 20,
-        "timeout": 600, "lock_wait": 60,
+        "timeout": 600, "lock_wait": 60, "template_vmid": 9000, "lifecycle_enabled": True, "reason": "group defaults test",
+        "definition_name": "kernel-lab", "since": "2026-01-01", "owner": "group-test", "vmid": 201, "vmid_range": [100, 999],
     }
     options = group_options()
     values: dict[str, t.Any] = {}
@@ -104,8 +107,10 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         tasks = []
         for short in RUN_ORDER:
             task: dict[str, t.Any] = {"name": f"{label} {short}", f"vmanyware.proxmox.vmanyware_{short}": {}, "register": f"out_{short}"}
-            if short in STAGES:
+            if short in STAGES or short in EXPECTED_REFUSAL:
                 task["check_mode"] = True
+            if short in EXPECTED_REFUSAL:
+                task["failed_when"] = "out_%s.error_code | default('') != '%s'" % (short, EXPECTED_REFUSAL[short])
             tasks.append(task)
         plays.append({"name": label, "hosts": "localhost", "gather_facts": False, "module_defaults": {GROUP: defaults}, "tasks": tasks})
     playbook = tmp_path / "group.yml"

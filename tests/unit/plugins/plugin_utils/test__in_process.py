@@ -173,6 +173,18 @@ def test_group_defaults_a_module_does_not_take_are_left_out() -> None:
     assert kept["catalog_path"] and kept["catalog"]
 
 
+def test_a_group_default_outside_the_choices_of_this_module_is_left_out() -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_operation, vmanyware_vmid
+    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import without_foreign_group_defaults
+
+    # state: present is vmanyware_operation's; vmanyware_vmid (reserved, released) keeps its own default.
+    assert "state" not in without_foreign_group_defaults({"state": "present", "owner": "o"}, vmanyware_vmid.ENTRY, {"state"})
+    assert without_foreign_group_defaults({"state": "present"}, vmanyware_operation.ENTRY, {"state"}) == {"state": "present"}
+    assert without_foreign_group_defaults({"state": "released"}, vmanyware_vmid.ENTRY, {"state"}) == {"state": "released"}
+    # On the task itself a wrong choice is left for the module to refuse.
+    assert without_foreign_group_defaults({"state": "present"}, vmanyware_vmid.ENTRY, set()) == {"state": "present"}
+
+
 def test_check_mode_stage_gets_the_preview_of_its_operation_id() -> None:
     from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_clone
     from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import PREVIEW_FACT, with_preview_document
