@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 from proxmoxer import ProxmoxAPI
 
+from pvesim.state import FULL_TOKEN_ACL
 from pvesim.testing import DEFAULT_SPEED, PvesimAdmin
 
 pytestmark = pytest.mark.integration
@@ -47,6 +48,8 @@ PEER_SPEED = 200.0  # simulated task/boot durations / 200; the modules' own 1 s 
 
 # Endpoints the playbook must have exercised (method + schema path).
 EXPECTED_ENDPOINTS = {
+    "GET /pools",
+    "POST /pools",
     "GET /version",
     "GET /nodes",
     "GET /cluster/resources",
@@ -137,6 +140,8 @@ def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: 
     pvesim = fast_pvesim
     conn = pvesim.connection
     token_user, token_name = conn["tokens"]["full"]["id"].split("!")
+    # proxmox_pool creates the pool the clone goes into: the token may allocate that pool (and nothing else more).
+    pvesim.set_token(conn["tokens"]["full"]["id"], privileges={**FULL_TOKEN_ACL, "/pool/peerpool": ["Pool.Allocate", "Pool.Audit"]})
     extra_vars = {
         "pve_port": conn["port"], "pve_ca_file": conn["ca_file"], "pve_node": conn["node"], "pve_storage": conn["storage"],
         "pve_template_vmid": conn["template_vmid"], "pve_token_user": token_user, "pve_token_name": token_name,
@@ -179,7 +184,7 @@ def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: 
     # The VM as the simulator holds it.
     vm = pvesim.vm(PEER_VMID)
     cfg = vm["config"]
-    assert vm["status"] == "running"
+    assert vm["status"] == "running" and vm["pool"] == "peerpool"
     assert cfg["name"] == PEER_NAME
     assert int(cfg["cores"]) == 2 and str(cfg["memory"]) == "2048"
     assert re.fullmatch(r"local-lvm:vm-301-disk-0,.*size=20G.*", cfg["scsi0"]), cfg["scsi0"]
