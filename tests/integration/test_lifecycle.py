@@ -58,6 +58,7 @@ class Env:
             "api_host": "127.0.0.1", "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
             "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
             "journal_dir": str(tmp_path / "journal"), "api_timeout": 10, "lock_wait": 10.0,
+            "provisioning_enabled": True,  # stages re-read the gate before every write
         }
         self.settings = connection_settings(self.params)
         self.scope = provider_scope_id(self.settings, certificate_fingerprint(self.settings))
