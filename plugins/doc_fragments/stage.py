@@ -82,8 +82,8 @@ options:
     type: path
   catalog:
     description:
-      - The template catalog as inline YAML text; the same check as O(catalog_path).
-    type: str
+      - The template catalog as inline YAML text or as a dictionary (validated as data); the same check as O(catalog_path).
+    type: raw
   storage_concurrency:
     description:
       - Admission control for stages that allocate on a storage (clone, disk). At most this many of their requests are in

@@ -54,7 +54,7 @@ def stage_argument_spec() -> dict[str, dict[str, t.Any]]:
         "storage_concurrency": {"type": "int", "default": DEFAULT_STORAGE_CONCURRENCY, "fallback": (env_fallback, [ENV_STORAGE_CONCURRENCY])},
         "provisioning_enabled": {"type": "bool"},
         "catalog_path": {"type": "path"},
-        "catalog": {"type": "str"},
+        "catalog": {"type": "raw"},  # YAML text or a mapping, as for the plan inputs
     }
     spec.update(journal_argument_spec())
     spec.update(connection_argument_spec())

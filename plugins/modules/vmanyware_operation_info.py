@@ -151,10 +151,6 @@ total:
   description: Without O(operation_id), how many operations match the filters (before O(limit)).
   returned: success, without O(operation_id)
   type: int
-snapshots:
-  description: The operation's recorded C(definition), C(mapping) and C(plan) (what was confirmed; nothing secret).
-  returned: with O(operation_id) and O(include_snapshots=true)
-  type: dict
 operation:
   description: The public view of the operation (keys in snake_case; the journal document keeps its camelCase).
   returned: success, with O(operation_id)
@@ -247,7 +243,8 @@ snapshots:
   type: dict
   contains:
     definition:
-      description: The validated definition as recorded, with C(access.sshPublicKeyCount) in place of the keys.
+      description: The validated definition as recorded, with C(access.sshPublicKeyCount) in place of the keys (the keys with
+        O(include_public_keys=true)).
       type: dict
       returned: when O(include_snapshots=true)
     mapping:

@@ -84,7 +84,7 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         "api_fingerprint": pin, "api_timeout": 30,
         "catalog_path": str(REPO / "examples/catalog.yml"), "definition_path": str(definition), "target_vmid": 201,
         "catalog": yaml.safe_load((REPO / "examples/catalog.yml").read_text()), "definition": yaml.safe_load(definition.read_text()),
-        "journal_dir": str(journal), "confirmation": confirmation, "idempotency_key": "group-test", "provisioning_enabled": True,
+        "journal_dir": str(journal), "confirmation": confirmation, "idempotency_key": "group-test", "provisioning_enabled": True, "snapshots_enabled": True,
         "state": "present", "fail_on": "failed", "operation_id": operation_id, "preview_operation": preview, "wait_budget": 20,
         "timeout": 600, "lock_wait": 60, "template_vmid": 9000, "lifecycle_enabled": True, "reason": "group defaults test",
         "definition_name": "kernel-lab", "since": "2026-01-01", "owner": "group-test", "vmid": 201, "vmid_range": [100, 999],
