@@ -28,7 +28,7 @@ def _operation(store: JournalStore, name: str, vmid: int, ipv4: str | None, stat
     plan = {"definitionHash": "a" * 64, "planHash": "%064x" % vmid, "definitionName": name, "guestUser": "debian",
             "target": {"name": name, "vmid": vmid}}
     document, _created = store.create_operation(idempotency_key=None, provider_scope_id=SCOPE, definition={"name": name}, mapping={},
-                                         plan=plan, confirmation={}, target_node="pve", target_vmid=vmid, stage_kinds=["readiness"])
+                                                plan=plan, confirmation={}, target_node="pve", target_vmid=vmid, stage_kinds=["readiness"])
     oid = t.cast(str, document["operationId"])
     store.record_dispatch(oid, "readiness", {"noop": True})
     if status == "failed":
