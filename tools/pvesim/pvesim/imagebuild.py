@@ -258,6 +258,10 @@ def qemu_create(sim: Sim, call: Call) -> str:
     if call.params.get("archive") is not None:
         raise ApiError(501, "restore is not simulated")
     conf = {key: call.str(key) or "" for key in call.params if key not in _CREATE_SKIP}
+    # The schema says "user: all": qemu-server checks VM.Allocate on the VM (or its pool) itself.
+    pool = call.str("pool")
+    if not sim.has(call.subject, f"/vms/{vmid}", ["VM.Allocate"]) and not (pool and sim.has(call.subject, f"/pool/{pool}", ["VM.Allocate"])):
+        sim.require(call.subject, f"/vms/{vmid}", ["VM.Allocate"])
     for key, value in sorted(conf.items()):  # the storage, import source and bridge checks of qemu-server's create
         if DRIVE_RE.fullmatch(key):
             data = parse_kv(value, "file")
