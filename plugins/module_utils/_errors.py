@@ -80,6 +80,7 @@ ERROR_CODES: dict[str, str] = {
     "readiness_timeout": "cloud-init in the guest did not finish before the readiness deadline.",
     "package_install_failed": "Installing the declared packages in the guest failed.",
     "package_version_missing": "A declared package is not installed in the declared version after the install.",
+    "image_checksum_mismatch": "The downloaded cloud image does not match the declared checksum; Proxmox kept nothing of it.",
 }
 
 

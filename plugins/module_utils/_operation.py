@@ -68,19 +68,19 @@ def expected_confirmation(plan: t.Mapping[str, t.Any], provider_scope_id: str) -
     }
 
 
-def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any], fields: t.Sequence[str] = CONFIRMATION_FIELDS) -> dict[str, t.Any]:
     """``confirmation_required`` when missing/incomplete, ``plan_changed`` when it confirms something else.
 
     Both failures carry the expected block (hashes, names and ids: nothing secret) so the operator
-    can review and pass it back.
+    can review and pass it back. ``fields``: the block's fields (the template build has its own).
     """
-    if not isinstance(given, t.Mapping) or any(name not in given for name in CONFIRMATION_FIELDS) or given.get("confirmed") is not True:
+    if not isinstance(given, t.Mapping) or any(name not in given for name in fields) or given.get("confirmed") is not True:
         raise VmanywareError(code="confirmation_required", details={"expected_confirmation": dict(expected)})
-    unknown = sorted(str(name) for name in given if name not in CONFIRMATION_FIELDS)
+    unknown = sorted(str(name) for name in given if name not in fields)
     if unknown:
         raise InputError("The confirmation holds fields that are not part of it.", path="confirmation",
                          details={"rule": "unknown_field"})
-    changed = [name for name in CONFIRMATION_FIELDS if given[name] != expected[name] or type(given[name]) is not type(expected[name])]
+    changed = [name for name in fields if given[name] != expected[name] or type(given[name]) is not type(expected[name])]
     if changed:
         raise VmanywareError(code="plan_changed", details={"fields": changed, "expected_confirmation": dict(expected)})
     return dict(given)

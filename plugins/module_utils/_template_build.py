@@ -56,7 +56,7 @@ DISK_DEVICE = "scsi0"
 CHECKSUM_LENGTHS = {"sha256": 64, "sha512": 128}
 IMAGE_FORMATS = ("qcow2", "raw", "vmdk")
 # The build steps in order (docs/templates.md, "Stages").
-STEP_KINDS = ("download", "create", "boot", "prepare", "generalize", "shutdown", "unconfigure", "convert", "stamp")
+STEP_KINDS = ("download", "create", "disk", "configure", "start", "prepare", "generalize", "shutdown", "unconfigure", "convert", "stamp")
 MACHINE_DEFAULTS: dict[str, t.Any] = {"type": "q35", "bios": "ovmf", "scsihw": "virtio-scsi-single", "serialConsole": True,
                                       "cores": 2, "memoryMiB": 2048}
 
@@ -122,6 +122,8 @@ TEMPLATE_BUILD_SCHEMA_V1: dict[str, t.Any] = {
             "anyOf": [{"type": "integer", "minimum": VMID_MIN, "maximum": VMID_MAX}, {"type": "string", "const": "auto"}],
         },
         "templateVersion": _string(TEMPLATE_VERSION_PATTERN, "1-128 letters, digits, dots, underscores, plus signs or hyphens."),
+        "diskGiB": {"type": "integer", "description": "Grow the imported disk to this size in GiB, 4-4096 (catalogs need at least 4; "
+                    "stock cloud images are often 2-3 GiB). Absent: the image's own size.", "minimum": 4, "maximum": 4096},
         "machine": {
             "type": "object",
             "additionalProperties": False,
@@ -222,6 +224,7 @@ def validate_template_build(data: t.Any) -> dict[str, t.Any]:
         "bridge": str(data["bridge"]),
         "templateVmid": vmid if vmid == "auto" else int(vmid),
         "templateVersion": str(data["templateVersion"]),
+        **({"diskGiB": int(data["diskGiB"])} if "diskGiB" in data else {}),
         "machine": {"type": str(machine["type"]), "bios": str(machine["bios"]), "scsihw": str(machine["scsihw"]),
                     "serialConsole": bool(machine["serialConsole"]), "cores": int(machine["cores"]), "memoryMiB": int(machine["memoryMiB"])},
         "guestUser": str(data["guestUser"]),
@@ -263,6 +266,11 @@ def template_vm_name(vmid: int) -> str:
     return "vmanyware-template-%d" % vmid
 
 
+def template_steps(build: t.Mapping[str, t.Any]) -> list[str]:
+    """The build's stages in order; ``disk`` (grow the imported disk) only when ``diskGiB`` is declared."""
+    return [kind for kind in STEP_KINDS if kind != "disk" or "diskGiB" in build]
+
+
 @dataclasses.dataclass(frozen=True)
 class PlannedTemplateBuild:
     """A validated TemplateBuild, its plan document and both hashes."""
@@ -297,7 +305,8 @@ def template_plan_document(build: t.Mapping[str, t.Any], vmid: int, build_hash: 
         "packages": [dict(package) for package in build["packages"]],
         "buildAddress": dict(build["buildAddress"]),
         "templateVersion": build["templateVersion"],
-        "steps": [{"position": position, "kind": kind} for position, kind in enumerate(STEP_KINDS, start=1)],
+        **({"resources": {"diskGiB": build["diskGiB"]}} if "diskGiB" in build else {}),
+        "steps": [{"position": position, "kind": kind} for position, kind in enumerate(template_steps(build), start=1)],
         "liveVerified": False,
         "vmidReserved": False,
     }
