@@ -206,13 +206,10 @@ class _KeyRequest(Request):
 
     def summary(self) -> dict[str, t.Any]:
         summary = super().summary()
-        if "sshkeys" in summary["params"]:
-            summary["params"]["sshkeys"] = "<ephemeral key %s>" % self.fingerprint
+        keys = _guest.decode_sshkeys(str(self.params.get("sshkeys") or ""))
+        # A preview before the key exists (check mode: the role generates it only when it builds) names no key.
+        summary["params"]["sshkeys"] = "<ephemeral key %s>" % _guest.ssh_fingerprint(keys[0]) if keys else "<ephemeral key of the run>"
         return summary
-
-    @property
-    def fingerprint(self) -> str:
-        return _guest.ssh_fingerprint(_guest.decode_sshkeys(str(self.params["sshkeys"]))[0])
 
 
 class ConfigureStage(StageLogic):
@@ -238,7 +235,7 @@ class ConfigureStage(StageLogic):
         ctx.facts["config"] = _identity(ctx, stopped=True)
 
     def request(self, ctx: StageContext) -> Request | None:
-        params: dict[str, t.Any] = dict(self._wanted(ctx), sshkeys=_guest.encode_sshkeys([str(self.public_key)]))
+        params: dict[str, t.Any] = dict(self._wanted(ctx), sshkeys=_guest.encode_sshkeys([self.public_key]) if self.public_key else "")
         digest = ctx.facts.get("config", {}).get("digest") or ctx.earlier_evidence("digest")
         if digest:
             params["digest"] = digest
@@ -551,6 +548,37 @@ class StampStage(StageLogic):
         if config is not None and self._applied(ctx, config):
             return Resolution.applied()
         return Resolution.undecidable("The reply to the stamp update was lost; check template %d's tags and description." % ctx.vmid)
+
+
+def stamp_output(result: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """``catalog_mapping`` and ``catalog_mapping_yaml`` of a done stamp stage's result (else nothing)."""
+    stage_record = result.get("stage") or {}
+    mapping = stage_record.get("evidence", {}).get("catalogMapping") if stage_record.get("kind") == "stamp" and result.get("done") else None
+    if not isinstance(mapping, dict):
+        return {}
+    return {"catalog_mapping": mapping, "catalog_mapping_yaml": mapping_yaml(mapping)}
+
+
+def mapping_yaml(mapping: t.Mapping[str, t.Any]) -> str:
+    """One catalog list item in catalog field order (plain scalars; every value is pattern-checked, so none needs quoting
+    except a templateVersion YAML would read as a number, which is quoted)."""
+    def scalar(value: t.Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int):
+            return str(value)
+        text = str(value)
+        return '"%s"' % text if text[:1] in "+-.0123456789" or text in ("true", "false", "null", "~") else text
+
+    lines = []
+    for index, (key, value) in enumerate(mapping.items()):
+        prefix = "- " if index == 0 else "  "
+        if isinstance(value, dict):
+            lines.append("%s%s:" % (prefix, key))
+            lines.extend("    %s: %s" % (inner, scalar(item)) for inner, item in value.items())
+        else:
+            lines.append("%s%s: %s" % (prefix, key, scalar(value)))
+    return "\n".join(lines) + "\n"
 
 
 def stage_logic(kind: str, params: t.Mapping[str, t.Any]) -> StageLogic:
