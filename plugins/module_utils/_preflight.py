@@ -22,6 +22,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import C
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges, required_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, parse_size_bytes
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import stamp_revision
 
 PROVISIONING_GATE = "VMANYWARE_PROVISIONING_ENABLED"
 SUPPORTED_MAJORS = (8, 9)
@@ -110,6 +111,7 @@ class _Preflight:
         self.checks: dict[str, Check] = {}
         self.major: int | None = None
         self.minor: int | None = None
+        self.stamp: tuple[str, str] | None = None
 
     def set(self, code: str, status: str, message: str) -> None:
         self.checks[code] = Check(code, status, message)
@@ -170,6 +172,7 @@ class _Preflight:
             self.unknown(codes, "Not checked: the template's configuration could not be understood.")
             return
         self.set("template_exists", "passed", "The template VMID exists on the mapped node.")
+        self.stamp = stamp_revision(config.get("description"))
         if _truthy(config.get("template")):
             self.set("template_is_template", "passed", "The source VM is a template.")
         else:
@@ -345,6 +348,12 @@ def run_checks(client: t.Any, plan: t.Mapping[str, t.Any]) -> tuple[list[Check],
                     "Not checked: the API is not reachable with the configured credentials and TLS settings.")
     for code, message in UNDECIDABLE.items():
         run.set(code, "unknown", message)
+    if run.stamp is not None:
+        # Only the two pattern-checked stamp fields are shown; still unknown: a description is not proof of content.
+        version, operation = run.stamp
+        same = "equals" if version == plan["source"]["templateVersion"] else "differs from"
+        run.set("template_revision", "unknown", "The template's stamp (docs/templates.md) names templateVersion %s, built by operation %s; it %s "
+                "the catalog's templateVersion. A description is not proof of the template's content." % (version, operation, same))
     return [run.checks[code] for code in CHECK_CODES], capabilities_for(run.major, run.minor)
 
 

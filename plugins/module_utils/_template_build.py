@@ -24,6 +24,7 @@ import dataclasses
 import ipaddress
 import json
 import os
+import re
 import typing as t
 import urllib.parse
 
@@ -269,6 +270,33 @@ def template_vm_name(vmid: int) -> str:
 def template_steps(build: t.Mapping[str, t.Any]) -> list[str]:
     """The build's stages in order; ``disk`` (grow the imported disk) only when ``diskGiB`` is declared."""
     return [kind for kind in STEP_KINDS if kind != "disk" or "diskGiB" in build]
+
+
+STAMP_MARKER = "vmanyware template"
+_OPERATION_ID = re.compile(r"^op-[a-z2-7]{26}$")
+
+
+def stamp_revision(description: t.Any) -> tuple[str, str] | None:
+    """(templateVersion, build operation id) of a template's stamp, only when both have their exact form (else None)."""
+    stamp = read_stamp(description)
+    if stamp is None:
+        return None
+    version, operation = stamp.get("templateVersion", ""), stamp.get("buildOperation", "")
+    if re.match(TEMPLATE_VERSION_PATTERN, version) and _OPERATION_ID.match(operation):
+        return version, operation
+    return None
+
+
+def read_stamp(description: t.Any) -> dict[str, str] | None:
+    """The stamp fields of a template description (``templateVersion``, ``buildOperation``, ``url``, ...), or None."""
+    if not isinstance(description, str) or "\nvmanyware template\n" not in description:
+        return None
+    stamp: dict[str, str] = {}
+    for line in description.split("vmanyware template\n", 1)[1].split("\n"):
+        key, _sep, value = line.partition(" ")
+        if key and value:
+            stamp[key] = value
+    return stamp
 
 
 @dataclasses.dataclass(frozen=True)

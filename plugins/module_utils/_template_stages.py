@@ -40,7 +40,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import import_file_name
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import import_file_name, read_stamp  # noqa: F401  (re-export)
 
 GIB = 1024 ** 3
 TEMPLATE_TAG = "vmanyware-template"
@@ -467,18 +467,6 @@ def stamp_description(operation: t.Mapping[str, t.Any], prepared_by: str) -> str
              "buildOperation %s" % operation["operationId"], "packages %s" % ",".join(p["name"] for p in plan["packages"]),
              "preparedBy %s" % ("stand-in (simulated guest: nothing was installed or verified)" if prepared_by == "stand-in" else prepared_by)]
     return "\n".join(lines)
-
-
-def read_stamp(description: t.Any) -> dict[str, str] | None:
-    """The stamp fields of a template description (``templateVersion``, ``buildOperation``, ``url``, ...), or None."""
-    if not isinstance(description, str) or "\nvmanyware template\n" not in description:
-        return None
-    stamp: dict[str, str] = {}
-    for line in description.split("vmanyware template\n", 1)[1].split("\n"):
-        key, _sep, value = line.partition(" ")
-        if key and value:
-            stamp[key] = value
-    return stamp
 
 
 def catalog_mapping(operation: t.Mapping[str, t.Any]) -> dict[str, t.Any]:

@@ -85,9 +85,19 @@ error_code:
   returned: failure
   type: str
 error_details:
-  description: Safe details of a failure; C(expected_confirmation) with confirmation_required and plan_changed.
+  description: Safe details of a failure.
   returned: failure
   type: dict
+  contains:
+    expected_confirmation:
+      description: The confirmation block of the freshly computed plan (hashes, names, ids; nothing secret).
+      type: dict
+      returned: with confirmation_required and plan_changed
+    fields:
+      description: The confirmation fields that differ.
+      type: list
+      elements: str
+      returned: with plan_changed
 """
 
 import os

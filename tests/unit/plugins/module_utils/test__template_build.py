@@ -33,8 +33,8 @@ EXAMPLE = REPO / "examples" / "template-build.yml"
 PLANTED = "PLANTEDxyzzy"
 SHA256 = "a" * 64
 # Fixed vectors of examples/template-build.yml (docs/templates.md, "Hashes").
-EXAMPLE_BUILD_HASH = "e7428047b4be8df9f34155f00b42b0b20040bb2fd82dba31d57b4f009abf41ba"
-EXAMPLE_PLAN_HASH = "6614b79cba36e3f973986b73f9699e334f85d3b7c05bae1bdfe04de28107c1ca"
+EXAMPLE_BUILD_HASH = "3c141777a20d13d64060cf72459dbed700e14a52efd87a19f3b4a5a3bcf539c5"
+EXAMPLE_PLAN_HASH = "601e4baf6724f8261da1bc5799b58e62d8174f852d6e3db9a7cbe4541ecd0afb"
 
 
 def minimal(**overrides: t.Any) -> dict[str, t.Any]:
@@ -122,6 +122,7 @@ def test_hash_ignores_presentation_but_not_values() -> None:
         (lambda d: d.update(machine={"bios": "seabios"}), "machine.bios", "const"),
         (lambda d: d.update(machine={"scsihw": "lsi"}), "machine.scsihw", "const"),
         (lambda d: d.update(machine={"memoryMiB": 256}), "machine.memoryMiB", "minimum"),
+        (lambda d: d.update(diskGiB=3), "diskGiB", "minimum"),
         (lambda d: d.update(guestUser="root"), "guestUser", "default_user_root"),
         (lambda d: d.update(packages=[{"name": "curl"}, {"name": "curl"}]), "packages[1].name", "duplicate_package"),
         (lambda d: d.update(packages=[{"name": "curl", "version": ">= 1"}]), "packages[0].version", "pattern"),
@@ -171,7 +172,9 @@ def test_plan_document() -> None:
     assert plan["target"] == {"node": "pve-test", "vmid": 9000, "name": "vmanyware-template-9000"}
     assert plan["source"]["importVolume"] == "local:import/vmanyware-debian-13-aaaaaaaaaaaaaaaa.qcow2"
     assert import_file_name(planned.build) == "vmanyware-debian-13-aaaaaaaaaaaaaaaa.qcow2"
-    assert [step["kind"] for step in plan["steps"]] == list(STEP_KINDS)
+    assert [step["kind"] for step in plan["steps"]] == [kind for kind in STEP_KINDS if kind != "disk"]  # no diskGiB declared
+    grown = build_template_plan(text=yaml.safe_dump(minimal(diskGiB=8))).plan
+    assert [step["kind"] for step in grown["steps"]] == list(STEP_KINDS) and grown["resources"] == {"diskGiB": 8}
     assert plan["liveVerified"] is False and plan["vmidReserved"] is False
     assert planned.vmid == 9000
 

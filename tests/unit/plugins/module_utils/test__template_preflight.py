@@ -14,6 +14,7 @@ from test__template_build import minimal
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import TEMPLATE_BUILD_NEEDS
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import UNDECIDABLE as PREFLIGHT_UNDECIDABLE
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import PreflightFailed
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import build_template_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_preflight import CHECK_CODES, UNDECIDABLE, run_template_preflight
@@ -132,3 +133,22 @@ def test_unknown_fails_only_when_asked() -> None:
     assert checks["version_supported"] == "unknown" and checks["template_build_supported"] == "unknown"
     with pytest.raises(PreflightFailed):
         run(state, fail_on="unknown")
+
+
+def test_vm_preflight_reports_the_template_stamp_but_stays_unknown() -> None:
+    import test__preflight as vm  # the VM preflight's scripted datacenter
+
+    state = vm.healthy_state()
+    stamp = "vmanyware operation op-%s\nvmanyware template\nimage debian-13\ntemplateVersion debian-13-cloud-20261016\nbuildOperation op-%s" % (
+        "a" * 26, "b" * 26)
+    state["template"]["description"] = stamp
+    checks, result = vm.run(state)[:2]
+    revision = next(c for c in result["checks"] if c["code"] == "template_revision")
+    assert revision["status"] == "unknown" and checks["template_revision"] == "unknown"
+    assert "templateVersion debian-13-cloud-20261016, built by operation op-%s; it equals the catalog's" % ("b" * 26) in revision["message"]
+    state["template"]["description"] = stamp.replace("debian-13-cloud-20261016", "other")
+    assert "it differs from the catalog's" in next(c for c in vm.run(state)[1]["checks"] if c["code"] == "template_revision")["message"]
+    # A stamp field without its exact form is not shown at all (descriptions are free text).
+    state["template"]["description"] = stamp.replace("debian-13-cloud-20261016", "PLANTED secret text")
+    message = next(c for c in vm.run(state)[1]["checks"] if c["code"] == "template_revision")["message"]
+    assert "PLANTED" not in message and message == PREFLIGHT_UNDECIDABLE["template_revision"]
