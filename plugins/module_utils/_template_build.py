@@ -78,7 +78,6 @@ _RULE_TEXTS = {
 }
 
 
-
 def _refuse(path: str, rule: str) -> FormatError:
     return FormatError(TEMPLATE_BUILD, path, rule, _RULE_TEXTS.get(rule, RULE_TEXTS.get(rule)))
 

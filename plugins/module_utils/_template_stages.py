@@ -40,7 +40,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import import_file_name, read_stamp  # noqa: F401  (re-export)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import import_file_name
 
 GIB = 1024 ** 3
 TEMPLATE_TAG = "vmanyware-template"

@@ -77,7 +77,9 @@ operation:
   returned: success
   type: dict
 preview_document:
-  description: Check mode only - the operation document an apply run would record; pass it to the stage module's O(vmanyware.proxmox.vmanyware_template_stage#module:preview_operation).
+  description:
+    - Check mode only - the operation document an apply run would record.
+    - Pass it to O(vmanyware.proxmox.vmanyware_template_stage#module:preview_operation) to preview every stage.
   returned: check mode, when the operation does not exist yet
   type: dict
 error_code:

@@ -141,7 +141,7 @@ def argument_spec() -> dict:
         "stage": {"type": "str", "required": True, "choices": list(STEP_KINDS)},
         "build_ssh_public_key": {"type": "str"},
         "prepared_by": {"type": "str", "choices": list(PREPARED_BY)},
-        "passwd_status": {"type": "str"},
+        "passwd_status": {"type": "str", "no_log": False},  # the status line of passwd -S: no secret
         "authorized_keys_left": {"type": "int", "no_log": False},
         "force_stop": {"type": "bool", "default": False},
     })

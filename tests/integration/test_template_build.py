@@ -22,12 +22,12 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import c
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import normalize_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import STEP_KINDS, build_template_plan
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import STEP_KINDS, build_template_plan, read_stamp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_operation import (
     create_template_operation,
     expected_template_confirmation,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_stages import read_stamp, stage_logic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_stages import stage_logic
 from pvesim.imageserver import ImageServer, qcow2_stub
 from pvesim.state import FULL_TOKEN_ACL
 
