@@ -89,3 +89,21 @@ def test_review_preview_build_and_rerun(pvesim: t.Any, tmp_path: Path) -> None:
         assert re.search(r"localhost\s+:\s+ok=\d+\s+changed=0\s", again.stdout), again.stdout[-1500:]
     finally:
         images.close()
+
+
+def test_a_new_build_stops_when_the_preflight_fails(pvesim: t.Any, tmp_path: Path) -> None:
+    conn = pvesim.connection
+    build = tmp_path / "template-build.yml"
+    build.write_text(yaml.safe_dump({
+        "apiVersion": "vmanyware.dev/v1", "kind": "TemplateBuild", "image": "debian-13",
+        "source": {"url": "http://127.0.0.1:9/x.qcow2", "checksum": "a" * 64, "checksumAlgorithm": "sha256"},
+        "node": "pve-test", "storage": "local-lvm", "importStorage": "local", "bridge": "vmbr0", "templateVmid": 9000,
+        "templateVersion": "debian-13-test", "guestUser": "debian",
+        "buildAddress": {"address": "192.0.2.50/24", "gateway": "192.0.2.1"}}), encoding="utf-8")
+    env = dict(os.environ, PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]), PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+               PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"], PROXMOX_CA_PATH=conn["ca_file"],
+               VMANYWARE_JOURNAL_DIR=str(tmp_path / "journal"), VMANYWARE_PROVISIONING_ENABLED="true", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "vmanyware.proxmox.template", "-e", "vmanyware_template_build_path=%s" % build],
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode != 0 and "check(s) failed (see the table above); nothing was changed" in proc.stdout, proc.stdout[-3000:]
+    assert "vmid_free" in proc.stdout and _writes(pvesim) == [] and not list((tmp_path / "journal").glob("op-*.json"))
