@@ -125,8 +125,17 @@ def create_operation(
     confirmed = gate_and_confirm(planned, provider_scope_id, confirmation, environ, provisioning_option)
     plan = planned.plan
     key = idempotency_key if idempotency_key else default_idempotency_key(plan, provider_scope_id)
-    stage_kinds = [step["kind"] for step in plan["steps"]]
-    target = plan["target"]
+    snapshots = {"definition": dict(planned.definition), "mapping": dict(planned.mapping), "plan": dict(plan), "confirmation": confirmed}
+    return record_operation(store, key=key, provider_scope_id=provider_scope_id, snapshots=snapshots,
+                            stage_kinds=[step["kind"] for step in plan["steps"]], target=plan["target"], check_mode=check_mode)
+
+
+def record_operation(store: JournalStore, *, key: str, provider_scope_id: str, snapshots: t.Mapping[str, t.Any], stage_kinds: list[str],
+                     target: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
+    """Record a confirmed operation (or, in check mode, return the document an apply run would record); the module result.
+
+    Shared by the VM path and the template build (``_template_operation``); ``snapshots``: definition, mapping, plan, confirmation.
+    """
     if check_mode:
         existing_id = store.find_by_idempotency_key(key)
         if existing_id is not None:
@@ -138,17 +147,15 @@ def create_operation(
         # The document an apply run would record, never written: stage modules preview against it.
         preview = new_operation_document(
             new_operation_id(), hash_idempotency_key(key),
-            {"scope": provider_scope_id, "node": target["node"], "vmid": target["vmid"]},
-            {"definition": dict(planned.definition), "mapping": dict(planned.mapping), "plan": dict(plan), "confirmation": confirmed},
-            stage_kinds, utc_now())
+            {"scope": provider_scope_id, "node": target["node"], "vmid": target["vmid"]}, dict(snapshots), stage_kinds, utc_now())
         return {"changed": True, "operation_id": None, "created": False, "operation": public_view(preview), "preview_document": preview}
     document, created = store.create_operation(
         idempotency_key=key,
         provider_scope_id=provider_scope_id,
-        definition=planned.definition,
-        mapping=planned.mapping,
-        plan=plan,
-        confirmation=confirmed,
+        definition=snapshots["definition"],
+        mapping=snapshots["mapping"],
+        plan=snapshots["plan"],
+        confirmation=snapshots["confirmation"],
         target_node=target["node"],
         target_vmid=target["vmid"],
         stage_kinds=stage_kinds,

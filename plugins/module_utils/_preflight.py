@@ -366,16 +366,9 @@ def run_preflight(
     client_factory: t.Callable[[ConnectionSettings], t.Any] = ProxmoxClient,
 ) -> dict[str, t.Any]:
     """The preflight result for a ``PlannedEnvironment``; raises ``PreflightFailed`` per ``fail_on``."""
-    if fail_on not in FAIL_ON_CHOICES:
-        raise InputError("fail_on must be one of failed, unknown, never.", path="fail_on")
-    creation_enabled = provisioning_enabled(environ)  # before any network use
-    client = client_factory(settings)
-    try:
-        checks, capabilities = run_checks(client, planned.plan)
-        scope = client.provider_scope_id
-    finally:
-        client.close()
-    summary = {s: sum(1 for c in checks if c.status == s) for s in ("passed", "failed", "unknown")}
+    checks, capabilities, scope, creation_enabled = collect_checks(
+        settings, environ=environ, fail_on=fail_on, client_factory=client_factory, checks_of=lambda client: run_checks(client, planned.plan))
+    summary = summarize(checks)
     result: dict[str, t.Any] = {
         "changed": False,
         "planHash": planned.plan_hash,
@@ -387,7 +380,35 @@ def run_preflight(
         "vmidReserved": False,
         "capabilities": capabilities,
     }
-    decidable_unknown = sum(1 for c in checks if c.status == "unknown" and c.code not in UNDECIDABLE)
-    if (fail_on in ("failed", "unknown") and summary["failed"]) or (fail_on == "unknown" and decidable_unknown):
+    return enforce_fail_on(result, checks, fail_on, UNDECIDABLE)
+
+
+def collect_checks(settings: ConnectionSettings, *, environ: t.Mapping[str, str], fail_on: str,
+                   client_factory: t.Callable[[ConnectionSettings], t.Any],
+                   checks_of: t.Callable[[t.Any], tuple[list[Check], dict[str, t.Any]]]) -> tuple[list[Check], dict[str, t.Any], t.Any, bool]:
+    """``fail_on`` and the gate value checked before any network use, then one client for ``checks_of``.
+
+    Returns (checks, capabilities, provider scope id, creation enabled); shared with the template preflight.
+    """
+    if fail_on not in FAIL_ON_CHOICES:
+        raise InputError("fail_on must be one of failed, unknown, never.", path="fail_on")
+    creation_enabled = provisioning_enabled(environ)  # before any network use
+    client = client_factory(settings)
+    try:
+        checks, capabilities = checks_of(client)
+        scope = client.provider_scope_id
+    finally:
+        client.close()
+    return checks, capabilities, scope, creation_enabled
+
+
+def summarize(checks: t.Sequence[Check]) -> dict[str, int]:
+    return {s: sum(1 for c in checks if c.status == s) for s in ("passed", "failed", "unknown")}
+
+
+def enforce_fail_on(result: dict[str, t.Any], checks: t.Sequence[Check], fail_on: str, undecidable: t.Container[str]) -> dict[str, t.Any]:
+    """``result``, or ``PreflightFailed`` carrying it when ``fail_on`` says the checks do not pass."""
+    decidable_unknown = sum(1 for c in checks if c.status == "unknown" and c.code not in undecidable)
+    if (fail_on in ("failed", "unknown") and result["summary"]["failed"]) or (fail_on == "unknown" and decidable_unknown):
         raise PreflightFailed(result)
     return result

@@ -21,19 +21,13 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
-    JournalStore,
-    hash_idempotency_key,
-    new_operation_document,
-    new_operation_id,
-    utc_now,
-)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (
     PROVISIONING_GATE,
     check_confirmation,
     default_idempotency_key,
-    public_view,
     read_gate,
+    record_operation,
 )
 
 TEMPLATE_CONFIRMATION_FIELDS = (
@@ -86,20 +80,6 @@ def create_template_operation(
                                    fields=TEMPLATE_CONFIRMATION_FIELDS)
     definition, mapping, plan = journal_snapshots(planned)
     key = idempotency_key if idempotency_key else default_idempotency_key(plan, provider_scope_id)
-    kinds = [step["kind"] for step in plan["steps"]]
-    target = plan["target"]
-    if check_mode:
-        existing_id = store.find_by_idempotency_key(key)
-        if existing_id is not None:
-            return {"changed": False, "operation_id": existing_id, "created": False, "operation": public_view(store.load(existing_id))}
-        holder = store.target_holder(provider_scope_id, target["vmid"])
-        if holder is not None:
-            raise VmanywareError(code="conflicting_operation", details={"operationId": holder})
-        preview = new_operation_document(
-            new_operation_id(), hash_idempotency_key(key), {"scope": provider_scope_id, "node": target["node"], "vmid": target["vmid"]},
-            {"definition": definition, "mapping": mapping, "plan": plan, "confirmation": confirmed}, kinds, utc_now())
-        return {"changed": True, "operation_id": None, "created": False, "operation": public_view(preview), "preview_document": preview}
-    document, created = store.create_operation(idempotency_key=key, provider_scope_id=provider_scope_id, definition=definition,
-                                               mapping=mapping, plan=plan, confirmation=confirmed, target_node=target["node"],
-                                               target_vmid=target["vmid"], stage_kinds=kinds)
-    return {"changed": created, "operation_id": document["operationId"], "created": created, "operation": public_view(document)}
+    snapshots = {"definition": definition, "mapping": mapping, "plan": plan, "confirmation": confirmed}
+    return record_operation(store, key=key, provider_scope_id=provider_scope_id, snapshots=snapshots,
+                            stage_kinds=[step["kind"] for step in plan["steps"]], target=plan["target"], check_mode=check_mode)

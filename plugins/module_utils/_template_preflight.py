@@ -20,15 +20,15 @@ import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import TEMPLATE_BUILD_MINIMUM, TEMPLATE_BUILD_NEEDS, Report
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ConnectionSettings, ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import (
-    FAIL_ON_CHOICES,
     SUPPORTED_MAJORS,
-    PreflightFailed,
     _Preflight,
     _truthy,
     capabilities_for,
-    provisioning_enabled,
+    collect_checks,
+    enforce_fail_on,
+    summarize,
 )
 
 CHECK_CODES = (
@@ -143,28 +143,18 @@ def run_template_preflight(
     client_factory: t.Callable[[ConnectionSettings], t.Any] = ProxmoxClient,
 ) -> dict[str, t.Any]:
     """The preflight result of a ``PlannedTemplateBuild`` (snake_case keys); raises ``PreflightFailed`` per ``fail_on``."""
-    if fail_on not in FAIL_ON_CHOICES:
-        raise InputError("fail_on must be one of failed, unknown, never.", path="fail_on")
-    creation_enabled = provisioning_enabled(environ)
-    client = client_factory(settings)
-    try:
-        checks, capabilities = run_template_checks(client, planned.plan)
-        scope = client.provider_scope_id
-    finally:
-        client.close()
-    summary = {s: sum(1 for c in checks if c.status == s) for s in ("passed", "failed", "unknown")}
+    checks, capabilities, scope, creation_enabled = collect_checks(
+        settings, environ=environ, fail_on=fail_on, client_factory=client_factory,
+        checks_of=lambda client: run_template_checks(client, planned.plan))
     result: dict[str, t.Any] = {
         "changed": False,
         "plan_hash": planned.plan_hash,
         "template_build_hash": planned.template_build_hash,
         "provider_scope_id": scope,
         "checks": [c.to_result() for c in checks],
-        "summary": summary,
+        "summary": summarize(checks),
         "creation_enabled": creation_enabled,
         "vmid_reserved": False,
         "capabilities": capabilities,
     }
-    decidable_unknown = sum(1 for c in checks if c.status == "unknown" and c.code not in UNDECIDABLE)
-    if (fail_on in ("failed", "unknown") and summary["failed"]) or (fail_on == "unknown" and decidable_unknown):
-        raise PreflightFailed(result)
-    return result
+    return enforce_fail_on(result, checks, fail_on, UNDECIDABLE)
