@@ -22,6 +22,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import C
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges, required_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, parse_size_bytes
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import stamp_revision
 
 PROVISIONING_GATE = "VMANYWARE_PROVISIONING_ENABLED"
 SUPPORTED_MAJORS = (8, 9)
@@ -110,6 +111,7 @@ class _Preflight:
         self.checks: dict[str, Check] = {}
         self.major: int | None = None
         self.minor: int | None = None
+        self.stamp: tuple[str, str] | None = None
 
     def set(self, code: str, status: str, message: str) -> None:
         self.checks[code] = Check(code, status, message)
@@ -170,6 +172,7 @@ class _Preflight:
             self.unknown(codes, "Not checked: the template's configuration could not be understood.")
             return
         self.set("template_exists", "passed", "The template VMID exists on the mapped node.")
+        self.stamp = stamp_revision(config.get("description"))
         if _truthy(config.get("template")):
             self.set("template_is_template", "passed", "The source VM is a template.")
         else:
@@ -345,6 +348,12 @@ def run_checks(client: t.Any, plan: t.Mapping[str, t.Any]) -> tuple[list[Check],
                     "Not checked: the API is not reachable with the configured credentials and TLS settings.")
     for code, message in UNDECIDABLE.items():
         run.set(code, "unknown", message)
+    if run.stamp is not None:
+        # Only the two pattern-checked stamp fields are shown; still unknown: a description is not proof of content.
+        version, operation = run.stamp
+        same = "equals" if version == plan["source"]["templateVersion"] else "differs from"
+        run.set("template_revision", "unknown", "The template's stamp (docs/templates.md) names templateVersion %s, built by operation %s; it %s "
+                "the catalog's templateVersion. A description is not proof of the template's content." % (version, operation, same))
     return [run.checks[code] for code in CHECK_CODES], capabilities_for(run.major, run.minor)
 
 
@@ -357,16 +366,9 @@ def run_preflight(
     client_factory: t.Callable[[ConnectionSettings], t.Any] = ProxmoxClient,
 ) -> dict[str, t.Any]:
     """The preflight result for a ``PlannedEnvironment``; raises ``PreflightFailed`` per ``fail_on``."""
-    if fail_on not in FAIL_ON_CHOICES:
-        raise InputError("fail_on must be one of failed, unknown, never.", path="fail_on")
-    creation_enabled = provisioning_enabled(environ)  # before any network use
-    client = client_factory(settings)
-    try:
-        checks, capabilities = run_checks(client, planned.plan)
-        scope = client.provider_scope_id
-    finally:
-        client.close()
-    summary = {s: sum(1 for c in checks if c.status == s) for s in ("passed", "failed", "unknown")}
+    checks, capabilities, scope, creation_enabled = collect_checks(
+        settings, environ=environ, fail_on=fail_on, client_factory=client_factory, checks_of=lambda client: run_checks(client, planned.plan))
+    summary = summarize(checks)
     result: dict[str, t.Any] = {
         "changed": False,
         "planHash": planned.plan_hash,
@@ -378,7 +380,35 @@ def run_preflight(
         "vmidReserved": False,
         "capabilities": capabilities,
     }
-    decidable_unknown = sum(1 for c in checks if c.status == "unknown" and c.code not in UNDECIDABLE)
-    if (fail_on in ("failed", "unknown") and summary["failed"]) or (fail_on == "unknown" and decidable_unknown):
+    return enforce_fail_on(result, checks, fail_on, UNDECIDABLE)
+
+
+def collect_checks(settings: ConnectionSettings, *, environ: t.Mapping[str, str], fail_on: str,
+                   client_factory: t.Callable[[ConnectionSettings], t.Any],
+                   checks_of: t.Callable[[t.Any], tuple[list[Check], dict[str, t.Any]]]) -> tuple[list[Check], dict[str, t.Any], t.Any, bool]:
+    """``fail_on`` and the gate value checked before any network use, then one client for ``checks_of``.
+
+    Returns (checks, capabilities, provider scope id, creation enabled); shared with the template preflight.
+    """
+    if fail_on not in FAIL_ON_CHOICES:
+        raise InputError("fail_on must be one of failed, unknown, never.", path="fail_on")
+    creation_enabled = provisioning_enabled(environ)  # before any network use
+    client = client_factory(settings)
+    try:
+        checks, capabilities = checks_of(client)
+        scope = client.provider_scope_id
+    finally:
+        client.close()
+    return checks, capabilities, scope, creation_enabled
+
+
+def summarize(checks: t.Sequence[Check]) -> dict[str, int]:
+    return {s: sum(1 for c in checks if c.status == s) for s in ("passed", "failed", "unknown")}
+
+
+def enforce_fail_on(result: dict[str, t.Any], checks: t.Sequence[Check], fail_on: str, undecidable: t.Container[str]) -> dict[str, t.Any]:
+    """``result``, or ``PreflightFailed`` carrying it when ``fail_on`` says the checks do not pass."""
+    decidable_unknown = sum(1 for c in checks if c.status == "unknown" and c.code not in undecidable)
+    if (fail_on in ("failed", "unknown") and result["summary"]["failed"]) or (fail_on == "unknown" and decidable_unknown):
         raise PreflightFailed(result)
     return result
