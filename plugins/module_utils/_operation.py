@@ -105,19 +105,19 @@ def expected_confirmation(plan: t.Mapping[str, t.Any], provider_scope_id: str) -
     }
 
 
-def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any], fields: t.Sequence[str] = CONFIRMATION_FIELDS) -> dict[str, t.Any]:
     """``confirmation_required`` when missing/incomplete, ``plan_changed`` when it confirms something else.
 
     Both failures carry the expected block (hashes, names and ids: nothing secret) so the operator
-    can review and pass it back.
+    can review and pass it back. ``fields``: the block's fields (the template build has its own).
     """
-    if not isinstance(given, t.Mapping) or any(name not in given for name in CONFIRMATION_FIELDS) or given.get("confirmed") is not True:
+    if not isinstance(given, t.Mapping) or any(name not in given for name in fields) or given.get("confirmed") is not True:
         raise VmanywareError(code="confirmation_required", details={"expected_confirmation": dict(expected)})
-    unknown = sorted(str(name) for name in given if name not in CONFIRMATION_FIELDS)
+    unknown = sorted(str(name) for name in given if name not in fields)
     if unknown:
         raise InputError("The confirmation holds fields that are not part of it.", path="confirmation",
                          details={"rule": "unknown_field"})
-    changed = [name for name in CONFIRMATION_FIELDS if given[name] != expected[name] or type(given[name]) is not type(expected[name])]
+    changed = [name for name in fields if given[name] != expected[name] or type(given[name]) is not type(expected[name])]
     if changed:
         raise VmanywareError(code="plan_changed", details={"fields": changed, "expected_confirmation": dict(expected)})
     return dict(given)
@@ -157,8 +157,17 @@ def create_operation(
     confirmed = gate_and_confirm(planned, provider_scope_id, confirmation, environ, provisioning_option)
     plan = planned.plan
     key = idempotency_key if idempotency_key else default_idempotency_key(plan, provider_scope_id)
-    stage_kinds = [step["kind"] for step in plan["steps"]]
-    target = plan["target"]
+    snapshots = {"definition": dict(planned.definition), "mapping": dict(planned.mapping), "plan": dict(plan), "confirmation": confirmed}
+    return record_operation(store, key=key, provider_scope_id=provider_scope_id, snapshots=snapshots,
+                            stage_kinds=[step["kind"] for step in plan["steps"]], target=plan["target"], check_mode=check_mode)
+
+
+def record_operation(store: JournalStore, *, key: str, provider_scope_id: str, snapshots: t.Mapping[str, t.Any], stage_kinds: list[str],
+                     target: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
+    """Record a confirmed operation (or, in check mode, return the document an apply run would record); the module result.
+
+    Shared by the VM path and the template build (``_template_operation``); ``snapshots``: definition, mapping, plan, confirmation.
+    """
     if check_mode:
         existing_id = store.find_by_idempotency_key(key)
         if existing_id is not None:
@@ -170,17 +179,15 @@ def create_operation(
         # The document an apply run would record, never written: stage modules preview against it.
         preview = new_operation_document(
             new_operation_id(), hash_idempotency_key(key),
-            {"scope": provider_scope_id, "node": target["node"], "vmid": target["vmid"]},
-            {"definition": dict(planned.definition), "mapping": dict(planned.mapping), "plan": dict(plan), "confirmation": confirmed},
-            stage_kinds, utc_now())
+            {"scope": provider_scope_id, "node": target["node"], "vmid": target["vmid"]}, dict(snapshots), stage_kinds, utc_now())
         return {"changed": True, "operation_id": None, "created": False, "operation": public_view(preview), "preview_document": preview}
     document, created = store.create_operation(
         idempotency_key=key,
         provider_scope_id=provider_scope_id,
-        definition=planned.definition,
-        mapping=planned.mapping,
-        plan=plan,
-        confirmation=confirmed,
+        definition=snapshots["definition"],
+        mapping=snapshots["mapping"],
+        plan=snapshots["plan"],
+        confirmation=snapshots["confirmation"],
         target_node=target["node"],
         target_vmid=target["vmid"],
         stage_kinds=stage_kinds,

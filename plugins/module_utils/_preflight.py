@@ -23,6 +23,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import I
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, creation_blockers, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges, required_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, parse_size_bytes
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import stamp_revision
 
 SUPPORTED_MAJORS = (8, 9)
 GIB = 1024 ** 3
@@ -107,6 +108,7 @@ class _Preflight:
         self.checks: dict[str, Check] = {}
         self.major: int | None = None
         self.minor: int | None = None
+        self.stamp: tuple[str, str] | None = None
 
     def set(self, code: str, status: str, message: str) -> None:
         self.checks[code] = Check(code, status, message)
@@ -171,6 +173,7 @@ class _Preflight:
             self.unknown(codes, "Not checked: the template's configuration could not be understood.")
             return
         self.set("template_exists", "passed", "The template VMID exists on the mapped node.")
+        self.stamp = stamp_revision(config.get("description"))
         if _truthy(config.get("template")):
             self.set("template_is_template", "passed", "The source VM is a template.")
         else:
@@ -346,6 +349,12 @@ def run_checks(client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = 
                     "Not checked: the API is not reachable with the configured credentials and TLS settings.")
     for code, message in UNDECIDABLE.items():
         run.set(code, "unknown", message)
+    if run.stamp is not None:
+        # Only the two pattern-checked stamp fields are shown; still unknown: a description is not proof of content.
+        version, operation = run.stamp
+        same = "equals" if version == plan["source"]["templateVersion"] else "differs from"
+        run.set("template_revision", "unknown", "The template's stamp (docs/templates.md) names templateVersion %s, built by operation %s; it %s "
+                "the catalog's templateVersion. A description is not proof of the template's content." % (version, operation, same))
     return [run.checks[code] for code in CHECK_CODES], capabilities_for(run.major, run.minor)
 
 
@@ -358,19 +367,10 @@ def run_preflight(
     client_factory: t.Callable[[ConnectionSettings], t.Any] = ProxmoxClient,
 ) -> dict[str, t.Any]:
     """The preflight result for a ``PlannedEnvironment``; raises ``PreflightFailed`` per ``fail_on``."""
-    if fail_on not in FAIL_ON_CHOICES:
-        raise InputError("fail_on must be one of failed, unknown, never.", path="fail_on")
-    blockers = creation_blockers(planned.plan, planned.mapping, environ)  # the gates first: before any network use
-    tls_verified = bool(settings.fingerprint or settings.validate_certs)
-    if not tls_verified:
-        blockers.append("tls_unverified")
-    client = client_factory(settings)
-    try:
-        checks, capabilities = run_checks(client, planned.plan, tls_verified)
-        scope = client.provider_scope_id
-    finally:
-        client.close()
-    summary = {s: sum(1 for c in checks if c.status == s) for s in ("passed", "failed", "unknown")}
+    checks, capabilities, scope, blockers, tls_verified = collect_checks(
+        settings, fail_on=fail_on, client_factory=client_factory, blockers_of=lambda: creation_blockers(planned.plan, planned.mapping, environ),
+        checks_of=lambda client, verified: run_checks(client, planned.plan, verified))
+    summary = summarize(checks)
     result: dict[str, t.Any] = {
         "changed": False,
         "planHash": planned.plan_hash,
@@ -384,7 +384,40 @@ def run_preflight(
         "vmidReserved": False,
         "capabilities": capabilities,
     }
-    decidable_unknown = sum(1 for c in checks if c.status == "unknown" and c.code not in UNDECIDABLE)
-    if (fail_on in ("failed", "unknown") and summary["failed"]) or (fail_on == "unknown" and decidable_unknown):
+    return enforce_fail_on(result, checks, fail_on, UNDECIDABLE)
+
+
+def collect_checks(settings: ConnectionSettings, *, fail_on: str, client_factory: t.Callable[[ConnectionSettings], t.Any],
+                   blockers_of: t.Callable[[], list[str]],
+                   checks_of: t.Callable[[t.Any, bool], tuple[list[Check], dict[str, t.Any]]]
+                   ) -> tuple[list[Check], dict[str, t.Any], t.Any, list[str], bool]:
+    """``fail_on``, then the creation blockers (the gates: before any network use), then one client for ``checks_of``.
+
+    Returns (checks, capabilities, provider scope id, creation blockers, TLS verified); ``tls_unverified`` is a
+    blocker when neither a CA nor a pin verifies the server. Shared with the template preflight.
+    """
+    if fail_on not in FAIL_ON_CHOICES:
+        raise InputError("fail_on must be one of failed, unknown, never.", path="fail_on")
+    blockers = blockers_of()
+    tls_verified = bool(settings.fingerprint or settings.validate_certs)
+    if not tls_verified:
+        blockers.append("tls_unverified")
+    client = client_factory(settings)
+    try:
+        checks, capabilities = checks_of(client, tls_verified)
+        scope = client.provider_scope_id
+    finally:
+        client.close()
+    return checks, capabilities, scope, blockers, tls_verified
+
+
+def summarize(checks: t.Sequence[Check]) -> dict[str, int]:
+    return {s: sum(1 for c in checks if c.status == s) for s in ("passed", "failed", "unknown")}
+
+
+def enforce_fail_on(result: dict[str, t.Any], checks: t.Sequence[Check], fail_on: str, undecidable: t.Container[str]) -> dict[str, t.Any]:
+    """``result``, or ``PreflightFailed`` carrying it when ``fail_on`` says the checks do not pass."""
+    decidable_unknown = sum(1 for c in checks if c.status == "unknown" and c.code not in undecidable)
+    if (fail_on in ("failed", "unknown") and result["summary"]["failed"]) or (fail_on == "unknown" and decidable_unknown):
         raise PreflightFailed(result)
     return result

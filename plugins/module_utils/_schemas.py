@@ -177,9 +177,9 @@ _TYPE_NAMES = {"object": "a mapping", "array": "a list", "string": "a string", "
 # JSON Schema keyword -> the rule name errors report (docs/formats.md).
 _RULES = {"type": "type", "const": "const", "enum": "enum", "pattern": "pattern", "minLength": "min_length", "maxLength": "max_length",
           "minimum": "minimum", "maximum": "maximum", "minItems": "min_items", "maxItems": "max_items", "required": "required",
-          "additionalProperties": "unknown_field"}
+          "additionalProperties": "unknown_field", "anyOf": "any_of"}
 # Within one field, violations are reported in this order (type first: nothing else is meaningful then).
-_KEYWORD_ORDER = ("type", "const", "enum", "minLength", "maxLength", "pattern", "minimum", "maximum", "minItems", "maxItems",
+_KEYWORD_ORDER = ("anyOf", "type", "const", "enum", "minLength", "maxLength", "pattern", "minimum", "maximum", "minItems", "maxItems",
                   "additionalProperties", "required")
 
 
@@ -214,7 +214,7 @@ def _text(error: t.Any, schema: dict[str, t.Any]) -> str:
         return "must be exactly %s" % json.dumps(expected)
     if keyword == "enum":
         return "must be one of %s" % ", ".join(expected)
-    if keyword == "pattern":
+    if keyword in ("pattern", "anyOf"):
         return "does not have the required form: %s" % schema.get("description", "see the schema")
     if keyword == "additionalProperties":
         # The unknown key itself is input: it is not named.

@@ -35,7 +35,7 @@ PVE_VERSION = {"release": "9.1", "repoid": "b5d5c8d5e7f5c4a1", "version": "9.1.3
 DURATIONS: dict[str, float] = {
     "qmclone_full": 8.0, "qmclone_linked": 2.0, "qmstart": 2.0, "qmstop": 1.0, "qmshutdown": 4.0, "qmreboot": 4.0,
     "resize": 1.0, "qmsnapshot": 2.0, "qmsnapshot_vmstate": 5.0, "qmdelsnapshot": 1.5, "qmrollback": 2.0, "qmdestroy": 2.0,
-    "qmconfig": 0.5,
+    "qmconfig": 0.5, "download": 1.0, "qmcreate": 1.0, "qmtemplate": 1.0,
     # per-storage lock hold times (pvesim.storagelock): one LVM-thin lvcreate, lvextend, lvremove
     "storage_alloc": 1.0, "storage_resize": 1.0, "storage_free": 1.0,
 }
@@ -1731,3 +1731,4 @@ def task_stop(sim: Sim, call: Call) -> None:
 
 # Several cluster nodes (the ``cluster`` seed, /cluster/status, the SDN VNet list) register here too.
 from . import cluster  # noqa: E402  pylint: disable=wrong-import-position,cyclic-import
+from . import imagebuild  # noqa: E402,F401  pylint: disable=wrong-import-position,cyclic-import,unused-import
