@@ -80,6 +80,8 @@ ERROR_CODES: dict[str, str] = {
     "readiness_timeout": "cloud-init in the guest did not finish before the readiness deadline.",
     "package_install_failed": "Installing the declared packages in the guest failed.",
     "package_version_missing": "A declared package is not installed in the declared version after the install.",
+    # container stages (docs/containers.md)
+    "template_not_found": "No container template matches the catalog mapping (ostemplate or appliance version glob).",
 }
 
 

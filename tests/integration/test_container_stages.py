@@ -1,0 +1,132 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The container stages (``_stages/container.py``) through the stage runner against the simulator.
+
+template (download from the appliance index) -> create (pct create) -> start -> readiness
+(interfaces on the recorded MAC); check mode sends nothing; a lost create reply is resolved by
+reads (the vzcreate task and the binding description) and never sent again.
+"""
+
+from __future__ import annotations
+
+import sys
+import typing as t
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import guest_support as gs  # noqa: E402  pylint: disable=wrong-import-position
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import (STAGES, ContainerReadinessStage,  # noqa: E402
+                                                                                          container_mac)
+
+pytestmark = pytest.mark.integration
+CTID = 320
+CREATE = r"^/nodes/pve-test/lxc$"
+TEMPLATE = "debian-12-standard_12.12-1_amd64.tar.zst"
+
+
+@pytest.fixture()
+def sim(pvesim: t.Any) -> t.Any:
+    from pvesim.state import FULL_TOKEN_ACL  # pylint: disable=import-outside-toplevel
+    pvesim.set_token(pvesim.connection["tokens"]["full"]["id"],
+                     privileges={**FULL_TOKEN_ACL, "/storage/local": ["Datastore.AllocateTemplate", "Datastore.Audit"]})
+    pvesim.set_speed(100.0)
+    yield pvesim
+    pvesim.set_speed(50.0)
+
+
+def _env(tmp_path: Path, conn: dict[str, t.Any]) -> gs.Env:
+    catalog = yaml.safe_load((gs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"))
+    definition = yaml.safe_load(gs.definition_text())
+    definition["image"] = "debian-12-ct"
+    planned = build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=CTID)
+    client = ProxmoxClient(gs.settings_for(conn))
+    client.get("/version")
+    store = JournalStore(str(tmp_path / "journal"))
+    kinds = [step["kind"] for step in planned.plan["steps"]]
+    document, _created = store.create_operation(
+        idempotency_key="test-%s" % planned.plan_hash, provider_scope_id=client.provider_scope_id, definition=planned.definition,
+        mapping=planned.mapping, plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID,
+        stage_kinds=kinds)
+    return gs.Env(store, client, document["operationId"], kinds)
+
+
+def _mutations(sim: t.Any) -> list[tuple[str, str]]:
+    return [(e["method"], e["path"]) for e in sim.requests()
+            if e["method"] != "GET" and e["status"] in (200, "dropped") and e["path"] != "/access/ticket"]  # root_call logins
+
+
+def test_check_mode_previews_then_the_stages_create_start_and_find_the_address(sim: t.Any, tmp_path: Path) -> None:
+    env = _env(tmp_path, sim.connection)
+    assert env.kinds == ["template", "create", "start", "readiness"]
+    preview = env.run(STAGES["template"](), check_mode=True, diff=True)
+    assert preview["changed"] and preview["requests"][0]["params"] == {"storage": "local", "template": TEMPLATE}
+    assert preview["diff"]["after"] == {"ostemplate": f"local:vztmpl/{TEMPLATE}", "present": True}
+    assert env.run(STAGES["create"](), check_mode=True)["preview"] == "earlier stages pending"
+    assert _mutations(sim) == []
+
+    for kind in ("template", "create", "start"):
+        result = env.run(STAGES[kind](), diff=True)
+        assert result["done"] and result["stage"]["status"] == "completed", result
+    create = env.stage("create")
+    assert create["request"]["params"]["ostemplate"] == f"local:vztmpl/{TEMPLATE}"
+    assert create["evidence"]["macaddr"] == container_mac(env.document)
+    assert ":vzcreate:320:" in create["upid"]
+    config = sim.root_call("GET", f"/nodes/pve-test/lxc/{CTID}/config")
+    assert config["unprivileged"] == 1 and config["tags"] == "vmanyware" and "features" not in config
+    assert config["rootfs"] == "local-lvm:vm-320-disk-0,size=20G" and f"hwaddr={container_mac(env.document)}" in config["net0"]
+    assert config["description"].startswith("vmanyware operation " + env.operation_id)
+
+    result = env.run(ContainerReadinessStage(readiness_timeout=60))
+    assert result["done"], result
+    evidence = env.stage("readiness")["evidence"]
+    assert evidence["ipv4"].startswith("192.0.2.") and evidence["hostKeysVerified"] is False and "deadline" in evidence
+    assert env.document["status"] == "completed"
+    assert _mutations(sim) == [("POST", "/nodes/pve-test/aplinfo"), ("POST", "/nodes/pve-test/lxc"),
+                               ("POST", f"/nodes/pve-test/lxc/{CTID}/status/start")]
+    # a second run of every stage reads only
+    sim.clear_requests()
+    for kind in env.kinds:
+        assert env.run(STAGES[kind]())["changed"] is False
+    assert _mutations(sim) == []
+
+
+def test_lost_create_reply_is_resolved_by_the_task_and_the_binding(sim: t.Any, tmp_path: Path) -> None:
+    env = _env(tmp_path, sim.connection)
+    env.run(STAGES["template"]())
+    sim.add_fault("POST", CREATE, "drop_reply", occurrence=1)
+    result = env.run(STAGES["create"]())
+    assert result["done"] and result["stage"]["status"] == "completed", result
+    assert ":vzcreate:320:" in (env.stage("create")["upid"] or env.stage("create")["evidence"].get("resolvedUpid", ""))
+    assert [e["status"] for e in sim.requests(method="POST", path_regex=CREATE)] == ["dropped"]
+
+
+def test_lost_create_that_never_arrived_stays_uncertain_and_is_not_resent(sim: t.Any, tmp_path: Path) -> None:
+    env = _env(tmp_path, sim.connection)
+    env.run(STAGES["template"]())
+    # the request is refused before anything happens, but the client only sees a dropped connection
+    sim.add_fault("POST", CREATE, "http_error", status=599, occurrence=1)
+    with pytest.raises(VmanywareError) as raised:
+        env.run(STAGES["create"]())
+    assert raised.value.code == "outcome_uncertain", raised.value.code
+    with pytest.raises(VmanywareError):
+        env.run(STAGES["create"]())
+    assert len(sim.requests(method="POST", path_regex=CREATE)) == 1  # never sent again
+    assert env.stage("create")["status"] == "uncertain"
+
+
+def test_taken_vmid_fails_create_before_sending(sim: t.Any, tmp_path: Path) -> None:
+    env = _env(tmp_path, sim.connection)
+    env.run(STAGES["template"]())
+    sim.add_container(CTID, name="someone-else")
+    with pytest.raises(VmanywareError) as raised:
+        env.run(STAGES["create"]())
+    assert raised.value.code == "vmid_taken"
+    assert sim.requests(method="POST", path_regex=CREATE) == []
