@@ -68,6 +68,7 @@ def test_check_mode_previews_then_the_stages_create_start_and_find_the_address(s
     assert env.kinds == ["template", "create", "start", "readiness"]
     preview = env.run(STAGES["template"](), check_mode=True, diff=True)
     assert preview["changed"] and preview["requests"][0]["params"] == {"storage": "local", "template": TEMPLATE}
+    assert preview["requests"][0]["cli"] == f"pveam download local {TEMPLATE}"
     assert preview["diff"]["after"] == {"ostemplate": f"local:vztmpl/{TEMPLATE}", "present": True}
     assert env.run(STAGES["create"](), check_mode=True)["preview"] == "earlier stages pending"
     assert _mutations(sim) == []
