@@ -172,8 +172,8 @@ def public_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "definitionName": plan["definitionName"],
         "definitionHash": plan["definitionHash"],
         "planHash": plan["planHash"],
-        "source": {"image": mapping["image"], "node": mapping["node"], "templateVmid": mapping["templateVmid"],
-                   "templateVersion": mapping["templateVersion"]},
+        "source": {"image": mapping["image"], "node": mapping["node"], "templateVmid": mapping.get("templateVmid"),
+                   "templateVersion": mapping.get("templateVersion")},  # None for a container mapping
         "instance": {"node": document["target"]["node"], "vmid": document["target"]["vmid"], "name": plan["target"]["name"],
                      "tag": instance_tag(document["operationId"])},
         "guestUser": plan["guestUser"],

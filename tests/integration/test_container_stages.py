@@ -131,3 +131,38 @@ def test_taken_vmid_fails_create_before_sending(sim: t.Any, tmp_path: Path) -> N
         env.run(STAGES["create"]())
     assert raised.value.code == "vmid_taken"
     assert sim.requests(method="POST", path_regex=CREATE) == []
+
+
+def test_the_module_entry_runs_each_stage_and_refuses_a_vm_plan(sim: t.Any, tmp_path: Path) -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # pylint: disable=C0415
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
+    env = _env(tmp_path, sim.connection)
+    conn = sim.connection
+    params = {"operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "api_host": conn["host"],
+              "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
+              "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
+              "api_timeout": 10.0, "lock_wait": 30.0}
+    for kind in ("template", "create", "start", "readiness"):
+        result = run_stage(params, container_stage(kind, readiness_timeout=60), check_mode=False, diff=False)
+        assert result["done"], result
+        assert conn["tokens"]["full"]["secret"] not in str(result)
+    assert result["ansible_facts"]["vmanyware_operation"]["status"] == "completed"
+    assert result["ansible_facts"]["vmanyware_operation"]["handoff"]["ipv4"].startswith("192.0.2.")
+    # a container stage on a VM operation reads nothing and sends nothing
+    vm_env = gs.create(tmp_path / "vm", conn)
+    with pytest.raises(VmanywareError) as raised:
+        vm_env.run(container_stage("create"))
+    assert raised.value.details["rule"] == "unknown_stage"  # a VM plan has no create step
+    sim.clear_requests()
+    with pytest.raises(VmanywareError) as raised:
+        vm_env.run(container_stage("start"))  # "start" exists in both plans: the VM's clone stages come first
+    assert raised.value.code == "stage_out_of_order"
+    gs.run_clone_stages(vm_env)
+    for kind in ("cloudinit", "seed"):
+        vm_env.store.record_dispatch(vm_env.operation_id, kind, {"noop": True})
+        vm_env.store.record_completed(vm_env.operation_id, kind, {})
+    sim.clear_requests()
+    with pytest.raises(VmanywareError) as raised:
+        vm_env.run(container_stage("start"))
+    assert raised.value.details["rule"] == "container_plan"
+    assert _mutations(sim) == []

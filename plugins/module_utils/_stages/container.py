@@ -79,6 +79,7 @@ def net0(config: t.Mapping[str, t.Any]) -> dict[str, str]:
 
 def require_ours(ctx: StageContext) -> dict[str, t.Any]:
     """The container exists, carries this operation's description, is not locked and has the recorded MAC."""
+    require_container_plan(ctx)
     config = read_ct_or_none(ctx)
     if config is None:
         raise StageError("The target container does not exist.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "exists"})
@@ -90,6 +91,13 @@ def require_ours(ctx: StageContext) -> dict[str, t.Any]:
     if net0(config).get("hwaddr", "").upper() != container_mac(ctx.operation):
         raise StageError("The container's net0 MAC is not the one the create stage sent.", details={"stage": ctx.kind, "rule": "net0_mac"})
     return config
+
+
+def require_container_plan(ctx: StageContext) -> None:
+    """Container stages run only for operations whose plan is a container's (nothing is read or sent otherwise)."""
+    if ctx.plan.get("guestType") != "container":
+        raise StageError("The operation's plan is not a container plan (guestType: container).",
+                         details={"stage": ctx.kind, "rule": "container_plan"})
 
 
 def power_state(ctx: StageContext) -> str | None:
@@ -128,6 +136,7 @@ class ContainerTemplateStage(StageLogic):
             if isinstance(content, list) else []
 
     def preconditions(self, ctx: StageContext) -> None:
+        require_container_plan(ctx)
         recorded = ctx.record.get("request") or {}
         if isinstance(recorded, dict) and isinstance(recorded.get("params"), dict) and recorded["params"].get("template"):
             # a dispatch was journaled: stay with that template (a newer one appearing meanwhile changes nothing)
@@ -209,6 +218,7 @@ class ContainerCreateStage(StageLogic):
     final_codes = frozenset({"vmid_taken"})
 
     def preconditions(self, ctx: StageContext) -> None:
+        require_container_plan(ctx)
         config = read_ct_or_none(ctx)
         if config is not None:
             if not is_ours(ctx, config):
@@ -439,6 +449,13 @@ class ContainerReadinessStage(StageLogic):
                 raise StageInProgress({"phase": "network", "deadline": _iso(deadline), "secondsLeft": int(deadline - now)})
             if sleep is not None:
                 sleep(min(_POLL, max(0.0, deadline - now)))
+
+
+def container_stage(kind: str, readiness_timeout: float = DEFAULT_READINESS_TIMEOUT) -> StageLogic:
+    """The logic of container stage ``kind`` (the ``stage`` option of ``vmanyware_container``)."""
+    if kind == "readiness":
+        return ContainerReadinessStage(readiness_timeout=readiness_timeout)
+    return STAGES[kind]()
 
 
 STAGES: dict[str, type[StageLogic]] = {"template": ContainerTemplateStage, "create": ContainerCreateStage, "start": ContainerStartStage,
