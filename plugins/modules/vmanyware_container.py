@@ -8,7 +8,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: vmanyware_container
-short_description: Run one stage of a container operation (template, create, start, readiness)
+short_description: Run one stage of a container operation (template, create, start, readiness, packages, snapshot)
 version_added: 0.3.0
 description:
   - Runs one stage of an operation whose plan has C(guestType=container) (see C(docs/containers.md)), through the same journaled
@@ -17,6 +17,8 @@ description:
     is missing; V(create) sends C(POST /nodes/{node}/lxc) once with the binding description, a MAC derived from the operation id and
     the definition's SSH keys; V(start) sends C(POST .../status/start); V(readiness) only reads C(GET .../interfaces) until the interface
     with the recorded MAC has a usable IPv4 (deadline journaled at the first start).
+  - V(packages) verifies and records what the role installed over SSH (Proxmox has no exec API for containers); V(snapshot) takes
+    one snapshot (C(vzsnapshot)) and needs E(VMANYWARE_SNAPSHOTS_ENABLED=true), checked before any request.
   - No container request is ever sent twice. A lost reply is resolved by reads (the C(vzcreate)/C(vzstart)/C(download) task of the
     token, the binding description, the power state); otherwise the stage stays C(uncertain) and the module says what to check.
   - Containers have no API to read their SSH host keys; readiness records C(hostKeysVerified=false).
@@ -33,7 +35,13 @@ options:
       - The container stage to run. It must be a step of the operation's plan.
     type: str
     required: true
-    choices: [template, create, start, readiness]
+    choices: [template, create, start, readiness, packages, snapshot]
+  installed:
+    description:
+      - For O(stage=packages) only. The installed packages as C(ansible.builtin.package_facts) reports them on the container
+        (name to a list of C({version}) entries, or name to version). The stage sends nothing; it verifies every declared package
+        (and declared version) against this and records it.
+    type: dict
   readiness_timeout:
     description:
       - Seconds from the readiness stage's first start until the container must have its IPv4. Journaled once; re-runs keep it.
@@ -87,7 +95,7 @@ stage:
   type: dict
   contains:
     kind:
-      description: The stage kind (V(template), V(create), V(start) or V(readiness)).
+      description: The stage kind (V(template), V(create), V(start), V(readiness), V(packages) or V(snapshot)).
       type: str
     position:
       description: Position of the stage in the operation.
@@ -104,7 +112,8 @@ stage:
     evidence:
       description:
         - V(template) C(ostemplate), C(template); V(create) C(macaddr), C(rootfs), C(digest), C(ostemplate), C(unprivileged);
-          V(start) C(powerState); V(readiness) C(ipv4), C(net0Mac), C(guestReady), C(hostKeysVerified=false), C(deadline).
+          V(start) C(powerState); V(readiness) C(ipv4), C(net0Mac), C(guestReady), C(hostKeysVerified=false), C(deadline);
+          V(packages) C(installed); V(snapshot) C(snapname), C(snaptime).
       type: dict
 requests:
   description:
@@ -140,14 +149,30 @@ error_code:
 """
 
 
+import os
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import STAGE_KINDS, container_stage
 
-ENTRY = stage_entry(lambda params: container_stage(params["stage"], readiness_timeout=params["readiness_timeout"]),
-                    {"stage": {"type": "str", "required": True, "choices": ["template", "create", "start", "readiness"]},
+def _installed(facts: t.Any) -> dict[str, str]:
+    """``package_facts`` form (name -> [{version: ...}]) or a plain name -> version mapping."""
+    result: dict[str, str] = {}
+    for name, value in (facts or {}).items():
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            result[str(name)] = str(value[0].get("version"))
+        elif isinstance(value, (str, int, float)):
+            result[str(name)] = str(value)
+    return result
+
+
+ENTRY = stage_entry(lambda params: container_stage(params["stage"], readiness_timeout=params["readiness_timeout"],
+                                                   installed=_installed(params.get("installed")), environ=os.environ),
+                    {"stage": {"type": "str", "required": True, "choices": list(STAGE_KINDS)},
+                     "installed": {"type": "dict"},
                      "readiness_timeout": {"type": "float", "default": 300.0}})
 
 

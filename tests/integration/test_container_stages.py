@@ -166,3 +166,55 @@ def test_the_module_entry_runs_each_stage_and_refuses_a_vm_plan(sim: t.Any, tmp_
         vm_env.run(container_stage("start"))
     assert raised.value.details["rule"] == "container_plan"
     assert _mutations(sim) == []
+
+
+def test_packages_are_verified_from_package_facts_and_the_snapshot_is_gated(sim: t.Any, tmp_path: Path) -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
+    catalog = yaml.safe_load((gs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"))
+    definition = yaml.safe_load(gs.definition_text(packages=[{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}], snapshot=True))
+    definition["image"] = "debian-12-ct"
+    planned = build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=CTID)
+    client = ProxmoxClient(gs.settings_for(sim.connection))
+    client.get("/version")
+    store = JournalStore(str(tmp_path / "journal"))
+    kinds = [step["kind"] for step in planned.plan["steps"]]
+    document, _created = store.create_operation(
+        idempotency_key="test-pkg", provider_scope_id=client.provider_scope_id, definition=planned.definition, mapping=planned.mapping,
+        plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID, stage_kinds=kinds)
+    env = gs.Env(store, client, document["operationId"], kinds)
+    assert kinds == ["template", "create", "start", "readiness", "packages", "snapshot"]
+    for kind in ("template", "create", "start", "readiness"):
+        assert env.run(container_stage(kind, readiness_timeout=60))["done"]
+    sim.clear_requests()
+    with pytest.raises(VmanywareError) as raised:
+        env.run(container_stage("packages", installed={"git": "1:2.39.5-0+deb12u2", "jq": "1.6-2.1"}))
+    assert raised.value.code == "package_version_missing" and env.stage("packages")["status"] == "failed"
+    assert _mutations(sim) == []  # the packages stage never sends anything; the container is kept
+
+
+def test_container_snapshot_stage_is_gated_and_takes_one_snapshot(sim: t.Any, tmp_path: Path) -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
+    catalog = yaml.safe_load((gs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"))
+    definition = yaml.safe_load(gs.definition_text(packages=[{"name": "git"}], snapshot=True))
+    definition["image"] = "debian-12-ct"
+    planned = build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=CTID)
+    client = ProxmoxClient(gs.settings_for(sim.connection))
+    client.get("/version")
+    store = JournalStore(str(tmp_path / "journal"))
+    kinds = [step["kind"] for step in planned.plan["steps"]]
+    document, _created = store.create_operation(
+        idempotency_key="test-snap", provider_scope_id=client.provider_scope_id, definition=planned.definition, mapping=planned.mapping,
+        plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID, stage_kinds=kinds)
+    env = gs.Env(store, client, document["operationId"], kinds)
+    for kind in ("template", "create", "start", "readiness"):
+        assert env.run(container_stage(kind, readiness_timeout=60))["done"]
+    assert env.run(container_stage("packages", installed={"git": "1:2.39.5-0+deb12u2"}))["stage"]["evidence"]["installed"] == {
+        "git": "1:2.39.5-0+deb12u2"}
+    sim.clear_requests()
+    with pytest.raises(VmanywareError) as raised:
+        env.run(container_stage("snapshot", environ={"VMANYWARE_SNAPSHOTS_ENABLED": "false"}))
+    assert raised.value.code == "snapshot_disabled" and _mutations(sim) == []
+    result = env.run(container_stage("snapshot", environ={"VMANYWARE_SNAPSHOTS_ENABLED": "true"}))
+    assert result["done"] and result["stage"]["evidence"]["snapname"].startswith("vmanyware-")
+    assert _mutations(sim) == [("POST", f"/nodes/pve-test/lxc/{CTID}/snapshot")]
+    assert env.document["status"] == "completed" and env.document["handoff"]["snapshot"] == result["stage"]["evidence"]["snapname"]

@@ -32,15 +32,18 @@ from __future__ import annotations
 import datetime
 import hashlib
 import ipaddress
+import os
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._container_preflight import newest_match
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import SNAPSHOTS_GATE, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, read_config, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (Request, Resolution, StageContext, StageError, StageInProgress,
                                                                                StageLogic)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import (TASK_SINCE_SLACK, binding_description, dispatched_epoch,
                                                                                        find_tasks, token_identity)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import snapshot_name
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid
 
 TAG = "vmanyware"
@@ -451,10 +454,115 @@ class ContainerReadinessStage(StageLogic):
                 sleep(min(_POLL, max(0.0, deadline - now)))
 
 
-def container_stage(kind: str, readiness_timeout: float = DEFAULT_READINESS_TIMEOUT) -> StageLogic:
+# ---------------------------------------------------------------------------------------------------
+# packages (installed over SSH by the role, the Ansible way; this stage verifies and records)
+
+class ContainerPackagesStage(StageLogic):
+    """Proxmox has no exec API for containers: the role installs the packages over SSH (``add_host`` with the operator's
+    key, ``ansible.builtin.apt``) and passes what ``ansible.builtin.package_facts`` then reports. The stage sends nothing;
+    it completes only when every declared package is installed (in its declared version, when one is declared)."""
+
+    kind = "packages"
+    task_type = None
+    final_codes = frozenset({"package_version_missing"})
+
+    def __init__(self, installed: t.Mapping[str, t.Any] | None = None) -> None:
+        self.installed = {str(k): str(v) for k, v in (installed or {}).items()}
+
+    def preconditions(self, ctx: StageContext) -> None:
+        require_ours(ctx)
+        if power_state(ctx) != "running":
+            raise StageError("The container is not running.", details={"stage": ctx.kind, "rule": "running"})
+
+    def request(self, ctx: StageContext) -> Request | None:
+        return None
+
+    def observe(self, ctx: StageContext) -> dict[str, t.Any]:
+        if ctx.check_mode:
+            raise StageInProgress({"phase": "check_mode", "note": "packages are installed over SSH by the role"})
+        if not self.installed:
+            raise StageError("No installed package versions were given (the role passes ansible.builtin.package_facts).",
+                             details={"stage": ctx.kind, "rule": "installed_required"})
+        found: dict[str, str] = {}
+        for package in ctx.definition["packages"]:
+            version = self.installed.get(package["name"])
+            if version is None or ("version" in package and version != package["version"]):
+                raise StageError(code="package_version_missing", details={"stage": ctx.kind, "package": package["name"]})
+            found[package["name"]] = version
+        return {"installed": found, "installedBy": "ssh"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# snapshot (gated like the VM snapshot: VMANYWARE_SNAPSHOTS_ENABLED=true)
+
+class ContainerSnapshotStage(StageLogic):
+    kind = "snapshot"
+    task_type = "vzsnapshot"
+    resend_harmless = False
+    default_timeout = 600.0
+
+    def __init__(self, environ: t.Mapping[str, str] | None = None) -> None:
+        self.environ = os.environ if environ is None else environ
+
+    def _snapshots(self, ctx: StageContext) -> dict[str, dict[str, t.Any]]:
+        data = ctx.client.get(ct_path(ctx) + "/snapshot")
+        if not isinstance(data, list):
+            raise StageError("Proxmox answered the snapshot list with an unexpected body.", code="unexpected_response")
+        return {str(item["name"]): item for item in data if isinstance(item, dict) and isinstance(item.get("name"), str)}
+
+    def preconditions(self, ctx: StageContext) -> None:
+        if not read_gate(self.environ, SNAPSHOTS_GATE):
+            raise VmanywareError(code="snapshot_disabled", details={"stage": ctx.kind})
+        require_ours(ctx)
+        ctx.facts["snapshots"] = self._snapshots(ctx)
+
+    def request(self, ctx: StageContext) -> Request | None:
+        name = snapshot_name(ctx.operation["operationId"])
+        if name in ctx.facts.get("snapshots", {}):
+            return None
+        return Request("POST", ct_path(ctx) + "/snapshot", {
+            "snapname": name, "description": "vmanyware operation %s (%s)" % (ctx.operation["operationId"], ctx.plan["definitionName"])})
+
+    def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
+        upid = parse_upid(data)
+        if upid.type != self.task_type or upid.node != ctx.node or upid.id != str(ctx.vmid):
+            raise StageError("Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response")
+        return upid.raw, {}
+
+    def observe(self, ctx: StageContext) -> dict[str, t.Any]:
+        name = snapshot_name(ctx.operation["operationId"])
+        found = self._snapshots(ctx).get(name)
+        if found is None:
+            raise StageError("The snapshot task succeeded but the snapshot is not listed.", code="observation_mismatch",
+                             details={"stage": ctx.kind, "snapname": name})
+        handoff = dict(ctx.operation.get("handoff") or {})
+        handoff["snapshot"] = name
+        if not ctx.check_mode:
+            ctx.operation = ctx.store.set_handoff(ctx.operation["operationId"], handoff)
+        return {"snapname": name, "snaptime": found.get("snaptime")}
+
+    def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
+        if snapshot_name(ctx.operation["operationId"]) in self._snapshots(ctx):
+            return Resolution.applied()
+        tasks = find_tasks(ctx, "vzsnapshot", ctx.vmid)
+        if tasks:
+            return Resolution.applied(tasks[0]["upid"])
+        return Resolution("not_applied", message="The snapshot is not listed and no vzsnapshot task is visible; check the container's "
+                                                 "snapshots and the node's task list before re-running.")
+
+
+STAGE_KINDS = ("template", "create", "start", "readiness", "packages", "snapshot")
+
+
+def container_stage(kind: str, readiness_timeout: float = DEFAULT_READINESS_TIMEOUT, installed: t.Mapping[str, t.Any] | None = None,
+                    environ: t.Mapping[str, str] | None = None) -> StageLogic:
     """The logic of container stage ``kind`` (the ``stage`` option of ``vmanyware_container``)."""
     if kind == "readiness":
         return ContainerReadinessStage(readiness_timeout=readiness_timeout)
+    if kind == "packages":
+        return ContainerPackagesStage(installed)
+    if kind == "snapshot":
+        return ContainerSnapshotStage(environ)
     return STAGES[kind]()
 
 
