@@ -61,7 +61,7 @@ def expected_confirmation(plan: t.Mapping[str, t.Any], provider_scope_id: str) -
         "planHash": plan["planHash"],
         "targetNode": plan["target"]["node"],
         "targetVmid": plan["target"]["vmid"],
-        "sourceVmid": plan["source"]["templateVmid"],
+        "sourceVmid": plan["source"].get("templateVmid"),  # None for a container (planHash binds its template)
         "storage": plan["storage"],
         "bridge": plan["bridge"],
         "confirmed": True,
@@ -100,7 +100,9 @@ def gate_and_confirm(planned: t.Any, provider_scope_id: str, confirmation: t.Any
     plan = planned.plan
     if plan["snapshotAfterProvisioning"] and not snapshots:
         raise VmanywareError(code="snapshot_disabled")
-    if "imageDefaultUser" not in planned.mapping:
+    # The attestation is about a VM image's cloud-init default user; a container's create request itself writes
+    # root's authorized_keys and sends no password (docs/containers.md).
+    if "imageDefaultUser" not in planned.mapping and plan.get("guestType") != "container":
         raise VmanywareError(code="attestation_required")
     return check_confirmation(confirmation, expected_confirmation(plan, provider_scope_id))
 
