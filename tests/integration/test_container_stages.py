@@ -218,3 +218,17 @@ def test_container_snapshot_stage_is_gated_and_takes_one_snapshot(sim: t.Any, tm
     assert result["done"] and result["stage"]["evidence"]["snapname"].startswith("vmanyware-")
     assert _mutations(sim) == [("POST", f"/nodes/pve-test/lxc/{CTID}/snapshot")]
     assert env.document["status"] == "completed" and env.document["handoff"]["snapshot"] == result["stage"]["evidence"]["snapname"]
+
+
+def test_readiness_fails_at_the_journaled_deadline_without_an_address(sim: t.Any, tmp_path: Path) -> None:
+    env = _env(tmp_path, sim.connection)
+    for kind in ("template", "create", "start"):
+        env.run(STAGES[kind]())
+    sim.add_fault("GET", rf"/lxc/{CTID}/interfaces$", "dhcp_never")
+    progress = env.run(ContainerReadinessStage(readiness_timeout=2), wait_budget=0.2)
+    assert progress["done"] is False and progress["progress"]["phase"] == "network"
+    deadline = env.stage("readiness")["evidence"]["deadline"]
+    with pytest.raises(VmanywareError) as raised:
+        env.run(ContainerReadinessStage(readiness_timeout=600))  # a re-run keeps the first deadline
+    assert raised.value.code == "guest_network_unavailable"
+    assert env.stage("readiness")["status"] == "failed" and env.stage("readiness")["evidence"]["deadline"] == deadline

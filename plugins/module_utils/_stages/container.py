@@ -33,6 +33,7 @@ import datetime
 import hashlib
 import ipaddress
 import os
+import time
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._container_preflight import newest_match
@@ -401,8 +402,6 @@ class ContainerReadinessStage(StageLogic):
     final_codes = frozenset({"guest_network_unavailable"})
 
     def __init__(self, readiness_timeout: float = DEFAULT_READINESS_TIMEOUT, wall_clock: t.Callable[[], float] | None = None) -> None:
-        import time  # pylint: disable=import-outside-toplevel
-
         self.readiness_timeout = float(readiness_timeout)
         self.wall_clock = wall_clock or time.time
 
@@ -450,8 +449,9 @@ class ContainerReadinessStage(StageLogic):
                                  code="guest_network_unavailable", details={"stage": ctx.kind, "phase": "network"})
             if budget is not None and now >= started + float(budget):
                 raise StageInProgress({"phase": "network", "deadline": _iso(deadline), "secondsLeft": int(deadline - now)})
-            if sleep is not None:
-                sleep(min(_POLL, max(0.0, deadline - now)))
+            if sleep is not None:  # never past the deadline, nor past this run's wait budget
+                limit = deadline if budget is None else min(deadline, started + float(budget))
+                sleep(min(_POLL, max(0.0, limit - now)))
 
 
 # ---------------------------------------------------------------------------------------------------
