@@ -150,27 +150,16 @@ error_code:
 
 
 import os
-import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import STAGE_KINDS, container_stage
-
-def _installed(facts: t.Any) -> dict[str, str]:
-    """``package_facts`` form (name -> [{version: ...}]) or a plain name -> version mapping."""
-    result: dict[str, str] = {}
-    for name, value in (facts or {}).items():
-        if isinstance(value, list) and value and isinstance(value[0], dict):
-            result[str(name)] = str(value[0].get("version"))
-        elif isinstance(value, (str, int, float)):
-            result[str(name)] = str(value)
-    return result
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import STAGE_KINDS, container_stage, installed_versions
 
 
 ENTRY = stage_entry(lambda params: container_stage(params["stage"], readiness_timeout=params["readiness_timeout"],
-                                                   installed=_installed(params.get("installed")), environ=os.environ),
+                                                   installed=installed_versions(params.get("installed")), environ=os.environ),
                     {"stage": {"type": "str", "required": True, "choices": list(STAGE_KINDS)},
                      "installed": {"type": "dict"},
                      "readiness_timeout": {"type": "float", "default": 300.0}})

@@ -551,6 +551,17 @@ class ContainerSnapshotStage(StageLogic):
                                                  "snapshots and the node's task list before re-running.")
 
 
+def installed_versions(facts: t.Any) -> dict[str, str]:
+    """Name -> version from ``ansible.builtin.package_facts`` (name -> [{version: ...}]) or a plain name -> version mapping."""
+    result: dict[str, str] = {}
+    for name, value in (facts if isinstance(facts, dict) else {}).items():
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            result[str(name)] = str(value[0].get("version"))
+        elif isinstance(value, (str, int, float)):
+            result[str(name)] = str(value)
+    return result
+
+
 STAGE_KINDS = ("template", "create", "start", "readiness", "packages", "snapshot")
 
 
