@@ -70,7 +70,10 @@ def test_check_mode_previews_then_the_stages_create_start_and_find_the_address(s
     assert preview["changed"] and preview["requests"][0]["params"] == {"storage": "local", "template": TEMPLATE}
     assert preview["requests"][0]["cli"] == f"pveam download local {TEMPLATE}"
     assert preview["diff"]["after"] == {"ostemplate": f"local:vztmpl/{TEMPLATE}", "present": True}
-    assert env.run(STAGES["create"](), check_mode=True)["preview"] == "earlier stages pending"
+    planned_create = env.run(STAGES["create"](), check_mode=True)
+    assert planned_create["preview"] == "earlier stages pending"
+    assert planned_create["requests"][0]["params"]["ostemplate"] == "local:vztmpl/<newest debian-12-standard 12.*>"
+    assert planned_create["requests"][0]["cli"].startswith("pct create 320 'local:vztmpl/<newest debian-12-standard 12.*>' ")
     assert _mutations(sim) == []
 
     for kind in ("template", "create", "start"):

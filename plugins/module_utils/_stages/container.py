@@ -244,9 +244,15 @@ class ContainerCreateStage(StageLogic):
     def params(self, ctx: StageContext) -> dict[str, t.Any]:
         resources = ctx.plan["resources"]
         keys = "\n".join(ctx.definition["access"]["sshPublicKeys"])
+        if ctx.check_mode and "appliance" in ctx.mapping and not isinstance(ctx.earlier_evidence("ostemplate"), str):
+            # a preview before the template stage ran: name what it will resolve, not a volume that may not exist
+            appliance = ctx.mapping["appliance"]
+            ostemplate = "%s:vztmpl/<newest %s %s>" % (appliance["storage"], appliance["package"], appliance["version"])
+        else:
+            ostemplate = _template_volume(ctx)
         params: dict[str, t.Any] = {
             "vmid": ctx.vmid,
-            "ostemplate": _template_volume(ctx),
+            "ostemplate": ostemplate,
             "hostname": ctx.plan["target"]["name"],
             "unprivileged": 1 if ctx.mapping.get("unprivileged", True) else 0,
             "rootfs": "%s:%d" % (ctx.plan["storage"], int(resources["diskGiB"])),
