@@ -92,6 +92,8 @@ ERROR_CODES: dict[str, str] = {
     "package_install_failed": "Installing the declared packages in the guest failed.",
     "package_version_missing": "A declared package is not installed in the declared version after the install.",
     "image_checksum_mismatch": "The downloaded cloud image does not match the declared checksum; Proxmox kept nothing of it.",
+    # container stages (docs/containers.md)
+    "template_not_found": "No container template matches the catalog mapping (ostemplate or appliance version glob).",
 }
 
 

@@ -69,7 +69,9 @@ def creation_blockers(plan: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any
         blockers.append("provisioning_disabled")
     if plan["snapshotAfterProvisioning"] and not snapshots:
         blockers.append("snapshot_disabled")
-    if not isinstance(mapping.get("imageDefaultUser"), t.Mapping):
+    # The attestation is about a VM image's cloud-init default user; a container's create request itself writes
+    # root's authorized_keys and sends no password (docs/containers.md).
+    if plan.get("guestType") != "container" and not isinstance(mapping.get("imageDefaultUser"), t.Mapping):
         blockers.append("attestation_required")
     return blockers
 
@@ -98,7 +100,7 @@ def expected_confirmation(plan: t.Mapping[str, t.Any], provider_scope_id: str) -
         "planHash": plan["planHash"],
         "targetNode": plan["target"]["node"],
         "targetVmid": plan["target"]["vmid"],
-        "sourceVmid": plan["source"]["templateVmid"],
+        "sourceVmid": plan["source"].get("templateVmid"),  # None for a container (planHash binds its template)
         "storage": plan["storage"],
         "bridge": plan["bridge"],
         "confirmed": True,
@@ -217,8 +219,8 @@ def public_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "definitionName": plan["definitionName"],
         "definitionHash": plan["definitionHash"],
         "planHash": plan["planHash"],
-        "source": {"image": mapping["image"], "node": mapping["node"], "templateVmid": mapping["templateVmid"],
-                   "templateVersion": mapping["templateVersion"]},
+        "source": {"image": mapping["image"], "node": mapping["node"], "templateVmid": mapping.get("templateVmid"),
+                   "templateVersion": mapping.get("templateVersion")},  # None for a container mapping
         "instance": {"node": document["target"]["node"], "vmid": document["target"]["vmid"], "name": plan["target"]["name"],
                      "tag": instance_tag(document["operationId"])},
         "guestUser": plan["guestUser"],

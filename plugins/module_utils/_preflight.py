@@ -99,6 +99,10 @@ def capabilities_for(major: int | None, minor: int | None) -> dict[str, t.Any]:
 
 
 class _Preflight:
+    # (check code, content type, passed text, failed text) of the storage content check; containers need rootdir.
+    STORAGE_CONTENT = ("storage_images", "images", "The storage accepts VM disk images.",
+                       "The storage does not accept VM disk images (content type images).")
+
     def __init__(self, client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> None:
         self.client = client
         self.tls_verified = tls_verified
@@ -211,7 +215,7 @@ class _Preflight:
             self.set("template_disk", "failed", f"The template's disk on {device} differs in size from the catalog's sourceDiskGiB.")
 
     def storage(self) -> None:
-        codes = ("storage_active", "storage_images", "storage_capacity")
+        codes = ("storage_active", self.STORAGE_CONTENT[0], "storage_capacity")
         storage = self.plan["storage"]
         try:
             status = self.client.get(f"/nodes/{self.node}/storage/{storage}/status")
@@ -245,12 +249,13 @@ class _Preflight:
         else:
             self.set("storage_active", "failed", "The storage is disabled or not active.")
         content = status.get("content")
+        code, content_type, passed, failed = self.STORAGE_CONTENT
         if not isinstance(content, str):
-            self.set("storage_images", "unknown", "The storage status does not list its content types.")
-        elif "images" in [c.strip() for c in content.split(",")]:
-            self.set("storage_images", "passed", "The storage accepts VM disk images.")
+            self.set(code, "unknown", "The storage status does not list its content types.")
+        elif content_type in [c.strip() for c in content.split(",")]:
+            self.set(code, "passed", passed)
         else:
-            self.set("storage_images", "failed", "The storage does not accept VM disk images (content type images).")
+            self.set(code, "failed", failed)
         avail = status.get("avail")
         needed = self.plan["resources"]["diskGiB"] * GIB
         if self.checks["storage_active"].status != "passed":
@@ -337,6 +342,9 @@ class _Preflight:
 
 def run_checks(client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> tuple[list[Check], dict[str, t.Any]]:
     """Run every check through ``client`` (GETs only); return the ordered checks and the capabilities."""
+    if plan.get("guestType") == "container":
+        from ansible_collections.vmanyware.proxmox.plugins.module_utils._container_preflight import run_container_checks  # pylint: disable=C0415
+        return run_container_checks(client, plan, tls_verified)
     run = _Preflight(client, plan, tls_verified)
     if run.version():
         run.template()

@@ -171,41 +171,8 @@ def download_url(sim: Sim, call: Call) -> str:
     return sim.start_task(call, "download", filename, body)
 
 
-def _content_of(volid: str) -> str:
-    name = volid.split(":", 1)[1]
-    for kind in ("import", "iso", "vztmpl", "snippets", "backup"):
-        if name.startswith(kind + "/"):
-            return kind
-    return "images"
-
-
-@route("GET", "/nodes/{node}/storage/{storage}/content")
-def storage_content(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
-    sim.check_node(call)
-    sid = str(call.params["storage"])
-    storage = sim.state.storages.get(sid)
-    if storage is None:
-        raise ApiError(500, f"storage '{sid}' does not exist")
-    if not storage.enabled:
-        raise ApiError(500, f"storage '{sid}' is disabled")
-    wanted = set((call.str("content") or "").split(",")) - {""}
-    only_vmid = call.int("vmid")
-    result = []
-    for volid in sorted(storage.volumes):
-        content = _content_of(volid)
-        if wanted and content not in wanted:
-            continue
-        entry: dict[str, t.Any] = {"volid": volid, "content": content, "size": storage.volumes[volid]}
-        match = re.search(r"(?:vm|base)-(\d+)-", volid)
-        if content == "images" and match:
-            entry["vmid"] = int(match.group(1))
-            entry["format"] = "raw"
-        elif content == "import":
-            entry["format"] = volid.rsplit(".", 1)[-1]
-        if only_vmid is not None and entry.get("vmid") != only_vmid:
-            continue
-        result.append(entry)
-    return result
+# ``GET /nodes/{node}/storage/{storage}/content`` (import volumes included) is served by ``lxc.storage_content``:
+# one listing for every content type.
 
 
 def _import_disk(sim: Sim, vm: VM, key: str, value: str, allocated: list[str], task: Task) -> str:
