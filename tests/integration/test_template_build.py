@@ -41,7 +41,8 @@ EXTRA_PRIVS = {"/storage/local": ["Datastore.AllocateTemplate", "Datastore.Audit
 
 
 def document(url: str, checksum: str, vmid: int = 9100, **extra: t.Any) -> str:
-    return yaml.safe_dump({**extra,
+    return yaml.safe_dump({
+        **extra,
         "apiVersion": "vmanyware.dev/v1", "kind": "TemplateBuild", "image": "debian-13",
         "source": {"url": url, "checksum": checksum, "checksumAlgorithm": "sha256"},
         "node": "pve-test", "storage": "local-lvm", "importStorage": "local", "bridge": "vmbr0", "templateVmid": vmid,
@@ -68,7 +69,7 @@ class Build:
         self.scope = provider_scope_id(settings, certificate_fingerprint(settings))
         self.store = open_store(self.params["journal_dir"])
         self.planned = build_template_plan(text=document(images.url("debian.qcow2"), checksum or hashlib.sha256(IMAGE).hexdigest(),
-                                                                **extra))
+                                                         **extra))
         result = create_template_operation(self.store, planned=self.planned, provider_scope_id=self.scope,
                                            confirmation=expected_template_confirmation(self.planned.plan, self.scope),
                                            idempotency_key=None, environ=ON)

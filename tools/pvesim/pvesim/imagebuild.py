@@ -31,7 +31,6 @@ import os
 import re
 import struct
 import tempfile
-import typing as t
 import urllib.parse
 import urllib.request
 
@@ -156,7 +155,7 @@ def download_url(sim: Sim, call: Call) -> str:
             if checksum and got != checksum.lower():
                 raise TaskFailed(f"checksum mismatch: got '{got}' != expect '{checksum.lower()}'")
             if checksum:
-                task.log(f"calculating checksum...OK, checksum verified")
+                task.log("calculating checksum...OK, checksum verified")
             final = os.path.join(_files_dir(sim), filename)
             os.replace(tmp, final)
         finally:

@@ -293,8 +293,8 @@ def lxc_create(sim: Sim, call: Call) -> str:
     if call.bool("restore"):
         raise param_error({"restore": "restoring a backup is not simulated"})
     pool = call.str("pool")
-    if not sim.has(call.subject, f"/vms/{vmid}", ["VM.Allocate"]) and not (pool and sim.has(call.subject, f"/pool/{pool}",
-                                                                                           ["VM.Allocate"])):
+    in_pool = bool(pool) and sim.has(call.subject, f"/pool/{pool}", ["VM.Allocate"])
+    if not sim.has(call.subject, f"/vms/{vmid}", ["VM.Allocate"]) and not in_pool:
         raise perm_error(f"/vms/{vmid}, VM.Allocate")
     unprivileged = call.bool("unprivileged", True)
     if not unprivileged:
@@ -672,4 +672,3 @@ def storage_content(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
             continue
         res.append(entry)
     return res
-

@@ -37,8 +37,8 @@ def operation(disk_bytes: int = 8 * GIB, generalized: dict[str, t.Any] | None = 
                                       [step["kind"] for step in plan["steps"]], "2026-12-01T00:00:00.000000Z")
     stages = {item["kind"]: item for item in document["stages"]}
     stages["convert"]["evidence"] = {"diskSizeBytes": disk_bytes}
-    stages["generalize"]["evidence"] = generalized if generalized is not None else {"standIn": False, "passwordLocked": True,
-                                                                                     "noAuthorizedKeys": True}
+    default = {"standIn": False, "passwordLocked": True, "noAuthorizedKeys": True}
+    stages["generalize"]["evidence"] = generalized if generalized is not None else default
     stages["prepare"]["evidence"] = {"preparedBy": "ssh"}
     return document
 
