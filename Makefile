@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 
-.PHONY: setup demo test pytest lint docs docs-check sanity acceptance collection-link clean
+.PHONY: setup demo test pytest lint docs docs-check sanity artifact oldest-core acceptance collection-link clean
 
 setup: $(STAMP) collection-link
 
@@ -26,7 +26,7 @@ collection-link:
 demo: setup
 	VENV=$(VENV) tools/dev/demo.sh
 
-test: setup pytest lint docs-check sanity acceptance
+test: setup pytest lint docs-check sanity artifact oldest-core acceptance
 
 pytest: setup
 	$(BIN)/python -m pytest -q
@@ -43,6 +43,14 @@ docs-check: setup
 
 sanity: setup
 	VENV=$(VENV) tools/dev/sanity.sh
+
+# The built tarball installed into a fresh collections path: ansible-doc for every module, the plan playbook.
+artifact: setup
+	VENV=$(VENV) tools/dev/artifact.sh
+
+# The oldest ansible-core requires_ansible admits, in .venv-oldest-core: unit tests and the artifact check.
+oldest-core:
+	tools/dev/oldest_core.sh
 
 # The provision playbook end to end on a real QEMU guest (pvesim --guests real); installs QEMU and
 # mmdebstrap with apt when missing and builds (or reuses) the cached Debian guest image.

@@ -19,9 +19,10 @@ options:
     type: path
   catalog:
     description:
-      - The template catalog as inline YAML text (same format and limits as the file of O(catalog_path)).
+      - The template catalog as inline YAML text (same format and limits as the file of O(catalog_path)), or as a dictionary
+        (for example from C(group_vars)), which is validated as data, never converted to text.
       - Exactly one of O(catalog_path) and O(catalog) is required.
-    type: str
+    type: raw
   definition_path:
     description:
       - Path on the controller of the environment definition, a v1 C(Environment) YAML file of at most 64 KiB.
@@ -29,9 +30,10 @@ options:
     type: path
   definition:
     description:
-      - The environment definition as inline YAML text (same format and limits as the file of O(definition_path)).
+      - The environment definition as inline YAML text (same format and limits as the file of O(definition_path)), or as a
+        dictionary (for example from C(group_vars)), which is validated as data, never converted to text.
       - Exactly one of O(definition_path) and O(definition) is required.
-    type: str
+    type: raw
   target_vmid:
     description:
       - The VMID the new virtual machine will get, 100-999999999.

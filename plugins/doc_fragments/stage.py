@@ -27,14 +27,25 @@ options:
       - The operation returned by M(vmanyware.proxmox.vmanyware_operation).
       - The stage reads its inputs only from that operation's immutable snapshots in the journal.
       - Required, except in check mode with O(preview_operation).
+      - In check mode, the O(operation_id) that M(vmanyware.proxmox.vmanyware_operation) returned for a preview (the operation
+        is not recorded) previews against that document; the action plugin passes it as O(preview_operation) from the fact
+        C(vmanyware_preview_operation), so a playbook written for the normal mode runs unchanged with C(--check).
     type: str
   preview_operation:
     description:
-      - Check mode only, when no operation is recorded yet (a C(--check) run of the whole workflow). Pass the
-        C(preview_document) that M(vmanyware.proxmox.vmanyware_operation) returned in check mode.
+      - Check mode only, when no operation is recorded yet (a C(--check) run of the whole workflow), the
+        C(preview_document) that M(vmanyware.proxmox.vmanyware_operation) returned in check mode. Not needed when
+        O(operation_id) is that preview's id (see there).
       - The stage then reads Proxmox and returns the requests it would send, against that in-memory document;
         nothing is written. Outside check mode this option is refused.
     type: dict
+  set_operation_fact:
+    description:
+      - Set the fact C(vmanyware_operation) (the operation's public view) from this run. By default a stage sets no fact, so
+        it never overwrites one the playbook relies on; register the result, or read the operation with
+        M(vmanyware.proxmox.vmanyware_operation_info).
+    type: bool
+    default: false
   wait_budget:
     description:
       - How long this run waits for a running Proxmox task before returning RV(done=false) with progress.
@@ -71,8 +82,8 @@ options:
     type: path
   catalog:
     description:
-      - The template catalog as inline YAML text; the same check as O(catalog_path).
-    type: str
+      - The template catalog as inline YAML text or as a dictionary (validated as data); the same check as O(catalog_path).
+    type: raw
   storage_concurrency:
     description:
       - Admission control for stages that allocate on a storage (clone, disk). At most this many of their requests are in

@@ -17,14 +17,14 @@ description:
     (M(vmanyware.proxmox.vmanyware_operation_info)) into lines C(<position> <kind> <status>), the
     RV(vmanyware.proxmox.vmanyware_capabilities#module:operations) list into lines C(<status> <operation> via <api or ssh>) followed by the reasons,
     or the C(operations) listed by M(vmanyware.proxmox.vmanyware_operation_info) without an operation id into lines
-    C(<createdAt> <operationId> <status> <node>/<vmid> <definitionName> <failureCode>).
+    C(<created_at> <operation_id> <status> <node>/<vmid> <definition_name> <failure_code>).
   - Columns are padded so the lines read as a table in C(ansible-playbook) output and AWX job events.
 options:
   _input:
     description: >-
       A list of checks (with C(status), C(code), C(message)), of stages (with C(position), C(kind), C(status)), of
       capability operations (with C(status), C(operation), C(via), C(reasons)) or of listed operations
-      (with C(operationId), C(createdAt), C(status)).
+      (with C(operation_id), C(created_at), C(status)).
     type: list
     elements: dict
     required: true
@@ -53,10 +53,10 @@ from ansible.errors import AnsibleFilterError
 
 
 def _cells(entry: t.Mapping[str, t.Any]) -> list[str]:
-    if "operationId" in entry and "createdAt" in entry:
-        return [str(entry["createdAt"])[:19].replace("T", " "), str(entry["operationId"]), str(entry.get("status", "")),
-                "%s/%s" % (entry.get("targetNode", ""), entry.get("targetVmid", "")), str(entry.get("definitionName") or ""),
-                str(entry.get("failureCode") or "")]
+    if "operation_id" in entry and "created_at" in entry:
+        return [str(entry["created_at"])[:19].replace("T", " "), str(entry["operation_id"]), str(entry.get("status", "")),
+                "%s/%s" % (entry.get("target_node", ""), entry.get("target_vmid", "")), str(entry.get("definition_name") or ""),
+                str(entry.get("failure_code") or "")]
     if "operation" in entry:
         reasons = "; ".join(str(reason.get("message", "")) for reason in entry.get("reasons") or [] if isinstance(reason, t.Mapping))
         return [str(entry.get("status", "")), str(entry.get("operation", "")), "via " + str(entry.get("via", "")) + (": " + reasons if reasons else "")]

@@ -49,10 +49,10 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import 
 def definition_hash(value: t.Any) -> str:
     """Filter: YAML text or dict -> definitionHash."""
     try:
-        if isinstance(value, (str, bytes)):
+        if isinstance(value, (str, bytes, t.Mapping)):
             definition = parse_definition(text=value)
         else:
-            definition = validate_definition(dict(value) if isinstance(value, t.Mapping) else value)
+            definition = validate_definition(value)
         return compute_definition_hash(definition)
     except VmanywareError as err:
         raise AnsibleFilterError("%s (error_code=%s)" % (err.message, err.code)) from None

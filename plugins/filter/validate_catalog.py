@@ -48,9 +48,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import 
 def validate_catalog(value: t.Any) -> dict[str, t.Any]:
     """Filter: YAML text or dict -> validated catalog."""
     try:
-        if isinstance(value, (str, bytes)):
+        if isinstance(value, (str, bytes, t.Mapping)):
             return parse_catalog(text=value)
-        return _validate_catalog(dict(value) if isinstance(value, t.Mapping) else value)
+        return _validate_catalog(value)
     except VmanywareError as err:
         raise AnsibleFilterError("%s (error_code=%s)" % (err.message, err.code)) from None
 

@@ -48,9 +48,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import 
 def validate_definition(value: t.Any) -> dict[str, t.Any]:
     """Filter: YAML text or dict -> validated definition with defaults applied."""
     try:
-        if isinstance(value, (str, bytes)):
+        if isinstance(value, (str, bytes, t.Mapping)):
             return parse_definition(text=value)
-        return _validate_definition(dict(value) if isinstance(value, t.Mapping) else value)
+        return _validate_definition(value)
     except VmanywareError as err:
         raise AnsibleFilterError("%s (error_code=%s)" % (err.message, err.code)) from None
 

@@ -126,7 +126,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
         known_hosts_dir = self.get_option("known_hosts_dir") or os.path.join(journal_dir, "known_hosts")
         hosts: dict[str, dict[str, t.Any]] = {}
         for row in list_operations(store, filters, self.get_option("limit"))["operations"]:  # newest first
-            document = store.load(row["operationId"])
+            document = store.load(row["operation_id"])
             handoff = document.get("handoff") or {}
             known = [line for line in handoff.get("knownHosts") or [] if isinstance(line, str)]
             if not handoff.get("ipv4") or not known:
@@ -134,19 +134,19 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
             name = "%s-%d" % (document["plan"]["target"]["name"], document["target"]["vmid"])
             if name in hosts:
                 continue  # an older operation of the same host name
-            known_hosts = self._write_known_hosts(known_hosts_dir, row["operationId"], known)
+            known_hosts = self._write_known_hosts(known_hosts_dir, row["operation_id"], known)
             hosts[name] = {
                 "inventory_hostname": name,
-                "groups": [group_name("vmanyware_definition", row["definitionName"]), group_name("vmanyware_status", row["status"])],
+                "groups": [group_name("vmanyware_definition", row["definition_name"]), group_name("vmanyware_status", row["status"])],
                 "ansible_host": handoff["ipv4"],
                 "ansible_user": document["plan"]["guestUser"],
                 "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o UserKnownHostsFile=%s" % known_hosts,
-                "vmanyware_operation_id": row["operationId"],
+                "vmanyware_operation_id": row["operation_id"],
                 "vmanyware_status": row["status"],
-                "vmanyware_definition_name": row["definitionName"],
-                "vmanyware_node": row["targetNode"],
-                "vmanyware_vmid": row["targetVmid"],
-                "vmanyware_created_at": row["createdAt"],
+                "vmanyware_definition_name": row["definition_name"],
+                "vmanyware_node": row["target_node"],
+                "vmanyware_vmid": row["target_vmid"],
+                "vmanyware_created_at": row["created_at"],
                 "vmanyware_readiness_observed_at": handoff.get("readinessObservedAt"),
                 "vmanyware_host_key_fingerprints": dict(handoff.get("hostKeyFingerprints") or {}),
             }

@@ -12,9 +12,10 @@ Names and environment fallbacks follow community.proxmox. Modules merge
 
 from __future__ import annotations
 
+import os
 import typing as t
 
-from ansible.module_utils.basic import env_fallback
+from ansible.module_utils.errors import AnsibleFallbackNotFound
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (
     DEFAULT_PORT,
@@ -22,6 +23,20 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (
     ConnectionSettings,
     build_settings,
 )
+
+
+def set_env_fallback(*names: str, **kwargs: t.Any) -> str:
+    """Like Ansible's ``env_fallback``, but a variable set to the empty string counts as unset.
+
+    A controller credential with an optional field left empty injects ``PROXMOX_PORT=""``; that
+    must mean "use the default", not "convert '' to an integer".
+    """
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    raise AnsibleFallbackNotFound
+
 
 CONNECTION_OPTION_NAMES = (
     "api_host", "api_port", "api_user", "api_token_id", "api_token_secret", "api_password",
@@ -32,16 +47,16 @@ CONNECTION_OPTION_NAMES = (
 def connection_argument_spec() -> dict[str, dict[str, t.Any]]:
     """A fresh copy of the connection options' argument spec."""
     return {
-        "api_host": {"type": "str", "fallback": (env_fallback, ["PROXMOX_HOST"])},
-        "api_port": {"type": "int", "default": DEFAULT_PORT, "fallback": (env_fallback, ["PROXMOX_PORT"])},
-        "api_user": {"type": "str", "fallback": (env_fallback, ["PROXMOX_USER"])},
-        "api_token_id": {"type": "str", "fallback": (env_fallback, ["PROXMOX_TOKEN_ID"])},
-        "api_token_secret": {"type": "str", "no_log": True, "fallback": (env_fallback, ["PROXMOX_TOKEN_SECRET"])},
-        "api_password": {"type": "str", "no_log": True, "fallback": (env_fallback, ["PROXMOX_PASSWORD"])},
-        "validate_certs": {"type": "bool", "default": True, "fallback": (env_fallback, ["PROXMOX_VALIDATE_CERTS"])},
-        "ca_path": {"type": "path", "fallback": (env_fallback, ["PROXMOX_CA_PATH"])},
-        "api_fingerprint": {"type": "str", "fallback": (env_fallback, ["PROXMOX_FINGERPRINT"])},
-        "api_timeout": {"type": "float", "default": DEFAULT_TIMEOUT, "fallback": (env_fallback, ["PROXMOX_TIMEOUT"])},
+        "api_host": {"type": "str", "fallback": (set_env_fallback, ["PROXMOX_HOST"])},
+        "api_port": {"type": "int", "default": DEFAULT_PORT, "fallback": (set_env_fallback, ["PROXMOX_PORT"])},
+        "api_user": {"type": "str", "fallback": (set_env_fallback, ["PROXMOX_USER"])},
+        "api_token_id": {"type": "str", "fallback": (set_env_fallback, ["PROXMOX_TOKEN_ID"])},
+        "api_token_secret": {"type": "str", "no_log": True, "fallback": (set_env_fallback, ["PROXMOX_TOKEN_SECRET"])},
+        "api_password": {"type": "str", "no_log": True, "fallback": (set_env_fallback, ["PROXMOX_PASSWORD"])},
+        "validate_certs": {"type": "bool", "default": True, "fallback": (set_env_fallback, ["PROXMOX_VALIDATE_CERTS"])},
+        "ca_path": {"type": "path", "fallback": (set_env_fallback, ["PROXMOX_CA_PATH"])},
+        "api_fingerprint": {"type": "str", "fallback": (set_env_fallback, ["PROXMOX_FINGERPRINT"])},
+        "api_timeout": {"type": "float", "default": DEFAULT_TIMEOUT, "fallback": (set_env_fallback, ["PROXMOX_TIMEOUT"])},
     }
 
 

@@ -327,4 +327,4 @@ def run_report(client: t.Any, *, template_vmid: int | None = None) -> dict[str, 
     facts = report.read()
     operations = [report.evaluate(facts, operation) for operation in OPERATIONS]
     summary = {status: sum(1 for item in operations if item["status"] == status) for status in ("available", "unavailable")}
-    return dict(facts, changed=False, operations=operations, summary=summary, providerScopeId=getattr(client, "provider_scope_id", None))
+    return dict(facts, changed=False, operations=operations, summary=summary, provider_scope_id=getattr(client, "provider_scope_id", None))

@@ -27,6 +27,7 @@ cannot pin a certificate during the handshake, and it cannot tell "nothing was s
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -202,7 +203,10 @@ def parse_token_id(token_id: str, user: str | None) -> tuple[str, str]:
 
 def validate_endpoint(host: str | None, port: int | None, timeout: float | None) -> tuple[str, int, float]:
     """``api_host``, ``api_port``, ``api_timeout`` checked and defaulted (``configuration_error`` otherwise)."""
-    if not host or not _HOST.match(host.strip()):
+    if not host or not host.strip():
+        raise ConfigurationError("api_host is not set: give the api_host option or set PROXMOX_HOST.", path="api_host",
+                                 details={"rule": "required", "environment": "PROXMOX_HOST"})
+    if not _HOST.match(host.strip()):
         raise ConfigurationError("api_host must be a host name or IP address without scheme, port or path.", path="api_host")
     port = DEFAULT_PORT if port is None else int(port)
     if not 1 <= port <= 65535:
@@ -308,8 +312,8 @@ def certificate_fingerprint(settings: ConnectionSettings) -> str:
     except (ssl.SSLError, ssl.CertificateError):
         failure = _error("tls_verification_failed", "The server certificate did not match the configured CA or fingerprint pin.",
                          method="CONNECT", path="/")
-    except OSError:
-        failure = _error("transport_lost", "The connection failed before the request could reach Proxmox.", method="CONNECT", path="/")
+    except OSError as exc:
+        failure = _connect_failure(exc, "CONNECT", "/")
     if failure is not None:
         raise failure
     if not der:
@@ -432,8 +436,8 @@ def map_http_error(method: str, path: str, status: int, reason: str, body: t.Any
     return _error("unexpected_response", "Proxmox answered with an unexpected HTTP status.", **ctx)
 
 
-def _is_connect_phase(exc: BaseException) -> bool:
-    """True when a requests ConnectionError happened before any request byte was sent."""
+def _exception_chain(exc: BaseException) -> t.Iterator[BaseException]:
+    """``exc`` and every exception it wraps (causes, contexts, arguments, urllib3 retry reasons), once each."""
     seen: set[int] = set()
     stack: list[BaseException | None] = [exc]
     while stack:
@@ -441,15 +445,52 @@ def _is_connect_phase(exc: BaseException) -> bool:
         if item is None or id(item) in seen:
             continue
         seen.add(id(item))
-        if isinstance(item, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError,
-                             urllib3.exceptions.NameResolutionError)):
-            return True
-        if isinstance(item, urllib3.exceptions.MaxRetryError):
+        yield item
+        if HAS_REQUESTS and isinstance(item, urllib3.exceptions.MaxRetryError):
             stack.append(item.reason)
         stack.extend(a for a in getattr(item, "args", ()) if isinstance(a, BaseException))
         stack.append(item.__cause__)
         stack.append(item.__context__)
-    return False
+
+
+# Why no connection was made, as operators read it (``error_details.reason`` of ``transport_lost``).
+CONNECT_FAILURE_TEXTS = {
+    "connection_refused": "The connection was refused: nothing accepts connections on api_host:api_port (wrong port, or the API is down).",
+    "connect_timeout": "The connection timed out before it was established (host down, firewall, or a wrong address).",
+    "name_resolution": "The host name in api_host could not be resolved.",
+    "network_unreachable": "The network or host of api_host is unreachable.",
+    "connect_failed": "The connection failed before the request could reach Proxmox.",
+}
+
+
+def connect_failure_reason(exc: BaseException) -> str:
+    """The reason key (``CONNECT_FAILURE_TEXTS``) of a failure to connect, from the exception chain."""
+    chain = list(_exception_chain(exc))
+    # Most specific first: urllib3's NewConnectionError is a ConnectTimeoutError subclass even when
+    # the socket error under it is a refusal, so the underlying OS error decides.
+    if any(isinstance(item, ConnectionRefusedError) for item in chain):
+        return "connection_refused"
+    if any(isinstance(item, socket.gaierror) for item in chain) or (
+            HAS_REQUESTS and any(isinstance(item, urllib3.exceptions.NameResolutionError) for item in chain)):
+        return "name_resolution"
+    if any(isinstance(item, OSError) and item.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH) for item in chain):
+        return "network_unreachable"
+    if any(isinstance(item, (TimeoutError, socket.timeout)) for item in chain) or (
+            HAS_REQUESTS and any(isinstance(item, urllib3.exceptions.ConnectTimeoutError)
+                                 and not isinstance(item, urllib3.exceptions.NewConnectionError) for item in chain)):
+        return "connect_timeout"
+    return "connect_failed"
+
+
+def _connect_failure(exc: BaseException, method: str, path: str) -> ProviderError:
+    reason = connect_failure_reason(exc)
+    return _error("transport_lost", CONNECT_FAILURE_TEXTS[reason], method=method, path=path, reason=reason)
+
+
+def _is_connect_phase(exc: BaseException) -> bool:
+    """True when a requests ConnectionError happened before any request byte was sent."""
+    connect_errors = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.NameResolutionError)
+    return any(isinstance(item, connect_errors) for item in _exception_chain(exc))
 
 
 class ProxmoxClient:
@@ -593,11 +634,11 @@ class ProxmoxClient:
         except requests.exceptions.SSLError:
             failure = _error("tls_verification_failed", "The server certificate did not match the configured CA or fingerprint pin.",
                              method=method, path=path)
-        except requests.exceptions.ConnectTimeout:
-            failure = _error("transport_lost", "The connection failed before the request could reach Proxmox.", method=method, path=path)
+        except requests.exceptions.ConnectTimeout as exc:
+            failure = _connect_failure(exc, method, path)
         except requests.exceptions.ConnectionError as exc:
             if _is_connect_phase(exc):
-                failure = _error("transport_lost", "The connection failed before the request could reach Proxmox.", method=method, path=path)
+                failure = _connect_failure(exc, method, path)
             else:
                 failure = _error("reply_lost", "The request was sent but its reply was lost; the outcome is unknown.", method=method, path=path)
         except requests.exceptions.RequestException:

@@ -16,6 +16,7 @@ This is a private module_utils file: not a public API.
 
 from __future__ import annotations
 
+import re
 import typing as t
 
 # code -> one-line meaning. docs/errors.md is generated from (and tested against) this table.
@@ -49,7 +50,9 @@ ERROR_CODES: dict[str, str] = {
     "task_timeout": "A Proxmox task did not finish before the deadline.",
     "task_unobservable": "The task status could not be polled.",
     # gates and operations
-    "provisioning_disabled": "The provisioning gate is closed (VMANYWARE_PROVISIONING_ENABLED false, or unset without provisioning_enabled).",
+    "provisioning_disabled": ("The provisioning gate is closed: VMANYWARE_PROVISIONING_ENABLED is false, or unset without provisioning_enabled."
+                              " To provision, set it to true in the environment (or use the credential with provisioning enabled in AWX),"
+                              " or, where the environment leaves it unset, pass provisioning_enabled: true to the task."),
     "snapshot_disabled": "A snapshot was declared but the snapshots gate is closed (VMANYWARE_SNAPSHOTS_ENABLED false, or unset without snapshots_enabled).",
     "preflight_failed": "At least one preflight check did not pass.",
     "internal_error": "An unexpected internal error occurred.",
@@ -97,6 +100,27 @@ ERROR_CODES: dict[str, str] = {
 }
 
 
+_CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def snake_case(name: str) -> str:
+    """``operationId`` -> ``operation_id``: the style of every key a module returns (Ansible's)."""
+    return _CAMEL_HUMP.sub("_", name).lower()
+
+
+def snake_keys(value: t.Any) -> t.Any:
+    """``value`` with every mapping key in snake_case, recursively (values untouched).
+
+    For what the modules return of the journal's camelCase records (the public view, evidence,
+    hand-off). Never for the plan or the confirmation documents, which keep their own field names.
+    """
+    if isinstance(value, t.Mapping):
+        return {snake_case(str(key)): snake_keys(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [snake_keys(item) for item in value]
+    return value
+
+
 class VmanywareError(Exception):
     """Base of every error the collection raises on purpose.
 
@@ -128,7 +152,8 @@ class VmanywareError(Exception):
         if self.path is not None:
             result["error_path"] = self.path
         if self.details:
-            result["error_details"] = dict(self.details)
+            # Keys in snake_case like every module return key; values as they are (expected_confirmation keeps its fields).
+            result["error_details"] = {snake_case(str(key)): value for key, value in self.details.items()}
         return result
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import os
 import re
 import stat
@@ -248,6 +249,48 @@ def read_source(*, text: str | bytes | None, path: str | os.PathLike[str] | None
     return data
 
 
+def plain_document(value: t.Any, *, code: str) -> t.Any:
+    """Already-parsed data (a mapping from group_vars or a registered variable), checked like a parsed document.
+
+    Only JSON types are accepted (mapping keys must be strings), at most ``MAX_DEPTH`` levels and
+    64 KiB as JSON; nothing is converted to text, so ``false`` stays a boolean and fails or passes the
+    schema as the data it is.
+    """
+
+    def walk(node: t.Any, depth: int) -> t.Any:
+        if depth > MAX_DEPTH:
+            raise FormatError(code, "$", "too_deep")
+        if isinstance(node, t.Mapping):
+            if not all(isinstance(key, str) for key in node):
+                raise FormatError(code, "$", "key_type")
+            return {key: walk(item, depth + 1) for key, item in node.items()}
+        if isinstance(node, (list, tuple)):
+            return [walk(item, depth + 1) for item in node]
+        if node is None or isinstance(node, (bool, int, float)):
+            return node
+        if isinstance(node, str):
+            return str(node)  # a plain str, not a templating subclass
+        raise FormatError(code, "$", "type", "must hold only mappings, lists, strings, numbers, booleans and nulls")
+
+    document = walk(value, 1)
+    try:
+        size = len(json.dumps(document, ensure_ascii=False, allow_nan=True).encode("utf-8"))
+    except (TypeError, ValueError, RecursionError):
+        raise FormatError(code, "$", "type", "must hold only mappings, lists, strings, numbers, booleans and nulls") from None
+    if size > MAX_DOCUMENT_BYTES:
+        raise FormatError(code, "$", "too_large")
+    return document
+
+
+def load_document(*, text: t.Any, path: str | os.PathLike[str] | None, code: str) -> t.Any:
+    """One catalog or definition from inline YAML ``text``, a file ``path``, or a mapping given as ``text``."""
+    if isinstance(text, t.Mapping):
+        if path is not None:
+            raise FormatError(code, "$", "source")
+        return plain_document(text, code=code)
+    return load_strict_yaml(read_source(text=text, path=path, code=code), code=code)
+
+
 def load_strict_yaml(data: bytes, *, code: str) -> t.Any:
     """Parse one strict-subset YAML document from UTF-8 ``data`` (see the module docstring)."""
     if not HAS_YAML:
@@ -324,6 +367,8 @@ def _mapping_rules(mapping: t.Mapping[str, t.Any], path: str, code: str) -> dict
     result: dict[str, t.Any] = {}
     for field in _MAPPING_FIELDS:
         result[field] = int(mapping[field]) if field in _INT_FIELDS else str(mapping[field])
+    if mapping.get("pool") is not None:  # optional: absent, the mapping (and every hash over it) is as before
+        result["pool"] = str(mapping["pool"])
     attestation = mapping.get("imageDefaultUser")
     if attestation is not None:
         prefix = "imageDefaultUser" if path == "$" else path + ".imageDefaultUser"
@@ -362,9 +407,9 @@ def normalize_mapping(mapping: t.Any) -> dict[str, t.Any]:
     return _mapping_rules(mapping, "$", CATALOG)
 
 
-def parse_catalog(*, text: str | bytes | None = None, path: str | os.PathLike[str] | None = None) -> dict[str, t.Any]:
-    """Read, parse and validate a v1 TemplateCatalog from inline ``text`` or a file ``path``."""
-    return validate_catalog(load_strict_yaml(read_source(text=text, path=path, code=CATALOG), code=CATALOG))
+def parse_catalog(*, text: str | bytes | t.Mapping[str, t.Any] | None = None, path: str | os.PathLike[str] | None = None) -> dict[str, t.Any]:
+    """Read, parse and validate a v1 TemplateCatalog from inline ``text`` (YAML, or a mapping) or a file ``path``."""
+    return validate_catalog(load_document(text=text, path=path, code=CATALOG))
 
 
 class _SshReader:
@@ -480,6 +525,7 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
     }
 
 
-def parse_definition(*, text: str | bytes | None = None, path: str | os.PathLike[str] | None = None) -> dict[str, t.Any]:
-    """Read, parse and validate a v1 Environment from inline ``text`` or a file ``path``."""
-    return validate_definition(load_strict_yaml(read_source(text=text, path=path, code=DEFINITION), code=DEFINITION))
+def parse_definition(*, text: str | bytes | t.Mapping[str, t.Any] | None = None,
+                     path: str | os.PathLike[str] | None = None) -> dict[str, t.Any]:
+    """Read, parse and validate a v1 Environment from inline ``text`` (YAML, or a mapping) or a file ``path``."""
+    return validate_definition(load_document(text=text, path=path, code=DEFINITION))

@@ -40,9 +40,10 @@ DEFAULT_LIMIT = 100
 
 
 # The listing row, stored in the cache as a list in this order (compact: the cache of 10,000 operations parses fast).
-ROW_KEYS = ("operationId", "status", "provisioningStatus", "failureCode", "released", "providerScopeId", "createdAt", "updatedAt",
-            "definitionName", "targetNode", "targetVmid", "ipv4")
-_STATUS, _CREATED, _NAME, _VMID = (ROW_KEYS.index(key) for key in ("status", "createdAt", "definitionName", "targetVmid"))
+# Keys in snake_case, as every module return key (the journal documents keep their camelCase).
+ROW_KEYS = ("operation_id", "status", "provisioning_status", "failure_code", "released", "provider_scope_id", "created_at", "updated_at",
+            "definition_name", "target_node", "target_vmid", "ipv4")
+_STATUS, _CREATED, _NAME, _VMID = (ROW_KEYS.index(key) for key in ("status", "created_at", "definition_name", "target_vmid"))
 
 
 def summarize(document: t.Mapping[str, t.Any]) -> list[t.Any]:
@@ -140,7 +141,7 @@ def summaries(store: JournalStore) -> list[list[t.Any]]:
 
 
 def list_operations(store: JournalStore, filters: Filters = Filters(), limit: int | None = DEFAULT_LIMIT) -> dict[str, t.Any]:
-    """``{'operations': rows newest first (createdAt, then id), 'total': matches before the limit}``."""
+    """``{'operations': rows newest first (created_at, then id), 'total': matches before the limit}``."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InputError("limit must be a positive integer.", path="limit", details={"rule": "minimum"})
     rows = [row for row in summaries(store) if filters.keep(row)]

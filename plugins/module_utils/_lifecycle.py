@@ -77,6 +77,8 @@ class _Guarded(StageLogic):
     """The guards both cleanup steps check before they send (module docstring)."""
 
     privileges: t.ClassVar[tuple[str, ...]] = ("VM.Allocate",)
+    # Removing is gated by the lifecycle gate, not the provisioning one (the runner re-reads it before each send).
+    gates: t.ClassVar[tuple[str, ...]] = (LIFECYCLE_GATE,)
 
     def __init__(self, environ: t.Mapping[str, str], gate_option: bool | None, stop: bool = False) -> None:
         self.environ = environ
@@ -256,7 +258,8 @@ def run_cleanup(params: t.Mapping[str, t.Any], *, check_mode: bool, environ: t.M
             _preview(document, client, steps[0])  # every guard holds before the journal records a cleanup
             store.begin_cleanup(operation_id, allow_completed=bool(params.get("allow_completed")))
         settings = StageSettings(wait_budget=params.get("wait_budget"), timeout=params.get("timeout"),
-                                 lock_wait=params.get("lock_wait") or 0.0)
+                                 lock_wait=params.get("lock_wait") or 0.0, environ=environ,
+                                 gate_options={LIFECYCLE_GATE: params.get("lifecycle_enabled")})
         track = store.cleanup_track()
         requests: list[dict[str, t.Any]] = []
         for logic in steps:

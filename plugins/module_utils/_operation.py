@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, VmanywareError, snake_keys
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
     LIFECYCLE_KEY,
     JournalStore,
@@ -107,16 +107,22 @@ def expected_confirmation(plan: t.Mapping[str, t.Any], provider_scope_id: str) -
     }
 
 
+def confirmation_complete(given: t.Any, fields: t.Sequence[str] = CONFIRMATION_FIELDS) -> bool:
+    """Whether ``given`` is a complete confirmation with ``confirmed: true`` (an apply run), matching or not."""
+    return isinstance(given, t.Mapping) and all(name in given for name in fields) and given.get("confirmed") is True
+
+
 def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any], fields: t.Sequence[str] = CONFIRMATION_FIELDS) -> dict[str, t.Any]:
     """``confirmation_required`` when missing/incomplete, ``plan_changed`` when it confirms something else.
 
     Both failures carry the expected block (hashes, names and ids: nothing secret) so the operator
     can review and pass it back. ``fields``: the block's fields (the template build has its own).
     """
-    if not isinstance(given, t.Mapping) or any(name not in given for name in fields) or given.get("confirmed") is not True:
+    if not confirmation_complete(given, fields):
         raise VmanywareError(code="confirmation_required", details={"expected_confirmation": dict(expected)})
     unknown = sorted(str(name) for name in given if name not in fields)
     if unknown:
+        # Not named: the block is copied from the printout, not typed, so a stray key is no misspelling to point at.
         raise InputError("The confirmation holds fields that are not part of it.", path="confirmation",
                          details={"rule": "unknown_field"})
     changed = [name for name in fields if given[name] != expected[name] or type(given[name]) is not type(expected[name])]
@@ -130,13 +136,24 @@ def gate_and_confirm(planned: t.Any, provider_scope_id: str, confirmation: t.Any
     """The gates, the attestation and the operator's confirmation of exactly this plan; returns the confirmation.
 
     Shared by creating an operation and adopting one (``_adopt``): both record an operation that stages
-    then act on, so both need the same gates and the same confirmation.
+    then act on, so both need the same gates and the same confirmation. A review run (no complete
+    confirmation) gets the block to confirm whatever the gates say: building it records nothing, so
+    a read-only credential can review; ``error_details`` then says which gates an apply run would find
+    closed. Only an apply run (a complete confirmation) needs the gates open.
     """
     plan = planned.plan
     blockers = creation_blockers(plan, planned.mapping, environ, provisioning_option)
+    if "attestation_required" in blockers:
+        raise VmanywareError(code="attestation_required")
+    expected = expected_confirmation(plan, provider_scope_id)
+    if not confirmation_complete(confirmation):
+        # A review run gets the block it must confirm whatever the gates say; only the apply run needs them open.
+        raise VmanywareError(code="confirmation_required", details={
+            "expected_confirmation": expected, "provisioning_enabled": "provisioning_disabled" not in blockers,
+            "snapshots_enabled": "snapshot_disabled" not in blockers})
     if blockers:
         raise VmanywareError(code=blockers[0])
-    return check_confirmation(confirmation, expected_confirmation(plan, provider_scope_id))
+    return check_confirmation(confirmation, expected)
 
 
 def default_idempotency_key(plan: t.Mapping[str, t.Any], provider_scope_id: str) -> str:
@@ -182,7 +199,9 @@ def record_operation(store: JournalStore, *, key: str, provider_scope_id: str, s
         preview = new_operation_document(
             new_operation_id(), hash_idempotency_key(key),
             {"scope": provider_scope_id, "node": target["node"], "vmid": target["vmid"]}, dict(snapshots), stage_kinds, utc_now())
-        return {"changed": True, "operation_id": None, "created": False, "operation": public_view(preview), "preview_document": preview}
+        # operation_id is the preview's own id, so a playbook that passes it on to the stages previews them unchanged.
+        return {"changed": True, "operation_id": preview["operationId"], "created": False, "operation": public_view(preview),
+                "preview_document": preview}
     document, created = store.create_operation(
         idempotency_key=key,
         provider_scope_id=provider_scope_id,
@@ -197,8 +216,15 @@ def record_operation(store: JournalStore, *, key: str, provider_scope_id: str, s
     return {"changed": created, "operation_id": document["operationId"], "created": created, "operation": public_view(document)}
 
 
-def public_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """What may leave the journal: identities, hashes, status and stage progress; no private evidence."""
+def public_view(document: t.Mapping[str, t.Any], evidence: bool = False) -> dict[str, t.Any]:
+    """What may leave the journal: identities, hashes, status and stage progress; each stage's evidence only when asked.
+
+    Keys in snake_case, as every module return key (the journal document itself keeps its camelCase).
+    """
+    return t.cast(dict, snake_keys(_public_fields(document, evidence)))
+
+
+def _public_fields(document: t.Mapping[str, t.Any], evidence: bool) -> dict[str, t.Any]:
     plan = document["plan"]
     mapping = document["mapping"]
     handoff = dict(document.get("handoff") or {})
@@ -224,9 +250,9 @@ def public_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "instance": {"node": document["target"]["node"], "vmid": document["target"]["vmid"], "name": plan["target"]["name"],
                      "tag": instance_tag(document["operationId"])},
         "guestUser": plan["guestUser"],
-        "stages": [{"position": item["position"], "kind": item["kind"], "status": item["status"],
-                    "submissionStarted": item["submissionStarted"], "upid": item["upid"],
-                    "failure": item["failure"]} for item in document["stages"]],
+        "stages": [dict({"position": item["position"], "kind": item["kind"], "status": item["status"],
+                         "submissionStarted": item["submissionStarted"], "upid": item["upid"], "failure": item["failure"]},
+                        **({"evidence": dict(item["evidence"])} if evidence else {})) for item in document["stages"]],
         "handoff": handoff,
     }
 

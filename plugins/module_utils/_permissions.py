@@ -232,6 +232,17 @@ def render_permissions_doc() -> str:
         concrete = path.format(**_DOC_PLACEHOLDERS)
         lines.append(f"pveum acl modify {concrete} --users '<user@realm>' --roles {_ROLE_NAMES[path]}")
         lines.append(f"pveum acl modify {concrete} --tokens '<user@realm!token>' --roles {_ROLE_NAMES[path]}")
+    lines += [
+        "```", "", "## A pool instead of VMIDs", "",
+        "When the catalog mapping names a `pool`, the clone puts the VM into that pool, and Proxmox VE",
+        "evaluates a pool member's `/vms/<vmid>` with the pool's ACL as well. Grant the",
+        f"`{_ROLE_NAMES[_TARGET]}` role once on `/pool/<pool>` instead of on each `/vms/<target-vmid>`;",
+        "the preflight's `privileges` check then accepts every `/vms/<target-vmid>` privilege held on",
+        "`/pool/<pool>` (docs/quickstart.md walks through it):", "", "```sh",
+        "pveum pool add <pool>",
+        f"pveum acl modify /pool/<pool> --users '<user@realm>' --roles {_ROLE_NAMES[_TARGET]}",
+        f"pveum acl modify /pool/<pool> --tokens '<user@realm!token>' --roles {_ROLE_NAMES[_TARGET]}",
+    ]
     lines += ["```", "", "## Proxmox VE 8", "", "On PVE 8 the guest agent stages use `VM.Monitor` instead of `VM.GuestAgent.*`:", "", "```sh"]
     roles8 = role_privileges(8)
     lines += _role_add(_ROLE_NAMES[_TARGET], roles8[_TARGET])

@@ -37,9 +37,9 @@ def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
     """The plan input options (documented by the ``vmanyware.proxmox.plan_inputs`` doc fragment)."""
     return {
         "catalog_path": {"type": "path"},
-        "catalog": {"type": "str"},
+        "catalog": {"type": "raw"},
         "definition_path": {"type": "path"},
-        "definition": {"type": "str"},
+        "definition": {"type": "raw"},
         "target_vmid": {"type": "int", "required": True},
     }
 
@@ -134,9 +134,9 @@ def plan_document(
 
 def build_plan(
     *,
-    catalog: str | None = None,
+    catalog: str | t.Mapping[str, t.Any] | None = None,
     catalog_path: str | os.PathLike[str] | None = None,
-    definition: str | None = None,
+    definition: str | t.Mapping[str, t.Any] | None = None,
     definition_path: str | os.PathLike[str] | None = None,
     target_vmid: int,
 ) -> PlannedEnvironment:

@@ -18,8 +18,15 @@ import dataclasses
 import re
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ConnectionSettings, ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import CONNECT_FAILURE_TEXTS, ConnectionSettings, ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import (
+    ERROR_CODES,
+    ConfigurationError,
+    InputError,
+    ProviderError,
+    VmanywareError,
+    snake_keys,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, creation_blockers, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges, required_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, parse_size_bytes
@@ -63,8 +70,13 @@ class PreflightFailed(VmanywareError):
 
     default_code = "preflight_failed"
 
-    def __init__(self, result: t.Mapping[str, t.Any]) -> None:
-        super().__init__(code="preflight_failed", details={"failed": result["summary"]["failed"], "unknown": result["summary"]["unknown"]})
+    def __init__(self, result: t.Mapping[str, t.Any], counted_unknown: t.Sequence[str] = ()) -> None:
+        failed = [check["code"] for check in result["checks"] if check["status"] == "failed"]
+        parts = ["failed: " + ", ".join(failed)] if failed else []
+        parts += ["unknown: " + ", ".join(counted_unknown)] if counted_unknown else []
+        message = "%s Checks %s." % (ERROR_CODES["preflight_failed"], "; ".join(parts)) if parts else None
+        super().__init__(message, code="preflight_failed",
+                         details={"failed": result["summary"]["failed"], "unknown": result["summary"]["unknown"], "failed_checks": failed})
         self.result = dict(result)
 
     def to_result(self) -> dict[str, t.Any]:
@@ -130,8 +142,10 @@ class _Preflight:
                 self.set("api_reachable", "failed", "TLS verification failed: the server certificate does not match the CA or fingerprint pin.")
             elif err.code == "auth_failed":
                 self.set("api_reachable", "failed", "The API answered but rejected the credentials (expired, revoked or wrong token).")
-            elif err.code in ("transport_lost", "reply_lost"):
-                self.set("api_reachable", "failed", "The API could not be reached within the timeout.")
+            elif err.code == "transport_lost":
+                self.set("api_reachable", "failed", CONNECT_FAILURE_TEXTS.get(err.details.get("reason", ""), err.message))
+            elif err.code == "reply_lost":
+                self.set("api_reachable", "failed", "The API accepted the connection but did not answer within the timeout.")
             else:
                 self.set("api_reachable", "unknown", "The API answered GET /version with an error.")
             self.set("version_supported", "unknown", "The Proxmox VE version could not be read.")
@@ -318,7 +332,12 @@ class _Preflight:
             storage=self.plan["storage"], bridge=self.plan["bridge"],
         )
         held: dict[str, set[str]] = {}
-        for path in dict.fromkeys(row.path for row in rows):
+        target = "/vms/%d" % self.plan["target"]["vmid"]
+        pool = self.source.get("pool")
+        # A VM cloned into a pool is a member from its creation: privileges on /pool/<pool> count for it (clone checks
+        # VM.Allocate on /vms/<newid> or /pool/<pool>; every later request inherits the pool's ACL).
+        pool_path = "/pool/%s" % pool if pool else None
+        for path in dict.fromkeys([row.path for row in rows] + ([pool_path] if pool_path else [])):
             try:
                 data = self.client.get("/access/permissions", path=path)
             except ProviderError:
@@ -328,13 +347,16 @@ class _Preflight:
                 self.set("privileges", "unknown", "The token's effective privileges could not be understood.")
                 return
             held[path] = effective_privileges(data, path)
+        if pool_path:
+            held[target] = held[target] | held[pool_path]
         missing = [row for row in rows if row.privilege not in held[row.path]]
         if not missing:
             self.set("privileges", "passed", "The token holds every privilege the planned stages need.")
             return
         seen: list[str] = []
         for row in missing:
-            text = f"{row.privilege} on {row.path} ({row.stage})"
+            where = f"{row.path} or {pool_path}" if pool_path and row.path == target else row.path
+            text = f"{row.privilege} on {where} ({row.stage})"
             if text not in seen:
                 seen.append(text)
         self.set("privileges", "failed", "The token lacks: " + "; ".join(seen) + ".")
@@ -381,16 +403,15 @@ def run_preflight(
     summary = summarize(checks)
     result: dict[str, t.Any] = {
         "changed": False,
-        "planHash": planned.plan_hash,
         "plan_hash": planned.plan_hash,
-        "providerScopeId": scope,
+        "provider_scope_id": scope,
         "checks": [c.to_result() for c in checks],
         "summary": summary,
-        "creationEnabled": not blockers,
-        "creationBlockers": blockers,
-        "tlsVerified": tls_verified,
-        "vmidReserved": False,
-        "capabilities": capabilities,
+        "creation_enabled": not blockers,
+        "creation_blockers": blockers,
+        "tls_verified": tls_verified,
+        "vmid_reserved": False,
+        "capabilities": snake_keys(capabilities),
     }
     return enforce_fail_on(result, checks, fail_on, UNDECIDABLE)
 
@@ -425,7 +446,7 @@ def summarize(checks: t.Sequence[Check]) -> dict[str, int]:
 
 def enforce_fail_on(result: dict[str, t.Any], checks: t.Sequence[Check], fail_on: str, undecidable: t.Container[str]) -> dict[str, t.Any]:
     """``result``, or ``PreflightFailed`` carrying it when ``fail_on`` says the checks do not pass."""
-    decidable_unknown = sum(1 for c in checks if c.status == "unknown" and c.code not in undecidable)
+    decidable_unknown = [c.code for c in checks if c.status == "unknown" and c.code not in undecidable]
     if (fail_on in ("failed", "unknown") and result["summary"]["failed"]) or (fail_on == "unknown" and decidable_unknown):
-        raise PreflightFailed(result)
+        raise PreflightFailed(result, decidable_unknown if fail_on == "unknown" else ())
     return result

@@ -22,6 +22,7 @@ This is a private module_utils file: not a public API.
 from __future__ import annotations
 
 import json
+import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError
@@ -40,6 +41,8 @@ NODE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 TEMPLATE_VERSION_PATTERN = r"^[A-Za-z0-9._+-]{1,128}$"
 STORAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 BRIDGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$"
+# PVE's pve-poolid format (nested pools a/b/c since PVE 8.1); at most 64 characters here.
+POOL_PATTERN = r"^(?=.{1,64}$)[A-Za-z0-9_-]+(?:/[A-Za-z0-9_-]+){0,2}$"
 GUEST_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
 DNS_LABEL_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$"
 # Debian policy 5.6.1, minus a trailing "-" (apt reads "name-" as "remove name").
@@ -113,6 +116,7 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
                 "guestUser": _string(
                     GUEST_USER_PATTERN, "1-32 lowercase letters, digits, underscores or hyphens, starting with a lowercase letter or underscore."
                 ),
+                "pool": _string(POOL_PATTERN, "Optional resource pool the VM is cloned into (PVE pool id, up to three levels a/b/c)."),
                 "imageDefaultUser": {"$ref": "#/$defs/imageDefaultUser"},
             },
         },
@@ -225,6 +229,8 @@ DEFINITION_SCHEMA_V1: dict[str, t.Any] = {
     },
 }
 
+# A key that may be named in an error: a plain identifier, as a misspelt field name is.
+PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 _TYPE_NAMES = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer", "boolean": "true or false"}
 # JSON Schema keyword -> the rule name errors report (docs/formats.md).
 _RULES = {"type": "type", "const": "const", "enum": "enum", "pattern": "pattern", "minLength": "min_length", "maxLength": "max_length",
@@ -269,7 +275,10 @@ def _text(error: t.Any, schema: dict[str, t.Any]) -> str:
     if keyword in ("pattern", "anyOf"):
         return "does not have the required form: %s" % schema.get("description", "see the schema")
     if keyword == "additionalProperties":
-        # The unknown key itself is input: it is not named.
+        # The key is input: it is named only when it is a plain identifier (a misspelt field), never otherwise.
+        unknown = sorted(str(key) for key in error.instance if key not in schema.get("properties", {}))
+        if unknown and PLAIN_KEY.match(unknown[0]):
+            return "contains the field %s, which is not part of the v1 format" % unknown[0]
         return "contains a field that is not part of the v1 format"
     if keyword == "required":
         return "is required"

@@ -35,7 +35,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admissio
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with_cli
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, redact, stage as journal_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, read_gate
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import LIFECYCLE_GATE, PROVISIONING_GATE, SNAPSHOTS_GATE, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import select_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_once, wait_task
 
@@ -47,7 +47,7 @@ NOOP_REQUEST: dict[str, t.Any] = {"noop": True}
 # Codes after which the request may or may not have been applied.
 AMBIGUOUS_CODES = frozenset({"reply_lost", "server_error", "unexpected_response"})
 # The error code of each write gate when it is closed.
-GATE_CODES = {PROVISIONING_GATE: "provisioning_disabled", SNAPSHOTS_GATE: "snapshot_disabled"}
+GATE_CODES = {PROVISIONING_GATE: "provisioning_disabled", SNAPSHOTS_GATE: "snapshot_disabled", LIFECYCLE_GATE: "lifecycle_disabled"}
 # Without a wait budget, reads resolving an unknown outcome are repeated for at most this long (seconds).
 DEFAULT_RESOLVE_WAIT = 30.0
 

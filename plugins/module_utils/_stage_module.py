@@ -32,6 +32,11 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic, StageRunner, StageSettings
 
 
+# The fact vmanyware_operation sets in check mode: the document an apply run would record (never written). A check-mode
+# stage task whose operation_id is that document's gets it as preview_operation (plugins/plugin_utils/_in_process.py).
+PREVIEW_FACT = "vmanyware_preview_operation"
+
+
 def journal_argument_spec() -> dict[str, dict[str, t.Any]]:
     """``journal_dir`` (doc fragment ``vmanyware.proxmox.stage.journal``)."""
     return {"journal_dir": {"type": "path"}}
@@ -45,10 +50,11 @@ def stage_argument_spec() -> dict[str, dict[str, t.Any]]:
         "wait_budget": {"type": "float"},
         "timeout": {"type": "float"},
         "lock_wait": {"type": "float", "default": 60.0},
+        "set_operation_fact": {"type": "bool", "default": False},
         "storage_concurrency": {"type": "int", "default": DEFAULT_STORAGE_CONCURRENCY, "fallback": (env_fallback, [ENV_STORAGE_CONCURRENCY])},
         "provisioning_enabled": {"type": "bool"},
         "catalog_path": {"type": "path"},
-        "catalog": {"type": "str"},
+        "catalog": {"type": "raw"},  # YAML text or a mapping, as for the plan inputs
     }
     spec.update(journal_argument_spec())
     spec.update(connection_argument_spec())
@@ -81,12 +87,15 @@ class PreviewStore:
 
 
 def _store_and_operation(params: t.Mapping[str, t.Any], check_mode: bool) -> tuple[t.Any, str]:
-    if params.get("operation_id"):
-        return open_store(params.get("journal_dir")), params["operation_id"]
+    """The journal and the operation id; in check mode, the preview document when it is the operation named (or none is)."""
+    operation_id = params.get("operation_id")
     preview = params.get("preview_operation")
     if preview and check_mode:
         store = PreviewStore(preview)
-        return store, store.document["operationId"]
+        if not operation_id or operation_id == store.document["operationId"]:
+            return store, store.document["operationId"]
+    if operation_id:
+        return open_store(params.get("journal_dir")), operation_id
     raise InputError("operation_id is required (preview_operation is accepted in check mode only).", path="operation_id",
                      details={"rule": "required"})
 
@@ -109,7 +118,10 @@ def bind_scope(settings: t.Any, operation: t.Mapping[str, t.Any]) -> None:
 
 def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: bool, diff: bool,
               client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
-    """Run ``logic`` for ``params['operation_id']``; the result includes the operation as facts."""
+    """Run ``logic`` for ``params['operation_id']``; a compact result (no evidence), facts only with ``set_operation_fact``.
+
+    The full record, evidence included, is the journal's (``vmanyware_operation_info`` with ``evidence: true``).
+    """
     store, operation_id = _store_and_operation(params, check_mode)
     operation = store.load(operation_id)
     catalog = None
@@ -129,7 +141,9 @@ def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: b
         result = StageRunner(store, client, logic, settings).run(operation_id)
     finally:
         client.close()
-    result["ansible_facts"] = {"vmanyware_operation": public_view(store.load(operation_id))}
+    result["stage"] = {key: value for key, value in result["stage"].items() if key != "evidence"}
+    if params.get("set_operation_fact"):
+        result["ansible_facts"] = {"vmanyware_operation": public_view(store.load(operation_id))}
     return result
 
 

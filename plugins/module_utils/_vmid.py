@@ -28,7 +28,7 @@ import re
 import time
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError, VmanywareError, snake_keys
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._io import (
     LocalFileError,
     create_json_exclusive,
@@ -269,8 +269,9 @@ class LeaseBook:
 
 def _result(scope: str, vmid: int, *, lease: t.Mapping[str, t.Any] | None, changed: bool, reused: bool,
             claimed_by: str | None = None, vmid_range: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+    # The lease file keeps its camelCase fields; the module returns them in snake_case like every return key.
     return {"changed": changed, "vmid": vmid, "reused": reused, "claimed_by": claimed_by,
-            "lease": dict(lease) if lease is not None else None, "vmid_range": dict(vmid_range) if vmid_range else None,
+            "lease": snake_keys(dict(lease)) if lease is not None else None, "vmid_range": dict(vmid_range) if vmid_range else None,
             "provider_scope_id": scope}
 
 

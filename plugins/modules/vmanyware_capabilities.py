@@ -135,7 +135,7 @@ summary:
   description: Counts of C(available) and C(unavailable) operations.
   returned: success
   type: dict
-providerScopeId:
+provider_scope_id:
   description: The provider scope id of this connection (see C(docs/connection.md)).
   returned: success
   type: str

@@ -39,7 +39,7 @@ attributes:
     details: Shows the VM before (absent) and after (VMID, name, storage, description, source).
   idempotent:
     support: full
-    details: A completed stage returns its recorded evidence without sending anything.
+    details: A completed stage returns its compact record without sending anything.
 requirements:
   - requests
   - proxmoxer
@@ -78,7 +78,9 @@ operation_id:
   returned: always
   type: str
 stage:
-  description: The stage as recorded in the journal after this run.
+  description:
+    - The stage as recorded in the journal after this run, compact. Its evidence (what the read-back recorded) is in
+      M(vmanyware.proxmox.vmanyware_operation_info) with O(vmanyware.proxmox.vmanyware_operation_info#module:evidence=true).
   returned: always
   type: dict
   contains:
@@ -102,11 +104,6 @@ stage:
       description: How many times the request was dispatched (a re-send after reads proved it did not apply counts).
       type: int
       returned: always
-    evidence:
-      description: What the independent read-back recorded.
-      type: dict
-      returned: always
-      sample: {"volid": "local-lvm:vm-201-disk-0", "digest": "b27f97f7...", "macaddr": "BC:24:11:73:96:67", "diskSizeBytes": 8589934592}
 requests:
   description:
     - The mutating requests this run sent, or in check mode would send (method, path, params; no secret).
@@ -143,14 +140,14 @@ diff:
   returned: in diff mode
   type: dict
 ansible_facts:
-  description: Facts set by the module.
-  returned: always
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a fact otherwise.
+  returned: with O(set_operation_fact=true)
   type: dict
   contains:
     vmanyware_operation:
       description: The public view of the operation (as M(vmanyware.proxmox.vmanyware_operation_info) returns it).
       type: dict
-      returned: always
+      returned: with O(set_operation_fact=true)
 error_code:
   description:
     - On failure, the fixed error code, for example V(stage_precondition_failed), V(stage_out_of_order), V(conflict), V(locked),

@@ -37,7 +37,7 @@ attributes:
     details: Shows the disk size in bytes before and after.
   idempotent:
     support: full
-    details: A completed stage returns its recorded evidence without sending anything.
+    details: A completed stage returns its compact record without sending anything.
 requirements:
   - requests
   - proxmoxer
@@ -68,7 +68,9 @@ operation_id:
   returned: always
   type: str
 stage:
-  description: The stage as recorded in the journal after this run.
+  description:
+    - The stage as recorded in the journal after this run, compact. Its evidence (what the read-back recorded) is in
+      M(vmanyware.proxmox.vmanyware_operation_info) with O(vmanyware.proxmox.vmanyware_operation_info#module:evidence=true).
   returned: always
   type: dict
   contains:
@@ -92,11 +94,6 @@ stage:
       description: How many times the request was dispatched (a re-send after reads proved it did not apply counts).
       type: int
       returned: always
-    evidence:
-      description: What the independent read-back recorded.
-      type: dict
-      returned: always
-      sample: {"digest": "d7a3daa49f01422332f1e4d64ced2dc23ced3a7e", "diskSizeBytes": 21474836480, "volid": "local-lvm:vm-201-disk-0"}
 requests:
   description:
     - The mutating requests this run sent, or in check mode would send (method, path, params; no secret).
@@ -133,14 +130,14 @@ diff:
   returned: in diff mode
   type: dict
 ansible_facts:
-  description: Facts set by the module.
-  returned: always
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a fact otherwise.
+  returned: with O(set_operation_fact=true)
   type: dict
   contains:
     vmanyware_operation:
       description: The public view of the operation (as M(vmanyware.proxmox.vmanyware_operation_info) returns it).
       type: dict
-      returned: always
+      returned: with O(set_operation_fact=true)
 error_code:
   description:
     - On failure, the fixed error code, for example V(stage_precondition_failed), V(stage_out_of_order), V(conflict), V(locked),

@@ -21,6 +21,9 @@ description:
   - Without a complete, matching O(confirmation) it fails with C(confirmation_required) (or C(plan_changed) when the confirmation
     names another plan, provider or target); the failure result carries the block to review and pass back in
     RV(error_details.expected_confirmation).
+  - A review run (no complete O(confirmation)) gets that block whatever the gates say, so a read-only credential can review; its
+    RV(error_details.provisioning_enabled) and RV(error_details.snapshots_enabled) say whether an apply run would find the gates
+    open. Only an apply run (a complete O(confirmation)) needs E(VMANYWARE_PROVISIONING_ENABLED=true).
   - A target (provider and VMID) is held by at most one operation (C(conflicting_operation)); re-running with the same
     idempotency key and the same confirmation returns the existing operation with C(changed=false).
   - Gates, the confirmation block and idempotency are described in C(docs/operations.md) in the collection.
@@ -148,7 +151,9 @@ EXAMPLES = r"""
 RETURN = r"""
 operation_id:
   description:
-    - The id of the operation (V(null) in check mode when it would be created).
+    - The id of the operation. In check mode, when it would be created, the id of the preview (RV(preview_document)); stage tasks of
+      the same play given this id in check mode preview against that document (through the fact C(vmanyware_preview_operation)), so a
+      playbook written for the normal mode runs unchanged with C(--check).
     - With O(state=adopt), the id the VM's binding description names (also in check mode).
     - With O(state=abandoned), O(operation_id).
   returned: success
@@ -188,8 +193,8 @@ operation:
 preview_document:
   description:
     - Check mode only, when the operation would be created or adopted. The complete operation document an apply run would record
-      (never written). Pass it to the stage modules as O(vmanyware.proxmox.vmanyware_clone#module:preview_operation) to
-      preview every stage in check mode.
+      (never written). Stage tasks in check mode get it automatically when their O(vmanyware.proxmox.vmanyware_clone#module:operation_id)
+      is RV(operation_id); it can also be passed explicitly as O(vmanyware.proxmox.vmanyware_clone#module:preview_operation).
   returned: check mode, when the operation does not exist in the journal yet
   type: dict
 ansible_facts:
@@ -199,6 +204,10 @@ ansible_facts:
   contains:
     vmanyware_operation:
       description: Same as RV(operation).
+      type: dict
+      returned: success
+    vmanyware_preview_operation:
+      description: Same as RV(preview_document) (V(null) when there is none); check-mode stage tasks read it.
       type: dict
       returned: success
 error_code:
@@ -222,6 +231,14 @@ error_details:
       type: list
       elements: str
       returned: with plan_changed
+    provisioning_enabled:
+      description: Whether the provisioning gate is open for this run (an apply run needs it).
+      type: bool
+      returned: with confirmation_required
+    snapshots_enabled:
+      description: Whether an apply run would pass the snapshot gate (V(true) when the plan takes no snapshot).
+      type: bool
+      returned: with confirmation_required
 """
 
 import os
@@ -237,6 +254,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
     PROVISIONING_GATE,
     SNAPSHOTS_GATE,
     abandon_operation,
+    confirmation_complete,
     create_operation,
     read_gate,
     require_verified_tls,
@@ -247,7 +265,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import (
     plan_from_params,
     plan_input_argument_spec,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PREVIEW_FACT, journal_argument_spec, open_store
 
 
 def argument_spec() -> dict:
@@ -276,8 +294,9 @@ def action(params, check_mode, diff) -> dict:
         result = abandon_operation(open_store(params["journal_dir"]), params["operation_id"], params["reason"], check_mode=check_mode)
         result["ansible_facts"] = {"vmanyware_operation": result["operation"]}
         return result
-    # Gates first: a bad value is a configuration error before anything else; disabled means no connection at all.
-    if not read_gate(os.environ, PROVISIONING_GATE, params["provisioning_enabled"]):
+    # Gates first: a bad value is a configuration error before anything else. An apply run (a complete confirmation)
+    # with the gate closed stops here, without any connection; a review run goes on to build the block to confirm.
+    if not read_gate(os.environ, PROVISIONING_GATE, params["provisioning_enabled"]) and confirmation_complete(params["confirmation"]):
         raise VmanywareError(code="provisioning_disabled")
     read_gate(os.environ, SNAPSHOTS_GATE)
     store = open_store(params["journal_dir"])
@@ -295,6 +314,8 @@ def action(params, check_mode, diff) -> dict:
                                   idempotency_key=params["idempotency_key"], environ=os.environ,
                                   provisioning_option=params["provisioning_enabled"], check_mode=check_mode)
     result["ansible_facts"] = {"vmanyware_operation": result["operation"]}
+    # Check mode: the stages of the same play preview against this document (plugin_utils/_in_process.py).
+    result["ansible_facts"][PREVIEW_FACT] = result.get("preview_document")
     return result
 
 

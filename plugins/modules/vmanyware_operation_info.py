@@ -12,7 +12,7 @@ short_description: Show an operation from the local journal, or list the history
 version_added: 0.1.0
 description:
   - Reads one operation from the local journal and returns its public view - identities, hashes, status, stage progress
-    and the hand-off. No private evidence, no secret, no idempotency key.
+    and the hand-off; with O(evidence=true) also each stage's evidence. No secret, no idempotency key.
   - Contacts no Proxmox host. The connection options are accepted so that one C(module_defaults) entry for the action group
     C(group/vmanyware.proxmox.proxmox) serves every module of the collection; this module never uses them.
   - A missing operation fails with C(not_found); a journal file that is not a valid operation document fails with
@@ -63,6 +63,13 @@ options:
     description: List at most this many operations (the newest); RV(total) counts every match.
     type: int
     default: 100
+  evidence:
+    description:
+      - With O(operation_id), also return each stage's evidence (C(evidence) in RV(operation.stages)), what its independent read-back
+        recorded (volume, digests, MAC address, seed hashes, IPv4 and host keys, installed package versions, snapshot name). The stage
+        modules return a compact record without it.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -104,37 +111,37 @@ operations:
   type: list
   elements: dict
   contains:
-    operationId:
+    operation_id:
       description: The operation id.
       type: str
     status:
       description: V(open), V(completed), V(failed), V(uncertain), V(abandoned) or V(cleaned).
       type: str
-    provisioningStatus:
+    provisioning_status:
       description: The status the stages reached (V(open), V(completed), V(failed) or V(uncertain)).
       type: str
-    failureCode:
+    failure_code:
       description: The error code of a failed or uncertain operation, else V(null).
       type: str
     released:
       description: Whether the operation released its target.
       type: bool
-    providerScopeId:
+    provider_scope_id:
       description: The provider scope.
       type: str
-    createdAt:
+    created_at:
       description: Creation time (UTC).
       type: str
-    updatedAt:
+    updated_at:
       description: Time of the last journal write (UTC).
       type: str
-    definitionName:
+    definition_name:
       description: The definition's name.
       type: str
-    targetNode:
+    target_node:
       description: The target node.
       type: str
-    targetVmid:
+    target_vmid:
       description: The target VMID.
       type: int
     ipv4:
@@ -144,16 +151,12 @@ total:
   description: Without O(operation_id), how many operations match the filters (before O(limit)).
   returned: success, without O(operation_id)
   type: int
-snapshots:
-  description: The operation's recorded C(definition), C(mapping) and C(plan) (what was confirmed; nothing secret).
-  returned: with O(operation_id) and O(include_snapshots=true)
-  type: dict
 operation:
-  description: The public view of the operation.
+  description: The public view of the operation (keys in snake_case; the journal document keeps its camelCase).
   returned: success, with O(operation_id)
   type: dict
   contains:
-    operationId:
+    operation_id:
       description: The operation id.
       type: str
       returned: success
@@ -163,12 +166,12 @@ operation:
           (M(vmanyware.proxmox.vmanyware_cleanup) removed its guest).
       type: str
       returned: success
-    provisioningStatus:
+    provisioning_status:
       description: The status the stages reached (V(open), V(completed), V(failed) or V(uncertain)).
       type: str
       returned: success
     release:
-      description: C(reason) (V(closed), V(abandoned) or V(cleaned)) and C(releasedAt) once the target was released, else V(null).
+      description: C(reason) (V(closed), V(abandoned) or V(cleaned)) and C(released_at) once the target was released, else V(null).
       type: dict
       returned: success
     abandonment:
@@ -177,7 +180,7 @@ operation:
       returned: success
     cleanup:
       description:
-        - The cleanup of the guest once started, else V(null) - C(status), C(startedAt), C(completedAt), C(failure), C(steps)
+        - The cleanup of the guest once started, else V(null) - C(status), C(started_at), C(completed_at), C(failure), C(steps)
           (C(kind), C(status), C(upid), C(failure)) and C(removed) (C(vmid), C(volumes), C(snapshots)).
       type: dict
       returned: success
@@ -189,49 +192,49 @@ operation:
       description: Whether the operation released its target.
       type: bool
       returned: success
-    providerScopeId:
+    provider_scope_id:
       description: The provider scope the operation was confirmed for.
       type: str
       returned: success
-    createdAt:
+    created_at:
       description: Creation time (UTC).
       type: str
       returned: success
-    updatedAt:
+    updated_at:
       description: Time of the last journal write (UTC).
       type: str
       returned: success
-    definitionName:
+    definition_name:
       description: The definition's name.
       type: str
       returned: success
-    definitionHash:
+    definition_hash:
       description: The definition hash.
       type: str
       returned: success
-    planHash:
+    plan_hash:
       description: The plan hash.
       type: str
       returned: success
     source:
-      description: Image, node, template VMID and template version of the catalog mapping.
+      description: C(image), C(node), C(template_vmid) and C(template_version) of the catalog mapping.
       type: dict
       returned: success
     instance:
       description: Node, VMID, name and instance tag of the VM.
       type: dict
       returned: success
-    guestUser:
+    guest_user:
       description: The guest user of the image.
       type: str
       returned: success
     stages:
-      description: Position, kind, status, submissionStarted, upid and failure of each stage.
+      description: Position, kind, status, submission_started, upid and failure of each stage (and C(evidence) with O(evidence=true)).
       type: list
       elements: dict
       returned: success
     handoff:
-      description: The end result recorded by the last stages (empty until then).
+      description: The end result recorded by the last stages (empty until then), e.g. C(ipv4), C(known_hosts), C(snapshot).
       type: dict
       returned: success
 snapshots:
@@ -240,7 +243,8 @@ snapshots:
   type: dict
   contains:
     definition:
-      description: The validated definition as recorded, with C(access.sshPublicKeyCount) in place of the keys.
+      description: The validated definition as recorded, with C(access.sshPublicKeyCount) in place of the keys (the keys with
+        O(include_public_keys=true)).
       type: dict
       returned: when O(include_snapshots=true)
     mapping:
@@ -278,6 +282,7 @@ def argument_spec() -> dict:
     spec["definition_name"] = {"type": "str"}
     spec["since"] = {"type": "str"}
     spec["limit"] = {"type": "int", "default": 100}
+    spec["evidence"] = {"type": "bool", "default": False}
     return spec
 
 
@@ -288,7 +293,7 @@ def action(params, check_mode, diff) -> dict:
         return dict(list_operations(store, filters, params["limit"]), changed=False)
     operation_id = validate_operation_id(params["operation_id"])
     document = store.load(operation_id)
-    result = {"changed": False, "operation": public_view(document)}
+    result = {"changed": False, "operation": public_view(document, evidence=params["evidence"])}
     if params["include_snapshots"]:
         result["snapshots"] = snapshots_view(document, with_public_keys=bool(params.get("include_public_keys")))
     return result

@@ -15,7 +15,7 @@ description:
     definition's image and returns the v1 plan document with its C(definitionHash) and C(planHash).
   - The connection options are accepted so that one C(module_defaults) entry for the action group
     C(group/vmanyware.proxmox.proxmox) serves every module of the collection; this module never uses them.
-  - Contacts no Proxmox host and changes nothing; the plan says so with RV(plan.liveVerified=false) and RV(plan.vmidReserved=false).
+  - Contacts no Proxmox host and changes nothing; the plan says so with RV(plan.liveVerified=false) and RV(plan.vmid_reserved=false).
   - The formats, the hashes and the plan document are specified in C(docs/formats.md) in the collection.
 author:
   - vmanyware developers (@vmanyware)
@@ -66,15 +66,15 @@ definition_hash:
   returned: success
   type: str
   sample: 109cb47497a9c1740f37adc432f0f14bd3fd31d43e2bf67d435a696a44345366
-creationEnabled:
+creation_enabled:
   description:
     - Whether an operation for this plan could be created now, judged from the gates and the mapping alone (the plan
       makes no connection; the preflight adds the TLS check). False when the provisioning gate is closed, when the plan
       declares a final snapshot and the snapshots gate is closed, or when the mapping lacks a C(imageDefaultUser) attestation.
   returned: success
   type: bool
-creationBlockers:
-  description: The error codes creating an operation would fail with, in order; empty when RV(creationEnabled) is true.
+creation_blockers:
+  description: The error codes creating an operation would fail with, in order; empty when RV(creation_enabled) is true.
   returned: success
   type: list
   elements: str
@@ -178,7 +178,7 @@ plan:
       description: Always V(false) for this module; nothing was checked against Proxmox.
       type: bool
       returned: success
-    vmidReserved:
+    vmid_reserved:
       description: Always V(false) for this module; the VMID is not reserved.
       type: bool
       returned: success
@@ -219,7 +219,7 @@ def action(params, check_mode, diff) -> dict:
     planned = plan_from_params(params)
     blockers = creation_blockers(planned.plan, planned.mapping, os.environ)  # the gates and the mapping; no connection
     return {"changed": False, "plan": planned.plan, "plan_hash": planned.plan_hash, "definition_hash": planned.definition_hash,
-            "creationEnabled": not blockers, "creationBlockers": blockers}
+            "creation_enabled": not blockers, "creation_blockers": blockers}
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema"), **PLAN_INPUT_CONSTRAINTS)

@@ -69,15 +69,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-planHash:
+plan_hash:
   description: The C(planHash) of the recomputed plan.
   returned: always
   type: str
-plan_hash:
-  description: Same as RV(planHash).
-  returned: always
-  type: str
-providerScopeId:
+provider_scope_id:
   description:
     - C(pve:) and the SHA-256 of the API URL, the certificate SHA-256 fingerprint and the token's C(user@realm); not secret.
     - V(null) when no certificate was pinned or observed (the API was not reached).
@@ -109,27 +105,27 @@ summary:
   description: Counts of C(passed), C(failed) and C(unknown) checks.
   returned: always
   type: dict
-creationEnabled:
+creation_enabled:
   description:
-    - Whether creating an operation for this plan is allowed now, that is RV(creationBlockers) is empty.
+    - Whether creating an operation for this plan is allowed now, that is RV(creation_blockers) is empty.
     - False when the provisioning gate is closed, when the plan declares a final snapshot and the snapshots gate is
       closed, when the mapping lacks a validated C(imageDefaultUser) attestation, or when TLS is unverified.
   returned: always
   type: bool
-creationBlockers:
+creation_blockers:
   description:
     - The error codes creating an operation would fail with, in order (C(provisioning_disabled), C(snapshot_disabled),
-      C(attestation_required), C(tls_unverified)); empty when RV(creationEnabled) is true.
+      C(attestation_required), C(tls_unverified)); empty when RV(creation_enabled) is true.
   returned: always
   type: list
   elements: str
-tlsVerified:
+tls_verified:
   description:
     - Whether the connection's TLS was verified (a CA file or the system CAs with O(validate_certs), or a fingerprint pin).
     - With O(validate_certs=false) and no pin the preflight still reads, marked as unverified in C(api_reachable).
   returned: always
   type: bool
-vmidReserved:
+vmid_reserved:
   description: Always V(false); a preflight reserves nothing.
   returned: always
   type: bool

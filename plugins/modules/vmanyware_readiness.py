@@ -43,7 +43,7 @@ attributes:
     details: The stage changes nothing.
   idempotent:
     support: full
-    details: A completed stage returns its recorded evidence with C(changed=false) and sends nothing.
+    details: A completed stage returns its compact record with C(changed=false) and sends nothing.
 requirements:
   - requests
   - proxmoxer
@@ -61,9 +61,15 @@ EXAMPLES = r"""
     ca_path: files/pve-ca.pem
   register: stage
 
+- name: Read the recorded evidence
+  vmanyware.proxmox.vmanyware_operation_info:
+    operation_id: "{{ operation.operation_id }}"
+    evidence: true
+  register: info
+
 - name: Trust the host keys only after comparing the fingerprints out of band
   ansible.builtin.debug:
-    msg: "{{ stage.stage.evidence.hostKeyFingerprints }}"
+    msg: "{{ (info.operation.stages | selectattr('kind', 'equalto', 'readiness') | first).evidence.hostKeyFingerprints }}"
 """
 
 RETURN = r"""
@@ -82,7 +88,9 @@ operation_id:
   returned: always
   type: str
 stage:
-  description: The stage's journal record after this run.
+  description:
+    - The stage's journal record after this run, compact. Its evidence (what the read-back recorded) is in
+      M(vmanyware.proxmox.vmanyware_operation_info) with O(vmanyware.proxmox.vmanyware_operation_info#module:evidence=true).
   returned: always
   type: dict
   contains:
@@ -101,11 +109,6 @@ stage:
     attempts:
       description: How many times the stage's request was dispatched.
       type: int
-    evidence:
-      description:
-        - C(ipv4), C(net0Mac), C(cloudinit), C(guestReady), C(knownHosts) (list of C(<ip> <keytype> <base64>)),
-          C(hostKeyFingerprints), C(readinessObservedAt) (historical), C(deadline) (epoch seconds).
-      type: dict
 requests:
   description:
     - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params) with secrets redacted).
@@ -126,13 +129,14 @@ diff:
   returned: in diff mode, when the stage changes settings
   type: dict
 ansible_facts:
-  description: The public view of the operation.
-  returned: always
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a fact otherwise.
+  returned: with O(set_operation_fact=true)
   type: dict
   contains:
     vmanyware_operation:
-      description: Identities, hashes, status, stage progress and handoff of the operation (no private evidence).
+      description: The public view of the operation (as M(vmanyware.proxmox.vmanyware_operation_info) returns it).
       type: dict
+      returned: with O(set_operation_fact=true)
 error_code:
   description: The fixed error code when the module fails (see C(docs/errors.md)).
   returned: failure

@@ -34,7 +34,7 @@ attributes:
     details: The stage changes the power state only.
   idempotent:
     support: full
-    details: A completed stage returns its recorded evidence with C(changed=false) and sends nothing.
+    details: A completed stage returns its compact record with C(changed=false) and sends nothing.
 requirements:
   - requests
   - proxmoxer
@@ -67,7 +67,9 @@ operation_id:
   returned: always
   type: str
 stage:
-  description: The stage's journal record after this run.
+  description:
+    - The stage's journal record after this run, compact. Its evidence (what the read-back recorded) is in
+      M(vmanyware.proxmox.vmanyware_operation_info) with O(vmanyware.proxmox.vmanyware_operation_info#module:evidence=true).
   returned: always
   type: dict
   contains:
@@ -86,9 +88,6 @@ stage:
     attempts:
       description: How many times the stage's request was dispatched.
       type: int
-    evidence:
-      description: C(powerState), C(guestReady=false).
-      type: dict
 requests:
   description:
     - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params) with secrets redacted).
@@ -109,13 +108,14 @@ diff:
   returned: in diff mode, when the stage changes settings
   type: dict
 ansible_facts:
-  description: The public view of the operation.
-  returned: always
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a fact otherwise.
+  returned: with O(set_operation_fact=true)
   type: dict
   contains:
     vmanyware_operation:
-      description: Identities, hashes, status, stage progress and handoff of the operation (no private evidence).
+      description: The public view of the operation (as M(vmanyware.proxmox.vmanyware_operation_info) returns it).
       type: dict
+      returned: with O(set_operation_fact=true)
 error_code:
   description: The fixed error code when the module fails (see C(docs/errors.md)).
   returned: failure

@@ -127,7 +127,7 @@ claimed_by:
   returned: with O(state=reserved)
   type: str
 lease:
-  description: The lease as stored; V(null) when the VMID is held by an operation's claim (RV(claimed_by)).
+  description: The lease as stored (keys in snake_case; the lease file keeps its camelCase); V(null) when the VMID is held by an operation's claim (RV(claimed_by)).
   returned: with O(state=reserved)
   type: dict
   contains:
@@ -143,15 +143,15 @@ lease:
       description: V(vm) or V(template).
       type: str
       returned: always
-    providerScopeId:
+    provider_scope_id:
       description: The provider scope the VMID belongs to.
       type: str
       returned: always
-    createdAt:
+    created_at:
       description: When the lease was taken (UTC, ISO 8601).
       type: str
       returned: always
-    expiresAt:
+    expires_at:
       description: When the lease ends unless an operation was created for the VMID first (UTC, ISO 8601).
       type: str
       returned: always

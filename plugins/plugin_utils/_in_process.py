@@ -35,6 +35,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, missing_libraries, safe_call
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PREVIEW_FACT
 
 MODULES_PACKAGE = "ansible_collections.vmanyware.proxmox.plugins.modules."
 SWITCH = "VMANYWARE_IN_PROCESS"
@@ -59,6 +60,51 @@ def task_environment(overrides: t.Mapping[str, t.Any]) -> t.Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def without_foreign_group_defaults(args: t.Mapping[str, t.Any], entry: ModuleEntry, from_group: t.Collection[str]) -> dict[str, t.Any]:
+    """``args`` without the group defaults that do not apply to this module.
+
+    One ``module_defaults: group/vmanyware.proxmox.proxmox`` entry serves every module of the group, so an
+    option set there that this module does not take (``journal_dir`` for ``vmanyware_plan``) is left out,
+    and a group default gives way to the other member of a mutually exclusive pair that the task itself
+    (or the module's own defaults) set (``catalog`` on the task, ``catalog_path`` in the group).
+    A group default outside this module's choices for an option of the same name is meant for another
+    module (``state: present`` of ``vmanyware_operation`` is not a state of ``vmanyware_vmid``) and is left out too.
+    ``from_group`` names the options that reached the task only through group defaults.
+    """
+    accepted = entry.argument_spec()
+    kept = {name: value for name, value in args.items()
+            if name not in from_group or (name in accepted and _within_choices(value, accepted[name]))}
+    for group in entry.mutually_exclusive:
+        present = [name for name in group if kept.get(name) is not None]
+        if len(present) > 1 and any(name not in from_group for name in present):
+            for name in present:
+                if name in from_group:
+                    del kept[name]
+    return kept
+
+
+def _within_choices(value: t.Any, spec: t.Mapping[str, t.Any]) -> bool:
+    """Whether a group default fits the option's ``choices`` (always when it has none, or for a templated value)."""
+    choices = spec.get("choices")
+    if not choices or not isinstance(value, (str, int)) or isinstance(value, bool) or spec.get("type") == "list":
+        return True
+    return value in choices or str(value) in [str(choice) for choice in choices]
+
+
+def with_preview_document(args: t.Mapping[str, t.Any], entry: ModuleEntry, facts: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """In check mode, a stage task's ``operation_id`` from ``vmanyware_operation``'s preview gets that preview document.
+
+    A playbook written for the normal mode (``operation_id: "{{ op.operation_id }}"``) then previews every
+    stage unchanged under ``--check``: the operation does not exist in the journal, its document is the
+    fact ``vmanyware_preview_operation`` the check-mode ``vmanyware_operation`` task set.
+    """
+    document = facts.get(PREVIEW_FACT)
+    if ("preview_operation" not in entry.argument_spec() or args.get("preview_operation") is not None or not args.get("operation_id")
+            or not isinstance(document, t.Mapping) or document.get("operationId") != args["operation_id"]):
+        return dict(args)
+    return dict(args, preview_operation=document)
 
 
 def plain(value: t.Any) -> t.Any:
@@ -103,31 +149,65 @@ class InProcessModuleAction(ActionBase):
     def _module_short_name(self) -> str:
         return (self._task.resolved_action or self._task.action).rsplit(".", 1)[-1]
 
+    def _module_entry(self) -> ModuleEntry:
+        return t.cast(ModuleEntry, importlib.import_module(MODULES_PACKAGE + self._module_short_name()).ENTRY)
+
     def _entry(self) -> ModuleEntry | None:
         """The module's entry when this task can run in process, else ``None`` (run the module)."""
         if not in_process_enabled(os.environ):
             return None
         if getattr(self._connection, "transport", None) != "local" or self._play_context.become or self._task.async_val:
             return None
-        entry = t.cast(ModuleEntry, importlib.import_module(MODULES_PACKAGE + self._module_short_name()).ENTRY)
+        entry = self._module_entry()
         if missing_libraries(entry.libraries):
             return None
         return entry
 
+    def _group_default_names(self) -> set[str]:
+        """Options of this task that only ``group/...`` module_defaults set (not the module's own defaults entry)."""
+        merged: dict[str, t.Any] = {}
+        for defaults in self._task.module_defaults or []:
+            merged.update(defaults)
+        fqcn = self._task.resolved_action or self._task.action
+        play = getattr(getattr(self._task, "_parent", None), "_play", None)
+        groups = (getattr(play, "_action_groups", None) or {}).get(fqcn, [])
+        names: set[str] = set()
+        try:
+            for key, value in merged.items():
+                if key.startswith("group/") and key.split("group/")[-1] in groups:
+                    value = self._templar.template(value)
+                    if isinstance(value, t.Mapping):
+                        names.update(str(name) for name in value)
+            own = self._templar.template(merged.get(fqcn) or {})
+        except Exception:  # pylint: disable=broad-exception-caught  # not resolvable here: leave the task's arguments as they are
+            return set()
+        return names - set(own if isinstance(own, t.Mapping) else ())
+
+    def _module_args(self, task_vars: t.Mapping[str, t.Any] | None) -> dict[str, t.Any]:
+        """The task's arguments for this module: foreign group defaults left out, the check-mode preview filled in."""
+        entry = self._module_entry()
+        args = without_foreign_group_defaults(self._task.args, entry, self._group_default_names())
+        if self._task.check_mode:
+            facts = dict((task_vars or {}).get("ansible_facts") or {})
+            facts.setdefault(PREVIEW_FACT, (task_vars or {}).get(PREVIEW_FACT))
+            args = with_preview_document(args, entry, facts)
+        return args
+
     def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
         result = super().run(tmp, task_vars)
         del tmp
+        args = self._module_args(task_vars)
         entry = self._entry()
         if entry is None:
             # Exactly what ansible.builtin.normal does for a module without an action plugin.
             wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
-            result = merge_hash(result, self._execute_module(task_vars=task_vars, wrap_async=wrap_async))
+            result = merge_hash(result, self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async))
             if not wrap_async:
                 self._remove_tmp_path(self._connection._shell.tmpdir)  # pylint: disable=protected-access
             return result
         environment: dict[str, t.Any] = {}
         self._compute_environment_string(environment)
         with task_environment(environment):
-            result.update(run_entry_in_process(entry, self._module_short_name(), self._task.args,
+            result.update(run_entry_in_process(entry, self._module_short_name(), args,
                                                check_mode=bool(self._task.check_mode), diff=bool(self._task.diff)))
         return result

@@ -361,7 +361,7 @@ def test_ansible_playbook_adopt(sim: t.Any, tmp_path: Path) -> None:
     results = json.loads(out.read_text(encoding="utf-8"))
     assert results["preview"]["changed"] and results["preview"]["operation_id"] == env.operation_id
     adopted = results["adopted"]
-    assert adopted["adopted"] and adopted["ansible_facts"]["vmanyware_operation"]["operationId"] == env.operation_id
+    assert adopted["adopted"] and adopted["ansible_facts"]["vmanyware_operation"]["operation_id"] == env.operation_id
     assert [s["status"] for s in adopted["operation"]["stages"]][:4] == ["completed", "completed", "pending", "pending"]
     assert {e["method"] for e in sim.requests()} == {"GET"}
     assert sim.schema_violations() == []

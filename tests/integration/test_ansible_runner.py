@@ -92,7 +92,9 @@ def make_private_data_dir(root: Path) -> Path:
     pdd = root / "private"
     project = pdd / "project"
     (project / "vmanyware").mkdir(parents=True)
-    (project / "provision.yml").write_text(PROJECT_PLAYBOOK, encoding="utf-8")
+    for name in ("provision", "plan", "preflight"):
+        (project / f"{name}.yml").write_text(PROJECT_PLAYBOOK.replace("vmanyware.proxmox.provision", f"vmanyware.proxmox.{name}"),
+                                             encoding="utf-8")
     shutil.copy(REPO / "examples" / "catalog.yml", project / "vmanyware" / "catalog.yml")
     shutil.copy(REPO / "examples" / "definition.yml", project / "vmanyware" / "definition.yml")
     (pdd / "inventory").mkdir()
@@ -100,11 +102,11 @@ def make_private_data_dir(root: Path) -> Path:
     return pdd
 
 
-def run_job(pdd: Path, ident: str, extravars: dict[str, t.Any], envvars: dict[str, str]) -> t.Any:
+def run_job(pdd: Path, ident: str, extravars: dict[str, t.Any], envvars: dict[str, str], playbook: str = "provision.yml") -> t.Any:
     for name in ("extravars", "envvars"):  # each job brings its own (ansible-runner keeps an existing env/<name>)
         (pdd / "env" / name).unlink(missing_ok=True)
     return ansible_runner.run(
-        private_data_dir=str(pdd), ident=ident, playbook="provision.yml", inventory="hosts.yml",
+        private_data_dir=str(pdd), ident=ident, playbook=playbook, inventory="hosts.yml",
         extravars=extravars, envvars=envvars, quiet=True, rotate_artifacts=0, timeout=600,
     )
 
@@ -212,3 +214,82 @@ def test_provision_through_ansible_runner(pvesim: t.Any, tmp_path: Path, monkeyp
     assert list(journal.glob("op-*.json")) and files_containing(journal, needle) == []
     assert files_containing(tmp_path, needle) == sorted(allowed)
     assert not any(secret in json.dumps(e) for run in (first, second) for e in run.events)
+
+
+def job_inputs(pdd: Path, tmp_path: Path, journal: Path) -> dict[str, t.Any]:
+    return {
+        "vmanyware_catalog_path": str(pdd / "project" / "vmanyware" / "catalog.yml"),
+        "vmanyware_definition_path": str(pdd / "project" / "vmanyware" / "definition.yml"),
+        "vmanyware_target_vmid": TARGET_VMID,
+        "vmanyware_journal_dir": str(journal),
+        "vmanyware_confirmation_file": str(tmp_path / "confirm.yml"),
+        "vmanyware_known_hosts_file": str(tmp_path / "known_hosts"),
+    }
+
+
+def module_results(runner: t.Any, action: str, events: tuple[str, ...] = ("runner_on_ok", "runner_on_failed")) -> list[dict[str, t.Any]]:
+    return [e["event_data"]["res"] for e in runner.events if e.get("event") in events
+            and (e["event_data"].get("resolved_action") or e["event_data"].get("task_action")) in (action, action.rsplit(".", 1)[1])]
+
+
+def test_review_with_the_read_only_credential(pvesim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/awx.md's two-template flow: the plan template (provisioning off) prints the block; only the apply run needs the gate."""
+    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    conn = pvesim.connection
+    pdd = make_private_data_dir(tmp_path)
+    journal = tmp_path / "journal"
+    envvars = render_credential({
+        "api_host": conn["host"], "api_port": str(conn["port"]), "api_token_id": conn["tokens"]["full"]["id"],
+        "api_token_secret": conn["tokens"]["full"]["secret"], "ca_certificate": Path(conn["ca_file"]).read_text(encoding="utf-8"),
+    }, pdd)  # proxmox-readonly: "Allow provisioning" left off
+    assert envvars["VMANYWARE_PROVISIONING_ENABLED"] == "false"
+    envvars["ANSIBLE_COLLECTIONS_PATH"] = os.environ["ANSIBLE_COLLECTIONS_PATH"]
+    extravars = job_inputs(pdd, tmp_path, journal)
+
+    review = run_job(pdd, "review", extravars, envvars)
+    assert (review.status, review.rc) == ("successful", 0), review.stdout.read()
+    assert {e["method"] for e in pvesim.requests()} == {"GET"}
+    tasks = [e["event_data"].get("task") for e in events_of(review, "runner_on_ok")]
+    assert "Run the read-only checks" in tasks and "Build the plan (offline)" in tasks
+    block = yaml.safe_load((tmp_path / "confirm.yml").read_text(encoding="utf-8"))["provision_confirmation"]
+    printed = [e["event_data"]["res"] for e in events_of(review, "runner_on_ok")
+               if e["event_data"].get("task") == "Print the exact confirmation block for this plan"]
+    assert printed and block["planHash"] in json.dumps(printed[0]) and "it is closed for this run" in json.dumps(printed[0])
+    assert not list(journal.glob("op-*.json"))
+
+    # The approver's template, still with the read-only credential: stopped by the gate before any write or connection.
+    pvesim.clear_requests()
+    apply = run_job(pdd, "apply", {**extravars, "provision_confirmation": block}, envvars)
+    assert apply.status == "failed"
+    failures = module_results(apply, "vmanyware.proxmox.vmanyware_operation", ("runner_on_failed",))
+    assert [r["error_code"] for r in failures] == ["provisioning_disabled"]
+    assert "set it to true" in failures[0]["msg"]
+    assert not stage_oks(apply) and {e["method"] for e in pvesim.requests()} <= {"GET"}
+    assert not list(journal.glob("op-*.json"))
+
+
+def test_every_optional_credential_field_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Optional credential fields left empty are injected as "": every module treats them as unset (port 8006, no CA, no pin)."""
+    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    pdd = make_private_data_dir(tmp_path)
+    envvars = render_credential({"api_host": "127.0.0.1", "api_port": "", "api_token_id": "automation@pve!vmanyware",
+                                 "api_token_secret": "00000000-empty-fields-0000-000000000000", "ca_certificate": "",
+                                 "api_fingerprint": ""}, pdd)
+    optional = {"PROXMOX_PORT", "PROXMOX_CA_PATH", "PROXMOX_FINGERPRINT"}
+    assert {name: envvars[name] for name in optional} == dict.fromkeys(optional, "")
+    envvars.update({"ANSIBLE_COLLECTIONS_PATH": os.environ["ANSIBLE_COLLECTIONS_PATH"], "PROXMOX_TIMEOUT": "", "PROXMOX_USER": "",
+                    "PROXMOX_PASSWORD": "", "PROXMOX_VALIDATE_CERTS": "", "VMANYWARE_JOURNAL_DIR": ""})
+    extravars = job_inputs(pdd, tmp_path, tmp_path / "journal")
+
+    plan = run_job(pdd, "plan", extravars, envvars, playbook="plan.yml")
+    assert (plan.status, plan.rc) == ("successful", 0), plan.stdout.read()
+    assert module_results(plan, "vmanyware.proxmox.vmanyware_plan")[0]["plan_hash"]
+
+    # The preflight gets past its options and connects to 127.0.0.1:8006 (the default port) with the system trust store.
+    preflight = run_job(pdd, "preflight", extravars, envvars, playbook="preflight.yml")
+    output = preflight.stdout.read()
+    assert "unable to convert" not in output and "Traceback" not in output
+    [result] = module_results(preflight, "vmanyware.proxmox.vmanyware_preflight")
+    assert result["error_code"] == "preflight_failed", result
+    api = next(c for c in result["checks"] if c["code"] == "api_reachable")
+    assert api["status"] == "failed"

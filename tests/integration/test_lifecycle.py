@@ -58,6 +58,7 @@ class Env:
             "api_host": "127.0.0.1", "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
             "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
             "journal_dir": str(tmp_path / "journal"), "api_timeout": 10, "lock_wait": 10.0,
+            "provisioning_enabled": True,  # stages re-read the gate before every write
         }
         self.settings = connection_settings(self.params)
         self.scope = provider_scope_id(self.settings, certificate_fingerprint(self.settings))
@@ -119,7 +120,7 @@ def test_abandon_frees_the_vmid_for_a_new_operation(env: Env) -> None:
     assert missing.value.code == "invalid_option"
     result = abandon_operation(env.store, env.operation_id, "clone failed; retry")
     view = result["operation"]
-    assert result["changed"] and view["status"] == "abandoned" and view["provisioningStatus"] == "failed"
+    assert result["changed"] and view["status"] == "abandoned" and view["provisioning_status"] == "failed"
     assert view["abandonment"]["reason"] == "clone failed; retry" and view["release"]["reason"] == "abandoned"
     assert abandon_operation(env.store, env.operation_id, "again")["changed"] is False
     assert env.pvesim.requests() == []  # abandoning sends nothing
@@ -334,7 +335,7 @@ def test_modules_and_status_role_in_a_playbook(env: Env, tmp_path: Path) -> None
     out = json.loads(results.read_text())
     assert out["preview"]["changed"] and out["abandoned"]["changed"] and out["abandoned"]["operation"]["status"] == "abandoned"
     assert out["cleaned"]["changed"] and out["cleaned"]["operation"]["status"] == "cleaned" and out["cleaned"]["requests"] == []
-    assert [row["operationId"] for row in out["history"]["operations"]] == [other, env.operation_id] and out["history"]["total"] == 2
+    assert [row["operation_id"] for row in out["history"]["operations"]] == [other, env.operation_id] and out["history"]["total"] == 2
     assert set(out["snapshots"]["snapshots"]) == {"definition", "mapping", "plan"}
     assert out["snapshots"]["snapshots"]["plan"]["target"]["vmid"] == 201
     assert "cleaned" in proc.stdout and env.operation_id in proc.stdout  # the status role's table

@@ -3,7 +3,7 @@
 
 1. gates re-read before every new write (and the catalog's mapping re-checked); 2. an environment ``false``
 wins over the option; 3. an unknown submission is never sent again (``drop_reply``: executed, reply lost;
-``drop_request``: never executed); 4. a lost probe reply is never re-issued; 5. ``creationEnabled``; 6. TLS
+``drop_request``: never executed); 4. a lost probe reply is never re-issued; 5. ``creation_enabled``; 6. TLS
 honesty; 7. the operation's snapshots through ``vmanyware_operation_info``; 8. one network device; 9. one
 numbering. Point 10 (the seed's guest-user branch) is a unit test: no confirmed operation can reach it.
 """
@@ -265,25 +265,25 @@ def test_every_exec_is_marked_started_before_it_is_sent(sim: t.Any, tmp_path: Pa
     assert execs and execs_seen_at_marker == list(range(len(execs)))
 
 
-# -- 5 and 6: creationEnabled and TLS honesty --------------------------------------------------------------------------------
+# -- 5 and 6: creation_enabled and TLS honesty --------------------------------------------------------------------------------
 def test_creation_enabled_in_plan_and_preflight(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan_params = {"catalog": gs.catalog_text(), "catalog_path": None, "definition": definition_text(True), "definition_path": None,
                    "target_vmid": gs.VMID}
     monkeypatch.setenv(GATE, "true")
     result = vmanyware_plan.action(plan_params, False, False)
-    assert result["creationEnabled"] is False and result["creationBlockers"] == ["snapshot_disabled"]
+    assert result["creation_enabled"] is False and result["creation_blockers"] == ["snapshot_disabled"]
     monkeypatch.setenv(SNAPSHOTS, "true")
-    assert vmanyware_plan.action(plan_params, False, False)["creationEnabled"] is True
+    assert vmanyware_plan.action(plan_params, False, False)["creation_enabled"] is True
     unattested = dict(plan_params, catalog=gs.catalog_text(attested=False))
-    assert vmanyware_plan.action(unattested, False, False)["creationBlockers"] == ["attestation_required"]
+    assert vmanyware_plan.action(unattested, False, False)["creation_blockers"] == ["attestation_required"]
     assert sim.requests() == []  # the plan makes no connection
     conn = sim.connection
     verified = connection_settings({"api_host": conn["host"], "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
                                     "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"]})
     planned = build_plan(catalog=gs.catalog_text(), definition=definition_text(True), target_vmid=gs.VMID)
     preflight = run_preflight(planned, verified, environ={GATE: "true", SNAPSHOTS: "false"}, fail_on="never")
-    assert preflight["creationEnabled"] is False and preflight["creationBlockers"] == ["snapshot_disabled"]
-    assert run_preflight(planned, verified, environ={GATE: "true", SNAPSHOTS: "true"}, fail_on="never")["creationEnabled"] is True
+    assert preflight["creation_enabled"] is False and preflight["creation_blockers"] == ["snapshot_disabled"]
+    assert run_preflight(planned, verified, environ={GATE: "true", SNAPSHOTS: "true"}, fail_on="never")["creation_enabled"] is True
 
 
 def test_unverified_tls_is_marked_and_refused_for_writes(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -295,7 +295,7 @@ def test_unverified_tls_is_marked_and_refused_for_writes(sim: t.Any, tmp_path: P
     result = run_preflight(planned, connection_settings(unverified), environ={GATE: "true"}, fail_on="never")
     reachable = result["checks"][0]
     assert reachable["status"] == "passed" and "UNVERIFIED" in reachable["message"] and "with verified TLS" not in reachable["message"]
-    assert result["tlsVerified"] is False and result["creationBlockers"] == ["tls_unverified"]
+    assert result["tls_verified"] is False and result["creation_blockers"] == ["tls_unverified"]
     sim.clear_requests()
     stage_params = dict(op.params, validate_certs=False, ca_path=None)
     with pytest.raises(VmanywareError) as stage:

@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import guest_support as gs  # noqa: E402  pylint: disable=wrong-import-position
+from pvesim.packageindex import load_index  # noqa: E402
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # noqa: E402
@@ -262,7 +263,7 @@ def test_packages_lost_install_reply_is_never_rerun(sim: t.Any, tmp_path: Path) 
         assert err.code == "outcome_uncertain" and env.stage("packages")["status"] == "uncertain"
         time.sleep(0.5)
         result = env.run(PackagesStage())
-    assert result["done"] and result["stage"]["evidence"]["packages"]["git"] == "1:2.47.2-0.2"
+    assert result["done"] and env.stage("packages")["evidence"]["packages"]["git"] == load_index()["git"][-1]
     installs = [e for e in sim.requests("POST", r"/agent/exec$") if "install" in e["params"]["command"]]
     assert len(installs) == 1
 
@@ -293,14 +294,14 @@ def test_snapshot_lost_reply_and_completion(sim: t.Any, tmp_path: Path) -> None:
 
 # -- the whole operation -----------------------------------------------------------------------------
 def test_full_happy_path_clone_to_snapshot(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    env = gs.create(tmp_path, sim.connection, packages=[{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}], snapshot=True)
+    env = gs.create(tmp_path, sim.connection, packages=[{"name": "git"}, {"name": "jq", "version": load_index()["jq"][0]}], snapshot=True)
     sim.clear_requests()
     gs.run_clone_stages(env)
     conn = sim.connection
     params = {"operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "api_host": conn["host"],
               "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
               "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-              "api_timeout": 10.0, "lock_wait": 30.0, "catalog": gs.catalog_text()}
+              "api_timeout": 10.0, "lock_wait": 30.0, "catalog": gs.catalog_text(), "set_operation_fact": True}
     monkeypatch.setenv("VMANYWARE_SNAPSHOTS_ENABLED", "true")
     monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", "true")
     for logic in (CloudinitStage(), SeedStage(), StartStage(), ReadinessStage(), PackagesStage(), SnapshotStage()):

@@ -69,6 +69,7 @@ def run_twenty(pvesim: t.Any, tmp_path: Path, concurrency: int) -> list[dict[str
     base = {"api_host": "127.0.0.1", "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
             "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
             "journal_dir": str(tmp_path / "journal"), "api_timeout": 30, "lock_wait": 10.0, "wait_budget": 1.0,
+            "provisioning_enabled": True,  # stages re-read the gate before every write
             "storage_concurrency": concurrency}
     settings = connection_settings(base)
     scope = provider_scope_id(settings, certificate_fingerprint(settings))

@@ -62,3 +62,49 @@ def test_module_failure_is_safe(tmp_path: Path) -> None:
     assert "exception" not in result and "module_stdout" not in result
     assert "msg" in result
     assert "PLANTED" not in completed.stdout + completed.stderr
+
+
+DICT_PLAYBOOK = """\
+- name: Plan from dictionaries (as group_vars would give them)
+  hosts: localhost
+  gather_facts: false
+  vars:
+    catalog_data: "{{ lookup('ansible.builtin.file', '%(catalog)s') | from_yaml }}"
+    definition_data: "{{ lookup('ansible.builtin.file', '%(definition)s') | from_yaml }}"
+  tasks:
+    - name: Plan from dictionaries
+      vmanyware.proxmox.vmanyware_plan:
+        catalog: "{{ catalog_data }}"
+        definition: "{{ definition_data }}"
+        target_vmid: 201
+      register: planned
+
+    - name: A wrong type inside the dictionary is named by its field, the value is not echoed
+      vmanyware.proxmox.vmanyware_plan:
+        catalog: "{{ catalog_data }}"
+        definition: "{{ definition_data | combine({'resources': {'cores': 'PLANTEDtwo'}}, recursive=true) }}"
+        target_vmid: 201
+      register: refused
+      ignore_errors: true
+
+    - name: Report
+      ansible.builtin.debug:
+        msg: "REPORT {{ {'plan_hash': planned.plan_hash, 'snapshot': planned.plan.snapshotAfterProvisioning,
+                  'refused': [refused.error_code, refused.error_path, refused.error_details.rule]} | to_json }}"
+"""
+
+
+@pytest.mark.parametrize("in_process", ["true", "false"], ids=["in-process", "module-process"])
+def test_catalog_and_definition_as_dicts(tmp_path: Path, in_process: str) -> None:
+    """A dict (group_vars) is validated as data: same hashes as the YAML text, booleans stay booleans."""
+    playbook = tmp_path / "dicts.yml"
+    playbook.write_text(DICT_PLAYBOOK % {"catalog": REPO / "examples/catalog.yml", "definition": REPO / "examples/definition.yml"})
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+               ANSIBLE_NOCOLOR="1", VMANYWARE_IN_PROCESS=in_process)
+    completed = subprocess.run([str(BIN / "ansible-playbook"), str(playbook)], cwd=REPO, env=env, capture_output=True, text=True,
+                               timeout=120, check=False)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    line = next(text for text in completed.stdout.splitlines() if '"msg": "REPORT ' in text)
+    report = json.loads(json.loads(line.split('"msg": ', 1)[1])[len("REPORT "):])
+    assert report == {"plan_hash": PLAN_HASH, "snapshot": False, "refused": ["invalid_definition", "resources.cores", "type"]}
+    assert "PLANTED" not in completed.stdout.replace("'PLANTEDtwo'", "")  # only the task's own text, never in a result

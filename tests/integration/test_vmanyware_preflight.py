@@ -71,14 +71,14 @@ def test_healthy(pvesim: t.Any) -> None:
     assert statuses(result) == expect()
     assert result["providerScopeId"] == preflight(conn, fingerprint=conn["fingerprint_sha256"])["providerScopeId"]
     assert result["capabilities"]["pve_major"] == 9
-    assert result["creationEnabled"] is False and result["vmidReserved"] is False
+    assert result["creation_enabled"] is False and result["vmid_reserved"] is False
     assert_get_only_and_valid(pvesim)
 
 
 def test_healthy_with_pin_and_gate(pvesim: t.Any) -> None:
     conn = pvesim.connection
     result = preflight(conn, environ={"VMANYWARE_PROVISIONING_ENABLED": "true"}, ca_path=None, fingerprint=conn["fingerprint_sha256"])
-    assert statuses(result) == expect() and result["creationEnabled"] is True
+    assert statuses(result) == expect() and result["creation_enabled"] is True
 
 
 def test_missing_template(pvesim: t.Any) -> None:

@@ -61,7 +61,8 @@ def _nextid_refuses(ctx: StageContext) -> bool:
 
 
 class CloneStage(StageLogic):
-    """``POST /nodes/{node}/qemu/{template}/clone`` with ``newid``, ``name``, ``full=1``, ``storage``, ``description``.
+    """``POST /nodes/{node}/qemu/{template}/clone`` with ``newid``, ``name``, ``full=1``, ``storage``, ``description``
+    (and ``pool`` when the catalog mapping names one).
 
     A lost reply is resolved by reads only, never by a second POST: the target's configuration and our
     ``qmclone`` tasks decide; while they show nothing the run reads again within its wait budget, then the
@@ -124,6 +125,9 @@ class CloneStage(StageLogic):
         }
         if ctx.node != ctx.mapping["node"]:
             params["target"] = ctx.node
+        if ctx.mapping.get("pool"):
+            # The VM is a pool member from its creation: the pool's ACL (/pool/<pool>) then covers every later stage.
+            params["pool"] = ctx.mapping["pool"]
         return Request("POST", self.template_path(ctx) + "/clone", params)
 
     def refused(self, ctx: StageContext, err: ProviderError) -> VmanywareError:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from . import guestlink
 from .clock import Clock
 from .faults import Fault, FaultSet
-from .state import (DRIVE_RE, FAST_PLUG, GIB, VM, Snapshot, State, format_size, is_cdrom,
+from .state import (DRIVE_RE, FAST_PLUG, GIB, VM, Pool, Snapshot, State, format_size, is_cdrom,
                     is_cloudinit_volume, parse_kv, print_kv, size_to_bytes)
 from .storagelock import StorageLocks
 from .tasks import Task, TaskFailed, TaskManager
@@ -485,6 +485,56 @@ def _storage_entry(st_obj: t.Any, with_type: bool = True) -> dict[str, t.Any]:
     if not with_type:
         del res["type"]
     return res
+
+
+# ------------------------------------------------------------------------------------------
+# resource pools (PVE API2/Pool.pm; a VM's membership is its ``pool``)
+
+def _pool_members(sim: Sim, poolid: str, call: Call) -> list[dict[str, t.Any]]:
+    vms = [vm for vmid, vm in sorted(sim.state.vms.items()) if vm.pool == poolid]
+    return [_vm_resource(sim, vm) for vm in vms if call.str("type") in (None, "qemu")]
+
+
+@route("GET", "/pools")
+def pools_list(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
+    st = sim.state
+    poolid = call.str("poolid")
+    res: list[dict[str, t.Any]] = []
+    with st.lock:
+        for name in sorted(st.pools):
+            if (poolid is not None and name != poolid) or not sim.has(call.subject, f"/pool/{name}", ["Pool.Audit"]):
+                continue
+            entry: dict[str, t.Any] = {"poolid": name}
+            if st.pools[name].comment:
+                entry["comment"] = st.pools[name].comment
+            if poolid is not None:
+                entry["members"] = _pool_members(sim, name, call)
+            res.append(entry)
+    return res
+
+
+@route("POST", "/pools")
+def pools_create(sim: Sim, call: Call) -> None:
+    st = sim.state
+    poolid = str(call.params["poolid"])
+    with st.lock:
+        if poolid in st.pools:
+            raise ApiError(500, f"pool '{poolid}' already exists")
+        st.pools[poolid] = Pool(poolid, call.str("comment") or "")
+
+
+@route("GET", "/pools/{poolid}")
+def pools_get(sim: Sim, call: Call) -> dict[str, t.Any]:
+    st = sim.state
+    poolid = str(call.params["poolid"])
+    with st.lock:
+        pool = st.pools.get(poolid)
+        if pool is None:
+            raise ApiError(500, f"pool '{poolid}' does not exist")
+        res: dict[str, t.Any] = {"members": _pool_members(sim, poolid, call)}
+        if pool.comment:
+            res["comment"] = pool.comment
+        return res
 
 
 @route("GET", "/cluster/resources")
@@ -993,11 +1043,14 @@ def qemu_clone(sim: Sim, call: Call) -> str:
     fmt = call.str("format")
     snapname = call.str("snapname")
     target = call.str("target")
+    pool = call.str("pool")
     if target == "localhost":
         target = sim.call_node(call)
     if target:
         cluster.member(sim, target)
     with st.lock:
+        if pool is not None and pool not in st.pools:  # RPCEnvironment::check_pool_exist
+            raise perm_error(f"pool '{pool}' does not exist")
         src = sim.vm(call)
         if storage:
             s = st.storages.get(storage)
@@ -1034,7 +1087,7 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             # PVE finds no qemu config file, then check_vmid_unused refuses the ID held by the container.
             raise ApiError(500, f"CT {newid} already exists on node '{st.node}'")
         # create the target config with the clone lock right away (atomic under the state lock)
-        target_vm = VM(newid, target or sim.call_node(call), {"lock": "clone"}, pool=call.str("pool"))
+        target_vm = VM(newid, target or sim.call_node(call), {"lock": "clone"}, pool=pool)  # add_vm_to_pool: a member from the start
         st.vms[newid] = target_vm
         src_name = oldconf.get("name")
 

@@ -45,9 +45,10 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from .packageindex import load_index
+
 __all__ = [
     "DEFAULT_PREINSTALLED",
-    "DEFAULT_REPOSITORY",
     "AgentCommandError",
     "AgentNotRunning",
     "GuestFaults",
@@ -59,15 +60,6 @@ __all__ = [
 
 AGENT_NOT_RUNNING = "QEMU guest agent is not running"
 
-# Packages the simulated repository offers (name -> available versions).
-DEFAULT_REPOSITORY: dict[str, tuple[str, ...]] = {
-    "build-essential": ("12.10",),
-    "curl": ("8.14.1-2",),
-    "git": ("1:2.47.2-0.2",),
-    "htop": ("3.4.1-5",),
-    "jq": ("1.7.1-6",),
-    "vim": ("2:9.1.1230-2",),
-}
 
 # What the Debian 13 "genericcloud" image has installed at first boot (name -> version).
 DEFAULT_PREINSTALLED: dict[str, str] = {
@@ -137,7 +129,9 @@ class GuestFaults:
     cloudinit_error_message: str = "('scripts_user', RuntimeError('Runparts: 1 failures (part-001) in 1 attempted commands'))"
     cloudinit_recoverable_error: bool = False
     exec_disabled: bool = False
-    package_versions: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_REPOSITORY))
+    # Overrides of the package index (pvesim/packageindex.py: every package Debian 13 offers): a name listed here
+    # offers exactly these versions instead (an empty tuple: the package does not exist).
+    package_versions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     preinstalled: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_PREINSTALLED))
     # Debian cloud images ship without package lists: installs fail until an apt-get update ran
     # (cloud-init runs one itself when user-data has package_upgrade/package_update: true).
@@ -963,7 +957,8 @@ class SimulatedGuest:
         return None
 
     def _available(self, name: str) -> list[str]:
-        versions = list(self.faults.package_versions.get(name, ())) if self._lists_fresh else []
+        offered = self.faults.package_versions[name] if name in self.faults.package_versions else load_index().get(name, ())
+        versions = list(offered) if self._lists_fresh else []
         if name in self.installed and self.installed[name] not in versions:
             versions.append(self.installed[name])
         return sorted(set(versions), key=functools.cmp_to_key(dpkg_version_compare))

@@ -459,7 +459,7 @@ class App:
                 if m.group(2) is None and method == "GET":
                     return {"vmid": vmid, "status": vm.status, "config": dict(vm.config), "pending": dict(vm.pending),
                             "pending_delete": list(vm.pending_delete), "snapshots": sorted(vm.snapshots), "digest": vm.digest(),
-                            "raw": vm.raw_config(), **guestlink.admin_info(vm.guest)}
+                            "raw": vm.raw_config(), "pool": vm.pool, **guestlink.admin_info(vm.guest)}
         m = re.fullmatch(r"/storage/([^/]+)", path)
         if m and method in ("PUT", "GET"):
             with st.lock:

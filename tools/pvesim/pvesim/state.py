@@ -251,6 +251,14 @@ class Token:
 
 
 @dataclass
+class Pool:
+    """A resource pool (``/pools``). VM members are the VMs whose ``pool`` names it (kept with the VM)."""
+
+    poolid: str
+    comment: str = ""
+
+
+@dataclass
 class User:
     userid: str
     password: str | None = None
@@ -277,6 +285,7 @@ class State:
         self.containers: dict[int, dict[str, t.Any]] = {}
         # datacenter.cfg as GET /cluster/options returns it (``next-id`` parsed to {lower, upper}).
         self.datacenter: dict[str, t.Any] = {}
+        self.pools: dict[str, Pool] = {}
         self.users: dict[str, User] = {}
         self.tokens: dict[str, Token] = {}
         # subject (userid or tokenid) -> path -> (privileges, propagate)
@@ -303,6 +312,7 @@ class State:
         self.vms = {}
         self.containers = {}
         self.datacenter = {}
+        self.pools = {}
         template = VM(9000, self.node, {
             "agent": "1",
             "boot": "order=scsi0",
@@ -357,7 +367,20 @@ class State:
 
     # ------------------------------------------------------------------------------------
     def permissions(self, subject: str, path: str) -> frozenset[str]:
-        """Effective privileges of a user or token on ``path`` (PVE's ``permissions``)."""
+        """Effective privileges of a user or token on ``path`` (PVE's ``permissions``).
+
+        A VM that is a member of a pool also gets the privileges on ``/pool/<poolid>``: PVE's
+        RPCEnvironment evaluates a pool member's ``/vms/<vmid>`` with its pool's ACL as well, which is
+        what lets an administrator grant a whole pool once instead of every VMID.
+        """
+        privs = self._permissions(subject, path)
+        match = re.fullmatch(r"/vms/(\d+)", path)
+        vm = self.vms.get(int(match.group(1))) if match else None
+        if vm is not None and vm.pool:
+            privs = privs | self._permissions(subject, "/pool/" + vm.pool)
+        return privs
+
+    def _permissions(self, subject: str, path: str) -> frozenset[str]:
         userid = subject.split("!", 1)[0]
         if userid == "root@pam":
             if "!" not in subject:

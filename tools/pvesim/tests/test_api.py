@@ -13,6 +13,7 @@ import typing as t
 
 import pytest
 import requests
+from proxmoxer import ProxmoxAPI
 
 from pvesim.testing import PvesimAdmin
 
@@ -162,11 +163,16 @@ def test_ticket_login_and_csrf(pvesim: PvesimAdmin) -> None:
     assert conn["root_password"] not in str(pvesim.requests())
 
 
-def test_permissions_403(limited: Api, api: Api) -> None:
+def test_permissions_403(limited: Api, api: Api, pvesim: PvesimAdmin) -> None:
     resp = limited.post(f"{N}/qemu/9000/clone", newid=201)
     assert resp.status_code == 403
     assert resp.json()["message"] == "Permission check failed (/vms/9000, VM.Clone)\n"
-    resp = api.post(f"{N}/qemu/9000/clone", newid=201, pool="nopool")  # and/or form: VM.Allocate on /vms/201 is enough
+    resp = api.post(f"{N}/qemu/9000/clone", newid=201, pool="nopool")  # RPCEnvironment::check_pool_exist
+    assert resp.status_code == 403 and resp.json()["message"] == "Permission check failed (pool 'nopool' does not exist)\n"
+    conn = pvesim.connection
+    ProxmoxAPI(conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"]).pools.post(
+        poolid="nopriv")
+    resp = api.post(f"{N}/qemu/9000/clone", newid=201, pool="nopriv")  # and/or form: VM.Allocate on /vms/201 is enough
     assert resp.status_code != 403
 
 

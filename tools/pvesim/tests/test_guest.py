@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pvesim.cloudinit import drive_files
+from pvesim.packageindex import load_index, provenance
 from pvesim.guest import (
     AgentCommandError,
     AgentNotRunning,
@@ -252,17 +253,37 @@ class TestPackages:
         res = run(guest, clock, apt + ["jq", "nosuch", "curl=0.1"])
         assert res["exitcode"] == 100
         assert res["err-data"] == "E: Unable to locate package nosuch\nE: Version '0.1' for 'curl' was not found\n"
-        pid = guest.exec(apt + ["jq", "curl=8.14.1-2"])
+        jq, curl = load_index()["jq"][-1], load_index()["curl"][0]  # the candidate, and an explicitly chosen version
+        pid = guest.exec(apt + ["jq", f"curl={curl}"])
         clock.advance(4.9)
         assert guest.exec_status(pid) == {"exited": 0}
         clock.advance(0.1)
         res = guest.exec_status(pid)
-        assert res["exitcode"] == 0 and "Setting up jq (1.7.1-6) ...\n" in res["out-data"]
+        assert res["exitcode"] == 0 and f"Setting up jq ({jq}) ...\n" in res["out-data"]
         res = run(guest, clock, ["dpkg-query", "-W", "-f", DPKG_FMT, "jq", "curl"])
-        assert res == {"exited": 1, "exitcode": 0, "out-data": "curl\t8.14.1-2\tii \njq\t1.7.1-6\tii \n", "out-truncated": 0}
+        assert res == {"exited": 1, "exitcode": 0, "out-data": f"curl\t{curl}\tii \njq\t{jq}\tii \n", "out-truncated": 0}
         res = run(guest, clock, apt + ["jq"])
-        assert res["exitcode"] == 0 and "jq is already the newest version (1.7.1-6).\n" in res["out-data"]
-        assert guest.installed_packages()["jq"] == "1.7.1-6"
+        assert res["exitcode"] == 0 and f"jq is already the newest version ({jq}).\n" in res["out-data"]
+        assert guest.installed_packages()["jq"] == jq
+
+    @pytest.mark.parametrize("name", ["tmux", "nginx", "postgresql", "emacs-nox", "python3-requests", "zstd"])
+    def test_any_debian_package_installs(self, name: str) -> None:
+        """The repository is Debian 13's own package list: what installs on a real guest installs here."""
+        guest, clock = make()
+        clock.advance(10)
+        res = run(guest, clock, ["apt-get", "install", "-y", name])
+        assert res["exitcode"] == 0, res
+        assert guest.installed_packages()[name] == load_index()[name][-1]
+
+    def test_index_provenance_and_unknown_names(self) -> None:
+        index = load_index()
+        assert len(index) > 60000 and all(versions for versions in index.values())
+        sources = [line for line in provenance() if line.startswith("# source: ")]
+        assert [line.split()[2].split("/dists/")[1].split("/")[0] for line in sources] == ["trixie", "trixie-updates", "trixie-security"]
+        assert all(" sha256=" in line and " release-date=" in line for line in sources)
+        guest, clock = make()
+        clock.advance(10)
+        assert run(guest, clock, ["apt-get", "install", "-y", "tmux-nosuch"])["err-data"] == "E: Unable to locate package tmux-nosuch\n"
 
     def test_lists_empty_without_ciupgrade(self) -> None:
         guest, clock = make(ciupgrade="0")

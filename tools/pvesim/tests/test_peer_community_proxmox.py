@@ -61,6 +61,8 @@ PEER_SPEED = 200.0  # simulated task/boot durations / 200; the modules' own 1 s 
 
 # Endpoints the playbook must have exercised (method + schema path).
 EXPECTED_ENDPOINTS = {
+    "GET /pools",
+    "POST /pools",
     "GET /version",
     "GET /nodes",
     "GET /cluster/resources",
@@ -163,6 +165,8 @@ def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: 
     conn = pvesim.connection
     token_user, token_name = conn["tokens"]["full"]["id"].split("!")
     privileges = {path: list(privs) for path, privs in FULL_TOKEN_ACL.items()}
+    # proxmox_pool creates the pool the clone goes into: the token may allocate that pool (and nothing else more).
+    privileges["/pool/peerpool"] = ["Pool.Allocate", "Pool.Audit"]
     # The template build's grants on the import storage; the container part needs the same on its template storage.
     privileges["/storage/local"] = ["Datastore.AllocateTemplate", "Datastore.Audit"]
     for path, privs in TEMPLATE_STORAGE_ACL.items():
@@ -218,7 +222,7 @@ def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: 
     # The VM as the simulator holds it.
     vm = pvesim.vm(PEER_VMID)
     cfg = vm["config"]
-    assert vm["status"] == "running"
+    assert vm["status"] == "running" and vm["pool"] == "peerpool"
     assert cfg["name"] == PEER_NAME
     assert int(cfg["cores"]) == 2 and str(cfg["memory"]) == "2048"
     assert re.fullmatch(r"local-lvm:vm-301-disk-0,.*size=20G.*", cfg["scsi0"]), cfg["scsi0"]

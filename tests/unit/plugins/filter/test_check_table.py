@@ -42,10 +42,10 @@ def test_other_input_is_refused(bad: object) -> None:
 def test_history_rows_are_aligned_columns() -> None:
     from ansible_collections.vmanyware.proxmox.plugins.filter.check_table import check_table as table
 
-    rows = [{"operationId": "op-" + "a" * 26, "createdAt": "2026-12-01T10:00:00.000000Z", "status": "failed", "targetNode": "pve",
-             "targetVmid": 201, "definitionName": "web", "failureCode": "task_failed"},
-            {"operationId": "op-" + "b" * 26, "createdAt": "2026-11-30T09:00:00.000000Z", "status": "completed", "targetNode": "pve",
-             "targetVmid": 1201, "definitionName": "kernel-lab", "failureCode": None}]
+    rows = [{"operation_id": "op-" + "a" * 26, "created_at": "2026-12-01T10:00:00.000000Z", "status": "failed", "target_node": "pve",
+             "target_vmid": 201, "definition_name": "web", "failure_code": "task_failed"},
+            {"operation_id": "op-" + "b" * 26, "created_at": "2026-11-30T09:00:00.000000Z", "status": "completed", "target_node": "pve",
+             "target_vmid": 1201, "definition_name": "kernel-lab", "failure_code": None}]
     lines = table(rows)
     assert lines[0] == "2026-12-01 10:00:00  op-%s  failed     pve/201   web         task_failed" % ("a" * 26)
     assert lines[1] == "2026-11-30 09:00:00  op-%s  completed  pve/1201  kernel-lab" % ("b" * 26)

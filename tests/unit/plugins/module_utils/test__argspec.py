@@ -43,3 +43,18 @@ def test_settings_from_params() -> None:
     settings = connection_settings(params)
     assert (settings.host, settings.user, settings.token_name, settings.ca_path, settings.timeout) == (
         "pve.example.org", "automation@pve", "vmanyware", None, 12.5)
+
+
+def test_empty_environment_values_count_as_unset(monkeypatch) -> None:
+    """An AWX credential with optional fields left empty injects ``PROXMOX_PORT=""`` etc.: defaults apply, nothing fails."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    for variable in ENV.values():
+        monkeypatch.setenv(variable, "")
+    monkeypatch.setenv("PROXMOX_HOST", "pve.example.org")
+    result = ArgumentSpecValidator(connection_argument_spec()).validate({})
+    assert result.error_messages == []
+    params = result.validated_parameters
+    assert (params["api_port"], params["api_timeout"], params["validate_certs"]) == (8006, 30, True)
+    assert params["ca_path"] is None and params["api_fingerprint"] is None and params["api_user"] is None
+    assert params["api_host"] == "pve.example.org"

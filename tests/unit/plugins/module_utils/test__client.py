@@ -138,8 +138,27 @@ def test_connection_refused_is_transport_lost() -> None:
     err = _raises("transport_lost", lambda: client.post("/nodes/pve/qemu/9000/clone", newid=201))
     assert sleeps == []
     assert SECRET not in repr(err.to_result())
-    _raises("transport_lost", lambda: client.get("/version"))
+    # Reported as a refusal (a wrong port, the API down), not as a timeout.
+    assert err.details["reason"] == "connection_refused" and "refused" in err.message and "timed out" not in err.message
+    err = _raises("transport_lost", lambda: client.get("/version"))
     assert sleeps == [0.2, 0.6]
+    assert err.details["reason"] == "connection_refused"
+    err = _raises("transport_lost", lambda: _client.certificate_fingerprint(settings))
+    assert err.details["reason"] == "connection_refused" and "refused" in err.message
+
+
+def test_connect_failure_reasons() -> None:
+    pool: t.Any = None
+    refused = urllib3.exceptions.NewConnectionError(pool, "refused")
+    refused.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    wrapped = requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", refused))
+    assert _client.connect_failure_reason(wrapped) == "connection_refused"
+    timeout = urllib3.exceptions.ConnectTimeoutError(pool, "timed out")
+    assert _client.connect_failure_reason(requests.exceptions.ConnectTimeout(urllib3.exceptions.MaxRetryError(pool, "/", timeout))) == (
+        "connect_timeout")
+    assert _client.connect_failure_reason(socket.gaierror(-2, "Name or service not known")) == "name_resolution"
+    assert _client.connect_failure_reason(OSError(101, "Network is unreachable")) == "network_unreachable"
+    assert _client.connect_failure_reason(OSError("other")) == "connect_failed"
 
 
 def test_connect_phase_classification() -> None:
@@ -293,6 +312,7 @@ def test_password_ticket_login(stub_server: t.Any, tls_material: t.Any) -> None:
         ({"host": "https://pve"}, "api_host"),
         ({"host": "pve/api"}, "api_host"),
         ({"host": None}, "api_host"),
+        ({"host": ""}, "api_host"),
         ({"port": 0}, "api_port"),
         ({"timeout": 0}, "api_timeout"),
         ({"fingerprint": "zz"}, "api_fingerprint"),
@@ -308,6 +328,8 @@ def test_settings_validation(kwargs: dict[str, t.Any], path: str) -> None:
         build_settings(**values)
     assert info.value.path == path and info.value.code == "configuration_error"
     assert SECRET not in json.dumps(info.value.to_result())
+    if path == "api_host" and not values["host"]:
+        assert "PROXMOX_HOST" in info.value.message  # an unset host names the variable that sets it
 
 
 def test_fingerprint_normalization() -> None:

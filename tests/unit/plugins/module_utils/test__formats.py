@@ -47,9 +47,9 @@ CATALOG_CASES: list[tuple[str, tuple[t.Any, ...], t.Any, str, str]] = [
     ("images-missing", ("images",), DELETE, "images", "required"),
     ("images-not-list", ("images",), {"image": "x"}, "images", "type"),
     ("images-null", ("images",), None, "images", "type"),
-    ("unknown-top", ("plantedkeyname",), 1, "$", "unknown_field"),
+    ("unknown-top", ("planted-key-name",), 1, "$", "unknown_field"),
     ("mapping-not-mapping", M, "plantedmappingtext", "images[1]", "type"),
-    ("unknown-in-mapping", M + ("plantedkeyname",), "x", "images[1]", "unknown_field"),
+    ("unknown-in-mapping", M + ("planted-key-name",), "x", "images[1]", "unknown_field"),
     ("image-uppercase", M + ("image",), "Plantedimage", "images[1].image", "pattern"),
     ("image-empty", M + ("image",), "", "images[1].image", "pattern"),
     ("image-too-long", M + ("image",), "p" * 65, "images[1].image", "pattern"),
@@ -86,7 +86,7 @@ CATALOG_CASES: list[tuple[str, tuple[t.Any, ...], t.Any, str, str]] = [
     ("guestuser-too-long", M + ("guestUser",), "u" * 33, "images[1].guestUser", "pattern"),
     ("guestuser-at", M + ("guestUser",), "planted@u", "images[1].guestUser", "pattern"),
     ("idu-not-mapping", IDU, "plantedattestation", "images[1].imageDefaultUser", "type"),
-    ("idu-unknown", IDU + ("plantedkeyname",), True, "images[1].imageDefaultUser", "unknown_field"),
+    ("idu-unknown", IDU + ("planted-key-name",), True, "images[1].imageDefaultUser", "unknown_field"),
     ("idu-name-mismatch", IDU + ("name",), "plantedname", "images[1].imageDefaultUser.name", "default_user_mismatch"),
     ("idu-name-pattern", IDU + ("name",), "Planted", "images[1].imageDefaultUser.name", "pattern"),
     ("idu-version-mismatch", IDU + ("templateVersion",), "planted-version", "images[1].imageDefaultUser.templateVersion", "template_version_mismatch"),
@@ -391,7 +391,7 @@ def _ssh_cases() -> list[tuple[str, tuple[t.Any, ...], t.Any, str, str]]:
 DEFINITION_CASES: list[tuple[str, tuple[t.Any, ...], t.Any, str, str]] = [
     ("apiVersion-wrong", ("apiVersion",), "v1", "apiVersion", "const"),
     ("kind-wrong", ("kind",), "TemplateCatalog", "kind", "const"),
-    ("unknown-top", ("plantedkeyname",), "x", "$", "unknown_field"),
+    ("unknown-top", ("planted-key-name",), "x", "$", "unknown_field"),
     ("name-uppercase", ("name",), "Planted-lab", "name", "pattern"),
     ("name-leading-hyphen", ("name",), "-plantedlab", "name", "pattern"),
     ("name-trailing-hyphen", ("name",), "plantedlab-", "name", "pattern"),
@@ -401,7 +401,7 @@ DEFINITION_CASES: list[tuple[str, tuple[t.Any, ...], t.Any, str, str]] = [
     ("name-empty", ("name",), "", "name", "pattern"),
     ("image-pattern", ("image",), "Planted image", "image", "pattern"),
     ("resources-not-mapping", R, [1, 2], "resources", "type"),
-    ("resources-unknown", R + ("plantedkeyname",), 1, "resources", "unknown_field"),
+    ("resources-unknown", R + ("planted-key-name",), 1, "resources", "unknown_field"),
     ("cores-zero", R + ("cores",), 0, "resources.cores", "minimum"),
     ("cores-too-many", R + ("cores",), 987129, "resources.cores", "maximum"),
     ("cores-float", R + ("cores",), 2.0, "resources.cores", "type"),
@@ -412,12 +412,12 @@ DEFINITION_CASES: list[tuple[str, tuple[t.Any, ...], t.Any, str, str]] = [
     ("disk-too-small", R + ("diskGiB",), 3, "resources.diskGiB", "minimum"),
     ("disk-too-large", R + ("diskGiB",), 4097, "resources.diskGiB", "maximum"),
     ("access-not-mapping", ("access",), "plantedaccess", "access", "type"),
-    ("access-unknown", ("access", "plantedkeyname"), [], "access", "unknown_field"),
+    ("access-unknown", ("access", "planted-key-name"), [], "access", "unknown_field"),
     ("keys-not-list", K, ED25519_KEY, "access.sshPublicKeys", "type"),
     ("keys-empty", K, [], "access.sshPublicKeys", "min_items"),
     ("packages-not-list", P, {"name": "git"}, "packages", "type"),
     ("package-not-mapping", P + (1,), "plantedpkg", "packages[1]", "type"),
-    ("package-unknown", P + (1, "plantedkeyname"), "x", "packages[1]", "unknown_field"),
+    ("package-unknown", P + (1, "planted-key-name"), "x", "packages[1]", "unknown_field"),
     ("package-missing-name", P + (1, "name"), DELETE, "packages[1].name", "required"),
     ("package-uppercase", P + (1, "name"), "Plantedpkg", "packages[1].name", "pattern"),
     ("package-one-char", P + (1, "name"), "p", "packages[1].name", "pattern"),
@@ -531,3 +531,64 @@ def test_definition_boundaries() -> None:
 def test_error_codes_used_are_registered() -> None:
     for rule in _formats.RULE_TEXTS:
         assert FormatError("invalid_definition", "$", rule).code in ERROR_CODES
+
+
+@pytest.mark.parametrize("key,named", [("snapshotAfterProvisoning", True), ("cpu_count", True), ("not a key!", False),
+                                       ("ssh-ed25519 AAAAC3", False), ("x" * 65, False)])
+def test_unknown_field_is_named_only_when_a_plain_identifier(key: str, named: bool) -> None:
+    document = definition()
+    document[key] = "planted value"
+    with pytest.raises(FormatError) as info:
+        parse_definition(text=dump(document))
+    assert (info.value.path, info.value.details["rule"]) == ("$", "unknown_field")
+    assert (key in info.value.message) is named
+    assert "planted value" not in info.value.message and "planted" not in json.dumps(info.value.to_result())
+
+
+def test_mapping_input_is_validated_as_data() -> None:
+    """A dict (from group_vars) gives the same result as its YAML text; it is never turned into text."""
+    assert parse_definition(text=definition()) == parse_definition(text=dump(definition()))
+    assert parse_catalog(text=catalog()) == parse_catalog(text=dump(catalog()))
+    document = definition()
+    document["snapshotAfterProvisioning"] = False
+    assert parse_definition(text=document)["snapshotAfterProvisioning"] is False
+    document["snapshotAfterProvisioning"] = "false"  # a string stays a string: refused as data, by its field
+    with pytest.raises(FormatError) as info:
+        parse_definition(text=document)
+    assert (info.value.path, info.value.details["rule"]) == ("snapshotAfterProvisioning", "type")
+    with pytest.raises(FormatError) as info:
+        parse_definition(text={**definition(), 1: "x"})
+    assert info.value.details["rule"] == "key_type"
+    with pytest.raises(FormatError) as info:
+        parse_definition(text={**definition(), "name": object()})
+    assert info.value.details["rule"] == "type"
+    with pytest.raises(FormatError) as info:
+        parse_catalog(text=catalog(), path="/nonexistent")
+    assert info.value.details["rule"] == "source"
+    nested: dict = {}
+    for _level in range(40):
+        nested = {"x": nested}
+    with pytest.raises(FormatError) as info:
+        parse_catalog(text=nested)
+    assert info.value.details["rule"] == "too_deep"
+    with pytest.raises(FormatError) as info:
+        parse_catalog(text={"x": "y" * (64 * 1024)})
+    assert info.value.details["rule"] == "too_large"
+
+
+def test_a_mapping_may_name_a_pool() -> None:
+    """``pool`` is optional: a catalog without it normalizes (and hashes) exactly as before."""
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import plan_hash
+
+    plain = parse_catalog(text=dump(catalog()))
+    assert all("pool" not in mapping for mapping in plain["images"])
+    pooled = catalog()
+    pooled["images"][1]["pool"] = "vmanyware/lab"
+    parsed = parse_catalog(text=dump(pooled))
+    assert parsed["images"][1]["pool"] == "vmanyware/lab" and list(parsed["images"][1])[-2:] == ["pool", "imageDefaultUser"]
+    assert plan_hash("0" * 64, parsed["images"][1], 201) != plan_hash("0" * 64, plain["images"][1], 201)
+    for bad in ("a/b/c/d", "with space", "", "x" * 65, "a//b"):
+        pooled["images"][1]["pool"] = bad
+        with pytest.raises(FormatError) as info:
+            parse_catalog(text=dump(pooled))
+        assert (info.value.path, info.value.details["rule"]) in (("images[1].pool", "pattern"), ("images[1].pool", "min_length"))

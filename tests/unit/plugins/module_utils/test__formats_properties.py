@@ -161,7 +161,11 @@ def _check_refusal(err: VmanywareError, code: str) -> None:
     assert isinstance(err, FormatError)
     assert err.code == code
     assert err.details["rule"] in DOCUMENTED_RULES
-    assert PLANTED not in str(err) and PLANTED not in json.dumps(err.to_result(), ensure_ascii=False)
+    rendered = str(err) + json.dumps(err.to_result(), ensure_ascii=False)
+    if err.details["rule"] == "unknown_field":
+        # An unknown key that is a plain identifier is named (a misspelt field); nothing else of the input is.
+        rendered = rendered.replace("the field %s," % PLANTED, "the field <key>,")
+    assert PLANTED not in rendered
 
 
 @SETTINGS
@@ -184,11 +188,14 @@ def test_random_yamlish_text_only_produces_documented_errors(text: str) -> None:
             _check_refusal(err, code)
 
 
+# pylint infers hypothesis strategies' ``|`` as unsupported on some runs; it is SearchStrategy.__or__.
+# pylint: disable=unsupported-binary-operation
 wrong_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.just(PLANTED) | st.text(max_size=5).map(lambda s: s + PLANTED),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(["name", "image", "x", PLANTED]), children, max_size=3),
     max_leaves=10,
 )
+# pylint: enable=unsupported-binary-operation
 
 
 def _leaf_paths(value: t.Any, prefix: tuple[t.Any, ...] = ()) -> list[tuple[t.Any, ...]]:

@@ -41,16 +41,16 @@ def test_newest_first_filters_and_limit(store: JournalStore) -> None:
     store.record_failed(second, "clone", "task_failed", "A Proxmox task ended with an error.")
     store.abandon_operation(third, "not needed")
     listed = list_operations(store)
-    assert [row["operationId"] for row in listed["operations"]] == [third, second, first] and listed["total"] == 3
+    assert [row["operation_id"] for row in listed["operations"]] == [third, second, first] and listed["total"] == 3
     assert [row["status"] for row in listed["operations"]] == ["abandoned", "failed", "open"]
-    assert listed["operations"][1]["failureCode"] == "task_failed" and listed["operations"][0]["released"] is True
-    assert [row["operationId"] for row in list_operations(store, parse_filters(status=["failed", "open"]))["operations"]] == [second, first]
-    assert [row["operationId"] for row in list_operations(store, parse_filters(target_vmid=201))["operations"]] == [first]
-    assert [row["operationId"] for row in list_operations(store, parse_filters(definition_name="db"))["operations"]] == [second]
+    assert listed["operations"][1]["failure_code"] == "task_failed" and listed["operations"][0]["released"] is True
+    assert [row["operation_id"] for row in list_operations(store, parse_filters(status=["failed", "open"]))["operations"]] == [second, first]
+    assert [row["operation_id"] for row in list_operations(store, parse_filters(target_vmid=201))["operations"]] == [first]
+    assert [row["operation_id"] for row in list_operations(store, parse_filters(definition_name="db"))["operations"]] == [second]
     limited = list_operations(store, Filters(), limit=1)
-    assert [row["operationId"] for row in limited["operations"]] == [third] and limited["total"] == 3
+    assert [row["operation_id"] for row in limited["operations"]] == [third] and limited["total"] == 3
     created = store.load(second)["createdAt"]
-    assert {row["operationId"] for row in list_operations(store, parse_filters(since=created))["operations"]} == {second, third}
+    assert {row["operation_id"] for row in list_operations(store, parse_filters(since=created))["operations"]} == {second, third}
     assert list_operations(store, parse_filters(since="2999-01-01"))["total"] == 0
     assert list_operations(store, parse_filters(since="2000-01-01T00:00:00Z"))["total"] == 3
 

@@ -97,6 +97,9 @@ def test_gate_disabled_and_option_override(store: JournalStore) -> None:
     with pytest.raises(VmanywareError) as info:
         create(store, environ={"VMANYWARE_PROVISIONING_ENABLED": "false"}, provisioning_option=True)
     assert info.value.code == "provisioning_disabled"  # the environment's false is the administrator's kill switch
+    # The message says how to open the gate.
+    assert "VMANYWARE_PROVISIONING_ENABLED" in info.value.message and "set it to true" in info.value.message
+    assert "provisioning_enabled: true" in info.value.message
     assert create(store, environ={}, provisioning_option=True)["created"] is True
 
 
@@ -175,7 +178,8 @@ def test_conflicting_operation_on_the_same_target(store: JournalStore) -> None:
 
 def test_check_mode_writes_nothing(store: JournalStore) -> None:
     preview = create(store, check_mode=True)
-    assert preview["changed"] and preview["operation_id"] is None and store.list_operations() == []
+    assert preview["changed"] and store.list_operations() == []
+    assert preview["operation_id"] == preview["preview_document"]["operationId"] == preview["operation"]["operation_id"]
     assert [item["kind"] for item in preview["operation"]["stages"]][:3] == ["clone", "resources", "disk"]
     created = create(store)
     again = create(store, check_mode=True)
@@ -209,3 +213,44 @@ def test_public_view_has_no_private_evidence(store: JournalStore) -> None:
     view = public_view(document)
     assert "definition" not in view and "confirmation" not in view and "idempotencyKeyHash" not in view
     assert all("evidence" not in stage and "request" not in stage for stage in view["stages"])
+
+
+def test_review_run_gets_the_block_with_the_gates_closed(store: JournalStore) -> None:
+    """A read-only credential (gates closed) can review: the block needs no recorded operation; the apply run needs the gate."""
+    for confirmation in (None, {}, {"confirmed": True}):
+        with pytest.raises(VmanywareError) as info:
+            create(store, planned(snapshot=True), confirmation=confirmation, environ={"VMANYWARE_PROVISIONING_ENABLED": "false"})
+        assert info.value.code == "confirmation_required"
+        assert info.value.details["expected_confirmation"] == expected_confirmation(planned(snapshot=True).plan, SCOPE)
+        assert info.value.details["provisioning_enabled"] is False and info.value.details["snapshots_enabled"] is False
+    with pytest.raises(VmanywareError) as info:
+        create(store, planned(snapshot=True), environ={})
+    assert info.value.code == "provisioning_disabled"
+    assert store.list_operations() == []
+
+
+def test_public_view_has_the_evidence_only_when_asked(store: JournalStore) -> None:
+    created = create(store)
+    document = store.load(created["operation_id"])
+    assert all("evidence" not in stage for stage in public_view(document)["stages"])
+    full = public_view(document, evidence=True)
+    assert [stage["evidence"] for stage in full["stages"]] == [dict(stage["evidence"]) for stage in document["stages"]]
+
+
+def test_module_return_keys_are_snake_case(store: JournalStore) -> None:
+    """The public view and error details use Ansible's key style; the plan and confirmation documents keep theirs."""
+    import json
+    import re
+
+    result = create(store)
+    view = json.dumps(result["operation"])
+    assert re.findall(r'"([A-Za-z_]*[A-Z][A-Za-z_]*)":', view) == []
+    assert result["operation"]["provider_scope_id"] == SCOPE and result["operation"]["source"]["template_vmid"] == 9000
+    with pytest.raises(VmanywareError) as info:
+        create(store, confirmation=None)
+    details = info.value.to_result()["error_details"]
+    assert details["provisioning_enabled"] is True and "definitionHash" in details["expected_confirmation"]
+    with pytest.raises(VmanywareError) as info:
+        create(store, key="another request for the same target")
+    assert info.value.code == "conflicting_operation"
+    assert info.value.to_result()["error_details"] == {"operation_id": result["operation_id"]}

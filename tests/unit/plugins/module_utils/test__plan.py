@@ -140,9 +140,9 @@ def test_argument_spec() -> None:
     spec = plan_input_argument_spec()
     assert spec == {
         "catalog_path": {"type": "path"},
-        "catalog": {"type": "str"},
+        "catalog": {"type": "raw"},
         "definition_path": {"type": "path"},
-        "definition": {"type": "str"},
+        "definition": {"type": "raw"},
         "target_vmid": {"type": "int", "required": True},
     }
     assert spec is not plan_input_argument_spec()  # callers may extend their copy

@@ -113,9 +113,10 @@ def test_healthy() -> None:
     checks, result, adapter = run(healthy_state())
     assert checks == expect({})
     assert list(checks) == list(CHECK_CODES)
-    assert result["planHash"] == result["plan_hash"] == planned().plan_hash
-    assert result["vmidReserved"] is False and result["creationEnabled"] is False and result["changed"] is False
-    assert result["providerScopeId"].startswith("pve:")
+    assert result["plan_hash"] == planned().plan_hash
+    assert result["vmid_reserved"] is False and result["creation_enabled"] is False and result["changed"] is False
+    assert result["provider_scope_id"].startswith("pve:")
+    assert not [key for key in result if key != key.lower()]  # every return key in snake_case
     assert result["capabilities"] == {"pve_major": 9, "pve_minor": 1, "resize_returns_upid": True, "agent_exec_array": True,
                                       "guest_agent_privileges": "VM.GuestAgent.*"}
     assert result["summary"] == {"passed": 14, "failed": 0, "unknown": 4}
@@ -240,13 +241,18 @@ def test_fail_on() -> None:
         run(state, fail_on="failed")
     result = info.value.to_result()
     assert result["error_code"] == "preflight_failed" and result["checks"][11]["status"] == "failed"
-    assert result["planHash"] and result["msg"]
+    assert result["plan_hash"] and result["msg"]
+    failed = [c["code"] for c in result["checks"] if c["status"] == "failed"]
+    assert failed and result["error_details"]["failed_checks"] == failed
+    assert result["msg"].endswith("Checks failed: %s." % ", ".join(failed))  # the message names what to fix
     run(state, fail_on="never")
     state = healthy_state()
     state["errors"][("GET", "/cluster/nextid")] = (500, "Internal Server Error", {"data": None})
     run(state, fail_on="failed")
-    with pytest.raises(PreflightFailed):
+    with pytest.raises(PreflightFailed) as info:
         run(state, fail_on="unknown")
+    unknown = info.value.to_result()["msg"].split("Checks unknown: ", 1)[1]
+    assert "vmid_free" in unknown and "template_revision" not in unknown  # only the unknowns that count
     with pytest.raises(InputError):
         run(state, fail_on="sometimes")
 
@@ -255,22 +261,22 @@ def test_fail_on() -> None:
 def test_creation_gate(value: str | None, expected: bool) -> None:
     environ = {} if value is None else {"VMANYWARE_PROVISIONING_ENABLED": value}
     assert provisioning_enabled(environ) is expected
-    assert run(healthy_state(), environ=environ)[1]["creationEnabled"] is expected
+    assert run(healthy_state(), environ=environ)[1]["creation_enabled"] is expected
 
 
 ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
 
 
 def test_creation_enabled_says_what_it_means() -> None:
-    assert run(healthy_state(), environ=ON)[1]["creationBlockers"] == []
+    assert run(healthy_state(), environ=ON)[1]["creation_blockers"] == []
     snapshot = planned(snapshotAfterProvisioning=True)
     result = run(healthy_state(), environ=ON, plan=snapshot)[1]
-    assert result["creationEnabled"] is False and result["creationBlockers"] == ["snapshot_disabled"]
-    assert run(healthy_state(), environ=dict(ON, VMANYWARE_SNAPSHOTS_ENABLED="true"), plan=snapshot)[1]["creationEnabled"] is True
+    assert result["creation_enabled"] is False and result["creation_blockers"] == ["snapshot_disabled"]
+    assert run(healthy_state(), environ=dict(ON, VMANYWARE_SNAPSHOTS_ENABLED="true"), plan=snapshot)[1]["creation_enabled"] is True
     unattested = planned(image="ubuntu-24.04")
     result = run(healthy_state(), environ=ON, plan=unattested)[1]
-    assert result["creationEnabled"] is False and result["creationBlockers"] == ["attestation_required"]
-    assert run(healthy_state(), environ={}, plan=unattested)[1]["creationBlockers"] == ["provisioning_disabled", "attestation_required"]
+    assert result["creation_enabled"] is False and result["creation_blockers"] == ["attestation_required"]
+    assert run(healthy_state(), environ={}, plan=unattested)[1]["creation_blockers"] == ["provisioning_disabled", "attestation_required"]
 
 
 def test_unverified_tls_is_reported_as_such_and_blocks_creation() -> None:
@@ -280,9 +286,9 @@ def test_unverified_tls_is_reported_as_such_and_blocks_creation() -> None:
     reachable = result["checks"][0]
     assert reachable["code"] == "api_reachable" and reachable["status"] == "passed"
     assert "UNVERIFIED" in reachable["message"] and "verified TLS" not in reachable["message"]
-    assert result["tlsVerified"] is False and result["creationEnabled"] is False and result["creationBlockers"] == ["tls_unverified"]
+    assert result["tls_verified"] is False and result["creation_enabled"] is False and result["creation_blockers"] == ["tls_unverified"]
     verified = run(healthy_state(), environ=ON)[1]
-    assert verified["tlsVerified"] is True and "verified TLS" in verified["checks"][0]["message"]
+    assert verified["tls_verified"] is True and "verified TLS" in verified["checks"][0]["message"]
 
 
 @pytest.mark.parametrize("value", ["True", "1", "yes", " true", "TRUE"])
@@ -343,3 +349,17 @@ def test_plan_copy_not_mutated() -> None:
     before = copy.deepcopy(plan.plan)
     run(healthy_state(), plan=plan)
     assert plan.plan == before
+
+
+def test_refused_connection_is_reported_as_refused() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    settings = build_settings(host="127.0.0.1", port=port, token_id="automation@pve!vmanyware", token_secret=SECRET,
+                              fingerprint="ab" * 32, timeout=2)
+    result = run_preflight(planned(), settings, environ={}, fail_on="never", client_factory=lambda s: ProxmoxClient(s, sleep=lambda x: None))
+    api = next(c for c in result["checks"] if c["code"] == "api_reachable")
+    assert api["status"] == "failed" and "refused" in api["message"] and "timed out" not in api["message"]
+    assert "within the timeout" not in api["message"]

@@ -161,11 +161,13 @@ def _operation(store: JournalStore, vmid: int) -> dict[str, t.Any]:
 
 def test_a_replayed_creation_removes_a_lease_a_crash_left_behind(store: JournalStore) -> None:
     lease = reserve(store, FakePve(), owner="o")
+    with open(store.lease_path(SCOPE, 100), encoding="utf-8") as handle:
+        stored = json.load(handle)  # the file as written (camelCase fields; the module result is snake_case)
     created = _operation(store, lease["vmid"])
     assert not os.path.exists(store.lease_path(SCOPE, 100))
     # a crash between writing the claim and removing the lease leaves both: the replay finishes the job
     with open(store.lease_path(SCOPE, 100), "w", encoding="utf-8") as handle:
-        json.dump(lease["lease"], handle)
+        json.dump(stored, handle)
     replay = _operation(store, 100)
     assert replay["operation_id"] == created["operation_id"] and not replay["created"]
     assert not os.path.exists(store.lease_path(SCOPE, 100))

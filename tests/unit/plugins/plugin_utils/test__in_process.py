@@ -154,3 +154,46 @@ def test_in_process_only_where_it_is_the_same_as_the_module(monkeypatch: pytest.
     monkeypatch.undo()
     monkeypatch.setenv("VMANYWARE_IN_PROCESS", "false")
     assert _action()._entry() is None  # pylint: disable=protected-access
+
+
+def test_group_defaults_a_module_does_not_take_are_left_out() -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import without_foreign_group_defaults
+
+    args = {"catalog_path": "/c.yml", "definition_path": "/d.yml", "target_vmid": 201, "journal_dir": "/j", "operation_id": "op-x"}
+    kept = without_foreign_group_defaults(args, vmanyware_plan.ENTRY, {"journal_dir", "operation_id", "catalog_path"})
+    assert kept == {"catalog_path": "/c.yml", "definition_path": "/d.yml", "target_vmid": 201}
+    # The same options given on the task itself are not dropped: the module then refuses them as usual.
+    assert without_foreign_group_defaults(args, vmanyware_plan.ENTRY, set()) == args
+    # A group default gives way to the other member of an exclusive pair that the task sets ...
+    both = dict(args, catalog="apiVersion: x")
+    kept = without_foreign_group_defaults(both, vmanyware_plan.ENTRY, {"catalog_path", "journal_dir", "operation_id"})
+    assert "catalog_path" not in kept and kept["catalog"] == "apiVersion: x"
+    # ... but two group defaults that contradict each other are left for the module to refuse.
+    kept = without_foreign_group_defaults(both, vmanyware_plan.ENTRY, {"catalog_path", "catalog"})
+    assert kept["catalog_path"] and kept["catalog"]
+
+
+def test_a_group_default_outside_the_choices_of_this_module_is_left_out() -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_operation, vmanyware_vmid
+    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import without_foreign_group_defaults
+
+    # state: present is vmanyware_operation's; vmanyware_vmid (reserved, released) keeps its own default.
+    assert "state" not in without_foreign_group_defaults({"state": "present", "owner": "o"}, vmanyware_vmid.ENTRY, {"state"})
+    assert without_foreign_group_defaults({"state": "present"}, vmanyware_operation.ENTRY, {"state"}) == {"state": "present"}
+    assert without_foreign_group_defaults({"state": "released"}, vmanyware_vmid.ENTRY, {"state"}) == {"state": "released"}
+    # On the task itself a wrong choice is left for the module to refuse.
+    assert without_foreign_group_defaults({"state": "present"}, vmanyware_vmid.ENTRY, set()) == {"state": "present"}
+
+
+def test_check_mode_stage_gets_the_preview_of_its_operation_id() -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_clone
+    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import PREVIEW_FACT, with_preview_document
+
+    document = {"operationId": "op-preview"}
+    facts = {PREVIEW_FACT: document}
+    assert with_preview_document({"operation_id": "op-preview"}, vmanyware_clone.ENTRY, facts) == {
+        "operation_id": "op-preview", "preview_operation": document}
+    for args in ({"operation_id": "op-other"}, {"operation_id": "op-preview", "preview_operation": {"operationId": "op-given"}}, {}):
+        assert with_preview_document(args, vmanyware_clone.ENTRY, facts) == args
+    assert with_preview_document({"operation_id": "op-preview"}, vmanyware_clone.ENTRY, {PREVIEW_FACT: None}) == {"operation_id": "op-preview"}
+    assert with_preview_document({"operation_id": "op-preview"}, vmanyware_operation_info.ENTRY, facts) == {"operation_id": "op-preview"}

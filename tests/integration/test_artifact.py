@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The collection tarball: no tool caches in it; galaxy.yml without placeholders; requires_ansible is what CI tests.
+
+CI itself installs the tarball and uses it (tools/dev/artifact.sh, for the newest and the oldest ansible-core).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+CACHES = (".mypy_cache/3.11/cache.db", ".ruff_cache/0.6.0/x", ".coverage", ".coverage.host.1234", "changelogs/.plugin-cache.yaml",
+          "extensions/molecule/provision/.cache/x", "extensions/molecule/provision/.molecule/state.yml", "plugins/.mypy_cache/x",
+          ".pytest_cache/v/x", "htmlcov/index.html", ".cache/molecule/x")
+
+
+def test_build_leaves_out_tool_caches(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, tracked):
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
+    for cache in CACHES:
+        (source / cache).parent.mkdir(parents=True, exist_ok=True)
+        (source / cache).write_text("cache\n")
+    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path / "dist"), str(source)],
+                   capture_output=True, check=True, timeout=300)
+    [tarball] = (tmp_path / "dist").glob("vmanyware-proxmox-*.tar.gz")
+    with tarfile.open(tarball) as tar:
+        names = tar.getnames()
+    assert "plugins/modules/vmanyware_plan.py" in names and "roles/provision/tasks/main.yml" in names
+    assert [name for name in names if any(name == c or name.startswith(c.split("/x", maxsplit=1)[0]) for c in CACHES)] == []
+
+
+def test_galaxy_metadata_and_the_tested_ansible_core_range() -> None:
+    galaxy = (REPO / "galaxy.yml").read_text(encoding="utf-8")
+    assert "example.invalid" not in galaxy and "example.com" not in galaxy
+    for field in ("repository", "documentation", "homepage", "issues"):
+        value = yaml.safe_load(galaxy).get(field)
+        assert value is None or (value.startswith("https://") and "example" not in value), field
+    requires = yaml.safe_load((REPO / "meta/runtime.yml").read_text(encoding="utf-8"))["requires_ansible"]
+    oldest, newest_excluded = re.fullmatch(r">=(\d+\.\d+)\.0,<(\d+\.\d+)\.0", requires).groups()
+    # The oldest: what tools/dev/oldest_core.sh (make oldest-core, part of make test) installs.
+    assert f'ansible-core>={oldest},<' in (REPO / "tools/dev/oldest_core.sh").read_text(encoding="utf-8")
+    # The newest: the development venv's range (requirements-test.txt), whose newest release installs here.
+    assert f"ansible-core>={oldest},<{newest_excluded}" in (REPO / "requirements-test.txt").read_text(encoding="utf-8")
+    assert "artifact oldest-core" in (REPO / "Makefile").read_text(encoding="utf-8")
