@@ -20,7 +20,7 @@ import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import TEMPLATE_BUILD_MINIMUM, TEMPLATE_BUILD_NEEDS, Report
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ConnectionSettings, ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, snake_keys
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import (
     SUPPORTED_MAJORS,
     _Preflight,
@@ -159,6 +159,6 @@ def run_template_preflight(
         "creation_blockers": blockers,
         "tls_verified": tls_verified,
         "vmid_reserved": False,
-        "capabilities": capabilities,
+        "capabilities": snake_keys(capabilities),
     }
     return enforce_fail_on(result, checks, fail_on, UNDECIDABLE)

@@ -536,10 +536,10 @@ class StampStage(StageLogic):
         return Resolution.undecidable("The reply to the stamp update was lost; check template %d's tags and description." % ctx.vmid)
 
 
-def stamp_output(result: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """``catalog_mapping`` and ``catalog_mapping_yaml`` of a done stamp stage's result (else nothing)."""
-    stage_record = result.get("stage") or {}
-    mapping = stage_record.get("evidence", {}).get("catalogMapping") if stage_record.get("kind") == "stamp" and result.get("done") else None
+def stamp_output(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """``catalog_mapping`` and ``catalog_mapping_yaml`` of the operation ``document``'s completed stamp stage (else nothing)."""
+    stamp = next((item for item in document.get("stages", []) if item.get("kind") == "stamp" and item.get("status") == "completed"), {})
+    mapping = (stamp.get("evidence") or {}).get("catalogMapping")
     if not isinstance(mapping, dict):
         return {}
     return {"catalog_mapping": mapping, "catalog_mapping_yaml": mapping_yaml(mapping)}

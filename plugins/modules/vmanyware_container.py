@@ -144,13 +144,14 @@ diff:
   returned: in diff mode, when the stage changes settings
   type: dict
 ansible_facts:
-  description: The public view of the operation.
-  returned: always
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a fact otherwise.
+  returned: with O(set_operation_fact=true)
   type: dict
   contains:
     vmanyware_operation:
       description: Identities, hashes, status, stage progress and handoff of the operation (no private evidence).
       type: dict
+      returned: with O(set_operation_fact=true)
 error_code:
   description: The fixed error code when the module fails (see C(docs/errors.md)).
   returned: failure

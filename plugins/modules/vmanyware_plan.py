@@ -15,7 +15,7 @@ description:
     definition's image and returns the v1 plan document with its C(definitionHash) and C(planHash).
   - The connection options are accepted so that one C(module_defaults) entry for the action group
     C(group/vmanyware.proxmox.proxmox) serves every module of the collection; this module never uses them.
-  - Contacts no Proxmox host and changes nothing; the plan says so with RV(plan.liveVerified=false) and RV(plan.vmid_reserved=false).
+  - Contacts no Proxmox host and changes nothing; the plan says so with RV(plan.liveVerified=false) and RV(plan.vmidReserved=false).
   - The formats, the hashes and the plan document are specified in C(docs/formats.md) in the collection.
 author:
   - vmanyware developers (@vmanyware)
@@ -178,7 +178,7 @@ plan:
       description: Always V(false) for this module; nothing was checked against Proxmox.
       type: bool
       returned: success
-    vmid_reserved:
+    vmidReserved:
       description: Always V(false) for this module; the VMID is not reserved.
       type: bool
       returned: success

@@ -118,9 +118,14 @@ progress:
   returned: when not done
   type: dict
 ansible_facts:
-  description: The public view of the operation as C(vmanyware_operation).
-  returned: always
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a fact otherwise.
+  returned: with O(set_operation_fact=true)
   type: dict
+  contains:
+    vmanyware_operation:
+      description: The public view of the operation (as M(vmanyware.proxmox.vmanyware_operation_info) returns it).
+      type: dict
+      returned: with O(set_operation_fact=true)
 error_code:
   description: On failure, the fixed error code (for example V(image_checksum_mismatch), V(task_failed), V(outcome_uncertain), V(vmid_taken)).
   returned: failure
@@ -130,7 +135,7 @@ error_code:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage, stage_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_stages import PREPARED_BY, stage_logic, stamp_output
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import STEP_KINDS
 
@@ -150,7 +155,9 @@ def argument_spec() -> dict:
 
 def action(params, check_mode, diff) -> dict:
     result = run_stage(params, stage_logic(params["stage"], params), check_mode=check_mode, diff=diff)
-    result.update(stamp_output(result))
+    if result.get("done") and not check_mode and (result.get("stage") or {}).get("kind") == "stamp":
+        # The result is compact (no evidence): the stamp's mapping is read back from the journal record.
+        result.update(stamp_output(open_store(params.get("journal_dir")).load(params["operation_id"])))
     return result
 
 

@@ -144,7 +144,7 @@ def test_the_module_entry_runs_each_stage_and_refuses_a_vm_plan(sim: t.Any, tmp_
     params = {"operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "api_host": conn["host"],
               "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
               "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-              "api_timeout": 10.0, "lock_wait": 30.0, "provisioning_enabled": True}
+              "api_timeout": 10.0, "lock_wait": 30.0, "provisioning_enabled": True, "set_operation_fact": True}
     for kind in ("template", "create", "start", "readiness"):
         result = run_stage(params, container_stage(kind, readiness_timeout=60), check_mode=False, diff=False)
         assert result["done"], result

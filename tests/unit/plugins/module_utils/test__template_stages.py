@@ -70,8 +70,9 @@ def test_catalog_mapping_and_its_yaml_are_a_valid_catalog_entry() -> None:
     assert catalog["images"] == [mapping]
     numeric = catalog_mapping(operation(templateVersion="13.1"))
     assert '  templateVersion: "13.1"' in mapping_yaml(numeric)  # quoted, else YAML reads a float
-    assert stamp_output({"done": True, "stage": {"kind": "stamp", "evidence": {"catalogMapping": mapping}}})["catalog_mapping"] == mapping
-    assert stamp_output({"done": False, "stage": {"kind": "stamp", "evidence": {}}}) == {}
+    assert stamp_output({"stages": [{"kind": "stamp", "status": "completed", "evidence": {"catalogMapping": mapping}}]})["catalog_mapping"] == mapping
+    assert stamp_output({"stages": [{"kind": "stamp", "status": "submitted", "evidence": {"catalogMapping": mapping}}]}) == {}
+    assert stamp_output({"stages": [{"kind": "stamp", "status": "pending", "evidence": {}}]}) == {}
 
 
 @pytest.mark.parametrize("generalized", [
