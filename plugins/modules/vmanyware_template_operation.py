@@ -68,7 +68,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 operation_id:
-  description: The id of the operation (V(null) in check mode when it would be created).
+  description:
+    - The id of the operation. In check mode, when it would be created, the id of the preview (RV(preview_document)), never
+      recorded; stage tasks of the same play given this id in check mode preview against that document.
   returned: success
   type: str
 created:
@@ -85,6 +87,19 @@ preview_document:
     - Pass it to O(vmanyware.proxmox.vmanyware_template_stage#module:preview_operation) to preview every stage.
   returned: check mode, when the operation does not exist yet
   type: dict
+ansible_facts:
+  description: Facts set by the module.
+  returned: success
+  type: dict
+  contains:
+    vmanyware_operation:
+      description: Same as RV(operation).
+      type: dict
+      returned: success
+    vmanyware_preview_operation:
+      description: Same as RV(preview_document) (V(null) when there is none); check-mode stage tasks read it.
+      type: dict
+      returned: success
 error_code:
   description: On failure, the fixed error code (for example V(confirmation_required), V(plan_changed), V(provisioning_disabled), V(conflicting_operation)).
   returned: failure
@@ -114,7 +129,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import c
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, read_gate, require_verified_tls
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PREVIEW_FACT, journal_argument_spec, open_store
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import (
     TEMPLATE_BUILD_CONSTRAINTS,
     template_build_argument_spec,
@@ -145,7 +160,8 @@ def action(params, check_mode, diff) -> dict:
     result = create_template_operation(store, planned=planned, provider_scope_id=scope, confirmation=params["confirmation"],
                                        idempotency_key=params["idempotency_key"], environ=os.environ,
                                        provisioning_option=params["provisioning_enabled"], check_mode=check_mode)
-    result["ansible_facts"] = {"vmanyware_operation": result["operation"]}
+    # Check mode: the stages of the same play preview against the preview document (plugin_utils/_in_process.py).
+    result["ansible_facts"] = {"vmanyware_operation": result["operation"], PREVIEW_FACT: result.get("preview_document")}
     return result
 
 
