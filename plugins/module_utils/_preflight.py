@@ -21,7 +21,6 @@ import typing as t
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import CONNECT_FAILURE_TEXTS, ConnectionSettings, ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import (
     ERROR_CODES,
-    ConfigurationError,
     InputError,
     ProviderError,
     VmanywareError,

@@ -127,7 +127,9 @@ claimed_by:
   returned: with O(state=reserved)
   type: str
 lease:
-  description: The lease as stored (keys in snake_case; the lease file keeps its camelCase); V(null) when the VMID is held by an operation's claim (RV(claimed_by)).
+  description:
+    - The lease as stored (keys in snake_case; the lease file keeps its camelCase).
+    - V(null) when the VMID is held by an operation's claim (RV(claimed_by)).
   returned: with O(state=reserved)
   type: dict
   contains:

@@ -27,8 +27,8 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK42LaKHQ1bNNIG3KlABIQ77kwljfXjfi9bu
 def _operation(store: JournalStore, name: str, vmid: int, ipv4: str | None, status: str = "completed") -> str:
     plan = {"definitionHash": "a" * 64, "planHash": "%064x" % vmid, "definitionName": name, "guestUser": "debian",
             "target": {"name": name, "vmid": vmid}}
-    document, _ = store.create_operation(idempotency_key=None, provider_scope_id=SCOPE, definition={"name": name}, mapping={},
-                                         plan=plan, confirmation={}, target_node="pve", target_vmid=vmid, stage_kinds=["readiness"])
+    document, _created = store.create_operation(idempotency_key=None, provider_scope_id=SCOPE, definition={"name": name}, mapping={},
+                                                plan=plan, confirmation={}, target_node="pve", target_vmid=vmid, stage_kinds=["readiness"])
     oid = t.cast(str, document["operationId"])
     store.record_dispatch(oid, "readiness", {"noop": True})
     if status == "failed":

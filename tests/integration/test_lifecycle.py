@@ -213,7 +213,7 @@ def test_unresolvable_dispatch_stays_uncertain_and_is_never_sent(env: Env) -> No
     track.record_completed(env.operation_id, "stop", {"powerState": "stopped"})
     # a run that recorded the DELETE and then died: reads see the VM and no qmdestroy task
     track.record_dispatch(env.operation_id, "destroy", {"method": "DELETE", "path": VM})
-    for _ in range(2):
+    for _attempt in range(2):
         with pytest.raises(VmanywareError) as info:
             env.cleanup()
         assert info.value.code == "outcome_uncertain"

@@ -139,7 +139,7 @@ def test_quickstart_on_the_simulator(pvesim: t.Any, tmp_path: Path) -> None:
     assert [e["params"].get("pool") for e in clones] == ["vmanyware"]
     vm = pvesim.vm(201)
     assert vm["status"] == "running" and vm["pool"] == "vmanyware"
-    assert "7  packages   completed" in done.stdout  # tmux from Debian's own package index
+    assert "8  packages   completed" in done.stdout  # tmux from Debian's own package index
     assert pvesim.schema_violations() == []
 
     # Without the pool the same token lacks the VM privileges, and the preflight says where.

@@ -189,13 +189,17 @@ def test_the_environment_false_wins_when_creating_an_operation(sim: t.Any, tmp_p
               "api_password": None, "api_user": None, "api_fingerprint": None, "api_timeout": 10.0, "journal_dir": str(tmp_path / "j"),
               "confirmation": None, "idempotency_key": None, "provisioning_enabled": True, "state": "present"}
     monkeypatch.setenv(GATE, "false")
+    with pytest.raises(VmanywareError) as review:
+        vmanyware_operation.action(params, False, False)
+    # A review run gets its confirmation block whatever the gates say, and is told the gate is closed.
+    assert review.value.code == "confirmation_required" and review.value.details["provisioning_enabled"] is False
+    params["confirmation"] = review.value.details["expected_confirmation"]
     with pytest.raises(VmanywareError) as info:
         vmanyware_operation.action(params, False, False)
-    assert info.value.code == "provisioning_disabled"
+    assert info.value.code == "provisioning_disabled"  # the environment's false wins over provisioning_enabled: true
     monkeypatch.delenv(GATE)
-    with pytest.raises(VmanywareError) as opened:
-        vmanyware_operation.action(params, False, False)
-    assert opened.value.code == "confirmation_required"  # the option opened the gate the environment left unset
+    created = vmanyware_operation.action(params, False, False)
+    assert created["changed"] and created["operation_id"]  # the option opened the gate the environment left unset
     assert sim.requests() == []
 
 
@@ -315,7 +319,7 @@ def test_unverified_tls_is_marked_and_refused_for_writes(sim: t.Any, tmp_path: P
 # -- 7: snapshots readable -------------------------------------------------------------------------------------------------
 def test_operation_info_returns_the_snapshots_without_keys(sim: t.Any, tmp_path: Path) -> None:
     op = Op(sim, tmp_path)
-    base = {"operation_id": op.operation_id, "journal_dir": op.params["journal_dir"]}
+    base = {"operation_id": op.operation_id, "journal_dir": op.params["journal_dir"], "evidence": False, "include_public_keys": False}
     assert "snapshots" not in vmanyware_operation_info.action(dict(base, include_snapshots=False), False, False)
     result = vmanyware_operation_info.action(dict(base, include_snapshots=True), False, False)
     snapshots = result["snapshots"]
@@ -344,7 +348,7 @@ def test_plan_steps_and_stages_share_one_numbering(sim: t.Any, tmp_path: Path) -
     assert steps[0] == (1, "clone")
     document = op.store.load(op.operation_id)
     assert [(item["position"], item["kind"]) for item in document["stages"]] == steps
-    result = op.run("clone", wait_budget=30.0)
+    result = op.run("clone", wait_budget=30.0, set_operation_fact=True)
     assert result["stage"]["position"] == 1
     view = result["ansible_facts"]["vmanyware_operation"]
     assert [(item["position"], item["kind"]) for item in view["stages"]] == steps

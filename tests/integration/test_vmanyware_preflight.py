@@ -69,7 +69,7 @@ def test_healthy(pvesim: t.Any) -> None:
     conn = pvesim.connection
     result = preflight(conn)
     assert statuses(result) == expect()
-    assert result["providerScopeId"] == preflight(conn, fingerprint=conn["fingerprint_sha256"])["providerScopeId"]
+    assert result["provider_scope_id"] == preflight(conn, fingerprint=conn["fingerprint_sha256"])["provider_scope_id"]
     assert result["capabilities"]["pve_major"] == 9
     assert result["creation_enabled"] is False and result["vmid_reserved"] is False
     assert_get_only_and_valid(pvesim)
@@ -148,7 +148,7 @@ def test_wrong_fingerprint_refused_before_token(pvesim: t.Any) -> None:
     result = preflight(conn, ca_path=None, fingerprint=wrong)
     assert statuses(result) == {c: ("failed" if c == "api_reachable" else "unknown") for c in CHECK_CODES}
     assert pvesim.requests() == []  # the handshake failed the pin: no request, no token reached the server
-    assert result["providerScopeId"] is not None  # derived from the configured pin
+    assert result["provider_scope_id"] is not None  # derived from the configured pin
 
 
 def test_expired_token(pvesim: t.Any) -> None:
@@ -234,7 +234,7 @@ def test_ansible_run_healthy(pvesim: t.Any, check: bool) -> None:
     assert completed.returncode == 0, completed.stdout + completed.stderr
     result = _result(completed.stdout)
     assert statuses(result) == expect() and result["changed"] is False
-    assert result["planHash"] == result["plan_hash"] == planned().plan_hash
+    assert result["plan_hash"] == planned().plan_hash and "planHash" not in result  # module keys are snake_case
     assert_get_only_and_valid(pvesim)
 
 

@@ -101,8 +101,8 @@ class LogClient:
 
 
 @pytest.mark.parametrize("allocations,logs,reads", [
-    (2, [["create full clone of drive ide2"], ["allocated target volume 'a'"], ["allocated target volume 'a'", "x",
-                                                                                 "allocated target volume 'b'"]], 3),
+    (2, [["create full clone of drive ide2"], ["allocated target volume 'a'"],
+         ["allocated target volume 'a'", "x", "allocated target volume 'b'"]], 3),
     (2, [[], ["TASK ERROR: clone failed: can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout"]], 2),
     (None, [["allocated target volume 'a'"], ["allocated target volume 'a'", "TASK OK"]], 2),  # resize: until the task ends
 ])

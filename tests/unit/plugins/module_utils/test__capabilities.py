@@ -45,8 +45,8 @@ def answers(version: str = "9.1.3", permissions: t.Any = None, **extra: t.Any) -
         "/cluster/resources": [{"type": "qemu", "vmid": 9000, "node": "n1", "template": 1}, {"type": "qemu", "vmid": 100, "node": "n1"}],
         "/cluster/sdn/vnets": [],
         "/access/permissions": permissions if permissions is not None else {
-            "/vms": {p: 1 for p in ALL_VM}, "/storage": {p: 1 for p in ("Datastore.AllocateSpace", "Datastore.AllocateTemplate",
-                                                                          "Datastore.Audit")},
+            "/vms": {p: 1 for p in ALL_VM},
+            "/storage": {p: 1 for p in ("Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit")},
             "/sdn/zones/localnetwork": {"SDN.Use": 1}, "/nodes": {"Sys.Audit": 1, "Sys.AccessNetwork": 1}},
     }
     base.update(extra)
@@ -93,7 +93,7 @@ def test_download_privilege_alternative_and_one_entry_per_privilege() -> None:
     assert ops(run_report(Stub(answers(permissions=perms))))["template_build"]["status"] == "available"
     perms = answers()["/access/permissions"]
     perms["/vms"] = {p: 1 for p in ALL_VM if p != "VM.GuestAgent.Unrestricted"}
-    missing = [r for r in ops(run_report(Stub(answers(permissions=perms))))["vm_provisioning"]["reasons"]]
+    missing = list(ops(run_report(Stub(answers(permissions=perms))))["vm_provisioning"]["reasons"])
     assert len(missing) == 1 and missing[0]["path"] == "/vms"
     assert missing[0]["purpose"] == "readiness: wait for the guest agent and cloud-init; packages: install packages through the guest agent"
 

@@ -21,7 +21,7 @@ SCOPE = "pve:" + "c" * 64
 
 
 def _create(store: JournalStore, vmid: int, name: str = "web") -> str:
-    document, _ = store.create_operation(
+    document, _created = store.create_operation(
         idempotency_key=None, provider_scope_id=SCOPE, definition={"name": name}, mapping={"image": "debian"},
         plan={"definitionHash": "a" * 64, "planHash": "b" * 64, "definitionName": name}, confirmation={"confirmed": True},
         target_node="pve", target_vmid=vmid, stage_kinds=["clone"])
