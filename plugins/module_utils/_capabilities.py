@@ -85,6 +85,7 @@ TEMPLATE_BUILD_NEEDS: tuple[Need, ...] = (
     Need("/storage/{import}", "Datastore.Audit", purpose="import the downloaded image as the VM disk (import-from)",
          alternatives=(("/storage/{import}", _READ_VOLUME),)),
     Need("/vms/{target}", "VM.Allocate", purpose="create the template VM and convert it to a template"),
+    Need("/vms/{target}", "VM.Audit", purpose="read the template VM's configuration and status"),
     *(Need("/vms/{target}", privilege, purpose="configure the template VM") for privilege in _VM_CONFIG),
     Need("/vms/{target}", "VM.PowerMgmt", purpose="boot the template VM once to install the guest agent"),
     Need("/vms/{target}", "VM.GuestAgent.Unrestricted", purpose="install the guest agent inside the template VM", min_major=9),

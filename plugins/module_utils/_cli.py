@@ -49,8 +49,23 @@ def _value(value: t.Any) -> str:
     return str(value)
 
 
+def _node_command(method: str, path: str, params: t.Mapping[str, t.Any]) -> str | None:
+    """Node-level requests: ``pct create <vmid> <ostemplate> --option value ...``, ``pveam download <storage> <template>``."""
+    if method.upper() != "POST":
+        return None
+    if re.fullmatch(r"/nodes/[^/]+/lxc", path) and "vmid" in params and "ostemplate" in params:
+        rest = [word for key, value in params.items() if key not in ("vmid", "ostemplate") for word in (f"--{key}", _value(value))]
+        return "pct create " + " ".join(shlex.quote(w) for w in [_value(params["vmid"]), _value(params["ostemplate"]), *rest])
+    if re.fullmatch(r"/nodes/[^/]+/aplinfo", path) and "storage" in params and "template" in params:
+        return "pveam download " + " ".join(shlex.quote(_value(params[key])) for key in ("storage", "template"))
+    return None
+
+
 def cli_command(method: str, path: str, params: t.Mapping[str, t.Any]) -> str | None:
-    """``qm``/``pct`` command line for one request, or ``None`` when there is no equivalent."""
+    """``qm``/``pct``/``pveam`` command line for one request, or ``None`` when there is no equivalent."""
+    node_command = _node_command(method, path, params)
+    if node_command is not None:
+        return node_command
     for verb, suffix, subcommand, positional in _COMMANDS:
         if verb != method.upper():
             continue

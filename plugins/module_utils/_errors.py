@@ -24,6 +24,7 @@ ERROR_CODES: dict[str, str] = {
     # input validation
     "invalid_catalog": "The template catalog is not a valid v1 TemplateCatalog.",
     "invalid_definition": "The environment definition is not a valid v1 Environment.",
+    "invalid_template_build": "The template build is not a valid v1 TemplateBuild.",
     "invalid_target_vmid": "The target VMID is outside 100-999999999 or equals the template VMID.",
     "image_not_mapped": "The definition's image has no mapping in the template catalog.",
     "disk_shrink_unsupported": "The requested disk is smaller than the template's recorded source disk.",
@@ -93,6 +94,9 @@ ERROR_CODES: dict[str, str] = {
     "readiness_timeout": "cloud-init in the guest did not finish before the readiness deadline.",
     "package_install_failed": "Installing the declared packages in the guest failed.",
     "package_version_missing": "A declared package is not installed in the declared version after the install.",
+    "image_checksum_mismatch": "The downloaded cloud image does not match the declared checksum; Proxmox kept nothing of it.",
+    # container stages (docs/containers.md)
+    "template_not_found": "No container template matches the catalog mapping (ostemplate or appliance version glob).",
 }
 
 

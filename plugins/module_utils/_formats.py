@@ -93,6 +93,7 @@ RULE_TEXTS: dict[str, str] = {
     "ssh_key_too_short": "is an RSA key shorter than 2048 bits",
     "duplicate_ssh_key": "repeats an earlier SSH public key",
     "duplicate_package": "repeats the name of an earlier package",
+    "container_template_source": "must give exactly one of ostemplate and appliance",
 }
 
 
@@ -331,11 +332,38 @@ def _schema_check(schema: dict[str, t.Any], data: t.Any, code: str) -> None:
 
 _MAPPING_FIELDS = ("image", "node", "templateVmid", "templateVersion", "storage", "bridge", "diskDevice", "sourceDiskGiB", "guestUser")
 _INT_FIELDS = frozenset(("templateVmid", "sourceDiskGiB"))
-_MAPPING_SCHEMA = {"$defs": CATALOG_SCHEMA_V1["$defs"], "$ref": "#/$defs/mapping"}
+_MAPPING_SCHEMA = {"$defs": CATALOG_SCHEMA_V1["$defs"], **CATALOG_SCHEMA_V1["properties"]["images"]["items"]}
+CONTAINER = "container"
+
+
+def is_container(mapping: t.Mapping[str, t.Any]) -> bool:
+    """Whether a (normalized) mapping declares ``guestType: container``; VM mappings have no guestType."""
+    return mapping.get("guestType") == CONTAINER
+
+
+def _container_rules(mapping: t.Mapping[str, t.Any], path: str, code: str) -> dict[str, t.Any]:
+    """A container mapping in catalog field order, defaults applied (unprivileged, no features)."""
+    if ("ostemplate" in mapping) == ("appliance" in mapping):
+        raise FormatError(code, "ostemplate" if path == "$" else path + ".ostemplate", "container_template_source")
+    result: dict[str, t.Any] = {"image": str(mapping["image"]), "guestType": CONTAINER, "node": str(mapping["node"])}
+    if "ostemplate" in mapping:
+        result["ostemplate"] = str(mapping["ostemplate"])
+    else:
+        appliance = mapping["appliance"]
+        result["appliance"] = {"package": str(appliance["package"]), "version": str(appliance["version"]), "storage": str(appliance["storage"])}
+    result.update({"storage": str(mapping["storage"]), "bridge": str(mapping["bridge"]), "guestUser": str(mapping["guestUser"]),
+                   "unprivileged": bool(mapping.get("unprivileged", True)),
+                   "features": {"nesting": bool((mapping.get("features") or {}).get("nesting", False))}})
+    return result
 
 
 def _mapping_rules(mapping: t.Mapping[str, t.Any], path: str, code: str) -> dict[str, t.Any]:
-    """Semantic rules of one (schema-valid) mapping; returns it in catalog field order."""
+    """Semantic rules of one (schema-valid) mapping; returns it in catalog field order.
+
+    A VM mapping's normalized form has exactly the fields it always had, so its hashes never change.
+    """
+    if is_container(mapping):
+        return _container_rules(mapping, path, code)
     result: dict[str, t.Any] = {}
     for field in _MAPPING_FIELDS:
         result[field] = int(mapping[field]) if field in _INT_FIELDS else str(mapping[field])

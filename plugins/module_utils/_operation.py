@@ -69,7 +69,9 @@ def creation_blockers(plan: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any
         blockers.append("provisioning_disabled")
     if plan["snapshotAfterProvisioning"] and not snapshots:
         blockers.append("snapshot_disabled")
-    if not isinstance(mapping.get("imageDefaultUser"), t.Mapping):
+    # The attestation is about a VM image's cloud-init default user; a container's create request itself writes
+    # root's authorized_keys and sends no password (docs/containers.md).
+    if plan.get("guestType") != "container" and not isinstance(mapping.get("imageDefaultUser"), t.Mapping):
         blockers.append("attestation_required")
     return blockers
 
@@ -98,32 +100,32 @@ def expected_confirmation(plan: t.Mapping[str, t.Any], provider_scope_id: str) -
         "planHash": plan["planHash"],
         "targetNode": plan["target"]["node"],
         "targetVmid": plan["target"]["vmid"],
-        "sourceVmid": plan["source"]["templateVmid"],
+        "sourceVmid": plan["source"].get("templateVmid"),  # None for a container (planHash binds its template)
         "storage": plan["storage"],
         "bridge": plan["bridge"],
         "confirmed": True,
     }
 
 
-def confirmation_complete(given: t.Any) -> bool:
+def confirmation_complete(given: t.Any, fields: t.Sequence[str] = CONFIRMATION_FIELDS) -> bool:
     """Whether ``given`` is a complete confirmation with ``confirmed: true`` (an apply run), matching or not."""
-    return isinstance(given, t.Mapping) and all(name in given for name in CONFIRMATION_FIELDS) and given.get("confirmed") is True
+    return isinstance(given, t.Mapping) and all(name in given for name in fields) and given.get("confirmed") is True
 
 
-def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any], fields: t.Sequence[str] = CONFIRMATION_FIELDS) -> dict[str, t.Any]:
     """``confirmation_required`` when missing/incomplete, ``plan_changed`` when it confirms something else.
 
     Both failures carry the expected block (hashes, names and ids: nothing secret) so the operator
-    can review and pass it back.
+    can review and pass it back. ``fields``: the block's fields (the template build has its own).
     """
-    if not confirmation_complete(given):
+    if not confirmation_complete(given, fields):
         raise VmanywareError(code="confirmation_required", details={"expected_confirmation": dict(expected)})
-    unknown = sorted(str(name) for name in given if name not in CONFIRMATION_FIELDS)
+    unknown = sorted(str(name) for name in given if name not in fields)
     if unknown:
         # Not named: the block is copied from the printout, not typed, so a stray key is no misspelling to point at.
         raise InputError("The confirmation holds fields that are not part of it.", path="confirmation",
                          details={"rule": "unknown_field"})
-    changed = [name for name in CONFIRMATION_FIELDS if given[name] != expected[name] or type(given[name]) is not type(expected[name])]
+    changed = [name for name in fields if given[name] != expected[name] or type(given[name]) is not type(expected[name])]
     if changed:
         raise VmanywareError(code="plan_changed", details={"fields": changed, "expected_confirmation": dict(expected)})
     return dict(given)
@@ -174,8 +176,17 @@ def create_operation(
     confirmed = gate_and_confirm(planned, provider_scope_id, confirmation, environ, provisioning_option)
     plan = planned.plan
     key = idempotency_key if idempotency_key else default_idempotency_key(plan, provider_scope_id)
-    stage_kinds = [step["kind"] for step in plan["steps"]]
-    target = plan["target"]
+    snapshots = {"definition": dict(planned.definition), "mapping": dict(planned.mapping), "plan": dict(plan), "confirmation": confirmed}
+    return record_operation(store, key=key, provider_scope_id=provider_scope_id, snapshots=snapshots,
+                            stage_kinds=[step["kind"] for step in plan["steps"]], target=plan["target"], check_mode=check_mode)
+
+
+def record_operation(store: JournalStore, *, key: str, provider_scope_id: str, snapshots: t.Mapping[str, t.Any], stage_kinds: list[str],
+                     target: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
+    """Record a confirmed operation (or, in check mode, return the document an apply run would record); the module result.
+
+    Shared by the VM path and the template build (``_template_operation``); ``snapshots``: definition, mapping, plan, confirmation.
+    """
     if check_mode:
         existing_id = store.find_by_idempotency_key(key)
         if existing_id is not None:
@@ -187,19 +198,17 @@ def create_operation(
         # The document an apply run would record, never written: stage modules preview against it.
         preview = new_operation_document(
             new_operation_id(), hash_idempotency_key(key),
-            {"scope": provider_scope_id, "node": target["node"], "vmid": target["vmid"]},
-            {"definition": dict(planned.definition), "mapping": dict(planned.mapping), "plan": dict(plan), "confirmation": confirmed},
-            stage_kinds, utc_now())
+            {"scope": provider_scope_id, "node": target["node"], "vmid": target["vmid"]}, dict(snapshots), stage_kinds, utc_now())
         # operation_id is the preview's own id, so a playbook that passes it on to the stages previews them unchanged.
         return {"changed": True, "operation_id": preview["operationId"], "created": False, "operation": public_view(preview),
                 "preview_document": preview}
     document, created = store.create_operation(
         idempotency_key=key,
         provider_scope_id=provider_scope_id,
-        definition=planned.definition,
-        mapping=planned.mapping,
-        plan=plan,
-        confirmation=confirmed,
+        definition=snapshots["definition"],
+        mapping=snapshots["mapping"],
+        plan=snapshots["plan"],
+        confirmation=snapshots["confirmation"],
         target_node=target["node"],
         target_vmid=target["vmid"],
         stage_kinds=stage_kinds,
@@ -236,8 +245,8 @@ def _public_fields(document: t.Mapping[str, t.Any], evidence: bool) -> dict[str,
         "definitionName": plan["definitionName"],
         "definitionHash": plan["definitionHash"],
         "planHash": plan["planHash"],
-        "source": {"image": mapping["image"], "node": mapping["node"], "templateVmid": mapping["templateVmid"],
-                   "templateVersion": mapping["templateVersion"]},
+        "source": {"image": mapping["image"], "node": mapping["node"], "templateVmid": mapping.get("templateVmid"),
+                   "templateVersion": mapping.get("templateVersion")},  # None for a container mapping
         "instance": {"node": document["target"]["node"], "vmid": document["target"]["vmid"], "name": plan["target"]["name"],
                      "tag": instance_tag(document["operationId"])},
         "guestUser": plan["guestUser"],

@@ -21,7 +21,7 @@ import os
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import API_VERSION, parse_catalog, parse_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import API_VERSION, is_container, parse_catalog, parse_definition
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import definition_hash as compute_definition_hash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import plan_hash as compute_plan_hash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._schemas import VMID_MAX, VMID_MIN
@@ -29,6 +29,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._schemas import 
 PROVIDER = "proxmox-ve"
 NETWORK = "ipv4-dhcp"
 STEP_KINDS = ("clone", "resources", "disk", "cloudinit", "seed", "start", "readiness", "packages", "snapshot")
+# A container (guestType: container): the appliance download when the mapping names one, then pct create.
+CONTAINER_STEP_KINDS = ("template", "create", "start", "readiness", "packages", "snapshot")
 
 
 def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
@@ -61,10 +63,14 @@ class PlannedEnvironment:
 
 def plan_steps(definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any]) -> list[dict[str, t.Any]]:
     """The ordered provisioning steps (1-based ``position``) for a definition and its mapping."""
-    kinds = ["clone", "resources"]
-    if definition["resources"]["diskGiB"] > mapping["sourceDiskGiB"]:
-        kinds.append("disk")
-    kinds += ["cloudinit", "seed", "start", "readiness"]
+    if is_container(mapping):
+        kinds = ["template"] if "appliance" in mapping else []
+        kinds += ["create", "start", "readiness"]
+    else:
+        kinds = ["clone", "resources"]
+        if definition["resources"]["diskGiB"] > mapping["sourceDiskGiB"]:
+            kinds.append("disk")
+        kinds += ["cloudinit", "seed", "start", "readiness"]
     if definition["packages"]:
         kinds.append("packages")
     if definition["snapshotAfterProvisioning"]:
@@ -99,7 +105,7 @@ def plan_document(
 ) -> dict[str, t.Any]:
     """The v1 plan document (docs/formats.md, "Plan v1")."""
     resources = definition["resources"]
-    return {
+    document = {
         "apiVersion": API_VERSION,
         "kind": "Plan",
         "definitionName": definition["name"],
@@ -116,11 +122,14 @@ def plan_document(
         "access": {"sshPublicKeyCount": len(definition["access"]["sshPublicKeys"])},
         "packages": [dict(package) for package in definition["packages"]],
         "snapshotAfterProvisioning": definition["snapshotAfterProvisioning"],
-        "diskExpansion": resources["diskGiB"] > mapping["sourceDiskGiB"],
+        "diskExpansion": not is_container(mapping) and resources["diskGiB"] > mapping["sourceDiskGiB"],
         "steps": plan_steps(definition, mapping),
         "liveVerified": False,
         "vmidReserved": False,
     }
+    if is_container(mapping):  # VM plans keep exactly their v1 fields
+        document["guestType"] = "container"
+    return document
 
 
 def build_plan(
@@ -150,8 +159,8 @@ def build_plan(
     parsed_catalog = parse_catalog(text=catalog, path=catalog_path)
     parsed_definition = parse_definition(text=definition, path=definition_path)
     mapping = select_mapping(parsed_catalog, parsed_definition["image"])
-    vmid = check_target_vmid(target_vmid, mapping["templateVmid"])
-    if parsed_definition["resources"]["diskGiB"] < mapping["sourceDiskGiB"]:
+    vmid = check_target_vmid(target_vmid, mapping.get("templateVmid"))
+    if not is_container(mapping) and parsed_definition["resources"]["diskGiB"] < mapping["sourceDiskGiB"]:
         raise InputError(code="disk_shrink_unsupported", path="resources.diskGiB", details={"rule": "at_least_source_disk"})
     if parsed_definition["image"] != mapping["image"]:  # pragma: no cover - select_mapping guarantees it
         raise InputError(code="invalid_plan", path="image", details={"rule": "mapping_mismatch"})

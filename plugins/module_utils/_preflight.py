@@ -29,6 +29,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import (
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, creation_blockers, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges, required_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, parse_size_bytes
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import stamp_revision
 
 SUPPORTED_MAJORS = (8, 9)
 GIB = 1024 ** 3
@@ -109,6 +110,10 @@ def capabilities_for(major: int | None, minor: int | None) -> dict[str, t.Any]:
 
 
 class _Preflight:
+    # (check code, content type, passed text, failed text) of the storage content check; containers need rootdir.
+    STORAGE_CONTENT = ("storage_images", "images", "The storage accepts VM disk images.",
+                       "The storage does not accept VM disk images (content type images).")
+
     def __init__(self, client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> None:
         self.client = client
         self.tls_verified = tls_verified
@@ -118,6 +123,7 @@ class _Preflight:
         self.checks: dict[str, Check] = {}
         self.major: int | None = None
         self.minor: int | None = None
+        self.stamp: tuple[str, str] | None = None
 
     def set(self, code: str, status: str, message: str) -> None:
         self.checks[code] = Check(code, status, message)
@@ -184,6 +190,7 @@ class _Preflight:
             self.unknown(codes, "Not checked: the template's configuration could not be understood.")
             return
         self.set("template_exists", "passed", "The template VMID exists on the mapped node.")
+        self.stamp = stamp_revision(config.get("description"))
         if _truthy(config.get("template")):
             self.set("template_is_template", "passed", "The source VM is a template.")
         else:
@@ -221,7 +228,7 @@ class _Preflight:
             self.set("template_disk", "failed", f"The template's disk on {device} differs in size from the catalog's sourceDiskGiB.")
 
     def storage(self) -> None:
-        codes = ("storage_active", "storage_images", "storage_capacity")
+        codes = ("storage_active", self.STORAGE_CONTENT[0], "storage_capacity")
         storage = self.plan["storage"]
         try:
             status = self.client.get(f"/nodes/{self.node}/storage/{storage}/status")
@@ -255,12 +262,13 @@ class _Preflight:
         else:
             self.set("storage_active", "failed", "The storage is disabled or not active.")
         content = status.get("content")
+        code, content_type, passed, failed = self.STORAGE_CONTENT
         if not isinstance(content, str):
-            self.set("storage_images", "unknown", "The storage status does not list its content types.")
-        elif "images" in [c.strip() for c in content.split(",")]:
-            self.set("storage_images", "passed", "The storage accepts VM disk images.")
+            self.set(code, "unknown", "The storage status does not list its content types.")
+        elif content_type in [c.strip() for c in content.split(",")]:
+            self.set(code, "passed", passed)
         else:
-            self.set("storage_images", "failed", "The storage does not accept VM disk images (content type images).")
+            self.set(code, "failed", failed)
         avail = status.get("avail")
         needed = self.plan["resources"]["diskGiB"] * GIB
         if self.checks["storage_active"].status != "passed":
@@ -355,6 +363,9 @@ class _Preflight:
 
 def run_checks(client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> tuple[list[Check], dict[str, t.Any]]:
     """Run every check through ``client`` (GETs only); return the ordered checks and the capabilities."""
+    if plan.get("guestType") == "container":
+        from ansible_collections.vmanyware.proxmox.plugins.module_utils._container_preflight import run_container_checks  # pylint: disable=C0415
+        return run_container_checks(client, plan, tls_verified)
     run = _Preflight(client, plan, tls_verified)
     if run.version():
         run.template()
@@ -367,6 +378,12 @@ def run_checks(client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = 
                     "Not checked: the API is not reachable with the configured credentials and TLS settings.")
     for code, message in UNDECIDABLE.items():
         run.set(code, "unknown", message)
+    if run.stamp is not None:
+        # Only the two pattern-checked stamp fields are shown; still unknown: a description is not proof of content.
+        version, operation = run.stamp
+        same = "equals" if version == plan["source"]["templateVersion"] else "differs from"
+        run.set("template_revision", "unknown", "The template's stamp (docs/templates.md) names templateVersion %s, built by operation %s; it %s "
+                "the catalog's templateVersion. A description is not proof of the template's content." % (version, operation, same))
     return [run.checks[code] for code in CHECK_CODES], capabilities_for(run.major, run.minor)
 
 
@@ -379,19 +396,10 @@ def run_preflight(
     client_factory: t.Callable[[ConnectionSettings], t.Any] = ProxmoxClient,
 ) -> dict[str, t.Any]:
     """The preflight result for a ``PlannedEnvironment``; raises ``PreflightFailed`` per ``fail_on``."""
-    if fail_on not in FAIL_ON_CHOICES:
-        raise InputError("fail_on must be one of failed, unknown, never.", path="fail_on")
-    blockers = creation_blockers(planned.plan, planned.mapping, environ)  # the gates first: before any network use
-    tls_verified = bool(settings.fingerprint or settings.validate_certs)
-    if not tls_verified:
-        blockers.append("tls_unverified")
-    client = client_factory(settings)
-    try:
-        checks, capabilities = run_checks(client, planned.plan, tls_verified)
-        scope = client.provider_scope_id
-    finally:
-        client.close()
-    summary = {s: sum(1 for c in checks if c.status == s) for s in ("passed", "failed", "unknown")}
+    checks, capabilities, scope, blockers, tls_verified = collect_checks(
+        settings, fail_on=fail_on, client_factory=client_factory, blockers_of=lambda: creation_blockers(planned.plan, planned.mapping, environ),
+        checks_of=lambda client, verified: run_checks(client, planned.plan, verified))
+    summary = summarize(checks)
     result: dict[str, t.Any] = {
         "changed": False,
         "plan_hash": planned.plan_hash,
@@ -404,7 +412,40 @@ def run_preflight(
         "vmid_reserved": False,
         "capabilities": snake_keys(capabilities),
     }
-    decidable_unknown = [c.code for c in checks if c.status == "unknown" and c.code not in UNDECIDABLE]
-    if (fail_on in ("failed", "unknown") and summary["failed"]) or (fail_on == "unknown" and decidable_unknown):
+    return enforce_fail_on(result, checks, fail_on, UNDECIDABLE)
+
+
+def collect_checks(settings: ConnectionSettings, *, fail_on: str, client_factory: t.Callable[[ConnectionSettings], t.Any],
+                   blockers_of: t.Callable[[], list[str]],
+                   checks_of: t.Callable[[t.Any, bool], tuple[list[Check], dict[str, t.Any]]]
+                   ) -> tuple[list[Check], dict[str, t.Any], t.Any, list[str], bool]:
+    """``fail_on``, then the creation blockers (the gates: before any network use), then one client for ``checks_of``.
+
+    Returns (checks, capabilities, provider scope id, creation blockers, TLS verified); ``tls_unverified`` is a
+    blocker when neither a CA nor a pin verifies the server. Shared with the template preflight.
+    """
+    if fail_on not in FAIL_ON_CHOICES:
+        raise InputError("fail_on must be one of failed, unknown, never.", path="fail_on")
+    blockers = blockers_of()
+    tls_verified = bool(settings.fingerprint or settings.validate_certs)
+    if not tls_verified:
+        blockers.append("tls_unverified")
+    client = client_factory(settings)
+    try:
+        checks, capabilities = checks_of(client, tls_verified)
+        scope = client.provider_scope_id
+    finally:
+        client.close()
+    return checks, capabilities, scope, blockers, tls_verified
+
+
+def summarize(checks: t.Sequence[Check]) -> dict[str, int]:
+    return {s: sum(1 for c in checks if c.status == s) for s in ("passed", "failed", "unknown")}
+
+
+def enforce_fail_on(result: dict[str, t.Any], checks: t.Sequence[Check], fail_on: str, undecidable: t.Container[str]) -> dict[str, t.Any]:
+    """``result``, or ``PreflightFailed`` carrying it when ``fail_on`` says the checks do not pass."""
+    decidable_unknown = [c.code for c in checks if c.status == "unknown" and c.code not in undecidable]
+    if (fail_on in ("failed", "unknown") and result["summary"]["failed"]) or (fail_on == "unknown" and decidable_unknown):
         raise PreflightFailed(result, decidable_unknown if fail_on == "unknown" else ())
     return result

@@ -53,6 +53,13 @@ PACKAGE_VERSION_PATTERN = r"^(?:[0-9]{1,9}:)?[0-9](?:[A-Za-z0-9.+~-]{0,118}[A-Za
 # "<type> <base64>[ <comment>]": the blob is decoded and checked semantically (_formats.py).
 SSH_KEY_PATTERN = r"^[a-z0-9@.-]{1,64} [A-Za-z0-9+/]{1,16384}={0,2}(?: [^\u0000-\u0020\u007f][^\u0000-\u001f\u007f]{0,1023})?$"
 
+# A container template volume: STORAGE:vztmpl/FILE.tar.{gz,xz,zst} (what pveam and aplinfo store).
+OSTEMPLATE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}:vztmpl/[A-Za-z0-9][A-Za-z0-9._+-]{0,199}\.tar\.(?:gz|xz|zst)$"
+# An appliance package of GET /nodes/{node}/aplinfo ("debian-12-standard").
+APPLIANCE_PATTERN = r"^[a-z0-9][a-z0-9.+-]{0,126}[a-z0-9]$"
+# A version glob: literal version characters plus "*" for any run ("12.*", "13.1-*").
+VERSION_GLOB_PATTERN = r"^[A-Za-z0-9.+~*-]{1,64}$"
+
 VMID_MIN = 100
 VMID_MAX = 999999999
 
@@ -79,7 +86,16 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
     "properties": {
         "apiVersion": {"type": "string", "const": API_VERSION},
         "kind": {"type": "string", "const": "TemplateCatalog"},
-        "images": {"type": "array", "maxItems": 128, "items": {"$ref": "#/$defs/mapping"}},
+        "images": {
+            "type": "array",
+            "maxItems": 128,
+            # guestType: container selects the container mapping; without it a mapping is a VM template's.
+            "items": {
+                "if": {"type": "object", "required": ["guestType"], "properties": {"guestType": {"const": "container"}}},
+                "then": {"$ref": "#/$defs/containerMapping"},
+                "else": {"$ref": "#/$defs/mapping"},
+            },
+        },
     },
     "$defs": {
         "mapping": {
@@ -102,6 +118,42 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
                 ),
                 "pool": _string(POOL_PATTERN, "Optional resource pool the VM is cloned into (PVE pool id, up to three levels a/b/c)."),
                 "imageDefaultUser": {"$ref": "#/$defs/imageDefaultUser"},
+            },
+        },
+        "containerMapping": {
+            "type": "object",
+            "description": "An LXC container made from an ostemplate volume or the newest matching appliance; see docs/containers.md.",
+            "additionalProperties": False,
+            "required": ["image", "guestType", "node", "storage", "bridge", "guestUser"],
+            "properties": {
+                "image": _string(IMAGE_PATTERN, "1-64 lowercase letters, digits, dots or hyphens."),
+                "guestType": {"type": "string", "const": "container"},
+                "node": _string(NODE_PATTERN, "1-63 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
+                "ostemplate": _string(OSTEMPLATE_PATTERN, "A container template volume STORAGE:vztmpl/FILE.tar.gz|xz|zst.", 264),
+                "appliance": {"$ref": "#/$defs/appliance"},
+                "storage": _string(STORAGE_PATTERN, "1-64 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
+                "bridge": _string(BRIDGE_PATTERN, "1-15 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
+                "guestUser": _string(
+                    GUEST_USER_PATTERN, "1-32 lowercase letters, digits, underscores or hyphens, starting with a lowercase letter or underscore."
+                ),
+                "unprivileged": {"type": "boolean", "description": "Default true; false needs Sys.Modify on / and root-equivalent trust."},
+                "features": {
+                    "type": "object",
+                    "description": "Container features, each explicit; only nesting (for docker and systemd inside).",
+                    "additionalProperties": False,
+                    "properties": {"nesting": {"type": "boolean"}},
+                },
+            },
+        },
+        "appliance": {
+            "type": "object",
+            "description": "An appliance of the node's index (pveam): the newest version matching the glob, kept in storage (vztmpl).",
+            "additionalProperties": False,
+            "required": ["package", "version", "storage"],
+            "properties": {
+                "package": _string(APPLIANCE_PATTERN, "An appliance package name such as debian-12-standard."),
+                "version": _string(VERSION_GLOB_PATTERN, "A version or a glob with * such as 12.*, 1-64 characters."),
+                "storage": _string(STORAGE_PATTERN, "1-64 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
             },
         },
         "imageDefaultUser": {
@@ -183,9 +235,9 @@ _TYPE_NAMES = {"object": "a mapping", "array": "a list", "string": "a string", "
 # JSON Schema keyword -> the rule name errors report (docs/formats.md).
 _RULES = {"type": "type", "const": "const", "enum": "enum", "pattern": "pattern", "minLength": "min_length", "maxLength": "max_length",
           "minimum": "minimum", "maximum": "maximum", "minItems": "min_items", "maxItems": "max_items", "required": "required",
-          "additionalProperties": "unknown_field"}
+          "additionalProperties": "unknown_field", "anyOf": "any_of"}
 # Within one field, violations are reported in this order (type first: nothing else is meaningful then).
-_KEYWORD_ORDER = ("type", "const", "enum", "minLength", "maxLength", "pattern", "minimum", "maximum", "minItems", "maxItems",
+_KEYWORD_ORDER = ("anyOf", "type", "const", "enum", "minLength", "maxLength", "pattern", "minimum", "maximum", "minItems", "maxItems",
                   "additionalProperties", "required")
 
 
@@ -220,7 +272,7 @@ def _text(error: t.Any, schema: dict[str, t.Any]) -> str:
         return "must be exactly %s" % json.dumps(expected)
     if keyword == "enum":
         return "must be one of %s" % ", ".join(expected)
-    if keyword == "pattern":
+    if keyword in ("pattern", "anyOf"):
         return "does not have the required form: %s" % schema.get("description", "see the schema")
     if keyword == "additionalProperties":
         # The key is input: it is named only when it is a plain identifier (a misspelt field), never otherwise.
@@ -244,8 +296,11 @@ def _located(root: dict[str, t.Any], error: t.Any) -> tuple[tuple[t.Any, ...], s
         elements.append(missing[0])
     order: list[int] = []
     node = root
+    # if/then/else (the container mapping): follow the branch the error came from.
+    branch = "then" if "then" in list(error.absolute_schema_path) else "else"
     for element in elements:
-        node = root["$defs"][node["$ref"].rsplit("/", 1)[1]] if "$ref" in node else node
+        while "$ref" in node or "if" in node:
+            node = root["$defs"][node["$ref"].rsplit("/", 1)[1]] if "$ref" in node else node[branch]
         if isinstance(element, int):
             order.append(element)
             node = node.get("items", {})

@@ -243,6 +243,11 @@ class StageLogic:
         """Volumes the task allocates (``allocated target volume`` log lines); None: it may allocate until it ends."""
         return None
 
+    def task_error(self, ctx: StageContext, upid: str, outcome: TaskOutcome) -> StageError:
+        """The failure recorded when the stage's task ended with an error (a stage may give it a more precise code)."""
+        return StageError("The Proxmox task ended with an error.", code="task_failed",
+                          details={"stage": ctx.kind, "upid": upid, "log_tail": list(outcome.log_tail)})
+
 
 @dataclasses.dataclass
 class StageSettings:
@@ -502,8 +507,7 @@ class StageRunner:
             raise StageError("The task status could not be polled; re-run to reconcile it by reads.", code="task_unobservable",
                              details={"stage": ctx.kind, "upid": upid})
         if not outcome.succeeded:
-            self._fail(ctx, StageError("The Proxmox task ended with an error.", code="task_failed",
-                                       details={"stage": ctx.kind, "upid": upid, "log_tail": list(outcome.log_tail)}))
+            self._fail(ctx, self.logic.task_error(ctx, upid, outcome))
         warnings = {"taskWarnings": outcome.warnings} if outcome.warnings else {}
         return self._complete(ctx, requests=requests, task=outcome, extra_evidence=warnings)
 

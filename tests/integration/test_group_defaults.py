@@ -35,7 +35,7 @@ BIN = Path(sys.executable).parent
 GROUP = "group/vmanyware.proxmox.proxmox"
 # The order the modules run in (stages in check mode: they preview against the recorded operation).
 RUN_ORDER = ("certificate_info", "capabilities", "vmid", "plan", "preflight", "operation", "operation_info", "clone", "resources", "disk",
-             "cloudinit", "seed", "start", "readiness", "packages", "snapshot", "cleanup")
+             "cloudinit", "seed", "start", "readiness", "packages", "snapshot", "cleanup", "template_plan")
 STAGES = RUN_ORDER[7:16]
 # Cleanup takes every option but refuses the open operation: its own refusal shows the options were accepted.
 EXPECTED_REFUSAL = {"cleanup": "cleanup_not_eligible"}
@@ -88,6 +88,10 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         "state": "present", "fail_on": "failed", "operation_id": operation_id, "preview_operation": preview, "wait_budget": 20,
         "timeout": 600, "lock_wait": 60, "template_vmid": 9000, "lifecycle_enabled": True, "reason": "group defaults test",
         "definition_name": "kernel-lab", "since": "2026-01-01", "owner": "group-test", "vmid": 201, "vmid_range": [100, 999],
+        # The template build and container modules' own options (only template_plan of them runs here: offline).
+        "template_build_path": str(REPO / "examples/template-build.yml"), "template_build": (REPO / "examples/template-build.yml").read_text(),
+        "installed": {}, "build_ssh_public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGroupDefaultsTestKeyOnly group-test",
+        "passwd_status": "L", "authorized_keys_left": 0,
     }
     options = group_options()
     values: dict[str, t.Any] = {}
@@ -99,7 +103,7 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         elif spec.get("choices"):
             values[name] = spec["choices"][0]
     assert set(options) - set(values) == set(), "options without a value to test with"
-    exclusive = {"files": ("catalog", "definition"), "dictionaries": ("catalog_path", "definition_path")}
+    exclusive = {"files": ("catalog", "definition", "template_build"), "dictionaries": ("catalog_path", "definition_path", "template_build_path")}
 
     plays = []
     for label, left_out in exclusive.items():

@@ -35,7 +35,7 @@ PVE_VERSION = {"release": "9.1", "repoid": "b5d5c8d5e7f5c4a1", "version": "9.1.3
 DURATIONS: dict[str, float] = {
     "qmclone_full": 8.0, "qmclone_linked": 2.0, "qmstart": 2.0, "qmstop": 1.0, "qmshutdown": 4.0, "qmreboot": 4.0,
     "resize": 1.0, "qmsnapshot": 2.0, "qmsnapshot_vmstate": 5.0, "qmdelsnapshot": 1.5, "qmrollback": 2.0, "qmdestroy": 2.0,
-    "qmconfig": 0.5,
+    "qmconfig": 0.5, "download": 1.0, "qmcreate": 1.0, "qmtemplate": 1.0,
     # per-storage lock hold times (pvesim.storagelock): one LVM-thin lvcreate, lvextend, lvremove
     "storage_alloc": 1.0, "storage_resize": 1.0, "storage_free": 1.0,
 }
@@ -420,9 +420,17 @@ def set_cluster_options(sim: Sim, call: Call) -> None:
 
 
 def _ct_resource(vmid: int, ct: t.Mapping[str, t.Any], node: str) -> dict[str, t.Any]:
-    return {"id": f"lxc/{vmid}", "type": "lxc", "vmid": vmid, "node": node, "status": ct.get("status", "stopped"),
-            "name": ct.get("name", f"CT{vmid}"), "template": 1 if ct.get("template") else 0, "maxcpu": 1, "maxmem": 512 << 20,
-            "maxdisk": 8 << 30, "cpu": 0, "mem": 0, "disk": 0, "uptime": 0, "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0}
+    conf = ct.get("config") or {}
+    res = {"id": f"lxc/{vmid}", "type": "lxc", "vmid": vmid, "node": ct.get("node", node), "status": ct.get("status", "stopped"),
+           "name": ct.get("name", f"CT{vmid}"), "template": 1 if ct.get("template") else 0, "maxcpu": int(conf.get("cores", 1)),
+           "maxmem": int(conf.get("memory", 512)) << 20, "maxdisk": 8 << 30, "cpu": 0, "mem": 0, "disk": 0, "uptime": 0, "netin": 0,
+           "netout": 0, "diskread": 0, "diskwrite": 0}
+    for key in ("tags", "lock"):  # the container's config (lxc.py), as for VMs
+        if conf.get(key):
+            res[key] = conf[key]
+    if ct.get("pool"):
+        res["pool"] = ct["pool"]
+    return res
 
 
 def _vm_resource(sim: Sim, vm: VM) -> dict[str, t.Any]:
@@ -1784,3 +1792,5 @@ def task_stop(sim: Sim, call: Call) -> None:
 
 # Several cluster nodes (the ``cluster`` seed, /cluster/status, the SDN VNet list) register here too.
 from . import cluster  # noqa: E402  pylint: disable=wrong-import-position,cyclic-import
+from . import imagebuild  # noqa: E402,F401  pylint: disable=wrong-import-position,cyclic-import,unused-import
+from . import lxc  # noqa: E402,F401  pylint: disable=wrong-import-position,cyclic-import,unused-import

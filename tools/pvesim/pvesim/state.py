@@ -280,7 +280,8 @@ class State:
         self.storages: dict[str, Storage] = {}
         self.bridges: dict[str, dict[str, t.Any]] = {}
         self.vms: dict[int, VM] = {}
-        # Containers only hold their VMID (listed, counted by nextid, refused as clone targets); no LXC endpoint is modelled.
+        # Containers (lxc.py): vmid -> {"name", "status", "node", "config", "snapshots", ...}; they hold their VMID too
+        # (listed, counted by nextid, refused as clone targets).
         self.containers: dict[int, dict[str, t.Any]] = {}
         # datacenter.cfg as GET /cluster/options returns it (``next-id`` parsed to {lower, upper}).
         self.datacenter: dict[str, t.Any] = {}

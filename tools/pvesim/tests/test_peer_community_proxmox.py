@@ -8,8 +8,14 @@
 community.proxmox 1.4.0 comes from the ansible 12.3.0 wheel (tools/dev/fetch_peer_collection.sh,
 only ``ansible_collections/community/proxmox/`` is extracted). The playbook
 (``peer/community_proxmox.yml``) clones the template, updates it, grows the disk, starts it, reads
-it back, snapshots it and lists the SDN VNets, then (``peer/community_proxmox_absent.yml``) stops and removes it, with
-the demo ``full`` API token (its privileges are enough; nothing is added). Every request those clients send must validate against the PVE schema and hit an
+it back, snapshots it and lists the SDN VNets, with the demo ``full`` API token; then it builds a template from a
+cloud image the way docs/templates.md does (download-url with a checksum from a loopback HTTP server into ``import``,
+create with ``import-from``, efidisk0 and serial0, tags, ``POST .../template``); then it downloads a container template
+from the appliance index and creates, starts, stops and removes a container from it (``community.proxmox.proxmox``).
+The token gets the template build's privileges on ``local`` and the node (``Datastore.AllocateTemplate``,
+``Sys.AccessNetwork``), which include the container part's ``pvesim.lxc.TEMPLATE_STORAGE_ACL`` (the template storage).
+Then (``peer/community_proxmox_absent.yml``) it stops and removes the clone.
+Every request those clients send must validate against the PVE schema and hit an
 implemented endpoint.
 
 Skips only when the wheel cannot be downloaded (no network); with ``CI=true`` that fails instead.
@@ -18,6 +24,7 @@ Skips only when the wheel cannot be downloaded (no network); with ``CI=true`` th
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import os
 import re
@@ -32,6 +39,8 @@ from pathlib import Path
 import pytest
 from proxmoxer import ProxmoxAPI
 
+from pvesim.imageserver import ImageServer, qcow2_stub
+from pvesim.lxc import TEMPLATE_STORAGE_ACL
 from pvesim.state import FULL_TOKEN_ACL
 from pvesim.testing import DEFAULT_SPEED, PvesimAdmin
 
@@ -44,6 +53,10 @@ ABSENT_PLAYBOOK = Path(__file__).resolve().parent / "peer" / "community_proxmox_
 EX_TEMPFAIL = 75  # fetch_peer_collection.sh: the wheel could not be downloaded
 PEER_VMID = 301
 PEER_NAME = "peer-301"
+PEER_TEMPLATE_VMID = 302
+PEER_IMAGE = qcow2_stub(2 * 1024 ** 3, b"peer image")
+PEER_CT_VMID = 303
+PEER_CT_TEMPLATE = "debian-12-standard_12.12-1_amd64.tar.zst"
 PEER_SPEED = 200.0  # simulated task/boot durations / 200; the modules' own 1 s polls dominate the runtime
 
 # Endpoints the playbook must have exercised (method + schema path).
@@ -66,6 +79,17 @@ EXPECTED_ENDPOINTS = {
     "GET /nodes/{node}/qemu/{vmid}/snapshot",
     "GET /nodes/{node}/tasks/{upid}/status",
     "GET /cluster/sdn/vnets",
+    "GET /nodes/{node}/storage/{storage}/content",
+    "POST /nodes/{node}/storage/{storage}/download-url",
+    "POST /nodes/{node}/qemu",
+    "POST /nodes/{node}/qemu/{vmid}/template",
+    "POST /nodes/{node}/aplinfo",
+    "POST /nodes/{node}/lxc",
+    "GET /nodes/{node}/lxc/{vmid}/config",
+    "GET /nodes/{node}/lxc/{vmid}/status/current",
+    "POST /nodes/{node}/lxc/{vmid}/status/start",
+    "POST /nodes/{node}/lxc/{vmid}/status/shutdown",
+    "DELETE /nodes/{node}/lxc/{vmid}",
 }
 # Endpoints the stop/remove playbook must have exercised.
 EXPECTED_ABSENT_ENDPOINTS = {
@@ -136,17 +160,31 @@ def fast_pvesim(pvesim: PvesimAdmin) -> t.Iterator[PvesimAdmin]:
         pvesim.set_speed(DEFAULT_SPEED)
 
 
-def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: Path, tmp_path: Path) -> None:
+def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     pvesim = fast_pvesim
     conn = pvesim.connection
     token_user, token_name = conn["tokens"]["full"]["id"].split("!")
+    privileges = {path: list(privs) for path, privs in FULL_TOKEN_ACL.items()}
     # proxmox_pool creates the pool the clone goes into: the token may allocate that pool (and nothing else more).
-    pvesim.set_token(conn["tokens"]["full"]["id"], privileges={**FULL_TOKEN_ACL, "/pool/peerpool": ["Pool.Allocate", "Pool.Audit"]})
+    privileges["/pool/peerpool"] = ["Pool.Allocate", "Pool.Audit"]
+    # The template build's grants on the import storage; the container part needs the same on its template storage.
+    privileges["/storage/local"] = ["Datastore.AllocateTemplate", "Datastore.Audit"]
+    for path, privs in TEMPLATE_STORAGE_ACL.items():
+        privileges[path] = sorted(set(privileges.get(path, [])) | set(privs))
+    privileges["/nodes/pve-test"] = privileges["/nodes/pve-test"] + ["Sys.AccessNetwork"]
+    pvesim.set_token(conn["tokens"]["full"]["id"], privileges=privileges)
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "peer-image.qcow2").write_bytes(PEER_IMAGE)
+    images = ImageServer(tmp_path / "images")
+    request.addfinalizer(images.close)
     extra_vars = {
         "pve_port": conn["port"], "pve_ca_file": conn["ca_file"], "pve_node": conn["node"], "pve_storage": conn["storage"],
         "pve_template_vmid": conn["template_vmid"], "pve_token_user": token_user, "pve_token_name": token_name,
         "pve_token_secret": conn["tokens"]["full"]["secret"], "peer_vmid": PEER_VMID, "peer_name": PEER_NAME,
+        "peer_ct_vmid": PEER_CT_VMID, "peer_ct_template": PEER_CT_TEMPLATE,
         "peer_results_file": str(tmp_path / "results.json"),
+        "peer_image_url": images.url("peer-image.qcow2"), "peer_image_sha256": hashlib.sha256(PEER_IMAGE).hexdigest(),
+        "peer_template_vmid": PEER_TEMPLATE_VMID,
         "ansible_python_interpreter": sys.executable,
     }
     vars_file = tmp_path / "vars.json"
@@ -193,6 +231,22 @@ def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: 
     assert urllib.parse.unquote(cfg["sshkeys"]).startswith("ssh-ed25519 AAAAC3"), cfg["sshkeys"]
     assert "peer-snap" in vm["snapshots"], vm["snapshots"]
     assert not vm.get("pending"), vm.get("pending")
+    template = pvesim.vm(PEER_TEMPLATE_VMID)["config"]
+    assert str(template["template"]) == "1" and template["tags"] == "vmanyware-template"
+    assert template["scsi0"].startswith("local-lvm:base-302-disk-") and template["scsi0"].endswith("size=2G"), template["scsi0"]
+    assert template["efidisk0"].startswith("local-lvm:base-302-disk-") and template["serial0"] == "socket"
+
+    # The container: created from the downloaded template exactly as asked, then removed with its volume.
+    creates = [e for e in playbook_log if e["endpoint"] == "POST /nodes/{node}/lxc"]
+    assert len(creates) == 1, creates
+    sent = creates[0]["params"]
+    assert sent["ostemplate"] == f"local:vztmpl/{PEER_CT_TEMPLATE}" and sent["rootfs"] == "8" and sent["storage"] == conn["storage"]
+    assert sent["unprivileged"] in (1, "1") and sent["features"] == "nesting=1" and sent["net0"] == "name=eth0,bridge=vmbr0,ip=dhcp"
+    assert sent["ssh-public-keys"].startswith("ssh-ed25519 ")
+    assert f"local:vztmpl/{PEER_CT_TEMPLATE}" in pvesim.set_storage("local")["volumes"]
+    assert f"{conn['storage']}:vm-{PEER_CT_VMID}-disk-0" not in pvesim.set_storage(conn["storage"])["volumes"]
+    ct_tasks = [(task["type"], task["id"], task["status"]) for task in pvesim.tasks() if task["id"] in (str(PEER_CT_VMID), PEER_CT_TEMPLATE)]
+    assert [kind for kind, _id, _st in ct_tasks] == ["download", "vzcreate", "vzstart", "vzshutdown", "vzdestroy"], ct_tasks
 
     # --- plain proxmoxer (token auth, verify_ssl = the simulator CA) ---------------------------------
     pvesim.clear_requests()

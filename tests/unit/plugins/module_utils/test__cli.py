@@ -63,3 +63,14 @@ def test_summary_gets_cli_and_secrets_stay_redacted() -> None:
     assert previewed["cli"] == "qm set 201 --cipassword '<redacted>' --ciuser debian"
     assert "hunter2" not in repr(previewed) and previewed["params"] == summary["params"]
     assert "cli" not in with_cli({"method": "GET", "path": VM + "/config", "params": {}})
+
+
+def test_container_create_and_template_download() -> None:
+    description = "vmanyware operation op-1\ndefinitionHash abc\nplanHash def"
+    line = cli_command("POST", "/nodes/pve-test/lxc", {"vmid": 320, "ostemplate": "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst",
+                                                       "rootfs": "local-lvm:20", "unprivileged": 1, "description": description})
+    assert shlex.split(line) == ["pct", "create", "320", "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst", "--rootfs", "local-lvm:20",
+                                 "--unprivileged", "1", "--description", description]
+    assert cli_command("POST", "/nodes/pve-test/aplinfo", {"storage": "local", "template": "debian-12-standard_12.12-1_amd64.tar.zst"}) == \
+        "pveam download local debian-12-standard_12.12-1_amd64.tar.zst"
+    assert cli_command("POST", "/nodes/pve-test/lxc", {"vmid": 320}) is None

@@ -28,6 +28,7 @@ SHIPPED = [("catalog-v1.schema.json", CATALOG_SCHEMA_V1), ("environment-v1.schem
 SUPPORTED_KEYWORDS = {
     "$schema", "$id", "$defs", "$ref", "title", "description", "type", "properties", "required", "additionalProperties",
     "const", "enum", "pattern", "minLength", "maxLength", "minimum", "maximum", "items", "minItems", "maxItems",
+    "if", "then", "else",  # guestType: container selects the container mapping (_located follows the branch)
 }
 
 

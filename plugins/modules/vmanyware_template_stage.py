@@ -1,0 +1,172 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vmanyware_template_stage
+short_description: Run one stage of a template build operation
+version_added: 0.2.0
+description:
+  - Runs the stage O(stage) of an operation created by M(vmanyware.proxmox.vmanyware_template_operation), on the same protocol as the
+    VM stages - preconditions by C(GET), the dispatch recorded in the journal before the request, a known task reconciled by C(GET),
+    a lost reply resolved by reads only (never sent again; the stage stays C(uncertain) when reads cannot decide), an independent
+    read-back. Check mode returns the exact request the stage would send.
+  - V(download) - C(POST .../storage/{importStorage}/download-url) with the checksum; a mismatch fails with C(image_checksum_mismatch).
+  - V(create) - C(POST /nodes/{node}/qemu) (q35, OVMF with efidisk0, virtio-scsi-single, C(import-from), Cloud-Init drive, serial0,
+    guest agent), bound to the operation by description and tag. V(disk) - grow the disk to C(diskGiB) when declared.
+  - V(configure) - the preparation boot's C(ciuser), ephemeral C(sshkeys) (O(build_ssh_public_key); only its fingerprint is
+    journaled) and static C(ipconfig0). V(start) - boot it.
+  - V(prepare) and V(generalize) send nothing - the role works in the guest over SSH and reports O(prepared_by), O(passwd_status) and
+    O(authorized_keys_left); V(prepare) waits until the guest agent answers through the API.
+  - V(shutdown) (no force unless O(force_stop)), V(unconfigure) (delete C(ipconfig0), C(sshkeys), C(ciuser)), V(convert)
+    (C(POST .../template)), V(stamp) (tags and description; returns the catalog mapping).
+  - See C(docs/templates.md) in the collection.
+author:
+  - vmanyware developers (@vmanyware)
+extends_documentation_fragment:
+  - vmanyware.proxmox.stage
+  - vmanyware.proxmox.stage.journal
+  - vmanyware.proxmox.connection
+  - vmanyware.proxmox.attributes
+options:
+  stage:
+    description: The stage to run; stages run in plan order.
+    type: str
+    required: true
+    choices: [download, create, disk, configure, start, prepare, generalize, shutdown, unconfigure, convert, stamp]
+  build_ssh_public_key:
+    description: The public half of the ephemeral key of this run (V(configure) only). The private key stays with the role.
+    type: str
+  prepared_by:
+    description:
+      - How the guest was prepared (V(prepare), V(generalize)). V(ssh) - over SSH with Ansible's modules.
+      - V(stand-in) - a simulated guest that cannot be reached; recorded as such, written into the stamp, never attested.
+    type: str
+    choices: [ssh, stand-in]
+  passwd_status:
+    description: The output line of C(passwd -S <guestUser>) in the guest after generalizing (V(generalize), with V(ssh)).
+    type: str
+  authorized_keys_left:
+    description: How many keys the guest user's C(authorized_keys) holds after generalizing (V(generalize), with V(ssh)).
+    type: int
+  force_stop:
+    description: V(shutdown) only - let Proxmox stop the VM when the guest does not shut down in time.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    details: Runs the same reads and returns the exact request it would send in RV(requests); writes nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: A completed stage returns its recorded evidence without sending anything.
+requirements:
+  - requests
+  - proxmoxer
+"""
+
+EXAMPLES = r"""
+- name: Download the image (following the task for at most 30 s per run)
+  vmanyware.proxmox.vmanyware_template_stage:
+    operation_id: "{{ template_operation.operation_id }}"
+    stage: download
+    wait_budget: 30
+  register: download
+  until: download.done
+  retries: 120
+"""
+
+RETURN = r"""
+changed:
+  description: Whether this run sent a request that changed something.
+  returned: always
+  type: bool
+done:
+  description: Whether the stage is completed (V(false) while its task or the guest agent is still awaited, and in check mode).
+  returned: always
+  type: bool
+operation_id:
+  description: The operation the stage belongs to.
+  returned: always
+  type: str
+stage:
+  description: The stage as recorded in the journal (kind, position, status, upid, attempts, evidence).
+  returned: always
+  type: dict
+requests:
+  description: The mutating requests sent, or in check mode the ones that would be sent (no secret; C(sshkeys) as a fingerprint).
+  returned: always
+  type: list
+  elements: dict
+catalog_mapping:
+  description: V(stamp) once done - the catalog mapping of the new template (C(sourceDiskGiB) as observed; C(imageDefaultUser) only
+    when the build verified a locked password and no authorized keys itself).
+  returned: when O(stage=stamp) is done
+  type: dict
+catalog_mapping_yaml:
+  description: RV(catalog_mapping) as YAML, one list item ready to paste under C(images:) of a catalog.
+  returned: when O(stage=stamp) is done
+  type: str
+progress:
+  description: What the stage is waiting for (when RV(done=false)).
+  returned: when not done
+  type: dict
+ansible_facts:
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a fact otherwise.
+  returned: with O(set_operation_fact=true)
+  type: dict
+  contains:
+    vmanyware_operation:
+      description: The public view of the operation (as M(vmanyware.proxmox.vmanyware_operation_info) returns it).
+      type: dict
+      returned: with O(set_operation_fact=true)
+error_code:
+  description: On failure, the fixed error code (for example V(image_checksum_mismatch), V(task_failed), V(outcome_uncertain), V(vmid_taken)).
+  returned: failure
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_stages import PREPARED_BY, stage_logic, stamp_output
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import STEP_KINDS
+
+
+def argument_spec() -> dict:
+    spec = stage_argument_spec()
+    spec.update({
+        "stage": {"type": "str", "required": True, "choices": list(STEP_KINDS)},
+        "build_ssh_public_key": {"type": "str"},
+        "prepared_by": {"type": "str", "choices": list(PREPARED_BY)},
+        "passwd_status": {"type": "str", "no_log": False},  # the status line of passwd -S: no secret
+        "authorized_keys_left": {"type": "int", "no_log": False},
+        "force_stop": {"type": "bool", "default": False},
+    })
+    return spec
+
+
+def action(params, check_mode, diff) -> dict:
+    result = run_stage(params, stage_logic(params["stage"], params), check_mode=check_mode, diff=diff)
+    if result.get("done") and not check_mode and (result.get("stage") or {}).get("kind") == "stamp":
+        # The result is compact (no evidence): the stamp's mapping is read back from the journal record.
+        result.update(stamp_output(open_store(params.get("journal_dir")).load(params["operation_id"])))
+    return result
+
+
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests", "proxmoxer"))
+
+
+def main() -> None:
+    run_entry(AnsibleModule(**ENTRY.module_kwargs()), ENTRY)
+
+
+if __name__ == "__main__":
+    main()
