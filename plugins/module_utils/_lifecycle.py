@@ -175,9 +175,11 @@ class DestroyStep(_Guarded):
             raise StageError(code="cleanup_running", details={"stage": ctx.kind, "vmid": ctx.vmid, "powerState": state})
         inventory = {"vmid": ctx.vmid, "volumes": owned_volumes(config, ctx.vmid), "snapshots": snapshot_names(ctx)}
         ctx.facts["inventory"] = inventory
-        if not ctx.check_mode and ctx.store is not None:
-            # Recorded before the DELETE is dispatched: once the VM is gone, nothing can be read back.
-            ctx.operation = ctx.store.record_evidence(ctx.operation["operationId"], ctx.kind, {"inventory": inventory})
+
+    def checkpoint(self, ctx: StageContext) -> dict[str, t.Any] | None:
+        # Recorded before the DELETE is dispatched: once the VM is gone, nothing can be read back.
+        inventory = ctx.facts.get("inventory")
+        return None if inventory is None else {"inventory": inventory}
 
     def request(self, ctx: StageContext) -> Request | None:
         if ctx.facts.get("absent"):

@@ -53,10 +53,15 @@ DEFAULT_RESOLVE_WAIT = 30.0
 
 
 class StageInProgress(Exception):
-    """Raised by ``observe`` when the submitted work is still running (e.g. a guest exec): ``done: false``."""
+    """Raised by ``observe`` when the submitted work is still running (e.g. a guest exec): ``done: false``.
 
-    def __init__(self, progress: t.Mapping[str, t.Any] | None = None) -> None:
+    ``evidence``: what the run established so far and a later run may rely on (readiness: ``cloudinit: done``);
+    the runner journals it (never in check mode).
+    """
+
+    def __init__(self, progress: t.Mapping[str, t.Any] | None = None, evidence: t.Mapping[str, t.Any] | None = None) -> None:
         self.progress = dict(progress or {})
+        self.evidence = dict(evidence or {})
         super().__init__("in progress")
 
 
@@ -67,7 +72,7 @@ class StageError(VmanywareError):
 
 
 class StageUncertain(Exception):
-    """Raised by a hook when a submission it made itself (a guest-agent exec) has an unknown outcome.
+    """Raised by the guest-exec helper when an exec it issued for a hook has an unknown outcome.
 
     ``request`` is the summary of that submission. The runner records it (``dispatching`` first when the stage
     was still ``pending``) and makes the stage ``uncertain``; the submission is never repeated.
@@ -120,6 +125,39 @@ class Resolution:
         return cls("undecidable", message=message, final=final)
 
 
+@dataclasses.dataclass(frozen=True)
+class GuestCommand:
+    """A command a stage runs in the guest through the QEMU guest agent (``agent/exec``, an argument array, no shell).
+
+    ``slot`` is the evidence key of its marker (``{probe, pid, submissionStarted, issuedAt}``), ``name`` the probe name
+    recorded there. ``repeatable``: harmless to run again (read-only probes, ``apt-get update``), so its marker is
+    cleared when it exited and a status QGA no longer knows is run afresh; otherwise (the package install) the exit
+    code is recorded in the marker and the command is never issued again. ``write``: it changes the guest, so the
+    write checks (gates, catalog) run before a new exec.
+    """
+
+    slot: str
+    name: str
+    argv: tuple[str, ...]
+    repeatable: bool = True
+    write: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class GuestOutcome:
+    """Where a guest command stands after ``StageContext.guest_exec``.
+
+    ``state``: ``exited`` (``exitcode`` None when its status was consumed before it was recorded), ``running`` (this
+    run's wait budget is spent; a later run resumes the journaled PID) or ``timeout`` (the deadline passed).
+    """
+
+    state: str
+    pid: int | None
+    exitcode: int | None = None
+    out: str = ""
+    err: str = ""
+
+
 @dataclasses.dataclass
 class StageContext:
     """What a stage may use: the journal's immutable snapshots, earlier evidence, the client."""
@@ -130,18 +168,23 @@ class StageContext:
     check_mode: bool = False
     diff: dict[str, t.Any] | None = None
     facts: dict[str, t.Any] = dataclasses.field(default_factory=dict)  # scratch space of one run
-    # The journal and the run's settings, for stages that journal evidence while they work (guest probes: PIDs,
-    # deadlines) and poll within the run's wait budget. Hooks must not change the stage's status themselves.
+    # The journal and the run's settings. Hooks read them (the wait budget, the clock); only the runner writes the
+    # journal: guest commands through ``guest_exec``, evidence through ``checkpoint``/``observe``/``StageInProgress``.
     store: t.Any = None
     settings: t.Any = None
-    # The runner's write checks (gates, catalog): stages call ``require_write_allowed`` before a guest command that
-    # is not a read-only probe (e.g. ``apt-get update``).
-    write_check: t.Callable[[StageContext], None] | None = None
+    # The runner's guest-exec helper (``StageRunner.guest_exec``); None outside a runner (previews).
+    guest_runner: t.Callable[[StageContext, GuestCommand, float, float | None], GuestOutcome] | None = None
 
-    def require_write_allowed(self) -> None:
-        """Raise (nothing sent) unless a new write is allowed now: every gate of the stage open, the catalog unchanged."""
-        if self.write_check is not None:
-            self.write_check(self)
+    def guest_exec(self, command: GuestCommand, *, deadline: float, started: float | None = None) -> GuestOutcome:
+        """Run ``command`` in the guest under the stage protocol and poll it until ``deadline`` (epoch seconds).
+
+        The runner resumes a journaled PID by GET, else journals the started marker, execs, journals the PID, then
+        polls within this run's wait budget (counted from ``started``, epoch; default now). An exec whose reply was
+        lost is never issued again (``StageUncertain``: the stage becomes ``uncertain``).
+        """
+        if self.guest_runner is None:
+            raise VmanywareError("A guest command was requested outside the stage runner.", code="internal_error")
+        return self.guest_runner(self, command, deadline, started)
 
     @property
     def node(self) -> str:
@@ -248,6 +291,15 @@ class StageLogic:
         return StageError("The Proxmox task ended with an error.", code="task_failed",
                           details={"stage": ctx.kind, "upid": upid, "log_tail": list(outcome.log_tail)})
 
+    def checkpoint(self, ctx: StageContext) -> dict[str, t.Any] | None:
+        """Evidence the runner journals once ``preconditions`` passed, before anything is sent or probed (never in check
+        mode): what must survive a crash, e.g. a deadline that re-runs never extend, or what a destroy removes."""
+        return None
+
+    def handoff(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
+        """The operation's handoff after this stage's observation (the runner records it with the completion); None: unchanged."""
+        return None
+
 
 @dataclasses.dataclass
 class StageSettings:
@@ -288,6 +340,44 @@ def _result(ctx: StageContext, *, changed: bool, done: bool, requests: list[dict
     return result
 
 
+def wall_clock() -> float:
+    """Epoch seconds: deadlines persisted in the journal must survive the process (monotonic clocks do not)."""
+    return time.time()
+
+
+def agent_reason(err: ProviderError) -> str | None:
+    """The fixed token ``_client`` derived from a guest agent failure (``not_running``, ``exec_disabled``...)."""
+    return t.cast("str | None", err.details.get("agent"))
+
+
+# Codes after which an exec may or may not have started in the guest (a 500 is Proxmox's definite answer).
+_EXEC_AMBIGUOUS = frozenset({"reply_lost", "unexpected_response"})
+
+
+def _exec_lost(ctx: StageContext, command: GuestCommand) -> StageUncertain:
+    """The stage's uncertainty about an exec that may have started in the guest: it is never issued again."""
+    return StageUncertain("reply_lost", "The reply to the guest-agent exec of %s was lost, so whether it ran in the guest is unknown; "
+                          "it is not repeated. Check the guest, then abandon the operation or record the outcome." % command.name,
+                          {"method": "POST", "path": ctx.vm_path + "/agent/exec", "params": {"command": list(command.argv)},
+                           "probe": command.name})
+
+
+def _exec_status(ctx: StageContext, pid: int) -> dict[str, t.Any] | None:
+    """One ``GET {vm}/agent/exec-status``: None while running, else ``{exitcode, out, err}``.
+
+    An exited status can be read once (QGA forgets it); ``ProviderError`` with ``agent=unknown_pid``
+    tells the caller it was consumed (or never existed).
+    """
+    data = ctx.client.get(ctx.vm_path + "/agent/exec-status", pid=pid)
+    if not isinstance(data, dict) or "exited" not in data:
+        raise StageError("The guest agent answered exec-status with an unexpected body.", code="unexpected_response")
+    if not data["exited"]:
+        return None
+    exitcode = data.get("exitcode")
+    return {"exitcode": exitcode if isinstance(exitcode, int) else -1, "out": str(data.get("out-data") or ""),
+            "err": str(data.get("err-data") or "")}
+
+
 def _require_not_ended(operation: t.Mapping[str, t.Any]) -> None:
     """No stage runs on an operation the operator abandoned or whose guest cleanup started (docs/operations.md, "Lifecycle")."""
     if (operation.get("lifecycle") or {}).get("cleanup") is not None:
@@ -311,7 +401,7 @@ class StageRunner:
     def _context(self, operation_id: str) -> StageContext:
         operation = self.store.load(operation_id)
         return StageContext(operation=operation, client=self.client, kind=self.logic.kind, check_mode=self.settings.check_mode,
-                            store=self.store, settings=self.settings, write_check=self._require_write_allowed)
+                            store=self.store, settings=self.settings, guest_runner=self.guest_exec)
 
     def _require_write_allowed(self, ctx: StageContext) -> None:
         """Before every new mutating request: each gate of the stage re-read (an environment ``false`` wins over an
@@ -334,6 +424,21 @@ class StageRunner:
 
     def _refresh(self, ctx: StageContext, document: dict[str, t.Any]) -> None:
         ctx.operation = document
+
+    def _record_evidence(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> None:
+        self._refresh(ctx, self.store.record_evidence(ctx.operation["operationId"], ctx.kind, dict(evidence)))
+
+    def _record_handoff(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> None:
+        handoff = None if self.settings.check_mode else self.logic.handoff(ctx, evidence)
+        if handoff is not None:
+            self._refresh(ctx, self.store.set_handoff(ctx.operation["operationId"], handoff))
+
+    def _in_progress(self, ctx: StageContext, running: StageInProgress, *, changed: bool,
+                     requests: list[dict[str, t.Any]] | None = None) -> dict[str, t.Any]:
+        """``done: false``: the work goes on; what the run established (``running.evidence``) is journaled for the next run."""
+        if running.evidence and not self.settings.check_mode:
+            self._record_evidence(ctx, running.evidence)
+        return _result(ctx, changed=changed, done=False, requests=requests, progress=running.progress)
 
     @property
     def _timeout(self) -> float:
@@ -440,9 +545,12 @@ class StageRunner:
                 self.logic.preconditions(ctx)
             except StageInProgress as waiting:
                 # Still waiting for the target (e.g. a guest agent): nothing was sent; re-run to keep waiting.
-                return _result(ctx, changed=False, done=False, progress=waiting.progress)
+                return self._in_progress(ctx, waiting, changed=False)
             except StageError as err:
                 self._fail_if_final(ctx, err)
+            checkpoint = None if self.settings.check_mode else self.logic.checkpoint(ctx)
+            if checkpoint:
+                self._record_evidence(ctx, checkpoint)
             if self.settings.diff:
                 ctx.diff = self.logic.diff(ctx)
             request = self.logic.request(ctx)
@@ -453,9 +561,10 @@ class StageRunner:
                 try:
                     evidence = self.logic.observe(ctx)
                 except StageInProgress as running:
-                    return _result(ctx, changed=False, done=False, progress=running.progress)
+                    return self._in_progress(ctx, running, changed=False)
                 except StageError as err:
                     self._fail_if_final(ctx, err)
+                self._record_handoff(ctx, evidence)
                 self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, dict(NOOP_REQUEST)))
                 self._refresh(ctx, self.store.record_completed(ctx.operation["operationId"], ctx.kind, evidence))
                 self._close_if_last(ctx)
@@ -516,12 +625,13 @@ class StageRunner:
         try:
             evidence = self.logic.observe(ctx)
         except StageInProgress as running:
-            return _result(ctx, changed=requests is not None, done=False, requests=requests, progress=running.progress)
+            return self._in_progress(ctx, running, changed=requests is not None, requests=requests)
         except StageError as err:
             if err.code == "observation_mismatch":
                 self._fail(ctx, err)
             self._fail_if_final(ctx, err)
         evidence.update(extra_evidence or {})
+        self._record_handoff(ctx, evidence)
         self._refresh(ctx, self.store.record_completed(ctx.operation["operationId"], ctx.kind, evidence))
         self._close_if_last(ctx)
         extra: dict[str, t.Any] = {}
@@ -575,3 +685,79 @@ class StageRunner:
         if resolution.upid is not None:
             return self._reconcile(ctx, resolution.upid, changed=True)
         return self._complete(ctx)
+
+    # -- guest commands (docs/stages.md, "Guest commands") --------------------------------------------
+    def guest_exec(self, ctx: StageContext, command: GuestCommand, deadline: float, started: float | None = None) -> GuestOutcome:
+        """The one way a stage runs a command in the guest (``StageContext.guest_exec``).
+
+        Resume the PID journaled in ``command.slot`` by GET; else (the write checks first for a ``write`` command) journal
+        the started marker, exec, journal the PID; then poll ``exec-status`` until the command exits, ``deadline`` (epoch)
+        passes, or this run's wait budget (from ``started``) is spent. A marker without a PID (a lost reply, a crash
+        between exec and PID) raises ``StageUncertain``: the exec is never issued again.
+        """
+        if self.settings.check_mode:
+            raise StageError("A guest command was requested in check mode.", code="internal_error")
+        budget = self.settings.wait_budget
+        budget_end = None if budget is None else (wall_clock() if started is None else started) + float(budget)
+        interval = 0.1
+        while True:
+            marker = self._journaled_marker(ctx, command)
+            if marker is None:
+                marker = self._start_exec(ctx, command)
+            pid = t.cast(int, marker["pid"])
+            try:
+                status = _exec_status(ctx, pid)
+            except ProviderError as err:
+                if agent_reason(err) != "unknown_pid":
+                    raise
+                # Exited, its status consumed by a run that did not record it (or QGA forgot the PID).
+                if command.repeatable:
+                    self._record_evidence(ctx, {command.slot: None})
+                    continue
+                self._record_evidence(ctx, {command.slot: dict(marker, exitcode=None)})
+                return GuestOutcome("exited", pid)
+            if status is not None:
+                self._record_evidence(ctx, {command.slot: None if command.repeatable else dict(marker, exitcode=status["exitcode"])})
+                return GuestOutcome("exited", pid, status["exitcode"], status["out"], status["err"])
+            now = wall_clock()
+            if now >= deadline:
+                return GuestOutcome("timeout", pid)
+            if budget_end is not None and now >= budget_end:
+                return GuestOutcome("running", pid)
+            self.settings.sleep(min(interval, max(0.0, deadline - now)))
+            interval = min(interval * 1.5, 2.0)
+
+    def _journaled_marker(self, ctx: StageContext, command: GuestCommand) -> dict[str, t.Any] | None:
+        """The marker of ``command`` with its PID; None when none is running; a started exec without a PID is uncertain."""
+        marker = ctx.evidence().get(command.slot)
+        if not isinstance(marker, dict) or marker.get("probe") != command.name or "exitcode" in marker:
+            return None
+        pid = marker.get("pid")
+        if isinstance(pid, int) and not isinstance(pid, bool):
+            return dict(marker)
+        if marker.get("submissionStarted"):
+            raise _exec_lost(ctx, command)
+        return None
+
+    def _start_exec(self, ctx: StageContext, command: GuestCommand) -> dict[str, t.Any]:
+        """``POST {vm}/agent/exec`` with the argument array, between the started marker and the PID (both journaled)."""
+        if command.write:
+            self._require_write_allowed(ctx)
+        marker: dict[str, t.Any] = {"probe": command.name, "pid": None, "submissionStarted": True, "issuedAt": round(wall_clock(), 3)}
+        self._record_evidence(ctx, {command.slot: marker})
+        try:
+            data = self.client.post(ctx.vm_path + "/agent/exec", command=list(command.argv))
+        except ProviderError as err:
+            if err.code in _EXEC_AMBIGUOUS or (err.code == "server_error" and err.details.get("status") != 500 and agent_reason(err) is None):
+                raise _exec_lost(ctx, command) from None
+            self._record_evidence(ctx, {command.slot: None})  # a definite answer: nothing started in the guest
+            if agent_reason(err) == "exec_disabled":
+                raise StageError("The guest agent refuses guest-exec; enable it in the guest's qemu-guest-agent configuration.",
+                                 code="guest_exec_unavailable", details={"stage": ctx.kind}) from None
+            raise
+        pid = data.get("pid") if isinstance(data, dict) else None
+        if not isinstance(pid, int) or isinstance(pid, bool):
+            raise _exec_lost(ctx, command)
+        marker["pid"] = pid
+        self._record_evidence(ctx, {command.slot: marker})
+        return marker

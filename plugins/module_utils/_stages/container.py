@@ -413,10 +413,13 @@ class ContainerReadinessStage(StageLogic):
             raise StageError("The container is not running; run the start stage first.", details={"stage": ctx.kind, "rule": "running"})
         if ctx.check_mode:
             raise StageInProgress({"phase": "check_mode", "note": "readiness only reads; it is skipped in check mode"})
-        if "deadline" not in ctx.evidence():
-            now = self.wall_clock()
-            ctx.operation = ctx.store.record_evidence(ctx.operation["operationId"], ctx.kind, {
-                "deadline": round(now + self.readiness_timeout, 3), "startedAt": _iso(now), "timeoutSeconds": self.readiness_timeout})
+
+    def checkpoint(self, ctx: StageContext) -> dict[str, t.Any] | None:
+        """The deadline, journaled when the stage first starts; re-runs never extend it."""
+        if "deadline" in ctx.evidence():
+            return None
+        now = self.wall_clock()
+        return {"deadline": round(now + self.readiness_timeout, 3), "startedAt": _iso(now), "timeoutSeconds": self.readiness_timeout}
 
     def request(self, ctx: StageContext) -> Request | None:
         return None
@@ -438,13 +441,8 @@ class ContainerReadinessStage(StageLogic):
                 if isinstance(entry, dict) and str(entry.get("hwaddr", entry.get("hardware-address", ""))).lower() == mac:
                     address = usable_ipv4(entry)
                     if address is not None:
-                        observed = _iso(self.wall_clock())
-                        handoff = dict(ctx.operation.get("handoff") or {})
-                        handoff.update({"ipv4": address, "guestUser": ctx.plan["guestUser"], "readinessObservedAt": observed,
-                                        "hostKeys": "unverified: containers have no API to read SSH host keys (docs/containers.md)"})
-                        ctx.operation = ctx.store.set_handoff(ctx.operation["operationId"], handoff)
                         return {"ipv4": address, "net0Mac": container_mac(ctx.operation), "guestReady": True,
-                                "hostKeysVerified": False, "readinessObservedAt": observed}
+                                "hostKeysVerified": False, "readinessObservedAt": _iso(self.wall_clock())}
             now = self.wall_clock()
             if now >= deadline:
                 raise StageError("The container got no usable IPv4 address on net0 before the readiness deadline.",
@@ -454,6 +452,11 @@ class ContainerReadinessStage(StageLogic):
             if sleep is not None:  # never past the deadline, nor past this run's wait budget
                 limit = deadline if budget is None else min(deadline, started + float(budget))
                 sleep(min(_POLL, max(0.0, limit - now)))
+
+    def handoff(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
+        return dict(ctx.operation.get("handoff") or {}, ipv4=evidence["ipv4"], guestUser=ctx.plan["guestUser"],
+                    readinessObservedAt=evidence["readinessObservedAt"],
+                    hostKeys="unverified: containers have no API to read SSH host keys (docs/containers.md)")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -532,11 +535,10 @@ class ContainerSnapshotStage(StageLogic):
         if found is None:
             raise StageError("The snapshot task succeeded but the snapshot is not listed.", code="observation_mismatch",
                              details={"stage": ctx.kind, "snapname": name})
-        handoff = dict(ctx.operation.get("handoff") or {})
-        handoff["snapshot"] = name
-        if not ctx.check_mode:
-            ctx.operation = ctx.store.set_handoff(ctx.operation["operationId"], handoff)
         return {"snapname": name, "snaptime": found.get("snaptime")}
+
+    def handoff(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
+        return dict(ctx.operation.get("handoff") or {}, snapshot=evidence["snapname"])
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
         if snapshot_name(ctx.operation["operationId"]) in self._snapshots(ctx):

@@ -17,8 +17,10 @@ No shell is involved: every command is a fixed argument array passed to ``agent/
    durably, its PID journaled with the submission, then polled.
 4. ``dpkg-query`` verifies each package and version.
 
-Before every exec a started marker is journaled, then its PID, before ``exec-status`` is polled; an
-exec whose reply was lost is never repeated. A lost install reply is never re-run: ``dpkg-query``
+Every command runs through the runner's guest-exec helper (``StageContext.guest_exec``): a started
+marker is journaled, then its PID, before ``exec-status`` is polled; an exec whose reply was lost
+is never repeated. The install is the stage's request (dispatched by the runner, its PID journaled
+with the submission); the helper resumes it by that PID. A lost install reply is never re-run: ``dpkg-query``
 decides (all installed -> applied), else the stage stays ``uncertain``. ``apt-get update`` and the
 install are new writes: the gates (and the catalog, when given) are checked before each.
 
@@ -31,18 +33,24 @@ import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
+    GuestCommand,
+    GuestOutcome,
     Request,
     Resolution,
     StageContext,
     StageError,
     StageInProgress,
     StageLogic,
+    wall_clock,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
 
 DEFAULT_PACKAGES_TIMEOUT = 900.0
 DPKG_FORMAT = "${Package}\\t${db:Status-Abbrev}\\t${Version}\\n"
 APT_UPDATE = ("/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "update", "-q")
+# Repeatable (it only refreshes the package lists) but it changes the guest: the write checks run before a new exec.
+APT_UPDATE_COMMAND = GuestCommand("update", "apt-get-update", APT_UPDATE, write=True)
+INSTALL_PROBE_NAME = "apt-get-install"
 APT_INSTALL = ("/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "--no-install-recommends", "--")
 
 
@@ -91,25 +99,23 @@ class PackagesStage(StageLogic):
         return self.packages_timeout
 
     # -- helpers -----------------------------------------------------------------------------------
-    def _run(self, ctx: StageContext, slot: str, probe: str, argv: t.Sequence[str]) -> dict[str, t.Any]:
-        """A read-only or repeatable command run to completion (PID journaled before polling)."""
-        now = _guest.wall_clock()
-        budget = getattr(ctx.settings, "wait_budget", None)
-        status = _guest.run_probe(ctx, slot, probe, argv, deadline=now + self.packages_timeout,
-                                  sleep=getattr(ctx.settings, "sleep", None) or (lambda _s: None),
-                                  budget_end=None if budget is None else now + float(budget))
-        if status.get("timeout"):
+    def _run(self, ctx: StageContext, command: GuestCommand) -> GuestOutcome:
+        """A read-only or repeatable command run to its exit through the runner's guest-exec helper."""
+        outcome = ctx.guest_exec(command, deadline=wall_clock() + self.packages_timeout)
+        if outcome.state == "timeout":
             raise StageError("A guest command did not finish within packages_timeout.", code="package_install_failed",
-                             details={"stage": ctx.kind, "command": probe})
-        return status
+                             details={"stage": ctx.kind, "command": command.name})
+        if outcome.state == "running":
+            raise StageInProgress({"probe": command.name, "pid": outcome.pid})
+        return outcome
 
     def _installed(self, ctx: StageContext) -> dict[str, str]:
         names = [p["name"] for p in ctx.plan["packages"]]
-        status = self._run(ctx, "query", "dpkg-query", dpkg_query_argv(names))
-        if status["exitcode"] not in (0, 1):  # 1: some names matched nothing
+        outcome = self._run(ctx, GuestCommand("query", "dpkg-query", tuple(dpkg_query_argv(names))))
+        if outcome.exitcode not in (0, 1):  # 1: some names matched nothing
             raise StageError("dpkg-query failed in the guest.", code="package_install_failed",
-                             details={"stage": ctx.kind, "command": "dpkg-query", "exitcode": status["exitcode"]})
-        return parse_dpkg(status["out"])
+                             details={"stage": ctx.kind, "command": "dpkg-query", "exitcode": outcome.exitcode})
+        return parse_dpkg(outcome.out)
 
     # -- protocol ----------------------------------------------------------------------------------
     def preconditions(self, ctx: StageContext) -> None:
@@ -122,12 +128,10 @@ class PackagesStage(StageLogic):
         missing = missing_packages(ctx.plan["packages"], self._installed(ctx))
         ctx.facts["missing"] = missing
         if missing:
-            if not isinstance(ctx.evidence().get("update"), dict):
-                ctx.require_write_allowed()  # apt-get update changes the guest: a new write (a journaled one resumes by GET)
-            update = self._run(ctx, "update", "apt-get-update", APT_UPDATE)
-            if update["exitcode"] != 0:
+            update = self._run(ctx, APT_UPDATE_COMMAND)
+            if update.exitcode != 0:
                 raise StageError("apt-get update failed in the guest.", code="package_install_failed",
-                                 details={"stage": ctx.kind, "command": "apt-get update", "exitcode": update["exitcode"]})
+                                 details={"stage": ctx.kind, "command": "apt-get update", "exitcode": update.exitcode})
 
     def request(self, ctx: StageContext) -> Request | None:
         missing = ctx.facts.get("missing", ctx.plan["packages"])
@@ -138,7 +142,7 @@ class PackagesStage(StageLogic):
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
         if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
             raise StageError("The guest agent answered exec with an unexpected body.", code="unexpected_response")
-        return None, {"install": {"probe": "apt-get-install", "pid": data["pid"], "issuedAt": round(_guest.wall_clock(), 3)}}
+        return None, {"install": {"probe": INSTALL_PROBE_NAME, "pid": data["pid"], "issuedAt": round(wall_clock(), 3)}}
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         marker = ctx.evidence().get("install")
@@ -151,37 +155,20 @@ class PackagesStage(StageLogic):
                              details={"stage": ctx.kind, "packages": [p["name"] for p in missing]})
         return {"packages": {p["name"]: installed[p["name"]] for p in ctx.plan["packages"]}}
 
-    def _await_install(self, ctx: StageContext, marker: dict[str, t.Any]) -> None:
-        started = _guest.wall_clock()
-        deadline = float(marker.get("issuedAt", started)) + self.packages_timeout
-        budget = getattr(ctx.settings, "wait_budget", None)
-        sleep = getattr(ctx.settings, "sleep", None) or (lambda _s: None)
-        interval = 0.2
-        while True:
-            try:
-                status = _guest.exec_status(ctx, marker["pid"])
-            except ProviderError as err:
-                if _guest.agent_reason(err) != "unknown_pid":
-                    raise
-                # Its exit status was consumed before it was recorded: dpkg-query decides below.
-                _guest.record(ctx, {"install": dict(marker, exitcode=None)})
-                return
-            if status is not None:
-                _guest.record(ctx, {"install": dict(marker, exitcode=status["exitcode"])})
-                if status["exitcode"] != 0:
-                    failed_version = "was not found" in status["err"] and "Version" in status["err"]
-                    code = "package_version_missing" if failed_version else "package_install_failed"
-                    raise StageError("apt-get install failed in the guest.", code=code,
-                                     details={"stage": ctx.kind, "exitcode": status["exitcode"]})
-                return
-            now = _guest.wall_clock()
-            if now >= deadline:
-                raise StageError("The package install did not finish within packages_timeout.", code="package_install_failed",
-                                 details={"stage": ctx.kind, "rule": "timeout"})
-            if budget is not None and now >= started + float(budget):
-                raise StageInProgress({"phase": "install", "pid": marker["pid"]})
-            sleep(min(interval, deadline - now))
-            interval = min(interval * 1.5, 2.0)
+    def _await_install(self, ctx: StageContext, marker: t.Mapping[str, t.Any]) -> None:
+        """Follow the install the runner dispatched (its PID journaled with the submission); it is never issued again."""
+        command = GuestCommand("install", INSTALL_PROBE_NAME, tuple((ctx.record.get("request") or {}).get("params", {}).get("command", ())),
+                               repeatable=False)
+        outcome = ctx.guest_exec(command, deadline=float(marker.get("issuedAt", wall_clock())) + self.packages_timeout)
+        if outcome.state == "timeout":
+            raise StageError("The package install did not finish within packages_timeout.", code="package_install_failed",
+                             details={"stage": ctx.kind, "rule": "timeout"})
+        if outcome.state == "running":
+            raise StageInProgress({"phase": "install", "pid": outcome.pid})
+        if outcome.exitcode not in (0, None):  # None: its status was consumed before it was recorded; dpkg-query decides
+            failed_version = "was not found" in outcome.err and "Version" in outcome.err
+            raise StageError("apt-get install failed in the guest.", code="package_version_missing" if failed_version else "package_install_failed",
+                             details={"stage": ctx.kind, "exitcode": outcome.exitcode})
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
         try:

@@ -6,15 +6,14 @@
 """Stage ``readiness``: wait, through the QEMU guest agent, until the guest is usable (docs/stages.md).
 
 Readiness sends no configuration change, so its ``request`` is always ``None`` and the work is
-done by read-only probes inside ``preconditions``/``observe`` (the documented override of the
-send-once protocol). Everything that must survive a crash is journaled in the stage evidence:
+done by read-only probes inside ``observe`` (the documented override of the send-once protocol).
+Everything that must survive a crash is journaled in the stage evidence, by the runner:
 
-- the deadline (``readiness_timeout`` seconds, epoch), written when the stage first starts and
-  never extended by re-runs;
-- before each guest-agent exec a started marker (``submissionStarted: true``, no PID), then its
-  PID, before ``exec-status`` is polled; a journaled PID resumes by GET, and a probe that completed
-  (its exited status read, or consumed by a run that did not record it) may be issued afresh. An
-  exec whose reply was lost (a marker without a PID) is never repeated: the stage is ``uncertain``.
+- the deadline (``readiness_timeout`` seconds, epoch): the ``checkpoint`` when the stage first
+  starts, never extended by re-runs;
+- the cloud-init probe runs through ``StageContext.guest_exec`` (started marker, exec, PID, then
+  ``exec-status``; a journaled PID resumes by GET; a lost exec reply is never repeated: the stage
+  is ``uncertain``).
 
 Ready means: ``cloud-init status --long`` reports ``done`` (``error``/``degraded`` fail with
 ``cloudinit_failed``) and the interface whose MAC is net0's has a usable IPv4 (not loopback, not
@@ -36,18 +35,23 @@ import typing as t
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import TIMESTAMP_FORMAT
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
+    GuestCommand,
     Request,
     Resolution,
     StageContext,
     StageError,
     StageInProgress,
     StageLogic,
+    agent_reason,
+    wall_clock,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
 
 DEFAULT_READINESS_TIMEOUT = 300.0
 CLOUDINIT_PROBE = ("cloud-init", "status", "--long")
 CLOUDINIT_PROBE_NAME = "cloud-init-status"
+# Read-only: a completed probe may run again; its marker lives in the evidence key ``probe``.
+CLOUDINIT_COMMAND = GuestCommand("probe", CLOUDINIT_PROBE_NAME, CLOUDINIT_PROBE)
 HOST_KEY_FILES = (
     ("ssh-ed25519", "/etc/ssh/ssh_host_ed25519_key.pub"),
     ("ecdsa-sha2-nistp256", "/etc/ssh/ssh_host_ecdsa_key.pub"),
@@ -58,6 +62,7 @@ _EXTENDED_LINE = re.compile(r"^extended_status: (.+?)\s*$", re.MULTILINE)
 _KEY_LINE = re.compile(r"\A(ssh-ed25519|ecdsa-sha2-nistp(?:256|384|521)|ssh-rsa) ([A-Za-z0-9+/]+={0,2})(?: [^\r\n]*)?\Z")
 _POLL_MIN = 0.2
 _POLL_MAX = 2.0
+T = t.TypeVar("T")
 
 
 def parse_cloudinit_status(output: str) -> tuple[str | None, str | None]:
@@ -125,29 +130,31 @@ class ReadinessStage(StageLogic):
         self.readiness_timeout = float(readiness_timeout)
 
     # -- helpers -----------------------------------------------------------------------------------
-    def _budget_end(self, ctx: StageContext, started: float) -> float | None:
-        budget = getattr(ctx.settings, "wait_budget", None)
-        return None if budget is None else started + float(budget)
-
-    def _sleep(self, ctx: StageContext, seconds: float) -> None:
-        sleep = getattr(ctx.settings, "sleep", None)
-        if sleep is not None:
-            sleep(seconds)
-
     def _deadline(self, ctx: StageContext) -> float:
         return float(ctx.evidence()["deadline"])
 
-    def _wait(self, ctx: StageContext, phase: str, started: float, interval: float) -> float:
-        """Sleep before the next poll; fail at the deadline, return done:false when the run's budget is spent."""
-        now = _guest.wall_clock()
+    def _in_progress(self, ctx: StageContext, phase: str) -> StageInProgress:
+        """``done: false`` when the run's budget is spent; what this run established goes to the journal with it."""
         deadline = self._deadline(ctx)
-        if now >= deadline:
-            raise self._timeout(ctx, phase)
-        budget_end = self._budget_end(ctx, started)
-        if budget_end is not None and now >= budget_end:
-            raise StageInProgress({"phase": phase, "deadline": _iso(deadline), "secondsLeft": int(deadline - now)})
-        self._sleep(ctx, min(interval, max(0.0, deadline - now)))
-        return min(interval * 1.5, _POLL_MAX)
+        return StageInProgress({"phase": phase, "deadline": _iso(deadline), "secondsLeft": int(deadline - wall_clock())},
+                               evidence=ctx.facts.get("reached"))
+
+    def _until(self, ctx: StageContext, phase: str, started: float, attempt: t.Callable[[], T | None]) -> T:
+        """Repeat ``attempt`` (``None``: not yet) until it answers; fail at the deadline, ``done: false`` when the run's budget is spent."""
+        interval = _POLL_MIN
+        while True:
+            answer = attempt()
+            if answer is not None:
+                return answer
+            now = wall_clock()
+            deadline = self._deadline(ctx)
+            if now >= deadline:
+                raise self._timeout(ctx, phase)
+            budget = ctx.settings.wait_budget
+            if budget is not None and now >= started + float(budget):
+                raise self._in_progress(ctx, phase)
+            ctx.settings.sleep(min(interval, max(0.0, deadline - now)))
+            interval = min(interval * 1.5, _POLL_MAX)
 
     @staticmethod
     def _timeout(ctx: StageContext, phase: str) -> StageError:
@@ -161,7 +168,7 @@ class ReadinessStage(StageLogic):
 
     @staticmethod
     def _agent_down(err: ProviderError) -> bool:
-        return _guest.agent_reason(err) in ("not_running", "vm_not_running") or err.code in ("reply_lost", "transport_lost")
+        return agent_reason(err) in ("not_running", "vm_not_running") or err.code in ("reply_lost", "transport_lost")
 
     # -- protocol ----------------------------------------------------------------------------------
     def preconditions(self, ctx: StageContext) -> None:
@@ -174,10 +181,13 @@ class ReadinessStage(StageLogic):
             raise StageError("The target VM is not running; run the start stage first.", details={"stage": ctx.kind, "rule": "running"})
         if ctx.check_mode:
             raise StageInProgress({"phase": "check_mode", "note": "readiness probes run the guest agent and are skipped in check mode"})
-        if "deadline" not in ctx.evidence():
-            now = _guest.wall_clock()
-            _guest.record(ctx, {"deadline": round(now + self.readiness_timeout, 3), "startedAt": _iso(now),
-                                "timeoutSeconds": self.readiness_timeout})
+
+    def checkpoint(self, ctx: StageContext) -> dict[str, t.Any] | None:
+        """The deadline, journaled when the stage first starts; re-runs never extend it."""
+        if "deadline" in ctx.evidence():
+            return None
+        now = wall_clock()
+        return {"deadline": round(now + self.readiness_timeout, 3), "startedAt": _iso(now), "timeoutSeconds": self.readiness_timeout}
 
     def request(self, ctx: StageContext) -> Request | None:
         return None  # readiness changes nothing; see the module docstring
@@ -188,92 +198,68 @@ class ReadinessStage(StageLogic):
                                       "it is not repeated. Check the guest, then abandon the operation." % request.get("probe", "a probe"), final=True)
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
-        started = _guest.wall_clock()
+        started = wall_clock()
         mac = _guest.clone_mac(ctx)
-        self._ping(ctx, started)
+        self._until(ctx, "agent", started, lambda: self._ping(ctx))
         if ctx.evidence().get("cloudinit") != "done":
-            self._cloudinit(ctx, started)
-        address = self._address(ctx, mac, started)
+            self._until(ctx, "cloud-init", started, lambda: self._cloudinit(ctx, started))
+            ctx.facts["reached"] = {"cloudinit": "done"}
+        address = self._until(ctx, "network", started, lambda: self._address(ctx, mac))
         lines = self._read_host_keys(ctx)
         if not lines:
             raise StageError("No SSH host public key could be read from the guest.", code="observation_mismatch",
                              details={"stage": ctx.kind, "rule": "host_keys"})
         known, fingerprints = host_keys(lines, address)
-        observed = _iso(_guest.wall_clock())
-        handoff = dict(ctx.operation.get("handoff") or {})
-        handoff.update({"ipv4": address, "guestUser": ctx.plan["guestUser"], "knownHosts": known, "hostKeyFingerprints": fingerprints,
-                        "readinessObservedAt": observed,
-                        "readinessNote": "historical observation at readinessObservedAt; not proof of current reachability"})
-        ctx.operation = ctx.store.set_handoff(ctx.operation["operationId"], handoff)
         return {"ipv4": address, "net0Mac": mac, "cloudinit": "done", "guestReady": True, "knownHosts": known,
-                "hostKeyFingerprints": fingerprints, "readinessObservedAt": observed, "probe": None}
+                "hostKeyFingerprints": fingerprints, "readinessObservedAt": _iso(wall_clock()), "probe": None}
 
-    # -- phases ------------------------------------------------------------------------------------
-    def _ping(self, ctx: StageContext, started: float) -> None:
-        interval = _POLL_MIN
-        while True:
-            try:
-                ctx.client.post(ctx.vm_path + "/agent/ping")
-                return
-            except ProviderError as err:
-                if not self._agent_down(err):
-                    raise
-            interval = self._wait(ctx, "agent", started, interval)
+    def handoff(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
+        handoff = dict(ctx.operation.get("handoff") or {})
+        handoff.update({"ipv4": evidence["ipv4"], "guestUser": ctx.plan["guestUser"], "knownHosts": evidence["knownHosts"],
+                        "hostKeyFingerprints": evidence["hostKeyFingerprints"], "readinessObservedAt": evidence["readinessObservedAt"],
+                        "readinessNote": "historical observation at readinessObservedAt; not proof of current reachability"})
+        return handoff
 
-    def _cloudinit(self, ctx: StageContext, started: float) -> None:
-        interval = _POLL_MIN
-        while True:
-            try:
-                status = self._probe_once(ctx, started)
-            except ProviderError as err:
-                if not self._agent_down(err):
-                    raise
-                status = None
-            if status is not None:
-                verdict = cloudinit_verdict(status["out"], status["exitcode"])
-                if verdict == "done":
-                    _guest.record(ctx, {"cloudinit": "done"})
-                    return
-                if verdict.startswith("failed:"):
-                    state = verdict.split(":", 1)[1]
-                    raise StageError("cloud-init in the guest reported %s." % state, code="cloudinit_failed",
-                                     details={"stage": ctx.kind, "cloudinitState": state})
-            interval = self._wait(ctx, "cloud-init", started, interval)
+    # -- attempts (None: not yet) --------------------------------------------------------------------
+    def _ping(self, ctx: StageContext) -> bool | None:
+        try:
+            ctx.client.post(ctx.vm_path + "/agent/ping")
+            return True
+        except ProviderError as err:
+            if not self._agent_down(err):
+                raise
+        return None
 
-    def _probe_once(self, ctx: StageContext, started: float) -> dict[str, t.Any] | None:
-        """Resume the journaled probe by GET or issue one (started marker journaled first, then its PID); poll it until it
-        exits or the budget ends. An exec whose reply was lost is not repeated: ``StageUncertain``."""
-        interval = 0.1
-        while True:
-            pid = _guest.journaled_pid(ctx, "probe", CLOUDINIT_PROBE_NAME, CLOUDINIT_PROBE)
-            if pid is None:
-                pid = _guest.start_exec(ctx, CLOUDINIT_PROBE, "probe", CLOUDINIT_PROBE_NAME)
-            try:
-                status = _guest.exec_status(ctx, pid)
-            except ProviderError as err:
-                if _guest.agent_reason(err) != "unknown_pid":
-                    raise
-                _guest.record(ctx, {"probe": None})  # consumed by an earlier run or forgotten: re-issue (read-only)
-                continue
-            if status is not None:
-                _guest.record(ctx, {"probe": None})
-                return status
-            interval = self._wait(ctx, "cloud-init", started, interval)
+    def _cloudinit(self, ctx: StageContext, started: float) -> bool | None:
+        """One ``cloud-init status --long`` run to its exit: True when done; ``cloudinit_failed`` on error or degraded."""
+        try:
+            outcome = ctx.guest_exec(CLOUDINIT_COMMAND, deadline=self._deadline(ctx), started=started)
+        except ProviderError as err:
+            if not self._agent_down(err):
+                raise
+            return None
+        if outcome.state == "timeout":
+            raise self._timeout(ctx, "cloud-init")
+        if outcome.state == "running":
+            raise self._in_progress(ctx, "cloud-init")
+        verdict = cloudinit_verdict(outcome.out, -1 if outcome.exitcode is None else outcome.exitcode)
+        if verdict == "done":
+            return True
+        if verdict.startswith("failed:"):
+            state = verdict.split(":", 1)[1]
+            raise StageError("cloud-init in the guest reported %s." % state, code="cloudinit_failed",
+                             details={"stage": ctx.kind, "cloudinitState": state})
+        return None  # still running: probe afresh after the interval
 
-    def _address(self, ctx: StageContext, mac: str, started: float) -> str:
-        interval = _POLL_MIN
-        while True:
-            interfaces = None
-            try:
-                data = ctx.client.get(ctx.vm_path + "/agent/network-get-interfaces")
-                interfaces = data.get("result") if isinstance(data, dict) else None
-            except ProviderError as err:
-                if not self._agent_down(err):
-                    raise
-            address = usable_ipv4(interfaces, mac)
-            if address is not None:
-                return address
-            interval = self._wait(ctx, "network", started, interval)
+    def _address(self, ctx: StageContext, mac: str) -> str | None:
+        interfaces = None
+        try:
+            data = ctx.client.get(ctx.vm_path + "/agent/network-get-interfaces")
+            interfaces = data.get("result") if isinstance(data, dict) else None
+        except ProviderError as err:
+            if not self._agent_down(err):
+                raise
+        return usable_ipv4(interfaces, mac)
 
     def _read_host_keys(self, ctx: StageContext) -> dict[str, str]:
         lines: dict[str, str] = {}

@@ -69,12 +69,10 @@ class SnapshotStage(StageLogic):
         if found.get("vmstate"):
             raise StageError("The snapshot includes RAM state, which was not requested.", code="observation_mismatch",
                              details={"stage": ctx.kind, "snapname": name})
-        evidence = {"snapname": name, "snaptime": found.get("snaptime")}
-        handoff = dict(ctx.operation.get("handoff") or {})
-        handoff["snapshot"] = name
-        if not ctx.check_mode:
-            ctx.operation = ctx.store.set_handoff(ctx.operation["operationId"], handoff)
-        return evidence
+        return {"snapname": name, "snaptime": found.get("snaptime")}
+
+    def handoff(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
+        return dict(ctx.operation.get("handoff") or {}, snapshot=evidence["snapname"])
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
         if snapshot_name(ctx.operation["operationId"]) in list_snapshots(ctx):
