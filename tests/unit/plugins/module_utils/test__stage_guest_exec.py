@@ -1,0 +1,219 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The runner's guest-exec helper and the hooks through which the runner writes every journal record of a stage."""
+
+from __future__ import annotations
+
+import time
+import typing as t
+
+import pytest
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
+    GuestCommand,
+    GuestOutcome,
+    Request,
+    StageContext,
+    StageInProgress,
+    StageLogic,
+    StageRunner,
+    StageSettings,
+)
+
+HASH = "b" * 64
+PROBE = GuestCommand("probe", "uname", ("uname", "-r"))
+
+
+class FakeAgent:
+    """A guest agent: ``exec`` answers the scripted replies, ``exec-status`` the scripted statuses (per PID)."""
+
+    def __init__(self, store: JournalStore, operation_id: str, execs: list[t.Any], statuses: list[t.Any]) -> None:
+        self.store, self.operation_id = store, operation_id
+        self.execs, self.statuses = list(execs), list(statuses)
+        self.posts: list[list[str]] = []
+        self.status_reads: list[int] = []
+        self.marker_at_exec: list[t.Any] = []  # the journaled marker when each exec was sent
+        self.marker_at_status: list[t.Any] = []
+
+    def _evidence(self) -> dict[str, t.Any]:
+        return t.cast(dict, self.store.stage(self.store.load(self.operation_id), "clone")["evidence"])
+
+    def post(self, path: str, /, **params: t.Any) -> t.Any:
+        assert path.endswith("/agent/exec")
+        self.marker_at_exec.append(self._evidence().get("probe"))
+        self.posts.append(list(params["command"]))
+        reply = self.execs.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    def get(self, path: str, /, **params: t.Any) -> t.Any:
+        assert path.endswith("/agent/exec-status")
+        self.marker_at_status.append(self._evidence().get(self.slot))
+        self.status_reads.append(params["pid"])
+        reply = self.statuses.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    slot = "probe"
+
+
+class GuestProbe(StageLogic):
+    """A stage whose only work is one guest command, run in ``observe`` (as readiness does)."""
+
+    kind = "clone"
+    gates = ("VMANYWARE_PROVISIONING_ENABLED",)
+
+    def __init__(self, command: GuestCommand = PROBE, deadline: float = 300.0) -> None:
+        self.command = command
+        self.deadline = deadline
+        self.outcomes: list[GuestOutcome] = []
+
+    def checkpoint(self, ctx: StageContext) -> dict[str, t.Any] | None:
+        return None if "deadline" in ctx.evidence() else {"deadline": round(time.time() + self.deadline, 3)}
+
+    def request(self, ctx: StageContext) -> Request | None:
+        return None
+
+    def observe(self, ctx: StageContext) -> dict[str, t.Any]:
+        outcome = ctx.guest_exec(self.command, deadline=float(ctx.evidence()["deadline"]))
+        self.outcomes.append(outcome)
+        if outcome.state == "running":
+            raise StageInProgress({"pid": outcome.pid}, evidence={"seen": "running"})
+        return {"exitcode": outcome.exitcode, "out": outcome.out}
+
+    def handoff(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
+        return {"ipv4": "192.0.2.10", "probeOut": evidence["out"]}
+
+
+@pytest.fixture()
+def store(tmp_path: t.Any) -> JournalStore:
+    return JournalStore(str(tmp_path / "journal"))
+
+
+@pytest.fixture()
+def operation_id(store: JournalStore) -> str:
+    document, _created = store.create_operation(
+        idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan={"definitionHash": HASH, "planHash": HASH},
+        confirmation={}, target_node="pve-test", target_vmid=201, stage_kinds=["clone"])
+    return t.cast(str, document["operationId"])
+
+
+def _run(store: JournalStore, client: FakeAgent, logic: StageLogic, operation_id: str, **settings: t.Any) -> dict[str, t.Any]:
+    settings.setdefault("sleep", lambda _seconds: None)
+    settings.setdefault("environ", {"VMANYWARE_PROVISIONING_ENABLED": "true"})
+    return StageRunner(store, client, logic, StageSettings(**settings)).run(operation_id)
+
+
+def _record(store: JournalStore, operation_id: str) -> dict[str, t.Any]:
+    return t.cast(dict, store.stage(store.load(operation_id), "clone"))
+
+
+def _agent_error(token: str) -> ProviderError:
+    return ProviderError(code="server_error", details={"status": 500, "agent": token})
+
+
+def test_marker_then_exec_then_pid_then_poll_and_the_runner_records_checkpoint_and_handoff(store: JournalStore, operation_id: str) -> None:
+    running = {"exited": 0}
+    done = {"exited": 1, "exitcode": 0, "out-data": "6.1.0\n"}
+    agent = FakeAgent(store, operation_id, [{"pid": 41}], [running, done])
+    result = _run(store, agent, GuestProbe(), operation_id)
+    assert result["done"] and agent.posts == [["uname", "-r"]]
+    # The started marker (no PID) was journaled before the exec, the PID before the first exec-status.
+    assert agent.marker_at_exec[0]["pid"] is None and agent.marker_at_exec[0]["submissionStarted"] is True
+    assert [marker["pid"] for marker in agent.marker_at_status] == [41, 41] and agent.status_reads == [41, 41]
+    record = _record(store, operation_id)
+    # A repeatable command's marker is cleared once it exited; the checkpoint (deadline) was journaled by the runner.
+    assert record["status"] == "completed" and record["evidence"]["probe"] is None and "deadline" in record["evidence"]
+    assert record["evidence"]["out"] == "6.1.0\n" and store.load(operation_id)["handoff"]["probeOut"] == "6.1.0\n"
+
+
+def test_a_journaled_pid_is_resumed_by_get_only(store: JournalStore, operation_id: str) -> None:
+    store.record_evidence(operation_id, "clone", {"probe": {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": 1.0}})
+    agent = FakeAgent(store, operation_id, [], [{"exited": 1, "exitcode": 3}])
+    assert _run(store, agent, GuestProbe(), operation_id)["done"]
+    assert agent.posts == [] and agent.status_reads == [7] and _record(store, operation_id)["evidence"]["exitcode"] == 3
+
+
+@pytest.mark.parametrize("reply", [ProviderError(code="reply_lost"), {"unexpected": True}])
+def test_a_lost_exec_reply_is_never_issued_again(store: JournalStore, operation_id: str, reply: t.Any) -> None:
+    agent = FakeAgent(store, operation_id, [reply], [])
+    for _attempt in range(2):
+        with pytest.raises(VmanywareError) as info:
+            _run(store, agent, GuestProbe(), operation_id)
+        assert info.value.code == "outcome_uncertain"
+    record = _record(store, operation_id)
+    assert agent.posts == [["uname", "-r"]] and agent.status_reads == []
+    assert record["status"] == "uncertain" and record["request"]["probe"] == "uname" and record["evidence"]["probe"]["pid"] is None
+
+
+def test_a_definite_refusal_clears_the_marker(store: JournalStore, operation_id: str) -> None:
+    agent = FakeAgent(store, operation_id, [_agent_error("exec_disabled")], [])
+    with pytest.raises(VmanywareError) as info:
+        _run(store, agent, GuestProbe(), operation_id)
+    assert info.value.code == "guest_exec_unavailable" and _record(store, operation_id)["evidence"]["probe"] is None
+
+
+def test_a_write_command_checks_the_gates_before_a_new_exec_only(store: JournalStore, operation_id: str) -> None:
+    update = GuestCommand("probe", "apt-get-update", ("apt-get", "update"), write=True)
+    agent = FakeAgent(store, operation_id, [], [])
+    with pytest.raises(VmanywareError) as info:
+        _run(store, agent, GuestProbe(update), operation_id, environ={"VMANYWARE_PROVISIONING_ENABLED": "false"})
+    assert info.value.code == "provisioning_disabled" and agent.posts == [] and "probe" not in _record(store, operation_id)["evidence"]
+    # A journaled one is followed by GET even with the gate closed (no new write).
+    store.record_evidence(operation_id, "clone", {"probe": {"probe": "apt-get-update", "pid": 9, "submissionStarted": True}})
+    agent = FakeAgent(store, operation_id, [], [{"exited": 1, "exitcode": 0}])
+    assert _run(store, agent, GuestProbe(update), operation_id, environ={"VMANYWARE_PROVISIONING_ENABLED": "false"})["done"]
+    assert agent.posts == [] and agent.status_reads == [9]
+
+
+def test_a_consumed_status_reissues_a_repeatable_command_but_not_a_one_shot(store: JournalStore, operation_id: str) -> None:
+    store.record_evidence(operation_id, "clone", {"probe": {"probe": "uname", "pid": 5, "submissionStarted": True}})
+    agent = FakeAgent(store, operation_id, [{"pid": 6}], [_agent_error("unknown_pid"), {"exited": 1, "exitcode": 0}])
+    assert _run(store, agent, GuestProbe(), operation_id)["done"]
+    assert agent.posts == [["uname", "-r"]] and agent.status_reads == [5, 6]
+
+    install = GuestCommand("probe", "install", ("apt-get", "install"), repeatable=False)
+    other = _second_operation(store)
+    store.record_evidence(other, "clone", {"probe": {"probe": "install", "pid": 8, "submissionStarted": True}})
+    agent = FakeAgent(store, other, [], [_agent_error("unknown_pid")])
+    logic = GuestProbe(install)
+    assert _run(store, agent, logic, other)["done"]
+    assert agent.posts == [] and logic.outcomes == [GuestOutcome("exited", 8)]
+    assert _record(store, other)["evidence"]["probe"] == {"probe": "install", "pid": 8, "submissionStarted": True, "exitcode": None}
+
+
+def test_the_budget_returns_running_and_journals_the_hooks_evidence_the_deadline_times_out(store: JournalStore, operation_id: str) -> None:
+    agent = FakeAgent(store, operation_id, [{"pid": 11}], [{"exited": 0}])
+    result = _run(store, agent, GuestProbe(), operation_id, wait_budget=0.0)
+    record = _record(store, operation_id)
+    assert not result["done"] and result["progress"] == {"pid": 11}
+    assert record["status"] == "pending" and record["evidence"]["seen"] == "running" and record["evidence"]["probe"]["pid"] == 11
+
+    other = _second_operation(store)
+    agent = FakeAgent(store, other, [{"pid": 12}], [{"exited": 0}])
+    logic = GuestProbe(deadline=-1.0)
+    _run(store, agent, logic, other)
+    assert logic.outcomes == [GuestOutcome("timeout", 12)]
+
+
+def test_check_mode_journals_no_checkpoint_and_execs_nothing(store: JournalStore, operation_id: str) -> None:
+    agent = FakeAgent(store, operation_id, [], [])
+    _run(store, agent, GuestProbe(), operation_id, check_mode=True)
+    assert agent.posts == [] and _record(store, operation_id)["evidence"] == {}
+    with pytest.raises(VmanywareError) as info:  # the helper itself refuses in check mode
+        StageRunner(store, agent, GuestProbe(), StageSettings(check_mode=True)).guest_exec(
+            StageContext(operation=store.load(operation_id), client=agent, kind="clone"), PROBE, time.time() + 60)
+    assert info.value.code == "internal_error" and agent.posts == []
+
+
+def _second_operation(store: JournalStore) -> str:
+    document, _created = store.create_operation(
+        idempotency_key="k2", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan={"definitionHash": HASH, "planHash": HASH},
+        confirmation={}, target_node="pve-test", target_vmid=202, stage_kinds=["clone"])
+    return t.cast(str, document["operationId"])
