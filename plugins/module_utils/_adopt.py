@@ -43,10 +43,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
     new_operation_document,
     utc_now,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import default_idempotency_key, gate_and_confirm, public_view
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import default_idempotency_key, gate_and_confirm, public_view, require_scope
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import disk_volume, net_macaddr, pending_keys, read_pending, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import require_scope
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import attested, mismatches
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import binding_description, find_tasks, read_config_or_none

@@ -33,7 +33,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import LIFECYCLE_KEY, require_cleanup_eligible, validate_operation_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import LIFECYCLE_GATE, public_view, read_gate
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import LIFECYCLE_GATE, bind_scope, public_view, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
@@ -45,7 +45,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageRunner,
     StageSettings,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import bind_scope, open_store
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import find_tasks, is_ours, read_config_or_none
 
 _DRIVE_KEY = re.compile(r"\A(ide|sata|scsi|virtio|efidisk|tpmstate|unused)\d+\Z")

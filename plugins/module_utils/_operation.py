@@ -13,8 +13,10 @@ makes no API request. See docs/operations.md.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import typing as t
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import certificate_fingerprint, provider_scope_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, VmanywareError, snake_keys
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
     LIFECYCLE_KEY,
@@ -27,6 +29,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
     validate_operation_id,
 )
 
+# The fact vmanyware_operation sets in check mode: the document an apply run would record (never written). A check-mode
+# stage task whose operation_id is that document's gets it as preview_operation (plugins/plugin_utils/_in_process.py).
+PREVIEW_FACT = "vmanyware_preview_operation"
 PROVISIONING_GATE = "VMANYWARE_PROVISIONING_ENABLED"
 SNAPSHOTS_GATE = "VMANYWARE_SNAPSHOTS_ENABLED"
 # Removing what an operation created is gated separately from creating it (docs/operations.md, "Lifecycle").
@@ -84,6 +89,45 @@ def require_verified_tls(settings: t.Any) -> None:
     """
     if not settings.fingerprint and not settings.validate_certs:
         raise VmanywareError(code="tls_unverified")
+
+
+def require_scope(observed: str | None, expected: str) -> None:
+    """``plan_changed`` unless the provider actually reached is the one the operation was confirmed for."""
+    if observed != expected:
+        raise VmanywareError("The configured Proxmox provider is not the one this operation was confirmed for.",
+                             code="plan_changed", details={"fields": ["providerScopeId"]})
+
+
+def verified_scope(settings: t.Any) -> str:
+    """The provider scope id of the configured connection, known only over verified TLS (``tls_unverified`` otherwise).
+
+    The scope id includes the server certificate: with a pin it is known without connecting; otherwise one verified TLS
+    handshake reads it (no HTTP request, no credential sent).
+    """
+    require_verified_tls(settings)
+    return provider_scope_id(settings, certificate_fingerprint(settings))
+
+
+def bind_scope(settings: t.Any, operation: t.Mapping[str, t.Any]) -> None:
+    """Refuse to act unless the configured provider is the one the operation was confirmed for (see ``verified_scope``)."""
+    require_scope(provider_scope_id(settings, certificate_fingerprint(settings)), operation["providerScopeId"])
+
+
+@dataclasses.dataclass(frozen=True)
+class OperationInputs:
+    """What creating an operation reads, each when it is needed: the gates are checked before any of them is parsed
+    (a closed gate is reported before a bad input), then the journal, the plan inputs and the connection, in that order."""
+
+    store: t.Callable[[], JournalStore]
+    planned: t.Callable[[], t.Any]
+    connection: t.Callable[[], t.Any]
+
+
+def with_operation_facts(result: dict[str, t.Any]) -> dict[str, t.Any]:
+    """``ansible_facts`` of a created (or previewed, or adopted) operation: the operation, and in check mode the preview document
+    the stages of the same play preview against (plugin_utils/_in_process.py)."""
+    result["ansible_facts"] = {"vmanyware_operation": result["operation"], PREVIEW_FACT: result.get("preview_document")}
+    return result
 
 
 def instance_tag(operation_id: str) -> str:

@@ -23,18 +23,19 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._admission impor
     check_concurrency,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, resolve_journal_dir, validate_document
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import parse_catalog
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, public_view, require_verified_tls
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (
+    PROVISIONING_GATE,
+    SNAPSHOTS_GATE,
+    bind_scope,
+    public_view,
+    require_verified_tls,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic, StageRunner, StageSettings
-
-
-# The fact vmanyware_operation sets in check mode: the document an apply run would record (never written). A check-mode
-# stage task whose operation_id is that document's gets it as preview_operation (plugins/plugin_utils/_in_process.py).
-PREVIEW_FACT = "vmanyware_preview_operation"
 
 
 def journal_argument_spec() -> dict[str, dict[str, t.Any]]:
@@ -98,22 +99,6 @@ def _store_and_operation(params: t.Mapping[str, t.Any], check_mode: bool) -> tup
         return open_store(params.get("journal_dir")), operation_id
     raise InputError("operation_id is required (preview_operation is accepted in check mode only).", path="operation_id",
                      details={"rule": "required"})
-
-
-def require_scope(observed: str | None, expected: str) -> None:
-    """``plan_changed`` unless the provider actually reached is the one the operation was confirmed for."""
-    if observed != expected:
-        raise VmanywareError("The configured Proxmox provider is not the one this operation was confirmed for.",
-                             code="plan_changed", details={"fields": ["providerScopeId"]})
-
-
-def bind_scope(settings: t.Any, operation: t.Mapping[str, t.Any]) -> None:
-    """Refuse to act unless the configured provider is the one the operation was confirmed for.
-
-    The scope id includes the server certificate: with a pin it is known without connecting;
-    otherwise one verified TLS handshake reads it (no HTTP request, no credential sent).
-    """
-    require_scope(provider_scope_id(settings, certificate_fingerprint(settings)), operation["providerScopeId"])
 
 
 def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: bool, diff: bool,

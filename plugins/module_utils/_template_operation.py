@@ -24,10 +24,13 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import V
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (
     PROVISIONING_GATE,
+    OperationInputs,
     check_confirmation,
     default_idempotency_key,
     read_gate,
     record_operation,
+    verified_scope,
+    with_operation_facts,
 )
 
 TEMPLATE_CONFIRMATION_FIELDS = (
@@ -83,3 +86,19 @@ def create_template_operation(
     snapshots = {"definition": definition, "mapping": mapping, "plan": plan, "confirmation": confirmed}
     return record_operation(store, key=key, provider_scope_id=provider_scope_id, snapshots=snapshots,
                             stage_kinds=[step["kind"] for step in plan["steps"]], target=plan["target"], check_mode=check_mode)
+
+
+def run_template_operation(inputs: OperationInputs, *, confirmation: t.Any, idempotency_key: str | None, provisioning_option: bool | None,
+                           environ: t.Mapping[str, str], check_mode: bool) -> dict[str, t.Any]:
+    """The whole of ``vmanyware_template_operation``; the result carries ``ansible_facts``.
+
+    The gate first: a bad value is a configuration error before anything else; disabled means no connection at all.
+    """
+    if not read_gate(environ, PROVISIONING_GATE, provisioning_option):
+        raise VmanywareError(code="provisioning_disabled")
+    store = inputs.store()
+    planned = inputs.planned()
+    scope = verified_scope(inputs.connection())  # the confirmed provider is only known over verified TLS
+    return with_operation_facts(create_template_operation(store, planned=planned, provider_scope_id=scope, confirmation=confirmation,
+                                                          idempotency_key=idempotency_key, environ=environ,
+                                                          provisioning_option=provisioning_option, check_mode=check_mode))

@@ -245,27 +245,17 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._adopt import adopt_operation
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (
-    PROVISIONING_GATE,
-    SNAPSHOTS_GATE,
-    abandon_operation,
-    confirmation_complete,
-    create_operation,
-    read_gate,
-    require_verified_tls,
-)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import OperationInputs
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation_states import STATES, run_operation
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import (
     PLAN_INPUT_MUTUALLY_EXCLUSIVE,
     PLAN_INPUT_REQUIRED_ONE_OF,
     plan_from_params,
     plan_input_argument_spec,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PREVIEW_FACT, journal_argument_spec, open_store
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
 
 
 def argument_spec() -> dict:
@@ -275,7 +265,7 @@ def argument_spec() -> dict:
     spec["confirmation"] = {"type": "dict"}
     spec["idempotency_key"] = {"type": "str", "no_log": False}
     spec["provisioning_enabled"] = {"type": "bool"}
-    spec["state"] = {"type": "str", "choices": ["present", "adopt", "abandoned"], "default": "present"}
+    spec["state"] = {"type": "str", "choices": list(STATES), "default": "present"}
     spec["target_vmid"] = dict(spec["target_vmid"], required=False)
     spec["operation_id"] = {"type": "str"}
     spec["reason"] = {"type": "str"}
@@ -290,33 +280,11 @@ REQUIRED_IF = tuple(
 
 
 def action(params, check_mode, diff) -> dict:
-    if params["state"] == "abandoned":
-        result = abandon_operation(open_store(params["journal_dir"]), params["operation_id"], params["reason"], check_mode=check_mode)
-        result["ansible_facts"] = {"vmanyware_operation": result["operation"]}
-        return result
-    # Gates first: a bad value is a configuration error before anything else. An apply run (a complete confirmation)
-    # with the gate closed stops here, without any connection; a review run goes on to build the block to confirm.
-    if not read_gate(os.environ, PROVISIONING_GATE, params["provisioning_enabled"]) and confirmation_complete(params["confirmation"]):
-        raise VmanywareError(code="provisioning_disabled")
-    read_gate(os.environ, SNAPSHOTS_GATE)
-    store = open_store(params["journal_dir"])
-    planned = plan_from_params(params)
-    settings = connection_settings(params)
-    require_verified_tls(settings)  # the confirmed provider is only known over verified TLS
-    scope = provider_scope_id(settings, certificate_fingerprint(settings))
-    if params["state"] == "adopt":
-        with ProxmoxClient(settings) as client:
-            result = adopt_operation(store, client, planned=planned, provider_scope_id=scope, confirmation=params["confirmation"],
-                                     idempotency_key=params["idempotency_key"], environ=os.environ,
-                                     provisioning_option=params["provisioning_enabled"], check_mode=check_mode)
-    else:
-        result = create_operation(store, planned=planned, provider_scope_id=scope, confirmation=params["confirmation"],
-                                  idempotency_key=params["idempotency_key"], environ=os.environ,
-                                  provisioning_option=params["provisioning_enabled"], check_mode=check_mode)
-    result["ansible_facts"] = {"vmanyware_operation": result["operation"]}
-    # Check mode: the stages of the same play preview against this document (plugin_utils/_in_process.py).
-    result["ansible_facts"][PREVIEW_FACT] = result.get("preview_document")
-    return result
+    inputs = OperationInputs(store=lambda: open_store(params["journal_dir"]), planned=lambda: plan_from_params(params),
+                             connection=lambda: connection_settings(params))
+    return run_operation(params["state"], inputs, confirmation=params["confirmation"], idempotency_key=params["idempotency_key"],
+                         provisioning_option=params["provisioning_enabled"], operation_id=params["operation_id"], reason=params["reason"],
+                         environ=os.environ, check_mode=check_mode)
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),

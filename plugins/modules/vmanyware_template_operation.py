@@ -125,17 +125,15 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import certificate_fingerprint, provider_scope_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, read_gate, require_verified_tls
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PREVIEW_FACT, journal_argument_spec, open_store
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import OperationInputs
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import (
     TEMPLATE_BUILD_CONSTRAINTS,
     template_build_argument_spec,
     template_plan_from_params,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_operation import create_template_operation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_operation import run_template_operation
 
 
 def argument_spec() -> dict:
@@ -149,20 +147,10 @@ def argument_spec() -> dict:
 
 
 def action(params, check_mode, diff) -> dict:
-    # The gate first: a bad value is a configuration error before anything else; disabled means no connection at all.
-    if not read_gate(os.environ, PROVISIONING_GATE, params["provisioning_enabled"]):
-        raise VmanywareError(code="provisioning_disabled")
-    store = open_store(params["journal_dir"])
-    planned = template_plan_from_params(params)
-    settings = connection_settings(params)
-    require_verified_tls(settings)  # the confirmed provider is only known over verified TLS
-    scope = provider_scope_id(settings, certificate_fingerprint(settings))
-    result = create_template_operation(store, planned=planned, provider_scope_id=scope, confirmation=params["confirmation"],
-                                       idempotency_key=params["idempotency_key"], environ=os.environ,
-                                       provisioning_option=params["provisioning_enabled"], check_mode=check_mode)
-    # Check mode: the stages of the same play preview against the preview document (plugin_utils/_in_process.py).
-    result["ansible_facts"] = {"vmanyware_operation": result["operation"], PREVIEW_FACT: result.get("preview_document")}
-    return result
+    inputs = OperationInputs(store=lambda: open_store(params["journal_dir"]), planned=lambda: template_plan_from_params(params),
+                             connection=lambda: connection_settings(params))
+    return run_template_operation(inputs, confirmation=params["confirmation"], idempotency_key=params["idempotency_key"],
+                                  provisioning_option=params["provisioning_enabled"], environ=os.environ, check_mode=check_mode)
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),

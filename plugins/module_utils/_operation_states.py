@@ -1,0 +1,67 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What ``vmanyware_operation`` does for each ``state`` (docs/operations.md); the module only passes its options in.
+
+- ``abandoned``: the operator abandons an operation (no provider request, no plan inputs, no gate);
+- ``present`` and ``adopt``: the gates first (a bad value is a configuration error before anything else; an apply run,
+  i.e. a complete confirmation, with the provisioning gate closed stops there without any connection), then the
+  journal, the plan, the provider scope over verified TLS, and the operation created from the confirmed plan or
+  adopted from reads of Proxmox (``_adopt``).
+
+A sibling of ``_operation`` because adoption (``_adopt``) itself builds on ``_operation``.
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._adopt import adopt_operation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (
+    PROVISIONING_GATE,
+    SNAPSHOTS_GATE,
+    OperationInputs,
+    abandon_operation,
+    confirmation_complete,
+    create_operation,
+    read_gate,
+    verified_scope,
+    with_operation_facts,
+)
+
+STATES = ("present", "adopt", "abandoned")
+
+
+def run_operation(state: str, inputs: OperationInputs, *, confirmation: t.Any, idempotency_key: str | None,
+                  provisioning_option: bool | None, operation_id: str | None, reason: t.Any, environ: t.Mapping[str, str],
+                  check_mode: bool, client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
+    """The whole of ``vmanyware_operation`` for ``state``; the result carries ``ansible_facts``."""
+    if state == "abandoned":
+        result = abandon_operation(inputs.store(), t.cast(str, operation_id), reason, check_mode=check_mode)
+        result["ansible_facts"] = {"vmanyware_operation": result["operation"]}
+        return result
+    # An apply run (a complete confirmation) with the gate closed stops here, without any connection; a review run goes
+    # on to build the block to confirm.
+    if not read_gate(environ, PROVISIONING_GATE, provisioning_option) and confirmation_complete(confirmation):
+        raise VmanywareError(code="provisioning_disabled")
+    read_gate(environ, SNAPSHOTS_GATE)
+    store = inputs.store()
+    planned = inputs.planned()
+    settings = inputs.connection()
+    scope = verified_scope(settings)  # the confirmed provider is only known over verified TLS
+    if state == "adopt":
+        with client_factory(settings) as client:
+            result = adopt_operation(store, client, planned=planned, provider_scope_id=scope, confirmation=confirmation,
+                                     idempotency_key=idempotency_key, environ=environ, provisioning_option=provisioning_option,
+                                     check_mode=check_mode)
+    else:
+        result = create_operation(store, planned=planned, provider_scope_id=scope, confirmation=confirmation,
+                                  idempotency_key=idempotency_key, environ=environ, provisioning_option=provisioning_option,
+                                  check_mode=check_mode)
+    return with_operation_facts(result)
