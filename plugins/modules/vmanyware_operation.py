@@ -283,7 +283,7 @@ def action(params, check_mode, diff) -> dict:
     inputs = OperationInputs(store=lambda: open_store(params["journal_dir"]), planned=lambda: plan_from_params(params),
                              connection=lambda: connection_settings(params))
     return run_operation(params["state"], inputs, confirmation=params["confirmation"], idempotency_key=params["idempotency_key"],
-                         provisioning_option=params["provisioning_enabled"], operation_id=params["operation_id"], reason=params["reason"],
+                         provisioning_option=params["provisioning_enabled"], operation_id=params.get("operation_id"), reason=params.get("reason"),
                          environ=os.environ, check_mode=check_mode)
 
 
