@@ -168,9 +168,8 @@ class StageContext:
     check_mode: bool = False
     diff: dict[str, t.Any] | None = None
     facts: dict[str, t.Any] = dataclasses.field(default_factory=dict)  # scratch space of one run
-    # The journal and the run's settings. Hooks read them (the wait budget, the clock); only the runner writes the
-    # journal: guest commands through ``guest_exec``, evidence through ``checkpoint``/``observe``/``StageInProgress``.
-    store: t.Any = None
+    # The run's settings (the wait budget, ``sleep``). Hooks have no journal: only the runner writes it (guest commands
+    # through ``guest_exec``; evidence from ``checkpoint``, ``observe``, ``handoff`` and ``StageInProgress``).
     settings: t.Any = None
     # The runner's guest-exec helper (``StageRunner.guest_exec``); None outside a runner (previews).
     guest_runner: t.Callable[[StageContext, GuestCommand, float, float | None], GuestOutcome] | None = None
@@ -401,7 +400,7 @@ class StageRunner:
     def _context(self, operation_id: str) -> StageContext:
         operation = self.store.load(operation_id)
         return StageContext(operation=operation, client=self.client, kind=self.logic.kind, check_mode=self.settings.check_mode,
-                            store=self.store, settings=self.settings, guest_runner=self.guest_exec)
+                            settings=self.settings, guest_runner=self.guest_exec)
 
     def _require_write_allowed(self, ctx: StageContext) -> None:
         """Before every new mutating request: each gate of the stage re-read (an environment ``false`` wins over an

@@ -330,7 +330,6 @@ class Waiting(StageLogic):
         self.outcome = outcome
 
     def preconditions(self, ctx: StageContext) -> None:
-        ctx.operation = ctx.store.record_evidence(ctx.operation["operationId"], ctx.kind, {"deadline": 1.0})
         if self.outcome is not None:
             raise self.outcome
 
@@ -343,7 +342,8 @@ class Waiting(StageLogic):
 
 def test_runner_in_progress_final_codes_and_completion(store: JournalStore, tmp_path: Path) -> None:
     operation_id = _op(store, ["readiness"])
-    runner = StageRunner(store, None, Waiting(StageInProgress({"phase": "agent"})), StageSettings())
+    # The runner journals what the hook established (hooks have no journal of their own).
+    runner = StageRunner(store, None, Waiting(StageInProgress({"phase": "agent"}, evidence={"deadline": 1.0})), StageSettings())
     result = runner.run(operation_id)
     assert result["done"] is False and result["progress"] == {"phase": "agent"} and result["stage"]["status"] == "pending"
     assert store.stage(store.load(operation_id), "readiness")["evidence"] == {"deadline": 1.0}
