@@ -240,3 +240,57 @@ def test_readiness_fails_at_the_journaled_deadline_without_an_address(sim: t.Any
         env.run(ContainerReadinessStage(readiness_timeout=600))  # a re-run keeps the first deadline
     assert raised.value.code == "guest_network_unavailable"
     assert env.stage("readiness")["status"] == "failed" and env.stage("readiness")["evidence"]["deadline"] == deadline
+
+
+@pytest.mark.parametrize(("environ", "option", "allowed"), [
+    ("false", True, False),  # an environment false wins over the option
+    ("", None, False),       # empty = unset: closed unless the option opens it
+    ("", True, True),
+    ("true", None, True),
+    (None, False, False),
+])
+def test_packages_write_check_rereads_the_provisioning_gate(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            environ: str | None, option: bool | None, allowed: bool) -> None:
+    """The role's apt writes over SSH (Proxmox never sees them) are each preceded by ``write_check``: the gate re-read."""
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # pylint: disable=C0415
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
+    catalog = yaml.safe_load((gs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"))
+    definition = yaml.safe_load(gs.definition_text(packages=[{"name": "jq"}]))
+    definition["image"] = "debian-12-ct"
+    planned = build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=CTID)
+    client = ProxmoxClient(gs.settings_for(sim.connection))
+    client.get("/version")
+    store = JournalStore(str(tmp_path / "journal"))
+    kinds = [step["kind"] for step in planned.plan["steps"]]
+    document, _created = store.create_operation(
+        idempotency_key="test-gate", provider_scope_id=client.provider_scope_id, definition=planned.definition, mapping=planned.mapping,
+        plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID, stage_kinds=kinds)
+    env = gs.Env(store, client, document["operationId"], kinds)
+    for kind in ("template", "create", "start", "readiness"):
+        assert env.run(container_stage(kind, readiness_timeout=60))["done"]
+    before = store.load(env.operation_id)
+    sim.clear_requests()
+    if environ is None:
+        monkeypatch.delenv("VMANYWARE_PROVISIONING_ENABLED", raising=False)
+    else:
+        monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", environ)
+    # no connection options at all: the check reads the gate and the journal, never Proxmox
+    params = {"operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "provisioning_enabled": option,
+              "write_check": True}
+    if allowed:
+        result = run_stage(params, container_stage("packages"), check_mode=False, diff=False)
+        assert result["write_allowed"] is True and result["changed"] is False and result["done"] is False
+    else:
+        with pytest.raises(VmanywareError) as raised:
+            run_stage(params, container_stage("packages"), check_mode=False, diff=False)
+        assert raised.value.code == "provisioning_disabled"
+    assert sim.requests() == []
+    assert store.load(env.operation_id) == before  # nothing recorded: the stage stays pending
+    assert env.stage("packages")["status"] == "pending"
+
+
+def test_write_check_is_only_for_the_packages_stage() -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_container  # pylint: disable=C0415
+    with pytest.raises(VmanywareError) as raised:
+        vmanyware_container._logic({"stage": "start", "write_check": True, "readiness_timeout": 300.0})  # pylint: disable=W0212
+    assert raised.value.code == "invalid_option"
