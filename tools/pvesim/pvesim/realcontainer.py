@@ -44,7 +44,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 import typing as t
@@ -153,8 +152,8 @@ class RealContainerBackend:
         rootfs = os.path.join(ct_dir, "rootfs")
         os.makedirs(rootfs)
         try:
-            with tarfile.open(self.rootfs["tar_path"]) as tar:
-                tar.extractall(rootfs, numeric_owner=True)  # nosec: our own build, root-owned tree
+            # GNU tar: several times faster than tarfile for the ~20,000 files; owners, modes and capabilities as built
+            _run(["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-xpf", self.rootfs["tar_path"], "-C", rootfs], timeout=600)
             _run(["ssh-keygen", "-q", "-A", "-f", rootfs])  # new host keys for this container only
             ssh_dir = os.path.join(rootfs, "root", ".ssh")
             os.makedirs(ssh_dir, mode=0o700, exist_ok=True)
