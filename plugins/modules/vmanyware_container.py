@@ -48,8 +48,8 @@ options:
     type: dict
   write_check:
     description:
-      - For O(stage=packages) only. Send nothing and record nothing: re-read the provisioning gate (an environment V(false) wins
-        over O(provisioning_enabled)) and compare the catalog, and fail with the gate's code (C(provisioning_disabled)) or
+      - For O(stage=packages) only. Sends and records nothing. Re-reads the provisioning gate (an environment V(false) wins
+        over O(provisioning_enabled)) and compares the catalog, and fails with the gate's code (C(provisioning_disabled)) or
         C(plan_changed) when the write that follows must not happen. The role runs this right before each of its package writes
         over SSH (C(apt) cache update, C(apt) install), which Proxmox never sees.
     type: bool
