@@ -58,6 +58,22 @@ def _env(tmp_path: Path, conn: dict[str, t.Any]) -> gs.Env:
     return gs.Env(store, client, document["operationId"], kinds)
 
 
+def _declared_env(sim: t.Any, tmp_path: Path, key: str, **declared: t.Any) -> gs.Env:
+    """An operation for the example container mapping whose definition declares ``declared`` (packages, snapshot)."""
+    catalog = yaml.safe_load((gs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"))
+    definition = yaml.safe_load(gs.definition_text(**declared))
+    definition["image"] = "debian-12-ct"
+    planned = build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=CTID)
+    client = ProxmoxClient(gs.settings_for(sim.connection))
+    client.get("/version")
+    store = JournalStore(str(tmp_path / "journal"))
+    kinds = [step["kind"] for step in planned.plan["steps"]]
+    document, _created = store.create_operation(
+        idempotency_key=key, provider_scope_id=client.provider_scope_id, definition=planned.definition, mapping=planned.mapping,
+        plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID, stage_kinds=kinds)
+    return gs.Env(store, client, document["operationId"], kinds)
+
+
 def _mutations(sim: t.Any) -> list[tuple[str, str]]:
     return [(e["method"], e["path"]) for e in sim.requests()
             if e["method"] != "GET" and e["status"] in (200, "dropped") and e["path"] != "/access/ticket"]  # root_call logins
@@ -173,19 +189,8 @@ def test_the_module_entry_runs_each_stage_and_refuses_a_vm_plan(sim: t.Any, tmp_
 
 def test_packages_are_verified_from_package_facts_and_the_snapshot_is_gated(sim: t.Any, tmp_path: Path) -> None:
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
-    catalog = yaml.safe_load((gs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"))
-    definition = yaml.safe_load(gs.definition_text(packages=[{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}], snapshot=True))
-    definition["image"] = "debian-12-ct"
-    planned = build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=CTID)
-    client = ProxmoxClient(gs.settings_for(sim.connection))
-    client.get("/version")
-    store = JournalStore(str(tmp_path / "journal"))
-    kinds = [step["kind"] for step in planned.plan["steps"]]
-    document, _created = store.create_operation(
-        idempotency_key="test-pkg", provider_scope_id=client.provider_scope_id, definition=planned.definition, mapping=planned.mapping,
-        plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID, stage_kinds=kinds)
-    env = gs.Env(store, client, document["operationId"], kinds)
-    assert kinds == ["template", "create", "start", "readiness", "packages", "snapshot"]
+    env = _declared_env(sim, tmp_path, "test-pkg", packages=[{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}], snapshot=True)
+    assert env.kinds == ["template", "create", "start", "readiness", "packages", "snapshot"]
     for kind in ("template", "create", "start", "readiness"):
         assert env.run(container_stage(kind, readiness_timeout=60))["done"]
     sim.clear_requests()
@@ -197,18 +202,7 @@ def test_packages_are_verified_from_package_facts_and_the_snapshot_is_gated(sim:
 
 def test_container_snapshot_stage_is_gated_and_takes_one_snapshot(sim: t.Any, tmp_path: Path) -> None:
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
-    catalog = yaml.safe_load((gs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"))
-    definition = yaml.safe_load(gs.definition_text(packages=[{"name": "git"}], snapshot=True))
-    definition["image"] = "debian-12-ct"
-    planned = build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=CTID)
-    client = ProxmoxClient(gs.settings_for(sim.connection))
-    client.get("/version")
-    store = JournalStore(str(tmp_path / "journal"))
-    kinds = [step["kind"] for step in planned.plan["steps"]]
-    document, _created = store.create_operation(
-        idempotency_key="test-snap", provider_scope_id=client.provider_scope_id, definition=planned.definition, mapping=planned.mapping,
-        plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID, stage_kinds=kinds)
-    env = gs.Env(store, client, document["operationId"], kinds)
+    env = _declared_env(sim, tmp_path, "test-snap", packages=[{"name": "git"}], snapshot=True)
     for kind in ("template", "create", "start", "readiness"):
         assert env.run(container_stage(kind, readiness_timeout=60))["done"]
     assert env.run(container_stage("packages", installed={"git": "1:2.39.5-0+deb12u2"}))["stage"]["evidence"]["installed"] == {
@@ -254,21 +248,10 @@ def test_packages_write_check_rereads_the_provisioning_gate(sim: t.Any, tmp_path
     """The role's apt writes over SSH (Proxmox never sees them) are each preceded by ``write_check``: the gate re-read."""
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # pylint: disable=C0415
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
-    catalog = yaml.safe_load((gs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"))
-    definition = yaml.safe_load(gs.definition_text(packages=[{"name": "jq"}]))
-    definition["image"] = "debian-12-ct"
-    planned = build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=CTID)
-    client = ProxmoxClient(gs.settings_for(sim.connection))
-    client.get("/version")
-    store = JournalStore(str(tmp_path / "journal"))
-    kinds = [step["kind"] for step in planned.plan["steps"]]
-    document, _created = store.create_operation(
-        idempotency_key="test-gate", provider_scope_id=client.provider_scope_id, definition=planned.definition, mapping=planned.mapping,
-        plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID, stage_kinds=kinds)
-    env = gs.Env(store, client, document["operationId"], kinds)
+    env = _declared_env(sim, tmp_path, "test-gate", packages=[{"name": "jq"}])
     for kind in ("template", "create", "start", "readiness"):
         assert env.run(container_stage(kind, readiness_timeout=60))["done"]
-    before = store.load(env.operation_id)
+    before = env.store.load(env.operation_id)
     sim.clear_requests()
     if environ is None:
         monkeypatch.delenv("VMANYWARE_PROVISIONING_ENABLED", raising=False)
@@ -285,7 +268,7 @@ def test_packages_write_check_rereads_the_provisioning_gate(sim: t.Any, tmp_path
             run_stage(params, container_stage("packages"), check_mode=False, diff=False)
         assert raised.value.code == "provisioning_disabled"
     assert sim.requests() == []
-    assert store.load(env.operation_id) == before  # nothing recorded: the stage stays pending
+    assert env.store.load(env.operation_id) == before  # nothing recorded: the stage stays pending
     assert env.stage("packages")["status"] == "pending"
 
 
