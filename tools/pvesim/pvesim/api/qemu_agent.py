@@ -50,12 +50,12 @@ def agent_ifaces(sim: Sim, call: Call) -> dict[str, t.Any]:
 
 @route("GET", "/nodes/{node}/qemu/{vmid}/agent/get-osinfo")
 def agent_osinfo(sim: Sim, call: Call) -> dict[str, t.Any]:
-    return {"result": _agent(sim, call, guestlink.get_osinfo)}
+    return {"result": _agent(sim, call, lambda g: g.get_osinfo())}
 
 
 @route("GET", "/nodes/{node}/qemu/{vmid}/agent/info")
 def agent_info(sim: Sim, call: Call) -> dict[str, t.Any]:
-    return {"result": _agent(sim, call, guestlink.get_info)}
+    return {"result": _agent(sim, call, lambda g: g.get_info())}
 
 
 @route("POST", "/nodes/{node}/qemu/{vmid}/agent/exec")
