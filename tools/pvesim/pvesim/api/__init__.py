@@ -20,8 +20,9 @@ from __future__ import annotations
 from .core import DURATIONS, HANDLERS, PVE_VERSION, ApiError, Call, Handler, Sim, param_error, perm_error, route
 from .permissions import check_permissions
 from .qemu_volumes import free_volume, materialize
-from . import access, nodes, resources, qemu_config, qemu_clone, qemu_power, qemu_snapshot  # noqa: E402,F401  (register routes)
-from . import qemu_cloudinit, qemu_agent, node_tasks  # noqa: E402,F401  (register routes)
+# importing a family module registers its routes
+from . import access, nodes, resources, qemu_config, qemu_clone, qemu_power, qemu_snapshot  # noqa: F401  pylint: disable=unused-import
+from . import qemu_cloudinit, qemu_agent, node_tasks  # noqa: F401  pylint: disable=unused-import
 from .qemu_snapshot import RESERVED_SNAPNAMES
 
 # The names imagebuild.py imports (it allocates and frees volumes like a config update does).

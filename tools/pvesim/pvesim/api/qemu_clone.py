@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import typing as t
 
-from .. import cluster, guestlink
+from .. import cluster, guestlink  # pylint: disable=cyclic-import  # cluster.py needs only the core names, bound first
 from ..state import DRIVE_RE, GIB, VM, format_size, is_cdrom, is_cloudinit_volume, parse_kv, print_kv
 from ..tasks import Task, TaskFailed
 from .core import ApiError, Call, Sim, param_error, perm_error, route
