@@ -55,17 +55,7 @@ def qemu_config(sim: Sim, call: Call) -> dict[str, t.Any]:
     vm = sim.vm(call)
     snap = call.str("snapshot")
     if snap:
-        if snap not in vm.snapshots:
-            raise ApiError(500, f"snapshot '{snap}' does not exist")
-        s = vm.snapshots[snap]
-        conf: dict[str, t.Any] = dict(s.conf)
-        conf["snaptime"] = s.snaptime
-        if s.description:
-            conf["description"] = s.description
-        if s.parent:
-            conf["parent"] = s.parent
-        conf["digest"] = vm.digest()
-        return typed_config(conf)
+        return snapshot_config_of(vm, snap)
     conf = dict(vm.config) if call.bool("current") else vm.pending_config()
     conf["digest"] = vm.digest()
     if "cipassword" in conf:
@@ -76,6 +66,21 @@ def qemu_config(sim: Sim, call: Call) -> dict[str, t.Any]:
 _INT_KEYS = frozenset({"cores", "sockets", "vcpus", "balloon", "cpuunits", "shares", "migrate_speed", "template", "acpi", "kvm",
                        "onboot", "protection", "tablet", "localtime", "numa", "reboot", "freeze", "autostart", "ciupgrade", "snaptime",
                        "vmstate", "keephugepages", "allow-ksm"})
+
+
+def snapshot_config_of(vm: VM, name: str) -> dict[str, t.Any]:
+    """A snapshot's config as ``GET .../config?snapshot=`` and ``GET .../snapshot/{name}/config`` return it."""
+    s = vm.snapshots.get(name)
+    if s is None:
+        raise ApiError(500, f"snapshot '{name}' does not exist")
+    conf: dict[str, t.Any] = dict(s.conf)
+    conf["snaptime"] = s.snaptime
+    if s.description:
+        conf["description"] = s.description
+    if s.parent:
+        conf["parent"] = s.parent
+    conf["digest"] = vm.digest()
+    return typed_config(conf)
 
 
 def typed_config(conf: dict[str, t.Any]) -> dict[str, t.Any]:

@@ -14,7 +14,7 @@ from .. import guestlink
 from ..state import DRIVE_RE, Snapshot, is_cdrom
 from ..tasks import Task, TaskFailed
 from .core import ApiError, Call, Sim, route
-from .qemu_config import typed_config
+from .qemu_config import snapshot_config_of
 
 
 RESERVED_SNAPNAMES = ("current", "pending")
@@ -93,18 +93,7 @@ def snapshot_index(sim: Sim, call: Call) -> list[dict[str, str]]:
 def snapshot_config(sim: Sim, call: Call) -> dict[str, t.Any]:
     sim.check_node(call)
     vm = sim.vm(call)
-    name = str(call.params["snapname"])
-    s = vm.snapshots.get(name)
-    if s is None:
-        raise ApiError(500, f"snapshot '{name}' does not exist")
-    conf: dict[str, t.Any] = dict(s.conf)
-    conf["snaptime"] = s.snaptime
-    if s.description:
-        conf["description"] = s.description
-    if s.parent:
-        conf["parent"] = s.parent
-    conf["digest"] = vm.digest()
-    return typed_config(conf)
+    return snapshot_config_of(vm, str(call.params["snapname"]))
 
 
 @route("DELETE", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}")
