@@ -24,6 +24,7 @@ AgentError = guest.AgentCommandError
 GUEST_FAULT_FIELDS = frozenset(f.name for f in dataclasses.fields(guest.GuestFaults))
 GUEST_TIMING_FIELDS = frozenset(f.name for f in dataclasses.fields(guest.GuestTiming))
 
+
 def render(config: t.Mapping[str, str], vmid: int, node: str) -> dict[str, str]:
     return cloudinit.render(config, vmid, node)
 

@@ -123,7 +123,7 @@ class CloudinitStatus(GuestBase):
                 pass
             else:
                 return Outcome(2, "", f"usage: /usr/bin/cloud-init status [-h] [--format {{json,tabular,yaml}}] [-l] [-w]\n"
-                                f"/usr/bin/cloud-init status: error: unrecognized arguments: {arg}\n")
+                               f"/usr/bin/cloud-init status: error: unrecognized arguments: {arg}\n")
             i += 1
         dots = ""
         at = now

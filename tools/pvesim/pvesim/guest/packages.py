@@ -205,7 +205,7 @@ class PackageDatabase(GuestBase):
             holder = self._apt_lock_holder(now)
             if holder is not None:
                 return Outcome(100, "", f"E: Could not get lock /var/lib/apt/lists/lock. It is held by process {holder} (apt-get)\n"
-                                "E: Unable to lock directory /var/lib/apt/lists/\n", duration=0.3)
+                               "E: Unable to lock directory /var/lib/apt/lists/\n", duration=0.3)
             out = "" if quiet >= 2 else (
                 "Hit:1 http://deb.debian.org/debian trixie InRelease\n"
                 "Hit:2 http://deb.debian.org/debian trixie-updates InRelease\n"
@@ -223,8 +223,8 @@ class PackageDatabase(GuestBase):
         holder = self._apt_lock_holder(now)
         if holder is not None:
             return Outcome(100, "", f"E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process {holder} (apt-get)\n"
-                            "E: Unable to acquire the dpkg frontend lock (/var/lib/dpkg/lock-frontend), is another process using it?\n",
-                            duration=0.3)
+                           "E: Unable to acquire the dpkg frontend lock (/var/lib/dpkg/lock-frontend), is another process using it?\n",
+                           duration=0.3)
         header = "" if quiet >= 2 else reading + "Building dependency tree...\nReading state information...\n"
         errors: list[str] = []
         plan: list[tuple[str, str, str | None]] = []  # (name, target version, old version)
@@ -259,7 +259,7 @@ class PackageDatabase(GuestBase):
         lines.append(f"{len(up)} upgraded, {len(new)} newly installed, {len(down)} downgraded, 0 to remove and 0 not upgraded.\n")
         if down and not allow_downgrades:
             return Outcome(100, "".join(lines) if quiet < 2 else "", "E: Packages were downgraded and -y was used without --allow-downgrades.\n",
-                            duration=0.5)
+                           duration=0.5)
         changes = new + up + down
         if not changes:
             return Outcome(0, "".join(lines) if quiet < 2 else "", duration=0.5)
