@@ -10,8 +10,8 @@ key order, formats, and the state invariants between stages (order, dispatch rec
 the cleanup track). The checks are written by hand rather than as a JSON Schema beside the catalog
 and definition schemas (``_schemas.py``): key order, 1-based positions, unique stage kinds and the
 rules that relate one stage to the ones before it are not expressible in JSON Schema, a broken rule
-is never shown to anyone (any violation is ``journal_corrupt``), and every history listing and
-inventory run loads every document, which must not need jsonschema.
+is never shown to anyone (any violation is ``journal_corrupt``), and the history listing, the
+inventory plugin and every stage load documents, which must stay fast and need no third-party library.
 
 Builders: ``new_operation_document`` (what ``create_operation`` writes and check mode previews),
 ``adopted_operation_document`` (adoption); readers: ``stage``, ``cleanup_view``,
@@ -337,7 +337,6 @@ def lifecycle_status(document: t.Mapping[str, t.Any]) -> str:
     if lifecycle.get("abandonment") is not None:
         return "abandoned"
     return t.cast(str, document["status"])
-
 
 
 def new_operation_document(operation_id: str, key_hash: str | None, target: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any],

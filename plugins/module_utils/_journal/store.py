@@ -70,6 +70,7 @@ CLAIM_KIND = "vmanyware.dev/v1/Claim"
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
 MAX_CLAIM_BYTES = 4096
 
+
 def _corrupt(operation_id: str) -> JournalError:
     return JournalError(
         "The journal file of operation %s is not a valid operation document; it was left untouched." % operation_id,
@@ -84,7 +85,6 @@ def _conflict(operation_id: str, rule: str) -> JournalError:
         code="journal_conflict",
         details={"operationId": operation_id, "rule": rule},
     )
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -653,7 +653,6 @@ class JournalStore:
                 return self._release(document, "cleaned")
 
 
-
 class _CleanupTrack(JournalStore):
     """``JournalStore.cleanup_track``: the stage record methods, applied to ``lifecycle.cleanup``."""
 
@@ -685,5 +684,3 @@ class _CleanupTrack(JournalStore):
             document["updatedAt"] = now
             self._write(document, hook_kind, hook_status)
             return cleanup_view(document)
-
-
