@@ -1150,6 +1150,7 @@ def qemu_clone(sim: Sim, call: Call) -> str:
                             new_vol = f"{tsid}:{base}/{st.next_disk_name(tsid, newid)}"
                         tstore.volumes[new_vol] = size
                         allocated.append(new_vol)
+                        imagebuild.clone_image_file(sim, volid, new_vol)  # --guests real: the clone boots the source's content
                     newconf[key] = ",".join([new_vol, *value.split(",")[1:]])
                 if index == len(drives) - 1:
                     end_allocating()  # before the last line a client could read as "allocations done"

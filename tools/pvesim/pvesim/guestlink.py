@@ -69,8 +69,13 @@ def create_guest(sim: t.Any, vm: t.Any) -> t.Any:
         seed = render(vm.config, vm.vmid, sim.state.node)
     backend = getattr(sim, "guest_backend", None)
     if backend is not None:
+        from . import imagebuild, realguest  # pylint: disable=import-outside-toplevel,cyclic-import  # imagebuild imports the API
         stop_guest(getattr(vm, "guest", None))  # a reboot replaces a running guest
-        real = backend.start(vm.vmid, vm.config, seed)
+        volid = realguest.boot_volume(vm.config)
+        source = imagebuild.image_file(sim, volid) if volid else None  # an imported image, or what a template carried on
+        real = backend.start(vm.vmid, vm.config, seed, disk_source=source)
+        if volid and source:
+            imagebuild.set_image_file(sim, volid, real.disk)  # from now on the volume's content is the guest's disk
         apply_knobs(real, knobs)
         return real
     gfaults = guest.GuestFaults(**faults)
