@@ -178,13 +178,14 @@ def redact(value: t.Any) -> t.Any:
     Keys match case-insensitively: any containing a ``SECRET_KEY_MARKERS`` entry (``password``,
     ``api_token_secret``, ``ticket``, ``CSRFPreventionToken``...) or equal to a
     ``SECRET_KEY_NAMES`` entry (guest ``input-data``/``out-data``/``err-data``, ``otp``...).
-    Public keys (``sshkeys``) are not secrets and are kept.
+    Public keys (``sshkeys``) are not secrets and are kept, and so are booleans: a flag about a secret
+    (``passwordLocked``, the attestation a template build verified) is not one.
     """
     if isinstance(value, t.Mapping):
         result: dict[t.Any, t.Any] = {}
         for key, item in value.items():
             lowered = str(key).lower()
-            if lowered in SECRET_KEY_NAMES or any(marker in lowered for marker in SECRET_KEY_MARKERS):
+            if not isinstance(item, bool) and (lowered in SECRET_KEY_NAMES or any(marker in lowered for marker in SECRET_KEY_MARKERS)):
                 result[key] = REDACTED
             else:
                 result[key] = redact(item)

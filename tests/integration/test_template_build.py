@@ -250,3 +250,19 @@ def test_guest_writes_reread_the_gate_with_the_stages_rule(pvesim: t.Any, tmp_pa
     monkeypatch.delenv("VMANYWARE_PROVISIONING_ENABLED")
     assert [s["status"] for s in build.store.load(build.operation_id)["stages"]][4:6] == ["pending", "pending"]
     assert build.until_done("prepare")["stage"]["status"] == "completed"
+
+
+def test_an_ssh_prepared_build_keeps_its_attestation_through_the_journal(pvesim: t.Any, tmp_path: Path, images: ImageServer) -> None:
+    """The stamp reads generalize's evidence back from the journal: ``passwordLocked`` must not be redacted there (found by the
+    real-guest acceptance). The guest reports are what the role hands over after its SSH work."""
+    build = Build(pvesim, tmp_path, images, diskGiB=8)
+    build.params.update(prepared_by="ssh", passwd_status="debian L 12/01/2026 0 99999 7 -1", authorized_keys_left=0)
+    for kind in STEP_KINDS:
+        assert build.until_done(kind)["stage"]["status"] == "completed", kind
+    document = build.store.load(build.operation_id)
+    generalized = next(s for s in document["stages"] if s["kind"] == "generalize")["evidence"]
+    assert generalized == {"standIn": False, "passwordLocked": True, "noAuthorizedKeys": True}
+    mapping = document["stages"][-1]["evidence"]["catalogMapping"]
+    assert mapping["imageDefaultUser"] == {"name": "debian", "templateVersion": "debian-13-test", "passwordLocked": True,
+                                           "noAuthorizedKeys": True}
+    assert normalize_mapping(mapping) == mapping

@@ -504,6 +504,14 @@ def test_redact() -> None:
     assert value["PASSWORD"] == "b"
 
 
+def test_redact_keeps_flags_about_secrets() -> None:
+    """The template build's attestation (``passwordLocked: true``) must survive the journal: a boolean is no secret."""
+    value = {"passwordLocked": True, "imageDefaultUser": {"passwordLocked": True, "noAuthorizedKeys": True},
+             "cipassword": "x", "password": 0, "token": None}
+    assert redact(value) == {"passwordLocked": True, "imageDefaultUser": {"passwordLocked": True, "noAuthorizedKeys": True},
+                             "cipassword": "<redacted>", "password": "<redacted>", "token": "<redacted>"}
+
+
 def test_secrets_never_reach_the_file(store: JournalStore) -> None:
     oid = _create(store)["operationId"]
     store.record_dispatch(oid, "clone", {"api_token_secret": "tok-SECRET-1", "cipassword": "pw-SECRET-2", "sshkeys": "ssh-ed25519 AAAA"})
