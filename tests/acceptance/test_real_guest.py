@@ -157,6 +157,8 @@ def _template_build(tmp: Path, env: dict[str, str], admin: PvesimAdmin, conn_fil
     privileges = {path: list(privs) for path, privs in FULL_TOKEN_ACL.items()}
     privileges["/storage/local"] = ["Datastore.AllocateTemplate", "Datastore.Audit"]
     privileges[f"/nodes/{NODE}"] = privileges[f"/nodes/{NODE}"] + ["Sys.AccessNetwork"]
+    # the new template: everything the build does on /vms, and cloning it afterwards (as /vms/9000 grants for the demo template)
+    privileges[f"/vms/{TEMPLATE_VMID}"] = [*privileges["/vms"], "VM.Clone"]
     conn = json.loads(conn_file.read_text(encoding="utf-8"))
     admin.set_token(conn["tokens"]["full"]["id"], privileges=privileges)
     env = dict(env, VMANYWARE_JOURNAL_DIR=str(tmp / "template-journal"))  # the provision run's journal holds its operation only
