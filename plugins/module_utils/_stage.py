@@ -52,13 +52,6 @@ GATE_CODES = {PROVISIONING_GATE: "provisioning_disabled", SNAPSHOTS_GATE: "snaps
 DEFAULT_RESOLVE_WAIT = 30.0
 
 
-def require_gates(gates: t.Iterable[str], environ: t.Mapping[str, str], options: t.Mapping[str, bool | None], stage: str) -> None:
-    """Each gate re-read (an environment ``false`` wins over an option); a closed one raises its fixed code."""
-    for gate in gates:
-        if not read_gate(environ, gate, options.get(gate)):
-            raise StageError(code=GATE_CODES[gate], details={"stage": stage, "gate": gate})
-
-
 class StageInProgress(Exception):
     """Raised by ``observe`` when the submitted work is still running (e.g. a guest exec): ``done: false``."""
 
@@ -326,8 +319,10 @@ class StageRunner:
 
         Raised before the dispatch is recorded, so the stage stays ``pending`` and nothing is sent.
         """
-        require_gates(self.logic.gates, os.environ if self.settings.environ is None else self.settings.environ,
-                      self.settings.gate_options, ctx.kind)
+        environ = os.environ if self.settings.environ is None else self.settings.environ
+        for gate in self.logic.gates:
+            if not read_gate(environ, gate, self.settings.gate_options.get(gate)):
+                raise StageError(code=GATE_CODES[gate], details={"stage": ctx.kind, "gate": gate})
         if self.settings.catalog is not None:
             try:
                 mapping: dict[str, t.Any] | None = select_mapping(self.settings.catalog, ctx.definition["image"])

@@ -23,13 +23,12 @@ This is a private module_utils file: not a public API.
 
 from __future__ import annotations
 
-import os
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import FormatError, normalize_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import stage as journal_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, instance_tag
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import instance_tag
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import disk_volume, int_value, read_status, tag_list
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     Request,
@@ -38,7 +37,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageError,
     StageInProgress,
     StageLogic,
-    require_gates,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest, common
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
@@ -571,24 +569,9 @@ def mapping_yaml(mapping: t.Mapping[str, t.Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# The stages whose work the role does in the guest over SSH (docs/templates.md, "Preparing the guest").
+# The stages whose work the role does in the guest over SSH (docs/templates.md, "Preparing the guest"): right before each
+# write there, the role runs the stage with ``write_check`` (the gates re-read, nothing sent or recorded).
 GUEST_WRITE_STAGES = ("prepare", "generalize")
-
-
-def check_guest_write(operation: t.Mapping[str, t.Any], kind: str, provisioning_option: bool | None,
-                      environ: t.Mapping[str, str] | None = None) -> dict[str, t.Any]:
-    """Right before each write the role makes in the guest over SSH (packages, starting the agent, generalizing).
-
-    The stage's gates are re-read with the stages' rule (an environment ``false`` wins; empty is unset); a closed
-    gate raises its fixed code, so the role stops before the write and the stage stays ``pending``. Sends nothing,
-    records nothing.
-    """
-    if kind not in GUEST_WRITE_STAGES:
-        raise InputError("guest_write applies to the prepare and generalize stages only.", path="stage", details={"rule": "guest_write"})
-    record = journal_stage(operation, kind)
-    require_gates(stage_logic(kind, {}).gates, os.environ if environ is None else environ, {PROVISIONING_GATE: provisioning_option}, kind)
-    return {"changed": False, "done": False, "operation_id": operation["operationId"],
-            "stage": {"kind": kind, "position": record["position"], "status": record["status"]}, "requests": []}
 
 
 def stage_logic(kind: str, params: t.Mapping[str, t.Any]) -> StageLogic:

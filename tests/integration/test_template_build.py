@@ -213,7 +213,7 @@ def test_template_stages_refuse_unverified_tls_and_number_from_one(pvesim: t.Any
 
 def test_guest_writes_reread_the_gate_with_the_stages_rule(pvesim: t.Any, tmp_path: Path, images: ImageServer,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """The role's SSH writes (prepare: packages, agent start; generalize) each call the module with ``guest_write`` first."""
+    """The role's SSH writes (prepare: packages, agent start; generalize) each call the module with ``write_check`` first."""
     from ansible_collections.vmanyware.proxmox.plugins.modules.vmanyware_template_stage import action  # pylint: disable=import-outside-toplevel
 
     build = Build(pvesim, tmp_path, images)
@@ -221,8 +221,10 @@ def test_guest_writes_reread_the_gate_with_the_stages_rule(pvesim: t.Any, tmp_pa
         build.until_done(kind)
     pvesim.clear_requests()
 
+    positions = {step["kind"]: step["position"] for step in build.planned.plan["steps"]}
+
     def guest_write(kind: str, option: bool | None) -> dict[str, t.Any]:
-        return action(dict(build.params, stage=kind, guest_write=True, provisioning_enabled=option), check_mode=False, diff=False)
+        return action(dict(build.params, stage=kind, write_check=True, provisioning_enabled=option), check_mode=False, diff=False)
 
     for kind in ("prepare", "generalize"):
         for env, option in (("false", True), ("false", None), ("", None), (None, None)):
@@ -237,14 +239,15 @@ def test_guest_writes_reread_the_gate_with_the_stages_rule(pvesim: t.Any, tmp_pa
         for env, option in (("", True), ("true", None), ("true", True)):
             monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", env)
             result = guest_write(kind, option)
-            assert result["changed"] is False and result["stage"] == {"kind": kind, "position": STEP_KINDS.index(kind), "status": "pending"}
+            assert result["changed"] is False and result["write_allowed"] is True and result["done"] is False
+            assert (result["stage"]["kind"], result["stage"]["position"], result["stage"]["status"]) == (kind, positions[kind], "pending")
     monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", "yes")
     with pytest.raises(VmanywareError) as info:
         guest_write("prepare", True)
     assert info.value.details["rule"] == "exact_boolean"
     with pytest.raises(VmanywareError) as info:
         guest_write("start", True)
-    assert info.value.details["rule"] == "guest_write"
+    assert info.value.code == "invalid_option"
     # nothing was sent or recorded; the stages still run afterwards
     assert pvesim.requests(method="POST") == [] and pvesim.requests(method="PUT") == []
     monkeypatch.delenv("VMANYWARE_PROVISIONING_ENABLED")
