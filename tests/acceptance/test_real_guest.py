@@ -198,7 +198,17 @@ def _template_build(tmp: Path, env: dict[str, str], admin: PvesimAdmin, conn_fil
     assert item["imageDefaultUser"] == {"name": "debian", "templateVersion": "debian-12-acceptance", "passwordLocked": True,
                                         "noAuthorizedKeys": True}, item
     vm = f"/nodes/{NODE}/qemu/{TEMPLATE_VMID}"
-    sent = [f"{e['method']} {e['path']}" for e in admin.requests() if e["method"] in MUTATING]
+    log = admin.requests()
+    marks = {"start": next((e["time"] for e in log if e["method"] == "POST" and e["path"] == f"{vm}/status/start"), None),
+             "agent": next((e["time"] for e in log if e["path"] == f"{vm}/agent/info" and e["status"] == 200), None),
+             "shutdown": next((e["time"] for e in log if e["method"] == "POST" and e["path"] == f"{vm}/status/shutdown"), None),
+             "template": next((e["time"] for e in log if e["method"] == "POST" and e["path"] == f"{vm}/template"), None)}
+    if None not in marks.values():
+        # boot, SSH, apt update + install of the agent, until the installed agent answers; then generalize; then ACPI shutdown
+        timings["template_boot_to_agent_installed_s"] = round(marks["agent"] - marks["start"], 1)
+        timings["template_generalize_s"] = round(marks["shutdown"] - marks["agent"], 1)
+        timings["template_shutdown_to_convert_s"] = round(marks["template"] - marks["shutdown"], 1)
+    sent = [f"{e['method']} {e['path']}" for e in log if e["method"] in MUTATING]
     for request in (f"POST /nodes/{NODE}/storage/local/download-url", f"POST /nodes/{NODE}/qemu", f"POST {vm}/status/start",
                     f"POST {vm}/status/shutdown", f"POST {vm}/template"):
         assert sent.count(request) == 1, (request, sent)
