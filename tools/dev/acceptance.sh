@@ -12,8 +12,14 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 venv=${VENV:-$repo/.venv}
 cd "$repo"
-"$venv/bin/python" -m pytest -m realguest tests/acceptance/test_real_guest.py tools/pvesim/tests/test_realguest.py -s -q -p no:cacheprovider "$@"
-start=$SECONDS
-"$venv/bin/python" -m pytest -m realcontainer tests/acceptance/test_real_container.py tools/pvesim/tests/test_realcontainer.py \
-  -s -q -p no:cacheprovider "$@"
-echo "[acceptance] real-container part: $((SECONDS - start)) s"
+# ACCEPTANCE_PARTS: "vm container" (default), or one of them (`make test` runs the two in different lanes).
+parts=" ${ACCEPTANCE_PARTS:-vm container} "
+if [[ $parts == *" vm "* ]]; then
+  "$venv/bin/python" -m pytest -m realguest tests/acceptance/test_real_guest.py tools/pvesim/tests/test_realguest.py -s -q -p no:cacheprovider "$@"
+fi
+if [[ $parts == *" container "* ]]; then
+  start=$SECONDS
+  "$venv/bin/python" -m pytest -m realcontainer tests/acceptance/test_real_container.py tools/pvesim/tests/test_realcontainer.py \
+    -s -q -p no:cacheprovider "$@"
+  echo "[acceptance] real-container part: $((SECONDS - start)) s"
+fi
