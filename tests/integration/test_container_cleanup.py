@@ -14,6 +14,7 @@ request validated against the PVE schema.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import typing as t
 from pathlib import Path
@@ -311,4 +312,83 @@ def test_a_guest_created_between_preconditions_and_create_fails_vmid_taken(sim: 
     assert record["status"] == "pending" and not record["submissionStarted"] and record["upid"] is None
     holder = ct.get("/cluster/resources", type="vm")
     assert [guest["type"] for guest in holder if guest["vmid"] == CTID] == ["lxc" if winner == "container" else "qemu"]
+    assert sim.schema_violations() == []
+
+
+# -- the shipped roles and modules in ansible-playbook ---------------------------------------------------------------
+
+CLEANUP_PLAY = """
+- name: Remove the container of a completed container operation
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Clean up
+      vmanyware.proxmox.vmanyware_cleanup:
+        operation_id: "{{ op }}"
+        stop: true
+        allow_completed: true
+        lifecycle_enabled: true
+      register: cleaned
+    - name: Write the result
+      ansible.builtin.copy:
+        dest: "{{ results }}"
+        content: "{{ cleaned | to_json }}"
+        mode: "0600"
+- name: The status role shows the cleaned container operation
+  hosts: localhost
+  gather_facts: false
+  roles:
+    - role: vmanyware.proxmox.status
+      status_operation_id: "{{ op }}"
+"""
+
+
+def test_provision_with_auto_then_cleanup_and_status_in_playbooks(sim: t.Any, tmp_path: Path) -> None:  # pylint: disable=W0621
+    import subprocess  # pylint: disable=import-outside-toplevel
+
+    from test_provision_role import BIN, Operator  # pylint: disable=import-outside-toplevel
+    sim.set_speed(200)
+    sim.add_container(100, name="someone-elses-ct")  # skipped: an LXC guest holds 100
+    definition = yaml.safe_load((REPO / "examples/definition.yml").read_text(encoding="utf-8"))
+    definition.update({"image": "debian-12-ct", "packages": []})
+    definition_path = tmp_path / "definition.yml"
+    definition_path.write_text(yaml.safe_dump(definition), encoding="utf-8")
+    operator = Operator(sim, tmp_path)
+
+    def provision(*extra: str) -> str:
+        completed = operator.run("-e", "vmanyware_catalog_path=%s" % (REPO / "examples/catalog-containers.yml"),
+                                 "-e", "vmanyware_target_vmid=auto", *extra, definition=definition_path)
+        assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+        return completed.stdout
+
+    review = provision()
+    assert "VMID 101 is reserved" in review and mutations(sim) == []
+    block = yaml.safe_load(operator.confirm.read_text(encoding="utf-8"))["provision_confirmation"]
+    assert block["targetVmid"] == 101
+    applied = provision("-e", "@%s" % operator.confirm)
+    assert mutations(sim) == [("POST", "/nodes/pve-test/aplinfo"), ("POST", "/nodes/pve-test/lxc"), ("POST", "/nodes/pve-test/lxc/101/status/start")]
+    assert [entry["params"]["vmid"] for entry in sim.requests(method="POST", path_regex=r"^/nodes/pve-test/lxc$")] == ["101"]
+    assert re.search(r"container 101 '\S+' on pve-test", applied), applied[-3000:]  # the summary names the guest type
+    (document_path,) = operator.journal.glob("op-*.json")
+    document = json.loads(document_path.read_text(encoding="utf-8"))
+    assert document["status"] == "completed" and document["target"]["vmid"] == 101
+    assert not list((operator.journal / "leases").glob("*.json"))  # the lease became the operation's claim
+
+    sim.clear_requests()
+    play = tmp_path / "cleanup.yml"
+    play.write_text(CLEANUP_PLAY, encoding="utf-8")
+    results = tmp_path / "cleaned.json"
+    completed = subprocess.run([str(BIN / "ansible-playbook"), str(play), "-e", "op=%s" % document["operationId"], "-e", "results=%s" % results],
+                               env=operator.env, capture_output=True, text=True, timeout=600, check=False, cwd=str(tmp_path))
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+    assert operator.env["PROXMOX_TOKEN_SECRET"] not in completed.stdout
+    cleaned = json.loads(results.read_text(encoding="utf-8"))
+    assert [(item["method"], item["path"], item["cli"]) for item in cleaned["requests"]] == [
+        ("POST", "/nodes/pve-test/lxc/101/status/stop", "pct stop 101"),
+        ("DELETE", "/nodes/pve-test/lxc/101", "pct destroy 101 --purge 1 --destroy-unreferenced-disks 1")]
+    assert cleaned["removed"] == {"vmid": 101, "volumes": ["local-lvm:vm-101-disk-0"], "snapshots": []}
+    assert cleaned["operation"]["status"] == "cleaned" and cleaned["operation"]["instance"]["guest_type"] == "container"
+    assert mutations(sim) == [("POST", "/nodes/pve-test/lxc/101/status/stop"), ("DELETE", "/nodes/pve-test/lxc/101")]
+    assert re.search(r"container 101 '\S+' on pve-test", completed.stdout) and "cleanup completed" in completed.stdout
+    assert 101 not in [guest["vmid"] for guest in sim.root_call("GET", "/cluster/resources", type="vm")]
     assert sim.schema_violations() == []
