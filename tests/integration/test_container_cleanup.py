@@ -27,12 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_container_stages import sim  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import  # the fixture
 from test_stages_clone_resources_disk import assert_clean  # noqa: E402  pylint: disable=wrong-import-position
 from test_stages_clone_resources_disk import effective_mutations as mutations  # noqa: E402  pylint: disable=wrong-import-position
+from test_lifecycle import GUARDED_CHANGES, ON, Env  # noqa: E402  pylint: disable=wrong-import-position
 from vmid_support import Reserver  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_settings  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._lifecycle import run_cleanup  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (abandon_operation, create_operation,  # noqa: E402
                                                                                    expected_confirmation)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan  # noqa: E402
@@ -43,8 +42,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import wa
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
-GATE = {"VMANYWARE_LIFECYCLE_ENABLED": "true"}
 CTID = 320
 CT = "/nodes/pve-test/lxc/%d" % CTID
 DESTROY = {"purge": 1, "destroy-unreferenced-disks": 1}
@@ -53,73 +50,56 @@ DELETE_REQUEST = {"method": "DELETE", "path": CT, "params": DESTROY, "cli": "pct
 NOTHING_REMOVED = {"vmid": None, "volumes": [], "snapshots": []}
 
 
-def container_plan(vmid: int) -> t.Any:
-    """The plan of the example container mapping (``debian-12-ct``: appliance ``debian-12-standard 12.*``) for ``vmid``."""
+def container_definition() -> dict[str, t.Any]:
+    """The example definition for the example container mapping (``debian-12-ct``: appliance ``debian-12-standard 12.*``)."""
     definition = yaml.safe_load((REPO / "examples/definition.yml").read_text(encoding="utf-8"))
     definition.update({"image": "debian-12-ct", "packages": [], "snapshotAfterProvisioning": False})
-    return build_plan(catalog=(REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"), definition=yaml.safe_dump(definition),
-                      target_vmid=vmid)
+    return t.cast(dict, definition)
 
 
-class CtEnv:
-    """One confirmed container operation on CT 320 (recorded as ``vmanyware_operation`` does), its journal and module options."""
+def container_plan(vmid: int) -> t.Any:
+    return build_plan(catalog=(REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"),
+                      definition=yaml.safe_dump(container_definition()), target_vmid=vmid)
 
-    def __init__(self, sim: t.Any, tmp_path: Path) -> None:  # pylint: disable=redefined-outer-name
-        self.sim = sim
-        self.reserver = Reserver(sim, tmp_path)
-        self.params: dict[str, t.Any] = dict(self.reserver.params, lock_wait=10.0, provisioning_enabled=True)
-        self.store = self.reserver.store
-        self.scope = self.reserver.scope
-        self.operation_id = self.create(CTID)
 
-    def create(self, vmid: int) -> str:
+class CtEnv(Env):
+    """test_lifecycle's ``Env`` (module options, journal, ``cleanup``) with a confirmed container operation on CT 320."""
+
+    def create(self, key: str | None = None, vmid: int = CTID) -> str:
         planned = container_plan(vmid)
         assert planned.plan["guestType"] == "container"
         result = create_operation(self.store, planned=planned, provider_scope_id=self.scope,
-                                  confirmation=expected_confirmation(planned.plan, self.scope), idempotency_key=None, environ=ON)
+                                  confirmation=expected_confirmation(planned.plan, self.scope), idempotency_key=key, environ=ON)
         return t.cast(str, result["operation_id"])
 
-    def stage(self, kind: str, operation_id: str | None = None, **options: t.Any) -> dict[str, t.Any]:
-        return run_stage(dict(self.params, operation_id=operation_id or self.operation_id), container_stage(kind, **options),
-                         check_mode=False, diff=False)
+    def run(self, kind: str, operation_id: str | None = None, **options: t.Any) -> dict[str, t.Any]:
+        """Container stage ``kind`` through the module entry (``vmanyware_container stage=kind``)."""
+        return self.stage(container_stage(kind, **options), operation_id)
 
     def created(self, *kinds: str) -> None:
         """The given stages (in order) completed: a container of this operation exists."""
         for kind in kinds:
-            assert self.stage(kind)["done"]
+            assert self.run(kind)["done"]
 
     def fail_at_readiness(self) -> None:
         """template, create and start complete; the container never gets an address: a failed operation, container running."""
         self.created("template", "create", "start")
-        self.sim.set_guest(CTID, dhcp_never=True)
+        self.pvesim.set_guest(CTID, dhcp_never=True)
         with pytest.raises(VmanywareError) as info:
-            self.stage("readiness", readiness_timeout=1.0)
+            self.run("readiness", readiness_timeout=1.0)
         assert info.value.code == "guest_network_unavailable"
         assert self.store.load(self.operation_id)["status"] == "failed"
-        self.sim.clear_requests()
+        self.pvesim.clear_requests()
 
     def abandon(self) -> None:
         abandon_operation(self.store, self.operation_id, "test: abandoned before readiness")
-        self.sim.clear_requests()
-
-    def cleanup(self, check_mode: bool = False, environ: t.Mapping[str, str] | None = None, **options: t.Any) -> dict[str, t.Any]:
-        params = dict(self.params, operation_id=self.operation_id, stop=False, allow_completed=False, lifecycle_enabled=None,
-                      wait_budget=None, timeout=None)
-        params.update(options)
-        result = run_cleanup(params, check_mode=check_mode, environ=GATE if environ is None else environ)
-        assert self.params["api_token_secret"] not in json.dumps(result)
-        return result
-
-    def get(self, path: str, **params: t.Any) -> t.Any:
-        """A read with the operation's token (root_call would log in: a POST in the request log)."""
-        with ProxmoxClient(connection_settings(self.params)) as client:
-            return client.get(path, **params)
+        self.pvesim.clear_requests()
 
     def config(self) -> dict[str, t.Any]:
-        return t.cast(dict, self.get(CT + "/config"))
+        return t.cast(dict, self.client_get(CT + "/config"))
 
     def container_exists(self) -> bool:
-        return any(guest["vmid"] == CTID for guest in self.get("/cluster/resources", type="vm"))
+        return any(guest.get("vmid") == CTID for guest in self.client_get("/cluster/resources"))
 
 
 @pytest.fixture()
@@ -129,7 +109,7 @@ def ct(sim: t.Any, tmp_path: Path) -> CtEnv:  # pylint: disable=redefined-outer-
 
 def test_cleanup_stops_and_removes_the_failed_operations_container(ct: CtEnv) -> None:  # pylint: disable=redefined-outer-name
     ct.fail_at_readiness()
-    assert ct.get(CT + "/status/current")["status"] == "running"
+    assert ct.client_get(CT + "/status/current")["status"] == "running"
     for check_mode in (True, False):  # a running container is refused without stop: true
         with pytest.raises(VmanywareError) as info:
             ct.cleanup(check_mode=check_mode)
@@ -137,24 +117,24 @@ def test_cleanup_stops_and_removes_the_failed_operations_container(ct: CtEnv) ->
     with pytest.raises(VmanywareError) as closed:
         ct.cleanup(environ={}, stop=True)
     assert closed.value.code == "lifecycle_disabled"
-    assert mutations(ct.sim) == [] and ct.store.load(ct.operation_id).get("lifecycle") is None
+    assert mutations(ct.pvesim) == [] and ct.store.load(ct.operation_id).get("lifecycle") is None
 
     preview = ct.cleanup(check_mode=True, stop=True)
     assert preview["changed"] and not preview["done"]
     assert preview["requests"] == [STOP_REQUEST, DELETE_REQUEST]
     assert preview["removed"] == {"vmid": CTID, "volumes": ["local-lvm:vm-320-disk-0"], "snapshots": []}
-    assert mutations(ct.sim) == [] and ct.store.load(ct.operation_id).get("lifecycle") is None  # check mode sends and records nothing
-    assert all(entry["path"].startswith((CT, "/access/permissions")) for entry in ct.sim.requests())  # it read the lxc paths only
+    assert mutations(ct.pvesim) == [] and ct.store.load(ct.operation_id).get("lifecycle") is None  # check mode sends and records nothing
+    assert all(entry["path"].startswith((CT, "/access/permissions")) for entry in ct.pvesim.requests())  # it read the lxc paths only
 
     result = ct.cleanup(stop=True)
     assert result["changed"] and result["done"] and result["requests"] == preview["requests"]
     assert result["removed"] == preview["removed"]
-    assert mutations(ct.sim) == [("POST", CT + "/status/stop"), ("DELETE", CT)]
-    [delete] = ct.sim.requests(method="DELETE")
+    assert mutations(ct.pvesim) == [("POST", CT + "/status/stop"), ("DELETE", CT)]
+    [delete] = ct.pvesim.requests(method="DELETE")
     assert {key: str(value) for key, value in delete["params"].items() if key not in ("node", "vmid")} == \
         {"purge": "1", "destroy-unreferenced-disks": "1"}  # never force
     assert not ct.container_exists()
-    assert "local-lvm:vm-320-disk-0" not in ct.sim.set_storage("local-lvm")["volumes"]  # its root disk went with it
+    assert "local-lvm:vm-320-disk-0" not in ct.pvesim.set_storage("local-lvm")["volumes"]  # its root disk went with it
     view = result["operation"]
     assert view["status"] == "cleaned" and view["released"] and view["release"]["reason"] == "cleaned"
     steps = view["cleanup"]["steps"]
@@ -162,53 +142,48 @@ def test_cleanup_stops_and_removes_the_failed_operations_container(ct: CtEnv) ->
     assert ":vzstop:320:" in steps[0]["upid"] and ":vzdestroy:320:" in steps[1]["upid"]
     assert ct.store.target_holder(ct.scope, CTID) is None  # a new operation may take the VMID
 
-    ct.sim.clear_requests()
+    ct.pvesim.clear_requests()
     again = ct.cleanup(stop=True)
-    assert again["changed"] is False and again["removed"] == result["removed"] and ct.sim.requests() == []
+    assert again["changed"] is False and again["removed"] == result["removed"] and ct.pvesim.requests() == []
     with pytest.raises(VmanywareError) as ended:
-        ct.stage("readiness")
+        ct.run("readiness")
     assert ended.value.code == "operation_cleaned"
-    assert_clean(ct.sim)
+    assert_clean(ct.pvesim)
 
 
-@pytest.mark.parametrize("change,code", [
-    ({"description": "vmanyware operation edited by hand"}, "cleanup_binding_mismatch"),
-    ({"protection": "1"}, "cleanup_protected"),
-    ({"template": "1"}, "cleanup_template"),
-    ({"lock": "backup"}, "locked"),
-])
+@pytest.mark.parametrize("change,code", [*GUARDED_CHANGES, ({"lock": "backup"}, "locked")])
 def test_guards_refuse_with_the_container_untouched(ct: CtEnv, change: dict[str, str], code: str) -> None:  # pylint: disable=W0621
     ct.created("template", "create")
     ct.abandon()
-    ct.sim.set_container_config(CTID, set=change)
+    ct.pvesim.set_container_config(CTID, set=change)
     before = ct.config()
     for check_mode in (True, False):
         with pytest.raises(VmanywareError) as info:
             ct.cleanup(check_mode=check_mode, stop=True, lock_wait=0.0)
         assert info.value.code == code and info.value.details["vmid"] == CTID
-    assert mutations(ct.sim) == [] and ct.config() == before
+    assert mutations(ct.pvesim) == [] and ct.config() == before
     assert ct.store.load(ct.operation_id)["lifecycle"]["cleanup"] is None  # no cleanup recorded either
     assert ct.store.target_holder(ct.scope, CTID) is None  # abandoning released it; the container stays
-    assert ct.sim.schema_violations() == []
+    assert ct.pvesim.schema_violations() == []
 
 
 def test_missing_power_privilege_refuses_before_anything_is_sent(ct: CtEnv) -> None:  # pylint: disable=redefined-outer-name
     ct.fail_at_readiness()
-    ct.sim.set_token(ct.sim.connection["tokens"]["full"]["id"], privileges={"/": ["VM.Audit", "VM.Allocate", "Sys.Audit"]})
+    ct.pvesim.set_token(ct.pvesim.connection["tokens"]["full"]["id"], privileges={"/": ["VM.Audit", "VM.Allocate", "Sys.Audit"]})
     with pytest.raises(VmanywareError) as info:
         ct.cleanup(stop=True)
     assert info.value.code == "permission_denied" and info.value.details == {"stage": "stop", "path": "/vms/320", "missing": ["VM.PowerMgmt"]}
-    assert mutations(ct.sim) == [] and ct.container_exists()
+    assert mutations(ct.pvesim) == [] and ct.container_exists()
 
 
 def test_someone_elses_container_on_the_vmid_is_never_removed(ct: CtEnv) -> None:  # pylint: disable=redefined-outer-name
     ct.created("template")
     ct.abandon()  # before create: nothing of ours exists; then another tool creates CT 320
-    ct.sim.add_container(CTID, name="someone-elses-ct")
+    ct.pvesim.add_container(CTID, name="someone-elses-ct")
     with pytest.raises(VmanywareError) as info:
         ct.cleanup(stop=True)
     assert info.value.code == "cleanup_binding_mismatch"
-    assert mutations(ct.sim) == [] and ct.container_exists()
+    assert mutations(ct.pvesim) == [] and ct.container_exists()
 
 
 def test_without_a_container_nothing_is_sent_and_the_operation_is_cleaned(ct: CtEnv) -> None:  # pylint: disable=W0621
@@ -218,37 +193,32 @@ def test_without_a_container_nothing_is_sent_and_the_operation_is_cleaned(ct: Ct
     assert preview["requests"] == [] and preview["removed"] == NOTHING_REMOVED
     result = ct.cleanup()
     assert result["done"] and result["requests"] == [] and result["removed"] == NOTHING_REMOVED
-    assert result["operation"]["status"] == "cleaned" and mutations(ct.sim) == []
+    assert result["operation"]["status"] == "cleaned" and mutations(ct.pvesim) == []
 
 
 def test_lost_delete_reply_is_resolved_by_reads_and_never_resent(ct: CtEnv) -> None:  # pylint: disable=redefined-outer-name
     ct.created("template", "create")
     ct.abandon()
-    with ProxmoxClient(connection_settings(ct.params)) as client:  # a snapshot someone took: removed with the container, and listed
+    with ProxmoxClient(ct.settings) as client:  # a snapshot someone took: removed with the container, and listed
         assert wait_task(client, client.request("POST", CT + "/snapshot", {"snapname": "inspect"})["data"], timeout=30).succeeded
-    ct.sim.clear_requests()
-    ct.sim.add_fault(method="DELETE", path=r"/lxc/320$", action="drop_reply", occurrence=1)
+    ct.pvesim.clear_requests()
+    ct.pvesim.add_fault(method="DELETE", path=r"/lxc/320$", action="drop_reply", occurrence=1)
     result = ct.cleanup()
     assert result["done"] and result["operation"]["status"] == "cleaned" and not ct.container_exists()
     assert result["removed"] == {"vmid": CTID, "volumes": ["local-lvm:vm-320-disk-0"], "snapshots": ["inspect"]}
-    assert [entry["status"] for entry in ct.sim.requests(method="DELETE")] == ["dropped"]  # sent once, resolved by the vzdestroy task
+    assert [entry["status"] for entry in ct.pvesim.requests(method="DELETE")] == ["dropped"]  # sent once, resolved by the vzdestroy task
     assert ":vzdestroy:320:" in result["operation"]["cleanup"]["steps"][1]["upid"]
-    assert_clean(ct.sim)
+    assert_clean(ct.pvesim)
 
 
 def test_unresolvable_destroy_stays_uncertain_and_is_never_sent(ct: CtEnv) -> None:  # pylint: disable=redefined-outer-name
     ct.created("template", "create")
     ct.abandon()
-    ct.store.begin_cleanup(ct.operation_id)
-    track = ct.store.cleanup_track()
-    track.record_dispatch(ct.operation_id, "stop", {"noop": True})
-    track.record_completed(ct.operation_id, "stop", {"powerState": "stopped"})
-    # a run that recorded the DELETE and then died: reads see the container and no vzdestroy task
-    track.record_dispatch(ct.operation_id, "destroy", {"method": "DELETE", "path": CT})
+    ct.record_interrupted_destroy(CT)  # reads see the container and no vzdestroy task
     with pytest.raises(VmanywareError) as info:
         ct.cleanup(wait_budget=0.0)
     assert info.value.code == "outcome_uncertain" and "container still exists and no vzdestroy task" in info.value.message
-    assert ct.container_exists() and ct.sim.requests(method="DELETE") == []
+    assert ct.container_exists() and ct.pvesim.requests(method="DELETE") == []
     assert ct.store.load(ct.operation_id)["lifecycle"]["cleanup"]["status"] == "uncertain"
 
 
@@ -282,7 +252,7 @@ def test_a_guest_created_between_preconditions_and_create_fails_vmid_taken(sim: 
         if winner == "container":
             sim.add_container(vmid, name="someone-elses-ct")
         else:
-            with ProxmoxClient(connection_settings(ct.params)) as client:
+            with ProxmoxClient(ct.settings) as client:
                 upid = client.post("/nodes/pve-test/qemu/9000/clone", newid=vmid, full=1, storage="local-lvm", name="someone-else")
                 wait_task(client, upid, timeout=120)
 
@@ -306,12 +276,12 @@ def test_a_guest_created_between_preconditions_and_create_fails_vmid_taken(sim: 
     with pytest.raises(VmanywareError) as info:
         run_stage(params, container_stage("create"), check_mode=False, diff=False, client_factory=lambda s: RacedClient(ProxmoxClient(s)))
     assert raced and info.value.code == "vmid_taken" and info.value.details["rule"] == "taken_before_create"
-    posts = ct.sim.requests(method="POST", path_regex=r"^/nodes/pve-test/lxc$")
+    posts = ct.pvesim.requests(method="POST", path_regex=r"^/nodes/pve-test/lxc$")
     assert len(posts) == 1 and posts[0]["status"] == 500  # refused before it changed anything
     record = ct.store.stage(ct.store.load(ct.operation_id), "create")
     assert record["status"] == "pending" and not record["submissionStarted"] and record["upid"] is None
-    holder = ct.get("/cluster/resources", type="vm")
-    assert [guest["type"] for guest in holder if guest["vmid"] == CTID] == ["lxc" if winner == "container" else "qemu"]
+    holder = ct.client_get("/cluster/resources")
+    assert [guest["type"] for guest in holder if guest.get("vmid") == CTID] == ["lxc" if winner == "container" else "qemu"]
     assert sim.schema_violations() == []
 
 
@@ -349,10 +319,8 @@ def test_provision_with_auto_then_cleanup_and_status_in_playbooks(sim: t.Any, tm
     from test_provision_role import BIN, Operator  # pylint: disable=import-outside-toplevel
     sim.set_speed(200)
     sim.add_container(100, name="someone-elses-ct")  # skipped: an LXC guest holds 100
-    definition = yaml.safe_load((REPO / "examples/definition.yml").read_text(encoding="utf-8"))
-    definition.update({"image": "debian-12-ct", "packages": []})
     definition_path = tmp_path / "definition.yml"
-    definition_path.write_text(yaml.safe_dump(definition), encoding="utf-8")
+    definition_path.write_text(yaml.safe_dump(container_definition()), encoding="utf-8")
     operator = Operator(sim, tmp_path)
 
     def provision(*extra: str) -> str:
