@@ -163,12 +163,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import STAGE_KINDS, container_stage, installed_versions
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import CONTAINER, build_logic, stage_kinds, stage_spec
 
 
-ENTRY = stage_entry(lambda params: container_stage(params["stage"], readiness_timeout=params["readiness_timeout"],
-                                                   installed=installed_versions(params.get("installed"))),
-                    {"stage": {"type": "str", "required": True, "choices": list(STAGE_KINDS)},
+ENTRY = stage_entry(lambda params: build_logic(stage_spec(params["stage"], CONTAINER), params),
+                    {"stage": {"type": "str", "required": True, "choices": list(stage_kinds(CONTAINER))},
                      "installed": {"type": "dict"},
                      "readiness_timeout": {"type": "float", "default": 300.0},
                      "snapshots_enabled": {"type": "bool"}})

@@ -137,13 +137,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage, stage_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_stages import PREPARED_BY, stage_logic, stamp_output
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import STEP_KINDS
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TEMPLATE, stage_kinds
 
 
 def argument_spec() -> dict:
     spec = stage_argument_spec()
     spec.update({
-        "stage": {"type": "str", "required": True, "choices": list(STEP_KINDS)},
+        "stage": {"type": "str", "required": True, "choices": list(stage_kinds(TEMPLATE))},
         "build_ssh_public_key": {"type": "str"},
         "prepared_by": {"type": "str", "choices": list(PREPARED_BY)},
         "passwd_status": {"type": "str", "no_log": False},  # the status line of passwd -S: no secret

@@ -22,7 +22,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import c
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import normalize_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import STEP_KINDS, build_template_plan, read_stamp
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TEMPLATE, stage_kinds
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import build_template_plan, read_stamp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_operation import (
     create_template_operation,
     expected_template_confirmation,
@@ -106,8 +107,8 @@ def test_build_every_stage_then_output_the_catalog_mapping(pvesim: t.Any, tmp_pa
     preview = build.run("download", check_mode=True)
     assert preview["done"] is False and preview["requests"][0]["path"] == "/nodes/pve-test/storage/local/download-url"
     assert preview["requests"][0]["params"]["checksum-algorithm"] == "sha256" and pvesim.requests(method="POST") == []
-    assert [step["kind"] for step in build.planned.plan["steps"]] == list(STEP_KINDS)
-    for kind in STEP_KINDS:
+    assert [step["kind"] for step in build.planned.plan["steps"]] == list(stage_kinds(TEMPLATE))
+    for kind in stage_kinds(TEMPLATE):
         result = build.until_done(kind)
         assert result["stage"]["status"] == "completed", (kind, result)
         again = build.run(kind)
