@@ -230,10 +230,14 @@ def planned_steps(family: str, inputs: Inputs) -> list[dict[str, t.Any]]:
     return [{"position": position, "kind": kind} for position, kind in enumerate(kinds, start=1)]
 
 
-@functools.lru_cache(maxsize=None)
 def logic_class(spec: StageSpec) -> t.Any:
     """The class named by ``spec.logic`` (imported on first use: this file stays free of stage logic)."""
-    module_name, _sep, class_name = spec.logic.partition(":")
+    return _load(spec.logic)
+
+
+@functools.lru_cache(maxsize=None)
+def _load(logic: str) -> t.Any:
+    module_name, _sep, class_name = logic.partition(":")
     package = __name__.rsplit(".", 1)[0]  # ...plugins.module_utils
     return getattr(importlib.import_module("%s.%s" % (package, module_name)), class_name)
 
