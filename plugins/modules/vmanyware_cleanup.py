@@ -100,7 +100,8 @@ changed:
   returned: always
   type: bool
 done:
-  description: Whether the cleanup is complete. V(false) with RV(progress) when O(wait_budget) ran out (re-run to continue), and in check mode.
+  description: Whether the cleanup is complete. V(false) with RV(progress) when O(wait_budget) ran out (re-run to
+    continue), and in check mode.
   returned: always
   type: bool
 operation_id:
@@ -108,7 +109,11 @@ operation_id:
   returned: always
   type: str
 requests:
-  description: The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params)).
+  description:
+    - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params); secrets redacted).
+    - Each entry also has C(cli), the equivalent command on the node (C(qm stop ...), C(qm destroy ...)), when one
+      exists.
+    - Empty when nothing was (or would be) sent.
   returned: always
   type: list
   elements: dict
@@ -147,8 +152,8 @@ ansible_facts:
 error_code:
   description:
     - The fixed error code when the module fails (see C(docs/errors.md)), for example V(lifecycle_disabled), V(cleanup_not_eligible),
-      V(cleanup_binding_mismatch), V(cleanup_template), V(cleanup_protected), V(cleanup_running), V(permission_denied), V(locked),
-      V(plan_changed), V(outcome_uncertain).
+      V(cleanup_binding_mismatch), V(cleanup_template), V(cleanup_protected), V(cleanup_running), V(permission_denied),
+      V(locked), V(plan_changed), V(outcome_uncertain).
   returned: failure
   type: str
 """
