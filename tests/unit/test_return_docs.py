@@ -32,20 +32,21 @@ def load_generator() -> types.ModuleType:
 
 GEN = load_generator()
 SOURCE = GEN.load_source()
+MODULES = GEN.modules(SOURCE)
 
 
 def test_every_module_running_registry_stages_takes_its_return_from_the_source() -> None:
-    assert {spec.module for spec in STAGES} <= set(SOURCE["modules"])
-    assert {"vmanyware_preflight", "vmanyware_template_preflight"} <= set(SOURCE["modules"])
+    assert {spec.module for spec in STAGES} <= set(MODULES)
+    assert {"vmanyware_preflight", "vmanyware_template_preflight"} <= set(MODULES)
 
 
-@pytest.mark.parametrize("module", sorted(SOURCE["modules"]))
+@pytest.mark.parametrize("module", sorted(MODULES))
 def test_return_is_the_generated_text(module: str) -> None:
     generated = GEN.render(SOURCE, module)
     assert GEN.current(module) == generated, "run: python tools/dev/gen_return_docs.py"
     assert "${" not in generated
     document = yaml.safe_load(generated)
-    assert list(document) == [(item if isinstance(item, str) else next(iter(item))).split("@")[0] for item in SOURCE["modules"][module]["return"]]
+    assert list(document) == [(item if isinstance(item, str) else next(iter(item))).split("@")[0] for item in MODULES[module]["return"]]
     assert all("description" in entry and "returned" in entry and "type" in entry for entry in document.values())
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import importlib.util
 import re
 import string
@@ -44,6 +45,7 @@ _Dumper.add_representer(_Flow, lambda dumper, value: dumper.represent_sequence("
 _Dumper.add_representer(_FlowDict, lambda dumper, value: dumper.represent_mapping("tag:yaml.org,2002:map", value, flow_style=True))
 
 
+@functools.lru_cache(maxsize=None)
 def _registry() -> types.ModuleType:
     # The registry is data only (no collection imports): it loads by file path.
     spec = importlib.util.spec_from_file_location("vmanyware_stage_registry", REPO / "plugins" / "module_utils" / "_stages" / "__init__.py")
@@ -90,9 +92,18 @@ def _flow(value: t.Any) -> t.Any:
     return value
 
 
+def modules(source: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The source's modules, plus every VM stage module of the registry it does not list (the stage returns, its kind)."""
+    listed = dict(source["modules"])
+    registry = _registry()
+    for stage in registry.stages_in_order(registry.VM):
+        listed.setdefault(stage.module, {"return": source["stage_returns"], "vars": {"stage_kind": "V(%s)." % stage.kind}})
+    return listed
+
+
 def render(source: t.Mapping[str, t.Any], module: str) -> str:
     """The RETURN text (YAML, without the quotes) of ``module``."""
-    spec = source["modules"][module]
+    spec = modules(source)[module]
     variables = dict(_registry_vars())
     variables.update(source.get("vars") or {})
     variables.update(spec.get("vars") or {})
@@ -136,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     source = load_source()
     stale = []
-    for module in source["modules"]:
+    for module in modules(source):
         text = render(source, module)
         if current(module) != text:
             stale.append(module)
