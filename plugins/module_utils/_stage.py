@@ -35,9 +35,10 @@ import typing as t
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with_cli
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, redact, stage as journal_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, stage as journal_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import LIFECYCLE_GATE, PROVISIONING_GATE, SNAPSHOTS_GATE, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import select_mapping
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_once, wait_task
 
 # Codes with which Proxmox (or the transport) proves the request changed nothing.
