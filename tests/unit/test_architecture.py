@@ -110,7 +110,7 @@ CASES: list[tuple[str, str, bool]] = [
     ("module_utils/_stages/disk.py", "modules/vmanyware_disk.py", False),
     ("module_utils/_stages/disk.py", "module_utils/_stage_module.py", False),
     ("module_utils/_stages/__init__.py", "module_utils/_stages/disk.py", False),
-    ("module_utils/_journal.py", "module_utils/_client.py", False),
+    ("module_utils/_journal/store.py", "module_utils/_client.py", False),
     ("module_utils/_permissions.py", "module_utils/_journal.py", False),
     ("modules/vmanyware_disk.py", "module_utils/_stages/disk.py", True),
     ("action/vmanyware_disk.py", "module_utils/_client.py", False),
@@ -124,8 +124,8 @@ def test_the_map_forbids_what_the_rules_say(importer: str, imported: str, allowe
 
 def test_a_forbidden_import_is_found() -> None:
     """The checker sees ``from package import submodule`` and plain imports, not only ``from module import name``."""
-    tree = ast.parse("from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal\n"
+    tree = ast.parse("from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal, _io\n"
                      "import ansible_collections.vmanyware.proxmox.plugins.module_utils._client\n"
                      "from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest\n")
     assert [target for _line, target in collection_imports(tree)] == [
-        "module_utils/_journal.py", "module_utils/_client.py", "module_utils/_stages/_guest.py"]
+        "module_utils/_journal/__init__.py", "module_utils/_io.py", "module_utils/_client.py", "module_utils/_stages/_guest.py"]
