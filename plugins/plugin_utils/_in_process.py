@@ -35,7 +35,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, missing_libraries, safe_call
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PREVIEW_FACT
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PREVIEW_FACT
 
 MODULES_PACKAGE = "ansible_collections.vmanyware.proxmox.plugins.modules."
 SWITCH = "VMANYWARE_IN_PROCESS"
