@@ -25,6 +25,8 @@ from __future__ import annotations
 import time
 import typing as t
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ClientVerbs
+
 CONFIG_SUFFIX = "/config"
 # A configuration read longer ago than this is not "just observed" (seconds).
 DEFAULT_MAX_AGE = 5.0
@@ -55,7 +57,7 @@ class RecentReads:
         return entry[1]
 
 
-class ObservingClient:
+class ObservingClient(ClientVerbs):
     """A client that records every configuration it reads into ``RecentReads`` and forgets them at any write."""
 
     def __init__(self, client: t.Any, reads: RecentReads) -> None:
@@ -71,18 +73,6 @@ class ObservingClient:
         if path.endswith(CONFIG_SUFFIX) and not params and isinstance(envelope, dict):
             self.reads.record(path[:-len(CONFIG_SUFFIX)], envelope.get("data"))
         return envelope
-
-    def get(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("GET", path, params).get("data")
-
-    def post(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("POST", path, params).get("data")
-
-    def put(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("PUT", path, params).get("data")
-
-    def delete(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("DELETE", path, params).get("data")
 
     def __getattr__(self, name: str) -> t.Any:
         # settings, close, provider_scope_id ...: the wrapped client's
