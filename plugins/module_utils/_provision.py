@@ -97,7 +97,7 @@ def _stage_summary(kind: str, position: int, result: dict[str, t.Any] | None, se
         stage = result["stage"]
         summary.update(status=stage["status"], changed=bool(result["changed"]), done=bool(result["done"]),
                        upid=stage.get("upid"), requests=result.get("requests", []))
-        for key in ("preview", "task", "warnings"):
+        for key in ("preview", "task", "warnings", "diff"):
             if key in result:
                 summary[key] = result[key]
     if error is not None:
@@ -171,6 +171,9 @@ def _provision_result(store: t.Any, operation_id: str, summaries: list[dict[str,
         "requests": [request for item in summaries for request in item["requests"]],
         "reads_saved": reads.served,
     }
+    diffs = [item.pop("diff") for item in summaries if "diff" in item]
+    if diffs:
+        result["diff"] = diffs[0]  # --diff: the first stage's that has one (the later ones depend on it)
     if progress:
         result["progress"] = dict(progress)
     return result

@@ -154,6 +154,10 @@ progress:
   description: Progress of the stage still running when O(wait_budget) passed.
   returned: when RV(done=false) outside check mode
   type: dict
+diff:
+  description: Before and after of the first stage this run reached that has a diff (with C(--diff)).
+  returned: in diff mode
+  type: dict
 log:
   description: The progress lines of this run (one per stage, one per O(progress_interval) of a long stage).
   returned: always

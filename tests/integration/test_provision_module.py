@@ -130,8 +130,9 @@ def test_check_mode_previews_every_stage_and_writes_nothing(sim: t.Any, tmp_path
     env = gs.create(tmp_path, sim.connection)
     lines: list[str] = []
     journal_before = json.dumps(env.document, sort_keys=True)
-    result = _run(env, lines, check_mode=True)
+    result = _run(env, lines, check_mode=True, diff=True)
     assert not result["done"] and result["changed"]
+    assert result["diff"]["before"]["exists"] is False and result["diff"]["after"]["vmid"] == gs.VMID  # the clone's
     assert [item["kind"] for item in result["stages"]] == env.kinds
     assert result["stages"][0]["requests"][0]["path"] == "/nodes/pve-test/qemu/9000/clone"
     assert all(item.get("preview") == "earlier stages pending" for item in result["stages"][1:])
