@@ -34,9 +34,10 @@ import typing as t
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with_cli
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, redact, stage as journal_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, stage as journal_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import LIFECYCLE_GATE, PROVISIONING_GATE, SNAPSHOTS_GATE, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import select_mapping
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_once, wait_task
 
 # Codes with which Proxmox (or the transport) proves the request changed nothing.
@@ -339,6 +340,16 @@ class StageRunner:
             if mapping != ctx.mapping:
                 raise StageError("The catalog's mapping for the image is not the one this operation was confirmed with; nothing was sent.",
                                  code="plan_changed", details={"stage": ctx.kind, "fields": ["mapping"]})
+
+    def check_write_allowed(self, operation_id: str) -> dict[str, t.Any]:
+        """Only the write checks, for a write the role makes outside Proxmox (the container's apt over SSH): the gates of
+        the stage re-read and the catalog compared right before it. Records nothing; raises with the gate's code when closed."""
+        ctx = self._context(operation_id)
+        _require_not_ended(ctx.operation)
+        if ctx.record["status"] == "completed":
+            return _result(ctx, changed=False, done=True)
+        self._require_write_allowed(ctx)
+        return _result(ctx, changed=False, done=False, write_allowed=True)
 
     def _refresh(self, ctx: StageContext, document: dict[str, t.Any]) -> None:
         ctx.operation = document

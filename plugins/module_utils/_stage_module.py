@@ -157,6 +157,12 @@ def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: b
     The full record, evidence included, is the journal's (``vmanyware_operation_info`` with ``evidence: true``).
     """
     settings = stage_settings(params, check_mode=check_mode, diff=diff)
+    if params.get("write_check"):
+        # a write outside Proxmox comes next (the role's apt over SSH): only the gates and the catalog, nothing sent or recorded
+        store, operation_id = _store_and_operation(params, check_mode)
+        checked = StageRunner(store, None, logic, settings).check_write_allowed(operation_id)
+        checked["stage"] = {key: value for key, value in checked["stage"].items() if key != "evidence"}
+        return checked
 
     def run(store: t.Any, operation_id: str, client: t.Any) -> dict[str, t.Any]:
         result = StageRunner(store, client, logic, settings).run(operation_id)

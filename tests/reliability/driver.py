@@ -23,7 +23,7 @@ for _root in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep):
     if _root and _root not in sys.path:
         sys.path.insert(0, _root)
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils import _client, _journal, _provision, _stage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _client, _crash, _journal, _provision, _stage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (  # noqa: E402
     build_settings,
     certificate_fingerprint,
@@ -60,9 +60,9 @@ MUTATING = ("POST", "PUT", "DELETE")
 def _arm(config: dict[str, t.Any], kind: str) -> None:
     point = config.get("crash_at")
     if point and config.get("crash_stage") in (None, kind):
-        os.environ[_client.ENV_CRASH_AT] = point
+        os.environ[_crash.ENV_CRASH_AT] = point
     else:
-        os.environ.pop(_client.ENV_CRASH_AT, None)
+        os.environ.pop(_crash.ENV_CRASH_AT, None)
 
 
 def _faults_for(config: dict[str, t.Any], kind: str) -> None:
@@ -115,8 +115,8 @@ def _chained(config: dict[str, t.Any], params: dict[str, t.Any], current: list[s
             os.environ["VMANYWARE_RELIABILITY_STAGE"] = kind
             _arm(config, kind)
             client = getattr(self.client, "_client", self.client)  # the ObservingClient wraps the ProxmoxClient
-            client._crash_at = _client._CrashPoint.from_environment(os.environ.get(_client.ENV_CRASH_AT))  # pylint: disable=protected-access
-            self.store._crash_at = os.environ.get(_journal.ENV_CRASH_AT) or None  # pylint: disable=protected-access
+            client._crash_at = _crash.HttpCrashPoint.from_environment(_crash.crash_at())  # pylint: disable=protected-access
+            self.store._crash_at = _crash.crash_at()  # pylint: disable=protected-access
             return super().run(operation_id)
 
     _provision.StageRunner = ArmingRunner  # type: ignore[misc]
