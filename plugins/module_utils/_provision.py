@@ -193,7 +193,6 @@ def _done_text(summary: t.Mapping[str, t.Any], check_mode: bool) -> str:
     return "completed in %.1f s" % summary["seconds"]
 
 
-
 def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
     """The stage options plus the per-stage ones and ``progress_interval``."""
     spec = stage_argument_spec()
