@@ -245,7 +245,8 @@ class Runner:
         finished_wall = max(snapshots) - started_epoch if snapshots else None
         bad = [e for e in requests if e.get("schema_errors") or e.get("implemented") is False]
         locks = admin.storage_locks()["storages"].get(self.sim.conn["storage"], {})
-        return {"tool": tool, "n": n, "wall": wall, "cpu": cpu, "load": [round(load_before, 2), round(os.getloadavg()[0], 2)], "requests": requests, "tasks": tasks, "schema_or_501": len(bad),
+        return {"tool": tool, "n": n, "wall": wall, "cpu": cpu, "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                "requests": requests, "tasks": tasks, "schema_or_501": len(bad),
                 "failed_vms": failed_vms, "lock_timeout_tasks": len(lock_errors), "finished_wall": finished_wall,
                 "failure_excerpt": failure_excerpt(proc.stdout)[:1500] if failed_vms else "",
                 "storage_lock": {k: v for k, v in locks.items() if k != "history"}}
