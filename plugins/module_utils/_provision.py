@@ -31,15 +31,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import ObservingClient, RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageError, StageLogic, StageRunner, StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_argument_spec, stage_settings, with_stage_client
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import CloudinitStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.packages import PackagesStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.readiness import ReadinessStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import ResourcesStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import SeedStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import SnapshotStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import VM, build_logic, stage_spec
 
 # At most this long between two progress lines of one long stage (seconds): each round of following it.
 DEFAULT_PROGRESS_INTERVAL = 30.0
@@ -56,23 +48,14 @@ class StageOptions:
 
 
 def stage_logic(kind: str, options: StageOptions) -> StageLogic:
-    """The logic of VM stage ``kind``: the one place that maps a declared stage to its code (a stage registry at merge)."""
-    factories: dict[str, t.Callable[[], StageLogic]] = {
-        "clone": CloneStage,
-        "resources": ResourcesStage,
-        "disk": DiskStage,
-        "cloudinit": CloudinitStage,
-        "seed": SeedStage,
-        "start": StartStage,
-        "readiness": lambda: ReadinessStage(readiness_timeout=options.readiness_timeout),
-        "packages": lambda: PackagesStage(packages_timeout=options.packages_timeout),
-        "snapshot": SnapshotStage,
-    }
-    if kind not in factories:
+    """The logic of VM stage ``kind``, built from its row of the stage registry (``_stages``) as its own module builds it."""
+    try:
+        spec = stage_spec(kind, VM)
+    except KeyError:
         raise InputError("vmanyware_provision runs the stages of a VM operation; stage '%s' is run by its own module "
                          "(containers: vmanyware_container)." % kind, code="invalid_option", path="operation_id",
-                         details={"stage": kind, "rule": "vm_stage"})
-    return factories[kind]()
+                         details={"stage": kind, "rule": "vm_stage"}) from None
+    return t.cast(StageLogic, build_logic(spec, dataclasses.asdict(options)))
 
 
 class ProvisionStopped(VmanywareError):

@@ -27,6 +27,7 @@ anything -> the stage goes back to ``pending`` (re-running dispatches afresh); `
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import time
 import typing as t
@@ -121,6 +122,11 @@ class Resolution:
         return cls("undecidable", message=message, final=final)
 
 
+def guest_api_kind(operation: t.Mapping[str, t.Any]) -> str:
+    """``lxc`` when the operation's plan is a container's (``guestType: container``), else ``qemu``: the guest's API path segment."""
+    return "lxc" if (operation.get("plan") or {}).get("guestType") == "container" else "qemu"
+
+
 @dataclasses.dataclass
 class StageContext:
     """What a stage may use: the journal's immutable snapshots, earlier evidence, the client."""
@@ -186,13 +192,16 @@ class StageContext:
 
     @property
     def vm_path(self) -> str:
-        return "/nodes/%s/qemu/%d" % (self.node, self.vmid)
+        """The guest's API path: ``/nodes/{node}/lxc/{vmid}`` for a container operation, ``/nodes/{node}/qemu/{vmid}`` otherwise."""
+        return "/nodes/%s/%s/%d" % (self.node, guest_api_kind(self.operation), self.vmid)
 
 
 class StageLogic:
     """Base class of a stage: override the hooks; the runner calls them in protocol order."""
 
-    kind: t.ClassVar[str] = ""
+    # The stage kind of this instance: the class's by default; the stage registry (``_stages.build_logic``) sets its row's,
+    # so two rows can share one class (a parametrised stage such as a second disk).
+    kind: str = ""
     # UPID type of the task the request starts (``qmclone``); None for synchronous requests.
     task_type: t.ClassVar[str | None] = None
     # The gates re-read before every new write of the stage (docs/operations.md, "Gates").
@@ -204,6 +213,13 @@ class StageLogic:
     # Whether the preconditions may take the configuration this process read back moments ago instead of reading it
     # again (``_recent_reads``): only for stages whose write carries its digest or whose read-back re-checks the digest.
     trusts_recent_config: t.ClassVar[bool] = False
+
+    @classmethod
+    def from_options(cls, options: t.Mapping[str, t.Any]) -> StageLogic:
+        """The stage built from its module's options (``_stages.build_logic``): the constructor's keyword parameters that
+        ``options`` names and sets (``readiness_timeout=...``); a stage whose options need more overrides it."""
+        parameters = inspect.signature(cls.__init__).parameters
+        return cls(**{name: value for name, value in options.items() if name in parameters and name != "self" and value is not None})
 
     def preconditions(self, ctx: StageContext) -> None:
         """Read the current state (GETs) and raise ``StageError`` if the request must not be sent."""

@@ -38,8 +38,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageInProgress,
     StageLogic,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest, common
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TEMPLATE, _guest, build_logic, common, stage_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import import_file_name
@@ -215,7 +214,9 @@ class _KeyRequest(Request):
 
 
 class ConfigureStage(StageLogic):
-    """``PUT .../config``: ``ciuser``, the ephemeral ``sshkeys`` and the static ``ipconfig0`` of the preparation boot.
+    """``PUT .../config``: ``ciuser``, the ephemeral ``sshkeys`` and the static ``ipconfig0`` of the preparation boot, and
+    ``ciupgrade=0``: Proxmox's default (1) has cloud-init upgrade every package on that boot, unplanned and racing the
+    role's own apt run for the package lock.
 
     The public key comes from the role (a fresh key pair per run); the journal and the previews hold
     only its fingerprint, the private key never leaves the controller's temporary directory.
@@ -226,9 +227,13 @@ class ConfigureStage(StageLogic):
     def __init__(self, build_public_key: str | None) -> None:
         self.public_key = build_public_key
 
+    @classmethod
+    def from_options(cls, options: t.Mapping[str, t.Any]) -> ConfigureStage:
+        return cls(options.get("build_ssh_public_key"))
+
     def _wanted(self, ctx: StageContext) -> dict[str, str]:
         build = ctx.plan["buildAddress"]
-        return {"ciuser": ctx.plan["guestUser"], "ipconfig0": "ip=%s,gw=%s" % (build["address"], build["gateway"])}
+        return {"ciuser": ctx.plan["guestUser"], "ipconfig0": "ip=%s,gw=%s" % (build["address"], build["gateway"]), "ciupgrade": "0"}
 
     def preconditions(self, ctx: StageContext) -> None:
         if not self.public_key:
@@ -249,7 +254,7 @@ class ConfigureStage(StageLogic):
     def _applied(self, ctx: StageContext, config: t.Mapping[str, t.Any]) -> bool:
         keys = _guest.decode_sshkeys(str(config.get("sshkeys") or ""))
         wanted_key = _guest.ssh_fingerprint(str(self.public_key)) if self.public_key else None
-        return all(config.get(k) == v for k, v in self._wanted(ctx).items()) and [_guest.ssh_fingerprint(k) for k in keys] == [wanted_key]
+        return all(str(config.get(k)) == v for k, v in self._wanted(ctx).items()) and [_guest.ssh_fingerprint(k) for k in keys] == [wanted_key]
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         config = common.read_config_or_none(ctx)
@@ -296,6 +301,10 @@ class PrepareStage(StageLogic):
     def __init__(self, prepared_by: str | None) -> None:
         self.prepared_by = prepared_by
 
+    @classmethod
+    def from_options(cls, options: t.Mapping[str, t.Any]) -> PrepareStage:
+        return cls(options.get("prepared_by"))
+
     def preconditions(self, ctx: StageContext) -> None:
         if self.prepared_by not in PREPARED_BY:
             raise StageError("The prepare stage needs prepared_by (ssh, or stand-in on a simulated guest).",
@@ -330,6 +339,10 @@ class GeneralizeStage(StageLogic):
         self.prepared_by = prepared_by
         self.passwd_status = passwd_status
         self.authorized_keys_left = authorized_keys_left
+
+    @classmethod
+    def from_options(cls, options: t.Mapping[str, t.Any]) -> GeneralizeStage:
+        return cls(options.get("prepared_by"), options.get("passwd_status"), options.get("authorized_keys_left"))
 
     def preconditions(self, ctx: StageContext) -> None:
         recorded = ctx.evidence("prepare").get("preparedBy")
@@ -567,19 +580,11 @@ def mapping_yaml(mapping: t.Mapping[str, t.Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The stages whose work the role does in the guest over SSH (docs/templates.md, "Preparing the guest"): right before each
+# write there, the role runs the stage with ``write_check`` (the gates re-read, nothing sent or recorded).
+GUEST_WRITE_STAGES = ("prepare", "generalize")
+
+
 def stage_logic(kind: str, params: t.Mapping[str, t.Any]) -> StageLogic:
-    """The stage of ``kind`` with the options it uses from ``params``."""
-    factories: dict[str, t.Callable[[], StageLogic]] = {
-        "download": DownloadStage,
-        "create": CreateStage,
-        "disk": DiskStage,
-        "configure": lambda: ConfigureStage(params.get("build_ssh_public_key")),
-        "start": TemplateStartStage,
-        "prepare": lambda: PrepareStage(params.get("prepared_by")),
-        "generalize": lambda: GeneralizeStage(params.get("prepared_by"), params.get("passwd_status"), params.get("authorized_keys_left")),
-        "shutdown": lambda: ShutdownStage(bool(params.get("force_stop"))),
-        "unconfigure": UnconfigureStage,
-        "convert": ConvertStage,
-        "stamp": StampStage,
-    }
-    return factories[kind]()
+    """The template build stage of ``kind`` with the options it uses from ``params`` (the stage registry's row)."""
+    return t.cast(StageLogic, build_logic(stage_spec(kind, TEMPLATE), params))

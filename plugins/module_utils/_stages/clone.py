@@ -23,11 +23,13 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig impor
     vm_path,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Decision, Observations, single_ok
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import (
     binding_description,
     find_tasks,
     is_ours,
     read_config_or_none,
+    refusal_for_taken_vmid,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid, read_log_tail
 
@@ -50,17 +52,7 @@ def _mismatch(ctx: StageContext, rule: str) -> StageError:
                       details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": rule})
 
 
-def _nextid_refuses(ctx: StageContext) -> bool:
-    try:
-        ctx.client.get("/cluster/nextid", vmid=ctx.vmid)
-    except ProviderError as err:
-        if err.code == "conflict":
-            return True
-        raise
-    return False
-
-
-class CloneStage(StageLogic):
+class CloneStage(StageLogic, AdoptionHook):
     """``POST /nodes/{node}/qemu/{template}/clone`` with ``newid``, ``name``, ``full=1``, ``storage``, ``description``
     (and ``pool`` when the catalog mapping names one).
 
@@ -133,17 +125,7 @@ class CloneStage(StageLogic):
     def refused(self, ctx: StageContext, err: ProviderError) -> VmanywareError:
         """Proxmox refused the clone because the VMID exists (another client took it after the preconditions read it free):
         ``vmid_taken`` once a read shows a guest there that is not ours. Nothing was created; the stage is pending again."""
-        if err.code != "conflict":
-            return err
-        try:
-            existing = read_config_or_none(ctx)
-            # No qemu config: a container may hold the VMID; nextid sees every guest.
-            taken = (existing is not None and not is_ours(ctx, existing)) or (existing is None and _nextid_refuses(ctx))
-        except ProviderError:
-            return err
-        if taken:
-            return StageError(code="vmid_taken", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "taken_before_clone"})
-        return err
+        return refusal_for_taken_vmid(ctx, err, "taken_before_clone")
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
         upid = parse_upid(data)
@@ -223,3 +205,16 @@ class CloneStage(StageLogic):
             if match:
                 return {"percent": float(match.group(1)), "line": line}
         return {}
+
+    # -- adoption (``_stages._adoption``) ------------------------------------------------------------
+    def adopt(self, obs: Observations) -> Decision:
+        ctx = obs.context(self.kind)
+        config = obs.config
+        disk = disk_volume(config, ctx.mapping["diskDevice"])
+        if disk is None or disk.is_cdrom or disk.storage != ctx.plan["storage"]:
+            return Decision("uncertain", "VM %d carries this operation's description but its %s is not a volume on storage %s; the clone "
+                            "stage checks it again on its next run." % (ctx.vmid, ctx.mapping["diskDevice"], ctx.plan["storage"]))
+        upid = single_ok(obs.tasks(self.kind, "qmclone", int(ctx.mapping["templateVmid"])))
+        evidence = {"volid": disk.volid, "digest": config.get("digest"), "macaddr": net_macaddr(config.get("net0")), "diskSizeBytes": disk.size_bytes}
+        return Decision("completed", "The VM exists, carries this operation's description, is unlocked and its disk is on the planned storage.",
+                        evidence, upid)
