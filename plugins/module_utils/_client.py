@@ -442,7 +442,26 @@ def _is_connect_phase(exc: BaseException) -> bool:
     return any(isinstance(item, connect_errors) for item in _exception_chain(exc))
 
 
-class ProxmoxClient:
+class ClientVerbs:
+    """``get``/``post``/``put``/``delete`` returning the envelope's ``data``, on top of a ``request`` method."""
+
+    def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+        raise NotImplementedError
+
+    def get(self, path: str, /, **params: t.Any) -> t.Any:
+        return self.request("GET", path, params).get("data")
+
+    def post(self, path: str, /, **params: t.Any) -> t.Any:
+        return self.request("POST", path, params).get("data")
+
+    def put(self, path: str, /, **params: t.Any) -> t.Any:
+        return self.request("PUT", path, params).get("data")
+
+    def delete(self, path: str, /, **params: t.Any) -> t.Any:
+        return self.request("DELETE", path, params).get("data")
+
+
+class ProxmoxClient(ClientVerbs):
     """Typed, bounded access to the PVE API.
 
     ``get``/``post``/``put``/``delete`` (path positional-only, so ``path=`` can be an API parameter) return the
@@ -498,19 +517,6 @@ class ProxmoxClient:
         if not self.settings.validate_certs:
             return False
         return self.settings.ca_path or True
-
-    # -- public verbs ---------------------------------------------------------------------------------
-    def get(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("GET", path, params).get("data")
-
-    def post(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("POST", path, params).get("data")
-
-    def put(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("PUT", path, params).get("data")
-
-    def delete(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("DELETE", path, params).get("data")
 
     def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
         """Send one request (GETs retried on connection errors and 5xx); return the JSON envelope."""

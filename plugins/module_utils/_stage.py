@@ -180,6 +180,8 @@ class StageContext:
     settings: t.Any = None
     # The runner's guest-exec helper (``StageRunner.guest_exec``); None outside a runner (previews).
     guest_runner: t.Callable[[StageContext, GuestCommand, float, float | None], GuestOutcome] | None = None
+    # Configurations this process read moments ago (``_recent_reads``), for a stage whose logic trusts them; None: read.
+    recent_reads: t.Any = None
 
     def guest_exec(self, command: GuestCommand, *, deadline: float, started: float | None = None) -> GuestOutcome:
         """Run ``command`` in the guest under the stage protocol and poll it until ``deadline`` (epoch seconds).
@@ -250,6 +252,9 @@ class StageLogic:
     default_timeout: t.ClassVar[float] = 600.0
     # Error codes that are a final verdict about the target: raised by ``preconditions`` or ``observe``, they fail the stage.
     final_codes: t.ClassVar[frozenset[str]] = frozenset()
+    # Whether the preconditions may take the configuration this process read back moments ago instead of reading it
+    # again (``_recent_reads``): only for stages whose write carries its digest or whose read-back re-checks the digest.
+    trusts_recent_config: t.ClassVar[bool] = False
 
     @classmethod
     def from_options(cls, options: t.Mapping[str, t.Any]) -> StageLogic:
@@ -335,6 +340,8 @@ class StageSettings:
     gate_options: t.Mapping[str, bool | None] = dataclasses.field(default_factory=dict)
     # The parsed catalog given to the stage (the roles pass it): its mapping for the image must equal the operation's.
     catalog: t.Mapping[str, t.Any] | None = None
+    # ``_recent_reads.RecentReads`` of a run that chains stages in one process (vmanyware_provision); None: every stage reads.
+    recent_reads: t.Any = None
     clock: t.Callable[[], float] = time.monotonic
     sleep: t.Callable[[float], None] = time.sleep
 
@@ -417,7 +424,8 @@ class StageRunner:
     def _context(self, operation_id: str) -> StageContext:
         operation = self.store.load(operation_id)
         return StageContext(operation=operation, client=self.client, kind=self.logic.kind, check_mode=self.settings.check_mode,
-                            settings=self.settings, guest_runner=self.guest_exec)
+                            settings=self.settings, guest_runner=self.guest_exec,
+                            recent_reads=self.settings.recent_reads if self.logic.trusts_recent_config else None)
 
     def _require_write_allowed(self, ctx: StageContext) -> None:
         """Before every new mutating request: each gate of the stage re-read (an environment ``false`` wins over an
