@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 
-.PHONY: setup demo test pytest lint docs docs-check sanity artifact oldest-core acceptance collection-link clean
+.PHONY: setup demo test typecheck pytest lint docs docs-check sanity artifact oldest-core acceptance collection-link clean
 
 setup: $(STAMP) collection-link
 
@@ -26,7 +26,11 @@ collection-link:
 demo: setup
 	VENV=$(VENV) tools/dev/demo.sh
 
-test: setup pytest lint docs-check sanity artifact oldest-core acceptance
+test: setup typecheck pytest lint docs-check sanity artifact oldest-core acceptance
+
+# mypy --strict on plugins/module_utils (mypy.ini), imported through build/collections as ansible does.
+typecheck: setup
+	$(BIN)/python -m mypy -p ansible_collections.vmanyware.proxmox.plugins.module_utils
 
 pytest: setup
 	$(BIN)/python -m pytest -q

@@ -52,6 +52,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._io import (
     read_json_strict,
     remove_file_durable,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import StageRecord
 
 SCHEMA_VERSION = 1
 KIND = "vmanyware.dev/v1/Operation"
@@ -537,11 +538,11 @@ def _operation_inputs(idempotency_key: str | None, provider_scope_id: str, defin
     return key_hash, {"scope": scope, "node": node, "vmid": vmid}, kinds, snapshots
 
 
-def stage(document: t.Mapping[str, t.Any], kind: str) -> dict[str, t.Any]:
+def stage(document: t.Mapping[str, t.Any], kind: str) -> StageRecord:
     """The stage of ``kind`` in ``document`` (the same dict object); ``not_found`` if there is none."""
     for item in document["stages"]:
         if item["kind"] == kind:
-            return t.cast(dict, item)
+            return t.cast(StageRecord, item)
     raise JournalError("The operation has no stage of this kind.", code="not_found", path="kind", details={"rule": "unknown_stage"})
 
 

@@ -34,9 +34,10 @@ import typing as t
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with_cli
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, redact, stage as journal_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import redact, stage as journal_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import LIFECYCLE_GATE, PROVISIONING_GATE, SNAPSHOTS_GATE, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import select_mapping
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, OperationStore, StageRecord
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_once, wait_task
 
 # Codes with which Proxmox (or the transport) proves the request changed nothing.
@@ -121,22 +122,61 @@ class Resolution:
 
 
 @dataclasses.dataclass
+class StageSettings:
+    """Per-run knobs from the module's options."""
+
+    check_mode: bool = False
+    diff: bool = False
+    # How long this invocation waits for a running task before returning ``done: false`` (progress).
+    wait_budget: float | None = None
+    timeout: float | None = None
+    lock_wait: float = 60.0
+    # At most this many allocating submissions in flight per storage (``_admission``); 0: no admission control.
+    storage_concurrency: int = _admission.DEFAULT_STORAGE_CONCURRENCY
+    # Where the gates are read (default: the process environment, read at each check) and the module options
+    # that may open a gate the environment leaves unset (gate name -> bool or None).
+    environ: t.Mapping[str, str] | None = None
+    gate_options: t.Mapping[str, bool | None] = dataclasses.field(default_factory=dict)
+    # The parsed catalog given to the stage (the roles pass it): its mapping for the image must equal the operation's.
+    catalog: t.Mapping[str, t.Any] | None = None
+    clock: t.Callable[[], float] = time.monotonic
+    sleep: t.Callable[[float], None] = time.sleep
+
+
+@dataclasses.dataclass
 class StageContext:
     """What a stage may use: the journal's immutable snapshots, earlier evidence, the client."""
 
     operation: dict[str, t.Any]
-    client: t.Any
+    client: ApiClient
     kind: str
     check_mode: bool = False
     diff: dict[str, t.Any] | None = None
     facts: dict[str, t.Any] = dataclasses.field(default_factory=dict)  # scratch space of one run
     # The journal and the run's settings, for stages that journal evidence while they work (guest probes: PIDs,
     # deadlines) and poll within the run's wait budget. Hooks must not change the stage's status themselves.
-    store: t.Any = None
-    settings: t.Any = None
+    # None outside a runner (adoption's reads, previews, unit tests): no journal, no wait budget, no sleeping.
+    store: OperationStore | None = None
+    settings: StageSettings | None = None
     # The runner's write checks (gates, catalog): stages call ``require_write_allowed`` before a guest command that
     # is not a read-only probe (e.g. ``apt-get update``).
     write_check: t.Callable[[StageContext], None] | None = None
+
+    @property
+    def wait_budget(self) -> float | None:
+        """How long this run may wait for the target (None: up to the stage's own deadline)."""
+        return None if self.settings is None else self.settings.wait_budget
+
+    def sleep(self, seconds: float) -> None:
+        """Pause between polls with the run's sleep (none outside a runner)."""
+        if self.settings is not None:
+            self.settings.sleep(seconds)
+
+    def require_store(self) -> OperationStore:
+        """The journal, for hooks that record evidence while they work (a runner always gives it)."""
+        if self.store is None:
+            raise StageError("This stage needs the journal to record its progress.", code="internal_error", details={"stage": self.kind})
+        return self.store
 
     def require_write_allowed(self) -> None:
         """Raise (nothing sent) unless a new write is allowed now: every gate of the stage open, the catalog unchanged."""
@@ -164,12 +204,12 @@ class StageContext:
         return t.cast(dict, self.operation["definition"])
 
     @property
-    def record(self) -> dict[str, t.Any]:
+    def record(self) -> StageRecord:
         return journal_stage(self.operation, self.kind)
 
     def evidence(self, kind: str | None = None) -> dict[str, t.Any]:
         """Recorded evidence of ``kind`` (default: this stage)."""
-        return t.cast(dict, journal_stage(self.operation, kind or self.kind)["evidence"])
+        return journal_stage(self.operation, kind or self.kind)["evidence"]
 
     def earlier_evidence(self, key: str) -> t.Any:
         """The latest value of ``key`` recorded by any earlier stage (e.g. the config digest)."""
@@ -249,28 +289,6 @@ class StageLogic:
                           details={"stage": ctx.kind, "upid": upid, "log_tail": list(outcome.log_tail)})
 
 
-@dataclasses.dataclass
-class StageSettings:
-    """Per-run knobs from the module's options."""
-
-    check_mode: bool = False
-    diff: bool = False
-    # How long this invocation waits for a running task before returning ``done: false`` (progress).
-    wait_budget: float | None = None
-    timeout: float | None = None
-    lock_wait: float = 60.0
-    # At most this many allocating submissions in flight per storage (``_admission``); 0: no admission control.
-    storage_concurrency: int = _admission.DEFAULT_STORAGE_CONCURRENCY
-    # Where the gates are read (default: the process environment, read at each check) and the module options
-    # that may open a gate the environment leaves unset (gate name -> bool or None).
-    environ: t.Mapping[str, str] | None = None
-    gate_options: t.Mapping[str, bool | None] = dataclasses.field(default_factory=dict)
-    # The parsed catalog given to the stage (the roles pass it): its mapping for the image must equal the operation's.
-    catalog: t.Mapping[str, t.Any] | None = None
-    clock: t.Callable[[], float] = time.monotonic
-    sleep: t.Callable[[float], None] = time.sleep
-
-
 def _result(ctx: StageContext, *, changed: bool, done: bool, requests: list[dict[str, t.Any]] | None = None,
             **extra: t.Any) -> dict[str, t.Any]:
     record = ctx.record
@@ -301,7 +319,7 @@ def _require_not_ended(operation: t.Mapping[str, t.Any]) -> None:
 class StageRunner:
     """Runs one ``StageLogic`` against one operation (docs/stages.md)."""
 
-    def __init__(self, store: JournalStore, client: t.Any, logic: StageLogic, settings: StageSettings | None = None) -> None:
+    def __init__(self, store: OperationStore, client: ApiClient, logic: StageLogic, settings: StageSettings | None = None) -> None:
         self.store = store
         self.client = client
         self.logic = logic
