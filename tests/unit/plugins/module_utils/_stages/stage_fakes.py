@@ -29,7 +29,8 @@ _ERRORS = {case["name"]: case for case in json.loads((FIXTURES / "pve_errors.jso
 SCOPE = "pve:" + "c" * 64
 VM = "/nodes/pve-test/qemu/201"
 TEMPLATE = "/nodes/pve-test/qemu/9000"
-__all__ = ["FakeClient", "assert_valid", "PVE", "SCOPE", "TEMPLATE", "VM", "complete", "context", "dispatch", "fixture", "new_operation", "planned", "pve_error"]
+__all__ = ["FakeClient", "assert_valid", "PVE", "SCOPE", "TEMPLATE", "VM", "complete", "context", "dispatch", "fixture", "new_operation",
+           "planned", "pve_error"]
 
 
 def fixture(name: str) -> t.Any:
