@@ -44,6 +44,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
     utc_now,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import default_idempotency_key, gate_and_confirm, public_view
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import disk_volume, net_macaddr, pending_keys, read_pending, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import require_scope
@@ -55,6 +56,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resource
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import dump_hashes, read_dumps, validate_meta, validate_network, validate_user_data
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import list_snapshots, snapshot_name
 
+if t.TYPE_CHECKING:  # pragma: no cover
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ConnectionSettings
+
 _BINDING = re.compile(r"\Avmanyware operation (op-[a-z2-7]{26})\ndefinitionHash ([0-9a-f]{64})\nplanHash ([0-9a-f]{64})\Z")
 UNCERTAIN_CODE = "outcome_uncertain"
 
@@ -62,29 +66,37 @@ UNCERTAIN_CODE = "outcome_uncertain"
 class ReadOnlyClient:
     """The collection's client restricted to GETs: adoption can send nothing else (``internal_error`` otherwise)."""
 
-    def __init__(self, client: t.Any) -> None:
+    def __init__(self, client: ApiClient) -> None:
         self._client = client
 
     @property
-    def settings(self) -> t.Any:
-        return getattr(self._client, "settings", None)
+    def settings(self) -> ConnectionSettings:
+        return self._client.settings
 
     @property
     def provider_scope_id(self) -> str | None:
-        return t.cast("str | None", getattr(self._client, "provider_scope_id", None))
+        return self._client.provider_scope_id
 
     def get(self, path: str, /, **params: t.Any) -> t.Any:
         return self._client.get(path, **params)
 
     def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
         if method != "GET":
-            raise VmanywareError("Adoption tried to send a request that is not a GET.", code="internal_error")
-        return t.cast(dict, self._client.request(method, path, params))
+            _refuse()
+        return self._client.request(method, path, params)
 
-    def __getattr__(self, name: str) -> t.Any:
-        if name in ("post", "put", "delete", "patch"):
-            raise VmanywareError("Adoption tried to send a request that is not a GET.", code="internal_error")
-        raise AttributeError(name)
+    def post(self, path: str, /, **params: t.Any) -> t.NoReturn:
+        _refuse()
+
+    def put(self, path: str, /, **params: t.Any) -> t.NoReturn:
+        _refuse()
+
+    def delete(self, path: str, /, **params: t.Any) -> t.NoReturn:
+        _refuse()
+
+
+def _refuse() -> t.NoReturn:
+    raise VmanywareError("Adoption tried to send a request that is not a GET.", code="internal_error")
 
 
 def parse_binding(description: t.Any) -> tuple[str, str, str] | None:
@@ -137,17 +149,17 @@ class Observations:
     @property
     def pending_keys(self) -> list[str]:
         ctx = self.context("resources")
-        return t.cast(list, self._once("pending", lambda: pending_keys(read_pending(ctx.client, ctx.vm_path))))
+        return t.cast("list[str]", self._once("pending", lambda: pending_keys(read_pending(ctx.client, ctx.vm_path))))
 
     def tasks(self, kind: str, task_type: str, task_vmid: int) -> list[dict[str, t.Any]]:
         """Our tasks (exactly our token) of ``task_type`` on ``task_vmid``, newest first."""
-        return t.cast(list, self._once(("tasks", task_type, task_vmid), lambda: find_tasks(self.context(kind), task_type, task_vmid)))
+        return t.cast("list[dict[str, t.Any]]", self._once(("tasks", task_type, task_vmid), lambda: find_tasks(self.context(kind), task_type, task_vmid)))
 
     def dumps(self) -> dict[str, str]:
-        return t.cast(dict, self._once("dumps", lambda: read_dumps(self.context("seed"))))
+        return t.cast("dict[str, str]", self._once("dumps", lambda: read_dumps(self.context("seed"))))
 
     def snapshots(self) -> dict[str, t.Any]:
-        return t.cast(dict, self._once("snapshots", lambda: list_snapshots(self.context("snapshot"))))
+        return t.cast("dict[str, t.Any]", self._once("snapshots", lambda: list_snapshots(self.context("snapshot"))))
 
     @property
     def start_evidenced(self) -> bool:
@@ -277,7 +289,7 @@ def decide(obs: Observations, kinds: list[str]) -> list[tuple[str, Decision]]:
 # -- the whole adoption ------------------------------------------------------------------------------
 def _load_existing(store: t.Any, operation_id: str) -> dict[str, t.Any] | None:
     try:
-        return t.cast(dict, store.load(operation_id))
+        return t.cast("dict[str, t.Any]", store.load(operation_id))
     except JournalError as err:
         if err.code == "not_found":
             return None
@@ -286,7 +298,7 @@ def _load_existing(store: t.Any, operation_id: str) -> dict[str, t.Any] | None:
 
 def adopt_operation(
     store: JournalStore,
-    client: t.Any,
+    client: ApiClient,
     *,
     planned: t.Any,
     provider_scope_id: str,
@@ -348,7 +360,7 @@ def adopt_operation(
 
     obs = Observations(scratch, reader, config)
     decisions = decide(obs, kinds)
-    observed = [decision.observed() for _kind, decision in decisions]
+    observed: list[t.Mapping[str, t.Any]] = [decision.observed() for _kind, decision in decisions]
     report = [{"kind": kind, "status": decision.status, "reason": decision.reason} for kind, decision in decisions]
     facts = {"powerState": obs.power, "pendingKeys": obs.pending_keys,
              "qmstartTasks": [item["upid"] for item in obs.tasks("start", "qmstart", target["vmid"])]}

@@ -44,7 +44,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import C
 try:
     import requests
     import requests.adapters
-    import requests.certs
+    import requests.utils
     import requests.exceptions
     import urllib3
     import urllib3.exceptions
@@ -297,7 +297,7 @@ def certificate_fingerprint(settings: ConnectionSettings) -> str:
     host = settings.host[1:-1] if settings.host.startswith("[") else settings.host
     if settings.validate_certs:
         # Only the configured CA file, or the bundle requests verifies with (never the environment's overrides).
-        cafile = settings.ca_path or (requests.certs.where() if HAS_REQUESTS else None)
+        cafile = settings.ca_path or (requests.utils.DEFAULT_CA_BUNDLE_PATH if HAS_REQUESTS else None)
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
     else:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
@@ -330,7 +330,7 @@ def redact_params(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     return safe
 
 
-class PinnedTLSAdapter(_BaseAdapter):  # type: ignore[misc,valid-type]
+class PinnedTLSAdapter(_BaseAdapter):  # type: ignore[misc]
     """An ``HTTPAdapter`` whose pools check the server certificate's SHA-256 during the handshake.
 
     urllib3 compares ``assert_fingerprint`` right after the TLS handshake, inside ``connect()``,
@@ -404,7 +404,7 @@ def map_http_error(method: str, path: str, status: int, reason: str, body: t.Any
     text = f"{reason or ''}\n{message}"
     error_texts = " ".join(str(v) for v in errors.values())
     names = sorted(str(k) for k in errors)
-    ctx = {"method": method, "path": path, "status": status}
+    ctx: dict[str, t.Any] = {"method": method, "path": path, "status": status}
     if status == 401:
         return _error("auth_failed", "Proxmox rejected the credentials.", **ctx)
     if status == 403:
@@ -422,7 +422,7 @@ def map_http_error(method: str, path: str, status: int, reason: str, body: t.Any
         return _error("not_found", "The requested object does not exist.", **ctx)
     lock = _LOCKED.search(text)
     if lock:
-        extra_lock = {"lock": lock.group(1)} if lock.group(1) else {}
+        extra_lock: dict[str, t.Any] = {"lock": lock.group(1)} if lock.group(1) else {}
         return _error("locked", "The target is locked by another task.", **ctx, **extra_lock)
     if _CONFLICT.search(text):
         return _error("conflict", "Proxmox reports that the object already exists or changed concurrently.", **ctx)

@@ -221,7 +221,7 @@ def public_view(document: t.Mapping[str, t.Any], evidence: bool = False) -> dict
 
     Keys in snake_case, as every module return key (the journal document itself keeps its camelCase).
     """
-    return t.cast(dict, snake_keys(_public_fields(document, evidence)))
+    return t.cast("dict[str, t.Any]", snake_keys(_public_fields(document, evidence)))
 
 
 def _public_fields(document: t.Mapping[str, t.Any], evidence: bool) -> dict[str, t.Any]:

@@ -193,15 +193,15 @@ class StageContext:
 
     @property
     def plan(self) -> dict[str, t.Any]:
-        return t.cast(dict, self.operation["plan"])
+        return t.cast("dict[str, t.Any]", self.operation["plan"])
 
     @property
     def mapping(self) -> dict[str, t.Any]:
-        return t.cast(dict, self.operation["mapping"])
+        return t.cast("dict[str, t.Any]", self.operation["mapping"])
 
     @property
     def definition(self) -> dict[str, t.Any]:
-        return t.cast(dict, self.operation["definition"])
+        return t.cast("dict[str, t.Any]", self.operation["definition"])
 
     @property
     def record(self) -> StageRecord:
@@ -399,9 +399,9 @@ class StageRunner:
                 self._close_if_last(ctx)
             return _result(ctx, changed=False, done=True)
         if record["status"] == "failed":
-            failure = record["failure"] or {}
+            failure = record["failure"]
             raise StageError("The stage failed earlier; the operation keeps the target for the operator.",
-                             code="stage_failed", details={"stage": ctx.kind, "cause": failure.get("code")})
+                             code="stage_failed", details={"stage": ctx.kind, "cause": failure["code"] if failure else None})
         for earlier in ctx.operation["stages"][:record["position"] - 1]:
             if earlier["status"] != "completed":
                 if self.settings.check_mode:

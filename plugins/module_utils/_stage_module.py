@@ -29,6 +29,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import parse_catalog
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, public_view, require_verified_tls
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import OperationStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic, StageRunner, StageSettings
 
 
@@ -82,11 +83,44 @@ class PreviewStore:
     def load(self, operation_id: str) -> dict[str, t.Any]:
         return copy.deepcopy(self.document)
 
-    def __getattr__(self, name: str) -> t.Any:
-        raise VmanywareError("A preview tried to write to the journal.", code="internal_error")
+    # Everything else of ``OperationStore`` writes (or, for admission control, takes a slot): refused.
+    @property
+    def journal_dir(self) -> str:
+        _refuse_write()
+
+    def record_dispatch(self, operation_id: str, kind: str, request_summary: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def record_not_sent(self, operation_id: str, kind: str) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def record_submitted(self, operation_id: str, kind: str, upid: str | None, evidence: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def record_evidence(self, operation_id: str, kind: str, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def record_completed(self, operation_id: str, kind: str, evidence: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def record_failed(self, operation_id: str, kind: str, code: str, message: str) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def record_uncertain(self, operation_id: str, kind: str, code: str, message: str) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def set_handoff(self, operation_id: str, handoff: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def update_operation_status(self, operation_id: str, status: str, *, expected_status: str | None = None) -> dict[str, t.Any]:
+        _refuse_write()
 
 
-def _store_and_operation(params: t.Mapping[str, t.Any], check_mode: bool) -> tuple[t.Any, str]:
+def _refuse_write() -> t.NoReturn:
+    raise VmanywareError("A preview tried to write to the journal.", code="internal_error")
+
+
+def _store_and_operation(params: t.Mapping[str, t.Any], check_mode: bool) -> tuple[OperationStore, str]:
     """The journal and the operation id; in check mode, the preview document when it is the operation named (or none is)."""
     operation_id = params.get("operation_id")
     preview = params.get("preview_operation")

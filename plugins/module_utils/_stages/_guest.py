@@ -224,7 +224,7 @@ def exec_status(ctx: StageContext, pid: int) -> dict[str, t.Any] | None:
 
 
 def record(ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> None:
-    ctx.operation = ctx.store.record_evidence(ctx.operation["operationId"], ctx.kind, dict(evidence))
+    ctx.operation = ctx.require_store().record_evidence(ctx.operation["operationId"], ctx.kind, dict(evidence))
 
 
 def run_probe(ctx: StageContext, slot: str, probe: str, argv: t.Sequence[str], *, deadline: float,

@@ -415,7 +415,7 @@ class ContainerReadinessStage(StageLogic):
             raise StageInProgress({"phase": "check_mode", "note": "readiness only reads; it is skipped in check mode"})
         if "deadline" not in ctx.evidence():
             now = self.wall_clock()
-            ctx.operation = ctx.store.record_evidence(ctx.operation["operationId"], ctx.kind, {
+            ctx.operation = ctx.require_store().record_evidence(ctx.operation["operationId"], ctx.kind, {
                 "deadline": round(now + self.readiness_timeout, 3), "startedAt": _iso(now), "timeoutSeconds": self.readiness_timeout})
 
     def request(self, ctx: StageContext) -> Request | None:
@@ -424,9 +424,8 @@ class ContainerReadinessStage(StageLogic):
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         mac = container_mac(ctx.operation).lower()
         deadline = float(ctx.evidence()["deadline"])
-        budget = getattr(ctx.settings, "wait_budget", None)
+        budget = ctx.wait_budget
         started = self.wall_clock()
-        sleep = getattr(ctx.settings, "sleep", None)
         while True:
             try:
                 entries = ctx.client.get(ct_path(ctx) + "/interfaces")
@@ -442,7 +441,7 @@ class ContainerReadinessStage(StageLogic):
                         handoff = dict(ctx.operation.get("handoff") or {})
                         handoff.update({"ipv4": address, "guestUser": ctx.plan["guestUser"], "readinessObservedAt": observed,
                                         "hostKeys": "unverified: containers have no API to read SSH host keys (docs/containers.md)"})
-                        ctx.operation = ctx.store.set_handoff(ctx.operation["operationId"], handoff)
+                        ctx.operation = ctx.require_store().set_handoff(ctx.operation["operationId"], handoff)
                         return {"ipv4": address, "net0Mac": container_mac(ctx.operation), "guestReady": True,
                                 "hostKeysVerified": False, "readinessObservedAt": observed}
             now = self.wall_clock()
@@ -451,9 +450,9 @@ class ContainerReadinessStage(StageLogic):
                                  code="guest_network_unavailable", details={"stage": ctx.kind, "phase": "network"})
             if budget is not None and now >= started + float(budget):
                 raise StageInProgress({"phase": "network", "deadline": _iso(deadline), "secondsLeft": int(deadline - now)})
-            if sleep is not None:  # never past the deadline, nor past this run's wait budget
-                limit = deadline if budget is None else min(deadline, started + float(budget))
-                sleep(min(_POLL, max(0.0, limit - now)))
+            # never past the deadline, nor past this run's wait budget
+            limit = deadline if budget is None else min(deadline, started + float(budget))
+            ctx.sleep(min(_POLL, max(0.0, limit - now)))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -535,7 +534,7 @@ class ContainerSnapshotStage(StageLogic):
         handoff = dict(ctx.operation.get("handoff") or {})
         handoff["snapshot"] = name
         if not ctx.check_mode:
-            ctx.operation = ctx.store.set_handoff(ctx.operation["operationId"], handoff)
+            ctx.operation = ctx.require_store().set_handoff(ctx.operation["operationId"], handoff)
         return {"snapname": name, "snaptime": found.get("snaptime")}
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:

@@ -94,9 +94,8 @@ class PackagesStage(StageLogic):
     def _run(self, ctx: StageContext, slot: str, probe: str, argv: t.Sequence[str]) -> dict[str, t.Any]:
         """A read-only or repeatable command run to completion (PID journaled before polling)."""
         now = _guest.wall_clock()
-        budget = getattr(ctx.settings, "wait_budget", None)
-        status = _guest.run_probe(ctx, slot, probe, argv, deadline=now + self.packages_timeout,
-                                  sleep=getattr(ctx.settings, "sleep", None) or (lambda _s: None),
+        budget = ctx.wait_budget
+        status = _guest.run_probe(ctx, slot, probe, argv, deadline=now + self.packages_timeout, sleep=ctx.sleep,
                                   budget_end=None if budget is None else now + float(budget))
         if status.get("timeout"):
             raise StageError("A guest command did not finish within packages_timeout.", code="package_install_failed",
@@ -154,8 +153,8 @@ class PackagesStage(StageLogic):
     def _await_install(self, ctx: StageContext, marker: dict[str, t.Any]) -> None:
         started = _guest.wall_clock()
         deadline = float(marker.get("issuedAt", started)) + self.packages_timeout
-        budget = getattr(ctx.settings, "wait_budget", None)
-        sleep = getattr(ctx.settings, "sleep", None) or (lambda _s: None)
+        budget = ctx.wait_budget
+        sleep = ctx.sleep
         interval = 0.2
         while True:
             try:

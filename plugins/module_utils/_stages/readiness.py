@@ -126,13 +126,11 @@ class ReadinessStage(StageLogic):
 
     # -- helpers -----------------------------------------------------------------------------------
     def _budget_end(self, ctx: StageContext, started: float) -> float | None:
-        budget = getattr(ctx.settings, "wait_budget", None)
+        budget = ctx.wait_budget
         return None if budget is None else started + float(budget)
 
     def _sleep(self, ctx: StageContext, seconds: float) -> None:
-        sleep = getattr(ctx.settings, "sleep", None)
-        if sleep is not None:
-            sleep(seconds)
+        ctx.sleep(seconds)
 
     def _deadline(self, ctx: StageContext) -> float:
         return float(ctx.evidence()["deadline"])
@@ -204,7 +202,7 @@ class ReadinessStage(StageLogic):
         handoff.update({"ipv4": address, "guestUser": ctx.plan["guestUser"], "knownHosts": known, "hostKeyFingerprints": fingerprints,
                         "readinessObservedAt": observed,
                         "readinessNote": "historical observation at readinessObservedAt; not proof of current reachability"})
-        ctx.operation = ctx.store.set_handoff(ctx.operation["operationId"], handoff)
+        ctx.operation = ctx.require_store().set_handoff(ctx.operation["operationId"], handoff)
         return {"ipv4": address, "net0Mac": mac, "cloudinit": "done", "guestReady": True, "knownHosts": known,
                 "hostKeyFingerprints": fingerprints, "readinessObservedAt": observed, "probe": None}
 

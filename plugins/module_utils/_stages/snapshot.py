@@ -73,7 +73,7 @@ class SnapshotStage(StageLogic):
         handoff = dict(ctx.operation.get("handoff") or {})
         handoff["snapshot"] = name
         if not ctx.check_mode:
-            ctx.operation = ctx.store.set_handoff(ctx.operation["operationId"], handoff)
+            ctx.operation = ctx.require_store().set_handoff(ctx.operation["operationId"], handoff)
         return evidence
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
