@@ -28,9 +28,11 @@ demo: setup
 
 test: setup typecheck pytest lint docs-check sanity artifact oldest-core acceptance
 
-# mypy --strict on plugins/module_utils (mypy.ini), imported through build/collections as ansible does.
+# mypy --strict on plugins/module_utils (mypy.ini), imported through build/collections as ansible does,
+# and on the unit tests' fake client, which must implement the client's Protocol.
 typecheck: setup
 	$(BIN)/python -m mypy -p ansible_collections.vmanyware.proxmox.plugins.module_utils
+	$(BIN)/python -m mypy tests/unit/plugins/module_utils/pve_fake.py
 
 pytest: setup
 	$(BIN)/python -m pytest -q
