@@ -44,6 +44,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
     utc_now,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import default_idempotency_key, gate_and_confirm, public_view
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PlannedEnvironment
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import disk_volume, net_macaddr, pending_keys, read_pending, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError
@@ -287,9 +288,9 @@ def decide(obs: Observations, kinds: list[str]) -> list[tuple[str, Decision]]:
 
 
 # -- the whole adoption ------------------------------------------------------------------------------
-def _load_existing(store: t.Any, operation_id: str) -> dict[str, t.Any] | None:
+def _load_existing(store: JournalStore, operation_id: str) -> dict[str, t.Any] | None:
     try:
-        return t.cast("dict[str, t.Any]", store.load(operation_id))
+        return store.load(operation_id)
     except JournalError as err:
         if err.code == "not_found":
             return None
@@ -300,7 +301,7 @@ def adopt_operation(
     store: JournalStore,
     client: ApiClient,
     *,
-    planned: t.Any,
+    planned: PlannedEnvironment,
     provider_scope_id: str,
     confirmation: t.Any,
     idempotency_key: str | None,

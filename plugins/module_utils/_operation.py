@@ -26,6 +26,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
     utc_now,
     validate_operation_id,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PlannedEnvironment
 
 PROVISIONING_GATE = "VMANYWARE_PROVISIONING_ENABLED"
 SNAPSHOTS_GATE = "VMANYWARE_SNAPSHOTS_ENABLED"
@@ -131,7 +132,7 @@ def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any], fields: t.
     return dict(given)
 
 
-def gate_and_confirm(planned: t.Any, provider_scope_id: str, confirmation: t.Any, environ: t.Mapping[str, str],
+def gate_and_confirm(planned: PlannedEnvironment, provider_scope_id: str, confirmation: t.Any, environ: t.Mapping[str, str],
                      provisioning_option: bool | None = None) -> dict[str, t.Any]:
     """The gates, the attestation and the operator's confirmation of exactly this plan; returns the confirmation.
 
@@ -164,7 +165,7 @@ def default_idempotency_key(plan: t.Mapping[str, t.Any], provider_scope_id: str)
 def create_operation(
     store: JournalStore,
     *,
-    planned: t.Any,
+    planned: PlannedEnvironment,
     provider_scope_id: str,
     confirmation: t.Any,
     idempotency_key: str | None,
