@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 
-.PHONY: setup demo test typecheck pytest lint docs docs-check sanity artifact oldest-core acceptance collection-link clean
+.PHONY: setup demo test test-dynamic test-static typecheck pytest lint docs docs-check sanity artifact oldest-core acceptance collection-link clean
 
 setup: $(STAMP) collection-link
 
@@ -21,12 +21,23 @@ $(STAMP): requirements.txt requirements-test.txt tools/pvesim/pyproject.toml
 # ansible finds this checkout as the vmanyware.proxmox collection through a symlink.
 collection-link:
 	@mkdir -p build/collections/ansible_collections/vmanyware
-	@ln -sfn $(CURDIR) build/collections/ansible_collections/vmanyware/proxmox
+	@test "$$(readlink build/collections/ansible_collections/vmanyware/proxmox)" = "$(CURDIR)" \
+	  || ln -sfn $(CURDIR) build/collections/ansible_collections/vmanyware/proxmox
 
 demo: setup
 	VENV=$(VENV) tools/dev/demo.sh
 
-test: setup typecheck pytest lint docs-check sanity artifact oldest-core acceptance
+# Two sequential lanes side by side (2 cores): the simulator-backed suite, and everything else
+# (the real-guest acceptance is mostly one TCG vCPU; the static checks are one process each).
+# Output is synchronised per line (both lanes show progress); a failing lane fails `make test`.
+test: setup
+	$(MAKE) --no-print-directory -j2 --output-sync=line test-dynamic test-static
+
+test-dynamic:
+	$(MAKE) --no-print-directory pytest
+
+test-static:
+	set -e; for part in typecheck acceptance lint docs-check sanity artifact oldest-core; do $(MAKE) --no-print-directory $$part; done
 
 # mypy --strict on plugins/module_utils (mypy.ini), imported through build/collections as ansible does,
 # and on the unit tests' fake client, which must implement the client's Protocol.
