@@ -40,6 +40,7 @@ import warnings
 from urllib.parse import quote
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiVerbs
 
 try:
     import requests
@@ -493,7 +494,7 @@ def _is_connect_phase(exc: BaseException) -> bool:
     return any(isinstance(item, connect_errors) for item in _exception_chain(exc))
 
 
-class ProxmoxClient:
+class ProxmoxClient(ApiVerbs):
     """Typed, bounded access to the PVE API.
 
     ``get``/``post``/``put``/``delete`` (path positional-only, so ``path=`` can be an API parameter) return the
@@ -550,19 +551,7 @@ class ProxmoxClient:
             return False
         return self.settings.ca_path or True
 
-    # -- public verbs ---------------------------------------------------------------------------------
-    def get(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("GET", path, params).get("data")
-
-    def post(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("POST", path, params).get("data")
-
-    def put(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("PUT", path, params).get("data")
-
-    def delete(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("DELETE", path, params).get("data")
-
+    # -- public verbs (get/post/put/delete: ApiVerbs) ---------------------------------------------------
     def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
         """Send one request (GETs retried on connection errors and 5xx); return the JSON envelope."""
         method = method.upper()

@@ -51,6 +51,25 @@ class ApiClient(t.Protocol):
         ...
 
 
+class ApiVerbs:
+    """``get``/``post``/``put``/``delete`` as the ``data`` of ``request``: one implementation for every ``ApiClient``."""
+
+    def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+        raise NotImplementedError
+
+    def get(self, path: str, /, **params: t.Any) -> t.Any:
+        return self.request("GET", path, params).get("data")
+
+    def post(self, path: str, /, **params: t.Any) -> t.Any:
+        return self.request("POST", path, params).get("data")
+
+    def put(self, path: str, /, **params: t.Any) -> t.Any:
+        return self.request("PUT", path, params).get("data")
+
+    def delete(self, path: str, /, **params: t.Any) -> t.Any:
+        return self.request("DELETE", path, params).get("data")
+
+
 class StageFailure(t.TypedDict):
     """Why a stage is ``failed`` or ``uncertain``: a fixed error code and its message."""
 

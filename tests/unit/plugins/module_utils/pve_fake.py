@@ -20,7 +20,7 @@ import typing as t
 from pvesim.schema import Schema
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ConnectionSettings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ApiVerbs
 
 Call = t.Tuple[str, str, t.Dict[str, t.Any]]
 _NO_DEFAULT = object()
@@ -58,7 +58,7 @@ def assert_valid(method: str, path: str, params: t.Mapping[str, t.Any]) -> None:
     assert errors == [], (method, path, [str(error) for error in errors])
 
 
-class FakeClient:
+class FakeClient(ApiVerbs):
     """See the module docstring. ``log`` holds every request as (method, path, params), in order."""
 
     def __init__(self, routes: t.Mapping[str, t.Any] | None = None, replies: t.Sequence[t.Any] = (), *, user: str | None = "vmanyware@pve",
@@ -75,18 +75,6 @@ class FakeClient:
     @property
     def settings(self) -> ConnectionSettings:
         return self._settings
-
-    def get(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("GET", path, params).get("data")
-
-    def post(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("POST", path, params).get("data")
-
-    def put(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("PUT", path, params).get("data")
-
-    def delete(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("DELETE", path, params).get("data")
 
     def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
         method = method.upper()
