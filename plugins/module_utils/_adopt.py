@@ -45,7 +45,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import default_idempotency_key, gate_and_confirm, public_view
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PlannedEnvironment
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ClientIdentity
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import disk_volume, net_macaddr, pending_keys, read_pending, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import require_scope
@@ -56,9 +56,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk imp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import desired, matches
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import dump_hashes, read_dumps, validate_meta, validate_network, validate_user_data
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import list_snapshots, snapshot_name
-
-if t.TYPE_CHECKING:  # pragma: no cover
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ConnectionSettings
 
 _BINDING = re.compile(r"\Avmanyware operation (op-[a-z2-7]{26})\ndefinitionHash ([0-9a-f]{64})\nplanHash ([0-9a-f]{64})\Z")
 UNCERTAIN_CODE = "outcome_uncertain"
@@ -71,7 +68,7 @@ class ReadOnlyClient:
         self._client = client
 
     @property
-    def settings(self) -> ConnectionSettings:
+    def settings(self) -> ClientIdentity:
         return self._client.settings
 
     @property

@@ -16,8 +16,17 @@ from __future__ import annotations
 
 import typing as t
 
-if t.TYPE_CHECKING:  # pragma: no cover - types only; _client imports requests
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ConnectionSettings
+
+class ClientIdentity(t.Protocol):
+    """Whose requests a client sends (``_client.ConnectionSettings``): PVE writes it into the UPIDs of their tasks."""
+
+    @property
+    def user(self) -> str | None:
+        """``user@realm``."""
+
+    @property
+    def token_name(self) -> str | None:
+        """The API token's name (never its secret); None for a ticket login."""
 
 
 class ApiClient(t.Protocol):
@@ -28,8 +37,8 @@ class ApiClient(t.Protocol):
     """
 
     @property
-    def settings(self) -> ConnectionSettings:
-        """The connection values (``user``, ``token_name``: whose tasks are ours; never read for the secret)."""
+    def settings(self) -> ClientIdentity:
+        """The connection values; the logic reads only whose tasks are ours."""
 
     @property
     def provider_scope_id(self) -> str | None:
