@@ -6,7 +6,7 @@ from __future__ import annotations
 import typing as t
 
 import pytest
-from stage_fakes import assert_valid, PVE, TEMPLATE, VM, FakeClient, context, dispatch, fixture, new_operation, pve_error
+from stage_fakes import PVE, TEMPLATE, VM, FakeClient, assert_valid, context, dispatch, fixture, new_operation, pve_error
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typing as t
 
 import pytest
-from stage_fakes import assert_valid, PVE, VM, FakeClient, complete, context, dispatch, fixture, new_operation
+from stage_fakes import PVE, VM, FakeClient, assert_valid, complete, context, dispatch, fixture, new_operation
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
