@@ -69,8 +69,9 @@ artifact: setup
 oldest-core:
 	tools/dev/oldest_core.sh
 
-# The provision playbook end to end on a real QEMU guest (pvesim --guests real); installs QEMU and
-# mmdebstrap with apt when missing and builds (or reuses) the cached Debian guest image.
+# The provision playbook end to end on a real QEMU guest (pvesim --guests real) and on a real LXC container
+# (pvesim --containers real); installs QEMU, lxc and mmdebstrap with apt when missing and builds (or reuses)
+# the cached Debian guest image and container root file system.
 acceptance: setup
 	VENV=$(VENV) tools/dev/acceptance.sh
 

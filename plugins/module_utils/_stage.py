@@ -350,6 +350,16 @@ class StageRunner:
                 raise StageError("The catalog's mapping for the image is not the one this operation was confirmed with; nothing was sent.",
                                  code="plan_changed", details={"stage": ctx.kind, "fields": ["mapping"]})
 
+    def check_write_allowed(self, operation_id: str) -> dict[str, t.Any]:
+        """Only the write checks, for a write the role makes outside Proxmox (the container's apt over SSH): the gates of
+        the stage re-read and the catalog compared right before it. Records nothing; raises with the gate's code when closed."""
+        ctx = self._context(operation_id)
+        _require_not_ended(ctx.operation)
+        if ctx.record["status"] == "completed":
+            return _result(ctx, changed=False, done=True)
+        self._require_write_allowed(ctx)
+        return _result(ctx, changed=False, done=False, write_allowed=True)
+
     def _refresh(self, ctx: StageContext, document: dict[str, t.Any]) -> None:
         ctx.operation = document
 

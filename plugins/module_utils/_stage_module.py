@@ -167,6 +167,11 @@ def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: b
                              gate_options={PROVISIONING_GATE: params.get("provisioning_enabled"),
                                            SNAPSHOTS_GATE: params.get("snapshots_enabled")},
                              catalog=catalog)
+    if params.get("write_check"):
+        # a write outside Proxmox comes next (the role's apt over SSH): only the gates and the catalog, nothing sent or recorded
+        result = StageRunner(store, None, logic, settings).check_write_allowed(operation_id)
+        result["stage"] = {key: value for key, value in result["stage"].items() if key != "evidence"}
+        return result
     connection = connection_settings(params)
     require_verified_tls(connection)
     bind_scope(connection, operation)

@@ -46,6 +46,14 @@ options:
         (name to a list of C({version}) entries, or name to version). The stage sends nothing; it verifies every declared package
         (and declared version) against this and records it.
     type: dict
+  write_check:
+    description:
+      - For O(stage=packages) only. Sends and records nothing. Re-reads the provisioning gate (an environment V(false) wins
+        over O(provisioning_enabled)) and compares the catalog, and fails with the gate's code (C(provisioning_disabled)) or
+        C(plan_changed) when the write that follows must not happen. The role runs this right before each of its package writes
+        over SSH (C(apt) cache update, C(apt) install), which Proxmox never sees.
+    type: bool
+    default: false
   readiness_timeout:
     description:
       - Seconds from the readiness stage's first start until the container must have its IPv4. Journaled once; re-runs keep it.
@@ -98,6 +106,10 @@ operation_id:
   description: The operation the stage belongs to.
   returned: always
   type: str
+write_allowed:
+  description: With O(write_check=true), V(true) when the gates are open and the package write may follow.
+  returned: with O(write_check=true), while the stage is not completed
+  type: bool
 stage:
   description: The stage's journal record after this run.
   returned: always
@@ -159,17 +171,27 @@ error_code:
 """
 
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import STAGE_KINDS, container_stage, installed_versions
 
 
-ENTRY = stage_entry(lambda params: container_stage(params["stage"], readiness_timeout=params["readiness_timeout"],
-                                                   installed=installed_versions(params.get("installed"))),
+def _logic(params: dict[str, t.Any]) -> StageLogic:
+    if params.get("write_check") and params["stage"] != "packages":
+        raise InputError("write_check is only for stage=packages.", code="invalid_option", path="write_check")
+    return container_stage(params["stage"], readiness_timeout=params["readiness_timeout"], installed=installed_versions(params.get("installed")))
+
+
+ENTRY = stage_entry(_logic,
                     {"stage": {"type": "str", "required": True, "choices": list(STAGE_KINDS)},
                      "installed": {"type": "dict"},
+                     "write_check": {"type": "bool", "default": False},
                      "readiness_timeout": {"type": "float", "default": 300.0},
                      "snapshots_enabled": {"type": "bool"}})
 

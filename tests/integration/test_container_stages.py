@@ -58,6 +58,22 @@ def _env(tmp_path: Path, conn: dict[str, t.Any]) -> gs.Env:
     return gs.Env(store, client, document["operationId"], kinds)
 
 
+def _declared_env(sim: t.Any, tmp_path: Path, key: str, **declared: t.Any) -> gs.Env:
+    """An operation for the example container mapping whose definition declares ``declared`` (packages, snapshot)."""
+    catalog = yaml.safe_load((gs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"))
+    definition = yaml.safe_load(gs.definition_text(**declared))
+    definition["image"] = "debian-12-ct"
+    planned = build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=CTID)
+    client = ProxmoxClient(gs.settings_for(sim.connection))
+    client.get("/version")
+    store = JournalStore(str(tmp_path / "journal"))
+    kinds = [step["kind"] for step in planned.plan["steps"]]
+    document, _created = store.create_operation(
+        idempotency_key=key, provider_scope_id=client.provider_scope_id, definition=planned.definition, mapping=planned.mapping,
+        plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID, stage_kinds=kinds)
+    return gs.Env(store, client, document["operationId"], kinds)
+
+
 def _mutations(sim: t.Any) -> list[tuple[str, str]]:
     return [(e["method"], e["path"]) for e in sim.requests()
             if e["method"] != "GET" and e["status"] in (200, "dropped") and e["path"] != "/access/ticket"]  # root_call logins
@@ -173,19 +189,8 @@ def test_the_module_entry_runs_each_stage_and_refuses_a_vm_plan(sim: t.Any, tmp_
 
 def test_packages_are_verified_from_package_facts_and_the_snapshot_is_gated(sim: t.Any, tmp_path: Path) -> None:
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
-    catalog = yaml.safe_load((gs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"))
-    definition = yaml.safe_load(gs.definition_text(packages=[{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}], snapshot=True))
-    definition["image"] = "debian-12-ct"
-    planned = build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=CTID)
-    client = ProxmoxClient(gs.settings_for(sim.connection))
-    client.get("/version")
-    store = JournalStore(str(tmp_path / "journal"))
-    kinds = [step["kind"] for step in planned.plan["steps"]]
-    document, _created = store.create_operation(
-        idempotency_key="test-pkg", provider_scope_id=client.provider_scope_id, definition=planned.definition, mapping=planned.mapping,
-        plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID, stage_kinds=kinds)
-    env = gs.Env(store, client, document["operationId"], kinds)
-    assert kinds == ["template", "create", "start", "readiness", "packages", "snapshot"]
+    env = _declared_env(sim, tmp_path, "test-pkg", packages=[{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}], snapshot=True)
+    assert env.kinds == ["template", "create", "start", "readiness", "packages", "snapshot"]
     for kind in ("template", "create", "start", "readiness"):
         assert env.run(container_stage(kind, readiness_timeout=60))["done"]
     sim.clear_requests()
@@ -197,18 +202,7 @@ def test_packages_are_verified_from_package_facts_and_the_snapshot_is_gated(sim:
 
 def test_container_snapshot_stage_is_gated_and_takes_one_snapshot(sim: t.Any, tmp_path: Path) -> None:
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
-    catalog = yaml.safe_load((gs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"))
-    definition = yaml.safe_load(gs.definition_text(packages=[{"name": "git"}], snapshot=True))
-    definition["image"] = "debian-12-ct"
-    planned = build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=CTID)
-    client = ProxmoxClient(gs.settings_for(sim.connection))
-    client.get("/version")
-    store = JournalStore(str(tmp_path / "journal"))
-    kinds = [step["kind"] for step in planned.plan["steps"]]
-    document, _created = store.create_operation(
-        idempotency_key="test-snap", provider_scope_id=client.provider_scope_id, definition=planned.definition, mapping=planned.mapping,
-        plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID, stage_kinds=kinds)
-    env = gs.Env(store, client, document["operationId"], kinds)
+    env = _declared_env(sim, tmp_path, "test-snap", packages=[{"name": "git"}], snapshot=True)
     for kind in ("template", "create", "start", "readiness"):
         assert env.run(container_stage(kind, readiness_timeout=60))["done"]
     assert env.run(container_stage("packages", installed={"git": "1:2.39.5-0+deb12u2"}))["stage"]["evidence"]["installed"] == {
@@ -240,3 +234,46 @@ def test_readiness_fails_at_the_journaled_deadline_without_an_address(sim: t.Any
         env.run(ContainerReadinessStage(readiness_timeout=600))  # a re-run keeps the first deadline
     assert raised.value.code == "guest_network_unavailable"
     assert env.stage("readiness")["status"] == "failed" and env.stage("readiness")["evidence"]["deadline"] == deadline
+
+
+@pytest.mark.parametrize(("environ", "option", "allowed"), [
+    ("false", True, False),  # an environment false wins over the option
+    ("", None, False),       # empty = unset: closed unless the option opens it
+    ("", True, True),
+    ("true", None, True),
+    (None, False, False),
+])
+def test_packages_write_check_rereads_the_provisioning_gate(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            environ: str | None, option: bool | None, allowed: bool) -> None:
+    """The role's apt writes over SSH (Proxmox never sees them) are each preceded by ``write_check``: the gate re-read."""
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # pylint: disable=C0415
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
+    env = _declared_env(sim, tmp_path, "test-gate", packages=[{"name": "jq"}])
+    for kind in ("template", "create", "start", "readiness"):
+        assert env.run(container_stage(kind, readiness_timeout=60))["done"]
+    before = env.store.load(env.operation_id)
+    sim.clear_requests()
+    if environ is None:
+        monkeypatch.delenv("VMANYWARE_PROVISIONING_ENABLED", raising=False)
+    else:
+        monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", environ)
+    # no connection options at all: the check reads the gate and the journal, never Proxmox
+    params = {"operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "provisioning_enabled": option,
+              "write_check": True}
+    if allowed:
+        result = run_stage(params, container_stage("packages"), check_mode=False, diff=False)
+        assert result["write_allowed"] is True and result["changed"] is False and result["done"] is False
+    else:
+        with pytest.raises(VmanywareError) as raised:
+            run_stage(params, container_stage("packages"), check_mode=False, diff=False)
+        assert raised.value.code == "provisioning_disabled"
+    assert sim.requests() == []
+    assert env.store.load(env.operation_id) == before  # nothing recorded: the stage stays pending
+    assert env.stage("packages")["status"] == "pending"
+
+
+def test_write_check_is_only_for_the_packages_stage() -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_container  # pylint: disable=C0415
+    with pytest.raises(VmanywareError) as raised:
+        vmanyware_container._logic({"stage": "start", "write_check": True, "readiness_timeout": 300.0})  # pylint: disable=W0212
+    assert raised.value.code == "invalid_option"

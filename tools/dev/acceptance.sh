@@ -3,10 +3,16 @@
 # the real-guest backend tests, and the provision playbook end to end against pvesim --guests real, i.e. a real QEMU guest with real
 # cloud-init, qemu-guest-agent and sshd; then SSH with strict host key checking. Builds or reuses the
 # guest image and installs QEMU and the image tools with apt when missing (needs root for both).
-# Skips (exit 0, reason printed) only where QEMU cannot run at all. Extra arguments go to pytest.
-# Timings: printed at the end; also written to $VMANYWARE_ACCEPTANCE_TIMINGS when set.
+# Then (issue 21, docs/containers.md "Acceptance on a real container"): pvesim --containers real and the provision
+# playbook on a real LXC container (rootfs from Debian's mirror, cached; lxc and mmdebstrap installed with apt when missing).
+# Skips (exit 0, reason printed) only where QEMU, or a privileged LXC container, cannot run at all. Extra arguments go to pytest.
+# Timings: printed at the end; also written to $VMANYWARE_ACCEPTANCE_TIMINGS (and ...-container) when set.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 venv=${VENV:-$repo/.venv}
 cd "$repo"
-exec "$venv/bin/python" -m pytest -m realguest tests/acceptance/test_real_guest.py tools/pvesim/tests/test_realguest.py -s -q -p no:cacheprovider "$@"
+"$venv/bin/python" -m pytest -m realguest tests/acceptance/test_real_guest.py tools/pvesim/tests/test_realguest.py -s -q -p no:cacheprovider "$@"
+start=$SECONDS
+"$venv/bin/python" -m pytest -m realcontainer tests/acceptance/test_real_container.py tools/pvesim/tests/test_realcontainer.py \
+  -s -q -p no:cacheprovider "$@"
+echo "[acceptance] real-container part: $((SECONDS - start)) s"

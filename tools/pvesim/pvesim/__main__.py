@@ -4,7 +4,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """``python -m pvesim serve --port PORT --state-dir DIR [--seed demo] [--speed F] [--schema P] [--faults F]
-[--timings FILE] [--storage-lock on|off] [--guests simulated|real [--guest-image DIR] [--guest-accel auto|kvm|tcg]]``."""
+[--timings FILE] [--storage-lock on|off] [--guests simulated|real [--guest-image DIR] [--guest-accel auto|kvm|tcg]]
+[--containers simulated|real [--container-rootfs DIR]]``."""
 
 from __future__ import annotations
 
@@ -34,24 +35,30 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     serve.add_argument("--guest-image", default=None, help="with --guests real: image directory from tools/guest-image/build.sh")
     serve.add_argument("--guest-accel", choices=("auto", "kvm", "tcg"), default="auto",
                        help="with --guests real: QEMU accelerator (auto: KVM only with kvm_intel/kvm_amd loaded)")
+    serve.add_argument("--containers", choices=("simulated", "real"), default="simulated",
+                       help="container backend: simulated (default) or real LXC containers (docs/containers.md)")
+    serve.add_argument("--container-rootfs", default=None, help="with --containers real: directory from tools/container-rootfs/build.sh")
     args = parser.parse_args(argv)
 
+    from .realcontainer import ContainerRootfsError  # pylint: disable=import-outside-toplevel
+    from .realguest import GuestImageError  # pylint: disable=import-outside-toplevel
     from .server import PvesimServer  # pylint: disable=import-outside-toplevel
 
-    if args.guests == "real":
-        from .realguest import GuestImageError  # pylint: disable=import-outside-toplevel
-        if not args.guest_image:
-            parser.error("--guests real needs --guest-image DIR (build it with tools/guest-image/build.sh)")
-        try:
-            server = PvesimServer(args.state_dir, port=args.port, seed=args.seed, speed=args.speed, schema_path=args.schema,
-                                  faults_file=args.faults, guests="real", guest_image=args.guest_image, guest_accel=args.guest_accel,
-                                  timings_file=args.timings, storage_lock=args.storage_lock == "on")
-        except GuestImageError as exc:
-            sys.stderr.write(f"pvesim: cannot use real guests: {exc}\n")
-            return 2
-    else:
+    if args.guests == "real" and not args.guest_image:
+        parser.error("--guests real needs --guest-image DIR (build it with tools/guest-image/build.sh)")
+    if args.containers == "real" and not args.container_rootfs:
+        parser.error("--containers real needs --container-rootfs DIR (build it with tools/container-rootfs/build.sh)")
+    try:
         server = PvesimServer(args.state_dir, port=args.port, seed=args.seed, speed=args.speed, schema_path=args.schema,
-                              faults_file=args.faults, timings_file=args.timings, storage_lock=args.storage_lock == "on")
+                              faults_file=args.faults, guests=args.guests, guest_image=args.guest_image, guest_accel=args.guest_accel,
+                              timings_file=args.timings, storage_lock=args.storage_lock == "on",
+                              containers=args.containers, container_rootfs=args.container_rootfs)
+    except GuestImageError as exc:
+        sys.stderr.write(f"pvesim: cannot use real guests: {exc}\n")
+        return 2
+    except ContainerRootfsError as exc:
+        sys.stderr.write(f"pvesim: cannot use real containers: {exc}\n")
+        return 2
     stop = threading.Event()
 
     def on_signal(signum: int, frame: t.Any) -> None:

@@ -25,6 +25,10 @@ pve-manager (``PVE::API2::Nodes`` ``aplinfo``/``apl_download``, ``PVE::API2::Sto
   task (id = the template file name) that adds ``STORAGE:vztmpl/<template>`` to a storage with
   ``vztmpl`` content.
 
+With ``--containers real`` (``sim.container_backend``, :mod:`pvesim.realcontainer`) create, start,
+shutdown/stop and delete also act on a real LXC container, and ``interfaces`` shows the address only
+once the container's sshd answers; the API behaviour is otherwise the same.
+
 Container records live in ``State.containers`` (a dict per VMID) so the VM paths (``nextid``, clone
 target refusal, ``/cluster/resources``) keep seeing them.
 """
@@ -79,6 +83,19 @@ _NOT_CONFIG = frozenset({"node", "vmid", "ostemplate", "password", "ssh-public-k
 
 # ------------------------------------------------------------------------------------------
 # the record
+
+def _backend(sim: Sim) -> t.Any:
+    """The real container runtime (``--containers real``) or None."""
+    return getattr(sim, "container_backend", None)
+
+
+def _real(what: str, action: t.Callable[[], None]) -> None:
+    """Run a real-container action inside a task; its failure fails the task as a Proxmox error would."""
+    try:
+        action()
+    except Exception as exc:  # pylint: disable=broad-exception-caught  # ContainerRootfsError, OSError, subprocess errors
+        raise TaskFailed(f"{what} failed: {exc}") from exc
+
 
 def new_record(vmid: int, node: str, config: dict[str, str], status: str = "stopped") -> dict[str, t.Any]:
     return {"name": config.get("hostname", f"CT{vmid}"), "template": config.get("template") == "1", "status": status,
@@ -331,6 +348,10 @@ def lxc_create(sim: Sim, call: Call) -> str:
                 task.log(f"  Logical volume \"{disk}\" created.")
                 task.log(f"extracting archive '{TEMPLATE_CACHE}/{template}'")
             sim.sleep("vzcreate")
+            backend = _backend(sim)
+            if backend is not None:
+                _real("creating the real container", lambda: backend.create(
+                    vmid, config.get("hostname", f"CT{vmid}"), str(call.params.get("ssh-public-keys") or "")))
             with st.lock:
                 task.log("Total bytes read: 524288000 (500MiB, 250MiB/s)")
                 ostype = _ostype(template)
@@ -379,6 +400,9 @@ def _start_body(sim: Sim, vmid: int, ct: dict[str, t.Any], task: Task) -> None:
         if storage is None or not storage.enabled or not storage.active:
             raise TaskFailed(f"storage '{sid}' is not available on node '{ct['node']}'")
     sim.sleep("vzstart")
+    backend = _backend(sim)
+    if backend is not None:
+        _real(f"starting CT {vmid}", lambda: backend.start(vmid))
     with st.lock:
         ct["status"] = "running"
         ct["started_at"] = sim.clock.now()
@@ -415,6 +439,9 @@ def _stop(sim: Sim, call: Call, ttype: str) -> str:
     def body(task: Task) -> None:
         del task
         sim.sleep(ttype)
+        backend = _backend(sim)
+        if backend is not None:
+            _real(f"stopping CT {vmid}", lambda: backend.stop(vmid, graceful=ttype == "vzshutdown"))
         with sim.state.lock:
             ct["status"] = "stopped"
             ct["started_at"] = None
@@ -449,6 +476,9 @@ def lxc_destroy(sim: Sim, call: Call) -> str:
         if ct["status"] == "running":  # force: PVE stops it first
             sim.sleep("vzstop")
         sim.sleep("vzdestroy")
+        backend = _backend(sim)
+        if backend is not None:
+            _real(f"destroying CT {vmid}", lambda: backend.destroy(vmid))
         with st.lock:
             volumes = [parse_kv(ct["config"].get("rootfs", ""), "volume").get("volume", "")]
             volumes += [parse_kv(v, "volume").get("volume", "") for k, v in ct["config"].items() if re.fullmatch(r"mp\d+", k)]
@@ -473,6 +503,9 @@ def _address(sim: Sim, vmid: int, ct: dict[str, t.Any], index: int, net: dict[st
     if ip != "dhcp" or sim.guest_knobs.get(vmid, {}).get("dhcp_never"):
         return None
     if ct["started_at"] is None or sim.clock.now() - ct["started_at"] < sim.durations.get("ct_dhcp", 3.0):
+        return None
+    backend = _backend(sim)
+    if backend is not None and not backend.ssh_ready(vmid):  # a real container: only once its sshd answers
         return None
     bridge = sim.state.members[ct["node"]].bridges.get(net.get("bridge", ""), {})
     network = ipaddress.ip_network(bridge.get("cidr", "192.0.2.10/24"), strict=False)

@@ -383,6 +383,8 @@ class App:
         sim.guest_timing = dict(self.start_guest_timing)
         if getattr(sim, "guest_backend", None) is not None:
             sim.guest_backend.reset()  # real guests: stop every QEMU, drop every VM disk
+        if getattr(sim, "container_backend", None) is not None:
+            sim.container_backend.reset()  # real containers: stop and remove every one
         sim.stop_event = threading.Event()
         # fresh storage locks and statistics, on or off as given at start (--storage-lock)
         sim.storage_locks = StorageLocks(sim.clock, sim.stop_event, sim.durations)
@@ -480,6 +482,15 @@ class App:
                 return {"storage": s.storage, "total": s.total, "avail": s.avail, "enabled": s.enabled, "active": s.active,
                         "content": s.content, "volumes": dict(s.volumes)}
         m = re.fullmatch(r"/containers/(\d+)", path)
+        if m and method == "GET":
+            vmid = int(m.group(1))
+            with st.lock:
+                if vmid not in st.containers:
+                    raise LookupError(f"CT {vmid} does not exist")
+                ct = st.containers[vmid]
+                info = {"vmid": vmid, "name": ct.get("name"), "status": ct.get("status"), "config": dict(ct.get("config") or {})}
+            backend = getattr(sim, "container_backend", None)
+            return {**info, **(backend.admin_info(vmid) if backend is not None else {"container_backend": "simulated"})}
         if m and method in ("PUT", "DELETE"):
             vmid = int(m.group(1))
             with st.lock:
@@ -611,7 +622,8 @@ class PvesimServer:
 
     def __init__(self, state_dir: str, port: int = 0, seed: str = "demo", speed: float = 1.0, schema_path: str | None = None,
                  faults_file: str | None = None, guests: str = "simulated", guest_image: str | None = None,
-                 guest_accel: str = "auto", timings_file: str | None = None, storage_lock: bool = True) -> None:
+                 guest_accel: str = "auto", timings_file: str | None = None, storage_lock: bool = True,
+                 containers: str = "simulated", container_rootfs: str | None = None) -> None:
         self.state_dir = os.path.abspath(state_dir)
         os.makedirs(self.state_dir, exist_ok=True)
         self.app = App(Schema.load(schema_path), seed=seed, speed=speed)
@@ -626,6 +638,16 @@ class PvesimServer:
         elif guests != "simulated":
             raise ValueError(f"unknown guest backend {guests!r} (simulated or real)")
         self.app.sim.guest_backend = self.guest_backend
+        self.container_backend: t.Any = None
+        if containers == "real":
+            # real LXC containers (pvesim.realcontainer, docs/containers.md); fails here when the rootfs or lxc is missing
+            from .realcontainer import RealContainerBackend  # pylint: disable=import-outside-toplevel
+            if not container_rootfs:
+                raise ValueError("--containers real needs --container-rootfs DIR (built by tools/container-rootfs/build.sh)")
+            self.container_backend = RealContainerBackend(container_rootfs, self.state_dir)
+        elif containers != "simulated":
+            raise ValueError(f"unknown container backend {containers!r} (simulated or real)")
+        self.app.sim.container_backend = self.container_backend
         if timings_file:
             apply_timings(self.app.sim, load_timings_file(timings_file))
             self.app.start_durations = dict(self.app.sim.durations)
@@ -654,6 +676,7 @@ class PvesimServer:
             "admin_url": f"https://127.0.0.1:{self.port}{ADMIN_PREFIX}", "pid": os.getpid(),
             "guests": "real" if self.guest_backend is not None else "simulated",
             **({"guest_accel": self.guest_backend.accel} if self.guest_backend is not None else {}),
+            "containers": "real" if self.container_backend is not None else "simulated",
         }
 
     def write_connection_file(self) -> str:
@@ -679,3 +702,5 @@ class PvesimServer:
             self.thread.join(timeout=5)
         if self.guest_backend is not None:
             self.guest_backend.stop_all()
+        if self.container_backend is not None:
+            self.container_backend.stop_all()

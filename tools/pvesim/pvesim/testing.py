@@ -166,9 +166,9 @@ REALGUEST_TOOLS = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-ut
                    "mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs", "ssh": "openssh-client", "ssh-keygen": "openssh-client"}
 
 
-def ensure_realguest_tools(say: t.Callable[[str], None]) -> None:
-    """Install QEMU, the image tools and ssh with apt when missing (root only); skip only if QEMU cannot run at all."""
-    missing = sorted({pkg for tool, pkg in REALGUEST_TOOLS.items() if shutil.which(tool) is None})
+def apt_install_missing(tools: t.Mapping[str, str], say: t.Callable[[str], None]) -> None:
+    """Install the Debian packages of the ``tools`` (tool -> package) not on PATH, with apt (root only)."""
+    missing = sorted({pkg for tool, pkg in tools.items() if shutil.which(tool) is None})
     if missing and os.geteuid() == 0 and shutil.which("apt-get"):
         say(f"installing {' '.join(missing)}")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -177,6 +177,11 @@ def ensure_realguest_tools(say: t.Callable[[str], None]) -> None:
             # a fresh machine may have no package lists yet
             subprocess.run(["apt-get", "update", "-q"], env=env, check=False, stdout=subprocess.DEVNULL, timeout=600)
             subprocess.run(install, env=env, check=False, stdout=subprocess.DEVNULL, timeout=900)
+
+
+def ensure_realguest_tools(say: t.Callable[[str], None]) -> None:
+    """Install QEMU, the image tools and ssh with apt when missing (root only); skip only if QEMU cannot run at all."""
+    apt_install_missing(REALGUEST_TOOLS, say)
     reason = None
     if shutil.which("qemu-system-x86_64") is None:
         reason = "qemu-system-x86_64 is not installed and could not be installed (apt-get install qemu-system-x86)"
@@ -189,6 +194,47 @@ def ensure_realguest_tools(say: t.Callable[[str], None]) -> None:
         pytest.skip(reason)
     for tool, package in REALGUEST_TOOLS.items():
         assert shutil.which(tool), f"{tool} is missing (apt-get install {package})"
+
+
+# tool -> Debian package, for the real-container tests (pvesim --containers real and the container acceptance).
+REALCONTAINER_TOOLS = {"lxc-start": "lxc", "lxc-attach": "lxc", "mmdebstrap": "mmdebstrap", "ssh": "openssh-client",
+                       "ssh-keygen": "openssh-client", "ssh-keyscan": "openssh-client"}
+
+
+def ensure_realcontainer_tools(say: t.Callable[[str], None]) -> None:
+    """Install LXC, mmdebstrap and ssh with apt when missing; skip (reason printed) only where no privileged container can run."""
+    apt_install_missing(REALCONTAINER_TOOLS, say)
+    reason = None
+    if os.geteuid() != 0:
+        reason = "real containers need root (privileged LXC containers, mmdebstrap --mode=root)"
+    elif shutil.which("lxc-start") is None:
+        reason = "lxc-start is not installed and could not be installed (apt-get install lxc)"
+    if reason is not None:
+        say(f"SKIP: {reason}")
+        pytest.skip(reason)
+    for tool, package in REALCONTAINER_TOOLS.items():
+        assert shutil.which(tool), f"{tool} is missing (apt-get install {package})"
+
+
+def build_container_rootfs(repo: str, say: t.Callable[[str], None]) -> tuple[str, float]:
+    """``tools/container-rootfs/build.sh`` (a cache hit when built before): (its output directory, seconds it took)."""
+    t0 = time.monotonic()
+    res = subprocess.run([os.path.join(repo, "tools", "container-rootfs", "build.sh")], capture_output=True, text=True, check=False,
+                         timeout=1800)
+    seconds = round(time.monotonic() - t0, 1)
+    assert res.returncode == 0, f"tools/container-rootfs/build.sh failed:\n{res.stderr[-4000:]}"
+    rootfs = res.stdout.strip().splitlines()[-1]
+    say(f"container rootfs {rootfs} ({'cache hit' if seconds < 5 else 'built'} in {seconds} s)")
+    return rootfs, seconds
+
+
+def lxc_cleanup(lxcpath: str) -> list[str]:
+    """Stop (kill) and destroy every container under ``lxcpath``; the names found (tests call it in ``finally``)."""
+    names = sorted(os.listdir(lxcpath)) if os.path.isdir(lxcpath) else []
+    for name in names:
+        subprocess.run(["lxc-stop", "-P", lxcpath, "-n", name, "-k"], capture_output=True, check=False, timeout=60)
+        subprocess.run(["lxc-destroy", "-P", lxcpath, "-n", name], capture_output=True, check=False, timeout=300)
+    return names
 
 
 def start_server(state_dir: str, speed: float = DEFAULT_SPEED, extra: t.Sequence[str] = (),
