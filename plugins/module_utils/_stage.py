@@ -37,7 +37,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import I
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import redact, stage as journal_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import LIFECYCLE_GATE, PROVISIONING_GATE, SNAPSHOTS_GATE, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import select_mapping
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, OperationStore, StageRecord
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ApiVerbs, OperationStore, StageRecord
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_once, wait_task
 
 # Codes with which Proxmox (or the transport) proves the request changed nothing.
@@ -314,6 +314,22 @@ def _require_not_ended(operation: t.Mapping[str, t.Any]) -> None:
     if (operation.get("release") or {}).get("reason") == "abandoned":
         raise StageError("The operation was abandoned; no stage runs on it.", code="operation_abandoned",
                          details={"operationId": operation["operationId"]})
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoIdentity:
+    user: str | None = None
+    token_name: str | None = None
+
+
+class OfflineClient(ApiVerbs):
+    """The client of a run that sends nothing (``check_write_allowed``, before a write outside Proxmox): a request is a bug."""
+
+    settings = _NoIdentity()
+    provider_scope_id = None
+
+    def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+        raise VmanywareError("A run that sends nothing tried to send a request.", code="internal_error")
 
 
 class StageRunner:

@@ -30,7 +30,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import M
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import parse_catalog
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, public_view, require_verified_tls
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import OperationStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import OfflineClient, StageLogic, StageRunner, StageSettings
 
 
 # The fact vmanyware_operation sets in check mode: the document an apply run would record (never written). A check-mode
@@ -169,7 +169,7 @@ def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: b
                              catalog=catalog)
     if params.get("write_check"):
         # a write outside Proxmox comes next (the role's apt over SSH): only the gates and the catalog, nothing sent or recorded
-        result = StageRunner(store, None, logic, settings).check_write_allowed(operation_id)
+        result = StageRunner(store, OfflineClient(), logic, settings).check_write_allowed(operation_id)
         result["stage"] = {key: value for key, value in result["stage"].items() if key != "evidence"}
         return result
     connection = connection_settings(params)

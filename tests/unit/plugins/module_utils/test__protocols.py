@@ -14,7 +14,7 @@ from pve_fake import FakeClient, envelope, in_turn
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, OperationStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import OfflineClient, StageContext, StageError, StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PreviewStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "_stages"))
@@ -93,3 +93,13 @@ def test_the_fake_client_answers_errors_envelopes_and_callables() -> None:
     assert client.request("GET", task + "/log", {"start": 0, "limit": 50}) == {"data": lines, "total": 1}
     with pytest.raises(ProviderError):
         client.get(task + "/status")
+
+
+def test_the_client_of_a_run_that_sends_nothing_refuses_every_request() -> None:
+    client: ApiClient = OfflineClient()
+    assert client.provider_scope_id is None and client.settings.user is None
+    for send in (lambda: client.get(VM + "/config"), lambda: client.post(VM + "/status/start"), lambda: client.put(VM + "/config", cores=2),
+                 lambda: client.delete(VM), lambda: client.request("GET", "/version")):
+        with pytest.raises(VmanywareError) as info:
+            send()
+        assert info.value.code == "internal_error"
