@@ -31,6 +31,8 @@ import re
 import threading
 import typing as t
 
+from .datafile import load_data_file
+
 ACTIONS = frozenset({"drop_reply", "drop_request", "delay", "http_error", "task_error", "task_warnings", "lock_timeout", "vm_locked",
                      "checksum_mismatch", "agent_not_running", "dhcp_never", "cloudinit_error", "exec_disabled", "disk_full"})
 GUEST_ACTIONS = frozenset({"agent_not_running", "dhcp_never", "cloudinit_error", "exec_disabled"})
@@ -108,14 +110,7 @@ class FaultSet:
 
 def load_fault_file(path: str) -> list[dict[str, t.Any]]:
     """Read rules from a JSON or YAML file: a list of rules or ``{"faults": [...]}``."""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    if path.endswith((".yml", ".yaml")):
-        import yaml  # pylint: disable=import-outside-toplevel
-        data = yaml.safe_load(text)
-    else:
-        import json  # pylint: disable=import-outside-toplevel
-        data = json.loads(text)
+    data = load_data_file(path)
     if isinstance(data, dict):
         data = data.get("faults", [])
     if not isinstance(data, list):

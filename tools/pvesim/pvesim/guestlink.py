@@ -6,7 +6,8 @@
 """The server's single link to ``pvesim.cloudinit`` and ``pvesim.guest`` (written separately).
 
 Keeps the API handlers independent of those modules' details: rendering the cloud-init dump,
-the pending list, and creating a ``SimulatedGuest`` with the per-VM fault knobs.
+the pending list, and creating a guest (a ``SimulatedGuest``, or a real one) with the per-VM
+fault knobs. Every guest is used through ``pvesim.guest.GuestBackend``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,6 @@ AgentError = guest.AgentCommandError
 # per-VM guest knobs set through the admin API or fault rules: vmid -> {field: value}
 GUEST_FAULT_FIELDS = frozenset(f.name for f in dataclasses.fields(guest.GuestFaults))
 GUEST_TIMING_FIELDS = frozenset(f.name for f in dataclasses.fields(guest.GuestTiming))
-
-OSINFO = {"id": "debian", "name": "Debian GNU/Linux", "pretty-name": "Debian GNU/Linux 13 (trixie)", "version": "13 (trixie)",
-          "version-id": "13", "kernel-release": "6.12.48+deb13-cloud-amd64", "kernel-version": "#1 SMP PREEMPT_DYNAMIC Debian 6.12.48-1",
-          "machine": "x86_64"}
 
 
 def render(config: t.Mapping[str, str], vmid: int, node: str) -> dict[str, str]:
@@ -55,7 +52,7 @@ def split_knobs(knobs: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], dict[st
     return faults, timing, unknown
 
 
-def create_guest(sim: t.Any, vm: t.Any) -> t.Any:
+def create_guest(sim: t.Any, vm: t.Any) -> guest.GuestBackend:
     """A fresh guest for a VM that just (re)started, booted from its cloud-init drive.
 
     With a real-guest backend (``sim.guest_backend``, ``--guests real``) this boots a QEMU VM
@@ -70,7 +67,7 @@ def create_guest(sim: t.Any, vm: t.Any) -> t.Any:
     backend = getattr(sim, "guest_backend", None)
     if backend is not None:
         stop_guest(getattr(vm, "guest", None))  # a reboot replaces a running guest
-        real = backend.start(vm.vmid, vm.config, seed)
+        real: guest.GuestBackend = backend.start(vm.vmid, vm.config, seed)
         apply_knobs(real, knobs)
         return real
     gfaults = guest.GuestFaults(**faults)
@@ -78,11 +75,10 @@ def create_guest(sim: t.Any, vm: t.Any) -> t.Any:
     return guest.SimulatedGuest(vm.vmid, vm.config, seed, sim.clock.now, timing=gtiming, faults=gfaults)
 
 
-def stop_guest(guest_obj: t.Any, graceful: bool = False) -> None:
+def stop_guest(guest_obj: guest.GuestBackend | None, graceful: bool = False) -> None:
     """The VM stops (``graceful``: shutdown): a real guest's QEMU ends; a simulated one is just dropped."""
-    stop = getattr(guest_obj, "stop", None)
-    if stop is not None:
-        stop(graceful=graceful)
+    if guest_obj is not None:
+        guest_obj.stop(graceful=graceful)
 
 
 def forget_vm(sim: t.Any, vmid: int) -> None:
@@ -92,31 +88,15 @@ def forget_vm(sim: t.Any, vmid: int) -> None:
         backend.destroy_vm(vmid)
 
 
-def admin_info(guest_obj: t.Any) -> dict[str, t.Any]:
+def admin_info(guest_obj: guest.GuestBackend | None) -> dict[str, t.Any]:
     """Extra fields for ``GET /_pvesim/vms/{vmid}`` (a real guest: accel, ssh_forward_port, qemu_pid ...)."""
-    info = getattr(guest_obj, "admin_info", None)
-    return dict(info()) if info is not None else {}
+    return {} if guest_obj is None else dict(guest_obj.admin_info())
 
 
-def apply_knobs(guest_obj: t.Any, knobs: t.Mapping[str, t.Any]) -> None:
+def apply_knobs(guest_obj: guest.GuestBackend, knobs: t.Mapping[str, t.Any]) -> None:
     """Update a running guest's fault knobs in place."""
     faults, timing, _unknown = split_knobs(knobs)
     for key, value in faults.items():
         setattr(guest_obj.faults, key, value)
     if timing:
         guest_obj.timing = dataclasses.replace(guest_obj.timing, **timing)
-
-
-def get_osinfo(guest_obj: t.Any) -> dict[str, t.Any]:
-    if hasattr(guest_obj, "get_osinfo"):
-        return dict(guest_obj.get_osinfo())
-    guest_obj.ping()
-    return dict(OSINFO)
-
-
-def get_info(guest_obj: t.Any) -> dict[str, t.Any]:
-    if hasattr(guest_obj, "get_info"):
-        return dict(guest_obj.get_info())
-    guest_obj.ping()
-    cmds = ["guest-ping", "guest-exec", "guest-exec-status", "guest-file-read", "guest-network-get-interfaces", "guest-get-osinfo"]
-    return {"version": "9.2.0", "supported_commands": [{"name": c, "enabled": True, "success-response": True} for c in cmds]}

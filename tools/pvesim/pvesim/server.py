@@ -30,6 +30,7 @@ from . import api, cluster, guest, guestlink
 from .api import ApiError, Call, Sim
 from .certs import make_certs
 from .clock import Clock
+from .datafile import load_data_file
 from .faults import FaultSet, FaultSpecError
 from .schema import NoSuchMethod, NoSuchPath, Schema, errors_to_dict, validate_params
 from .state import State
@@ -138,13 +139,7 @@ def timings_dict(sim: Sim) -> dict[str, t.Any]:
 
 def load_timings_file(path: str) -> dict[str, t.Any]:
     """Read a time model from a JSON or YAML file (``{"tasks": {...}, "guest": {...}}``)."""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    if path.endswith((".yml", ".yaml")):
-        import yaml  # pylint: disable=import-outside-toplevel
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
+    data = load_data_file(path)
     if not isinstance(data, dict):
         raise ValueError("timings file must hold a mapping with 'tasks' and/or 'guest'")
     return data

@@ -20,6 +20,9 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 
+if t.TYPE_CHECKING:
+    from .guest import GuestBackend
+
 GIB = 1 << 30
 
 # Privileges of PVE 9 (pve-access-control PVE::AccessControl $privgroups + specials)
@@ -157,7 +160,7 @@ class VM:
     snapshots: dict[str, Snapshot] = field(default_factory=dict)
     status: str = "stopped"
     started_at: float | None = None
-    guest: t.Any = None
+    guest: GuestBackend | None = None  # set while the VM runs
     cloudinit_generated: dict[str, str] = field(default_factory=dict)
     pool: str | None = None
 

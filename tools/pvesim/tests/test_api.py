@@ -407,7 +407,12 @@ def test_snapshots(api: Api, clone201: dict[str, t.Any]) -> None:
     snaps = api.data(api.get(f"{N}/qemu/201/snapshot"))
     assert [s["name"] for s in snaps] == ["before", "current"]
     assert snaps[1]["parent"] == "before" and snaps[1]["description"] == "You are here!"
-    assert api.data(api.get(f"{N}/qemu/201/snapshot/before/config"))["description"] == "pre-change"
+    snap_conf = api.data(api.get(f"{N}/qemu/201/snapshot/before/config"))
+    assert snap_conf["description"] == "pre-change" and isinstance(snap_conf["snaptime"], int)
+    assert api.data(api.get(f"{N}/qemu/201/config", snapshot="before")) == snap_conf  # both read one snapshot config
+    for path, params in ((f"{N}/qemu/201/snapshot/nope/config", {}), (f"{N}/qemu/201/config", {"snapshot": "nope"})):
+        resp = api.get(path, **params)
+        assert resp.status_code == 500 and resp.json()["message"] == "snapshot 'nope' does not exist\n"
     assert api.data(api.get(f"{N}/qemu/201/config"))["parent"] == "before"
     api.run("POST", f"{N}/qemu/201/status/start")
     assert api.run("POST", f"{N}/qemu/201/snapshot", snapname="withram", vmstate=1)["exitstatus"] == "OK"

@@ -41,7 +41,10 @@ def wait_until(predicate: t.Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def test_allocations_on_one_storage_are_serialized(api: Api, pvesim: PvesimAdmin) -> None:
-    # 4 clones at once, 2 allocations each (cloud-init drive, disk), 1 s each: the last waits at most 7 s < 10 s
+    # 4 clones at once, 2 allocations each (cloud-init drive, disk), 1 s each: the last waits at most 7 s < 10 s.
+    # Real time (speed 1), so all four requests arrive while the first clone still holds the lock, even on a
+    # loaded machine (at the fixture's speed 50 the first clone was done after 40 ms).
+    pvesim.set_speed(1)
     pvesim.set_timings(tasks={"qmclone_full": 0, "storage_alloc": 1})
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         upids = list(pool.map(lambda vmid: clone(api, vmid), range(301, 305)))

@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Volume bookkeeping shared by config updates, start, clone, destroy and imports (qemu-server vdisk_alloc/free)."""
+
+from __future__ import annotations
+
+import re
+
+from ..state import DRIVE_RE, GIB, VM, format_size, is_cdrom, is_cloudinit_volume, parse_kv
+from ..tasks import TaskFailed
+from .core import Sim
+
+
+def materialize(sim: Sim, vm: VM, key: str, value: str) -> str:
+    """Allocate new volumes (``storage:SIZE``), cloud-init drives and MACs like qemu-server."""
+    st = sim.state
+    if DRIVE_RE.fullmatch(key):
+        parts = value.split(",")
+        m = re.fullmatch(r"([a-z][a-z0-9\-_.]*[a-z0-9]):(\d+(?:\.\d+)?|cloudinit)", parts[0], re.I)
+        if m:
+            sid, size = m.group(1), m.group(2)
+            storage = st.storages[sid]
+            if not storage.enabled or not storage.active:
+                raise TaskFailed(f"storage '{sid}' is not available on node '{vm.node}'")
+            if size == "cloudinit":
+                volid = f"{sid}:vm-{vm.vmid}-cloudinit"
+                storage.volumes[volid] = 4 << 20
+                rest = [p for p in parts[1:] if not p.startswith("media=")]
+                return ",".join([volid, "media=cdrom", *rest])
+            if "images" not in storage.content:
+                raise TaskFailed(f"storage '{sid}' does not support vm images")
+            nbytes = int(float(size) * GIB)
+            if nbytes > storage.avail:
+                raise TaskFailed(f"lvcreate 'pve/{st.next_disk_name(sid, vm.vmid)}' error:   Volume group \"pve\" has insufficient "
+                                 f"free space ({storage.avail >> 22} extents): {nbytes >> 22} required.")
+            volid = f"{sid}:{st.next_disk_name(sid, vm.vmid)}"
+            storage.volumes[volid] = nbytes
+            rest = [p for p in parts[1:] if not p.startswith("size=")]
+            return ",".join([volid, *rest, f"size={format_size(nbytes)}"])
+    if re.fullmatch(r"net\d+", key):
+        parts = value.split(",")
+        first = parts[0]
+        if "=" in first and first.split("=", 1)[0] not in ("model", "macaddr", "bridge"):
+            model, mac = first.split("=", 1)  # virtio=MAC shorthand (keyAlias)
+            rest = parts[1:]
+        else:
+            data = parse_kv(value, "model")
+            model, mac = data.pop("model", "virtio"), data.pop("macaddr", None)
+            rest = [f"{k}={v}" for k, v in data.items()]
+        return ",".join([f"{model}={(mac or st.new_mac()).upper()}", *rest])
+    return value
+
+
+def delete_key(sim: Sim, vm: VM, key: str, force: bool) -> None:
+    value = vm.config.pop(key, None)
+    if value is None:
+        return
+    if DRIVE_RE.fullmatch(key) and not is_cdrom(value):
+        volid = value.split(",")[0]
+        unused_or_free(sim, vm, volid, force)
+    elif DRIVE_RE.fullmatch(key) and is_cloudinit_volume(value):
+        free_volume(sim, value.split(",")[0])
+    elif re.fullmatch(r"unused\d+", key):
+        free_volume(sim, value)
+
+
+def unused_or_free(sim: Sim, vm: VM, volid: str, force: bool) -> None:
+    if force:
+        free_volume(sim, volid)
+        return
+    n = 0
+    while f"unused{n}" in vm.config:
+        n += 1
+    vm.config[f"unused{n}"] = volid
+
+
+def free_volume(sim: Sim, volid: str) -> None:
+    storage = sim.state.storages.get(volid.split(":", 1)[0])
+    if storage is not None:
+        storage.volumes.pop(volid, None)

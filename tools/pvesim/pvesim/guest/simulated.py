@@ -1,0 +1,175 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""``SimulatedGuest``: the agent API of one simulated guest, assembled from its parts (network, files, commands)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .commands import Commands
+from .model import IMAGE_DEFAULT_HOSTNAME, AgentCommandError, GuestFaults, GuestTiming, Proc, load_yaml_text
+from .network import GuestNetwork
+
+OSINFO = {"id": "debian", "name": "Debian GNU/Linux", "pretty-name": "Debian GNU/Linux 13 (trixie)", "version": "13 (trixie)",
+          "version-id": "13", "kernel-release": "6.12.48+deb13-cloud-amd64", "kernel-version": "#1 SMP PREEMPT_DYNAMIC Debian 6.12.48-1",
+          "machine": "x86_64"}
+
+
+class SimulatedGuest(GuestNetwork, Commands):
+    """The guest of one running VM; create it when the VM starts, drop it when it stops."""
+
+    def __init__(
+        self,
+        vmid: int,
+        config: Mapping[str, str],
+        seed: Mapping[str, str],
+        clock: Callable[[], float],
+        timing: GuestTiming | None = None,
+        faults: GuestFaults | None = None,
+    ) -> None:
+        self.vmid = vmid
+        self.config = dict(config)
+        self.seed = dict(seed)
+        self._clock = clock
+        self.timing = timing or GuestTiming()
+        self.faults = faults or GuestFaults()
+        self.boot_time = clock()
+        self._procs = {}
+        self._next_pid = 1000 + vmid % 97
+        self.installed = dict(self.faults.preinstalled)
+        self._lists_fresh = not self.faults.apt_lists_empty_at_boot
+        self._cloudinit_applied = False
+        user_text = self.seed.get("user", "")
+        cfg = load_yaml_text(user_text) if user_text.startswith("#cloud-config") else None
+        self.cloud_config = cfg if isinstance(cfg, dict) else {}
+        meta = load_yaml_text(self.seed.get("meta"))
+        self.meta = meta if isinstance(meta, dict) else {}
+        self.hostname = str(self.cloud_config.get("hostname") or self.meta.get("local-hostname") or IMAGE_DEFAULT_HOSTNAME)
+        self.fqdn = str(self.cloud_config.get("fqdn") or self.hostname)
+        self._nics = self._build_nics()
+
+    # -- agent API -----------------------------------------------------------------------------
+
+    def ping(self) -> dict[str, Any]:
+        """``POST .../agent/ping``: the QGA result (``{}``); PVE wraps it as ``{"result": {}}``."""
+        self._require_agent()
+        return {}
+
+    def network_get_interfaces(self) -> list[dict[str, Any]]:
+        """``GET .../agent/network-get-interfaces``: the QGA list; PVE wraps it as ``{"result": [...]}``."""
+        self._require_agent()
+        now = self.uptime()
+        ticks = int(now * 10)
+        result: list[dict[str, Any]] = [
+            {
+                "name": "lo",
+                "hardware-address": "00:00:00:00:00:00",
+                "ip-addresses": [
+                    {"ip-address-type": "ipv4", "ip-address": "127.0.0.1", "prefix": 8},
+                    {"ip-address-type": "ipv6", "ip-address": "::1", "prefix": 128},
+                ],
+                "statistics": self._stats(ticks, 1, 120),
+            }
+        ]
+        for nic in self._nics:
+            result.append({
+                "name": nic.name,
+                "hardware-address": nic.mac,
+                "ip-addresses": self._addresses(nic, now),
+                "statistics": self._stats(ticks, 3, 420),
+            })
+        return result
+
+    def exec(self, command: Sequence[str] | None, input_data: str | None = None) -> int:
+        """``POST .../agent/exec``: start ``command`` (argv, no shell); returns the pid (PVE: ``{"pid": pid}``)."""
+        argv = list(command or [])
+        if not argv and input_data is None:
+            raise AgentCommandError("command or input-data (or both) required")
+        self._require_agent()
+        if self.faults.exec_disabled:
+            raise self._error("exec", "The command guest-exec has been disabled for this instance")
+        if not argv:
+            raise self._error("exec", "Invalid parameter type for 'path', expected: string")
+        if self._resolve(argv[0]) is None:
+            desc = f"Guest agent command failed, error was 'Failed to execute child process \u201c{argv[0]}\u201d (No such file or directory)'"
+            raise self._error("exec", desc)
+        now = self.uptime()
+        outcome = self._run(argv, {}, input_data, now)
+        duration = self.timing.exec_default if outcome.duration is None else outcome.duration
+        pid = self._next_pid
+        self._next_pid += 1 + (pid * 7) % 5
+        self._procs[pid] = Proc(now, now + duration, outcome.exitcode, outcome.out, outcome.err, outcome.effect, outcome.apt_lock)
+        return pid
+
+    def exec_status(self, pid: int) -> dict[str, Any]:
+        """``GET .../agent/exec-status``: PVE's shape; an exited status can be read exactly once."""
+        self._require_agent()
+        proc = self._procs.get(pid)
+        if proc is None:
+            raise self._error("exec-status", "Invalid parameter 'pid'")
+        if self.uptime() < proc.end:
+            return {"exited": 0}
+        del self._procs[pid]
+        result: dict[str, Any] = {"exited": 1, "exitcode": proc.exitcode}
+        if proc.out:
+            result["out-data"] = proc.out
+            result["out-truncated"] = 0
+        if proc.err:
+            result["err-data"] = proc.err
+            result["err-truncated"] = 0
+        return result
+
+    def file_read(self, path: str, count: int | None = None, offset: int = 0) -> dict[str, Any]:
+        """``GET .../agent/file-read``: ``{"content", "bytes-read"}`` plus ``"truncated": 1`` before EOF."""
+        self._require_agent()
+        text = self._file(path)
+        if text is None:
+            raise self._error("file-open", f"failed to open file '{path}' (mode: 'r'): No such file or directory")
+        data = text.encode("utf-8")[offset:]
+        limit = 16 * 1024 * 1024 if count is None else count
+        chunk_size = 1024 * 1024
+        read = 0
+        eof = False
+        while read < limit and not eof:
+            want = min(chunk_size, limit - read)
+            got = data[read:read + want]
+            read += len(got)
+            eof = len(got) < want
+        result: dict[str, Any] = {"content": data[:read].decode("utf-8", errors="replace"), "bytes-read": read}
+        if not eof:
+            result["truncated"] = 1
+        return result
+
+    def get_osinfo(self) -> dict[str, Any]:
+        """``GET .../agent/get-osinfo``: the image's os-release (PVE wraps it as ``{"result": ...}``)."""
+        self.ping()
+        return dict(OSINFO)
+
+    def get_info(self) -> dict[str, Any]:
+        """``GET .../agent/info``: the agent version and the commands it supports."""
+        self.ping()
+        cmds = ["guest-ping", "guest-exec", "guest-exec-status", "guest-file-read", "guest-network-get-interfaces", "guest-get-osinfo"]
+        return {"version": "9.2.0", "supported_commands": [{"name": c, "enabled": True, "success-response": True} for c in cmds]}
+
+    # -- lifecycle and introspection (for the server and tests; not agent calls) -----------------
+
+    def stop(self, graceful: bool = False) -> None:
+        """The VM stops: nothing runs outside this object, so there is nothing to end."""
+        del graceful
+
+    def admin_info(self) -> dict[str, Any]:
+        """Extra fields for ``GET /_pvesim/vms/{vmid}``: none (a real guest adds its QEMU process)."""
+        return {}
+
+    def cloudinit_status(self) -> dict[str, Any]:
+        """Status details as ``cloud-init status --format json`` would compute them now."""
+        self._advance()
+        return self._ci_details(self.uptime())
+
+    def installed_packages(self) -> dict[str, str]:
+        self._advance()
+        return dict(self.installed)
