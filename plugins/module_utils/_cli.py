@@ -10,8 +10,8 @@ Previews list each planned request (method, path, params); ``with_cli`` adds the
 the step by hand. The mapping follows the documented CLI syntax (``qm clone <vmid> <newid>``,
 ``qm set``, ``qm resize <vmid> <disk> <size>``, ``qm cloudinit update``, ``qm start``,
 ``qm snapshot <vmid> <snapname>``, ``qm guest exec <vmid> -- <command>``; ``pct`` likewise). It
-works on the request *summary*, whose secret values are already ``<redacted>``, so a command
-never shows more than the summary does. Requests without a CLI equivalent get none.
+works on the request *summary*, redacted (``_redaction.redact``) before the command is built, so a
+command never shows a secret nor more than the summary does. Requests without a CLI equivalent get none.
 
 This is a private module_utils file: not a public API.
 """
@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 import shlex
 import typing as t
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 
 _GUEST = r"/nodes/(?P<node>[^/]+)/(?P<kind>qemu|lxc)/(?P<vmid>\d+)"
 # (method, path suffix regex, subcommand, positional parameters after the vmid)
@@ -92,10 +94,12 @@ def cli_command(method: str, path: str, params: t.Mapping[str, t.Any]) -> str | 
 
 
 def with_cli(summary: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """A copy of a request summary (``method``, ``path``, ``params``) with ``cli`` added when one exists."""
+    """A copy of a request summary (``method``, ``path``, ``params`` redacted) with ``cli`` added when one exists."""
     result = dict(summary)
     method, path = summary.get("method"), summary.get("path")
     params = summary.get("params")
+    if isinstance(params, t.Mapping):
+        params = result["params"] = redact(params)
     if isinstance(method, str) and isinstance(path, str) and isinstance(params, t.Mapping):
         command = cli_command(method, path, params)
         if command is not None:

@@ -30,7 +30,6 @@ import dataclasses
 import errno
 import hashlib
 import json
-import os
 import re
 import socket
 import ssl
@@ -39,8 +38,10 @@ import typing as t
 import warnings
 from urllib.parse import quote
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _crash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiVerbs
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 
 try:
     import requests
@@ -72,10 +73,6 @@ GET_BACKOFF = (0.2, 0.6)
 MUTATING_METHODS = frozenset({"POST", "PUT", "DELETE"})
 _CHUNK = 64 * 1024
 
-# Parameter names whose values are never logged (matched case-insensitively, as substrings).
-SECRET_PARAM_MARKERS = ("password", "secret", "ticket", "token", "otp", "sshkeys", "input-data", "content")
-REDACTED = "<redacted>"
-
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TOKEN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9.\-_]+$")
 _USERID = re.compile(r"^[^\s:/!]+@[A-Za-z][A-Za-z0-9.\-_]+$")
@@ -94,45 +91,6 @@ _AGENT_REASONS = (
     (re.compile(r"failed to open file"), "file_not_found"),
     (re.compile(r"VM \d+ is not running"), "vm_not_running"),
 )
-
-# Test-only crash hook (docs/journal.md, "Crash testing"; docs/reliability.md); never set it in production. The journal
-# reads the same variable for its ``journal:...`` points; the client acts only on ``http:<phase>:<METHOD>:<path regex>[#N]``.
-ENV_CRASH_AT = "VMANYWARE_TEST_CRASH_AT"
-CRASH_EXIT_CODE = 137
-_HTTP_CRASH = re.compile(r"^http:(before_send|after_reply):([A-Z]+|\*):(.+?)(?:#([1-9][0-9]{0,5}))?$", re.DOTALL)
-
-
-class _CrashPoint:
-    """``http:before_send|after_reply:<METHOD>:<path regex>[#N]``: ``os._exit(137)`` at the Nth matching request (default 1).
-
-    ``before_send``: the request is built, no byte is written yet; ``after_reply``: the whole reply (any status)
-    was received, before it is parsed or returned. The path is the API-relative path (``/nodes/.../clone``).
-    """
-
-    def __init__(self, phase: str, method: str, regex: str, occurrence: int) -> None:
-        self.phase = phase
-        self.method = method
-        self.regex = re.compile(regex)
-        self.occurrence = occurrence
-        self.seen = 0
-
-    @classmethod
-    def from_environment(cls, value: str | None) -> _CrashPoint | None:
-        match = _HTTP_CRASH.match(value or "")
-        if match is None:
-            return None
-        try:
-            return cls(match.group(1), match.group(2), match.group(3), int(match.group(4) or 1))
-        except re.error:
-            return None
-
-    def check(self, phase: str, method: str, path: str) -> None:
-        if phase != self.phase or self.method not in ("*", method) or not self.regex.search(path):
-            return
-        self.seen += 1
-        if self.seen == self.occurrence:
-            os._exit(CRASH_EXIT_CODE)  # pylint: disable=protected-access
-
 
 RequestLog = t.Callable[[str, str, t.Mapping[str, t.Any], t.Optional[int]], None]
 
@@ -320,15 +278,6 @@ def certificate_fingerprint(settings: ConnectionSettings) -> str:
     if not der:
         raise _error("tls_verification_failed", "The server presented no certificate.", method="CONNECT", path="/")
     return hashlib.sha256(der).hexdigest()
-
-
-def redact_params(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """A copy of ``params`` with every secret-bearing value replaced by ``<redacted>``."""
-    safe: dict[str, t.Any] = {}
-    for key, value in params.items():
-        lowered = key.lower()
-        safe[key] = REDACTED if any(marker in lowered for marker in SECRET_PARAM_MARKERS) else value
-    return safe
 
 
 class PinnedTLSAdapter(_BaseAdapter):  # type: ignore[misc]
@@ -525,7 +474,7 @@ class ProxmoxClient(ApiVerbs):
         self._session.mount("https://", adapter if adapter is not None else PinnedTLSAdapter(settings.fingerprint))
         self._ticket: tuple[str, str] | None = None
         # Read once per client: the test-only crash hook costs one ``is None`` test per request when unset.
-        self._crash_at = _CrashPoint.from_environment(os.environ.get(ENV_CRASH_AT))
+        self._crash_at = _crash.HttpCrashPoint.from_environment(_crash.crash_at())
         self.observed_fingerprint: str | None = None
         self.api = _Resource(self)
 
@@ -573,7 +522,7 @@ class ProxmoxClient(ApiVerbs):
     # -- internals -------------------------------------------------------------------------------------------
     def _log(self, method: str, path: str, params: t.Mapping[str, t.Any], status: int | None) -> None:
         if self._request_log is not None:
-            self._request_log(method, path, redact_params(params), status)
+            self._request_log(method, path, redact(params), status)
 
     def _auth(self, method: str) -> tuple[t.Any, dict[str, str], dict[str, str]]:
         settings = self.settings

@@ -67,3 +67,14 @@ def test_task_environment_reaches_the_module_either_way(tmp_path: Path, in_proce
     assert completed.returncode != 0
     assert '"error_code": "configuration_error"' in completed.stdout, completed.stdout
     assert "canary-in-process-secret" not in completed.stdout + completed.stderr
+
+
+@pytest.mark.parametrize("in_process", ["true", "false"])
+def test_journal_package_reaches_the_module_either_way(tmp_path: Path, in_process: str) -> None:
+    # The module process gets module_utils packaged by Ansible: the _journal package (re-exports in its __init__) must come along.
+    journal = tmp_path / "journal"
+    completed = _playbook(tmp_path, sys.executable, in_process, module="vmanyware_operation_info",
+                          args={"journal_dir": str(journal), "operation_id": "op-" + "a" * 26})
+    assert completed.returncode != 0
+    assert '"error_code": "not_found"' in completed.stdout, completed.stdout + completed.stderr
+    assert journal.is_dir()

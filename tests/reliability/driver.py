@@ -22,7 +22,7 @@ for _root in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep):
     if _root and _root not in sys.path:
         sys.path.insert(0, _root)
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils import _client, _journal  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _client, _crash, _journal  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (  # noqa: E402
     build_settings,
     certificate_fingerprint,
@@ -59,9 +59,9 @@ MUTATING = ("POST", "PUT", "DELETE")
 def _arm(config: dict[str, t.Any], kind: str) -> None:
     point = config.get("crash_at")
     if point and config.get("crash_stage") in (None, kind):
-        os.environ[_client.ENV_CRASH_AT] = point
+        os.environ[_crash.ENV_CRASH_AT] = point
     else:
-        os.environ.pop(_client.ENV_CRASH_AT, None)
+        os.environ.pop(_crash.ENV_CRASH_AT, None)
 
 
 def _faults_for(config: dict[str, t.Any], kind: str) -> None:

@@ -21,9 +21,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (
     normalize_fingerprint,
     parse_token_id,
     provider_scope_id,
-    redact_params,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 
 from pve_stubs import RecordedRequest, Reply, fixtures_dir, make_settings, stub_server, tls_material  # noqa: F401  pylint: disable=unused-import
 
@@ -368,7 +368,7 @@ def test_request_log_hook_redacts(stub_server: t.Any, make_settings: t.Any, tls_
     client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path), request_log=lambda *a: seen.append(a))
     client.put("/nodes/pve/qemu/201/config", cipassword="hunter2", ciuser="admin", cores=2)
     assert seen == [("PUT", "/nodes/pve/qemu/201/config", {"cipassword": "<redacted>", "ciuser": "admin", "cores": 2}, 200)]
-    redacted = redact_params({"password": "x", "api_token_secret": "y", "vmid": 1})
+    redacted = redact({"password": "x", "api_token_secret": "y", "vmid": 1})
     assert redacted == {"password": "<redacted>", "api_token_secret": "<redacted>", "vmid": 1}
     assert SECRET not in repr(client.settings)
 

@@ -8,7 +8,7 @@ import typing as t
 
 import pytest
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils import _client
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _crash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 
 from pve_stubs import Reply, make_settings, stub_server, tls_material  # noqa: F401  pylint: disable=unused-import
@@ -42,9 +42,9 @@ def _setup(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkey
 
     server = stub_server(behavior)
     if point is None:
-        monkeypatch.delenv(_client.ENV_CRASH_AT, raising=False)
+        monkeypatch.delenv(_crash.ENV_CRASH_AT, raising=False)
     else:
-        monkeypatch.setenv(_client.ENV_CRASH_AT, point)
+        monkeypatch.setenv(_crash.ENV_CRASH_AT, point)
     return ProxmoxClient(make_settings(server.port, ca_path=tls_material.ca_path), sleep=lambda s: None), seen
 
 
@@ -82,6 +82,6 @@ def test_inert_when_unset_or_not_an_http_point(stub_server: t.Any, make_settings
 def test_environment_is_read_once_per_client(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any,
                                              monkeypatch: pytest.MonkeyPatch, exits: list[int]) -> None:
     client, _seen = _setup(stub_server, make_settings, tls_material, monkeypatch, None)
-    monkeypatch.setenv(_client.ENV_CRASH_AT, "http:before_send:*:/version")
+    monkeypatch.setenv(_crash.ENV_CRASH_AT, "http:before_send:*:/version")
     client.get("/version")  # created before the variable was set: inert
     assert exits == []

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Tests of the durable operation journal (_journal.py, docs/journal.md)."""
+"""Tests of the durable operation journal (the _journal package, docs/journal.md)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ansible_collections
-from ansible_collections.vmanyware.proxmox.plugins.module_utils import _io, _journal
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _crash, _io, _journal
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalError, JournalStore, redact, resolve_journal_dir
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalError, JournalStore, resolve_journal_dir
 
 FORK = multiprocessing.get_context("fork")
 SCOPE = "pve:" + "c" * 64
@@ -174,7 +174,7 @@ def test_outside_operation_ids_are_validated_without_echo(store: JournalStore, b
 def test_create_document_shape(store: JournalStore, journal_dir: Path) -> None:
     document = _create(store)
     assert document == store.load(document["operationId"])
-    assert list(document) == list(_journal._TOP_KEYS)
+    assert list(document) == list(_journal.document._TOP_KEYS)
     assert document["schemaVersion"] == 1 and document["kind"] == "vmanyware.dev/v1/Operation"
     assert document["status"] == "open" and document["failure"] is None and document["release"] is None
     assert document["revision"] == 1 and document["handoff"] == {}
@@ -490,20 +490,6 @@ def test_expected_revision_is_compare_and_set(store: JournalStore) -> None:
     assert _journal.stage(store.load(oid), "clone")["evidence"] == {"n": 1}
 
 
-def test_redact() -> None:
-    value = {
-        "api_token_secret": "a", "PASSWORD": "b", "cipassword": "c", "ticket": "d", "CSRFPreventionToken": "e",
-        "sshkeys": "ssh-ed25519 AAAA", "list": [{"token": "f"}, "keep"], "input-data": "g", "out-data": "h", "node": "pve1",
-    }
-    result = redact(value)
-    assert result == {
-        "api_token_secret": "<redacted>", "PASSWORD": "<redacted>", "cipassword": "<redacted>", "ticket": "<redacted>",
-        "CSRFPreventionToken": "<redacted>", "sshkeys": "ssh-ed25519 AAAA", "list": [{"token": "<redacted>"}, "keep"],
-        "input-data": "<redacted>", "out-data": "<redacted>", "node": "pve1",
-    }
-    assert value["PASSWORD"] == "b"
-
-
 def test_secrets_never_reach_the_file(store: JournalStore) -> None:
     oid = _create(store)["operationId"]
     store.record_dispatch(oid, "clone", {"api_token_secret": "tok-SECRET-1", "cipassword": "pw-SECRET-2", "sshkeys": "ssh-ed25519 AAAA"})
@@ -532,13 +518,13 @@ def test_list_and_stage_cost_do_not_grow_with_history(store: JournalStore, journ
     for _index in range(10000):  # history: 10,000 files that list_operations must not parse
         (journal_dir / (_journal.new_operation_id() + ".json")).write_bytes(b"not parsed")
     reads: list[str] = []
-    real_read = _journal.read_json_strict
+    real_read = _journal.store.read_json_strict
 
     def counting(path: str, *args: t.Any, **kwargs: t.Any) -> t.Any:
         reads.append(path)
         return real_read(path, *args, **kwargs)
 
-    monkeypatch.setattr(_journal, "read_json_strict", counting)
+    monkeypatch.setattr(_journal.store, "read_json_strict", counting)
     listed = store.list_operations()
     assert len(listed) == 10001 and oid in listed and reads == []
     store.record_dispatch(oid, "clone", {})
@@ -825,9 +811,9 @@ _CRASH_SCRIPT = textwrap.dedent(
 
 
 def _run_child(journal_dir: Path, action: str, oid: str, crash_at: str | None, extra: str = "") -> int:
-    env = {key: value for key, value in os.environ.items() if key != _journal.ENV_CRASH_AT}
+    env = {key: value for key, value in os.environ.items() if key != _crash.ENV_CRASH_AT}
     if crash_at:
-        env[_journal.ENV_CRASH_AT] = crash_at
+        env[_crash.ENV_CRASH_AT] = crash_at
     args = [sys.executable, "-c", _CRASH_SCRIPT, _collections_root(), str(journal_dir), action, oid] + ([extra] if extra else [])
     return subprocess.run(args, env=env, timeout=60, check=False).returncode
 

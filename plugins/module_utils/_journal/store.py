@@ -3,46 +3,25 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The durable per-operation journal (docs/journal.md).
+"""The journal store (docs/journal.md): locks, claims and atomic, validated mutations of operation documents.
 
-One JSON file per operation records what was decided (immutable snapshots of definition,
-mapping, plan, confirmation, target) and, stage by stage, what was sent and what came back.
-A stage is marked ``dispatching`` durably *before* its request is sent, so a lost reply can
-never turn into a second VM: the next run finds ``submissionStarted: true`` and reconciles
-instead of re-sending.
-
-Guarantees:
-- every write is atomic and durable (``_io.atomic_write_json``); every mutation takes the
-  operation's lock, re-reads the file, checks the expected state (compare-and-set) and writes;
-- the whole document is validated on every load and before every write; a file that does not
-  validate raises ``journal_corrupt`` and is never repaired, rewritten or removed;
-- a target (provider scope + VMID) and an idempotency key are each held by at most one
-  operation (``targets/`` and ``keys/`` claim files created exclusively under the journal lock);
-- no secret, no idempotency key in clear and no guest output is stored.
+Every write is atomic and durable (``_io.atomic_write_json``); every mutation takes the
+operation's lock, re-reads the file, checks the expected state (compare-and-set), applies one
+change and writes. A target (provider scope + VMID) and an idempotency key are each held by at
+most one operation (claim files created exclusively under the journal-wide lock).
 
 This is a private module_utils file: not a public API.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import copy
-import datetime
-import hashlib
-import json
-import math
 import os
-import re
-import stat
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import (
-    ERROR_CODES,
-    ConfigurationError,
-    InputError,
-    VmanywareError,
-)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _crash
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._io import (
     DEFAULT_LOCK_TIMEOUT,
     FileLock,
@@ -52,385 +31,44 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._io import (
     read_json_strict,
     remove_file_durable,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import StageRecord
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.document import (
+    _MAX_MESSAGE,
+    _OPERATION_FROM,
+    _OPERATION_ID,
+    _STAGE_FROM,
+    _STAGE_KIND,
+    _UPID,
+    CLEANUP_STEPS,
+    LIFECYCLE_KEY,
+    JournalError,
+    _check_key,
+    _check_scope,
+    _check_vmid,
+    _failure_code,
+    _failure_message,
+    _is_int,
+    _mapping_arg,
+    _new_stage,
+    _operation_inputs,
+    _same_inputs,
+    adopted_operation_document,
+    cleanup_view,
+    hash_idempotency_key,
+    new_operation_document,
+    new_operation_id,
+    require_cleanup_eligible,
+    stage,
+    utc_now,
+    validate_document,
+    validate_operation_id,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.layout import JournalLayout
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 
-SCHEMA_VERSION = 1
-KIND = "vmanyware.dev/v1/Operation"
 CLAIM_KIND = "vmanyware.dev/v1/Claim"
-ENV_JOURNAL_DIR = "VMANYWARE_JOURNAL_DIR"
-# Test-only: names a crash point (docs/journal.md, "Crash testing"); never set it in production.
-ENV_CRASH_AT = "VMANYWARE_TEST_CRASH_AT"
-CRASH_EXIT_CODE = 137
+
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
 MAX_CLAIM_BYTES = 4096
-REDACTED = "<redacted>"
-
-OPERATION_STATUSES = ("open", "completed", "failed", "uncertain")
-STAGE_STATUSES = ("pending", "dispatching", "submitted", "completed", "failed", "uncertain")
-RELEASE_REASONS = ("closed", "abandoned", "cleaned")
-# The steps of a cleanup (``vmanyware_cleanup``), journaled like stages in the document's ``lifecycle.cleanup``.
-CLEANUP_STEPS = ("stop", "destroy")
-_MAX_DEPTH = 32
-
-_OPERATION_ID = re.compile(r"\Aop-[a-z2-7]{26}\Z")
-_OPERATION_FILE = re.compile(r"\Aop-[a-z2-7]{26}\.json\Z")
-_HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
-_STAGE_KIND = re.compile(r"\A[a-z][a-z0-9_-]{0,63}\Z")
-_NODE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
-_SCOPE = re.compile(r"\A[\x21-\x7e]{1,256}\Z")
-_CODE = re.compile(r"\A[a-z][a-z0-9_]{0,63}\Z")
-_TIMESTAMP = re.compile(r"\A\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z\Z")
-_UPID = re.compile(r"\AUPID:[\x21-\x7e]{1,512}\Z")
-_MAX_MESSAGE = 1024
-_MAX_KEY = 1024
-_VMID_MIN = 100
-_VMID_MAX = 999999999
-
-# Key names whose values never reach the journal (matched case-insensitively).
-SECRET_KEY_MARKERS = ("password", "passwd", "passphrase", "secret", "ticket", "token", "csrf", "cookie", "authorization",
-                      "private_key", "privatekey", "private-key")
-SECRET_KEY_NAMES = frozenset({"otp", "tfa", "totp", "input-data", "out-data", "err-data", "content", "stdin", "stdout", "stderr"})
-
-_TOP_KEYS = (
-    "schemaVersion", "kind", "operationId", "revision", "idempotencyKeyHash", "providerScopeId", "createdAt", "updatedAt",
-    "target", "definition", "mapping", "plan", "confirmation", "status", "failure", "release", "stages", "handoff",
-)
-# Optional last key (absent in documents written before lifecycle actions existed).
-LIFECYCLE_KEY = "lifecycle"
-_LIFECYCLE_KEYS = ("abandonment", "cleanup")
-_ABANDONMENT_KEYS = ("at", "reason")
-_CLEANUP_KEYS = ("startedAt", "completedAt", "status", "failure", "steps")
-_STAGE_KEYS = (
-    "position", "kind", "status", "submissionStarted", "attempts", "dispatchedAt", "completedAt", "upid", "request",
-    "evidence", "failure",
-)
-
-# Stage transitions: new status -> statuses it may be reached from.
-_STAGE_FROM: dict[str, tuple[str, ...]] = {
-    "dispatching": ("pending",),
-    "pending": ("dispatching",),
-    "submitted": ("dispatching",),
-    "completed": ("dispatching", "submitted", "uncertain"),
-    "failed": ("pending", "dispatching", "submitted", "uncertain"),
-    "uncertain": ("dispatching", "submitted"),
-}
-_OPERATION_FROM: dict[str, tuple[str, ...]] = {
-    "open": ("uncertain",),
-    "completed": ("open", "uncertain"),
-    "failed": ("open", "uncertain"),
-    "uncertain": ("open",),
-}
-
-
-class JournalError(VmanywareError):
-    """A journal failure: ``journal_corrupt``, ``journal_conflict``, ``journal_locked``, ``not_found``,
-    ``conflicting_operation``, ``idempotency_key_conflict`` or ``io_error``."""
-
-    default_code = "journal_corrupt"
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-
-
-TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-def utc_now() -> str:
-    """The current UTC time as ISO 8601 with microseconds and ``Z``."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime(TIMESTAMP_FORMAT)
-
-
-def epoch_seconds(timestamp: str) -> float:
-    """A journal timestamp (``utc_now`` format) as seconds since the epoch."""
-    return datetime.datetime.strptime(timestamp, TIMESTAMP_FORMAT).replace(tzinfo=datetime.timezone.utc).timestamp()
-
-
-def new_operation_id() -> str:
-    """``op-`` + 26 lowercase base32 characters of 128 random bits."""
-    return "op-" + base64.b32encode(os.urandom(16)).decode("ascii").rstrip("=").lower()
-
-
-def validate_operation_id(value: t.Any, path: str = "operation_id") -> str:
-    """Return ``value`` if it is a well-formed operation id; ``invalid_option`` (value never echoed) otherwise."""
-    if not isinstance(value, str) or not _OPERATION_ID.match(value):
-        raise InputError("The operation id is not of the form op- followed by 26 base32 characters.", path=path,
-                         details={"rule": "operation_id_format"})
-    return value
-
-
-def hash_idempotency_key(key: str) -> str:
-    """SHA-256 (hex) of the UTF-8 key; only this hash is ever stored."""
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-def target_key(scope: str, vmid: int) -> str:
-    """Claim file name stem of a target: SHA-256 of compact JSON ``[scope, vmid]``.
-
-    VMIDs are unique per Proxmox cluster, so the node is recorded in the claim but is not part
-    of the key: two operations can never hold the same VMID in one provider scope, whatever node.
-    """
-    return hashlib.sha256(json.dumps([scope, int(vmid)], separators=(",", ":")).encode("utf-8")).hexdigest()
-
-
-def redact(value: t.Any) -> t.Any:
-    """A deep copy of ``value`` where every value under a secret-looking key is ``"<redacted>"``.
-
-    Keys match case-insensitively: any containing a ``SECRET_KEY_MARKERS`` entry (``password``,
-    ``api_token_secret``, ``ticket``, ``CSRFPreventionToken``...) or equal to a
-    ``SECRET_KEY_NAMES`` entry (guest ``input-data``/``out-data``/``err-data``, ``otp``...).
-    Public keys (``sshkeys``) are not secrets and are kept.
-    """
-    if isinstance(value, t.Mapping):
-        result: dict[t.Any, t.Any] = {}
-        for key, item in value.items():
-            lowered = str(key).lower()
-            if lowered in SECRET_KEY_NAMES or any(marker in lowered for marker in SECRET_KEY_MARKERS):
-                result[key] = REDACTED
-            else:
-                result[key] = redact(item)
-        return result
-    if isinstance(value, (list, tuple)):
-        return [redact(item) for item in value]
-    return copy.deepcopy(value)
-
-
-def resolve_journal_dir(option: str | None, environ: t.Mapping[str, str]) -> str:
-    """The journal directory: ``option`` > ``$VMANYWARE_JOURNAL_DIR`` > ``$XDG_STATE_HOME/vmanyware/journal``
-    > ``~/.local/state/vmanyware/journal``. Explicit paths must be absolute; a relative
-    ``XDG_STATE_HOME`` is ignored, as the XDG specification requires.
-    """
-    if option:
-        if "\x00" in option or not os.path.isabs(option):
-            raise InputError("journal_dir must be an absolute path.", path="journal_dir", details={"rule": "absolute_path"})
-        return os.path.normpath(option)
-    from_env = environ.get(ENV_JOURNAL_DIR)
-    if from_env:
-        if "\x00" in from_env or not os.path.isabs(from_env):
-            raise ConfigurationError("VMANYWARE_JOURNAL_DIR must be an absolute path.", path=ENV_JOURNAL_DIR,
-                                     details={"rule": "absolute_path"})
-        return os.path.normpath(from_env)
-    state_home = environ.get("XDG_STATE_HOME")
-    if state_home and "\x00" not in state_home and os.path.isabs(state_home):
-        return os.path.join(os.path.normpath(state_home), "vmanyware", "journal")
-    home = environ.get("HOME") or os.path.expanduser("~")
-    if not home or "\x00" in home or not os.path.isabs(home):
-        raise ConfigurationError("No journal directory: set journal_dir or VMANYWARE_JOURNAL_DIR.", path="journal_dir",
-                                 details={"rule": "no_home"})
-    return os.path.join(os.path.normpath(home), ".local", "state", "vmanyware", "journal")
-
-
-def _json_copy(value: t.Any, path: str, depth: int = 0) -> t.Any:
-    """A detached copy of a JSON value: mappings with string keys, lists, str, int, finite float, bool, None."""
-    if depth > _MAX_DEPTH:
-        raise InputError("The value is nested too deeply.", path=path, details={"rule": "depth"})
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InputError("The value is not JSON-compatible.", path=path, details={"rule": "finite_number"})
-        return value
-    if isinstance(value, t.Mapping):
-        result: dict[str, t.Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InputError("The mapping keys must be strings.", path=path, details={"rule": "string_keys"})
-            result[key] = _json_copy(item, path, depth + 1)
-        return result
-    if isinstance(value, (list, tuple)):
-        return [_json_copy(item, path, depth + 1) for item in value]
-    raise InputError("The value is not JSON-compatible.", path=path, details={"rule": "json"})
-
-
-def _mapping_arg(value: t.Any, path: str) -> dict[str, t.Any]:
-    if not isinstance(value, t.Mapping):
-        raise InputError("The value must be a mapping.", path=path, details={"rule": "mapping"})
-    return t.cast("dict[str, t.Any]", _json_copy(value, path))
-
-
-def _failure_code(code: t.Any) -> str:
-    if not isinstance(code, str) or code not in ERROR_CODES:
-        raise InputError("The failure code is not a registered error code.", path="code", details={"rule": "error_code"})
-    return code
-
-
-def _failure_message(message: t.Any) -> str:
-    if not isinstance(message, str) or not 0 < len(message) <= _MAX_MESSAGE:
-        raise InputError("The failure message must be 1-1024 characters of fixed text.", path="message", details={"rule": "length"})
-    return message
-
-
-# ---------------------------------------------------------------------------------------------
-# document validation (every load and every write)
-
-
-class _Invalid(Exception):
-    """Internal: the document broke a rule (the rule text is never shown to a user)."""
-
-
-def _check(condition: bool, rule: str) -> None:
-    if not condition:
-        raise _Invalid(rule)
-
-
-def _is_int(value: t.Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_timestamp(value: t.Any, rule: str, nullable: bool = False) -> None:
-    if value is None and nullable:
-        return
-    _check(isinstance(value, str) and bool(_TIMESTAMP.match(value)), rule)
-
-
-def _check_json_object(value: t.Any, rule: str) -> None:
-    _check(isinstance(value, dict), rule)
-
-
-def _check_failure(value: t.Any, with_stage: bool, rule: str) -> None:
-    if value is None:
-        return
-    keys = ("code", "message", "stage") if with_stage else ("code", "message")
-    _check(isinstance(value, dict) and tuple(value) == keys, rule)
-    _check(isinstance(value["code"], str) and bool(_CODE.match(value["code"])), rule)
-    _check(isinstance(value["message"], str) and 0 < len(value["message"]) <= _MAX_MESSAGE, rule)
-    if with_stage:
-        _check(value["stage"] is None or (isinstance(value["stage"], str) and bool(_STAGE_KIND.match(value["stage"]))), rule)
-
-
-def _check_stage(stage: t.Any, index: int, previous_completed: bool) -> None:
-    _check(isinstance(stage, dict) and tuple(stage) == _STAGE_KEYS, "stage_keys")
-    # 1-based, like the plan's steps: stage N of the journal is step N of the plan (docs/journal.md).
-    _check(stage["position"] == index + 1 and _is_int(stage["position"]), "stage_position")
-    _check(isinstance(stage["kind"], str) and bool(_STAGE_KIND.match(stage["kind"])), "stage_kind")
-    status = stage["status"]
-    _check(status in STAGE_STATUSES, "stage_status")
-    _check(isinstance(stage["submissionStarted"], bool), "stage_submission")
-    _check(_is_int(stage["attempts"]) and 0 <= stage["attempts"] <= 1000, "stage_attempts")
-    _check_timestamp(stage["dispatchedAt"], "stage_dispatched_at", nullable=True)
-    _check_timestamp(stage["completedAt"], "stage_completed_at", nullable=True)
-    _check(stage["upid"] is None or (isinstance(stage["upid"], str) and bool(_UPID.match(stage["upid"]))), "stage_upid")
-    _check(stage["request"] is None or isinstance(stage["request"], dict), "stage_request")
-    _check_json_object(stage["evidence"], "stage_evidence")
-    _check_failure(stage["failure"], False, "stage_failure")
-    # state invariants
-    if status == "pending":
-        # attempts may be > 0: a request that provably never took effect returns the stage to pending.
-        _check(not stage["submissionStarted"] and stage["dispatchedAt"] is None
-               and stage["upid"] is None and stage["request"] is None and stage["completedAt"] is None, "stage_pending")
-    else:
-        _check(previous_completed, "stage_order")
-    if status in ("dispatching", "submitted", "completed", "uncertain"):
-        _check(stage["submissionStarted"] and stage["attempts"] >= 1 and stage["dispatchedAt"] is not None, "stage_dispatched")
-    if stage["submissionStarted"]:
-        _check(stage["dispatchedAt"] is not None and stage["request"] is not None, "stage_submission_record")
-    _check((stage["failure"] is not None) == (status in ("failed", "uncertain")), "stage_failure_presence")
-    _check((stage["completedAt"] is not None) == (status in ("completed", "failed")), "stage_completed_presence")
-
-
-def validate_document(document: t.Any, operation_id: str | None = None) -> None:
-    """Raise ``_Invalid`` unless ``document`` is a complete, consistent v1 operation document."""
-    _check(isinstance(document, dict), "object")
-    _check(document.get("schemaVersion") == SCHEMA_VERSION and _is_int(document.get("schemaVersion")), "schema_version")
-    _check(tuple(document) in (_TOP_KEYS, _TOP_KEYS + (LIFECYCLE_KEY,)), "top_keys")
-    _check(document["kind"] == KIND, "kind")
-    _check(isinstance(document["operationId"], str) and bool(_OPERATION_ID.match(document["operationId"])), "operation_id")
-    if operation_id is not None:
-        _check(document["operationId"] == operation_id, "operation_id_matches_file")
-    _check(_is_int(document["revision"]) and document["revision"] >= 1, "revision")
-    key_hash = document["idempotencyKeyHash"]
-    _check(key_hash is None or (isinstance(key_hash, str) and bool(_HEX64.match(key_hash))), "idempotency_key_hash")
-    _check(isinstance(document["providerScopeId"], str) and bool(_SCOPE.match(document["providerScopeId"])), "provider_scope")
-    _check_timestamp(document["createdAt"], "created_at")
-    _check_timestamp(document["updatedAt"], "updated_at")
-    target = document["target"]
-    _check(isinstance(target, dict) and tuple(target) == ("scope", "node", "vmid"), "target")
-    _check(target["scope"] == document["providerScopeId"], "target_scope")
-    _check(isinstance(target["node"], str) and bool(_NODE.match(target["node"])), "target_node")
-    _check(_is_int(target["vmid"]) and _VMID_MIN <= target["vmid"] <= _VMID_MAX, "target_vmid")
-    for name in ("definition", "mapping", "plan", "confirmation", "handoff"):
-        _check_json_object(document[name], name)
-    for name in ("definitionHash", "planHash"):
-        _check(isinstance(document["plan"].get(name), str) and bool(_HEX64.match(document["plan"][name])), "plan_hashes")
-    status = document["status"]
-    _check(status in OPERATION_STATUSES, "status")
-    _check_failure(document["failure"], True, "failure")
-    _check((document["failure"] is not None) == (status in ("failed", "uncertain")), "failure_presence")
-    release = document["release"]
-    if release is not None:
-        _check(isinstance(release, dict) and tuple(release) == ("reason", "releasedAt"), "release")
-        _check(release["reason"] in RELEASE_REASONS, "release_reason")
-        _check_timestamp(release["releasedAt"], "released_at")
-    stages = document["stages"]
-    _check(isinstance(stages, list) and 0 < len(stages) <= 64, "stages")
-    kinds: set[str] = set()
-    previous_completed = True
-    for index, stage in enumerate(stages):
-        _check_stage(stage, index, previous_completed)
-        _check(stage["kind"] not in kinds, "stage_kind_unique")
-        kinds.add(stage["kind"])
-        previous_completed = stage["status"] == "completed"
-    statuses = [stage["status"] for stage in stages]
-    if status == "completed":
-        _check(all(item == "completed" for item in statuses), "completed_stages")
-    if status == "open":
-        _check(not any(item in ("failed", "uncertain") for item in statuses), "open_stages")
-    _check_lifecycle(document)
-
-
-def _check_lifecycle(document: t.Mapping[str, t.Any]) -> None:
-    """``lifecycle``: the operator's abandonment and the cleanup track, consistent with the release."""
-    lifecycle = document.get(LIFECYCLE_KEY)
-    release = document["release"]
-    if lifecycle is None:
-        # (an abandonment released before reasons were recorded has no lifecycle)
-        _check(LIFECYCLE_KEY not in document and (release is None or release["reason"] != "cleaned"), "lifecycle")
-        return
-    _check(isinstance(lifecycle, dict) and tuple(lifecycle) == _LIFECYCLE_KEYS, "lifecycle_keys")
-    abandonment = lifecycle["abandonment"]
-    if abandonment is not None:
-        _check(isinstance(abandonment, dict) and tuple(abandonment) == _ABANDONMENT_KEYS, "abandonment")
-        _check_timestamp(abandonment["at"], "abandoned_at")
-        _check(isinstance(abandonment["reason"], str) and 0 < len(abandonment["reason"]) <= _MAX_MESSAGE, "abandonment_reason")
-        _check(release is not None and release["reason"] == "abandoned", "abandonment_release")
-    cleanup = lifecycle["cleanup"]
-    if cleanup is None:
-        _check(release is None or release["reason"] != "cleaned", "cleanup_release")
-        return
-    _check(isinstance(cleanup, dict) and tuple(cleanup) == _CLEANUP_KEYS, "cleanup_keys")
-    _check_timestamp(cleanup["startedAt"], "cleanup_started_at")
-    _check_timestamp(cleanup["completedAt"], "cleanup_completed_at", nullable=True)
-    _check((cleanup["completedAt"] is not None) == (cleanup["status"] == "completed"), "cleanup_completed_at")
-    kinds = tuple(item.get("kind") if isinstance(item, dict) else None for item in cleanup["steps"]) if isinstance(cleanup["steps"], list) else ()
-    _check(kinds == CLEANUP_STEPS, "cleanup_steps")
-    if release is not None and release["reason"] == "cleaned":
-        _check(cleanup["status"] == "completed", "cleanup_release")
-    validate_document(cleanup_view(document))
-
-
-def cleanup_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """The cleanup track of ``document`` as an operation document whose stages are the cleanup steps.
-
-    The stage runner drives it exactly like provisioning stages (``JournalStore.cleanup_track``):
-    status, failure and stages are the track's; identities and snapshots are the operation's.
-    """
-    cleanup = document[LIFECYCLE_KEY]["cleanup"]
-    view = {key: copy.deepcopy(document[key]) for key in _TOP_KEYS if key not in ("stages", "handoff")}
-    view.update(status=cleanup["status"], failure=copy.deepcopy(cleanup["failure"]), release=None,
-                stages=copy.deepcopy(cleanup["steps"]), handoff={})
-    return {key: view[key] for key in _TOP_KEYS}
-
-
-def lifecycle_status(document: t.Mapping[str, t.Any]) -> str:
-    """The operation's status as operators see it: ``cleaned`` once its cleanup completed, ``abandoned`` once
-    the operator abandoned it, else the provisioning status (open, completed, failed, uncertain)."""
-    lifecycle = document.get(LIFECYCLE_KEY) or {}
-    cleanup = lifecycle.get("cleanup")
-    if cleanup is not None and cleanup["status"] == "completed":
-        return "cleaned"
-    if lifecycle.get("abandonment") is not None:
-        return "abandoned"
-    return t.cast(str, document["status"])
 
 
 def _corrupt(operation_id: str) -> JournalError:
@@ -449,158 +87,36 @@ def _conflict(operation_id: str, rule: str) -> JournalError:
     )
 
 
-def new_operation_document(operation_id: str, key_hash: str | None, target: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any],
-                           stage_kinds: list[str], now: str) -> dict[str, t.Any]:
-    """A fresh v1 operation document: what ``create_operation`` writes, and what check mode previews."""
-    return {
-        "schemaVersion": SCHEMA_VERSION,
-        "kind": KIND,
-        "operationId": operation_id,
-        "revision": 1,
-        "idempotencyKeyHash": key_hash,
-        "providerScopeId": target["scope"],
-        "createdAt": now,
-        "updatedAt": now,
-        "target": dict(target),
-        "definition": snapshots["definition"],
-        "mapping": snapshots["mapping"],
-        "plan": snapshots["plan"],
-        "confirmation": snapshots["confirmation"],
-        "status": "open",
-        "failure": None,
-        "release": None,
-        "stages": [_new_stage(position, kind) for position, kind in enumerate(stage_kinds, start=1)],
-        "handoff": {},
-    }
-
-
-ADOPTED_REQUEST = {"adopted": True}
-_ADOPTED_STATUSES = ("completed", "uncertain", "pending")
-
-
-def adopted_operation_document(operation_id: str, key_hash: str | None, target: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any],
-                               stage_kinds: list[str], observed: list[t.Mapping[str, t.Any]], now: str) -> dict[str, t.Any]:
-    """The document ``adopt_operation`` writes (and check mode previews): a fresh document whose stages carry what reads proved.
-
-    ``observed``: one ``{status, evidence, upid, failure}`` per stage, in order; ``status`` is
-    ``completed`` (evidence, optional ``upid``), ``uncertain`` (``failure`` {code, message}: the
-    stage resolves its outcome by reads on its next run, as after a lost reply) or ``pending``.
-    Adopted records carry ``request: {"adopted": true}``, one attempt and the adoption time as
-    ``dispatchedAt`` (and ``completedAt``). The operation is ``uncertain`` when a stage is,
-    ``completed`` when every stage is, else ``open``. The result passes ``validate_document``
-    (stage order included) or ``internal_error`` is raised.
-    """
-    document = new_operation_document(operation_id, key_hash, target, snapshots, stage_kinds, now)
-    if not isinstance(observed, (list, tuple)) or len(observed) != len(stage_kinds):
-        raise InputError("observed must hold one entry per stage.", path="observed", details={"rule": "length"})
-    for record, seen in zip(document["stages"], observed):
-        status = seen.get("status") if isinstance(seen, t.Mapping) else None
-        if status not in _ADOPTED_STATUSES:
-            raise InputError("An adopted stage is completed, uncertain or pending.", path="observed", details={"rule": "enum"})
-        if status == "pending":
-            continue
-        upid = seen.get("upid")
-        if upid is not None and (not isinstance(upid, str) or not _UPID.match(upid)):
-            raise InputError("The UPID is not well-formed.", path="upid", details={"rule": "upid_format"})
-        record.update(status=status, submissionStarted=True, attempts=1, dispatchedAt=now, request=dict(ADOPTED_REQUEST),
-                      upid=upid if status == "completed" else None,
-                      evidence=redact(_mapping_arg(seen.get("evidence") or {}, "evidence")))
-        if status == "completed":
-            record["completedAt"] = now
-        else:
-            failure = seen.get("failure") or {}
-            record["failure"] = {"code": _failure_code(failure.get("code")), "message": _failure_message(failure.get("message"))}
-            if document["status"] != "uncertain":
-                document.update(status="uncertain", failure=dict(record["failure"], stage=record["kind"]))
-    if all(item["status"] == "completed" for item in document["stages"]):
-        document["status"] = "completed"
-    try:
-        validate_document(document, operation_id)
-    except Exception:  # pylint: disable=broad-exception-caught
-        raise JournalError("Refusing to build an invalid operation document.", code="internal_error") from None
-    return document
-
-
-def _operation_inputs(idempotency_key: str | None, provider_scope_id: str, definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any],
-                      plan: t.Mapping[str, t.Any], confirmation: t.Mapping[str, t.Any], target_node: str, target_vmid: int,
-                      stage_kinds: list[str]) -> tuple[str | None, dict[str, t.Any], list[str], dict[str, t.Any]]:
-    """Checked arguments of a new operation: ``(key_hash, target, stage_kinds, snapshots)``."""
-    key_hash = hash_idempotency_key(_check_key(idempotency_key)) if idempotency_key is not None else None
-    scope = _check_scope(provider_scope_id)
-    node = _check_node(target_node)
-    vmid = _check_vmid(target_vmid)
-    kinds = _check_stage_kinds(stage_kinds)
-    snapshots = {name: _mapping_arg(value, name) for name, value in
-                 (("definition", definition), ("mapping", mapping), ("plan", plan), ("confirmation", confirmation))}
-    for name in ("definitionHash", "planHash"):
-        if not isinstance(snapshots["plan"].get(name), str) or not _HEX64.match(snapshots["plan"][name]):
-            raise InputError("The plan must carry definitionHash and planHash.", path="plan." + name, details={"rule": "sha256_hex"})
-    return key_hash, {"scope": scope, "node": node, "vmid": vmid}, kinds, snapshots
-
-
-def stage(document: t.Mapping[str, t.Any], kind: str) -> StageRecord:
-    """The stage of ``kind`` in ``document`` (the same dict object); ``not_found`` if there is none."""
-    for item in document["stages"]:
-        if item["kind"] == kind:
-            return t.cast(StageRecord, item)
-    raise JournalError("The operation has no stage of this kind.", code="not_found", path="kind", details={"rule": "unknown_stage"})
-
-
 # ---------------------------------------------------------------------------------------------
 # the store
 
 
 class JournalStore:
-    """A journal directory (docs/journal.md, "File layout").
+    """The operations of a journal directory (``JournalLayout``: where each file lives).
 
     ``journal_dir`` is created (mode 0700, parents too) if missing; an existing directory must be
     owned by the current user and not writable by group or others (``configuration_error``).
     """
 
     def __init__(self, journal_dir: str, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
-        if not isinstance(journal_dir, str) or "\x00" in journal_dir or not os.path.isabs(journal_dir):
-            raise InputError("journal_dir must be an absolute path.", path="journal_dir", details={"rule": "absolute_path"})
-        self.journal_dir = os.path.normpath(journal_dir)
+        self.layout = JournalLayout(journal_dir)
+        self.layout.create()
+        self.journal_dir = self.layout.journal_dir
+        self.leases_dir = self.layout.leases_dir
         self.lock_timeout = float(lock_timeout)
-        self._targets_dir = os.path.join(self.journal_dir, "targets")
-        self._keys_dir = os.path.join(self.journal_dir, "keys")
-        self._locks_dir = os.path.join(self.journal_dir, "locks")
-        self.leases_dir = os.path.join(self.journal_dir, "leases")  # created by the first lease (_vmid)
-        for directory in (self.journal_dir, self._targets_dir, self._keys_dir, self._locks_dir):
-            self._ensure_directory(directory)
         # Read once: the crash hook costs one ``is None`` test per write when unset.
-        self._crash_at: str | None = os.environ.get(ENV_CRASH_AT) or None
+        self._crash_at = _crash.crash_at()
 
     stage = staticmethod(stage)
 
     # -- paths and locks ------------------------------------------------------------------------
 
-    @staticmethod
-    def _ensure_directory(directory: str) -> None:
-        try:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            info = os.lstat(directory)
-        except OSError:
-            raise ConfigurationError("The journal directory cannot be created or read.", path="journal_dir",
-                                     details={"rule": "usable_directory"}) from None
-        if not stat.S_ISDIR(info.st_mode):
-            raise ConfigurationError("The journal path is not a directory.", path="journal_dir", details={"rule": "directory"})
-        if info.st_uid != os.geteuid() or info.st_mode & 0o022:
-            raise ConfigurationError("The journal directory must be owned by the current user and not writable by others.",
-                                     path="journal_dir", details={"rule": "private_directory"})
-
     def operation_path(self, operation_id: str) -> str:
-        return os.path.join(self.journal_dir, validate_operation_id(operation_id) + ".json")
-
-    def _target_path(self, scope: str, vmid: int) -> str:
-        return os.path.join(self._targets_dir, target_key(scope, vmid) + ".json")
+        return self.layout.operation_path(operation_id)
 
     def lease_path(self, scope: str, vmid: int) -> str:
         """The VMID lease file of a target (``_vmid``): same key as its claim, so creating the operation can supersede it."""
-        return os.path.join(self.leases_dir, target_key(scope, vmid) + ".json")
-
-    def _key_path(self, key_hash: str) -> str:
-        return os.path.join(self._keys_dir, key_hash + ".json")
+        return self.layout.lease_path(scope, vmid)
 
     @contextlib.contextmanager
     def _locked(self, path: str) -> t.Iterator[None]:
@@ -616,28 +132,14 @@ class JournalStore:
             lock.release()
 
     def _journal_lock(self) -> t.ContextManager[None]:
-        return self._locked(os.path.join(self.journal_dir, ".lock"))
+        return self._locked(self.layout.journal_lock_path)
 
     def journal_lock(self) -> t.ContextManager[None]:
         """The journal-wide lock that claims are made under (VMID leases are made under it too)."""
         return self._journal_lock()
 
     def _operation_lock(self, operation_id: str) -> t.ContextManager[None]:
-        return self._locked(os.path.join(self._locks_dir, operation_id + ".lock"))
-
-    # -- crash hook (test only) -----------------------------------------------------------------
-
-    def _hooks(self, kind: str, status: str) -> tuple[t.Callable[[], None] | None, t.Callable[[], None] | None]:
-        crash_at = self._crash_at
-        if crash_at is None:
-            return None, None
-
-        def point(name: str) -> t.Callable[[], None] | None:
-            if crash_at != "journal:%s:%s:%s" % (name, kind, status):
-                return None
-            return lambda: os._exit(CRASH_EXIT_CODE)  # pylint: disable=protected-access
-
-        return point("before_replace"), point("after_replace")
+        return self._locked(self.layout.operation_lock_path(operation_id))
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -646,12 +148,7 @@ class JournalStore:
 
         Temp files of interrupted writes, lock files and claim files are not listed.
         """
-        try:
-            with os.scandir(self.journal_dir) as entries:
-                names = [entry.name[:-5] for entry in entries if _OPERATION_FILE.match(entry.name)]
-        except OSError:
-            raise JournalError("The journal directory cannot be read.", code="io_error") from None
-        return sorted(names)
+        return self.layout.list_operations()
 
     def load(self, operation_id: str) -> dict[str, t.Any]:
         """The validated document of ``operation_id``: ``not_found``, ``journal_corrupt`` or ``io_error`` otherwise."""
@@ -701,7 +198,7 @@ class JournalStore:
     def target_holder(self, provider_scope_id: str, target_vmid: int) -> str | None:
         """The id of the operation that holds the target, or ``None``."""
         scope, vmid = _check_scope(provider_scope_id), _check_vmid(target_vmid)
-        holder = self._read_claim(self._target_path(scope, vmid))
+        holder = self._read_claim(self.layout.target_path(scope, vmid))
         if holder is None:
             return None
         document = self._load_or_none(holder)
@@ -709,7 +206,7 @@ class JournalStore:
 
     def find_by_idempotency_key(self, idempotency_key: str) -> str | None:
         """The id of the operation created with this key, or ``None``."""
-        holder = self._read_claim(self._key_path(hash_idempotency_key(_check_key(idempotency_key))))
+        holder = self._read_claim(self.layout.key_path(hash_idempotency_key(_check_key(idempotency_key))))
         return holder if holder is not None and self._load_or_none(holder) is not None else None
 
     # -- writing --------------------------------------------------------------------------------
@@ -719,7 +216,7 @@ class JournalStore:
             validate_document(document, document.get("operationId"))
         except Exception:  # pylint: disable=broad-exception-caught
             raise JournalError("Refusing to write an invalid operation document.", code="internal_error") from None
-        before, after = self._hooks(hook_kind, hook_status)
+        before, after = _crash.journal_hooks(self._crash_at, hook_kind, hook_status)
         try:
             atomic_write_json(self.operation_path(document["operationId"]), document, 0o600, before_replace=before, after_replace=after)
         except LocalFileError:
@@ -747,7 +244,7 @@ class JournalStore:
         """
         key_hash, target, kinds, snapshots = _operation_inputs(idempotency_key, provider_scope_id, definition, mapping, plan,
                                                                confirmation, target_node, target_vmid, stage_kinds)
-        target_path = self._target_path(target["scope"], target["vmid"])
+        target_path = self.layout.target_path(target["scope"], target["vmid"])
 
         with self._journal_lock():
             if key_hash is not None:
@@ -795,7 +292,7 @@ class JournalStore:
         validate_operation_id(operation_id)
         key_hash, target, kinds, snapshots = _operation_inputs(idempotency_key, provider_scope_id, definition, mapping, plan,
                                                                confirmation, target_node, target_vmid, stage_kinds)
-        target_path = self._target_path(target["scope"], target["vmid"])
+        target_path = self.layout.target_path(target["scope"], target["vmid"])
         with self._journal_lock():
             existing = self._load_or_none(operation_id)
             if existing is not None:
@@ -814,12 +311,12 @@ class JournalStore:
 
     def _key_holder(self, key_hash: str) -> dict[str, t.Any] | None:
         """The operation an idempotency key is bound to; a claim whose operation file is gone is stale and removed."""
-        holder = self._read_claim(self._key_path(key_hash))
+        holder = self._read_claim(self.layout.key_path(key_hash))
         if holder is None:
             return None
         existing = self._load_or_none(holder)
         if existing is None:
-            remove_file_durable(self._key_path(key_hash))  # stale: its operation file is gone
+            remove_file_durable(self.layout.key_path(key_hash))  # stale: its operation file is gone
         return existing
 
     def _free_target(self, target_path: str) -> None:
@@ -839,7 +336,7 @@ class JournalStore:
         """
         operation_id = document["operationId"]
         self._write(document, "operation", hook_status)
-        if key_hash is not None and not self._claim(self._key_path(key_hash), operation_id):  # pragma: no cover - under lock
+        if key_hash is not None and not self._claim(self.layout.key_path(key_hash), operation_id):  # pragma: no cover - under lock
             raise _conflict(operation_id, "key_claim_exists")
         if not self._claim(target_path, operation_id):  # pragma: no cover - checked under the lock
             raise _conflict(operation_id, "target_claim_exists")
@@ -1102,7 +599,7 @@ class JournalStore:
         document["revision"] += 1
         document["updatedAt"] = document["release"]["releasedAt"]
         self._write(document, "operation", reason)
-        target_path = self._target_path(document["target"]["scope"], document["target"]["vmid"])
+        target_path = self.layout.target_path(document["target"]["scope"], document["target"]["vmid"])
         if self._read_claim(target_path) == document["operationId"]:
             remove_file_durable(target_path)
         return document
@@ -1156,14 +653,6 @@ class JournalStore:
                 return self._release(document, "cleaned")
 
 
-def require_cleanup_eligible(document: t.Mapping[str, t.Any], allow_completed: bool) -> None:
-    """``cleanup_not_eligible`` unless the operation is failed, uncertain or abandoned (completed with ``allow_completed``)."""
-    status = lifecycle_status(document)
-    if status in ("failed", "uncertain", "abandoned") or (status == "completed" and allow_completed):
-        return
-    raise VmanywareError(code="cleanup_not_eligible", details={"operationId": document["operationId"], "status": status})
-
-
 class _CleanupTrack(JournalStore):
     """``JournalStore.cleanup_track``: the stage record methods, applied to ``lifecycle.cleanup``."""
 
@@ -1195,73 +684,3 @@ class _CleanupTrack(JournalStore):
             document["updatedAt"] = now
             self._write(document, hook_kind, hook_status)
             return cleanup_view(document)
-
-
-# ---------------------------------------------------------------------------------------------
-# argument checks
-
-
-def _check_key(key: t.Any) -> str:
-    if not isinstance(key, str) or not 0 < len(key) <= _MAX_KEY or "\x00" in key:
-        raise InputError("The idempotency key must be 1-1024 characters.", path="idempotency_key", details={"rule": "length"})
-    return key
-
-
-def _check_scope(scope: t.Any) -> str:
-    if not isinstance(scope, str) or not _SCOPE.match(scope):
-        raise InputError("The provider scope id must be 1-256 printable ASCII characters without spaces.", path="provider_scope_id",
-                         details={"rule": "format"})
-    return scope
-
-
-def _check_node(node: t.Any) -> str:
-    if not isinstance(node, str) or not _NODE.match(node):
-        raise InputError("The target node is not a valid node name.", path="target_node", details={"rule": "format"})
-    return node
-
-
-def _check_vmid(vmid: t.Any) -> int:
-    if not _is_int(vmid) or not _VMID_MIN <= vmid <= _VMID_MAX:
-        raise InputError(code="invalid_target_vmid", path="target_vmid", details={"rule": "range"})
-    return int(vmid)
-
-
-def _check_stage_kinds(kinds: t.Any) -> list[str]:
-    if not isinstance(kinds, (list, tuple)) or not 0 < len(kinds) <= 64:
-        raise InputError("stage_kinds must list 1-64 stage kinds.", path="stage_kinds", details={"rule": "length"})
-    seen: set[str] = set()
-    for index, kind in enumerate(kinds):
-        if not isinstance(kind, str) or not _STAGE_KIND.match(kind) or kind == "operation" or kind in seen:
-            raise InputError("Stage kinds must be unique lowercase names (not 'operation').", path="stage_kinds[%d]" % index,
-                             details={"rule": "format"})
-        seen.add(kind)
-    return list(kinds)
-
-
-def _new_stage(position: int, kind: str) -> dict[str, t.Any]:
-    return {
-        "position": position,
-        "kind": kind,
-        "status": "pending",
-        "submissionStarted": False,
-        "attempts": 0,
-        "dispatchedAt": None,
-        "completedAt": None,
-        "upid": None,
-        "request": None,
-        "evidence": {},
-        "failure": None,
-    }
-
-
-def _same_inputs(existing: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any], target: t.Mapping[str, t.Any],
-                 kinds: list[str]) -> bool:
-    plan = existing["plan"]
-    return (
-        plan["definitionHash"] == snapshots["plan"]["definitionHash"]
-        and plan["planHash"] == snapshots["plan"]["planHash"]
-        and existing["providerScopeId"] == target["scope"]
-        and existing["confirmation"] == snapshots["confirmation"]
-        and existing["target"] == dict(target)
-        and [item["kind"] for item in existing["stages"]] == kinds
-    )

@@ -1,0 +1,515 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The operation document (docs/journal.md, "Document"): its rules, its builders and its readers.
+
+``validate_document`` checks a whole v1 document on every load and before every write: shape,
+key order, formats, and the state invariants between stages (order, dispatch records, failures,
+the cleanup track). The checks are written by hand rather than as a JSON Schema beside the catalog
+and definition schemas (``_schemas.py``): key order, 1-based positions, unique stage kinds and the
+rules that relate one stage to the ones before it are not expressible in JSON Schema, a broken rule
+is never shown to anyone (any violation is ``journal_corrupt``), and the history listing, the
+inventory plugin and every stage load documents, which must stay fast and need no third-party library.
+
+Builders: ``new_operation_document`` (what ``create_operation`` writes and check mode previews),
+``adopted_operation_document`` (adoption); readers: ``stage``, ``cleanup_view``,
+``lifecycle_status``, ``require_cleanup_eligible``. Nothing here touches the file system.
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime
+import hashlib
+import math
+import os
+import re
+import typing as t
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES, InputError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import StageRecord
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
+
+SCHEMA_VERSION = 1
+KIND = "vmanyware.dev/v1/Operation"
+
+OPERATION_STATUSES = ("open", "completed", "failed", "uncertain")
+STAGE_STATUSES = ("pending", "dispatching", "submitted", "completed", "failed", "uncertain")
+RELEASE_REASONS = ("closed", "abandoned", "cleaned")
+# The steps of a cleanup (``vmanyware_cleanup``), journaled like stages in the document's ``lifecycle.cleanup``.
+CLEANUP_STEPS = ("stop", "destroy")
+_MAX_DEPTH = 32
+
+_OPERATION_ID = re.compile(r"\Aop-[a-z2-7]{26}\Z")
+_HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
+_STAGE_KIND = re.compile(r"\A[a-z][a-z0-9_-]{0,63}\Z")
+_NODE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+_SCOPE = re.compile(r"\A[\x21-\x7e]{1,256}\Z")
+_CODE = re.compile(r"\A[a-z][a-z0-9_]{0,63}\Z")
+_TIMESTAMP = re.compile(r"\A\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z\Z")
+_UPID = re.compile(r"\AUPID:[\x21-\x7e]{1,512}\Z")
+_MAX_MESSAGE = 1024
+_MAX_KEY = 1024
+_VMID_MIN = 100
+_VMID_MAX = 999999999
+
+_TOP_KEYS = (
+    "schemaVersion", "kind", "operationId", "revision", "idempotencyKeyHash", "providerScopeId", "createdAt", "updatedAt",
+    "target", "definition", "mapping", "plan", "confirmation", "status", "failure", "release", "stages", "handoff",
+)
+# Optional last key (absent in documents written before lifecycle actions existed).
+LIFECYCLE_KEY = "lifecycle"
+_LIFECYCLE_KEYS = ("abandonment", "cleanup")
+_ABANDONMENT_KEYS = ("at", "reason")
+_CLEANUP_KEYS = ("startedAt", "completedAt", "status", "failure", "steps")
+_STAGE_KEYS = (
+    "position", "kind", "status", "submissionStarted", "attempts", "dispatchedAt", "completedAt", "upid", "request",
+    "evidence", "failure",
+)
+
+# Stage transitions: new status -> statuses it may be reached from.
+_STAGE_FROM: dict[str, tuple[str, ...]] = {
+    "dispatching": ("pending",),
+    "pending": ("dispatching",),
+    "submitted": ("dispatching",),
+    "completed": ("dispatching", "submitted", "uncertain"),
+    "failed": ("pending", "dispatching", "submitted", "uncertain"),
+    "uncertain": ("dispatching", "submitted"),
+}
+_OPERATION_FROM: dict[str, tuple[str, ...]] = {
+    "open": ("uncertain",),
+    "completed": ("open", "uncertain"),
+    "failed": ("open", "uncertain"),
+    "uncertain": ("open",),
+}
+
+
+class JournalError(VmanywareError):
+    """A journal failure: ``journal_corrupt``, ``journal_conflict``, ``journal_locked``, ``not_found``,
+    ``conflicting_operation``, ``idempotency_key_conflict`` or ``io_error``."""
+
+    default_code = "journal_corrupt"
+
+
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def utc_now() -> str:
+    """The current UTC time as ISO 8601 with microseconds and ``Z``."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime(TIMESTAMP_FORMAT)
+
+
+def epoch_seconds(timestamp: str) -> float:
+    """A journal timestamp (``utc_now`` format) as seconds since the epoch."""
+    return datetime.datetime.strptime(timestamp, TIMESTAMP_FORMAT).replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def new_operation_id() -> str:
+    """``op-`` + 26 lowercase base32 characters of 128 random bits."""
+    return "op-" + base64.b32encode(os.urandom(16)).decode("ascii").rstrip("=").lower()
+
+
+def validate_operation_id(value: t.Any, path: str = "operation_id") -> str:
+    """Return ``value`` if it is a well-formed operation id; ``invalid_option`` (value never echoed) otherwise."""
+    if not isinstance(value, str) or not _OPERATION_ID.match(value):
+        raise InputError("The operation id is not of the form op- followed by 26 base32 characters.", path=path,
+                         details={"rule": "operation_id_format"})
+    return value
+
+
+def hash_idempotency_key(key: str) -> str:
+    """SHA-256 (hex) of the UTF-8 key; only this hash is ever stored."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _json_copy(value: t.Any, path: str, depth: int = 0) -> t.Any:
+    """A detached copy of a JSON value: mappings with string keys, lists, str, int, finite float, bool, None."""
+    if depth > _MAX_DEPTH:
+        raise InputError("The value is nested too deeply.", path=path, details={"rule": "depth"})
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError("The value is not JSON-compatible.", path=path, details={"rule": "finite_number"})
+        return value
+    if isinstance(value, t.Mapping):
+        result: dict[str, t.Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InputError("The mapping keys must be strings.", path=path, details={"rule": "string_keys"})
+            result[key] = _json_copy(item, path, depth + 1)
+        return result
+    if isinstance(value, (list, tuple)):
+        return [_json_copy(item, path, depth + 1) for item in value]
+    raise InputError("The value is not JSON-compatible.", path=path, details={"rule": "json"})
+
+
+def _mapping_arg(value: t.Any, path: str) -> dict[str, t.Any]:
+    if not isinstance(value, t.Mapping):
+        raise InputError("The value must be a mapping.", path=path, details={"rule": "mapping"})
+    return t.cast("dict[str, t.Any]", _json_copy(value, path))
+
+
+def _failure_code(code: t.Any) -> str:
+    if not isinstance(code, str) or code not in ERROR_CODES:
+        raise InputError("The failure code is not a registered error code.", path="code", details={"rule": "error_code"})
+    return code
+
+
+def _failure_message(message: t.Any) -> str:
+    if not isinstance(message, str) or not 0 < len(message) <= _MAX_MESSAGE:
+        raise InputError("The failure message must be 1-1024 characters of fixed text.", path="message", details={"rule": "length"})
+    return message
+
+
+# ---------------------------------------------------------------------------------------------
+# document validation (every load and every write)
+
+
+class _Invalid(Exception):
+    """Internal: the document broke a rule (the rule text is never shown to a user)."""
+
+
+def _check(condition: bool, rule: str) -> None:
+    if not condition:
+        raise _Invalid(rule)
+
+
+def _is_int(value: t.Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_timestamp(value: t.Any, rule: str, nullable: bool = False) -> None:
+    if value is None and nullable:
+        return
+    _check(isinstance(value, str) and bool(_TIMESTAMP.match(value)), rule)
+
+
+def _check_json_object(value: t.Any, rule: str) -> None:
+    _check(isinstance(value, dict), rule)
+
+
+def _check_failure(value: t.Any, with_stage: bool, rule: str) -> None:
+    if value is None:
+        return
+    keys = ("code", "message", "stage") if with_stage else ("code", "message")
+    _check(isinstance(value, dict) and tuple(value) == keys, rule)
+    _check(isinstance(value["code"], str) and bool(_CODE.match(value["code"])), rule)
+    _check(isinstance(value["message"], str) and 0 < len(value["message"]) <= _MAX_MESSAGE, rule)
+    if with_stage:
+        _check(value["stage"] is None or (isinstance(value["stage"], str) and bool(_STAGE_KIND.match(value["stage"]))), rule)
+
+
+def _check_stage(stage: t.Any, index: int, previous_completed: bool) -> None:
+    _check(isinstance(stage, dict) and tuple(stage) == _STAGE_KEYS, "stage_keys")
+    # 1-based, like the plan's steps: stage N of the journal is step N of the plan (docs/journal.md).
+    _check(stage["position"] == index + 1 and _is_int(stage["position"]), "stage_position")
+    _check(isinstance(stage["kind"], str) and bool(_STAGE_KIND.match(stage["kind"])), "stage_kind")
+    status = stage["status"]
+    _check(status in STAGE_STATUSES, "stage_status")
+    _check(isinstance(stage["submissionStarted"], bool), "stage_submission")
+    _check(_is_int(stage["attempts"]) and 0 <= stage["attempts"] <= 1000, "stage_attempts")
+    _check_timestamp(stage["dispatchedAt"], "stage_dispatched_at", nullable=True)
+    _check_timestamp(stage["completedAt"], "stage_completed_at", nullable=True)
+    _check(stage["upid"] is None or (isinstance(stage["upid"], str) and bool(_UPID.match(stage["upid"]))), "stage_upid")
+    _check(stage["request"] is None or isinstance(stage["request"], dict), "stage_request")
+    _check_json_object(stage["evidence"], "stage_evidence")
+    _check_failure(stage["failure"], False, "stage_failure")
+    # state invariants
+    if status == "pending":
+        # attempts may be > 0: a request that provably never took effect returns the stage to pending.
+        _check(not stage["submissionStarted"] and stage["dispatchedAt"] is None
+               and stage["upid"] is None and stage["request"] is None and stage["completedAt"] is None, "stage_pending")
+    else:
+        _check(previous_completed, "stage_order")
+    if status in ("dispatching", "submitted", "completed", "uncertain"):
+        _check(stage["submissionStarted"] and stage["attempts"] >= 1 and stage["dispatchedAt"] is not None, "stage_dispatched")
+    if stage["submissionStarted"]:
+        _check(stage["dispatchedAt"] is not None and stage["request"] is not None, "stage_submission_record")
+    _check((stage["failure"] is not None) == (status in ("failed", "uncertain")), "stage_failure_presence")
+    _check((stage["completedAt"] is not None) == (status in ("completed", "failed")), "stage_completed_presence")
+
+
+def validate_document(document: t.Any, operation_id: str | None = None) -> None:
+    """Raise ``_Invalid`` unless ``document`` is a complete, consistent v1 operation document."""
+    _check(isinstance(document, dict), "object")
+    _check(document.get("schemaVersion") == SCHEMA_VERSION and _is_int(document.get("schemaVersion")), "schema_version")
+    _check(tuple(document) in (_TOP_KEYS, _TOP_KEYS + (LIFECYCLE_KEY,)), "top_keys")
+    _check(document["kind"] == KIND, "kind")
+    _check(isinstance(document["operationId"], str) and bool(_OPERATION_ID.match(document["operationId"])), "operation_id")
+    if operation_id is not None:
+        _check(document["operationId"] == operation_id, "operation_id_matches_file")
+    _check(_is_int(document["revision"]) and document["revision"] >= 1, "revision")
+    key_hash = document["idempotencyKeyHash"]
+    _check(key_hash is None or (isinstance(key_hash, str) and bool(_HEX64.match(key_hash))), "idempotency_key_hash")
+    _check(isinstance(document["providerScopeId"], str) and bool(_SCOPE.match(document["providerScopeId"])), "provider_scope")
+    _check_timestamp(document["createdAt"], "created_at")
+    _check_timestamp(document["updatedAt"], "updated_at")
+    target = document["target"]
+    _check(isinstance(target, dict) and tuple(target) == ("scope", "node", "vmid"), "target")
+    _check(target["scope"] == document["providerScopeId"], "target_scope")
+    _check(isinstance(target["node"], str) and bool(_NODE.match(target["node"])), "target_node")
+    _check(_is_int(target["vmid"]) and _VMID_MIN <= target["vmid"] <= _VMID_MAX, "target_vmid")
+    for name in ("definition", "mapping", "plan", "confirmation", "handoff"):
+        _check_json_object(document[name], name)
+    for name in ("definitionHash", "planHash"):
+        _check(isinstance(document["plan"].get(name), str) and bool(_HEX64.match(document["plan"][name])), "plan_hashes")
+    status = document["status"]
+    _check(status in OPERATION_STATUSES, "status")
+    _check_failure(document["failure"], True, "failure")
+    _check((document["failure"] is not None) == (status in ("failed", "uncertain")), "failure_presence")
+    release = document["release"]
+    if release is not None:
+        _check(isinstance(release, dict) and tuple(release) == ("reason", "releasedAt"), "release")
+        _check(release["reason"] in RELEASE_REASONS, "release_reason")
+        _check_timestamp(release["releasedAt"], "released_at")
+    stages = document["stages"]
+    _check(isinstance(stages, list) and 0 < len(stages) <= 64, "stages")
+    kinds: set[str] = set()
+    previous_completed = True
+    for index, stage in enumerate(stages):
+        _check_stage(stage, index, previous_completed)
+        _check(stage["kind"] not in kinds, "stage_kind_unique")
+        kinds.add(stage["kind"])
+        previous_completed = stage["status"] == "completed"
+    statuses = [stage["status"] for stage in stages]
+    if status == "completed":
+        _check(all(item == "completed" for item in statuses), "completed_stages")
+    if status == "open":
+        _check(not any(item in ("failed", "uncertain") for item in statuses), "open_stages")
+    _check_lifecycle(document)
+
+
+def _check_lifecycle(document: t.Mapping[str, t.Any]) -> None:
+    """``lifecycle``: the operator's abandonment and the cleanup track, consistent with the release."""
+    lifecycle = document.get(LIFECYCLE_KEY)
+    release = document["release"]
+    if lifecycle is None:
+        # (an abandonment released before reasons were recorded has no lifecycle)
+        _check(LIFECYCLE_KEY not in document and (release is None or release["reason"] != "cleaned"), "lifecycle")
+        return
+    _check(isinstance(lifecycle, dict) and tuple(lifecycle) == _LIFECYCLE_KEYS, "lifecycle_keys")
+    abandonment = lifecycle["abandonment"]
+    if abandonment is not None:
+        _check(isinstance(abandonment, dict) and tuple(abandonment) == _ABANDONMENT_KEYS, "abandonment")
+        _check_timestamp(abandonment["at"], "abandoned_at")
+        _check(isinstance(abandonment["reason"], str) and 0 < len(abandonment["reason"]) <= _MAX_MESSAGE, "abandonment_reason")
+        _check(release is not None and release["reason"] == "abandoned", "abandonment_release")
+    cleanup = lifecycle["cleanup"]
+    if cleanup is None:
+        _check(release is None or release["reason"] != "cleaned", "cleanup_release")
+        return
+    _check(isinstance(cleanup, dict) and tuple(cleanup) == _CLEANUP_KEYS, "cleanup_keys")
+    _check_timestamp(cleanup["startedAt"], "cleanup_started_at")
+    _check_timestamp(cleanup["completedAt"], "cleanup_completed_at", nullable=True)
+    _check((cleanup["completedAt"] is not None) == (cleanup["status"] == "completed"), "cleanup_completed_at")
+    kinds = tuple(item.get("kind") if isinstance(item, dict) else None for item in cleanup["steps"]) if isinstance(cleanup["steps"], list) else ()
+    _check(kinds == CLEANUP_STEPS, "cleanup_steps")
+    if release is not None and release["reason"] == "cleaned":
+        _check(cleanup["status"] == "completed", "cleanup_release")
+    validate_document(cleanup_view(document))
+
+
+def cleanup_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The cleanup track of ``document`` as an operation document whose stages are the cleanup steps.
+
+    The stage runner drives it exactly like provisioning stages (``JournalStore.cleanup_track``):
+    status, failure and stages are the track's; identities and snapshots are the operation's.
+    """
+    cleanup = document[LIFECYCLE_KEY]["cleanup"]
+    view = {key: copy.deepcopy(document[key]) for key in _TOP_KEYS if key not in ("stages", "handoff")}
+    view.update(status=cleanup["status"], failure=copy.deepcopy(cleanup["failure"]), release=None,
+                stages=copy.deepcopy(cleanup["steps"]), handoff={})
+    return {key: view[key] for key in _TOP_KEYS}
+
+
+def lifecycle_status(document: t.Mapping[str, t.Any]) -> str:
+    """The operation's status as operators see it: ``cleaned`` once its cleanup completed, ``abandoned`` once
+    the operator abandoned it, else the provisioning status (open, completed, failed, uncertain)."""
+    lifecycle = document.get(LIFECYCLE_KEY) or {}
+    cleanup = lifecycle.get("cleanup")
+    if cleanup is not None and cleanup["status"] == "completed":
+        return "cleaned"
+    if lifecycle.get("abandonment") is not None:
+        return "abandoned"
+    return t.cast(str, document["status"])
+
+
+def new_operation_document(operation_id: str, key_hash: str | None, target: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any],
+                           stage_kinds: list[str], now: str) -> dict[str, t.Any]:
+    """A fresh v1 operation document: what ``create_operation`` writes, and what check mode previews."""
+    return {
+        "schemaVersion": SCHEMA_VERSION,
+        "kind": KIND,
+        "operationId": operation_id,
+        "revision": 1,
+        "idempotencyKeyHash": key_hash,
+        "providerScopeId": target["scope"],
+        "createdAt": now,
+        "updatedAt": now,
+        "target": dict(target),
+        "definition": snapshots["definition"],
+        "mapping": snapshots["mapping"],
+        "plan": snapshots["plan"],
+        "confirmation": snapshots["confirmation"],
+        "status": "open",
+        "failure": None,
+        "release": None,
+        "stages": [_new_stage(position, kind) for position, kind in enumerate(stage_kinds, start=1)],
+        "handoff": {},
+    }
+
+
+ADOPTED_REQUEST = {"adopted": True}
+_ADOPTED_STATUSES = ("completed", "uncertain", "pending")
+
+
+def adopted_operation_document(operation_id: str, key_hash: str | None, target: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any],
+                               stage_kinds: list[str], observed: list[t.Mapping[str, t.Any]], now: str) -> dict[str, t.Any]:
+    """The document ``adopt_operation`` writes (and check mode previews): a fresh document whose stages carry what reads proved.
+
+    ``observed``: one ``{status, evidence, upid, failure}`` per stage, in order; ``status`` is
+    ``completed`` (evidence, optional ``upid``), ``uncertain`` (``failure`` {code, message}: the
+    stage resolves its outcome by reads on its next run, as after a lost reply) or ``pending``.
+    Adopted records carry ``request: {"adopted": true}``, one attempt and the adoption time as
+    ``dispatchedAt`` (and ``completedAt``). The operation is ``uncertain`` when a stage is,
+    ``completed`` when every stage is, else ``open``. The result passes ``validate_document``
+    (stage order included) or ``internal_error`` is raised.
+    """
+    document = new_operation_document(operation_id, key_hash, target, snapshots, stage_kinds, now)
+    if not isinstance(observed, (list, tuple)) or len(observed) != len(stage_kinds):
+        raise InputError("observed must hold one entry per stage.", path="observed", details={"rule": "length"})
+    for record, seen in zip(document["stages"], observed):
+        status = seen.get("status") if isinstance(seen, t.Mapping) else None
+        if status not in _ADOPTED_STATUSES:
+            raise InputError("An adopted stage is completed, uncertain or pending.", path="observed", details={"rule": "enum"})
+        if status == "pending":
+            continue
+        upid = seen.get("upid")
+        if upid is not None and (not isinstance(upid, str) or not _UPID.match(upid)):
+            raise InputError("The UPID is not well-formed.", path="upid", details={"rule": "upid_format"})
+        record.update(status=status, submissionStarted=True, attempts=1, dispatchedAt=now, request=dict(ADOPTED_REQUEST),
+                      upid=upid if status == "completed" else None,
+                      evidence=redact(_mapping_arg(seen.get("evidence") or {}, "evidence")))
+        if status == "completed":
+            record["completedAt"] = now
+        else:
+            failure = seen.get("failure") or {}
+            record["failure"] = {"code": _failure_code(failure.get("code")), "message": _failure_message(failure.get("message"))}
+            if document["status"] != "uncertain":
+                document.update(status="uncertain", failure=dict(record["failure"], stage=record["kind"]))
+    if all(item["status"] == "completed" for item in document["stages"]):
+        document["status"] = "completed"
+    try:
+        validate_document(document, operation_id)
+    except Exception:  # pylint: disable=broad-exception-caught
+        raise JournalError("Refusing to build an invalid operation document.", code="internal_error") from None
+    return document
+
+
+def _operation_inputs(idempotency_key: str | None, provider_scope_id: str, definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any],
+                      plan: t.Mapping[str, t.Any], confirmation: t.Mapping[str, t.Any], target_node: str, target_vmid: int,
+                      stage_kinds: list[str]) -> tuple[str | None, dict[str, t.Any], list[str], dict[str, t.Any]]:
+    """Checked arguments of a new operation: ``(key_hash, target, stage_kinds, snapshots)``."""
+    key_hash = hash_idempotency_key(_check_key(idempotency_key)) if idempotency_key is not None else None
+    scope = _check_scope(provider_scope_id)
+    node = _check_node(target_node)
+    vmid = _check_vmid(target_vmid)
+    kinds = _check_stage_kinds(stage_kinds)
+    snapshots = {name: _mapping_arg(value, name) for name, value in
+                 (("definition", definition), ("mapping", mapping), ("plan", plan), ("confirmation", confirmation))}
+    for name in ("definitionHash", "planHash"):
+        if not isinstance(snapshots["plan"].get(name), str) or not _HEX64.match(snapshots["plan"][name]):
+            raise InputError("The plan must carry definitionHash and planHash.", path="plan." + name, details={"rule": "sha256_hex"})
+    return key_hash, {"scope": scope, "node": node, "vmid": vmid}, kinds, snapshots
+
+
+def stage(document: t.Mapping[str, t.Any], kind: str) -> StageRecord:
+    """The stage of ``kind`` in ``document`` (the same dict object); ``not_found`` if there is none."""
+    for item in document["stages"]:
+        if item["kind"] == kind:
+            return t.cast(StageRecord, item)
+    raise JournalError("The operation has no stage of this kind.", code="not_found", path="kind", details={"rule": "unknown_stage"})
+
+
+def require_cleanup_eligible(document: t.Mapping[str, t.Any], allow_completed: bool) -> None:
+    """``cleanup_not_eligible`` unless the operation is failed, uncertain or abandoned (completed with ``allow_completed``)."""
+    status = lifecycle_status(document)
+    if status in ("failed", "uncertain", "abandoned") or (status == "completed" and allow_completed):
+        return
+    raise VmanywareError(code="cleanup_not_eligible", details={"operationId": document["operationId"], "status": status})
+
+
+# ---------------------------------------------------------------------------------------------
+# argument checks
+
+
+def _check_key(key: t.Any) -> str:
+    if not isinstance(key, str) or not 0 < len(key) <= _MAX_KEY or "\x00" in key:
+        raise InputError("The idempotency key must be 1-1024 characters.", path="idempotency_key", details={"rule": "length"})
+    return key
+
+
+def _check_scope(scope: t.Any) -> str:
+    if not isinstance(scope, str) or not _SCOPE.match(scope):
+        raise InputError("The provider scope id must be 1-256 printable ASCII characters without spaces.", path="provider_scope_id",
+                         details={"rule": "format"})
+    return scope
+
+
+def _check_node(node: t.Any) -> str:
+    if not isinstance(node, str) or not _NODE.match(node):
+        raise InputError("The target node is not a valid node name.", path="target_node", details={"rule": "format"})
+    return node
+
+
+def _check_vmid(vmid: t.Any) -> int:
+    if not _is_int(vmid) or not _VMID_MIN <= vmid <= _VMID_MAX:
+        raise InputError(code="invalid_target_vmid", path="target_vmid", details={"rule": "range"})
+    return int(vmid)
+
+
+def _check_stage_kinds(kinds: t.Any) -> list[str]:
+    if not isinstance(kinds, (list, tuple)) or not 0 < len(kinds) <= 64:
+        raise InputError("stage_kinds must list 1-64 stage kinds.", path="stage_kinds", details={"rule": "length"})
+    seen: set[str] = set()
+    for index, kind in enumerate(kinds):
+        if not isinstance(kind, str) or not _STAGE_KIND.match(kind) or kind == "operation" or kind in seen:
+            raise InputError("Stage kinds must be unique lowercase names (not 'operation').", path="stage_kinds[%d]" % index,
+                             details={"rule": "format"})
+        seen.add(kind)
+    return list(kinds)
+
+
+def _new_stage(position: int, kind: str) -> dict[str, t.Any]:
+    return {
+        "position": position,
+        "kind": kind,
+        "status": "pending",
+        "submissionStarted": False,
+        "attempts": 0,
+        "dispatchedAt": None,
+        "completedAt": None,
+        "upid": None,
+        "request": None,
+        "evidence": {},
+        "failure": None,
+    }
+
+
+def _same_inputs(existing: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any], target: t.Mapping[str, t.Any],
+                 kinds: list[str]) -> bool:
+    plan = existing["plan"]
+    return (
+        plan["definitionHash"] == snapshots["plan"]["definitionHash"]
+        and plan["planHash"] == snapshots["plan"]["planHash"]
+        and existing["providerScopeId"] == target["scope"]
+        and existing["confirmation"] == snapshots["confirmation"]
+        and existing["target"] == dict(target)
+        and [item["kind"] for item in existing["stages"]] == kinds
+    )

@@ -1,0 +1,54 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The one list of secret-bearing keys, and the one redaction every path uses.
+
+The client's request log, the journal (request summaries, evidence, hand-off), the stage
+requests summaries that results and previews show (and their ``qm``/``pct`` command, built
+from the summary) all call ``redact``: a value under a secret-bearing key becomes
+``"<redacted>"``, at any depth, whatever the key's case.
+
+A key is secret-bearing when it contains one of ``SECRET_KEY_MARKERS`` (``password``,
+``cipassword``, ``api_token_secret``, ``ticket``, ``PVEAuthCookie``, ``CSRFPreventionToken``,
+``Authorization``...) or equals one of ``SECRET_KEY_NAMES`` (short names that would match
+unrelated keys as substrings, e.g. ``otp`` in ``hotplug``, and guest-agent data: the input and
+output of a command run in the guest). SSH public keys (``sshkeys``) are not secrets: the
+journal keeps them, as the definition snapshot does (docs/journal.md).
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import copy
+import typing as t
+
+REDACTED = "<redacted>"
+
+# Matched case-insensitively as substrings of the key.
+SECRET_KEY_MARKERS = (
+    "password", "passwd", "passphrase", "secret", "ticket", "token", "csrf", "cookie", "authorization",
+    "private_key", "privatekey", "private-key",
+)
+# Matched case-insensitively as whole keys.
+SECRET_KEY_NAMES = frozenset({
+    "otp", "tfa", "totp",
+    "input-data", "out-data", "err-data", "content", "stdin", "stdout", "stderr",
+})
+
+
+def is_secret_key(key: t.Any) -> bool:
+    """Whether values under ``key`` are never logged, stored or shown."""
+    lowered = str(key).lower()
+    return lowered in SECRET_KEY_NAMES or any(marker in lowered for marker in SECRET_KEY_MARKERS)
+
+
+def redact(value: t.Any) -> t.Any:
+    """A deep copy of ``value`` where every value under a secret-bearing key is ``"<redacted>"``."""
+    if isinstance(value, t.Mapping):
+        return {key: REDACTED if is_secret_key(key) else redact(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(item) for item in value]
+    return copy.deepcopy(value)
