@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 
-.PHONY: setup demo test test-dynamic test-static typecheck pytest lint docs docs-check sanity artifact oldest-core acceptance collection-link clean
+.PHONY: setup demo test test-dynamic test-static typecheck pytest lint acceptance-vm acceptance-container docs docs-check sanity artifact oldest-core acceptance collection-link clean
 
 setup: $(STAMP) collection-link
 
@@ -27,17 +27,17 @@ collection-link:
 demo: setup
 	VENV=$(VENV) tools/dev/demo.sh
 
-# Two sequential lanes side by side (2 cores): the simulator-backed suite, and everything else
-# (the real-guest acceptance is mostly one TCG vCPU; the static checks are one process each).
+# Two sequential lanes side by side (2 cores), about equally long: the simulator-backed suite and the real-container
+# acceptance; and the real-guest acceptance (mostly one TCG vCPU) and the static checks (one process each).
 # Output is synchronised per line (both lanes show progress); a failing lane fails `make test`.
 test: setup
 	$(MAKE) --no-print-directory -j2 --output-sync=line test-dynamic test-static
 
 test-dynamic:
-	$(MAKE) --no-print-directory pytest
+	set -e; for part in pytest acceptance-container; do $(MAKE) --no-print-directory $$part; done
 
 test-static:
-	set -e; for part in typecheck acceptance lint docs-check sanity artifact oldest-core; do $(MAKE) --no-print-directory $$part; done
+	set -e; for part in typecheck acceptance-vm lint docs-check sanity artifact oldest-core; do $(MAKE) --no-print-directory $$part; done
 
 # mypy --strict on plugins/module_utils (mypy.ini), imported through build/collections as ansible does,
 # and on the unit tests' fake client, which must implement the client's Protocol.
@@ -74,6 +74,9 @@ oldest-core:
 # the cached Debian guest image and container root file system.
 acceptance: setup
 	VENV=$(VENV) tools/dev/acceptance.sh
+
+acceptance-vm acceptance-container: acceptance-%: setup
+	ACCEPTANCE_PARTS=$* VENV=$(VENV) tools/dev/acceptance.sh
 
 clean:
 	rm -rf build .pytest_cache

@@ -15,7 +15,7 @@ A key is secret-bearing when it contains one of ``SECRET_KEY_MARKERS`` (``passwo
 ``Authorization``...) or equals one of ``SECRET_KEY_NAMES`` (short names that would match
 unrelated keys as substrings, e.g. ``otp`` in ``hotplug``, and guest-agent data: the input and
 output of a command run in the guest). SSH public keys (``sshkeys``) are not secrets: the
-journal keeps them, as the definition snapshot does (docs/journal.md).
+journal keeps them, as the definition snapshot does (docs/journal.md); nor are booleans.
 
 This is a private module_utils file: not a public API.
 """
@@ -46,9 +46,13 @@ def is_secret_key(key: t.Any) -> bool:
 
 
 def redact(value: t.Any) -> t.Any:
-    """A deep copy of ``value`` where every value under a secret-bearing key is ``"<redacted>"``."""
+    """A deep copy of ``value`` where every value under a secret-bearing key is ``"<redacted>"``.
+
+    Booleans are kept: a flag about a secret (``passwordLocked``, the attestation a template build verified
+    and its stamp reads back from the journal) is not one.
+    """
     if isinstance(value, t.Mapping):
-        return {key: REDACTED if is_secret_key(key) else redact(item) for key, item in value.items()}
+        return {key: REDACTED if is_secret_key(key) and not isinstance(item, bool) else redact(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact(item) for item in value]
     return copy.deepcopy(value)

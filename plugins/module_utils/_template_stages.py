@@ -215,7 +215,9 @@ class _KeyRequest(Request):
 
 
 class ConfigureStage(StageLogic):
-    """``PUT .../config``: ``ciuser``, the ephemeral ``sshkeys`` and the static ``ipconfig0`` of the preparation boot.
+    """``PUT .../config``: ``ciuser``, the ephemeral ``sshkeys`` and the static ``ipconfig0`` of the preparation boot, and
+    ``ciupgrade=0``: Proxmox's default (1) has cloud-init upgrade every package on that boot, unplanned and racing the
+    role's own apt run for the package lock.
 
     The public key comes from the role (a fresh key pair per run); the journal and the previews hold
     only its fingerprint, the private key never leaves the controller's temporary directory.
@@ -228,7 +230,7 @@ class ConfigureStage(StageLogic):
 
     def _wanted(self, ctx: StageContext) -> dict[str, str]:
         build = ctx.plan["buildAddress"]
-        return {"ciuser": ctx.plan["guestUser"], "ipconfig0": "ip=%s,gw=%s" % (build["address"], build["gateway"])}
+        return {"ciuser": ctx.plan["guestUser"], "ipconfig0": "ip=%s,gw=%s" % (build["address"], build["gateway"]), "ciupgrade": "0"}
 
     def preconditions(self, ctx: StageContext) -> None:
         if not self.public_key:
@@ -249,7 +251,7 @@ class ConfigureStage(StageLogic):
     def _applied(self, ctx: StageContext, config: t.Mapping[str, t.Any]) -> bool:
         keys = _guest.decode_sshkeys(str(config.get("sshkeys") or ""))
         wanted_key = _guest.ssh_fingerprint(str(self.public_key)) if self.public_key else None
-        return all(config.get(k) == v for k, v in self._wanted(ctx).items()) and [_guest.ssh_fingerprint(k) for k in keys] == [wanted_key]
+        return all(str(config.get(k)) == v for k, v in self._wanted(ctx).items()) and [_guest.ssh_fingerprint(k) for k in keys] == [wanted_key]
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         config = common.read_config_or_none(ctx)
@@ -566,6 +568,11 @@ def mapping_yaml(mapping: t.Mapping[str, t.Any]) -> str:
         else:
             lines.append("%s%s: %s" % (prefix, key, scalar(value)))
     return "\n".join(lines) + "\n"
+
+
+# The stages whose work the role does in the guest over SSH (docs/templates.md, "Preparing the guest"): right before each
+# write there, the role runs the stage with ``write_check`` (the gates re-read, nothing sent or recorded).
+GUEST_WRITE_STAGES = ("prepare", "generalize")
 
 
 def stage_logic(kind: str, params: t.Mapping[str, t.Any]) -> StageLogic:

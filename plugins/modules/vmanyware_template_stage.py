@@ -57,6 +57,14 @@ options:
     description: V(shutdown) only - let Proxmox stop the VM when the guest does not shut down in time.
     type: bool
     default: false
+  write_check:
+    description:
+      - V(prepare) and V(generalize) only - do not run the stage; re-read its gate right before the role writes in the guest over SSH
+        (installing packages, starting the agent, generalizing), with the stages' rule (C(VMANYWARE_PROVISIONING_ENABLED) exactly
+        V(false) wins over O(provisioning_enabled); empty is unset), as M(vmanyware.proxmox.vmanyware_container) does for its apt.
+      - A closed gate fails with C(provisioning_disabled); the stage stays C(pending). Sends and records nothing.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -80,9 +88,19 @@ EXAMPLES = r"""
   register: download
   until: download.done
   retries: 120
+
+- name: Re-read the provisioning gate right before installing packages in the guest over SSH
+  vmanyware.proxmox.vmanyware_template_stage:
+    operation_id: "{{ template_operation.operation_id }}"
+    stage: prepare
+    write_check: true
 """
 
 RETURN = r"""
+write_allowed:
+  description: With O(write_check=true), V(true) when the gate is open and the role's write in the guest may follow.
+  returned: with O(write_check=true), while the stage is not completed
+  type: bool
 changed:
   description: Whether this run sent a request that changed something.
   returned: always
@@ -134,9 +152,10 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage, stage_argument_spec
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_stages import PREPARED_BY, stage_logic, stamp_output
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_stages import GUEST_WRITE_STAGES, PREPARED_BY, stage_logic, stamp_output
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import STEP_KINDS
 
 
@@ -149,11 +168,14 @@ def argument_spec() -> dict:
         "passwd_status": {"type": "str", "no_log": False},  # the status line of passwd -S: no secret
         "authorized_keys_left": {"type": "int", "no_log": False},
         "force_stop": {"type": "bool", "default": False},
+        "write_check": {"type": "bool", "default": False},
     })
     return spec
 
 
 def action(params, check_mode, diff) -> dict:
+    if params.get("write_check") and params["stage"] not in GUEST_WRITE_STAGES:
+        raise InputError("write_check is only for stage=prepare and stage=generalize.", code="invalid_option", path="write_check")
     result = run_stage(params, stage_logic(params["stage"], params), check_mode=check_mode, diff=diff)
     if result.get("done") and not check_mode and (result.get("stage") or {}).get("kind") == "stamp":
         # The result is compact (no evidence): the stamp's mapping is read back from the journal record.

@@ -3,13 +3,21 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Acceptance (issue 10): the provision playbook end to end against pvesim ``--guests real``.
+"""Acceptance (issues 10 and 20): a template built from a cloud image, then the provision playbook from it, end to end
+against pvesim ``--guests real``.
 
-A real QEMU guest (Debian 12, real cloud-init, qemu-guest-agent and sshd) boots from the seed the
-collection's stages verified; readiness sees the real ``cloud-init status: done``, the real DHCP
-address and the real host keys; the packages stage installs a package from Debian's mirror through
-QEMU's user-mode NAT; a second play then logs in over SSH with strict host key checking against the
-known_hosts lines the role wrote. docs/real-guest.md ("Acceptance") explains the pieces.
+The template playbook downloads the agent-less image (``build.sh``'s ``disk-noagent.qcow2``, the stock
+cloud-image case) from a loopback HTTP server with its checksum, imports it, and boots it for the
+preparation: real cloud-init applies the build address, the guest user and the ephemeral key; the role
+installs qemu-guest-agent from Debian's repository over SSH, generalizes, shuts down, converts and
+stamps; the catalog mapping it prints carries the ``imageDefaultUser`` attestation it verified.
+
+The provision playbook then clones *that* template: a real QEMU guest (real cloud-init, the
+qemu-guest-agent the build installed, sshd) boots from the seed the collection's stages verified;
+readiness sees the real ``cloud-init status: done``, the real DHCP address and the real host keys;
+the packages stage installs a package from Debian's mirror through QEMU's user-mode NAT; a second play
+then logs in over SSH with strict host key checking against the known_hosts lines the role wrote.
+docs/real-guest.md ("Acceptance") and docs/templates.md explain the pieces.
 
 Opt-in like ``tools/pvesim/tests/test_realguest.py`` (``-m realguest`` or ``PVESIM_REALGUEST=1``);
 the one command is ``tools/dev/acceptance.sh``. Skipped only where QEMU cannot run at all. Timings are
@@ -34,6 +42,8 @@ import pytest
 import requests
 import yaml
 
+from pvesim.imageserver import ImageServer
+from pvesim.state import FULL_TOKEN_ACL
 from pvesim.testing import PvesimAdmin, ensure_realguest_tools
 
 pytestmark = [pytest.mark.slow, pytest.mark.realguest]
@@ -44,6 +54,7 @@ BIN = Path(sys.executable).parent
 BUILD_SH = REPO / "tools" / "guest-image" / "build.sh"
 NODE = "pve-test"
 VMID = 201
+TEMPLATE_VMID = 9001  # the demo seed's prebuilt template is 9000; the provision run clones the one built here
 PACKAGE = "hello"
 # Scales only the simulated task durations (clone, resize, start bookkeeping); the real guest runs on the
 # real clock, and every deadline of the collection (readiness, packages) is wall-clock time.
@@ -139,6 +150,74 @@ def _playbook(tmp: Path, env: dict[str, str], extra: list[str], name: str, timeo
     return rc, "".join(lines)
 
 
+def _template_build(tmp: Path, env: dict[str, str], admin: PvesimAdmin, conn_file: Path, image_dir: str,
+                    timings: dict[str, t.Any]) -> dict[str, t.Any]:
+    """Build the template from the agent-less image with the shipped playbook; returns the catalog mapping it printed."""
+    # The template build's extra privileges (docs/templates.md, "Privileges") on top of the full token's.
+    privileges = {path: list(privs) for path, privs in FULL_TOKEN_ACL.items()}
+    privileges["/storage/local"] = ["Datastore.AllocateTemplate", "Datastore.Audit"]
+    privileges[f"/nodes/{NODE}"] = privileges[f"/nodes/{NODE}"] + ["Sys.AccessNetwork"]
+    # the new template: everything the build does on /vms, and cloning it afterwards (as /vms/9000 grants for the demo template)
+    privileges[f"/vms/{TEMPLATE_VMID}"] = [*privileges["/vms"], "VM.Clone"]
+    conn = json.loads(conn_file.read_text(encoding="utf-8"))
+    admin.set_token(conn["tokens"]["full"]["id"], privileges=privileges)
+    env = dict(env, VMANYWARE_JOURNAL_DIR=str(tmp / "template-journal"))  # the provision run's journal holds its operation only
+    image = Path(image_dir, "disk-noagent.qcow2")
+    digest = hashlib.sha256()
+    with open(image, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    build_file, confirm, mapping_file = tmp / "template-build.yml", tmp / "template-confirm.yml", tmp / "mapping.yml"
+    with ImageServer(image_dir) as images:
+        build_file.write_text(yaml.safe_dump({
+            "apiVersion": "vmanyware.dev/v1", "kind": "TemplateBuild", "image": "debian-13",
+            "source": {"url": images.url(image.name), "checksum": digest.hexdigest(), "checksumAlgorithm": "sha256"},
+            "node": NODE, "storage": "local-lvm", "importStorage": "local", "bridge": "vmbr0", "templateVmid": TEMPLATE_VMID,
+            "templateVersion": "debian-12-acceptance", "diskGiB": 8, "guestUser": "debian",
+            # inside the node's resolver network (pvesim's node DNS is 10.10.0.1): slirp serves DNS there (realguest.slirp_network)
+            "buildAddress": {"address": "10.10.0.50/24", "gateway": "10.10.0.254"}}), encoding="utf-8")
+        extra = ["-e", f"vmanyware_template_build_path={build_file}", "-e", f"vmanyware_confirmation_file={confirm}",
+                 "-e", f"vmanyware_catalog_mapping_file={mapping_file}", "-e", f"acceptance_template_vmid={TEMPLATE_VMID}",
+                 "-e", f"acceptance_pvesim_connection_file={conn_file}"]
+        _say("template run 1/2: without confirmation")
+        rc, out = _playbook(tmp, env, extra, "template1", timeout=600, playbook="template.yml")
+        assert rc == 0, out[-4000:]
+        assert [e for e in admin.requests() if e["method"] in MUTATING] == []
+        _say("template run 2/2: with -e @template-confirm.yml (download, import, preparation boot over SSH, generalize, convert, stamp)")
+        t0 = time.monotonic()
+        rc, out = _playbook(tmp, env, [*extra, "-e", f"@{confirm}"], "template2", playbook="template.yml")
+        timings["template_build_s"] = round(time.monotonic() - t0, 1)
+        assert rc == 0, out[-6000:]
+    assert "STAND-IN" not in out
+    # the guest agent came from Debian's repository during the preparation boot: the image had none
+    assert "qemu-guest-agent" not in Path(image_dir, "packages-noagent.txt").read_text(encoding="utf-8").split()
+    mapping = yaml.safe_load(mapping_file.read_text(encoding="utf-8"))
+    assert isinstance(mapping, list) and len(mapping) == 1, mapping
+    item = mapping[0]
+    assert item["templateVmid"] == TEMPLATE_VMID and item["sourceDiskGiB"] == 8 and item["guestUser"] == "debian"
+    assert item["imageDefaultUser"] == {"name": "debian", "templateVersion": "debian-12-acceptance", "passwordLocked": True,
+                                        "noAuthorizedKeys": True}, item
+    vm = f"/nodes/{NODE}/qemu/{TEMPLATE_VMID}"
+    log = admin.requests()
+    marks = {"start": next((e["time"] for e in log if e["method"] == "POST" and e["path"] == f"{vm}/status/start"), None),
+             "agent": next((e["time"] for e in log if e["path"] == f"{vm}/agent/info" and e["status"] == 200), None),
+             "shutdown": next((e["time"] for e in log if e["method"] == "POST" and e["path"] == f"{vm}/status/shutdown"), None),
+             "template": next((e["time"] for e in log if e["method"] == "POST" and e["path"] == f"{vm}/template"), None)}
+    if None not in marks.values():
+        # boot, SSH, apt update + install of the agent, until the installed agent answers; then generalize; then ACPI shutdown
+        timings["template_boot_to_agent_installed_s"] = round(marks["agent"] - marks["start"], 1)
+        timings["template_generalize_s"] = round(marks["shutdown"] - marks["agent"], 1)
+        timings["template_shutdown_to_convert_s"] = round(marks["template"] - marks["shutdown"], 1)
+    sent = [f"{e['method']} {e['path']}" for e in log if e["method"] in MUTATING]
+    for request in (f"POST /nodes/{NODE}/storage/local/download-url", f"POST /nodes/{NODE}/qemu", f"POST {vm}/status/start",
+                    f"POST {vm}/status/shutdown", f"POST {vm}/template"):
+        assert sent.count(request) == 1, (request, sent)
+    config = admin.vm(TEMPLATE_VMID)["config"]
+    assert str(config["template"]) == "1" and config["scsi0"].startswith(f"local-lvm:base-{TEMPLATE_VMID}-disk-")
+    assert not {"ipconfig0", "sshkeys", "ciuser"} & set(config)
+    return t.cast(dict, item)
+
+
 def _command(entry: dict[str, t.Any]) -> list[str]:
     cmd = entry.get("params", {}).get("command", [])
     return [cmd] if isinstance(cmd, str) else list(cmd)
@@ -203,7 +282,13 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
                    ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_SSH_RETRIES="0",
                    # one SSH round trip per module instead of four: each costs seconds on a TCG guest
                    ANSIBLE_PIPELINING="1")
-        extra = ["-e", f"vmanyware_catalog_path={REPO / 'examples' / 'catalog.yml'}", "-e", f"vmanyware_definition_path={definition_file}",
+        # 0. the template this run provisions from, built from the agent-less image on the real guest
+        mapping = _template_build(tmp_path, env, admin, state / "connection.json", image_dir, timings)
+        catalog = tmp_path / "catalog.yml"
+        catalog.write_text(yaml.safe_dump({"apiVersion": "vmanyware.dev/v1", "kind": "TemplateCatalog", "images": [mapping]}, sort_keys=False),
+                           encoding="utf-8")
+        admin.clear_requests()
+        extra = ["-e", f"vmanyware_catalog_path={catalog}", "-e", f"vmanyware_definition_path={definition_file}",
                  "-e", f"vmanyware_target_vmid={VMID}", "-e", f"vmanyware_confirmation_file={confirm}",
                  "-e", f"vmanyware_known_hosts_file={known_hosts}", "-e", f"acceptance_pvesim_connection_file={state / 'connection.json'}",
                  "-e", f"acceptance_ssh_private_key_file={key}", "-e", f"acceptance_results_file={results_file}",
@@ -236,7 +321,7 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
         # the simulator's request log: each mutation exactly once, one apt-get install exec
         sent = [f"{e['method']} {e['path']}" for e in log if e["method"] in MUTATING]
         vm = f"/nodes/{NODE}/qemu/{VMID}"
-        assert sent.count(f"POST /nodes/{NODE}/qemu/9000/clone") == 1, sent
+        assert sent.count(f"POST /nodes/{NODE}/qemu/{TEMPLATE_VMID}/clone") == 1, sent  # the template built above
         assert sent.count(f"POST {vm}/status/start") == 1, sent
         assert sent.count(f"PUT {vm}/resize") == 1, sent
         execs = [_command(e) for e in log if e["method"] == "POST" and e["path"] == f"{vm}/agent/exec"]

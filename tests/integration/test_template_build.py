@@ -209,3 +209,63 @@ def test_template_stages_refuse_unverified_tls_and_number_from_one(pvesim: t.Any
     with pytest.raises(VmanywareError) as info:
         build.run("download", validate_certs=False, ca_path=None)
     assert info.value.code == "tls_unverified" and pvesim.requests() == []
+
+
+def test_guest_writes_reread_the_gate_with_the_stages_rule(pvesim: t.Any, tmp_path: Path, images: ImageServer,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The role's SSH writes (prepare: packages, agent start; generalize) each call the module with ``write_check`` first."""
+    from ansible_collections.vmanyware.proxmox.plugins.modules.vmanyware_template_stage import action  # pylint: disable=import-outside-toplevel
+
+    build = Build(pvesim, tmp_path, images)
+    for kind in ("download", "create", "configure", "start"):
+        build.until_done(kind)
+    pvesim.clear_requests()
+
+    positions = {step["kind"]: step["position"] for step in build.planned.plan["steps"]}
+
+    def guest_write(kind: str, option: bool | None) -> dict[str, t.Any]:
+        return action(dict(build.params, stage=kind, write_check=True, provisioning_enabled=option), check_mode=False, diff=False)
+
+    for kind in ("prepare", "generalize"):
+        for env, option in (("false", True), ("false", None), ("", None), (None, None)):
+            if env is None:
+                monkeypatch.delenv("VMANYWARE_PROVISIONING_ENABLED", raising=False)
+            else:
+                monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", env)
+            with pytest.raises(VmanywareError) as info:
+                guest_write(kind, option)
+            assert info.value.code == "provisioning_disabled", (kind, env, option)
+            assert info.value.details == {"stage": kind, "gate": "VMANYWARE_PROVISIONING_ENABLED"}
+        for env, option in (("", True), ("true", None), ("true", True)):
+            monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", env)
+            result = guest_write(kind, option)
+            assert result["changed"] is False and result["write_allowed"] is True and result["done"] is False
+            assert (result["stage"]["kind"], result["stage"]["position"], result["stage"]["status"]) == (kind, positions[kind], "pending")
+    monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", "yes")
+    with pytest.raises(VmanywareError) as info:
+        guest_write("prepare", True)
+    assert info.value.details["rule"] == "exact_boolean"
+    with pytest.raises(VmanywareError) as info:
+        guest_write("start", True)
+    assert info.value.code == "invalid_option"
+    # nothing was sent or recorded; the stages still run afterwards
+    assert pvesim.requests(method="POST") == [] and pvesim.requests(method="PUT") == []
+    monkeypatch.delenv("VMANYWARE_PROVISIONING_ENABLED")
+    assert [s["status"] for s in build.store.load(build.operation_id)["stages"]][4:6] == ["pending", "pending"]
+    assert build.until_done("prepare")["stage"]["status"] == "completed"
+
+
+def test_an_ssh_prepared_build_keeps_its_attestation_through_the_journal(pvesim: t.Any, tmp_path: Path, images: ImageServer) -> None:
+    """The stamp reads generalize's evidence back from the journal: ``passwordLocked`` must not be redacted there (found by the
+    real-guest acceptance). The guest reports are what the role hands over after its SSH work."""
+    build = Build(pvesim, tmp_path, images, diskGiB=8)
+    build.params.update(prepared_by="ssh", passwd_status="debian L 12/01/2026 0 99999 7 -1", authorized_keys_left=0)
+    for kind in STEP_KINDS:
+        assert build.until_done(kind)["stage"]["status"] == "completed", kind
+    document = build.store.load(build.operation_id)
+    generalized = next(s for s in document["stages"] if s["kind"] == "generalize")["evidence"]
+    assert generalized == {"standIn": False, "passwordLocked": True, "noAuthorizedKeys": True}
+    mapping = document["stages"][-1]["evidence"]["catalogMapping"]
+    assert mapping["imageDefaultUser"] == {"name": "debian", "templateVersion": "debian-13-test", "passwordLocked": True,
+                                           "noAuthorizedKeys": True}
+    assert normalize_mapping(mapping) == mapping

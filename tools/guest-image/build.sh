@@ -4,12 +4,16 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 #
 # Build a small Debian 12 (bookworm) guest image for pvesim's real-guest backend
-# (`python -m pvesim serve --guests real --guest-image DIR`, see docs/real-guest.md).
+# (`python -m pvesim serve --guests real --guest-image DIR`, see docs/real-guest.md), in two variants
+# from one mmdebstrap run: with qemu-guest-agent (what the VM path needs) and without it (what stock
+# Debian and Ubuntu cloud images ship: the template build's input, docs/templates.md).
 #
 #   tools/guest-image/build.sh [OUT_DIR]
 #
 # Output (in OUT_DIR, default ${VMANYWARE_CACHE:-~/.cache/vmanyware}/guest-image/<key>/):
 #   disk.qcow2    ext4 root filesystem on the whole disk (no partition table, no bootloader)
+#   disk-noagent.qcow2, packages-noagent.txt
+#                 the same root filesystem before qemu-guest-agent (and only what it pulls in) was added
 #   vmlinuz       the linux-image-cloud-amd64 kernel, for QEMU's direct kernel boot
 #   initrd.img    its initramfs
 #   image.json    key, kernel command line, package versions of note, build timings
@@ -36,10 +40,13 @@ CMDLINE="root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.show_status=0"
 PACKAGES=(
   linux-image-cloud-amd64 initramfs-tools kmod udev
   systemd systemd-sysv dbus
-  cloud-init qemu-guest-agent openssh-server sudo ca-certificates
+  cloud-init openssh-server sudo ca-certificates python3-apt
   ifupdown isc-dhcp-client iproute2 netbase
   e2fsprogs procps
 )
+# Added on top of the agent-less root for disk.qcow2: one mmdebstrap run downloads these .debs (and
+# the dependencies the root lacks) in a customize hook, so a fresh machine pays one bootstrap, not two.
+AGENT_PACKAGES=(qemu-guest-agent)
 
 log() { printf '[build.sh %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 need() { command -v "$1" >/dev/null 2>&1 || { echo "build.sh: '$1' not found; apt-get install -y $2" >&2; exit 2; }; }
@@ -51,14 +58,14 @@ need qemu-img qemu-utils
 KEY="$(
   {
     cat "$0"
-    printf '%s\n' "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$ROOT_SIZE" "$CMDLINE" "${PACKAGES[@]}"
+    printf '%s\n' "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$ROOT_SIZE" "$CMDLINE" "${PACKAGES[@]}" -- "${AGENT_PACKAGES[@]}"
     for f in "$HERE"/cloud.cfg.d/*.cfg; do printf '== %s\n' "$(basename "$f")"; cat "$f"; done
   } | sha256sum | cut -c1-16
 )"
 CACHE_ROOT="${VMANYWARE_CACHE:-$HOME/.cache/vmanyware}/guest-image"
 OUT="${1:-$CACHE_ROOT/$KEY}"
 
-if [[ -f "$OUT/image.json" && -f "$OUT/disk.qcow2" && -f "$OUT/vmlinuz" && -f "$OUT/initrd.img" ]] \
+if [[ -f "$OUT/image.json" && -f "$OUT/disk.qcow2" && -f "$OUT/disk-noagent.qcow2" && -f "$OUT/vmlinuz" && -f "$OUT/initrd.img" ]] \
    && grep -q "\"key\": \"$KEY\"" "$OUT/image.json"; then
   log "cached image $KEY is up to date ($OUT)"
   echo "$OUT"
@@ -72,11 +79,17 @@ trap cleanup EXIT
 ROOTFS="$WORK/rootfs"
 T0=$(date +%s)
 
-log "mmdebstrap $SUITE (${#PACKAGES[@]} extra packages) into $ROOTFS"
+AGENT_DEBS="$WORK/agent-debs"
+mkdir -p "$AGENT_DEBS"
+log "mmdebstrap $SUITE (${#PACKAGES[@]} extra packages; ${AGENT_PACKAGES[*]} downloaded only) into $ROOTFS"
 IFS=, ; INCLUDE="${PACKAGES[*]}"; unset IFS
+# The hook runs while the bootstrap's package lists are still there: apt resolves what the agent needs on
+# top of this root and downloads exactly those .debs, which leave the tree before it is imaged.
 mmdebstrap --variant=apt --mode=root --format=directory \
   --components=main --include="$INCLUDE" \
   --aptopt='APT::Install-Recommends "false"' \
+  --customize-hook="mkdir -p \"\$1/tmp/agent-debs/partial\" && chroot \"\$1\" apt-get install -y -q --download-only \
+-o Dir::Cache::Archives=/tmp/agent-debs/ ${AGENT_PACKAGES[*]} && mv \"\$1\"/tmp/agent-debs/*.deb '$AGENT_DEBS/' && rm -rf \"\$1/tmp/agent-debs\"" \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
   --dpkgopt='path-include=/usr/share/doc/*/copyright' --dpkgopt='path-exclude=/usr/share/locale/*' \
   --dpkgopt='path-exclude=/usr/share/info/*' \
@@ -101,7 +114,20 @@ cat > "$ROOTFS/etc/hosts" <<'EOF'
 ff02::1		ip6-allnodes
 ff02::2		ip6-allrouters
 EOF
-: > "$ROOTFS/etc/resolv.conf"   # dhclient writes it from the DHCP lease
+: > "$ROOTFS/etc/resolv.conf"   # dhclient writes it from the DHCP lease; a static address: the hook below
+# ifupdown applies `dns-nameservers` (where cloud-init's eni renderer puts network-config's nameservers) only through
+# resolvconf, which a minimal image lacks: without it a static address (the template build's preparation boot) has no
+# resolver. This hook writes them when nothing else did; a DHCP lease (dhclient) still replaces the file.
+cat > "$ROOTFS/etc/network/if-up.d/vmanyware-resolv" <<'EOF'
+#!/bin/sh
+[ -n "$IF_DNS_NAMESERVERS" ] || exit 0
+grep -q '^nameserver' /etc/resolv.conf 2>/dev/null && exit 0
+{
+  [ -z "$IF_DNS_SEARCH" ] || echo "search $IF_DNS_SEARCH"
+  for ns in $IF_DNS_NAMESERVERS; do echo "nameserver $ns"; done
+} > /etc/resolv.conf
+EOF
+chmod 0755 "$ROOTFS/etc/network/if-up.d/vmanyware-resolv"
 cat > "$ROOTFS/etc/fstab" <<'EOF'
 /dev/vda	/	ext4	rw,discard,errors=remount-ro	0	1
 EOF
@@ -116,21 +142,35 @@ EOF
 for unit in e2scrub_reap.service e2scrub_all.timer fstrim.timer apt-daily.timer apt-daily-upgrade.timer; do
   ln -sf /dev/null "$ROOTFS/etc/systemd/system/$unit"
 done
-dpkg-query --admindir="$ROOTFS/var/lib/dpkg" -W -f '${Package}\t${Version}\n' | sort > "$WORK/packages.txt"
 cp "$ROOTFS"/boot/vmlinuz-* "$WORK/vmlinuz"
 cp "$ROOTFS"/boot/initrd.img-* "$WORK/initrd.img"
 chmod 0644 "$WORK/vmlinuz" "$WORK/initrd.img"
 KERNEL_VERSION="$(basename "$ROOTFS"/boot/vmlinuz-*)"; KERNEL_VERSION="${KERNEL_VERSION#vmlinuz-}"
-ROOTFS_MB=$(du -sm "$ROOTFS" | cut -f1)
 T2=$(date +%s)
 
-log "mkfs.ext4 -d ($ROOTFS_MB MiB of files into a $ROOT_SIZE filesystem)"
-truncate -s "$ROOT_SIZE" "$WORK/disk.raw"
-mkfs.ext4 -q -F -L rootfs -d "$ROOTFS" -E root_owner=0:0 "$WORK/disk.raw"
-rm -rf "$ROOTFS"
-qemu-img convert -f raw -O qcow2 "$WORK/disk.raw" "$WORK/disk.qcow2"
-rm -f "$WORK/disk.raw"
+# image SUFFIX: packagesSUFFIX.txt and diskSUFFIX.qcow2 of the tree as it is now
+image() {
+  dpkg-query --admindir="$ROOTFS/var/lib/dpkg" -W -f '${Package}\t${Version}\n' | sort > "$WORK/packages$1.txt"
+  log "mkfs.ext4 -d ($(du -sm "$ROOTFS" | cut -f1) MiB of files into a $ROOT_SIZE filesystem) for disk$1.qcow2"
+  truncate -s "$ROOT_SIZE" "$WORK/disk.raw"
+  mkfs.ext4 -q -F -L rootfs -d "$ROOTFS" -E root_owner=0:0 "$WORK/disk.raw"
+  qemu-img convert -f raw -O qcow2 "$WORK/disk.raw" "$WORK/disk$1.qcow2"
+  rm -f "$WORK/disk.raw"
+}
+image -noagent
 T3=$(date +%s)
+
+log "adding ${AGENT_PACKAGES[*]} ($(find "$AGENT_DEBS" -name '*.deb' | wc -l) .debs) to the same root"
+mkdir -p "$ROOTFS/tmp/agent-debs"
+cp "$AGENT_DEBS"/*.deb "$ROOTFS/tmp/agent-debs/"
+printf '#!/bin/sh\nexit 101\n' > "$ROOTFS/usr/sbin/policy-rc.d"   # no service starts inside the chroot
+chmod 0755 "$ROOTFS/usr/sbin/policy-rc.d"
+chroot "$ROOTFS" sh -c 'dpkg -i /tmp/agent-debs/*.deb' >&2
+rm -rf "$ROOTFS/tmp/agent-debs" "$ROOTFS/usr/sbin/policy-rc.d"
+ROOTFS_MB=$(du -sm "$ROOTFS" | cut -f1)
+image ""
+rm -rf "$ROOTFS"
+T4=$(date +%s)
 
 ver() { awk -F'\t' -v p="$1" '$1 == p { print $2 }' "$WORK/packages.txt"; }
 cat > "$WORK/image.json" <<EOF
@@ -141,18 +181,20 @@ cat > "$WORK/image.json" <<EOF
   "initrd": "initrd.img",
   "disk": "disk.qcow2",
   "disk_format": "qcow2",
+  "disk_noagent": "disk-noagent.qcow2",
   "cmdline": "$CMDLINE",
   "kernel_version": "$KERNEL_VERSION",
   "default_user": "debian",
   "versions": {"cloud-init": "$(ver cloud-init)", "qemu-guest-agent": "$(ver qemu-guest-agent)", "openssh-server": "$(ver openssh-server)"},
   "rootfs_mib": $ROOTFS_MB,
   "built_at": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
-  "timings_s": {"mmdebstrap": $((T1 - T0)), "customize": $((T2 - T1)), "mkfs_convert": $((T3 - T2)), "total": $((T3 - T0))}
+  "timings_s": {"mmdebstrap": $((T1 - T0)), "customize": $((T2 - T1)), "image_noagent": $((T3 - T2)), "image_agent": $((T4 - T3)),
+                "total": $((T4 - T0))}
 }
 EOF
 rm -rf "$OUT"
 mkdir -p "$OUT"
-mv "$WORK/disk.qcow2" "$WORK/vmlinuz" "$WORK/initrd.img" "$WORK/packages.txt" "$OUT/"
+mv "$WORK/disk.qcow2" "$WORK/disk-noagent.qcow2" "$WORK/vmlinuz" "$WORK/initrd.img" "$WORK/packages.txt" "$WORK/packages-noagent.txt" "$OUT/"
 mv "$WORK/image.json" "$OUT/image.json"   # last: its presence marks a complete image
-log "done in $((T3 - T0)) s (mmdebstrap $((T1 - T0)) s, customize $((T2 - T1)) s, mkfs+convert $((T3 - T2)) s); $(du -sh "$OUT/disk.qcow2" | cut -f1) qcow2"
+log "done in $((T4 - T0)) s (mmdebstrap $((T1 - T0)) s, customize $((T2 - T1)) s, agent-less image $((T3 - T2)) s, agent image $((T4 - T3)) s)"
 echo "$OUT"

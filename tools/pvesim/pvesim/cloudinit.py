@@ -200,6 +200,11 @@ def hostname_fqdn(config: Mapping[str, str], vmid: int) -> tuple[str, str]:
     return hostname, hostname
 
 
+def nameservers(config: Mapping[str, str], host_dns: Mapping[str, str] | None = None) -> list[str]:
+    """The nameservers the network-config gives the guest (the VM's ``nameserver``, else the node's)."""
+    return _dns_conf(config, host_dns)[1]
+
+
 def _dns_conf(config: Mapping[str, str], host_dns: Mapping[str, str] | None) -> tuple[list[str], list[str]]:
     host = DEFAULT_HOST_DNS if host_dns is None else host_dns
     search = config.get("searchdomain")

@@ -66,8 +66,14 @@ def create_guest(sim: t.Any, vm: t.Any) -> guest.GuestBackend:
         seed = render(vm.config, vm.vmid, sim.state.node)
     backend = getattr(sim, "guest_backend", None)
     if backend is not None:
+        from . import imagebuild, realguest  # pylint: disable=import-outside-toplevel,cyclic-import  # imagebuild imports the API
         stop_guest(getattr(vm, "guest", None))  # a reboot replaces a running guest
-        real: guest.GuestBackend = backend.start(vm.vmid, vm.config, seed)
+        volid = realguest.boot_volume(vm.config)
+        source = imagebuild.image_file(sim, volid) if volid else None  # an imported image, or what a template carried on
+        real: guest.GuestBackend = backend.start(vm.vmid, vm.config, seed, disk_source=source)
+        disk = getattr(real, "disk", None)
+        if volid and source and disk:
+            imagebuild.set_image_file(sim, volid, disk)  # from now on the volume's content is the guest's disk
         apply_knobs(real, knobs)
         return real
     gfaults = guest.GuestFaults(**faults)

@@ -54,6 +54,18 @@ def image_file(sim: Sim, volid: str) -> str | None:
     return _import_files(sim).get(volid)
 
 
+def set_image_file(sim: Sim, volid: str, path: str) -> None:
+    """``volid``'s content now lives in ``path`` (a real guest booted it: its overlay holds what the guest wrote)."""
+    _import_files(sim)[volid] = path
+
+
+def clone_image_file(sim: Sim, source: str, target: str) -> None:
+    """A cloned volume starts with its source's content (a clone of a template built from an image boots that image)."""
+    files = _import_files(sim)
+    if source in files:
+        files[target] = files[source]
+
+
 def _files_dir(sim: Sim) -> str:
     path: str = sim.__dict__.setdefault("import_dir", tempfile.mkdtemp(prefix="pvesim-import-"))
     return path

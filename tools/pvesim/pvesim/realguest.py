@@ -18,8 +18,19 @@ the NoCloud seed ISO (volume ``cidata``) holding exactly the files of
 :func:`pvesim.cloudinit.drive_files` (what ``cloudinit/dump`` shows), the QMP and QGA sockets and
 QEMU's pidfile. The serial console goes to ``<state-dir>/vm-<vmid>.console.log``.
 
-Networking is QEMU user-mode (the guest gets 10.0.2.15 by DHCP from QEMU's slirp) with the MAC of
-``net0``; the guest's port 22 is forwarded from ``127.0.0.1:<ssh_forward_port>`` only.
+A VM whose boot disk holds an image of its own (imported with ``import-from``, a template made from
+one, or a clone of such a template: ``disk_source``) boots that file instead of the image's
+``disk.qcow2``: the overlay is created on it, and after the first boot the VM's disk *is* its overlay,
+which is what a later conversion to a template and a clone of that template carry on (``guestlink``).
+The kernel and initrd stay the image directory's, so an imported image must be one built with them
+(``build.sh``'s ``disk-noagent.qcow2``); the firmware settings (``bios``, ``efidisk0``) are not emulated.
+
+Networking is QEMU user-mode with the MAC of ``net0``: with ``ipconfig0`` DHCP (or none) the guest gets
+10.0.2.15 from slirp's DHCP; with a static ``ipconfig0`` (``ip=A/P,gw=G``: the template build's
+preparation boot) slirp's network becomes A's network, G its gateway and, when the first nameserver of
+the network-config lies inside that network, slirp's DNS forwarder answers there, so the address,
+gateway and resolver cloud-init configures work as they would on a bridge. Either way the guest's port
+22 is forwarded from ``127.0.0.1:<ssh_forward_port>`` only (``admin_info``: ``guest_address``).
 
 QEMU processes never outlive the simulator: they are children of one long-lived spawner thread
 with ``PR_SET_PDEATHSIG`` = SIGKILL, are stopped on :meth:`RealGuestBackend.stop_all` (server stop,
@@ -41,6 +52,7 @@ import atexit
 import base64
 import concurrent.futures
 import ctypes
+import ipaddress
 import json
 import os
 import re
@@ -56,9 +68,9 @@ import time
 import typing as t
 from collections.abc import Mapping, Sequence
 
-from . import guest
+from . import cloudinit, guest
 
-__all__ = ["GuestImageError", "RealGuest", "RealGuestBackend", "detect_accel", "load_image"]
+__all__ = ["GuestImageError", "RealGuest", "RealGuestBackend", "boot_volume", "detect_accel", "load_image", "slirp_network"]
 
 AgentNotRunning = guest.AgentNotRunning
 AgentCommandError = guest.AgentCommandError
@@ -143,6 +155,56 @@ def _kv(value: str, first: str) -> dict[str, str]:
         else:
             out[k] = v
     return out
+
+
+BOOT_DISK_KEYS = ("scsi0", "virtio0", "sata0", "ide0")
+
+
+def _boot_disk(config: Mapping[str, str]) -> str | None:
+    for key in BOOT_DISK_KEYS:
+        value = config.get(key)
+        if value and "media=cdrom" not in value:
+            return value
+    return None
+
+
+def boot_volume(config: Mapping[str, str]) -> str | None:
+    """The volume ID of the disk the guest boots from (the first of scsi0, virtio0, sata0, ide0 that is no CD)."""
+    value = _boot_disk(config)
+    return value.split(",", 1)[0] if value else None
+
+
+def slirp_network(config: Mapping[str, str]) -> tuple[list[str], str]:
+    """(slirp ``-netdev user`` options, the guest address SSH is forwarded to) for ``ipconfig0``.
+
+    DHCP or none: slirp's defaults (10.0.2.0/24, the guest at 10.0.2.15). A static ``ip=A/P[,gw=G]``:
+    ``net`` = A's network, ``host`` = G (when inside it), ``dns`` = the network-config's first nameserver
+    (when inside it and not G), so the static configuration cloud-init writes is the one that works.
+    """
+    ipconfig = cloudinit.parse_ipconfig(config["ipconfig0"]) if config.get("ipconfig0") else None
+    ip = (ipconfig or {}).get("ip")
+    if not ip or ip == "dhcp":
+        return [], "10.0.2.15"
+    try:
+        iface = ipaddress.IPv4Interface(ip)
+    except ValueError:
+        return [], "10.0.2.15"
+    opts = [f"net={iface.network}"]
+    gateway = (ipconfig or {}).get("gw")
+    try:
+        gw = ipaddress.IPv4Address(gateway) if gateway else None
+    except ValueError:
+        gw = None
+    if gw is not None and gw in iface.network and gw != iface.ip:
+        opts.append(f"host={gw}")
+    for ns in cloudinit.nameservers(config)[:1]:
+        try:
+            dns = ipaddress.IPv4Address(ns)
+        except ValueError:
+            continue
+        if dns in iface.network and dns not in (gw, iface.ip):
+            opts.append(f"dns={dns}")
+    return opts, str(iface.ip)
 
 
 def _free_port() -> int:
@@ -289,11 +351,14 @@ class RealGuest:
 
     backend_name = "real"
 
-    def __init__(self, backend: RealGuestBackend, vmid: int, config: Mapping[str, str], seed: Mapping[str, str]) -> None:
+    def __init__(self, backend: RealGuestBackend, vmid: int, config: Mapping[str, str], seed: Mapping[str, str],
+                 disk_source: str | None = None) -> None:
         self.backend = backend
         self.vmid = vmid
         self.config = dict(config)
         self.seed = dict(seed)
+        self.disk_source = disk_source  # the file the boot disk's volume holds (an imported image), else the image's disk
+        self.netdev_options, self.guest_address = slirp_network(self.config)
         self.faults = guest.GuestFaults()  # admin knobs: only exec_disabled and agent_never are honoured
         self.timing = guest.GuestTiming()  # accepted for the admin API, not used
         self.dir = backend.vm_dir(vmid)
@@ -320,21 +385,23 @@ class RealGuest:
         img = self.backend.image
         want = self._disk_size()
         if not os.path.exists(self.disk):
-            _run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", str(img.get("disk_format", "qcow2")), "-b", img["disk_path"], self.disk])
+            if self.disk_source:
+                base, base_format = self.disk_source, str(json.loads(_run(["qemu-img", "info", "--output=json", "-U", self.disk_source]))["format"])
+            else:
+                base, base_format = img["disk_path"], str(img.get("disk_format", "qcow2"))
+            _run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", base_format, "-b", base, self.disk])
         info = json.loads(_run(["qemu-img", "info", "--output=json", "-U", self.disk]))
         if want and want > int(info.get("virtual-size", 0)):
             _run(["qemu-img", "resize", "-q", self.disk, str(want)])
 
     def _disk_size(self) -> int:
-        for key in ("scsi0", "virtio0", "sata0", "ide0"):
-            value = self.config.get(key)
-            if value and "media=cdrom" not in value:
-                size = _kv(value, "file").get("size")
-                if size:
-                    try:
-                        return parse_size(size)
-                    except ValueError:
-                        return 0
+        value = _boot_disk(self.config)
+        size = _kv(value, "file").get("size") if value else None
+        if size:
+            try:
+                return parse_size(size)
+            except ValueError:
+                return 0
         return 0
 
     def _build_seed(self) -> None:
@@ -381,7 +448,7 @@ class RealGuest:
             "-device", "virtio-scsi-pci,id=scsihw0",
             "-drive", f"file={self.seed_iso},format=raw,if=none,id=drive-ide2,media=cdrom,readonly=on",
             "-device", "scsi-cd,drive=drive-ide2,bus=scsihw0.0,id=ide2",
-            "-netdev", f"user,id=net0,hostfwd=tcp:127.0.0.1:{self.ssh_forward_port}-:22",
+            "-netdev", ",".join(["user", "id=net0", *self.netdev_options, f"hostfwd=tcp:127.0.0.1:{self.ssh_forward_port}-{self.guest_address}:22"]),
             "-device", f"virtio-net-pci,netdev=net0,mac={self._mac()},id=net0dev",
             "-chardev", f"socket,path={self.qga_socket},server=on,wait=off,id=qga0",
             "-device", "virtio-serial-pci,id=qgaserial0",
@@ -497,7 +564,8 @@ class RealGuest:
     def admin_info(self) -> dict[str, t.Any]:
         return {
             "guest_backend": "real", "accel": self.accel, "qemu_pid": self.proc.pid if self.proc else None,
-            "qemu_running": self.running(), "ssh_forward_port": self.ssh_forward_port, "memory_mib": self.memory_mib,
+            "qemu_running": self.running(), "ssh_forward_port": self.ssh_forward_port, "guest_address": self.guest_address,
+            "disk_source": self.disk_source, "memory_mib": self.memory_mib,
             "console_log": self.console_log, "qga_socket": self.qga_socket, "disk": self.disk, "seed_iso": self.seed_iso,
             "uptime": round(time.monotonic() - self.started_monotonic, 1) if self.started_monotonic else None,
         }
@@ -667,12 +735,12 @@ class RealGuestBackend:
             log(f"killed stale QEMU processes {killed} from {self.guests_dir}")
         return killed
 
-    def start(self, vmid: int, config: Mapping[str, str], seed: Mapping[str, str]) -> RealGuest:
+    def start(self, vmid: int, config: Mapping[str, str], seed: Mapping[str, str], disk_source: str | None = None) -> RealGuest:
         with self._lock:
             old = self._guests.pop(vmid, None)
         if old is not None:
             old.stop()
-        g = RealGuest(self, vmid, config, seed)
+        g = RealGuest(self, vmid, config, seed, disk_source)
         with self._lock:
             self._guests[vmid] = g
         try:

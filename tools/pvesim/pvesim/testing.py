@@ -19,6 +19,8 @@ Fixtures:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -168,8 +170,13 @@ REALGUEST_TOOLS = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-ut
 
 def apt_install_missing(tools: t.Mapping[str, str], say: t.Callable[[str], None]) -> None:
     """Install the Debian packages of the ``tools`` (tool -> package) not on PATH, with apt (root only)."""
-    missing = sorted({pkg for tool, pkg in tools.items() if shutil.which(tool) is None})
-    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return
+    with _apt_lock():
+        # looked up under the lock: the other acceptance lane may have installed them meanwhile
+        missing = sorted({pkg for tool, pkg in tools.items() if shutil.which(tool) is None})
+        if not missing:
+            return
         say(f"installing {' '.join(missing)}")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
@@ -177,6 +184,15 @@ def apt_install_missing(tools: t.Mapping[str, str], say: t.Callable[[str], None]
             # a fresh machine may have no package lists yet
             subprocess.run(["apt-get", "update", "-q"], env=env, check=False, stdout=subprocess.DEVNULL, timeout=600)
             subprocess.run(install, env=env, check=False, stdout=subprocess.DEVNULL, timeout=900)
+
+
+@contextlib.contextmanager
+def _apt_lock() -> t.Iterator[None]:
+    # `make test` runs the real-guest and the real-container acceptance in two lanes at once, and apt-get fails
+    # while another apt-get holds its lock: the installers take turns on this lock file.
+    with open(os.path.join(tempfile.gettempdir(), "vmanyware-apt.lock"), "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def ensure_realguest_tools(say: t.Callable[[str], None]) -> None:

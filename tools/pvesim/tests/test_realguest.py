@@ -387,3 +387,49 @@ def test_startup_sweep_kills_only_stale_qemu_of_this_state_dir(tmp_path: Path, m
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+def test_a_static_ipconfig0_shapes_the_user_mode_network() -> None:
+    """The template build's preparation boot: the address, gateway and resolver cloud-init configures must work in slirp."""
+    from pvesim import realguest  # pylint: disable=import-outside-toplevel
+
+    assert realguest.slirp_network({}) == ([], "10.0.2.15")
+    assert realguest.slirp_network({"ipconfig0": "ip=dhcp"}) == ([], "10.0.2.15")
+    # the node's resolver (pvesim: 10.10.0.1) inside the build network: slirp's DNS forwarder answers there
+    assert realguest.slirp_network({"ipconfig0": "ip=10.10.0.50/24,gw=10.10.0.254"}) == (
+        ["net=10.10.0.0/24", "host=10.10.0.254", "dns=10.10.0.1"], "10.10.0.50")
+    # a resolver outside the network, or a gateway outside it, keeps slirp's default there
+    assert realguest.slirp_network({"ipconfig0": "ip=192.0.2.50/24,gw=192.0.2.1"}) == (["net=192.0.2.0/24", "host=192.0.2.1"], "192.0.2.50")
+    assert realguest.slirp_network({"ipconfig0": "ip=192.0.2.50/24,gw=198.51.100.1", "nameserver": "192.0.2.53"}) == (
+        ["net=192.0.2.0/24", "dns=192.0.2.53"], "192.0.2.50")
+    assert realguest.boot_volume({"ide2": "local-lvm:vm-1-cloudinit,media=cdrom", "scsi0": "local-lvm:vm-1-disk-0,size=8G"}) == \
+        "local-lvm:vm-1-disk-0"
+
+
+def test_a_vm_boots_the_image_its_disk_was_imported_from(tmp_path: Path) -> None:
+    """guestlink hands the imported file to the backend, then the volume's content is the guest's own disk (no QEMU needed)."""
+    import types  # pylint: disable=import-outside-toplevel
+
+    from pvesim import guestlink, imagebuild  # pylint: disable=import-outside-toplevel
+
+    started: list[tuple[int, str | None]] = []
+
+    class Backend:
+        def start(self, vmid: int, config: t.Mapping[str, str], seed: t.Mapping[str, str], disk_source: str | None = None) -> t.Any:
+            started.append((vmid, disk_source))
+            return types.SimpleNamespace(disk=str(tmp_path / f"vm-{vmid}.qcow2"), faults=types.SimpleNamespace(),
+                                         timing=types.SimpleNamespace(), stop=lambda graceful=False: None)
+
+    sim = types.SimpleNamespace(guest_backend=Backend(), guest_knobs={}, state=types.SimpleNamespace(node="pve-test"))
+    imagebuild.set_image_file(sim, "local:import/debian.qcow2", "/images/debian.qcow2")  # type: ignore[arg-type]
+    imagebuild.clone_image_file(sim, "local:import/debian.qcow2", "local-lvm:vm-9001-disk-1")  # type: ignore[arg-type]
+    config = {"scsi0": "local-lvm:vm-9001-disk-1,size=8G", "net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0",
+              "ipconfig0": "ip=10.10.0.50/24,gw=10.10.0.254", "ide2": "local-lvm:vm-9001-cloudinit,media=cdrom"}
+    guestlink.create_guest(sim, types.SimpleNamespace(vmid=9001, config=config, guest=None))
+    assert started == [(9001, "/images/debian.qcow2")]
+    assert imagebuild.image_file(sim, "local-lvm:vm-9001-disk-1") == str(tmp_path / "vm-9001.qcow2")  # type: ignore[arg-type]
+    # a clone of it starts from what the guest left on that disk; a VM from the demo template boots the image's own disk
+    imagebuild.clone_image_file(sim, "local-lvm:vm-9001-disk-1", "local-lvm:vm-201-disk-0")  # type: ignore[arg-type]
+    guestlink.create_guest(sim, types.SimpleNamespace(vmid=201, config=dict(config, scsi0="local-lvm:vm-201-disk-0,size=10G"), guest=None))
+    guestlink.create_guest(sim, types.SimpleNamespace(vmid=202, config=dict(config, scsi0="local-lvm:vm-202-disk-0,size=10G"), guest=None))
+    assert started[1:] == [(201, str(tmp_path / "vm-9001.qcow2")), (202, None)]

@@ -147,3 +147,11 @@ def test_every_key_through_a_stage_result_and_its_journal(tmp_path: Path, check_
     assert client.sent == ([] if check_mode else [dict(CANARIES, cores=2)])  # the real request carries the values
     _assert_no_canary(json.dumps(result))
     _assert_no_canary(Path(store.operation_path(operation_id)).read_text(encoding="utf-8"))
+
+
+def test_redact_keeps_flags_about_secrets() -> None:
+    """The template build's attestation (``passwordLocked: true``) must survive the journal: a boolean is no secret."""
+    value = {"passwordLocked": True, "imageDefaultUser": {"passwordLocked": True, "noAuthorizedKeys": True},
+             "cipassword": "x", "password": 0, "token": None}
+    assert redact(value) == {"passwordLocked": True, "imageDefaultUser": {"passwordLocked": True, "noAuthorizedKeys": True},
+                             "cipassword": REDACTED, "password": REDACTED, "token": REDACTED}

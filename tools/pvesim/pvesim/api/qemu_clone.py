@@ -84,6 +84,7 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             phase.end()
 
     def body(task: Task) -> None:
+        from .. import imagebuild  # pylint: disable=import-outside-toplevel,cyclic-import  # imagebuild imports the API package
         task.log(f"create {'full' if full else 'linked'} clone of VM {src.vmid} ({src_name or src.vmid})")
         newconf: dict[str, str] = {}
         allocated: list[str] = []
@@ -133,6 +134,7 @@ def qemu_clone(sim: Sim, call: Call) -> str:
                             new_vol = f"{tsid}:{base}/{st.next_disk_name(tsid, newid)}"
                         tstore.volumes[new_vol] = size
                         allocated.append(new_vol)
+                        imagebuild.clone_image_file(sim, volid, new_vol)  # --guests real: the clone boots the source's content
                     newconf[key] = ",".join([new_vol, *value.split(",")[1:]])
                 if index == len(drives) - 1:
                     end_allocating()  # before the last line a client could read as "allocations done"
