@@ -5,17 +5,22 @@
 
 """Guarded cleanup: remove the guest an operation created (``vmanyware_cleanup``, docs/operations.md, "Lifecycle").
 
+The guest is a VM (``/nodes/{node}/qemu/{vmid}``, ``qm*`` tasks) or, for a container operation
+(``guestType: container``), a container (``/nodes/{node}/lxc/{vmid}``, ``vz*`` tasks): the path comes from
+``StageContext.vm_path``, the task types from the step classes (``STEPS``); guards and steps are the same.
+
 Two steps, journaled in the operation's ``lifecycle.cleanup`` track and run by the same
 ``StageRunner`` as the provisioning stages (dispatch recorded before sending, a known task followed by
 GET, a lost reply resolved by reads and never re-sent):
 
-- ``stop``: ``POST {vm}/status/stop`` when the guest runs and the operator asked for it (``stop: true``);
+- ``stop``: ``POST {guest}/status/stop`` when the guest runs and the operator asked for it (``stop: true``);
   nothing when it is stopped or gone;
-- ``destroy``: ``DELETE {vm}`` with ``purge=1`` and ``destroy-unreferenced-disks=1``; a lost reply is
-  resolved by the node's task list (a ``qmdestroy`` task for the VMID) and by whether the VM is gone.
+- ``destroy``: ``DELETE {guest}`` with ``purge=1`` and ``destroy-unreferenced-disks=1`` (never ``force``); a lost
+  reply is resolved by the node's task list (a ``qmdestroy``/``vzdestroy`` task for the VMID) and by whether the guest
+  is gone.
 
 Before each send, reads must show: the gate ``VMANYWARE_LIFECYCLE_ENABLED``; the token's ``VM.Allocate``
-(and ``VM.PowerMgmt`` to stop) on the VM; the VM's description binding exactly this operation (id,
+(and ``VM.PowerMgmt`` to stop) on ``/vms/{vmid}``; the guest's description binding exactly this operation (id,
 definitionHash and planHash); not a template; no ``protection``; no lock. The provider scope is bound
 before any connection. Each guard that fails has its own error code and nothing is sent.
 
@@ -45,20 +50,23 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageLogic,
     StageRunner,
     StageSettings,
+    guest_api_kind,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import bind_scope, open_store
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import find_tasks, is_ours, read_config_or_none
 
-_DRIVE_KEY = re.compile(r"\A(ide|sata|scsi|virtio|efidisk|tpmstate|unused)\d+\Z")
+# VM drives, and a container's root file system and mount points (``unused`` is both's).
+_DRIVE_KEY = re.compile(r"\A((ide|sata|scsi|virtio|efidisk|tpmstate|unused|mp)\d+|rootfs)\Z")
+# Accepted by both DELETE /nodes/{node}/qemu/{vmid} and .../lxc/{vmid}; ``force`` (destroy a running container) is never sent.
 DESTROY_PARAMS = {"purge": 1, "destroy-unreferenced-disks": 1}
 
 
 def owned_volumes(config: t.Mapping[str, t.Any], vmid: int) -> list[str]:
-    """Volume ids in ``config`` that the VM owns (``vm-<vmid>-...``/``base-<vmid>-...``): what its destruction frees.
+    """Volume ids in ``config`` that the guest owns (``vm-``/``base-``/``subvol-<vmid>-...``): what its destruction frees.
 
-    Shared images (an installer ISO) are referenced but not owned, and Proxmox leaves them alone.
+    Shared images (an installer ISO, a bind mount point) are referenced but not owned, and Proxmox leaves them alone.
     """
-    owner = re.compile(r"(\A|[:/])(vm|base)-%d-" % vmid)
+    owner = re.compile(r"(\A|[:/])(vm|base|subvol|basevol)-%d-" % vmid)
     volumes = []
     for key in sorted(config):
         if _DRIVE_KEY.match(key):
@@ -81,13 +89,16 @@ class _Guarded(StageLogic):
     # Removing is gated by the lifecycle gate, not the provisioning one (the runner re-reads it before each send).
     gates: t.ClassVar[tuple[str, ...]] = (LIFECYCLE_GATE,)
 
+    # What the guest is called in messages; the container steps below say "container" (and expect vz* tasks).
+    noun: t.ClassVar[str] = "VM"
+
     def __init__(self, environ: t.Mapping[str, str], gate_option: bool | None, stop: bool = False) -> None:
         self.environ = environ
         self.gate_option = gate_option
         self.stop = stop
 
     def guard(self, ctx: StageContext) -> dict[str, t.Any] | None:
-        """The target's configuration once every guard holds; ``None`` when no VM exists at the target."""
+        """The target's configuration once every guard holds; ``None`` when no guest exists at the target."""
         if not read_gate(self.environ, LIFECYCLE_GATE, self.gate_option):
             raise StageError(code="lifecycle_disabled", details={"stage": ctx.kind})
         self.require_privileges(ctx)
@@ -101,7 +112,7 @@ class _Guarded(StageLogic):
         if str(config.get("protection", "0")) not in ("0", "False", "false"):
             raise StageError(code="cleanup_protected", details={"stage": ctx.kind, "vmid": ctx.vmid})
         if config.get("lock"):
-            raise StageError("The VM is locked.", code="locked", details={"stage": ctx.kind, "vmid": ctx.vmid, "lock": str(config["lock"])})
+            raise StageError("The %s is locked." % self.noun, code="locked", details={"stage": ctx.kind, "vmid": ctx.vmid, "lock": str(config["lock"])})
         ctx.facts["config"] = config
         return config
 
@@ -145,22 +156,22 @@ class StopStep(_Guarded):
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         state = self.power(ctx)
         if state not in ("stopped", "absent"):
-            raise StageError("The stop task succeeded but the VM is not stopped.", code="observation_mismatch",
+            raise StageError("The stop task succeeded but the %s is not stopped." % self.noun, code="observation_mismatch",
                              details={"stage": ctx.kind, "powerState": state})
         return {"powerState": state}
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
-        tasks = find_tasks(ctx, "qmstop", ctx.vmid)
+        tasks = find_tasks(ctx, self.task_type, ctx.vmid)
         if tasks:
             return Resolution.applied(tasks[0]["upid"])
         if self.power(ctx) in ("stopped", "absent"):
             return Resolution.applied(stopResolvedBy="power_state")
-        return Resolution.undecidable("No qmstop task for the VM is visible and it still runs: the stop may not have reached Proxmox. "
-                                      "Check the node's task list; the stop is never sent again automatically.")
+        return Resolution.undecidable("No %s task for the %s is visible and it still runs: the stop may not have reached Proxmox. "
+                                      "Check the node's task list; the stop is never sent again automatically." % (self.task_type, self.noun))
 
 
 class DestroyStep(_Guarded):
-    """``destroy``: ``DELETE {vm}`` (purge, destroy unreferenced disks) once the guest is stopped."""
+    """``destroy``: ``DELETE {guest}`` (purge, destroy unreferenced disks) once the guest is stopped."""
 
     kind = "destroy"
     task_type = "qmdestroy"
@@ -177,7 +188,7 @@ class DestroyStep(_Guarded):
         inventory = {"vmid": ctx.vmid, "volumes": owned_volumes(config, ctx.vmid), "snapshots": snapshot_names(ctx)}
         ctx.facts["inventory"] = inventory
         if not ctx.check_mode and ctx.store is not None:
-            # Recorded before the DELETE is dispatched: once the VM is gone, nothing can be read back.
+            # Recorded before the DELETE is dispatched: once the guest is gone, nothing can be read back.
             ctx.operation = ctx.store.record_evidence(ctx.operation["operationId"], ctx.kind, {"inventory": inventory})
 
     def request(self, ctx: StageContext) -> Request | None:
@@ -187,24 +198,43 @@ class DestroyStep(_Guarded):
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         if read_config_or_none(ctx) is not None:
-            raise StageError("The destroy task succeeded but the VM still exists.", code="observation_mismatch",
+            raise StageError("The destroy task succeeded but the %s still exists." % self.noun, code="observation_mismatch",
                              details={"stage": ctx.kind, "vmid": ctx.vmid})
         inventory = ctx.evidence().get("inventory") or ctx.facts.get("inventory")
         return {"removed": inventory or {"vmid": None, "volumes": [], "snapshots": []}}
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
-        tasks = find_tasks(ctx, "qmdestroy", ctx.vmid)
+        tasks = find_tasks(ctx, self.task_type, ctx.vmid)
         if tasks:
             return Resolution.applied(tasks[0]["upid"])
         if read_config_or_none(ctx) is None:
             return Resolution.applied(destroyResolvedBy="vm_gone")
-        return Resolution.undecidable("The VM still exists and no qmdestroy task for it is visible: the DELETE may not have reached "
-                                      "Proxmox. Check the node's task list; the DELETE is never sent again automatically.")
+        return Resolution.undecidable("The %s still exists and no %s task for it is visible: the DELETE may not have reached Proxmox. "
+                                      "Check the node's task list; the DELETE is never sent again automatically." % (self.noun, self.task_type))
 
 
-def _steps(params: t.Mapping[str, t.Any], environ: t.Mapping[str, str]) -> tuple[StopStep, DestroyStep]:
-    return (StopStep(environ, params.get("lifecycle_enabled"), bool(params.get("stop"))),
-            DestroyStep(environ, params.get("lifecycle_enabled"), bool(params.get("stop"))))
+class ContainerStopStep(StopStep):
+    """``stop`` of a container operation's guest: ``POST /nodes/{node}/lxc/{vmid}/status/stop`` (path from ``ctx.vm_path``)."""
+
+    task_type = "vzstop"
+    noun = "container"
+
+
+class ContainerDestroyStep(DestroyStep):
+    """``destroy`` of a container operation's guest: ``DELETE /nodes/{node}/lxc/{vmid}``, the same parameters."""
+
+    task_type = "vzdestroy"
+    noun = "container"
+
+
+# The two steps per guest API kind (``_stage.guest_api_kind``: the operation's guest type).
+STEPS: dict[str, tuple[type[StopStep], type[DestroyStep]]] = {"qemu": (StopStep, DestroyStep), "lxc": (ContainerStopStep, ContainerDestroyStep)}
+
+
+def _steps(params: t.Mapping[str, t.Any], environ: t.Mapping[str, str], document: t.Mapping[str, t.Any]) -> tuple[StopStep, DestroyStep]:
+    stop, destroy = STEPS[guest_api_kind(document)]
+    return (stop(environ, params.get("lifecycle_enabled"), bool(params.get("stop"))),
+            destroy(environ, params.get("lifecycle_enabled"), bool(params.get("stop"))))
 
 
 def _preview(document: dict[str, t.Any], client: ApiClient, stop: StopStep) -> dict[str, t.Any]:
@@ -217,7 +247,7 @@ def _preview(document: dict[str, t.Any], client: ApiClient, stop: StopStep) -> d
         requests.append(with_cli(request.summary()))
     inventory = None
     if ctx.facts["power"] != "absent":
-        # The destroy step's guards are the stop step's, read once above; the VM is (or will then be) stopped.
+        # The destroy step's guards are the stop step's, read once above; the guest is (or will then be) stopped.
         config = ctx.facts["config"]
         inventory = {"vmid": ctx.vmid, "volumes": owned_volumes(config, ctx.vmid), "snapshots": snapshot_names(ctx)}
         requests.append(with_cli(Request("DELETE", ctx.vm_path, dict(DESTROY_PARAMS)).summary()))
@@ -240,13 +270,13 @@ def run_cleanup(params: t.Mapping[str, t.Any], *, check_mode: bool, environ: t.M
         require_cleanup_eligible(document, bool(params.get("allow_completed")))
     elif cleanup["status"] == "failed":
         failure = cleanup["failure"] or {}
-        raise StageError("The cleanup failed earlier; the VM was kept. Inspect it in Proxmox.", code="stage_failed",
+        raise StageError("The cleanup failed earlier; the guest was kept. Inspect it in Proxmox.", code="stage_failed",
                          details={"stage": failure.get("stage"), "cause": failure.get("code")})
     if not read_gate(environ, LIFECYCLE_GATE, params.get("lifecycle_enabled")):
         raise VmanywareError(code="lifecycle_disabled")
     connection = connection_settings(params)
     bind_scope(connection, document)
-    steps = _steps(params, environ)
+    steps = _steps(params, environ, document)
     client = client_factory(connection)
     try:
         if check_mode:

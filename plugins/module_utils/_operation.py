@@ -249,7 +249,7 @@ def _public_fields(document: t.Mapping[str, t.Any], evidence: bool) -> dict[str,
         "source": {"image": mapping["image"], "node": mapping["node"], "templateVmid": mapping.get("templateVmid"),
                    "templateVersion": mapping.get("templateVersion")},  # None for a container mapping
         "instance": {"node": document["target"]["node"], "vmid": document["target"]["vmid"], "name": plan["target"]["name"],
-                     "tag": instance_tag(document["operationId"])},
+                     "tag": instance_tag(document["operationId"]), "guestType": plan.get("guestType", "vm")},
         "guestUser": plan["guestUser"],
         "stages": [dict({"position": item["position"], "kind": item["kind"], "status": item["status"],
                          "submissionStarted": item["submissionStarted"], "upid": item["upid"], "failure": item["failure"]},

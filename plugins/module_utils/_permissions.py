@@ -260,8 +260,9 @@ def render_permissions_doc() -> str:
         "",
         "`snapshot` is needed only when the definition requests a snapshot; `disk` only when the disk grows;",
         "`packages` only when packages are declared. The preflight checks exactly the stages of the plan.",
-        "`cleanup` is `vmanyware_cleanup` (not a plan step): it reads the token's privileges on the VM before it sends",
-        "anything and needs `VM.PowerMgmt` only to stop a running VM (`stop: true`).",
+        "`cleanup` is `vmanyware_cleanup` (not a plan step): it reads the token's privileges on the guest (a VM, or a",
+        "container operation's container: both are `/vms/{target}`) before it sends anything and needs `VM.PowerMgmt` only",
+        "to stop a running guest (`stop: true`).",
         "",
     ]
     return "\n".join(lines)

@@ -122,6 +122,11 @@ class Resolution:
         return cls("undecidable", message=message, final=final)
 
 
+def guest_api_kind(operation: t.Mapping[str, t.Any]) -> str:
+    """``lxc`` when the operation's plan is a container's (``guestType: container``), else ``qemu``: the guest's API path segment."""
+    return "lxc" if (operation.get("plan") or {}).get("guestType") == "container" else "qemu"
+
+
 @dataclasses.dataclass
 class StageSettings:
     """Per-run knobs from the module's options."""
@@ -224,7 +229,8 @@ class StageContext:
 
     @property
     def vm_path(self) -> str:
-        return "/nodes/%s/qemu/%d" % (self.node, self.vmid)
+        """The guest's API path: ``/nodes/{node}/lxc/{vmid}`` for a container operation, ``/nodes/{node}/qemu/{vmid}`` otherwise."""
+        return "/nodes/%s/%s/%d" % (self.node, guest_api_kind(self.operation), self.vmid)
 
 
 class StageLogic:

@@ -8,24 +8,28 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: vmanyware_cleanup
-short_description: Remove the guest that a failed, uncertain or abandoned operation created (guarded, journaled)
+short_description: Remove the VM or container that a failed, uncertain or abandoned operation created (guarded, journaled)
 version_added: 0.2.0
 description:
-  - Removes the VM that operation O(operation_id) created, when that operation is C(failed), C(uncertain) or C(abandoned) (a
+  - Removes the guest that operation O(operation_id) created - its VM, or its container for a container operation (the plan's C(guestType) is
+    C(container)) - when that operation is C(failed), C(uncertain) or C(abandoned) (a
     C(completed) one only with O(allow_completed=true)). An C(open) operation must be abandoned first
     (M(vmanyware.proxmox.vmanyware_operation) with O(vmanyware.proxmox.vmanyware_operation#module:state=abandoned)).
+  - The guest's API path is C(/nodes/{node}/qemu/{vmid}) for a VM and C(/nodes/{node}/lxc/{vmid}) for a container; below,
+    C({guest}) stands for it. Guards, steps and journal are the same for both.
   - Before anything is sent, and again before each request, reads must show that the gate E(VMANYWARE_LIFECYCLE_ENABLED) is
-    exactly V(true) (C(lifecycle_disabled)); that the token holds C(VM.Allocate) (and C(VM.PowerMgmt) with O(stop=true)) on the VM
-    (C(permission_denied)); that the VM's description binds exactly this operation - its id, definitionHash and planHash
-    (C(cleanup_binding_mismatch)); that it is not a template (C(cleanup_template)), not C(protection=1) (C(cleanup_protected)) and not
-    locked (C(locked)). The configured provider must be the one the operation was confirmed for (C(plan_changed)), checked before
-    any connection. Each failing guard leaves the VM untouched and sends nothing.
-  - A running VM is refused (C(cleanup_running)) unless O(stop=true); then C(POST /nodes/{node}/qemu/{vmid}/status/stop) is
-    recorded in the journal, sent once and its C(qmstop) task followed by GET.
-  - Then C(DELETE /nodes/{node}/qemu/{vmid}) with C(purge=1) and C(destroy-unreferenced-disks=1), recorded before it is sent, its
-    C(qmdestroy) task followed by GET. A lost reply is resolved by reads (the node's task list; is the VM gone?) and never sent
-    again; when reads cannot tell, the cleanup stays C(uncertain) and the module says what to check.
-  - When no VM exists at the target (the clone never happened, or it was removed by hand), nothing is sent.
+    exactly V(true) (C(lifecycle_disabled)); that the token holds C(VM.Allocate) (and C(VM.PowerMgmt) with O(stop=true)) on
+    C(/vms/{vmid}) (C(permission_denied)); that the guest's description (C({guest}/config)) binds exactly this operation - its id,
+    definitionHash and planHash (C(cleanup_binding_mismatch)); that it is not a template (C(cleanup_template)), not C(protection=1)
+    (C(cleanup_protected)) and not locked (C(locked)). The configured provider must be the one the operation was confirmed for (C(plan_changed)), checked before
+    any connection. Each failing guard leaves the guest untouched and sends nothing.
+  - A running guest (C({guest}/status/current)) is refused (C(cleanup_running)) unless O(stop=true); then
+    C(POST {guest}/status/stop) is recorded in the journal, sent once and its C(qmstop) (VM) or C(vzstop) (container) task followed
+    by GET.
+  - Then C(DELETE {guest}) with C(purge=1) and C(destroy-unreferenced-disks=1) (never C(force)), recorded before it is sent, its
+    C(qmdestroy) or C(vzdestroy) task followed by GET. A lost reply is resolved by reads (the node's task list; is the guest gone?)
+    and never sent again; when reads cannot tell, the cleanup stays C(uncertain) and the module says what to check.
+  - When no guest exists at the target (the clone or create never happened, or it was removed by hand), nothing is sent.
   - At the end the operation's status is C(cleaned) and its target is released, so a new operation may take the VMID. The
     journal entry stays readable. See "Lifecycle" in C(docs/operations.md) in the collection.
 author:
@@ -40,7 +44,7 @@ options:
     type: str
     required: true
   stop:
-    description: Stop the VM first when it runs (a recorded C(POST .../status/stop)). Without it a running VM is refused.
+    description: Stop the guest first when it runs (a recorded C(POST .../status/stop)). Without it a running guest is refused.
     type: bool
     default: false
   allow_completed:
@@ -67,7 +71,8 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Makes every guard read and returns the exact requests it would send (RV(requests)) and what would be removed; writes nothing.
+    details: Makes every guard read and returns the exact requests it would send (RV(requests), each with its C(qm) or C(pct)
+      command line) and what would be removed; writes nothing.
   diff_mode:
     support: none
   idempotent:
@@ -89,6 +94,12 @@ EXAMPLES = r"""
     VMANYWARE_LIFECYCLE_ENABLED: "true"
   register: cleanup
 
+- name: Remove the container of an abandoned container operation (the same module; the plan says guestType container)
+  vmanyware.proxmox.vmanyware_cleanup:
+    operation_id: "{{ abandoned_container_operation_id }}"
+    stop: true
+    lifecycle_enabled: true
+
 - name: Show what was removed
   ansible.builtin.debug:
     msg: "VM {{ cleanup.removed.vmid }}: volumes {{ cleanup.removed.volumes }}, snapshots {{ cleanup.removed.snapshots }}"
@@ -96,7 +107,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed:
-  description: Whether this run changed the VM or the journal.
+  description: Whether this run changed the guest or the journal.
   returned: always
   type: bool
 done:
@@ -108,24 +119,24 @@ operation_id:
   returned: always
   type: str
 requests:
-  description: The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params)).
+  description: The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params), C(cli)).
   returned: always
   type: list
   elements: dict
 removed:
-  description: What was removed (in check mode - what would be). C(vmid) is V(null) when no VM existed.
+  description: What was removed (in check mode - what would be). C(vmid) is V(null) when no guest existed.
   returned: always
   type: dict
   contains:
     vmid:
-      description: The VMID of the removed VM.
+      description: The VMID of the removed guest.
       type: int
     volumes:
-      description: The volumes the VM owned (freed with it).
+      description: The volumes the guest owned (a VM's disks; a container's root file system and mount points), freed with it.
       type: list
       elements: str
     snapshots:
-      description: The VM's snapshots (removed with it).
+      description: The guest's snapshots (removed with it).
       type: list
       elements: str
 progress:

@@ -221,7 +221,7 @@ operation:
       type: dict
       returned: success
     instance:
-      description: Node, VMID, name and instance tag of the VM.
+      description: Node, VMID, name and instance tag of the guest, and C(guest_type) - V(vm), or V(container) for a container operation.
       type: dict
       returned: success
     guest_user:

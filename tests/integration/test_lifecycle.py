@@ -92,6 +92,14 @@ class Env:
         assert self.params["api_token_secret"] not in json.dumps(result)
         return result
 
+    def record_interrupted_destroy(self, path: str) -> None:
+        """The journal of a cleanup run that recorded its DELETE of ``path`` and then died (the guest was stopped)."""
+        self.store.begin_cleanup(self.operation_id)
+        track = self.store.cleanup_track()
+        track.record_dispatch(self.operation_id, "stop", {"noop": True})
+        track.record_completed(self.operation_id, "stop", {"powerState": "stopped"})
+        track.record_dispatch(self.operation_id, "destroy", {"method": "DELETE", "path": path})
+
     def vm_exists(self) -> bool:
         return any(vm["vmid"] == 201 for vm in self.client_get("/nodes/pve-test/qemu"))
 
@@ -167,11 +175,15 @@ def test_cleanup_needs_the_gate_then_removes_the_failed_operations_vm(env: Env) 
     assert_clean(env.pvesim)
 
 
-@pytest.mark.parametrize("change,code", [
+# A config change an operator might make, and the guard that then refuses the cleanup (VMs here, containers in test_container_cleanup).
+GUARDED_CHANGES = [
     ({"description": "vmanyware operation edited by hand"}, "cleanup_binding_mismatch"),
     ({"protection": "1"}, "cleanup_protected"),
     ({"template": "1"}, "cleanup_template"),
-])
+]
+
+
+@pytest.mark.parametrize("change,code", GUARDED_CHANGES)
 def test_guards_refuse_with_the_vm_untouched(env: Env, change: dict[str, str], code: str) -> None:
     env.fail_at_disk()
     env.pvesim.set_vm_config(201, set=change)
@@ -207,12 +219,7 @@ def test_lost_delete_reply_is_resolved_by_reads_and_never_resent(env: Env) -> No
 
 def test_unresolvable_dispatch_stays_uncertain_and_is_never_sent(env: Env) -> None:
     env.fail_at_disk()
-    env.store.begin_cleanup(env.operation_id)
-    track = env.store.cleanup_track()
-    track.record_dispatch(env.operation_id, "stop", {"noop": True})
-    track.record_completed(env.operation_id, "stop", {"powerState": "stopped"})
-    # a run that recorded the DELETE and then died: reads see the VM and no qmdestroy task
-    track.record_dispatch(env.operation_id, "destroy", {"method": "DELETE", "path": VM})
+    env.record_interrupted_destroy(VM)  # reads see the VM and no qmdestroy task
     for _attempt in range(2):
         with pytest.raises(VmanywareError) as info:
             env.cleanup()

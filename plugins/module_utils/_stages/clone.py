@@ -28,6 +28,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common i
     find_tasks,
     is_ours,
     read_config_or_none,
+    refusal_for_taken_vmid,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid, read_log_tail
 
@@ -48,16 +49,6 @@ def cloned_volumes(template: t.Mapping[str, t.Any]) -> int:
 def _mismatch(ctx: StageContext, rule: str) -> StageError:
     return StageError("After the clone, Proxmox does not show the VM the stage requested.", code="observation_mismatch",
                       details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": rule})
-
-
-def _nextid_refuses(ctx: StageContext) -> bool:
-    try:
-        ctx.client.get("/cluster/nextid", vmid=ctx.vmid)
-    except ProviderError as err:
-        if err.code == "conflict":
-            return True
-        raise
-    return False
 
 
 class CloneStage(StageLogic):
@@ -133,17 +124,7 @@ class CloneStage(StageLogic):
     def refused(self, ctx: StageContext, err: ProviderError) -> VmanywareError:
         """Proxmox refused the clone because the VMID exists (another client took it after the preconditions read it free):
         ``vmid_taken`` once a read shows a guest there that is not ours. Nothing was created; the stage is pending again."""
-        if err.code != "conflict":
-            return err
-        try:
-            existing = read_config_or_none(ctx)
-            # No qemu config: a container may hold the VMID; nextid sees every guest.
-            taken = (existing is not None and not is_ours(ctx, existing)) or (existing is None and _nextid_refuses(ctx))
-        except ProviderError:
-            return err
-        if taken:
-            return StageError(code="vmid_taken", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "taken_before_clone"})
-        return err
+        return refusal_for_taken_vmid(ctx, err, "taken_before_clone")
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
         upid = parse_upid(data)

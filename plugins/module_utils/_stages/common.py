@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import epoch_seconds
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import pending_keys, read_config, read_pending, read_status
@@ -48,6 +48,36 @@ def read_config_or_none(ctx: StageContext) -> dict[str, t.Any] | None:
 
 def is_ours(ctx: StageContext, config: t.Mapping[str, t.Any] | None) -> bool:
     return config is not None and config.get("description") == binding_description(ctx.operation)
+
+
+def nextid_refuses(ctx: StageContext) -> bool:
+    """``GET /cluster/nextid?vmid=N`` reports N taken (it sees every guest, VMs and containers, even those the token cannot audit)."""
+    try:
+        ctx.client.get("/cluster/nextid", vmid=ctx.vmid)
+    except ProviderError as err:
+        if err.code == "conflict":
+            return True
+        raise
+    return False
+
+
+def refusal_for_taken_vmid(ctx: StageContext, err: ProviderError, rule: str) -> VmanywareError:
+    """What a definite refusal of a request creating the guest means (clone, container create).
+
+    Proxmox refuses with ``already exists`` (``conflict``) when another client took the VMID after the preconditions read it
+    free: ``vmid_taken`` once a read shows a guest there that is not ours (a config of the operation's guest type without our
+    description, or no such config while nextid refuses the VMID: a guest of the other type). Nothing was created.
+    """
+    if err.code != "conflict":
+        return err
+    try:
+        existing = read_config_or_none(ctx)
+        taken = (existing is not None and not is_ours(ctx, existing)) or (existing is None and nextid_refuses(ctx))
+    except ProviderError:
+        return err
+    if taken:
+        return StageError(code="vmid_taken", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": rule})
+    return err
 
 
 def require_clone_identity(ctx: StageContext, *, stopped: bool = True, no_pending: bool = True) -> dict[str, t.Any]:

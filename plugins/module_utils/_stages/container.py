@@ -37,13 +37,14 @@ import time
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._container_preflight import newest_match
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, read_config, read_status
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (Request, Resolution, StageContext, StageError, StageInProgress,
                                                                                StageLogic)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import (TASK_SINCE_SLACK, binding_description, dispatched_epoch,
-                                                                                       find_tasks, token_identity)
+                                                                                       find_tasks, is_ours, read_config_or_none,
+                                                                                       refusal_for_taken_vmid, token_identity)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import snapshot_name
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid
 
@@ -53,27 +54,10 @@ DEFAULT_READINESS_TIMEOUT = 300.0
 _POLL = 2.0
 
 
-def ct_path(ctx: StageContext) -> str:
-    return "/nodes/%s/lxc/%d" % (ctx.node, ctx.vmid)
-
-
 def container_mac(operation: t.Mapping[str, t.Any]) -> str:
     """The net0 MAC of the operation's container: Proxmox's OUI ``BC:24:11`` plus three bytes of the operation id's SHA-256."""
     digest = hashlib.sha256(str(operation["operationId"]).encode("utf-8")).digest()
     return "BC:24:11:%02X:%02X:%02X" % (digest[0], digest[1], digest[2])
-
-
-def read_ct_or_none(ctx: StageContext) -> dict[str, t.Any] | None:
-    try:
-        return read_config(ctx.client, ct_path(ctx))
-    except ProviderError as err:
-        if err.code == "not_found":
-            return None
-        raise
-
-
-def is_ours(ctx: StageContext, config: t.Mapping[str, t.Any] | None) -> bool:
-    return config is not None and config.get("description") == binding_description(ctx.operation)
 
 
 def net0(config: t.Mapping[str, t.Any]) -> dict[str, str]:
@@ -84,7 +68,7 @@ def net0(config: t.Mapping[str, t.Any]) -> dict[str, str]:
 def require_ours(ctx: StageContext) -> dict[str, t.Any]:
     """The container exists, carries this operation's description, is not locked and has the recorded MAC."""
     require_container_plan(ctx)
-    config = read_ct_or_none(ctx)
+    config = read_config_or_none(ctx)
     if config is None:
         raise StageError("The target container does not exist.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "exists"})
     if not is_ours(ctx, config):
@@ -105,7 +89,7 @@ def require_container_plan(ctx: StageContext) -> None:
 
 
 def power_state(ctx: StageContext) -> str | None:
-    state = read_status(ctx.client, ct_path(ctx)).get("status")
+    state = read_status(ctx.client, ctx.vm_path).get("status")
     return state if isinstance(state, str) else None
 
 
@@ -221,7 +205,7 @@ class ContainerCreateStage(StageLogic):
 
     def preconditions(self, ctx: StageContext) -> None:
         require_container_plan(ctx)
-        config = read_ct_or_none(ctx)
+        config = read_config_or_none(ctx)
         if config is not None:
             if not is_ours(ctx, config):
                 raise StageError(code="vmid_taken", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "container_exists"})
@@ -271,6 +255,10 @@ class ContainerCreateStage(StageLogic):
             return None
         return Request("POST", "/nodes/%s/lxc" % ctx.node, self.params(ctx))
 
+    def refused(self, ctx: StageContext, err: ProviderError) -> VmanywareError:
+        """``CT N already exists`` / ``VM N already exists``: another client took the VMID after the preconditions read it free."""
+        return refusal_for_taken_vmid(ctx, err, "taken_before_create")
+
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
         upid = parse_upid(data)
         if upid.type != self.task_type or upid.node != ctx.node or upid.id != str(ctx.vmid):
@@ -298,7 +286,7 @@ class ContainerCreateStage(StageLogic):
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
         """Reads only: the container's config (the description binds it) and our ``vzcreate`` tasks for the VMID."""
-        config = read_ct_or_none(ctx)
+        config = read_config_or_none(ctx)
         tasks = find_tasks(ctx, "vzcreate", ctx.vmid)
         if config is not None:
             if is_ours(ctx, config):
@@ -348,7 +336,7 @@ class ContainerStartStage(StageLogic):
         ctx.facts["running"] = state == "running"
 
     def request(self, ctx: StageContext) -> Request | None:
-        return None if ctx.facts.get("running") else Request("POST", ct_path(ctx) + "/status/start", {})
+        return None if ctx.facts.get("running") else Request("POST", ctx.vm_path + "/status/start", {})
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
         upid = parse_upid(data)
@@ -428,7 +416,7 @@ class ContainerReadinessStage(StageLogic):
         started = self.wall_clock()
         while True:
             try:
-                entries = ctx.client.get(ct_path(ctx) + "/interfaces")
+                entries = ctx.client.get(ctx.vm_path + "/interfaces")
             except ProviderError as err:
                 if err.code not in ("server_error", "reply_lost", "transport_lost"):
                     raise
@@ -503,7 +491,7 @@ class ContainerSnapshotStage(StageLogic):
     default_timeout = 600.0
 
     def _snapshots(self, ctx: StageContext) -> dict[str, dict[str, t.Any]]:
-        data = ctx.client.get(ct_path(ctx) + "/snapshot")
+        data = ctx.client.get(ctx.vm_path + "/snapshot")
         if not isinstance(data, list):
             raise StageError("Proxmox answered the snapshot list with an unexpected body.", code="unexpected_response")
         return {str(item["name"]): item for item in data if isinstance(item, dict) and isinstance(item.get("name"), str)}
@@ -516,7 +504,7 @@ class ContainerSnapshotStage(StageLogic):
         name = snapshot_name(ctx.operation["operationId"])
         if name in ctx.facts.get("snapshots", {}):
             return None
-        return Request("POST", ct_path(ctx) + "/snapshot", {
+        return Request("POST", ctx.vm_path + "/snapshot", {
             "snapname": name, "description": "vmanyware operation %s (%s)" % (ctx.operation["operationId"], ctx.plan["definitionName"])})
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:

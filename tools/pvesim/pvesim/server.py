@@ -26,7 +26,7 @@ import time
 import typing as t
 import urllib.parse
 
-from . import api, cluster, guest, guestlink
+from . import api, cluster, guest, guestlink, lxc
 from .api import ApiError, Call, Sim
 from .certs import make_certs
 from .clock import Clock
@@ -476,6 +476,18 @@ class App:
                         s.total = int(data["total"])
                 return {"storage": s.storage, "total": s.total, "avail": s.avail, "enabled": s.enabled, "active": s.active,
                         "content": s.content, "volumes": dict(s.volumes)}
+        m = re.fullmatch(r"/containers/(\d+)/config", path)
+        if m and method == "PUT":  # set/delete config keys by hand (protection, lock, template, description), as for VMs
+            vmid = int(m.group(1))
+            with st.lock:
+                if vmid not in st.containers:
+                    raise LookupError(f"CT {vmid} does not exist")
+                config = lxc.complete(vmid, st.containers[vmid], st.containers[vmid].get("node", st.node))["config"]
+                for key in data.get("delete", []) or []:
+                    config.pop(str(key), None)
+                for key, value in (data.get("set") or {}).items():
+                    config[str(key)] = str(value)
+                return {"config": dict(config)}
         m = re.fullmatch(r"/containers/(\d+)", path)
         if m and method == "GET":
             vmid = int(m.group(1))

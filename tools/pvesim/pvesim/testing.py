@@ -140,6 +140,11 @@ class PvesimAdmin:
             body["name"] = name
         return dict(self._call("PUT", f"/containers/{vmid}", body))
 
+    def set_container_config(self, vmid: int, set: dict[str, t.Any] | None = None,  # pylint: disable=redefined-builtin
+                             delete: list[str] | None = None) -> dict[str, t.Any]:
+        """Change a container's config by hand (``protection``, ``lock``, ``template``, ``description``): what an operator might do."""
+        return dict(self._call("PUT", f"/containers/{vmid}/config", {"set": set or {}, "delete": delete or []}))
+
     def delete_container(self, vmid: int) -> None:
         self._call("DELETE", f"/containers/{vmid}")
 

@@ -159,3 +159,17 @@ def test_admin_container_stub_is_served(api: Api, pvesim: PvesimAdmin) -> None:
     assert api.data(api.get(f"{N}/lxc/330/status/current"))["name"] == "legacy"
     assert [c["vmid"] for c in api.data(api.get(f"{N}/lxc"))] == [330]
     assert api.data(api.get(f"{N}/lxc/330/config"))["hostname"] == "legacy"
+
+
+def test_admin_config_edit_and_the_destroy_refusals(api: Api, pvesim: PvesimAdmin) -> None:
+    """``PUT /_pvesim/containers/{vmid}/config`` (what an operator might set by hand) and what DELETE then refuses."""
+    pvesim.add_container(330, name="legacy")
+    assert pvesim.set_container_config(330, set={"protection": "1", "description": "by hand"})["config"]["protection"] == "1"
+    assert api.data(api.get(f"{N}/lxc/330/config"))["protection"] == 1
+    assert err(api.delete(f"{N}/lxc/330", purge=1)) == (500, "can't remove CT 330 - protection mode enabled")
+    pvesim.set_container_config(330, set={"lock": "backup"}, delete=["protection"])
+    assert err(api.delete(f"{N}/lxc/330", purge=1)) == (500, "CT is locked (backup)")
+    pvesim.set_container_config(330, delete=["lock"])
+    assert api.run("DELETE", f"{N}/lxc/330", **{"purge": 1, "destroy-unreferenced-disks": 1})["exitstatus"] == "OK"
+    assert api.data(api.get(f"{N}/lxc")) == []
+    assert not pvesim.schema_violations()
