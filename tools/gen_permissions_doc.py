@@ -8,8 +8,11 @@ Usage: python tools/gen_permissions_doc.py [--check]
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import atexit
+import importlib
+import shutil
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -17,13 +20,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _load_permissions() -> types.ModuleType:
-    # _permissions.py has no collection imports, so it loads by file path without an installed collection.
-    spec = importlib.util.spec_from_file_location("vmanyware_permissions", REPO / "plugins" / "module_utils" / "_permissions.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    # _permissions.py imports the stage registry through the collection: link this checkout as
+    # ansible_collections/vmanyware/proxmox in a temporary directory and import it from there.
+    root = Path(tempfile.mkdtemp(prefix="vmanyware-gen-"))
+    atexit.register(shutil.rmtree, root, True)
+    link = root / "ansible_collections" / "vmanyware" / "proxmox"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(REPO, target_is_directory=True)
+    sys.path.insert(0, str(root))
+    return importlib.import_module("ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,31 +25,17 @@ import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import (
-    STAGE_ORDER,
-    STAGE_PRIVILEGES,
-    Requirement,
-    effective_privileges,
-)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import STAGE_ORDER, STAGE_PRIVILEGES, effective_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import SUPPORTED_MAJORS
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import VM, Requirement, stages_in_order
 
 TEMPLATE_BUILD_MINIMUM = (8, 4)
 _VERSION = re.compile(r"^(\d+)\.(\d+)")
 
-# Why each stage needs its privileges (the "purpose" of a missing privilege).
-STAGE_PURPOSES = {
-    "audit": "read the template, the new VM, the storage and the node's tasks",
-    "clone": "clone the template into the new VM",
-    "resources": "set cores, memory and the instance tag",
-    "disk": "grow the VM's disk",
-    "cloudinit": "write the Cloud-Init user, keys and network",
-    "seed": "regenerate the Cloud-Init drive",
-    "start": "start the VM",
-    "readiness": "wait for the guest agent and cloud-init",
-    "packages": "install packages through the guest agent",
-    "snapshot": "take the final snapshot",
-}
+# Why each stage needs its privileges (the "purpose" of a missing privilege): the registry's, plus the reads every run does.
+STAGE_PURPOSES = {"audit": "read the template, the new VM, the storage and the node's tasks",
+                  **{spec.kind: spec.purpose for spec in stages_in_order(VM)}}
 
 
 @dataclasses.dataclass(frozen=True)

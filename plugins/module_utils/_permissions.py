@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The one table of privileges each stage needs, and the endpoints each stage calls.
+"""The one table of privileges each stage needs, and the endpoints each stage calls, derived from the stage registry.
 
 ``STAGE_PRIVILEGES`` maps a stage (a plan step kind, plus ``audit`` for the reads every run
 does) to ``Requirement`` rows: an ACL path template and a PVE privilege, optionally limited to
@@ -19,71 +19,35 @@ from __future__ import annotations
 import dataclasses
 import typing as t
 
-
-@dataclasses.dataclass(frozen=True)
-class Requirement:
-    """One privilege on one ACL path, for PVE majors ``min_major``..``max_major`` (inclusive, None = open)."""
-
-    path: str
-    privilege: str
-    min_major: int | None = None
-    max_major: int | None = None
-
-    def applies_to(self, major: int) -> bool:
-        return (self.min_major is None or major >= self.min_major) and (self.max_major is None or major <= self.max_major)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import BRIDGE as _BRIDGE
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import NODE as _NODE
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import STORAGE as _STORAGE
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TARGET as _TARGET
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TEMPLATE_VM as _TEMPLATE
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import VM, Requirement, stages_in_order  # Requirement: re-exported
 
 
-_TARGET = "/vms/{target}"
-_TEMPLATE = "/vms/{template}"
-_STORAGE = "/storage/{storage}"
-_BRIDGE = "/sdn/zones/localnetwork/{bridge}"
-_NODE = "/nodes/{node}"
+# The stage rows come from the stage registry (``_stages``); ``audit`` (the reads every run does) and ``cleanup``
+# (vmanyware_cleanup, not a plan step) are the two groups of privileges that are not one provisioning stage's.
+_VM_STAGES = stages_in_order(VM)
 
-_GUEST_AGENT = (
-    Requirement(_TARGET, "VM.GuestAgent.Audit", min_major=9),
-    Requirement(_TARGET, "VM.GuestAgent.Unrestricted", min_major=9),
-    Requirement(_TARGET, "VM.Monitor", max_major=8),
+AUDIT_PRIVILEGES = (
+    Requirement(_TEMPLATE, "VM.Audit"),
+    Requirement(_TARGET, "VM.Audit"),
+    Requirement(_STORAGE, "Datastore.Audit"),
+    Requirement(_NODE, "Sys.Audit"),
 )
-
+CLEANUP_PRIVILEGES = (
+    Requirement(_TARGET, "VM.Allocate"),
+    Requirement(_TARGET, "VM.PowerMgmt"),
+)
 STAGE_PRIVILEGES: dict[str, tuple[Requirement, ...]] = {
-    "audit": (
-        Requirement(_TEMPLATE, "VM.Audit"),
-        Requirement(_TARGET, "VM.Audit"),
-        Requirement(_STORAGE, "Datastore.Audit"),
-        Requirement(_NODE, "Sys.Audit"),
-    ),
-    "clone": (
-        Requirement(_TEMPLATE, "VM.Clone"),
-        Requirement(_TARGET, "VM.Allocate"),
-        Requirement(_STORAGE, "Datastore.AllocateSpace"),
-        Requirement(_BRIDGE, "SDN.Use"),
-    ),
-    "resources": (
-        Requirement(_TARGET, "VM.Config.CPU"),
-        Requirement(_TARGET, "VM.Config.Memory"),
-        Requirement(_TARGET, "VM.Config.Options"),
-    ),
-    "disk": (
-        Requirement(_TARGET, "VM.Config.Disk"),
-        Requirement(_STORAGE, "Datastore.AllocateSpace"),
-    ),
-    "cloudinit": (
-        Requirement(_TARGET, "VM.Config.Cloudinit"),
-        Requirement(_TARGET, "VM.Config.Network"),
-    ),
-    "seed": (Requirement(_TARGET, "VM.Config.Cloudinit"),),
-    "start": (Requirement(_TARGET, "VM.PowerMgmt"),),
-    "readiness": _GUEST_AGENT,
-    "packages": _GUEST_AGENT,
-    "snapshot": (Requirement(_TARGET, "VM.Snapshot"),),
-    # vmanyware_cleanup (not a plan step): removing the guest of a failed, uncertain or abandoned operation.
-    "cleanup": (
-        Requirement(_TARGET, "VM.Allocate"),
-        Requirement(_TARGET, "VM.PowerMgmt"),
-    ),
+    "audit": AUDIT_PRIVILEGES,
+    **{spec.kind: spec.privileges for spec in _VM_STAGES},
+    "cleanup": CLEANUP_PRIVILEGES,
 }
 
-STAGE_ORDER = ("audit", "clone", "resources", "disk", "cloudinit", "seed", "start", "readiness", "packages", "snapshot", "cleanup")
+STAGE_ORDER = ("audit", *(spec.kind for spec in _VM_STAGES), "cleanup")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +60,7 @@ class EndpointUse:
     vmid: str = "target"
 
 
-ENDPOINTS: tuple[EndpointUse, ...] = (
+_AUDIT_ENDPOINTS: tuple[EndpointUse, ...] = (
     EndpointUse("GET", "/version", "audit"),
     EndpointUse("GET", "/access/permissions", "audit"),
     EndpointUse("GET", "/cluster/nextid", "audit"),
@@ -108,26 +72,18 @@ ENDPOINTS: tuple[EndpointUse, ...] = (
     EndpointUse("GET", "/nodes/{node}/network", "audit"),
     EndpointUse("GET", "/nodes/{node}/tasks/{upid}/status", "audit"),
     EndpointUse("GET", "/nodes/{node}/tasks/{upid}/log", "audit"),
-    EndpointUse("POST", "/nodes/{node}/qemu/{vmid}/clone", "clone", vmid="template"),
-    EndpointUse("POST", "/nodes/{node}/qemu/{vmid}/config", "resources"),
-    EndpointUse("PUT", "/nodes/{node}/qemu/{vmid}/config", "resources"),
-    EndpointUse("PUT", "/nodes/{node}/qemu/{vmid}/resize", "disk"),
     EndpointUse("GET", "/nodes/{node}/qemu/{vmid}/pending", "audit"),
     EndpointUse("GET", "/nodes/{node}/qemu/{vmid}/cloudinit/dump", "audit"),
     EndpointUse("GET", "/nodes/{node}/tasks", "audit"),
-    EndpointUse("PUT", "/nodes/{node}/qemu/{vmid}/config", "cloudinit"),
-    EndpointUse("PUT", "/nodes/{node}/qemu/{vmid}/cloudinit", "seed"),
-    EndpointUse("POST", "/nodes/{node}/qemu/{vmid}/status/start", "start"),
-    EndpointUse("POST", "/nodes/{node}/qemu/{vmid}/agent/ping", "readiness"),
-    EndpointUse("GET", "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces", "readiness"),
-    EndpointUse("POST", "/nodes/{node}/qemu/{vmid}/agent/exec", "readiness"),
-    EndpointUse("GET", "/nodes/{node}/qemu/{vmid}/agent/exec-status", "readiness"),
-    EndpointUse("GET", "/nodes/{node}/qemu/{vmid}/agent/file-read", "readiness"),
-    EndpointUse("POST", "/nodes/{node}/qemu/{vmid}/agent/exec", "packages"),
-    EndpointUse("GET", "/nodes/{node}/qemu/{vmid}/agent/exec-status", "packages"),
-    EndpointUse("POST", "/nodes/{node}/qemu/{vmid}/snapshot", "snapshot"),
+)
+_CLEANUP_ENDPOINTS: tuple[EndpointUse, ...] = (
     EndpointUse("POST", "/nodes/{node}/qemu/{vmid}/status/stop", "cleanup"),
     EndpointUse("DELETE", "/nodes/{node}/qemu/{vmid}", "cleanup"),
+)
+ENDPOINTS: tuple[EndpointUse, ...] = (
+    _AUDIT_ENDPOINTS
+    + tuple(EndpointUse(use.method, use.path, spec.kind, use.vmid) for spec in _VM_STAGES for use in spec.endpoints)
+    + _CLEANUP_ENDPOINTS
 )
 
 

@@ -25,12 +25,10 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import definition_hash as compute_definition_hash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import plan_hash as compute_plan_hash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._schemas import API_VERSION, VMID_MAX, VMID_MIN
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import CONTAINER, VM, planned_steps
 
 PROVIDER = "proxmox-ve"
 NETWORK = "ipv4-dhcp"
-STEP_KINDS = ("clone", "resources", "disk", "cloudinit", "seed", "start", "readiness", "packages", "snapshot")
-# A container (guestType: container): the appliance download when the mapping names one, then pct create.
-CONTAINER_STEP_KINDS = ("template", "create", "start", "readiness", "packages", "snapshot")
 
 
 def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
@@ -62,20 +60,9 @@ class PlannedEnvironment:
 
 
 def plan_steps(definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any]) -> list[dict[str, t.Any]]:
-    """The ordered provisioning steps (1-based ``position``) for a definition and its mapping."""
-    if is_container(mapping):
-        kinds = ["template"] if "appliance" in mapping else []
-        kinds += ["create", "start", "readiness"]
-    else:
-        kinds = ["clone", "resources"]
-        if definition["resources"]["diskGiB"] > mapping["sourceDiskGiB"]:
-            kinds.append("disk")
-        kinds += ["cloudinit", "seed", "start", "readiness"]
-    if definition["packages"]:
-        kinds.append("packages")
-    if definition["snapshotAfterProvisioning"]:
-        kinds.append("snapshot")
-    return [{"position": position, "kind": kind} for position, kind in enumerate(kinds, start=1)]
+    """The ordered provisioning steps (1-based ``position``) for a definition and its mapping (the stage registry's conditions)."""
+    family = CONTAINER if is_container(mapping) else VM
+    return planned_steps(family, {"definition": definition, "mapping": mapping})
 
 
 def check_target_vmid(target_vmid: t.Any, template_vmid: int | None = None) -> int:

@@ -27,6 +27,7 @@ anything -> the stage goes back to ``pending`` (re-running dispatches afresh); `
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import time
 import typing as t
@@ -236,7 +237,9 @@ class StageContext:
 class StageLogic:
     """Base class of a stage: override the hooks; the runner calls them in protocol order."""
 
-    kind: t.ClassVar[str] = ""
+    # The stage kind of this instance: the class's by default; the stage registry (``_stages.build_logic``) sets its row's,
+    # so two rows can share one class (a parametrised stage such as a second disk).
+    kind: str = ""
     # UPID type of the task the request starts (``qmclone``); None for synchronous requests.
     task_type: t.ClassVar[str | None] = None
     # The gates re-read before every new write of the stage (docs/operations.md, "Gates").
@@ -245,6 +248,13 @@ class StageLogic:
     default_timeout: t.ClassVar[float] = 600.0
     # Error codes that are a final verdict about the target: raised by ``preconditions`` or ``observe``, they fail the stage.
     final_codes: t.ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def from_options(cls, options: t.Mapping[str, t.Any]) -> StageLogic:
+        """The stage built from its module's options (``_stages.build_logic``): the constructor's keyword parameters that
+        ``options`` names and sets (``readiness_timeout=...``); a stage whose options need more overrides it."""
+        parameters = inspect.signature(cls.__init__).parameters
+        return cls(**{name: value for name, value in options.items() if name in parameters and name != "self" and value is not None})
 
     def preconditions(self, ctx: StageContext) -> None:
         """Read the current state (GETs) and raise ``StageError`` if the request must not be sent."""

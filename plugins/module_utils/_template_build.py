@@ -49,6 +49,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._schemas import 
     VMID_MAX,
     VMID_MIN,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TEMPLATE, planned_steps
 
 TEMPLATE_BUILD = "invalid_template_build"
 GUEST_AGENT_PACKAGE = "qemu-guest-agent"
@@ -56,8 +57,6 @@ PROVIDER = "proxmox-ve"
 DISK_DEVICE = "scsi0"
 CHECKSUM_LENGTHS = {"sha256": 64, "sha512": 128}
 IMAGE_FORMATS = ("qcow2", "raw", "vmdk")
-# The build steps in order (docs/templates.md, "Stages").
-STEP_KINDS = ("download", "create", "disk", "configure", "start", "prepare", "generalize", "shutdown", "unconfigure", "convert", "stamp")
 MACHINE_DEFAULTS: dict[str, t.Any] = {"type": "q35", "bios": "ovmf", "scsihw": "virtio-scsi-single", "serialConsole": True,
                                       "cores": 2, "memoryMiB": 2048}
 
@@ -266,11 +265,6 @@ def template_vm_name(vmid: int) -> str:
     return "vmanyware-template-%d" % vmid
 
 
-def template_steps(build: t.Mapping[str, t.Any]) -> list[str]:
-    """The build's stages in order; ``disk`` (grow the imported disk) only when ``diskGiB`` is declared."""
-    return [kind for kind in STEP_KINDS if kind != "disk" or "diskGiB" in build]
-
-
 STAMP_MARKER = "vmanyware template"
 _OPERATION_ID = re.compile(r"^op-[a-z2-7]{26}$")
 
@@ -333,7 +327,8 @@ def template_plan_document(build: t.Mapping[str, t.Any], vmid: int, build_hash: 
         "buildAddress": dict(build["buildAddress"]),
         "templateVersion": build["templateVersion"],
         **({"resources": {"diskGiB": build["diskGiB"]}} if "diskGiB" in build else {}),
-        "steps": [{"position": position, "kind": kind} for position, kind in enumerate(template_steps(build), start=1)],
+        # The registry's template stages; disk (grow the imported disk) only when diskGiB is declared.
+        "steps": planned_steps(TEMPLATE, {"build": build}),
         "liveVerified": False,
         "vmidReserved": False,
     }

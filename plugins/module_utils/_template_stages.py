@@ -38,8 +38,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageInProgress,
     StageLogic,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest, common
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TEMPLATE, _guest, build_logic, common, stage_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import import_file_name
@@ -228,6 +227,10 @@ class ConfigureStage(StageLogic):
     def __init__(self, build_public_key: str | None) -> None:
         self.public_key = build_public_key
 
+    @classmethod
+    def from_options(cls, options: t.Mapping[str, t.Any]) -> ConfigureStage:
+        return cls(options.get("build_ssh_public_key"))
+
     def _wanted(self, ctx: StageContext) -> dict[str, str]:
         build = ctx.plan["buildAddress"]
         return {"ciuser": ctx.plan["guestUser"], "ipconfig0": "ip=%s,gw=%s" % (build["address"], build["gateway"]), "ciupgrade": "0"}
@@ -298,6 +301,10 @@ class PrepareStage(StageLogic):
     def __init__(self, prepared_by: str | None) -> None:
         self.prepared_by = prepared_by
 
+    @classmethod
+    def from_options(cls, options: t.Mapping[str, t.Any]) -> PrepareStage:
+        return cls(options.get("prepared_by"))
+
     def preconditions(self, ctx: StageContext) -> None:
         if self.prepared_by not in PREPARED_BY:
             raise StageError("The prepare stage needs prepared_by (ssh, or stand-in on a simulated guest).",
@@ -332,6 +339,10 @@ class GeneralizeStage(StageLogic):
         self.prepared_by = prepared_by
         self.passwd_status = passwd_status
         self.authorized_keys_left = authorized_keys_left
+
+    @classmethod
+    def from_options(cls, options: t.Mapping[str, t.Any]) -> GeneralizeStage:
+        return cls(options.get("prepared_by"), options.get("passwd_status"), options.get("authorized_keys_left"))
 
     def preconditions(self, ctx: StageContext) -> None:
         recorded = ctx.evidence("prepare").get("preparedBy")
@@ -576,18 +587,5 @@ GUEST_WRITE_STAGES = ("prepare", "generalize")
 
 
 def stage_logic(kind: str, params: t.Mapping[str, t.Any]) -> StageLogic:
-    """The stage of ``kind`` with the options it uses from ``params``."""
-    factories: dict[str, t.Callable[[], StageLogic]] = {
-        "download": DownloadStage,
-        "create": CreateStage,
-        "disk": DiskStage,
-        "configure": lambda: ConfigureStage(params.get("build_ssh_public_key")),
-        "start": TemplateStartStage,
-        "prepare": lambda: PrepareStage(params.get("prepared_by")),
-        "generalize": lambda: GeneralizeStage(params.get("prepared_by"), params.get("passwd_status"), params.get("authorized_keys_left")),
-        "shutdown": lambda: ShutdownStage(bool(params.get("force_stop"))),
-        "unconfigure": UnconfigureStage,
-        "convert": ConvertStage,
-        "stamp": StampStage,
-    }
-    return factories[kind]()
+    """The template build stage of ``kind`` with the options it uses from ``params`` (the stage registry's row)."""
+    return t.cast(StageLogic, build_logic(stage_spec(kind, TEMPLATE), params))

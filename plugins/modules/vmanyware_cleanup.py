@@ -111,7 +111,8 @@ changed:
   returned: always
   type: bool
 done:
-  description: Whether the cleanup is complete. V(false) with RV(progress) when O(wait_budget) ran out (re-run to continue), and in check mode.
+  description: Whether the cleanup is complete. V(false) with RV(progress) when O(wait_budget) ran out (re-run to
+    continue), and in check mode.
   returned: always
   type: bool
 operation_id:
@@ -119,7 +120,11 @@ operation_id:
   returned: always
   type: str
 requests:
-  description: The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params), C(cli)).
+  description:
+    - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params); secrets redacted).
+    - Each entry also has C(cli), the equivalent command on the node (C(qm stop ...), C(qm destroy ...), C(pct stop
+      ...), C(pct destroy ...)), when one exists.
+    - Empty when nothing was (or would be) sent.
   returned: always
   type: list
   elements: dict
@@ -132,7 +137,8 @@ removed:
       description: The VMID of the removed guest.
       type: int
     volumes:
-      description: The volumes the guest owned (a VM's disks; a container's root file system and mount points), freed with it.
+      description: The volumes the guest owned (a VM's disks; a container's root file system and mount points),
+        freed with it.
       type: list
       elements: str
     snapshots:
@@ -158,8 +164,8 @@ ansible_facts:
 error_code:
   description:
     - The fixed error code when the module fails (see C(docs/errors.md)), for example V(lifecycle_disabled), V(cleanup_not_eligible),
-      V(cleanup_binding_mismatch), V(cleanup_template), V(cleanup_protected), V(cleanup_running), V(permission_denied), V(locked),
-      V(plan_changed), V(outcome_uncertain).
+      V(cleanup_binding_mismatch), V(cleanup_template), V(cleanup_protected), V(cleanup_running), V(permission_denied),
+      V(locked), V(plan_changed), V(outcome_uncertain).
   returned: failure
   type: str
 """

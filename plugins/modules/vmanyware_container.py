@@ -93,13 +93,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed:
-  description: Whether this run sent a request that changed the target.
+  description: Whether this run sent a request that changed the target (V(false) on a re-run of a completed stage).
   returned: always
   type: bool
 done:
   description:
-    - Whether the stage is completed. V(false) with RV(progress) when the run's O(wait_budget) ran out (re-run to continue),
-      and in check mode.
+    - Whether the stage is completed. V(false) with RV(progress) when the run's O(wait_budget) ran out before the
+      stage's task or the guest was done (re-run to continue), and in check mode.
   returned: always
   type: bool
 operation_id:
@@ -111,61 +111,75 @@ write_allowed:
   returned: with O(write_check=true), while the stage is not completed
   type: bool
 stage:
-  description: The stage's journal record after this run.
+  description:
+    - The stage as recorded in the journal after this run, compact. Its evidence (what the read-back recorded) is
+      in M(vmanyware.proxmox.vmanyware_operation_info) with O(vmanyware.proxmox.vmanyware_operation_info#module:evidence=true).
   returned: always
   type: dict
   contains:
     kind:
-      description: The stage kind (V(template), V(create), V(start), V(readiness), V(packages) or V(snapshot)).
+      description: The container stage (V(template), V(create), V(start), V(readiness), V(packages) or V(snapshot)).
       type: str
+      returned: always
     position:
       description: Position of the stage in the operation (1-based, the plan step's position).
       type: int
+      returned: always
     status:
       description: V(pending), V(dispatching), V(submitted), V(completed), V(failed) or V(uncertain).
       type: str
+      returned: always
     upid:
-      description: The Proxmox task of the stage, if it started one.
+      description: The Proxmox task id of the request, when it started a task.
       type: str
+      returned: always
     attempts:
-      description: How many times the stage's request was dispatched.
+      description: How many times the request was dispatched (a re-send after reads proved it did not apply counts).
       type: int
-    evidence:
-      description:
-        - V(template) C(ostemplate), C(template); V(create) C(macaddr), C(rootfs), C(digest), C(ostemplate), C(unprivileged);
-          V(start) C(powerState); V(readiness) C(ipv4), C(net0Mac), C(guestReady), C(hostKeysVerified=false), C(deadline);
-          V(packages) C(installed); V(snapshot) C(snapname), C(snaptime).
-      type: dict
+      returned: always
 requests:
   description:
-    - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params) with secrets redacted).
-    - Each entry also has C(cli), the equivalent command on the node (C(pveam download ...), C(pct create ...), C(pct start ...)).
+    - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params); secrets redacted).
+    - Each entry also has C(cli), the equivalent command on the node (C(pveam download ...), C(pct create ...),
+      C(pct start ...)), when one exists.
+    - Empty when nothing was (or would be) sent.
   returned: always
   type: list
   elements: dict
 progress:
-  description: What the stage is waiting for when RV(done) is V(false).
+  description:
+    - What the stage is waiting for when RV(done=false) - its still running Proxmox task, or the phase its probes
+      reached.
   returned: when the stage is still in progress
   type: dict
 task:
   description: The outcome of the stage's Proxmox task (C(upid), C(status), C(exitstatus), C(warnings), C(log_tail)).
-  returned: when the stage followed a task to its end in this run
+  returned: when this run followed the stage's task to its end
   type: dict
+warnings:
+  description: A warning when the Proxmox task ended with warnings (the stage is still completed).
+  returned: when the task ended with warnings
+  type: list
+  elements: str
 diff:
-  description: Before and after of the settings the stage changes.
+  description: Before and after of what the stage changes (with C(--diff)).
   returned: in diff mode, when the stage changes settings
   type: dict
 ansible_facts:
-  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a fact otherwise.
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a
+    fact otherwise.
   returned: with O(set_operation_fact=true)
   type: dict
   contains:
     vmanyware_operation:
-      description: Identities, hashes, status, stage progress and handoff of the operation (no private evidence).
+      description: The public view of the operation (as M(vmanyware.proxmox.vmanyware_operation_info) returns it).
       type: dict
       returned: with O(set_operation_fact=true)
 error_code:
-  description: The fixed error code when the module fails (see C(docs/errors.md)).
+  description:
+    - On failure, the fixed error code (see C(docs/errors.md)), for example V(stage_precondition_failed), V(stage_out_of_order),
+      V(conflict), V(locked), V(task_failed), V(outcome_uncertain), V(plan_changed), V(provisioning_disabled), V(snapshot_disabled),
+      V(tls_unverified).
   returned: failure
   type: str
 """
@@ -179,17 +193,17 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import I
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import STAGE_KINDS, container_stage, installed_versions
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import CONTAINER, build_logic, stage_kinds, stage_spec
 
 
 def _logic(params: dict[str, t.Any]) -> StageLogic:
     if params.get("write_check") and params["stage"] != "packages":
         raise InputError("write_check is only for stage=packages.", code="invalid_option", path="write_check")
-    return container_stage(params["stage"], readiness_timeout=params["readiness_timeout"], installed=installed_versions(params.get("installed")))
+    return t.cast(StageLogic, build_logic(stage_spec(params["stage"], CONTAINER), params))
 
 
 ENTRY = stage_entry(_logic,
-                    {"stage": {"type": "str", "required": True, "choices": list(STAGE_KINDS)},
+                    {"stage": {"type": "str", "required": True, "choices": list(stage_kinds(CONTAINER))},
                      "installed": {"type": "dict"},
                      "write_check": {"type": "bool", "default": False},
                      "readiness_timeout": {"type": "float", "default": 300.0},

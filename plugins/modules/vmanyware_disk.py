@@ -55,12 +55,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed:
-  description: Whether this run sent a request that changed the VM (V(false) on a re-run of a completed stage).
+  description: Whether this run sent a request that changed the target (V(false) on a re-run of a completed stage).
   returned: always
   type: bool
 done:
   description:
-    - Whether the stage is completed. V(false) while its Proxmox task is still running (see O(wait_budget)) and in check mode.
+    - Whether the stage is completed. V(false) with RV(progress) when the run's O(wait_budget) ran out before the
+      stage's task or the guest was done (re-run to continue), and in check mode.
   returned: always
   type: bool
 operation_id:
@@ -69,8 +70,8 @@ operation_id:
   type: str
 stage:
   description:
-    - The stage as recorded in the journal after this run, compact. Its evidence (what the read-back recorded) is in
-      M(vmanyware.proxmox.vmanyware_operation_info) with O(vmanyware.proxmox.vmanyware_operation_info#module:evidence=true).
+    - The stage as recorded in the journal after this run, compact. Its evidence (what the read-back recorded) is
+      in M(vmanyware.proxmox.vmanyware_operation_info) with O(vmanyware.proxmox.vmanyware_operation_info#module:evidence=true).
   returned: always
   type: dict
   contains:
@@ -79,7 +80,7 @@ stage:
       type: str
       returned: always
     position:
-      description: Position of the stage in the operation (0-based).
+      description: Position of the stage in the operation (1-based, the plan step's position).
       type: int
       returned: always
     status:
@@ -96,29 +97,32 @@ stage:
       returned: always
 requests:
   description:
-    - The mutating requests this run sent, or in check mode would send (method, path, params; no secret).
-    - Each entry also has C(cli), the equivalent command on the node (C(qm clone ...), C(qm set ...)), when one exists.
+    - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params); secrets redacted).
+    - Each entry also has C(cli), the equivalent command on the node (C(qm clone ...), C(qm set ...)), when one
+      exists.
     - Empty when nothing was (or would be) sent.
   returned: always
   type: list
   elements: dict
-  sample: [{"method": "PUT", "path": "/nodes/pve-test/qemu/201/resize", "params": {"disk": "scsi0", "size": "20G", "digest": "91eb4507..."}}]
+  sample: [{method: PUT, path: /nodes/pve-test/qemu/201/resize, params: {disk: scsi0, size: 20G, digest: 91eb4507...}}]
 progress:
   description:
-    - Progress of a still running task (when RV(done=false)).
-    - While the stage waits for a free allocation slot of the storage (O(storage_concurrency)), nothing has been sent and the
-      progress says so, with the seconds waited in this run.
-  returned: when the task is still running or the stage waits for a storage slot
+    - What the stage is waiting for when RV(done=false) - its still running Proxmox task, or the phase its probes
+      reached.
+    - While the stage waits for a free allocation slot of the storage (O(storage_concurrency)), nothing has been
+      sent and the progress says so, with the seconds waited in this run.
+  returned: when the stage is still in progress or waits for a storage slot
   type: dict
-  sample: {"waiting": "a free allocation slot on storage local-lvm", "storage": "local-lvm", "storageConcurrency": 3, "waitedSeconds": 20.0}
+  sample: {waiting: a free allocation slot on storage local-lvm, storage: local-lvm, storageConcurrency: 3, waitedSeconds: 20.0}
 admission:
-  description: The storage slot this run held while its request allocated (O(storage_concurrency)) and how long it waited for it.
+  description: The storage slot this run held while its request allocated (O(storage_concurrency)) and how long
+    it waited for it.
   returned: when this run sent the request with admission control on
   type: dict
-  sample: {"storage": "local-lvm", "slot": 0, "waitedSeconds": 4.2}
+  sample: {storage: local-lvm, slot: 0, waitedSeconds: 4.2}
 task:
-  description: The outcome of the Proxmox task (upid, status, exitstatus, warnings, log_tail).
-  returned: when this run followed a task to its end
+  description: The outcome of the stage's Proxmox task (C(upid), C(status), C(exitstatus), C(warnings), C(log_tail)).
+  returned: when this run followed the stage's task to its end
   type: dict
 warnings:
   description: A warning when the Proxmox task ended with warnings (the stage is still completed).
@@ -127,10 +131,11 @@ warnings:
   elements: str
 diff:
   description: Before and after of what the stage changes (with C(--diff)).
-  returned: in diff mode
+  returned: in diff mode, when the stage changes settings
   type: dict
 ansible_facts:
-  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a fact otherwise.
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a
+    fact otherwise.
   returned: with O(set_operation_fact=true)
   type: dict
   contains:
@@ -140,8 +145,8 @@ ansible_facts:
       returned: with O(set_operation_fact=true)
 error_code:
   description:
-    - On failure, the fixed error code, for example V(stage_precondition_failed), V(stage_out_of_order), V(conflict), V(locked),
-      V(task_failed), V(outcome_uncertain), V(plan_changed), V(disk_shrink_unsupported).
+    - On failure, the fixed error code (see C(docs/errors.md)), for example V(stage_precondition_failed), V(stage_out_of_order),
+      V(conflict), V(locked), V(task_failed), V(outcome_uncertain), V(plan_changed), V(provisioning_disabled), V(disk_shrink_unsupported).
   returned: failure
   type: str
 """

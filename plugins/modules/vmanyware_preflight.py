@@ -75,7 +75,8 @@ plan_hash:
   type: str
 provider_scope_id:
   description:
-    - C(pve:) and the SHA-256 of the API URL, the certificate SHA-256 fingerprint and the token's C(user@realm); not secret.
+    - C(pve:) and the SHA-256 of the API URL, the certificate SHA-256 fingerprint and the token's C(user@realm);
+      not secret.
     - V(null) when no certificate was pinned or observed (the API was not reached).
   returned: always
   type: str
@@ -86,8 +87,7 @@ checks:
   elements: dict
   contains:
     code:
-      description: >-
-        One of V(api_reachable), V(version_supported), V(template_exists), V(template_is_template), V(template_disk),
+      description: One of V(api_reachable), V(version_supported), V(template_exists), V(template_is_template), V(template_disk),
         V(template_cloudinit_drive), V(template_guest_agent), V(storage_exists), V(storage_active), V(storage_images),
         V(storage_capacity), V(bridge_exists), V(vmid_free), V(privileges), V(template_revision), V(dhcp_available),
         V(guest_readiness), V(workflow_permitted).
@@ -108,20 +108,21 @@ summary:
 creation_enabled:
   description:
     - Whether creating an operation for this plan is allowed now, that is RV(creation_blockers) is empty.
-    - False when the provisioning gate is closed, when the plan declares a final snapshot and the snapshots gate is
-      closed, when the mapping lacks a validated C(imageDefaultUser) attestation, or when TLS is unverified.
+    - False when the provisioning gate is closed, when the plan declares a final snapshot and the snapshots gate
+      is closed, when the mapping lacks a validated C(imageDefaultUser) attestation, or when TLS is unverified.
   returned: always
   type: bool
 creation_blockers:
   description:
-    - The error codes creating an operation would fail with, in order (C(provisioning_disabled), C(snapshot_disabled),
+    - The error codes creating an operation for this plan would fail with, in order (C(provisioning_disabled), C(snapshot_disabled),
       C(attestation_required), C(tls_unverified)); empty when RV(creation_enabled) is true.
   returned: always
   type: list
   elements: str
 tls_verified:
   description:
-    - Whether the connection's TLS was verified (a CA file or the system CAs with O(validate_certs), or a fingerprint pin).
+    - Whether the connection's TLS was verified (a CA file or the system CAs with O(validate_certs), or a fingerprint
+      pin).
     - With O(validate_certs=false) and no pin the preflight still reads, marked as unverified in C(api_reachable).
   returned: always
   type: bool

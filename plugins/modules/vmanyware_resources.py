@@ -54,12 +54,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed:
-  description: Whether this run sent a request that changed the VM (V(false) on a re-run of a completed stage).
+  description: Whether this run sent a request that changed the target (V(false) on a re-run of a completed stage).
   returned: always
   type: bool
 done:
   description:
-    - Whether the stage is completed. V(false) while its Proxmox task is still running (see O(wait_budget)) and in check mode.
+    - Whether the stage is completed. V(false) with RV(progress) when the run's O(wait_budget) ran out before the
+      stage's task or the guest was done (re-run to continue), and in check mode.
   returned: always
   type: bool
 operation_id:
@@ -68,8 +69,8 @@ operation_id:
   type: str
 stage:
   description:
-    - The stage as recorded in the journal after this run, compact. Its evidence (what the read-back recorded) is in
-      M(vmanyware.proxmox.vmanyware_operation_info) with O(vmanyware.proxmox.vmanyware_operation_info#module:evidence=true).
+    - The stage as recorded in the journal after this run, compact. Its evidence (what the read-back recorded) is
+      in M(vmanyware.proxmox.vmanyware_operation_info) with O(vmanyware.proxmox.vmanyware_operation_info#module:evidence=true).
   returned: always
   type: dict
   contains:
@@ -78,7 +79,7 @@ stage:
       type: str
       returned: always
     position:
-      description: Position of the stage in the operation (0-based).
+      description: Position of the stage in the operation (1-based, the plan step's position).
       type: int
       returned: always
     status:
@@ -95,20 +96,23 @@ stage:
       returned: always
 requests:
   description:
-    - The mutating requests this run sent, or in check mode would send (method, path, params; no secret).
-    - Each entry also has C(cli), the equivalent command on the node (C(qm clone ...), C(qm set ...)), when one exists.
+    - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params); secrets redacted).
+    - Each entry also has C(cli), the equivalent command on the node (C(qm clone ...), C(qm set ...)), when one
+      exists.
     - Empty when nothing was (or would be) sent.
   returned: always
   type: list
   elements: dict
-  sample: [{"method": "PUT", "path": "/nodes/pve-test/qemu/201/config", "params": {"cores": 2, "memory": "2048", "digest": "b27f..."}}]
+  sample: [{method: PUT, path: /nodes/pve-test/qemu/201/config, params: {cores: 2, memory: '2048', digest: b27f...}}]
 progress:
-  description: Progress of a still running task (when RV(done=false)).
-  returned: when the task is still running
+  description:
+    - What the stage is waiting for when RV(done=false) - its still running Proxmox task, or the phase its probes
+      reached.
+  returned: when the stage is still in progress
   type: dict
 task:
-  description: The outcome of the Proxmox task (upid, status, exitstatus, warnings, log_tail).
-  returned: when this run followed a task to its end
+  description: The outcome of the stage's Proxmox task (C(upid), C(status), C(exitstatus), C(warnings), C(log_tail)).
+  returned: when this run followed the stage's task to its end
   type: dict
 warnings:
   description: A warning when the Proxmox task ended with warnings (the stage is still completed).
@@ -117,10 +121,11 @@ warnings:
   elements: str
 diff:
   description: Before and after of what the stage changes (with C(--diff)).
-  returned: in diff mode
+  returned: in diff mode, when the stage changes settings
   type: dict
 ansible_facts:
-  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a fact otherwise.
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a
+    fact otherwise.
   returned: with O(set_operation_fact=true)
   type: dict
   contains:
@@ -130,8 +135,8 @@ ansible_facts:
       returned: with O(set_operation_fact=true)
 error_code:
   description:
-    - On failure, the fixed error code, for example V(stage_precondition_failed), V(stage_out_of_order), V(conflict), V(locked),
-      V(task_failed), V(outcome_uncertain), V(plan_changed).
+    - On failure, the fixed error code (see C(docs/errors.md)), for example V(stage_precondition_failed), V(stage_out_of_order),
+      V(conflict), V(locked), V(task_failed), V(outcome_uncertain), V(plan_changed), V(provisioning_disabled).
   returned: failure
   type: str
 """

@@ -54,13 +54,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed:
-  description: Whether this run sent a request that changed the target.
+  description: Whether this run sent a request that changed the target (V(false) on a re-run of a completed stage).
   returned: always
   type: bool
 done:
   description:
-    - Whether the stage is completed. V(false) with RV(progress) when the run's O(wait_budget) ran out (re-run to continue),
-      and in check mode.
+    - Whether the stage is completed. V(false) with RV(progress) when the run's O(wait_budget) ran out before the
+      stage's task or the guest was done (re-run to continue), and in check mode.
   returned: always
   type: bool
 operation_id:
@@ -69,47 +69,62 @@ operation_id:
   type: str
 stage:
   description:
-    - The stage's journal record after this run, compact. Its evidence (what the read-back recorded) is in
-      M(vmanyware.proxmox.vmanyware_operation_info) with O(vmanyware.proxmox.vmanyware_operation_info#module:evidence=true).
+    - The stage as recorded in the journal after this run, compact. Its evidence (what the read-back recorded) is
+      in M(vmanyware.proxmox.vmanyware_operation_info) with O(vmanyware.proxmox.vmanyware_operation_info#module:evidence=true).
   returned: always
   type: dict
   contains:
     kind:
-      description: The stage kind (V(seed)).
+      description: V(seed).
       type: str
+      returned: always
     position:
-      description: Position of the stage in the operation.
+      description: Position of the stage in the operation (1-based, the plan step's position).
       type: int
+      returned: always
     status:
       description: V(pending), V(dispatching), V(submitted), V(completed), V(failed) or V(uncertain).
       type: str
+      returned: always
     upid:
-      description: The Proxmox task of the stage, if it started one.
+      description: The Proxmox task id of the request, when it started a task.
       type: str
+      returned: always
     attempts:
-      description: How many times the stage's request was dispatched.
+      description: How many times the request was dispatched (a re-send after reads proved it did not apply counts).
       type: int
+      returned: always
 requests:
   description:
-    - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params) with secrets redacted).
-    - Each entry also has C(cli), the equivalent command on the node (C(qm clone ...), C(qm set ...)), when one exists.
+    - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params); secrets redacted).
+    - Each entry also has C(cli), the equivalent command on the node (C(qm clone ...), C(qm set ...)), when one
+      exists.
+    - Empty when nothing was (or would be) sent.
   returned: always
   type: list
   elements: dict
 progress:
-  description: What the stage is waiting for when RV(done) is V(false).
+  description:
+    - What the stage is waiting for when RV(done=false) - its still running Proxmox task, or the phase its probes
+      reached.
   returned: when the stage is still in progress
   type: dict
 task:
   description: The outcome of the stage's Proxmox task (C(upid), C(status), C(exitstatus), C(warnings), C(log_tail)).
-  returned: when the stage followed a task to its end in this run
+  returned: when this run followed the stage's task to its end
   type: dict
+warnings:
+  description: A warning when the Proxmox task ended with warnings (the stage is still completed).
+  returned: when the task ended with warnings
+  type: list
+  elements: str
 diff:
-  description: Before and after of the settings the stage changes.
+  description: Before and after of what the stage changes (with C(--diff)).
   returned: in diff mode, when the stage changes settings
   type: dict
 ansible_facts:
-  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a fact otherwise.
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a
+    fact otherwise.
   returned: with O(set_operation_fact=true)
   type: dict
   contains:
@@ -118,7 +133,9 @@ ansible_facts:
       type: dict
       returned: with O(set_operation_fact=true)
 error_code:
-  description: The fixed error code when the module fails (see C(docs/errors.md)).
+  description:
+    - On failure, the fixed error code (see C(docs/errors.md)), for example V(stage_precondition_failed), V(stage_out_of_order),
+      V(conflict), V(locked), V(task_failed), V(outcome_uncertain), V(plan_changed), V(provisioning_disabled).
   returned: failure
   type: str
 """

@@ -70,7 +70,10 @@ template_build_hash:
   returned: always
   type: str
 provider_scope_id:
-  description: C(pve:) and the SHA-256 of the API URL, the certificate fingerprint and the token's C(user@realm); not secret.
+  description:
+    - C(pve:) and the SHA-256 of the API URL, the certificate SHA-256 fingerprint and the token's C(user@realm);
+      not secret.
+    - V(null) when no certificate was pinned or observed (the API was not reached).
   returned: always
   type: str
 checks:
@@ -80,10 +83,10 @@ checks:
   elements: dict
   contains:
     code:
-      description: >-
-        One of V(api_reachable), V(version_supported), V(template_build_supported), V(import_storage_exists),
+      description: One of V(api_reachable), V(version_supported), V(template_build_supported), V(import_storage_exists),
         V(import_storage_active), V(import_storage_content), V(storage_exists), V(storage_active), V(storage_images),
-        V(bridge_exists), V(vmid_free), V(privileges), V(image_reachable), V(image_checksum), V(build_network), V(package_source).
+        V(bridge_exists), V(vmid_free), V(privileges), V(image_reachable), V(image_checksum), V(build_network),
+        V(package_source).
       type: str
       returned: always
     status:
@@ -106,14 +109,15 @@ creation_enabled:
   type: bool
 creation_blockers:
   description:
-    - The error codes creating the operation would fail with, in order (C(provisioning_disabled), C(tls_unverified));
-      empty when RV(creation_enabled) is true.
+    - The error codes creating the template build operation would fail with, in order (C(provisioning_disabled),
+      C(tls_unverified)); empty when RV(creation_enabled) is true.
   returned: always
   type: list
   elements: str
 tls_verified:
   description:
-    - Whether the connection's TLS was verified (a CA file or the system CAs with O(validate_certs), or a fingerprint pin).
+    - Whether the connection's TLS was verified (a CA file or the system CAs with O(validate_certs), or a fingerprint
+      pin).
     - With O(validate_certs=false) and no pin the preflight still reads, marked as unverified in C(api_reachable).
   returned: always
   type: bool
@@ -125,6 +129,27 @@ capabilities:
   description: Version-dependent behaviour of the Proxmox VE API (all V(null) when the version is unknown).
   returned: always
   type: dict
+  contains:
+    pve_major:
+      description: Major version.
+      type: int
+      returned: always
+    pve_minor:
+      description: Minor version.
+      type: int
+      returned: always
+    resize_returns_upid:
+      description: Whether a disk resize returns a task id (PVE 8 and later).
+      type: bool
+      returned: always
+    agent_exec_array:
+      description: Whether the guest agent C(exec) endpoint takes the command as an array.
+      type: bool
+      returned: always
+    guest_agent_privileges:
+      description: V(VM.GuestAgent.*) (PVE 9) or V(VM.Monitor) (PVE 8).
+      type: str
+      returned: always
 error_code:
   description: On failure, the fixed error code (for example V(preflight_failed), V(invalid_template_build)).
   returned: failure

@@ -97,34 +97,64 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-write_allowed:
-  description: With O(write_check=true), V(true) when the gate is open and the role's write in the guest may follow.
-  returned: with O(write_check=true), while the stage is not completed
-  type: bool
 changed:
-  description: Whether this run sent a request that changed something.
+  description: Whether this run sent a request that changed the target (V(false) on a re-run of a completed stage).
   returned: always
   type: bool
 done:
-  description: Whether the stage is completed (V(false) while its task or the guest agent is still awaited, and in check mode).
+  description:
+    - Whether the stage is completed. V(false) with RV(progress) when the run's O(wait_budget) ran out before the
+      stage's task or the guest was done (re-run to continue), and in check mode.
   returned: always
   type: bool
 operation_id:
   description: The operation the stage belongs to.
   returned: always
   type: str
+write_allowed:
+  description: With O(write_check=true), V(true) when the gate is open and the role's write in the guest may follow.
+  returned: with O(write_check=true), while the stage is not completed
+  type: bool
 stage:
-  description: The stage as recorded in the journal (kind, position, status, upid, attempts, evidence).
+  description:
+    - The stage as recorded in the journal after this run, compact. Its evidence (what the read-back recorded) is
+      in M(vmanyware.proxmox.vmanyware_operation_info) with O(vmanyware.proxmox.vmanyware_operation_info#module:evidence=true).
   returned: always
   type: dict
+  contains:
+    kind:
+      description: The template build stage (V(download), V(create), V(disk), V(configure), V(start), V(prepare),
+        V(generalize), V(shutdown), V(unconfigure), V(convert) or V(stamp)).
+      type: str
+      returned: always
+    position:
+      description: Position of the stage in the operation (1-based, the plan step's position).
+      type: int
+      returned: always
+    status:
+      description: V(pending), V(dispatching), V(submitted), V(completed), V(failed) or V(uncertain).
+      type: str
+      returned: always
+    upid:
+      description: The Proxmox task id of the request, when it started a task.
+      type: str
+      returned: always
+    attempts:
+      description: How many times the request was dispatched (a re-send after reads proved it did not apply counts).
+      type: int
+      returned: always
 requests:
-  description: The mutating requests sent, or in check mode the ones that would be sent (no secret; C(sshkeys) as a fingerprint).
+  description:
+    - The mutating requests this run sent, or in check mode would send (C(method), C(path), C(params); secrets redacted).
+    - Each entry also has C(cli), the equivalent command on the node (C(qm create ...), C(qm set ...), C(qm template
+      ...)), when one exists.
+    - Empty when nothing was (or would be) sent.
   returned: always
   type: list
   elements: dict
 catalog_mapping:
-  description: V(stamp) once done - the catalog mapping of the new template (C(sourceDiskGiB) as observed; C(imageDefaultUser) only
-    when the build verified a locked password and no authorized keys itself).
+  description: V(stamp) once done - the catalog mapping of the new template (C(sourceDiskGiB) as observed; C(imageDefaultUser)
+    only when the build verified a locked password and no authorized keys itself).
   returned: when O(stage=stamp) is done
   type: dict
 catalog_mapping_yaml:
@@ -132,11 +162,36 @@ catalog_mapping_yaml:
   returned: when O(stage=stamp) is done
   type: str
 progress:
-  description: What the stage is waiting for (when RV(done=false)).
-  returned: when not done
+  description:
+    - What the stage is waiting for when RV(done=false) - its still running Proxmox task, or the phase its probes
+      reached.
+    - While the stage waits for a free allocation slot of the storage (O(storage_concurrency)), nothing has been
+      sent and the progress says so, with the seconds waited in this run.
+  returned: when the stage is still in progress or waits for a storage slot
+  type: dict
+  sample: {waiting: a free allocation slot on storage local-lvm, storage: local-lvm, storageConcurrency: 3, waitedSeconds: 20.0}
+admission:
+  description: The storage slot this run held while its request allocated (O(storage_concurrency)) and how long
+    it waited for it.
+  returned: when this run sent the request with admission control on
+  type: dict
+  sample: {storage: local-lvm, slot: 0, waitedSeconds: 4.2}
+task:
+  description: The outcome of the stage's Proxmox task (C(upid), C(status), C(exitstatus), C(warnings), C(log_tail)).
+  returned: when this run followed the stage's task to its end
+  type: dict
+warnings:
+  description: A warning when the Proxmox task ended with warnings (the stage is still completed).
+  returned: when the task ended with warnings
+  type: list
+  elements: str
+diff:
+  description: Before and after of what the stage changes (with C(--diff)).
+  returned: in diff mode, when the stage changes settings
   type: dict
 ansible_facts:
-  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a fact otherwise.
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)); a stage never overwrites a
+    fact otherwise.
   returned: with O(set_operation_fact=true)
   type: dict
   contains:
@@ -145,7 +200,10 @@ ansible_facts:
       type: dict
       returned: with O(set_operation_fact=true)
 error_code:
-  description: On failure, the fixed error code (for example V(image_checksum_mismatch), V(task_failed), V(outcome_uncertain), V(vmid_taken)).
+  description:
+    - On failure, the fixed error code (see C(docs/errors.md)), for example V(stage_precondition_failed), V(stage_out_of_order),
+      V(conflict), V(locked), V(task_failed), V(outcome_uncertain), V(plan_changed), V(provisioning_disabled), V(image_checksum_mismatch),
+      V(vmid_taken).
   returned: failure
   type: str
 """
@@ -155,14 +213,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TEMPLATE, stage_kinds
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_stages import GUEST_WRITE_STAGES, PREPARED_BY, stage_logic, stamp_output
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import STEP_KINDS
 
 
 def argument_spec() -> dict:
     spec = stage_argument_spec()
     spec.update({
-        "stage": {"type": "str", "required": True, "choices": list(STEP_KINDS)},
+        "stage": {"type": "str", "required": True, "choices": list(stage_kinds(TEMPLATE))},
         "build_ssh_public_key": {"type": "str"},
         "prepared_by": {"type": "str", "choices": list(PREPARED_BY)},
         "passwd_status": {"type": "str", "no_log": False},  # the status line of passwd -S: no secret

@@ -23,7 +23,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import P
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import (STAGES, ContainerReadinessStage,  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import (ContainerReadinessStage, container_stage,  # noqa: E402
                                                                                           container_mac)
 
 pytestmark = pytest.mark.integration
@@ -82,18 +82,18 @@ def _mutations(sim: t.Any) -> list[tuple[str, str]]:
 def test_check_mode_previews_then_the_stages_create_start_and_find_the_address(sim: t.Any, tmp_path: Path) -> None:
     env = _env(tmp_path, sim.connection)
     assert env.kinds == ["template", "create", "start", "readiness"]
-    preview = env.run(STAGES["template"](), check_mode=True, diff=True)
+    preview = env.run(container_stage("template"), check_mode=True, diff=True)
     assert preview["changed"] and preview["requests"][0]["params"] == {"storage": "local", "template": TEMPLATE}
     assert preview["requests"][0]["cli"] == f"pveam download local {TEMPLATE}"
     assert preview["diff"]["after"] == {"ostemplate": f"local:vztmpl/{TEMPLATE}", "present": True}
-    planned_create = env.run(STAGES["create"](), check_mode=True)
+    planned_create = env.run(container_stage("create"), check_mode=True)
     assert planned_create["preview"] == "earlier stages pending"
     assert planned_create["requests"][0]["params"]["ostemplate"] == "local:vztmpl/<newest debian-12-standard 12.*>"
     assert planned_create["requests"][0]["cli"].startswith("pct create 320 'local:vztmpl/<newest debian-12-standard 12.*>' ")
     assert _mutations(sim) == []
 
     for kind in ("template", "create", "start"):
-        result = env.run(STAGES[kind](), diff=True)
+        result = env.run(container_stage(kind), diff=True)
         assert result["done"] and result["stage"]["status"] == "completed", result
     create = env.stage("create")
     assert create["request"]["params"]["ostemplate"] == f"local:vztmpl/{TEMPLATE}"
@@ -114,15 +114,15 @@ def test_check_mode_previews_then_the_stages_create_start_and_find_the_address(s
     # a second run of every stage reads only
     sim.clear_requests()
     for kind in env.kinds:
-        assert env.run(STAGES[kind]())["changed"] is False
+        assert env.run(container_stage(kind))["changed"] is False
     assert _mutations(sim) == []
 
 
 def test_lost_create_reply_is_resolved_by_the_task_and_the_binding(sim: t.Any, tmp_path: Path) -> None:
     env = _env(tmp_path, sim.connection)
-    env.run(STAGES["template"]())
+    env.run(container_stage("template"))
     sim.add_fault("POST", CREATE, "drop_reply", occurrence=1)
-    result = env.run(STAGES["create"]())
+    result = env.run(container_stage("create"))
     assert result["done"] and result["stage"]["status"] == "completed", result
     assert ":vzcreate:320:" in (env.stage("create")["upid"] or env.stage("create")["evidence"].get("resolvedUpid", ""))
     assert [e["status"] for e in sim.requests(method="POST", path_regex=CREATE)] == ["dropped"]
@@ -130,31 +130,30 @@ def test_lost_create_reply_is_resolved_by_the_task_and_the_binding(sim: t.Any, t
 
 def test_lost_create_that_never_arrived_stays_uncertain_and_is_not_resent(sim: t.Any, tmp_path: Path) -> None:
     env = _env(tmp_path, sim.connection)
-    env.run(STAGES["template"]())
+    env.run(container_stage("template"))
     # the request is refused before anything happens, but the client only sees a dropped connection
     sim.add_fault("POST", CREATE, "http_error", status=599, occurrence=1)
     with pytest.raises(VmanywareError) as raised:
-        env.run(STAGES["create"]())
+        env.run(container_stage("create"))
     assert raised.value.code == "outcome_uncertain", raised.value.code
     with pytest.raises(VmanywareError):
-        env.run(STAGES["create"]())
+        env.run(container_stage("create"))
     assert len(sim.requests(method="POST", path_regex=CREATE)) == 1  # never sent again
     assert env.stage("create")["status"] == "uncertain"
 
 
 def test_taken_vmid_fails_create_before_sending(sim: t.Any, tmp_path: Path) -> None:
     env = _env(tmp_path, sim.connection)
-    env.run(STAGES["template"]())
+    env.run(container_stage("template"))
     sim.add_container(CTID, name="someone-else")
     with pytest.raises(VmanywareError) as raised:
-        env.run(STAGES["create"]())
+        env.run(container_stage("create"))
     assert raised.value.code == "vmid_taken"
     assert sim.requests(method="POST", path_regex=CREATE) == []
 
 
 def test_the_module_entry_runs_each_stage_and_refuses_a_vm_plan(sim: t.Any, tmp_path: Path) -> None:
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # pylint: disable=C0415
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
     env = _env(tmp_path, sim.connection)
     conn = sim.connection
     params = {"operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "api_host": conn["host"],
@@ -188,7 +187,6 @@ def test_the_module_entry_runs_each_stage_and_refuses_a_vm_plan(sim: t.Any, tmp_
 
 
 def test_packages_are_verified_from_package_facts_and_the_snapshot_is_gated(sim: t.Any, tmp_path: Path) -> None:
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
     env = _declared_env(sim, tmp_path, "test-pkg", packages=[{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}], snapshot=True)
     assert env.kinds == ["template", "create", "start", "readiness", "packages", "snapshot"]
     for kind in ("template", "create", "start", "readiness"):
@@ -201,7 +199,6 @@ def test_packages_are_verified_from_package_facts_and_the_snapshot_is_gated(sim:
 
 
 def test_container_snapshot_stage_is_gated_and_takes_one_snapshot(sim: t.Any, tmp_path: Path) -> None:
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
     env = _declared_env(sim, tmp_path, "test-snap", packages=[{"name": "git"}], snapshot=True)
     for kind in ("template", "create", "start", "readiness"):
         assert env.run(container_stage(kind, readiness_timeout=60))["done"]
@@ -225,7 +222,7 @@ def test_container_snapshot_stage_is_gated_and_takes_one_snapshot(sim: t.Any, tm
 def test_readiness_fails_at_the_journaled_deadline_without_an_address(sim: t.Any, tmp_path: Path) -> None:
     env = _env(tmp_path, sim.connection)
     for kind in ("template", "create", "start"):
-        env.run(STAGES[kind]())
+        env.run(container_stage(kind))
     sim.add_fault("GET", rf"/lxc/{CTID}/interfaces$", "dhcp_never")
     progress = env.run(ContainerReadinessStage(readiness_timeout=2), wait_budget=0.2)
     assert progress["done"] is False and progress["progress"]["phase"] == "network"
@@ -247,7 +244,6 @@ def test_packages_write_check_rereads_the_provisioning_gate(sim: t.Any, tmp_path
                                                             environ: str | None, option: bool | None, allowed: bool) -> None:
     """The role's apt writes over SSH (Proxmox never sees them) are each preceded by ``write_check``: the gate re-read."""
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # pylint: disable=C0415
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # pylint: disable=C0415
     env = _declared_env(sim, tmp_path, "test-gate", packages=[{"name": "jq"}])
     for kind in ("template", "create", "start", "readiness"):
         assert env.run(container_stage(kind, readiness_timeout=60))["done"]

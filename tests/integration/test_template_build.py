@@ -22,7 +22,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import c
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import normalize_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import STEP_KINDS, build_template_plan, read_stamp
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TEMPLATE, stage_kinds
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import build_template_plan, read_stamp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_operation import (
     create_template_operation,
     expected_template_confirmation,
@@ -106,8 +107,8 @@ def test_build_every_stage_then_output_the_catalog_mapping(pvesim: t.Any, tmp_pa
     preview = build.run("download", check_mode=True)
     assert preview["done"] is False and preview["requests"][0]["path"] == "/nodes/pve-test/storage/local/download-url"
     assert preview["requests"][0]["params"]["checksum-algorithm"] == "sha256" and pvesim.requests(method="POST") == []
-    assert [step["kind"] for step in build.planned.plan["steps"]] == list(STEP_KINDS)
-    for kind in STEP_KINDS:
+    assert [step["kind"] for step in build.planned.plan["steps"]] == list(stage_kinds(TEMPLATE))
+    for kind in stage_kinds(TEMPLATE):
         result = build.until_done(kind)
         assert result["stage"]["status"] == "completed", (kind, result)
         again = build.run(kind)
@@ -260,7 +261,7 @@ def test_an_ssh_prepared_build_keeps_its_attestation_through_the_journal(pvesim:
     real-guest acceptance). The guest reports are what the role hands over after its SSH work."""
     build = Build(pvesim, tmp_path, images, diskGiB=8)
     build.params.update(prepared_by="ssh", passwd_status="debian L 12/01/2026 0 99999 7 -1", authorized_keys_left=0)
-    for kind in STEP_KINDS:
+    for kind in stage_kinds(TEMPLATE):
         assert build.until_done(kind)["stage"]["status"] == "completed", kind
     document = build.store.load(build.operation_id)
     generalized = next(s for s in document["stages"] if s["kind"] == "generalize")["evidence"]

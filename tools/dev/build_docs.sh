@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Lint the collection's plugin and role documentation with antsibull-docs, then render the module, filter and role
 # reference pages (Markdown) into docs/reference/ with tools/dev/render_reference.py.
+# Before rendering it (re)writes the RETURN blocks of the stage modules, cleanup and the preflights from
+# tools/dev/return_docs.yml (tools/dev/gen_return_docs.py; with --check it fails when one is out of date).
 #   tools/dev/build_docs.sh           lint, then (re)write docs/reference/
 #   tools/dev/build_docs.sh --check   lint, then fail when docs/reference/ differs from a fresh rendering (CI)
 # LINT=0 skips the lint (the rendering alone takes ~2 s; the lint ~20-30 s, most of it rstcheck).
@@ -24,5 +26,8 @@ if [ "${LINT:-1}" != 0 ]; then
   echo "== antsibull-docs lint-collection-docs --plugin-docs ."
   antsibull-docs lint-collection-docs --plugin-docs .
 fi
+# The RETURN blocks of the stage modules, cleanup and the preflights come from tools/dev/return_docs.yml.
+echo "== RETURN from tools/dev/return_docs.yml ${mode[*]:-}"
+"$venv/bin/python" tools/dev/gen_return_docs.py "${mode[@]}"
 echo "== render docs/reference ${mode[*]:-}"
 "$venv/bin/python" tools/dev/render_reference.py "${mode[@]}" docs/reference

@@ -23,6 +23,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig impor
     vm_path,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Decision, Observations, single_ok
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import (
     binding_description,
     find_tasks,
@@ -51,7 +52,7 @@ def _mismatch(ctx: StageContext, rule: str) -> StageError:
                       details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": rule})
 
 
-class CloneStage(StageLogic):
+class CloneStage(StageLogic, AdoptionHook):
     """``POST /nodes/{node}/qemu/{template}/clone`` with ``newid``, ``name``, ``full=1``, ``storage``, ``description``
     (and ``pool`` when the catalog mapping names one).
 
@@ -204,3 +205,16 @@ class CloneStage(StageLogic):
             if match:
                 return {"percent": float(match.group(1)), "line": line}
         return {}
+
+    # -- adoption (``_stages._adoption``) ------------------------------------------------------------
+    def adopt(self, obs: Observations) -> Decision:
+        ctx = obs.context(self.kind)
+        config = obs.config
+        disk = disk_volume(config, ctx.mapping["diskDevice"])
+        if disk is None or disk.is_cdrom or disk.storage != ctx.plan["storage"]:
+            return Decision("uncertain", "VM %d carries this operation's description but its %s is not a volume on storage %s; the clone "
+                            "stage checks it again on its next run." % (ctx.vmid, ctx.mapping["diskDevice"], ctx.plan["storage"]))
+        upid = single_ok(obs.tasks(self.kind, "qmclone", int(ctx.mapping["templateVmid"])))
+        evidence = {"volid": disk.volid, "digest": config.get("digest"), "macaddr": net_macaddr(config.get("net0")), "diskSizeBytes": disk.size_bytes}
+        return Decision("completed", "The VM exists, carries this operation's description, is unlocked and its disk is on the planned storage.",
+                        evidence, upid)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import typing as t
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import net_macaddr
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     Request,
     Resolution,
@@ -29,6 +30,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageLogic,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Decision, Observations
 
 _NET_KEY = re.compile(r"\Anet\d+\Z")
 _COMPARED = ("net0", "ipconfig0", "citype", "sshkeys", "ciupgrade", "ciuser", "cipassword", "cicustom")
@@ -84,7 +86,7 @@ def mismatches(ctx: StageContext, config: t.Mapping[str, t.Any], mac: str) -> li
     return wrong
 
 
-class CloudinitStage(StageLogic):
+class CloudinitStage(StageLogic, AdoptionHook):
     kind = "cloudinit"
     task_type = None
     default_timeout = 60.0
@@ -149,3 +151,15 @@ class CloudinitStage(StageLogic):
         before = {key: config[key] for key in _COMPARED if key in config}
         after = {key: value for key, value in desired_settings(ctx, mac).items() if value is not None}
         return {"before": before, "after": after}
+
+    # -- adoption (``_stages._adoption``) ------------------------------------------------------------
+    def adopt(self, obs: Observations) -> Decision:
+        ctx = obs.context(self.kind)
+        config = obs.config
+        mac = net_macaddr(config.get("net0"))
+        if mac is None or _guest.cloudinit_drive(config, ctx.vmid) is None or mismatches(ctx, config, mac):
+            return Decision("pending", "Proxmox does not show exactly the planned Cloud-Init settings; the cloudinit stage sets them "
+                            "(bound to the digest observed now).")
+        return Decision("completed", "Every planned Cloud-Init setting is shown exactly.",
+                        {"digest": config["digest"], "net0Mac": mac, "bridge": ctx.plan["bridge"], "guestReady": False,
+                         "attested": attested(ctx), "sshKeyCount": len(ctx.definition["access"]["sshPublicKeys"])})

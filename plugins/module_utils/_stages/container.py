@@ -42,6 +42,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (Request, Resolution, StageContext, StageError, StageInProgress,
                                                                                StageLogic)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import CONTAINER, build_logic, stage_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import (TASK_SINCE_SLACK, binding_description, dispatched_epoch,
                                                                                        find_tasks, is_ours, read_config_or_none,
                                                                                        refusal_for_taken_vmid, token_identity)
@@ -458,6 +459,11 @@ class ContainerPackagesStage(StageLogic):
     def __init__(self, installed: t.Mapping[str, t.Any] | None = None) -> None:
         self.installed = {str(k): str(v) for k, v in (installed or {}).items()}
 
+    @classmethod
+    def from_options(cls, options: t.Mapping[str, t.Any]) -> ContainerPackagesStage:
+        """``installed``: what ``ansible.builtin.package_facts`` reported (or a plain name -> version mapping)."""
+        return cls(installed_versions(options.get("installed")))
+
     def preconditions(self, ctx: StageContext) -> None:
         require_ours(ctx)
         if power_state(ctx) != "running":
@@ -546,19 +552,6 @@ def installed_versions(facts: t.Any) -> dict[str, str]:
     return result
 
 
-STAGE_KINDS = ("template", "create", "start", "readiness", "packages", "snapshot")
-
-
 def container_stage(kind: str, readiness_timeout: float = DEFAULT_READINESS_TIMEOUT, installed: t.Mapping[str, t.Any] | None = None) -> StageLogic:
-    """The logic of container stage ``kind`` (the ``stage`` option of ``vmanyware_container``)."""
-    if kind == "readiness":
-        return ContainerReadinessStage(readiness_timeout=readiness_timeout)
-    if kind == "packages":
-        return ContainerPackagesStage(installed)
-    if kind == "snapshot":
-        return ContainerSnapshotStage()
-    return STAGES[kind]()
-
-
-STAGES: dict[str, type[StageLogic]] = {"template": ContainerTemplateStage, "create": ContainerCreateStage, "start": ContainerStartStage,
-                                       "readiness": ContainerReadinessStage}
+    """The logic of container stage ``kind`` (the ``stage`` option of ``vmanyware_container``), from the stage registry."""
+    return t.cast(StageLogic, build_logic(stage_spec(kind, CONTAINER), {"readiness_timeout": readiness_timeout, "installed": installed}))

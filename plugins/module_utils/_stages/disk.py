@@ -15,6 +15,7 @@ import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import GIB, disk_volume, gib_size_string, read_config
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Decision, Observations, single_ok
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import (
     find_tasks,
     is_ours,
@@ -29,7 +30,7 @@ def requested_bytes(ctx: StageContext) -> int:
     return int(ctx.plan["resources"]["diskGiB"]) * GIB
 
 
-class DiskStage(StageLogic):
+class DiskStage(StageLogic, AdoptionHook):
     """``PUT {vm}/resize`` with ``disk`` (the mapping's ``diskDevice``), an absolute ``size`` (``"20G"``) and ``digest``.
 
     PVE 8 and 9 run the resize as a ``resize`` task (UPID id = the VM). The size is absolute, never
@@ -103,3 +104,15 @@ class DiskStage(StageLogic):
     def diff(self, ctx: StageContext) -> dict[str, t.Any] | None:
         device = ctx.mapping["diskDevice"]
         return {"before": {device: {"sizeBytes": ctx.facts.get("sizeBytes")}}, "after": {device: {"sizeBytes": requested_bytes(ctx)}}}
+
+    # -- adoption (``_stages._adoption``) ------------------------------------------------------------
+    def adopt(self, obs: Observations) -> Decision:
+        ctx = obs.context(self.kind)
+        disk = disk_volume(obs.config, ctx.mapping["diskDevice"])
+        size = disk.size_bytes if disk is not None else None
+        if size == requested_bytes(ctx):
+            upid = single_ok(obs.tasks(self.kind, "resize", ctx.vmid))
+            return Decision("completed", "The disk shows the planned size.",
+                            {"digest": obs.config.get("digest"), "diskSizeBytes": size, "volid": disk.volid if disk else None}, upid)
+        return Decision("pending", "The disk does not show the planned size; the disk stage re-checks it and resizes to the absolute size "
+                        "(bound to the digest observed now), or refuses to shrink.")

@@ -44,6 +44,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageLogic,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Decision, Observations
 
 DEFAULT_READINESS_TIMEOUT = 300.0
 CLOUDINIT_PROBE = ("cloud-init", "status", "--long")
@@ -114,7 +115,7 @@ def _iso(epoch: float) -> str:
     return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime(TIMESTAMP_FORMAT)
 
 
-class ReadinessStage(StageLogic):
+class ReadinessStage(StageLogic, AdoptionHook):
     kind = "readiness"
     task_type = None
     gates = ()  # only fixed read-only probes: they may continue while VM writes are disabled
@@ -288,3 +289,8 @@ class ReadinessStage(StageLogic):
             if match and match.group(1) == keytype:
                 lines[keytype] = line
         return lines
+
+    # -- adoption (``_stages._adoption``) ------------------------------------------------------------
+    def adopt(self, obs: Observations) -> Decision:
+        return Decision("pending", "Readiness probes run through the guest agent (exec), which adoption never uses; the readiness stage "
+                        "re-runs its read-only probes.")

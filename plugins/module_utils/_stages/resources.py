@@ -15,6 +15,7 @@ import typing as t
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import instance_tag
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import int_value, memory_mib, read_config, tag_list
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Decision, Observations
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import is_ours, read_config_or_none, require_clone_identity, require_digest
 
 
@@ -36,7 +37,7 @@ def matches(ctx: StageContext, config: t.Mapping[str, t.Any]) -> bool:
     return have["cores"] == want["cores"] and have["memory"] == want["memory"] and tag_list(config.get("tags")) == [want["tags"]]
 
 
-class ResourcesStage(StageLogic):
+class ResourcesStage(StageLogic, AdoptionHook):
     """Synchronous ``PUT {vm}/config`` with ``cores``, ``memory``, ``tags`` and the observed ``digest``.
 
     The request carries the digest of the configuration the earlier stages observed, so it cannot apply
@@ -93,3 +94,13 @@ class ResourcesStage(StageLogic):
     def diff(self, ctx: StageContext) -> dict[str, t.Any] | None:
         config = ctx.facts.get("config") or {}
         return {"before": current(config), "after": desired(ctx)}
+
+    # -- adoption (``_stages._adoption``) ------------------------------------------------------------
+    def adopt(self, obs: Observations) -> Decision:
+        ctx = obs.context(self.kind)
+        if not matches(ctx, obs.config):
+            return Decision("pending", "Proxmox does not show the planned cores, memory and instance tag; the resources stage sets them "
+                            "(bound to the configuration digest observed now).")
+        want = desired(ctx)
+        return Decision("completed", "The planned cores, memory and instance tag are shown.",
+                        {"digest": obs.config.get("digest"), "cores": want["cores"], "memoryMiB": want["memory"], "tags": want["tags"]})

@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import typing as t
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import net_macaddr
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Decision, Observations
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import attested as cloudinit_attested
 
 try:
     import yaml
@@ -116,7 +119,7 @@ def dump_hashes(dumps: t.Mapping[str, str]) -> dict[str, str]:
     return {part: _guest.sha256_text(dumps[part]) for part in DUMP_TYPES}
 
 
-class SeedStage(StageLogic):
+class SeedStage(StageLogic, AdoptionHook):
     kind = "seed"
     task_type = None
     default_timeout = 60.0
@@ -156,3 +159,23 @@ class SeedStage(StageLogic):
         return Resolution("not_applied", message=(
             "The Cloud-Init drive still differs from the configuration (GET cloudinit lists pending values) after the "
             "regeneration's reply was lost; it is not sent again. Check the VM, then re-run or abandon the operation."))
+
+    # -- adoption (``_stages._adoption``) ------------------------------------------------------------
+    def adopt(self, obs: Observations) -> Decision:
+        ctx = obs.context(self.kind)
+        if not obs.start_evidenced:
+            return Decision("pending", "Regenerating the Cloud-Init drive leaves nothing a read can tell apart and is harmless to repeat; "
+                            "the seed stage regenerates and validates it again.")
+        mac = net_macaddr(obs.config.get("net0")) or ""
+        dumps = t.cast("dict[str, str]", obs.once("dumps", lambda: read_dumps(ctx)))
+        try:
+            validate_user_data(dumps["user"], ctx.definition["access"]["sshPublicKeys"], attested=cloudinit_attested(ctx),
+                               guest_user=ctx.plan["guestUser"])
+            validate_network(dumps["network"], mac)
+            validate_meta(dumps["meta"])
+        except StageError:
+            return Decision("uncertain", "The VM was started but its Cloud-Init seed does not validate now; check the VM's Cloud-Init "
+                            "settings in Proxmox before re-running the seed stage.")
+        digest = obs.config["digest"]
+        return Decision("completed", "The VM was started (the start stage runs only after the seed stage completed) and the seed validates.",
+                        {"seedHashes": dump_hashes(dumps), "seedDigest": digest, "digest": digest, "seedVerdict": "valid"})

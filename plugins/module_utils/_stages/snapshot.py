@@ -24,6 +24,7 @@ import typing as t
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest, common
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Observations
 
 
 def snapshot_name(operation_id: str) -> str:
@@ -38,7 +39,7 @@ def list_snapshots(ctx: StageContext) -> dict[str, dict[str, t.Any]]:
     return {str(item["name"]): item for item in data if isinstance(item, dict) and isinstance(item.get("name"), str)}
 
 
-class SnapshotStage(StageLogic):
+class SnapshotStage(StageLogic, AdoptionHook):
     kind = "snapshot"
     task_type = "qmsnapshot"
     gates = (PROVISIONING_GATE, SNAPSHOTS_GATE)
@@ -85,3 +86,8 @@ class SnapshotStage(StageLogic):
         return Resolution("not_applied", message=(
             "The snapshot is not listed and no qmsnapshot task is visible; check the VM's snapshots and "
             "the node's task list in Proxmox before re-running."))
+
+    # -- adoption (``_stages._adoption``) ------------------------------------------------------------
+    def adoption_note(self, obs: Observations) -> str:
+        snapshots = obs.once("snapshots", lambda: list_snapshots(obs.context(self.kind)))
+        return " The snapshot is listed: the snapshot stage will find it and send nothing." if snapshot_name(obs.document["operationId"]) in snapshots else ""

@@ -21,10 +21,11 @@ import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest, common
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Decision, Observations, single_ok
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import dump_hashes, read_dumps
 
 
-class StartStage(StageLogic):
+class StartStage(StageLogic, AdoptionHook):
     kind = "start"
     task_type = "qmstart"
     default_timeout = 120.0
@@ -58,3 +59,15 @@ class StartStage(StageLogic):
             return Resolution.applied(startResolvedBy="power_state")
         return Resolution("not_applied", message="No qmstart task for the VM is visible and it is stopped: the start request may not have "
                                                  "reached Proxmox. Check the node's task list, then start the VM or abandon the operation.")
+
+    # -- adoption (``_stages._adoption``) ------------------------------------------------------------
+    def adopt(self, obs: Observations) -> Decision:
+        ctx = obs.context(self.kind)
+        power = obs.power
+        if power == "running":
+            return Decision("completed", "The VM is running.", {"powerState": "running", "guestReady": False, "startResolvedBy": "power_state"},
+                            single_ok(obs.tasks(self.kind, "qmstart", ctx.vmid)))
+        if power == "stopped" and not obs.tasks(self.kind, "qmstart", ctx.vmid):
+            return Decision("pending", "The VM is stopped and no qmstart task of this token for it is listed: it was not started.")
+        return Decision("uncertain", "VM %d is %s and a qmstart task of this token for it is listed (of this operation, or of an earlier VM "
+                        "with this id); check the node's task list, then start the VM or abandon the operation." % (ctx.vmid, power))

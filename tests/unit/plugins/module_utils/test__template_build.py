@@ -17,8 +17,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import E
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import FormatError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import canonical_json
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._schemas import schema_json
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TEMPLATE, stage_kinds
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import (
-    STEP_KINDS,
     TEMPLATE_BUILD_SCHEMA_V1,
     build_template_plan,
     import_file_name,
@@ -172,9 +172,9 @@ def test_plan_document() -> None:
     assert plan["target"] == {"node": "pve-test", "vmid": 9000, "name": "vmanyware-template-9000"}
     assert plan["source"]["importVolume"] == "local:import/vmanyware-debian-13-aaaaaaaaaaaaaaaa.qcow2"
     assert import_file_name(planned.build) == "vmanyware-debian-13-aaaaaaaaaaaaaaaa.qcow2"
-    assert [step["kind"] for step in plan["steps"]] == [kind for kind in STEP_KINDS if kind != "disk"]  # no diskGiB declared
+    assert [step["kind"] for step in plan["steps"]] == [kind for kind in stage_kinds(TEMPLATE) if kind != "disk"]  # no diskGiB declared
     grown = build_template_plan(text=yaml.safe_dump(minimal(diskGiB=8))).plan
-    assert [step["kind"] for step in grown["steps"]] == list(STEP_KINDS) and grown["resources"] == {"diskGiB": 8}
+    assert [step["kind"] for step in grown["steps"]] == list(stage_kinds(TEMPLATE)) and grown["resources"] == {"diskGiB": 8}
     assert plan["liveVerified"] is False and plan["vmidReserved"] is False
     assert planned.vmid == 9000
 

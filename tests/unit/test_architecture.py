@@ -1,0 +1,131 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The architecture map of docs/development.md, checked against the imports of every file under plugins/ (ast)."""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import re
+import typing as t
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGINS = REPO / "plugins"
+PREFIX = "ansible_collections.vmanyware.proxmox.plugins."
+ROW = re.compile(r"^\| (?P<part>[a-z ]+) \| (?P<files>`.+`) \| (?P<imports>[a-z ,]+) \|$")
+
+
+def parse_map(text: str) -> tuple[list[tuple[str, str]], dict[str, set[str]]]:
+    """(pattern, part) in table order, and the parts each part may import (its own included)."""
+    section = text.split("## Architecture map", 1)[1].split("\n## ", 1)[0]
+    patterns: list[tuple[str, str]] = []
+    allowed: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        match = ROW.match(line)
+        if match is None:
+            continue
+        part = match.group("part")
+        patterns += [(pattern, part) for pattern in re.findall(r"`([^`]+)`", match.group("files"))]
+        imports = match.group("imports").strip()
+        allowed[part] = {part} | (set() if imports == "nothing else" else {name.strip() for name in imports.split(",")})
+    return patterns, allowed
+
+
+PATTERNS, ALLOWED = parse_map((REPO / "docs" / "development.md").read_text(encoding="utf-8"))
+FILES = sorted(path.relative_to(PLUGINS).as_posix() for path in PLUGINS.rglob("*.py"))
+
+
+def part_of(relative: str) -> str | None:
+    return next((part for pattern, part in PATTERNS if fnmatch.fnmatchcase(relative, pattern)), None)
+
+
+def module_file(dotted: str) -> str | None:
+    """plugins/-relative path of the collection module ``dotted`` (a file or a package), None when it is not one."""
+    if not dotted.startswith(PREFIX):
+        return None
+    base = dotted[len(PREFIX):].replace(".", "/")
+    for candidate in (base + ".py", base + "/__init__.py"):
+        if (PLUGINS / candidate).is_file():
+            return candidate
+    return None
+
+
+def collection_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, plugins/-relative file) of every import of this collection, ``from package import submodule`` resolved."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, target) for alias in node.names if (target := module_file(alias.name))]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PREFIX):
+            for alias in node.names:
+                target = module_file("%s.%s" % (node.module, alias.name)) or module_file(node.module)
+                if target:
+                    found.append((node.lineno, target))
+    return found
+
+
+def test_the_map_names_parts_that_exist() -> None:
+    assert len(ALLOWED) >= 10 and PATTERNS
+    for part, imports in ALLOWED.items():
+        assert imports <= set(ALLOWED), "%s may import an unknown part: %s" % (part, sorted(imports - set(ALLOWED)))
+
+
+@pytest.mark.parametrize("relative", FILES)
+def test_every_file_belongs_to_a_part(relative: str) -> None:
+    assert part_of(relative) is not None, "plugins/%s matches no row of the architecture map in docs/development.md" % relative
+
+
+@pytest.mark.parametrize("relative", FILES)
+def test_imports_follow_the_map(relative: str) -> None:
+    part = part_of(relative)
+    if part is None:
+        pytest.fail("plugins/%s has no part" % relative)
+    tree = ast.parse((PLUGINS / relative).read_text(encoding="utf-8"))
+    forbidden = ["line %d: %s (%s)" % (line, target, part_of(target)) for line, target in collection_imports(tree)
+                 if part_of(target) not in ALLOWED[part]]
+    assert not forbidden, "plugins/%s (%s) imports what the architecture map forbids: %s" % (relative, part, "; ".join(forbidden))
+
+
+@pytest.mark.parametrize("relative", [f for f in FILES if f.startswith("module_utils/") and f != "module_utils/_module.py"])
+def test_module_utils_never_import_ansible_module_nor_read_params(relative: str) -> None:
+    tree = ast.parse((PLUGINS / relative).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "ansible.module_utils.basic":
+            assert "AnsibleModule" not in [alias.name for alias in node.names], "plugins/%s imports AnsibleModule" % relative
+        if isinstance(node, ast.Attribute) and node.attr == "params" and isinstance(node.value, ast.Name) and node.value.id == "module":
+            pytest.fail("plugins/%s reads module.params (line %d)" % (relative, node.lineno))
+
+
+CASES: list[tuple[str, str, bool]] = [
+    # (file, imported module, allowed?): the rules the map exists for, on the map itself
+    ("module_utils/_client.py", "module_utils/_journal.py", False),
+    ("module_utils/_formats.py", "module_utils/_client.py", False),
+    ("module_utils/_plan.py", "module_utils/_client.py", False),
+    ("module_utils/_plan.py", "module_utils/_stages/__init__.py", True),
+    ("module_utils/_stages/disk.py", "modules/vmanyware_disk.py", False),
+    ("module_utils/_stages/disk.py", "module_utils/_stage_module.py", False),
+    ("module_utils/_stages/__init__.py", "module_utils/_stages/disk.py", False),
+    ("module_utils/_journal/store.py", "module_utils/_client.py", False),
+    ("module_utils/_permissions.py", "module_utils/_journal.py", False),
+    ("modules/vmanyware_disk.py", "module_utils/_stages/disk.py", True),
+    ("action/vmanyware_disk.py", "module_utils/_client.py", False),
+]
+
+
+@pytest.mark.parametrize(("importer", "imported", "allowed"), CASES)
+def test_the_map_forbids_what_the_rules_say(importer: str, imported: str, allowed: bool) -> None:
+    assert (part_of(imported) in ALLOWED[t.cast(str, part_of(importer))]) is allowed
+
+
+def test_a_forbidden_import_is_found() -> None:
+    """The checker sees ``from package import submodule`` and plain imports, not only ``from module import name``."""
+    tree = ast.parse("from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal, _io\n"
+                     "import ansible_collections.vmanyware.proxmox.plugins.module_utils._client\n"
+                     "from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest\n")
+    assert [target for _line, target in collection_imports(tree)] == [
+        "module_utils/_journal/__init__.py", "module_utils/_io.py", "module_utils/_client.py", "module_utils/_stages/_guest.py"]
