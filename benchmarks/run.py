@@ -152,6 +152,8 @@ class Runner:
         if not link.exists():
             link.symlink_to(REPO)
         self.peer_root = peer_root
+        # ours: the role's default one-task path (vmanyware_provision) or one task per stage (provision_step_by_step)
+        self.ours_path = "one-task"
         base = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "PROXMOX_", "VMANYWARE_", "REQUESTS_CA_BUNDLE"))}
         base.update({"ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "false", "ANSIBLE_DEPRECATION_WARNINGS": "false",
                      "ANSIBLE_HOST_KEY_CHECKING": "false", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "false",
@@ -183,7 +185,8 @@ class Runner:
         cmd = [str(self.bin / "ansible-playbook"), "-i", str(inv), "-f", str(n)]
         if tool == "ours":
             cmd += ["-e", f"bench_catalog_path={REPO / 'examples' / 'catalog.yml'}", "-e", f"bench_definition_path={HERE / 'definition.yml'}",
-                    "-e", f"bench_state={state}", "-e", f"bench_phase={phase}", str(HERE / "ours.yml")]
+                    "-e", f"bench_state={state}", "-e", f"bench_phase={phase}",
+                    "-e", f"provision_step_by_step={self.ours_path == 'step-by-step'}", str(HERE / "ours.yml")]
             env = {**self.env_ours, "VMANYWARE_JOURNAL_DIR": str(state / "journal")}
         else:
             cmd += ["-e", f"@{self.peer_vars}", str(HERE / "peer.yml")]
@@ -208,6 +211,7 @@ class Runner:
         for old in state.glob("known_hosts-*"):
             old.unlink()
         cmd, env = self._playbook(tool, n, state)
+        load_before = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started_epoch = time.time()
         started = time.monotonic()
@@ -241,7 +245,8 @@ class Runner:
         finished_wall = max(snapshots) - started_epoch if snapshots else None
         bad = [e for e in requests if e.get("schema_errors") or e.get("implemented") is False]
         locks = admin.storage_locks()["storages"].get(self.sim.conn["storage"], {})
-        return {"tool": tool, "n": n, "wall": wall, "cpu": cpu, "requests": requests, "tasks": tasks, "schema_or_501": len(bad),
+        return {"tool": tool, "n": n, "wall": wall, "cpu": cpu, "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                "requests": requests, "tasks": tasks, "schema_or_501": len(bad),
                 "failed_vms": failed_vms, "lock_timeout_tasks": len(lock_errors), "finished_wall": finished_wall,
                 "failure_excerpt": failure_excerpt(proc.stdout)[:1500] if failed_vms else "",
                 "storage_lock": {k: v for k, v in locks.items() if k != "history"}}
@@ -505,7 +510,7 @@ def measure_sizes(args: argparse.Namespace, runner: Runner, work: Path, sizes: l
                 pair.append(run)
                 log(f"N={n} rep {rep + 1}/{reps} {tool}: wall {run['wall']:.2f} s, cpu {run['cpu']:.2f} s, "
                     f"{len(run['requests'])} requests, failed VMs {len(run['failed_vms'])}, lock timeouts {run['lock_timeout_tasks']}, "
-                    f"load {os.getloadavg()[0]:.2f}")
+                    f"load {run['load'][0]:.2f} -> {run['load'][1]:.2f}")
             runs.extend(pair)  # ratios use only repetitions where both tools completed
         last_per_vm, prev_n = (time.monotonic() - size_started) / n, n
 
@@ -528,6 +533,8 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
     ap.add_argument("--plan-images", type=int, default=128)
     ap.add_argument("--plan-reps", type=int, default=30)
     ap.add_argument("--plan-proc-reps", type=int, default=5)
+    ap.add_argument("--ours-path", choices=("one-task", "step-by-step"), default="one-task",
+                    help="ours: every stage in one vmanyware_provision task (the role's default) or one task per stage")
     ap.add_argument("--peer-collections", default=None, help="collections root holding community.proxmox (default: fetch it)")
     ap.add_argument("--python", default=sys.executable, help="interpreter whose bin/ has ansible-playbook")
     ap.add_argument("--json", default=None, help="write all raw results here")
@@ -553,7 +560,8 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
     results: dict[str, t.Any] = {"machine": info, "config": {"sizes": sizes, "reps": reps_for,
                                                              "speed": args.speed, "timings": args.timings,
                                                              "storage_lock": args.storage_lock,
-                                                             "storage_concurrency": args.storage_concurrency}}
+                                                             "storage_concurrency": args.storage_concurrency,
+                                                             "ours_path": args.ours_path}}
     print(f"machine: {info['date']}, nproc={info['nproc']}, mem={info['mem_gib']} GiB, Python {info['python']}, "
           f"ansible-core {info['ansible_core']}, loadavg at start {' '.join(f'{x:.2f}' for x in info['loadavg_start'])}")
     sim = None
@@ -570,6 +578,7 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
         sim = Simulator(work / "sim", args.speed, Path(args.timings), args.storage_lock)
         results["config"]["time_model"] = sim.timings
         runner = Runner(sim, work, peer_root, python)
+        runner.ours_path = args.ours_path
         if args.storage_concurrency is not None:
             runner.env_ours["VMANYWARE_STORAGE_CONCURRENCY"] = str(args.storage_concurrency)
         runs: list[dict[str, t.Any]] = []
@@ -617,8 +626,11 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
             results["wall"][str(n)] = {tool: {"median": median(v), "runs": v} for tool, v in per.items()}
             results["wall"][str(n)]["ratio_median"] = median(ratios)
             results["wall"][str(n)]["ratios"] = ratios
+            loads = [value for r in runs if r["n"] == n for value in r["load"]]
+            results["wall"][str(n)]["load"] = [min(loads), max(loads)] if loads else None
             parts.append(f"N={n}: ours {median(per['ours']):.1f} s, peer {median(per['peer']):.1f} s, ratio {median(ratios):.2f} "
-                         f"({len(ratios)} paired runs)")
+                         f"({len(ratios)} paired runs; ratios {' '.join(f'{x:.2f}' for x in ratios)}; load average "
+                         f"{min(loads):.1f}-{max(loads):.1f})")
         print("[2] wall time (median; ratio = median of same-repetition ours/peer): " + "; ".join(parts))
 
         # [3] overhead over the critical path (N=1 or smallest)

@@ -39,6 +39,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import LIFECYCLE_GATE, PROVISIONING_GATE, SNAPSHOTS_GATE, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import select_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ApiVerbs, OperationStore, StageRecord
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_once, wait_task
 
@@ -146,6 +147,8 @@ class StageSettings:
     gate_options: t.Mapping[str, bool | None] = dataclasses.field(default_factory=dict)
     # The parsed catalog given to the stage (the roles pass it): its mapping for the image must equal the operation's.
     catalog: t.Mapping[str, t.Any] | None = None
+    # ``_recent_reads.RecentReads`` of a run that chains stages in one process (vmanyware_provision); None: every stage reads.
+    recent_reads: RecentReads | None = None
     clock: t.Callable[[], float] = time.monotonic
     sleep: t.Callable[[float], None] = time.sleep
 
@@ -168,6 +171,8 @@ class StageContext:
     # The runner's write checks (gates, catalog): stages call ``require_write_allowed`` before a guest command that
     # is not a read-only probe (e.g. ``apt-get update``).
     write_check: t.Callable[[StageContext], None] | None = None
+    # Configurations this process read moments ago (``_recent_reads``), for a stage whose logic trusts them; None: read.
+    recent_reads: RecentReads | None = None
 
     @property
     def wait_budget(self) -> float | None:
@@ -248,6 +253,9 @@ class StageLogic:
     default_timeout: t.ClassVar[float] = 600.0
     # Error codes that are a final verdict about the target: raised by ``preconditions`` or ``observe``, they fail the stage.
     final_codes: t.ClassVar[frozenset[str]] = frozenset()
+    # Whether the preconditions may take the configuration this process read back moments ago instead of reading it
+    # again (``_recent_reads``): only for stages whose write carries its digest or whose read-back re-checks the digest.
+    trusts_recent_config: t.ClassVar[bool] = False
 
     @classmethod
     def from_options(cls, options: t.Mapping[str, t.Any]) -> StageLogic:
@@ -362,7 +370,8 @@ class StageRunner:
     def _context(self, operation_id: str) -> StageContext:
         operation = self.store.load(operation_id)
         return StageContext(operation=operation, client=self.client, kind=self.logic.kind, check_mode=self.settings.check_mode,
-                            store=self.store, settings=self.settings, write_check=self._require_write_allowed)
+                            store=self.store, settings=self.settings, write_check=self._require_write_allowed,
+                            recent_reads=self.settings.recent_reads if self.logic.trusts_recent_config else None)
 
     def _require_write_allowed(self, ctx: StageContext) -> None:
         """Before every new mutating request: each gate of the stage re-read (an environment ``false`` wins over an

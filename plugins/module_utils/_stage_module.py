@@ -150,40 +150,60 @@ def bind_scope(settings: t.Any, operation: t.Mapping[str, t.Any]) -> None:
     require_scope(provider_scope_id(settings, certificate_fingerprint(settings)), operation["providerScopeId"])
 
 
+def stage_settings(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool) -> StageSettings:
+    """The runner's settings from the stage options (the catalog parsed when given)."""
+    catalog = None
+    if params.get("catalog") or params.get("catalog_path"):
+        catalog = parse_catalog(text=params.get("catalog") or None, path=None if params.get("catalog") else params["catalog_path"])
+    return StageSettings(check_mode=check_mode, diff=diff, wait_budget=params.get("wait_budget"),
+                         timeout=params.get("timeout"), lock_wait=params.get("lock_wait") or 0.0,
+                         storage_concurrency=check_concurrency(params.get("storage_concurrency", DEFAULT_STORAGE_CONCURRENCY)),
+                         gate_options={PROVISIONING_GATE: params.get("provisioning_enabled"),
+                                       SNAPSHOTS_GATE: params.get("snapshots_enabled")},
+                         catalog=catalog)
+
+
+def with_stage_client(params: t.Mapping[str, t.Any], check_mode: bool, run: t.Callable[[t.Any, str, t.Any], dict[str, t.Any]],
+                      client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
+    """``run(store, operation_id, client)`` once the provider is proven to be the operation's; the client closed after.
+
+    A compact result (no evidence), facts only with ``set_operation_fact``.
+    """
+    store, operation_id = _store_and_operation(params, check_mode)
+    operation = store.load(operation_id)
+    connection = connection_settings(params)
+    require_verified_tls(connection)
+    bind_scope(connection, operation)
+    client = client_factory(connection)
+    try:
+        result = run(store, operation_id, client)
+    finally:
+        client.close()
+    if params.get("set_operation_fact"):
+        result["ansible_facts"] = {"vmanyware_operation": public_view(store.load(operation_id))}
+    return result
+
+
 def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: bool, diff: bool,
               client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
     """Run ``logic`` for ``params['operation_id']``; a compact result (no evidence), facts only with ``set_operation_fact``.
 
     The full record, evidence included, is the journal's (``vmanyware_operation_info`` with ``evidence: true``).
     """
-    store, operation_id = _store_and_operation(params, check_mode)
-    operation = store.load(operation_id)
-    catalog = None
-    if params.get("catalog") or params.get("catalog_path"):
-        catalog = parse_catalog(text=params.get("catalog") or None, path=None if params.get("catalog") else params["catalog_path"])
-    settings = StageSettings(check_mode=check_mode, diff=diff, wait_budget=params.get("wait_budget"),
-                             timeout=params.get("timeout"), lock_wait=params.get("lock_wait") or 0.0,
-                             storage_concurrency=check_concurrency(params.get("storage_concurrency", DEFAULT_STORAGE_CONCURRENCY)),
-                             gate_options={PROVISIONING_GATE: params.get("provisioning_enabled"),
-                                           SNAPSHOTS_GATE: params.get("snapshots_enabled")},
-                             catalog=catalog)
+    settings = stage_settings(params, check_mode=check_mode, diff=diff)
     if params.get("write_check"):
         # a write outside Proxmox comes next (the role's apt over SSH): only the gates and the catalog, nothing sent or recorded
-        result = StageRunner(store, OfflineClient(), logic, settings).check_write_allowed(operation_id)
+        store, operation_id = _store_and_operation(params, check_mode)
+        checked = StageRunner(store, OfflineClient(), logic, settings).check_write_allowed(operation_id)
+        checked["stage"] = {key: value for key, value in checked["stage"].items() if key != "evidence"}
+        return checked
+
+    def run(store: t.Any, operation_id: str, client: t.Any) -> dict[str, t.Any]:
+        result = StageRunner(store, client, logic, settings).run(operation_id)
         result["stage"] = {key: value for key, value in result["stage"].items() if key != "evidence"}
         return result
-    connection = connection_settings(params)
-    require_verified_tls(connection)
-    bind_scope(connection, operation)
-    client = client_factory(connection)
-    try:
-        result = StageRunner(store, client, logic, settings).run(operation_id)
-    finally:
-        client.close()
-    result["stage"] = {key: value for key, value in result["stage"].items() if key != "evidence"}
-    if params.get("set_operation_fact"):
-        result["ansible_facts"] = {"vmanyware_operation": public_view(store.load(operation_id))}
-    return result
+
+    return with_stage_client(params, check_mode, run, client_factory)
 
 
 def stage_entry(logic: t.Callable[[t.Mapping[str, t.Any]], StageLogic],

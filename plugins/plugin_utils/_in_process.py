@@ -32,10 +32,14 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.parameters import remove_values
 from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, missing_libraries, safe_call
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import reporting_to
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PREVIEW_FACT
+
+display = Display()
 
 MODULES_PACKAGE = "ansible_collections.vmanyware.proxmox.plugins.modules."
 SWITCH = "VMANYWARE_IN_PROCESS"
@@ -207,7 +211,9 @@ class InProcessModuleAction(ActionBase):
             return result
         environment: dict[str, t.Any] = {}
         self._compute_environment_string(environment)
-        with task_environment(environment):
+        host = (task_vars or {}).get("inventory_hostname", "localhost")
+        # Progress lines of a long run (vmanyware_provision) are shown while the task runs, from the worker.
+        with task_environment(environment), reporting_to(lambda line: display.display("[%s] %s" % (host, line))):
             result.update(run_entry_in_process(entry, self._module_short_name(), args,
                                                check_mode=bool(self._task.check_mode), diff=bool(self._task.diff)))
         return result

@@ -116,10 +116,12 @@ def events_of(runner: t.Any, event: str) -> list[dict[str, t.Any]]:
 
 
 def stage_oks(runner: t.Any) -> dict[str, dict[str, t.Any]]:
-    """The last ``runner_on_ok`` of every stage module task, by stage kind."""
+    """The last ``runner_on_ok`` of every stage module task, by stage kind (the role's one vmanyware_provision task: each stage it ran)."""
     found: dict[str, dict[str, t.Any]] = {}
     for ev in events_of(runner, "runner_on_ok"):
         action = ev["event_data"].get("resolved_action") or ev["event_data"].get("task_action")
+        if action in ("vmanyware.proxmox.vmanyware_provision", "vmanyware_provision"):
+            found.update({stage["kind"]: ev["event_data"] for stage in ev["event_data"]["res"].get("stages", []) if stage.get("done")})
         for kind, name in STAGE_ACTIONS.items():
             if action in (name, name.rsplit(".", 1)[1]):
                 found[kind] = ev["event_data"]

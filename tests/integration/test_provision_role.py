@@ -108,13 +108,21 @@ def test_a_failed_preflight_stops_a_new_operation_before_anything_is_recorded(pv
     assert _mutations(pvesim) == [] and not list(operator.journal.glob("op-*.json"))
 
 
-def test_long_tasks_show_progress_without_resending(pvesim: t.Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("step_by_step", [False, True], ids=["one-task", "step-by-step"])
+def test_long_tasks_show_progress_without_resending(pvesim: t.Any, tmp_path: Path, step_by_step: bool) -> None:
     operator = Operator(pvesim, tmp_path)
     assert operator.run().returncode == 0
     pvesim.set_speed(4)  # a full clone now takes about 2 s; the role checks back every second
-    applied = operator.run("-e", "@%s" % operator.confirm, "-e", "provision_wait_budget=1")
+    applied = operator.run("-e", "@%s" % operator.confirm, "-e", "provision_wait_budget=1", "-e", "provision_step_by_step=%s" % step_by_step)
     assert applied.returncode == 0, applied.stdout[-3000:]
-    assert re.search(r"clone still running", applied.stdout), applied.stdout[-3000:]
+    if step_by_step:
+        assert re.search(r"clone still running", applied.stdout), applied.stdout[-3000:]
+        assert "[localhost] stage 1/" not in applied.stdout  # the one task did not run
+    else:
+        # the one task prints while it runs: a line per stage, and one per second of the clone
+        assert re.search(r"\[localhost\] stage 1/\d+ clone: still running after", applied.stdout), applied.stdout[-3000:]
+        assert re.search(r"\[localhost\] stage (\d+)/\1 packages: completed", applied.stdout), applied.stdout[-3000:]
+        assert "Follow up until done" not in applied.stdout
     assert _mutations(pvesim).count("POST /nodes/pve-test/qemu/9000/clone") == 1
 
 

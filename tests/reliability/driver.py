@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""One provisioning run in this process, stage after stage, exactly as the modules run them (``run_stage``).
+"""One provisioning run in this process, stage after stage, exactly as the modules run them (``run_stage``), or with
+``chained: true`` (``VMANYWARE_RELIABILITY_CHAINED=1``) in one ``vmanyware_provision`` call, as the provision role runs them.
 
 Used by the reliability harness as a cheap stand-in for ``ansible-playbook`` (no Ansible start-up per
 module): ``python driver.py CONFIG.json``. The config names the simulator connection, the journal, the
@@ -22,7 +23,7 @@ for _root in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep):
     if _root and _root not in sys.path:
         sys.path.insert(0, _root)
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils import _client, _crash, _journal  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _client, _crash, _journal, _provision, _stage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (  # noqa: E402
     build_settings,
     certificate_fingerprint,
@@ -98,6 +99,32 @@ def _enumerate(events: list[list[t.Any]]) -> None:
     _client.ProxmoxClient._exchange = exchange  # type: ignore[method-assign]  # pylint: disable=protected-access
 
 
+def _chained(config: dict[str, t.Any], params: dict[str, t.Any], current: list[str]) -> None:
+    """Every stage in one ``vmanyware_provision`` call (the module's whole logic, as the provision role runs it).
+
+    Each stage's crash point and fault rules are armed right before its runner starts, like the per-stage mode does
+    before each module call: the chained run shares one client and one journal store, so their hooks are re-read then.
+    """
+
+    class ArmingRunner(_stage.StageRunner):
+        def run(self, operation_id: str) -> dict[str, t.Any]:
+            kind = self.logic.kind
+            if kind != current[0]:
+                current[0] = kind
+                _faults_for(config, kind)
+            os.environ["VMANYWARE_RELIABILITY_STAGE"] = kind
+            _arm(config, kind)
+            client = getattr(self.client, "_client", self.client)  # the ObservingClient wraps the ProxmoxClient
+            client._crash_at = _crash.HttpCrashPoint.from_environment(_crash.crash_at())  # pylint: disable=protected-access
+            self.store._crash_at = _crash.crash_at()  # pylint: disable=protected-access
+            return super().run(operation_id)
+
+    _provision.StageRunner = ArmingRunner  # type: ignore[misc]
+    chained = dict(params, wait_budget=None, readiness_timeout=config.get("readiness_timeout", 300.0),
+                   packages_timeout=config.get("packages_timeout", 900.0), progress_interval=30.0, storage_concurrency=3)
+    _provision.provision(chained, check_mode=False, diff=False)
+
+
 def main(config_path: str) -> int:
     with open(config_path, encoding="utf-8") as handle:
         config = json.load(handle)
@@ -129,6 +156,16 @@ def main(config_path: str) -> int:
         params["operation_id"] = created["operation_id"]
         os.environ["VMANYWARE_PROVISIONING_ENABLED"] = "true"
         os.environ["VMANYWARE_SNAPSHOTS_ENABLED"] = "true"
+        if config.get("chained"):
+            times[stage] = round(time.monotonic() - mark, 3)
+            current = [stage]
+            try:
+                _chained(config, params, current)
+            finally:
+                stage = current[0]
+            sys.stdout.write(json.dumps({"result": "completed", "operation_id": params["operation_id"], "events": events,
+                                         "times": times}) + "\n")
+            return 0
         for step in planned.plan["steps"]:
             times[stage] = round(time.monotonic() - mark, 3)
             mark = time.monotonic()

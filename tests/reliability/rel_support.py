@@ -161,7 +161,7 @@ def driver_run(sim: Simulator, journal: Path, vmid: int, *, crash_at: str | None
                extra: dict[str, t.Any] | None = None, conn: dict[str, t.Any] | None = None, name: str = "kernel-lab") -> Run:
     config = {"conn": conn or sim.driver_conn(), "admin": sim.admin_conf(), "journal_dir": str(journal), "vmid": vmid, "catalog": catalog_text(),
               "definition": definition_text(snapshot, name), "crash_at": crash_at, "crash_stage": crash_stage,
-              "enumerate": enumerate_points, **(extra or {})}
+              "enumerate": enumerate_points, "chained": os.environ.get("VMANYWARE_RELIABILITY_CHAINED") == "1", **(extra or {})}
     fd, path = tempfile.mkstemp(suffix=".json", prefix="vmanyware-driver-")
     with os.fdopen(fd, "w") as handle:
         json.dump(config, handle)

@@ -91,6 +91,26 @@ def test_crash_point_per_stage(sim: rs.Simulator, tmp_path: Path, stage: str, po
     assert result.runs >= 2, result.to_json()  # the point was reached: the first run died
 
 
+# The provision role's default path: every stage in one vmanyware_provision call (the driver's chained mode), killed
+# inside a stage whose preconditions take the configuration the previous stage read back, and at the start's reply.
+CI_CHAINED_POINTS = [
+    ("resources", r"http:after_reply:PUT:/qemu/\d+/config$"),
+    ("disk", "journal:after_replace:disk:submitted"),
+    ("seed", r"http:before_send:PUT:/cloudinit$"),
+    ("start", r"http:after_reply:POST:/status/start$"),
+]
+
+
+@pytest.mark.parametrize("stage,point", CI_CHAINED_POINTS, ids=[s for s, _p in CI_CHAINED_POINTS])
+def test_crash_point_in_the_chained_run(sim: rs.Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str, point: str) -> None:
+    monkeypatch.setenv("VMANYWARE_RELIABILITY_CHAINED", "1")
+    spec = rs.TrialSpec("ci-chained-%s" % stage, "driver", point=point, stage=stage)
+    result = run_driver_trial(sim, spec, tmp_path)
+    rs.write_result("crash", result.to_json())
+    check_trial(result)
+    assert result.runs >= 2, result.to_json()
+
+
 @pytest.mark.parametrize("point", ["journal:after_replace:readiness:dispatching", "journal:before_replace:readiness:completed"])
 def test_readiness_noop_dispatch_crash(sim: rs.Simulator, tmp_path: Path, point: str) -> None:
     spec = rs.TrialSpec("f3-%s" % point.split(":")[1], "driver", point=point, stage="readiness")

@@ -90,6 +90,7 @@ class CloudinitStage(StageLogic, AdoptionHook):
     kind = "cloudinit"
     task_type = None
     default_timeout = 60.0
+    trusts_recent_config = True  # its write carries the digest
 
     def preconditions(self, ctx: StageContext) -> None:
         config = _guest.require_stopped_settled(ctx)

@@ -82,8 +82,14 @@ def refusal_for_taken_vmid(ctx: StageContext, err: ProviderError, rule: str) -> 
 
 def require_clone_identity(ctx: StageContext, *, stopped: bool = True, no_pending: bool = True) -> dict[str, t.Any]:
     """Read the target and prove it is the VM this operation cloned: exists, description exactly ours,
-    not locked; optionally stopped and without pending changes. Returns the configuration (with ``digest``)."""
-    config = read_config_or_none(ctx)
+    not locked; optionally stopped and without pending changes. Returns the configuration (with ``digest``).
+
+    In a chained run (``_recent_reads``) a stage that trusts it takes the configuration the previous stage read back
+    moments ago instead of reading it again, and skips the pending read: pending changes are in the configuration file,
+    so any since that read change its digest, which the stage's write carries (or its read-back re-checks).
+    """
+    recent = ctx.recent_reads.take(ctx.vm_path) if ctx.recent_reads is not None else None
+    config = recent if recent is not None else read_config_or_none(ctx)
     if config is None:
         raise StageError("The target VM does not exist.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "exists"})
     if not is_ours(ctx, config):
@@ -95,7 +101,7 @@ def require_clone_identity(ctx: StageContext, *, stopped: bool = True, no_pendin
         status = read_status(ctx.client, ctx.vm_path)
         if status.get("status") != "stopped":
             raise StageError("The target VM is not stopped.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "stopped"})
-    if no_pending:
+    if no_pending and recent is None:
         keys = pending_keys(read_pending(ctx.client, ctx.vm_path))
         if keys:
             raise StageError("The target VM has pending configuration changes.",

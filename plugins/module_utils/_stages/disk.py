@@ -42,6 +42,7 @@ class DiskStage(StageLogic, AdoptionHook):
     kind = "disk"
     task_type = "resize"
     default_timeout = 600.0
+    trusts_recent_config = True  # its write carries the digest
 
     def preconditions(self, ctx: StageContext) -> None:
         config = require_clone_identity(ctx)

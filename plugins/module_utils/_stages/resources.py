@@ -48,6 +48,7 @@ class ResourcesStage(StageLogic, AdoptionHook):
     kind = "resources"
     task_type = None
     default_timeout = 60.0
+    trusts_recent_config = True  # its write carries the digest
 
     def preconditions(self, ctx: StageContext) -> None:
         config = require_clone_identity(ctx)

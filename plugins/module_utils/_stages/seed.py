@@ -124,6 +124,7 @@ class SeedStage(StageLogic, AdoptionHook):
     task_type = None
     default_timeout = 60.0
     final_codes = frozenset({"seed_incompatible", "seed_mismatch"})
+    trusts_recent_config = True  # its read-back re-checks the digest
 
     def preconditions(self, ctx: StageContext) -> None:
         config = _guest.require_stopped_settled(ctx)

@@ -1,0 +1,221 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Run the remaining declared stages of an operation in one call (``vmanyware_provision``, docs/stages.md).
+
+Each stage runs through the same ``StageRunner`` as its own module (journal protocol, gates re-read
+before every write, lost replies resolved by reads only), one after another in declared order, in
+one process. The run stops at the first stage that fails, with that stage's error code and the
+results of the stages before it. A stage whose task runs long is followed in rounds of at most
+``progress_interval`` seconds, each round reporting one progress line (``report``), like the
+provision role's step-by-step path prints one line per follow-up.
+
+Two things make it cheaper than one task per stage: no task, worker and template round per stage,
+and the configuration the previous stage read back moments ago serves the next stage's
+preconditions (``_recent_reads``).
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as t
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import report
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import ObservingClient, RecentReads
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageError, StageLogic, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_argument_spec, stage_settings, with_stage_client
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import VM, build_logic, stage_spec
+
+# At most this long between two progress lines of one long stage (seconds): each round of following it.
+DEFAULT_PROGRESS_INTERVAL = 30.0
+# A round that returned at once without finishing (nothing to wait on in it) is followed after this pause (seconds).
+MIN_ROUND = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class StageOptions:
+    """The per-stage options of the stage modules that take one (``readiness_timeout``, ``packages_timeout``)."""
+
+    readiness_timeout: float = 300.0
+    packages_timeout: float = 900.0
+
+
+def stage_logic(kind: str, options: StageOptions) -> StageLogic:
+    """The logic of VM stage ``kind``, built from its row of the stage registry (``_stages``) as its own module builds it."""
+    try:
+        spec = stage_spec(kind, VM)
+    except KeyError:
+        raise InputError("vmanyware_provision runs the stages of a VM operation; stage '%s' is run by its own module "
+                         "(containers: vmanyware_container)." % kind, code="invalid_option", path="operation_id",
+                         details={"stage": kind, "rule": "vm_stage"}) from None
+    return t.cast(StageLogic, build_logic(spec, dataclasses.asdict(options)))
+
+
+class ProvisionStopped(VmanywareError):
+    """A stage failed: its error, plus the results of every stage this run reached (``stages``)."""
+
+    def __init__(self, err: VmanywareError, stages: list[dict[str, t.Any]]) -> None:
+        super().__init__(err.message, code=err.code, path=err.path, details=err.details)
+        self.stages = stages
+        self.log: list[str] = []
+
+    def to_result(self) -> dict[str, t.Any]:
+        result = super().to_result()
+        result["stages"] = self.stages
+        result["log"] = self.log
+        return result
+
+
+def _stage_summary(kind: str, position: int, result: dict[str, t.Any] | None, seconds: float,
+                   error: VmanywareError | None = None) -> dict[str, t.Any]:
+    summary: dict[str, t.Any] = {"kind": kind, "position": position, "seconds": round(seconds, 2)}
+    if result is not None:
+        stage = result["stage"]
+        summary.update(status=stage["status"], changed=bool(result["changed"]), done=bool(result["done"]),
+                       upid=stage.get("upid"), requests=result.get("requests", []))
+        for key in ("preview", "task", "warnings", "diff"):
+            if key in result:
+                summary[key] = result[key]
+    if error is not None:
+        summary.update(status="failed", changed=False, done=False, error_code=error.code)
+    return summary
+
+
+def _line(kind: str, position: int, total: int, text: str) -> str:
+    return "stage %d/%d %s: %s" % (position, total, kind, text)
+
+
+def run_stages(store: t.Any, client: t.Any, operation_id: str, settings: StageSettings, options: StageOptions, *,
+               progress_interval: float = DEFAULT_PROGRESS_INTERVAL, report: t.Callable[[str], None] = lambda line: None,
+               recent_reads: RecentReads | None = None) -> dict[str, t.Any]:
+    """Run every declared stage of ``operation_id`` in order until all are completed (check mode: one preview each).
+
+    Raises ``ProvisionStopped`` (the failing stage's code, the stage results so far) at the first failure.
+    """
+    reads = recent_reads if recent_reads is not None else RecentReads(clock=settings.clock)
+    observing = ObservingClient(client, reads)
+    declared = sorted(store.load(operation_id)["stages"], key=lambda item: item["position"])
+    total = len(declared)
+    # Every stage's logic first: an undeclared kind (a container operation) fails before anything runs.
+    logics = [(item["kind"], item["position"], stage_logic(item["kind"], options)) for item in declared]
+    summaries: list[dict[str, t.Any]] = []
+    # wait_budget: this call returns done=false once it has followed the stages that long (a re-run continues).
+    call_deadline = None if settings.wait_budget is None else settings.clock() + settings.wait_budget
+    for kind, position, logic in logics:
+        started = settings.clock()
+        deadline = started + (settings.timeout if settings.timeout is not None else logic.default_timeout)
+        result: dict[str, t.Any] | None = None
+        try:
+            while True:
+                round_started = settings.clock()
+                limit = deadline if call_deadline is None else min(deadline, call_deadline)
+                budget = None if settings.check_mode else max(0.0, min(progress_interval, limit - round_started))
+                round_settings = dataclasses.replace(settings, wait_budget=budget, recent_reads=reads)
+                result = StageRunner(store, observing, logic, round_settings).run(operation_id)
+                if settings.check_mode or result["done"]:
+                    break
+                if call_deadline is not None and settings.clock() >= call_deadline:
+                    summaries.append(_stage_summary(kind, position, result, settings.clock() - started))
+                    report(_line(kind, position, total, "still running %s; re-run to keep following it" % _progress_text(result)))
+                    return _provision_result(store, operation_id, summaries, reads, result.get("progress"))
+                if settings.clock() >= deadline:
+                    raise StageError("The stage did not finish before its deadline; re-run to keep following it.", code="task_timeout",
+                                     details={"stage": kind, "seconds": round(settings.clock() - started, 1)})
+                report(_line(kind, position, total, "still running after %d s %s" % (settings.clock() - started, _progress_text(result))))
+                spent = settings.clock() - round_started
+                if spent < MIN_ROUND:
+                    settings.sleep(MIN_ROUND - spent)
+        except VmanywareError as err:
+            summaries.append(_stage_summary(kind, position, None, settings.clock() - started, err))
+            report(_line(kind, position, total, "failed (%s)" % err.code))
+            raise ProvisionStopped(err, summaries) from None
+        summary = _stage_summary(kind, position, result, settings.clock() - started)
+        summaries.append(summary)
+        report(_line(kind, position, total, _done_text(summary, settings.check_mode)))
+    return _provision_result(store, operation_id, summaries, reads)
+
+
+def _provision_result(store: t.Any, operation_id: str, summaries: list[dict[str, t.Any]], reads: RecentReads,
+                      progress: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+    document = store.load(operation_id)
+    result: dict[str, t.Any] = {
+        "changed": any(item["changed"] for item in summaries),
+        "done": len(summaries) == len(document["stages"]) and all(item["done"] for item in summaries),
+        "operation_id": operation_id,
+        "status": document["status"],
+        "stages": summaries,
+        "requests": [request for item in summaries for request in item["requests"]],
+        "reads_saved": reads.served,
+    }
+    diffs = [item.pop("diff") for item in summaries if "diff" in item]
+    if diffs:
+        result["diff"] = diffs[0]  # --diff: the first stage's that has one (the later ones depend on it)
+    if progress:
+        result["progress"] = dict(progress)
+    return result
+
+
+def _progress_text(result: t.Mapping[str, t.Any]) -> str:
+    progress = result.get("progress") or {}
+    return "(%s)" % ", ".join("%s=%s" % (key, progress[key]) for key in sorted(progress)) if progress else ""
+
+
+def _done_text(summary: t.Mapping[str, t.Any], check_mode: bool) -> str:
+    if check_mode:
+        sent = ["%s %s" % (request["method"], request["path"]) for request in summary["requests"]]
+        return "would send " + "; ".join(sent) if sent else str(summary.get("preview") or "nothing to send")
+    if not summary["changed"]:
+        return "completed, nothing to change"
+    return "completed in %.1f s" % summary["seconds"]
+
+
+def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
+    """The stage options plus the per-stage ones and ``progress_interval``."""
+    spec = stage_argument_spec()
+    spec.update({
+        "readiness_timeout": {"type": "float", "default": 300.0},
+        "packages_timeout": {"type": "float", "default": 900.0},
+        "snapshots_enabled": {"type": "bool"},
+        "progress_interval": {"type": "float", "default": DEFAULT_PROGRESS_INTERVAL},
+    })
+    return spec
+
+
+def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
+              client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
+    """``vmanyware_provision``: every remaining stage of ``params['operation_id']``; progress lines shown as they come
+    (``_progress``) and returned in ``log``."""
+    if params.get("progress_interval") is not None and params["progress_interval"] <= 0:
+        raise InputError("progress_interval must be greater than 0.", path="progress_interval", details={"rule": "positive"})
+    settings = stage_settings(params, check_mode=check_mode, diff=diff)
+    options = StageOptions(readiness_timeout=params.get("readiness_timeout") or 300.0, packages_timeout=params.get("packages_timeout") or 900.0)
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        report(line)
+
+    def run(store: t.Any, operation_id: str, client: t.Any) -> dict[str, t.Any]:
+        try:
+            result = run_stages(store, client, operation_id, settings, options, report=say,
+                                progress_interval=params.get("progress_interval") or DEFAULT_PROGRESS_INTERVAL)
+        except ProvisionStopped as stopped:
+            stopped.log = lines
+            raise
+        result["log"] = lines
+        return result
+
+    return with_stage_client(params, check_mode, run, client_factory)
+
+
+def provision_entry() -> ModuleEntry:
+    return ModuleEntry(argument_spec=provision_argument_spec,
+                       action=lambda params, check_mode, diff: provision(params, check_mode=check_mode, diff=diff),
+                       libraries=("requests", "proxmoxer"), mutually_exclusive=(("catalog_path", "catalog"),))

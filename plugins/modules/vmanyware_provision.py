@@ -1,0 +1,195 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vmanyware_provision
+short_description: Run every remaining stage of a VM operation in one task
+version_added: 0.2.0
+description:
+  - Runs the remaining declared stages of an operation created by M(vmanyware.proxmox.vmanyware_operation) in their declared order
+    (clone, resources, disk, cloudinit, seed, start, readiness, packages, snapshot, as the plan declares them), one after another in
+    one task. Each stage runs exactly as its own module runs it (M(vmanyware.proxmox.vmanyware_clone) and the others, which stay
+    for step-by-step use) - the same journal protocol, the gates re-read before every new write, a lost reply resolved by reads
+    only and never sent again, and the same preconditions and read-back observation.
+  - Stops at the first stage that fails, with that stage's error code; RV(stages) then lists every stage this run reached with its
+    result. The operation keeps the guest; re-running the module continues from the journal (completed stages are not run again).
+  - A stage that trusts it (resources, disk, cloudinit, seed) takes the VM configuration the previous stage read back moments ago in
+    this run instead of reading it again; its write then carries that configuration's C(digest), so Proxmox refuses it if the
+    configuration changed since (RV(reads_saved)).
+  - Prints one progress line per stage and, while a stage runs long, one every O(progress_interval) seconds (when it runs in
+    Ansible's worker on the controller, the default; the lines are also returned in RV(log)).
+  - Only for VM operations. A container operation's stages run with M(vmanyware.proxmox.vmanyware_container).
+  - The protocol every stage follows is described in C(docs/stages.md) in the collection.
+author:
+  - vmanyware developers (@vmanyware)
+options:
+  readiness_timeout:
+    description: The readiness stage's deadline in seconds (as O(vmanyware.proxmox.vmanyware_readiness#module:readiness_timeout)).
+    type: float
+    default: 300
+  packages_timeout:
+    description: Bound in seconds for each guest command of the packages stage (as M(vmanyware.proxmox.vmanyware_packages)).
+    type: float
+    default: 900
+  snapshots_enabled:
+    description:
+      - Opens the snapshots gate for the snapshot stage when E(VMANYWARE_SNAPSHOTS_ENABLED) is unset (or empty).
+      - An environment value of exactly C(false) wins over this option.
+    type: bool
+  progress_interval:
+    description: At most this many seconds between two progress lines while a stage runs long (each stage also prints one when it ends).
+    type: float
+    default: 30
+extends_documentation_fragment:
+  - vmanyware.proxmox.stage
+  - vmanyware.proxmox.stage.journal
+  - vmanyware.proxmox.connection
+  - vmanyware.proxmox.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - A preview of each remaining stage - the first pending stage runs its reads and returns the exact requests it would send; the
+        stages after it list the requests the plan implies (they depend on the earlier ones). Writes nothing.
+  diff_mode:
+    support: full
+    details: The diff of the first stage this run reaches that has one.
+  idempotent:
+    support: full
+    details: Completed stages return their compact record without sending anything; a completed operation sends nothing.
+requirements:
+  - requests
+  - proxmoxer
+"""
+
+EXAMPLES = r"""
+- name: Run every stage of the confirmed operation
+  vmanyware.proxmox.vmanyware_provision:
+    operation_id: "{{ operation.operation_id }}"
+    catalog_path: files/catalog.yml
+    api_host: pve.example.org
+    api_token_id: automation@pve!vmanyware
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    ca_path: files/pve-ca.pem
+  register: provisioned
+
+- name: Show what each stage did
+  ansible.builtin.debug:
+    msg: "{{ provisioned.stages | map(attribute='kind') | zip(provisioned.stages | map(attribute='status')) | list }}"
+"""
+
+RETURN = r"""
+changed:
+  description: Whether any stage of this run sent a request that changed the VM.
+  returned: always
+  type: bool
+done:
+  description:
+    - Whether every declared stage is completed. V(false) in check mode, and when O(wait_budget) passed first (re-run to continue).
+  returned: always
+  type: bool
+operation_id:
+  description: The operation.
+  returned: always
+  type: str
+status:
+  description: The operation's status after this run (V(completed) once every stage completed).
+  returned: success
+  type: str
+stages:
+  description:
+    - One entry per stage this run reached, in order. On failure the last entry is the failed stage.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    kind:
+      description: The stage kind.
+      type: str
+      returned: always
+    position:
+      description: Position of the stage in the operation.
+      type: int
+      returned: always
+    status:
+      description: The stage's journal status after this run (V(failed) for the stage that stopped the run).
+      type: str
+      returned: always
+    changed:
+      description: Whether this stage sent a request that changed the VM in this run.
+      type: bool
+      returned: always
+    done:
+      description: Whether the stage is completed.
+      type: bool
+      returned: always
+    seconds:
+      description: Seconds this run spent on the stage.
+      type: float
+      returned: always
+    requests:
+      description: The mutating requests the stage sent (or in check mode would send), as the stage modules return them.
+      type: list
+      elements: dict
+      returned: when the stage did not fail
+    error_code:
+      description: The stage's error code.
+      type: str
+      returned: for the failed stage
+requests:
+  description: Every mutating request of this run (or in check mode, of the preview), in order (method, path, params, cli; no secret).
+  returned: success
+  type: list
+  elements: dict
+reads_saved:
+  description: Precondition reads of the VM configuration this run did not repeat because the previous stage had read it moments ago.
+  returned: success
+  type: int
+progress:
+  description: Progress of the stage still running when O(wait_budget) passed.
+  returned: when RV(done=false) outside check mode
+  type: dict
+diff:
+  description: Before and after of the first stage this run reached that has a diff (with C(--diff)).
+  returned: in diff mode
+  type: dict
+log:
+  description: The progress lines of this run (one per stage, one per O(progress_interval) of a long stage).
+  returned: always
+  type: list
+  elements: str
+  sample: ["stage 1/8 clone: completed in 2.1 s", "stage 2/8 resources: completed in 0.1 s"]
+ansible_facts:
+  description: Facts set by the module, only when asked (O(set_operation_fact=true)).
+  returned: with O(set_operation_fact=true)
+  type: dict
+  contains:
+    vmanyware_operation:
+      description: The public view of the operation (as M(vmanyware.proxmox.vmanyware_operation_info) returns it).
+      type: dict
+      returned: with O(set_operation_fact=true)
+error_code:
+  description: On failure, the failed stage's fixed error code (see C(docs/errors.md)), for example V(task_failed) or V(outcome_uncertain).
+  returned: failure
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._provision import provision_entry
+
+ENTRY = provision_entry()
+
+
+def main() -> None:
+    run_entry(AnsibleModule(**ENTRY.module_kwargs()), ENTRY)
+
+
+if __name__ == "__main__":
+    main()
