@@ -40,7 +40,7 @@ test-static:
 	set -e; for part in acceptance-vm lint docs-check sanity artifact oldest-core; do $(MAKE) --no-print-directory $$part; done
 
 pytest: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: setup
 	$(BIN)/ansible-lint --profile production
