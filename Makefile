@@ -46,7 +46,7 @@ typecheck: setup
 	$(BIN)/python -m mypy tests/unit/plugins/module_utils/pve_fake.py
 
 pytest: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: setup
 	$(BIN)/ansible-lint --profile production
