@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 
-.PHONY: setup demo test test-dynamic test-static pytest lint acceptance-vm acceptance-container docs docs-check sanity artifact oldest-core acceptance collection-link clean
+.PHONY: setup demo test test-dynamic test-static typecheck pytest lint acceptance-vm acceptance-container docs docs-check sanity artifact oldest-core acceptance collection-link clean
 
 setup: $(STAMP) collection-link
 
@@ -37,10 +37,16 @@ test-dynamic:
 	set -e; for part in pytest acceptance-container; do $(MAKE) --no-print-directory $$part; done
 
 test-static:
-	set -e; for part in acceptance-vm lint docs-check sanity artifact oldest-core; do $(MAKE) --no-print-directory $$part; done
+	set -e; for part in typecheck acceptance-vm lint docs-check sanity artifact oldest-core; do $(MAKE) --no-print-directory $$part; done
+
+# mypy --strict on plugins/module_utils (mypy.ini), imported through build/collections as ansible does,
+# and on the unit tests' fake client, which must implement the client's Protocol.
+typecheck: setup
+	$(BIN)/python -m mypy -p ansible_collections.vmanyware.proxmox.plugins.module_utils
+	$(BIN)/python -m mypy tests/unit/plugins/module_utils/pve_fake.py
 
 pytest: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: setup
 	$(BIN)/ansible-lint --profile production

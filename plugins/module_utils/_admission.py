@@ -32,6 +32,7 @@ import time
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid, read_log_tail
 
 ENV_STORAGE_CONCURRENCY = "VMANYWARE_STORAGE_CONCURRENCY"
@@ -132,7 +133,7 @@ def allocations_done(lines: t.Sequence[str], allocations: int | None) -> bool:
     return allocations is not None and sum(1 for line in lines if line.startswith(ALLOCATED_LINE)) >= allocations
 
 
-def hold_until_allocated(slot: Slot, client: t.Any, upid: str, allocations: int | None, *, limit: float,
+def hold_until_allocated(slot: Slot, client: ApiClient, upid: str, allocations: int | None, *, limit: float,
                          clock: t.Callable[[], float] = time.monotonic, sleep: t.Callable[[float], None] = time.sleep) -> None:
     """Keep ``slot`` while the task ``upid`` may still allocate (read from its log), at most ``limit`` seconds; then release it.
 

@@ -45,6 +45,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
     utc_now,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import default_idempotency_key, gate_and_confirm, public_view, require_scope
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PlannedEnvironment
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ClientIdentity
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import CONTAINER, VM, build_logic, stage_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import Decision, Observations, adoption_hook
@@ -56,29 +58,37 @@ _BINDING = re.compile(r"\Avmanyware operation (op-[a-z2-7]{26})\ndefinitionHash 
 class ReadOnlyClient:
     """The collection's client restricted to GETs: adoption can send nothing else (``internal_error`` otherwise)."""
 
-    def __init__(self, client: t.Any) -> None:
+    def __init__(self, client: ApiClient) -> None:
         self._client = client
 
     @property
-    def settings(self) -> t.Any:
-        return getattr(self._client, "settings", None)
+    def settings(self) -> ClientIdentity:
+        return self._client.settings
 
     @property
     def provider_scope_id(self) -> str | None:
-        return t.cast("str | None", getattr(self._client, "provider_scope_id", None))
+        return self._client.provider_scope_id
 
     def get(self, path: str, /, **params: t.Any) -> t.Any:
         return self._client.get(path, **params)
 
     def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
         if method != "GET":
-            raise VmanywareError("Adoption tried to send a request that is not a GET.", code="internal_error")
-        return t.cast(dict, self._client.request(method, path, params))
+            _refuse()
+        return self._client.request(method, path, params)
 
-    def __getattr__(self, name: str) -> t.Any:
-        if name in ("post", "put", "delete", "patch"):
-            raise VmanywareError("Adoption tried to send a request that is not a GET.", code="internal_error")
-        raise AttributeError(name)
+    def post(self, path: str, /, **params: t.Any) -> t.NoReturn:
+        _refuse()
+
+    def put(self, path: str, /, **params: t.Any) -> t.NoReturn:
+        _refuse()
+
+    def delete(self, path: str, /, **params: t.Any) -> t.NoReturn:
+        _refuse()
+
+
+def _refuse() -> t.NoReturn:
+    raise VmanywareError("Adoption tried to send a request that is not a GET.", code="internal_error")
 
 
 def parse_binding(description: t.Any) -> tuple[str, str, str] | None:
@@ -105,9 +115,9 @@ def decide(obs: Observations, kinds: list[str], family: str = VM) -> list[tuple[
 
 
 # -- the whole adoption ------------------------------------------------------------------------------
-def _load_existing(store: t.Any, operation_id: str) -> dict[str, t.Any] | None:
+def _load_existing(store: JournalStore, operation_id: str) -> dict[str, t.Any] | None:
     try:
-        return t.cast(dict, store.load(operation_id))
+        return store.load(operation_id)
     except JournalError as err:
         if err.code == "not_found":
             return None
@@ -116,9 +126,9 @@ def _load_existing(store: t.Any, operation_id: str) -> dict[str, t.Any] | None:
 
 def adopt_operation(
     store: JournalStore,
-    client: t.Any,
+    client: ApiClient,
     *,
-    planned: t.Any,
+    planned: PlannedEnvironment,
     provider_scope_id: str,
     confirmation: t.Any,
     idempotency_key: str | None,
@@ -178,7 +188,7 @@ def adopt_operation(
 
     obs = Observations(scratch, reader, config)
     decisions = decide(obs, kinds, CONTAINER if plan.get("guestType") == "container" else VM)
-    observed = [decision.observed() for _kind, decision in decisions]
+    observed: list[t.Mapping[str, t.Any]] = [decision.observed() for _kind, decision in decisions]
     report = [{"kind": kind, "status": decision.status, "reason": decision.reason} for kind, decision in decisions]
     facts = {"powerState": obs.power, "pendingKeys": obs.pending_keys,
              "qmstartTasks": [item["upid"] for item in obs.tasks("start", "qmstart", target["vmid"])]}

@@ -25,14 +25,10 @@ import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import (
-    STAGE_ORDER,
-    STAGE_PRIVILEGES,
-    Requirement,
-    effective_privileges,
-)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import STAGE_ORDER, STAGE_PRIVILEGES, effective_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import SUPPORTED_MAJORS
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import VM, stages_in_order
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import VM, Requirement, stages_in_order
 
 TEMPLATE_BUILD_MINIMUM = (8, 4)
 _VERSION = re.compile(r"^(\d+)\.(\d+)")
@@ -141,7 +137,7 @@ def _truthy(value: t.Any) -> bool:
 class Report:
     """Reads everything once, then evaluates each operation."""
 
-    def __init__(self, client: t.Any, template_vmid: int | None = None) -> None:
+    def __init__(self, client: ApiClient, template_vmid: int | None = None) -> None:
         self.client = client
         self.template_vmid = template_vmid
         self.permissions: dict[str, t.Any] = {}
@@ -312,10 +308,10 @@ def _unique(items: list[dict[str, t.Any]]) -> list[dict[str, t.Any]]:
     return seen
 
 
-def run_report(client: t.Any, *, template_vmid: int | None = None) -> dict[str, t.Any]:
+def run_report(client: ApiClient, *, template_vmid: int | None = None) -> dict[str, t.Any]:
     """The ``vmanyware_capabilities`` result (reads only)."""
     report = Report(client, template_vmid)
     facts = report.read()
     operations = [report.evaluate(facts, operation) for operation in OPERATIONS]
     summary = {status: sum(1 for item in operations if item["status"] == status) for status in ("available", "unavailable")}
-    return dict(facts, changed=False, operations=operations, summary=summary, provider_scope_id=getattr(client, "provider_scope_id", None))
+    return dict(facts, changed=False, operations=operations, summary=summary, provider_scope_id=client.provider_scope_id)

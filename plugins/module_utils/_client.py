@@ -40,12 +40,13 @@ from urllib.parse import quote
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _crash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiVerbs
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 
 try:
     import requests
     import requests.adapters
-    import requests.certs
+    import requests.utils
     import requests.exceptions
     import urllib3
     import urllib3.exceptions
@@ -255,7 +256,7 @@ def certificate_fingerprint(settings: ConnectionSettings) -> str:
     host = settings.host[1:-1] if settings.host.startswith("[") else settings.host
     if settings.validate_certs:
         # Only the configured CA file, or the bundle requests verifies with (never the environment's overrides).
-        cafile = settings.ca_path or (requests.certs.where() if HAS_REQUESTS else None)
+        cafile = settings.ca_path or (requests.utils.DEFAULT_CA_BUNDLE_PATH if HAS_REQUESTS else None)
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
     else:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
@@ -279,7 +280,7 @@ def certificate_fingerprint(settings: ConnectionSettings) -> str:
     return hashlib.sha256(der).hexdigest()
 
 
-class PinnedTLSAdapter(_BaseAdapter):  # type: ignore[misc,valid-type]
+class PinnedTLSAdapter(_BaseAdapter):  # type: ignore[misc]
     """An ``HTTPAdapter`` whose pools check the server certificate's SHA-256 during the handshake.
 
     urllib3 compares ``assert_fingerprint`` right after the TLS handshake, inside ``connect()``,
@@ -353,7 +354,7 @@ def map_http_error(method: str, path: str, status: int, reason: str, body: t.Any
     text = f"{reason or ''}\n{message}"
     error_texts = " ".join(str(v) for v in errors.values())
     names = sorted(str(k) for k in errors)
-    ctx = {"method": method, "path": path, "status": status}
+    ctx: dict[str, t.Any] = {"method": method, "path": path, "status": status}
     if status == 401:
         return _error("auth_failed", "Proxmox rejected the credentials.", **ctx)
     if status == 403:
@@ -371,7 +372,7 @@ def map_http_error(method: str, path: str, status: int, reason: str, body: t.Any
         return _error("not_found", "The requested object does not exist.", **ctx)
     lock = _LOCKED.search(text)
     if lock:
-        extra_lock = {"lock": lock.group(1)} if lock.group(1) else {}
+        extra_lock: dict[str, t.Any] = {"lock": lock.group(1)} if lock.group(1) else {}
         return _error("locked", "The target is locked by another task.", **ctx, **extra_lock)
     if _CONFLICT.search(text):
         return _error("conflict", "Proxmox reports that the object already exists or changed concurrently.", **ctx)
@@ -442,26 +443,7 @@ def _is_connect_phase(exc: BaseException) -> bool:
     return any(isinstance(item, connect_errors) for item in _exception_chain(exc))
 
 
-class ClientVerbs:
-    """``get``/``post``/``put``/``delete`` returning the envelope's ``data``, on top of a ``request`` method."""
-
-    def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
-        raise NotImplementedError
-
-    def get(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("GET", path, params).get("data")
-
-    def post(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("POST", path, params).get("data")
-
-    def put(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("PUT", path, params).get("data")
-
-    def delete(self, path: str, /, **params: t.Any) -> t.Any:
-        return self.request("DELETE", path, params).get("data")
-
-
-class ProxmoxClient(ClientVerbs):
+class ProxmoxClient(ApiVerbs):
     """Typed, bounded access to the PVE API.
 
     ``get``/``post``/``put``/``delete`` (path positional-only, so ``path=`` can be an API parameter) return the
@@ -518,6 +500,7 @@ class ProxmoxClient(ClientVerbs):
             return False
         return self.settings.ca_path or True
 
+    # -- public verbs (get/post/put/delete: ApiVerbs) ---------------------------------------------------
     def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
         """Send one request (GETs retried on connection errors and 5xx); return the JSON envelope."""
         method = method.upper()

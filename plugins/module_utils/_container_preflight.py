@@ -24,6 +24,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities im
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import SUPPORTED_MAJORS, UNDECIDABLE, Check, _Preflight, capabilities_for
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 
 CONTAINER_CHECK_CODES = (
     "api_reachable", "version_supported", "container_template",
@@ -69,7 +70,7 @@ class ContainerPreflight(_Preflight):
     STORAGE_CONTENT = ("storage_rootdir", "rootdir", "The storage accepts container root disks.",
                        "The storage does not accept container root disks (content type rootdir).")
 
-    def __init__(self, client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> None:
+    def __init__(self, client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> None:
         super().__init__(client, plan, tls_verified)
         self.resolved: str | None = None
 
@@ -172,7 +173,7 @@ class ContainerPreflight(_Preflight):
             self.set("privileges", "passed", "The token holds every privilege the container stages need.")
 
 
-def run_container_checks(client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> tuple[list[Check], dict[str, t.Any]]:
+def run_container_checks(client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> tuple[list[Check], dict[str, t.Any]]:
     """Every container check through ``client`` (GETs only): the ordered checks and the capabilities."""
     run = ContainerPreflight(client, plan, tls_verified)
     if run.version():

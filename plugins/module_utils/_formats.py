@@ -144,7 +144,7 @@ if HAS_YAML:
     )
     _StrictResolver.add_implicit_resolver(_TAG_NULL, re.compile(r"^(?:~|null|Null|NULL|)\Z"), ["~", "n", "N", ""])
 
-    class _StrictLoader(Reader, Scanner, Parser, Composer, _StrictResolver):  # type: ignore[misc]
+    class _StrictLoader(Reader, Scanner, Parser, Composer, _StrictResolver):
         """A composer that refuses anchors, aliases, explicit tags and deep nesting as it goes."""
 
         def __init__(self, stream: str) -> None:

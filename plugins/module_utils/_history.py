@@ -107,7 +107,7 @@ def _read_cache(path: str) -> dict[str, t.Any]:
     if (not isinstance(cache, dict) or cache.get("kind") != CACHE_KIND or cache.get("version") != CACHE_VERSION
             or not isinstance(cache.get("entries"), dict)):
         return {}
-    return t.cast(dict, cache["entries"])
+    return t.cast("dict[str, t.Any]", cache["entries"])
 
 
 def summaries(store: JournalStore) -> list[list[t.Any]]:

@@ -40,6 +40,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import P
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import LIFECYCLE_KEY, require_cleanup_eligible, validate_operation_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import LIFECYCLE_GATE, bind_scope, public_view, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     Request,
@@ -238,7 +239,7 @@ def _steps(params: t.Mapping[str, t.Any], environ: t.Mapping[str, str], document
             destroy(environ, params.get("lifecycle_enabled"), bool(params.get("stop"))))
 
 
-def _preview(document: dict[str, t.Any], client: t.Any, stop: StopStep) -> dict[str, t.Any]:
+def _preview(document: dict[str, t.Any], client: ApiClient, stop: StopStep) -> dict[str, t.Any]:
     """Every guard read, and the exact requests the cleanup would send; nothing is written or sent."""
     ctx = StageContext(operation=document, client=client, kind="stop", check_mode=True)
     stop.preconditions(ctx)

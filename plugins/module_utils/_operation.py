@@ -28,6 +28,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
     utc_now,
     validate_operation_id,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PlannedEnvironment
 
 # The fact vmanyware_operation sets in check mode: the document an apply run would record (never written). A check-mode
 # stage task whose operation_id is that document's gets it as preview_operation (plugins/plugin_utils/_in_process.py).
@@ -105,7 +106,10 @@ def verified_scope(settings: t.Any) -> str:
     handshake reads it (no HTTP request, no credential sent).
     """
     require_verified_tls(settings)
-    return provider_scope_id(settings, certificate_fingerprint(settings))
+    scope = provider_scope_id(settings, certificate_fingerprint(settings))
+    if scope is None:  # a verified handshake always yields a certificate fingerprint
+        raise VmanywareError("The server certificate could not be read.", code="tls_verification_failed")
+    return scope
 
 
 def bind_scope(settings: t.Any, operation: t.Mapping[str, t.Any]) -> None:
@@ -175,7 +179,7 @@ def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any], fields: t.
     return dict(given)
 
 
-def gate_and_confirm(planned: t.Any, provider_scope_id: str, confirmation: t.Any, environ: t.Mapping[str, str],
+def gate_and_confirm(planned: PlannedEnvironment, provider_scope_id: str, confirmation: t.Any, environ: t.Mapping[str, str],
                      provisioning_option: bool | None = None) -> dict[str, t.Any]:
     """The gates, the attestation and the operator's confirmation of exactly this plan; returns the confirmation.
 
@@ -208,7 +212,7 @@ def default_idempotency_key(plan: t.Mapping[str, t.Any], provider_scope_id: str)
 def create_operation(
     store: JournalStore,
     *,
-    planned: t.Any,
+    planned: PlannedEnvironment,
     provider_scope_id: str,
     confirmation: t.Any,
     idempotency_key: str | None,
@@ -265,7 +269,7 @@ def public_view(document: t.Mapping[str, t.Any], evidence: bool = False) -> dict
 
     Keys in snake_case, as every module return key (the journal document itself keeps its camelCase).
     """
-    return t.cast(dict, snake_keys(_public_fields(document, evidence)))
+    return t.cast("dict[str, t.Any]", snake_keys(_public_fields(document, evidence)))
 
 
 def _public_fields(document: t.Mapping[str, t.Any], evidence: bool) -> dict[str, t.Any]:

@@ -21,10 +21,10 @@ import os
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import API_VERSION, is_container, parse_catalog, parse_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import is_container, parse_catalog, parse_definition
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import definition_hash as compute_definition_hash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import plan_hash as compute_plan_hash
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._schemas import VMID_MAX, VMID_MIN
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._schemas import API_VERSION, VMID_MAX, VMID_MIN
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import CONTAINER, VM, planned_steps
 
 PROVIDER = "proxmox-ve"

@@ -28,6 +28,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import (
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE, creation_blockers, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges, required_privileges
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, parse_size_bytes
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import stamp_revision
 
@@ -114,7 +115,7 @@ class _Preflight:
     STORAGE_CONTENT = ("storage_images", "images", "The storage accepts VM disk images.",
                        "The storage does not accept VM disk images (content type images).")
 
-    def __init__(self, client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> None:
+    def __init__(self, client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> None:
         self.client = client
         self.tls_verified = tls_verified
         self.plan = plan
@@ -361,7 +362,7 @@ class _Preflight:
         self.set("privileges", "failed", "The token lacks: " + "; ".join(seen) + ".")
 
 
-def run_checks(client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> tuple[list[Check], dict[str, t.Any]]:
+def run_checks(client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> tuple[list[Check], dict[str, t.Any]]:
     """Run every check through ``client`` (GETs only); return the ordered checks and the capabilities."""
     if plan.get("guestType") == "container":
         from ansible_collections.vmanyware.proxmox.plugins.module_utils._container_preflight import run_container_checks  # pylint: disable=C0415

@@ -23,6 +23,7 @@ import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -157,7 +158,7 @@ def vm_path(node: str, vmid: int) -> str:
     return "/nodes/%s/qemu/%d" % (node, int(vmid))
 
 
-def read_config(client: t.Any, path: str) -> dict[str, t.Any]:
+def read_config(client: ApiClient, path: str) -> dict[str, t.Any]:
     """``GET {vm}/config``: the configuration (pending values applied, as PVE shows it) including ``digest``."""
     data = client.get(path + "/config")
     if not isinstance(data, dict):
@@ -165,7 +166,7 @@ def read_config(client: t.Any, path: str) -> dict[str, t.Any]:
     return data
 
 
-def read_status(client: t.Any, path: str) -> dict[str, t.Any]:
+def read_status(client: ApiClient, path: str) -> dict[str, t.Any]:
     """``GET {vm}/status/current``."""
     data = client.get(path + "/status/current")
     if not isinstance(data, dict):
@@ -173,7 +174,7 @@ def read_status(client: t.Any, path: str) -> dict[str, t.Any]:
     return data
 
 
-def read_pending(client: t.Any, path: str) -> list[dict[str, t.Any]]:
+def read_pending(client: ApiClient, path: str) -> list[dict[str, t.Any]]:
     """``GET {vm}/pending``: one item per key (``value``, ``pending``, ``delete``)."""
     data = client.get(path + "/pending")
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ClientVerbs
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ApiVerbs, ClientIdentity
 
 CONFIG_SUFFIX = "/config"
 # A configuration read longer ago than this is not "just observed" (seconds).
@@ -57,23 +57,31 @@ class RecentReads:
         return entry[1]
 
 
-class ObservingClient(ClientVerbs):
+class ObservingClient(ApiVerbs):
     """A client that records every configuration it reads into ``RecentReads`` and forgets them at any write."""
 
-    def __init__(self, client: t.Any, reads: RecentReads) -> None:
+    def __init__(self, client: ApiClient, reads: RecentReads) -> None:
         self._client = client
         self.reads = reads
+
+    @property
+    def settings(self) -> ClientIdentity:
+        return self._client.settings
+
+    @property
+    def provider_scope_id(self) -> str | None:
+        return self._client.provider_scope_id
 
     def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
         if method.upper() != "GET":
             # Forgotten before sending: a write whose reply is lost may still have changed the VM.
             self.reads.forget_all()
-            return t.cast(dict, self._client.request(method, path, params))
-        envelope = t.cast(dict, self._client.request(method, path, params))
+            return self._client.request(method, path, params)
+        envelope = self._client.request(method, path, params)
         if path.endswith(CONFIG_SUFFIX) and not params and isinstance(envelope, dict):
             self.reads.record(path[:-len(CONFIG_SUFFIX)], envelope.get("data"))
         return envelope
 
     def __getattr__(self, name: str) -> t.Any:
-        # settings, close, provider_scope_id ...: the wrapped client's
+        # close ...: the wrapped client's
         return getattr(self._client, name)

@@ -285,7 +285,8 @@ def _text(error: t.Any, schema: dict[str, t.Any]) -> str:
     bounds = {"minLength": "must have at least %d characters", "maxLength": "must have at most %d characters",
               "minimum": "must be at least %d", "maximum": "must be at most %d",
               "minItems": "must have at least %d entries", "maxItems": "must have at most %d entries"}
-    return bounds[keyword] % expected
+    text: str = bounds[keyword] % expected
+    return text
 
 
 def _located(root: dict[str, t.Any], error: t.Any) -> tuple[tuple[t.Any, ...], str, tuple[int, ...]]:

@@ -35,9 +35,11 @@ import typing as t
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with_cli
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, stage as journal_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import stage as journal_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import LIFECYCLE_GATE, PROVISIONING_GATE, SNAPSHOTS_GATE, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import select_mapping
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ApiVerbs, OperationStore, StageRecord
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_once, wait_task
 
@@ -166,22 +168,57 @@ def guest_api_kind(operation: t.Mapping[str, t.Any]) -> str:
 
 
 @dataclasses.dataclass
+class StageSettings:
+    """Per-run knobs from the module's options."""
+
+    check_mode: bool = False
+    diff: bool = False
+    # How long this invocation waits for a running task before returning ``done: false`` (progress).
+    wait_budget: float | None = None
+    timeout: float | None = None
+    lock_wait: float = 60.0
+    # At most this many allocating submissions in flight per storage (``_admission``); 0: no admission control.
+    storage_concurrency: int = _admission.DEFAULT_STORAGE_CONCURRENCY
+    # Where the gates are read (default: the process environment, read at each check) and the module options
+    # that may open a gate the environment leaves unset (gate name -> bool or None).
+    environ: t.Mapping[str, str] | None = None
+    gate_options: t.Mapping[str, bool | None] = dataclasses.field(default_factory=dict)
+    # The parsed catalog given to the stage (the roles pass it): its mapping for the image must equal the operation's.
+    catalog: t.Mapping[str, t.Any] | None = None
+    # ``_recent_reads.RecentReads`` of a run that chains stages in one process (vmanyware_provision); None: every stage reads.
+    recent_reads: RecentReads | None = None
+    clock: t.Callable[[], float] = time.monotonic
+    sleep: t.Callable[[float], None] = time.sleep
+
+
+@dataclasses.dataclass
 class StageContext:
     """What a stage may use: the journal's immutable snapshots, earlier evidence, the client."""
 
     operation: dict[str, t.Any]
-    client: t.Any
+    client: ApiClient
     kind: str
     check_mode: bool = False
     diff: dict[str, t.Any] | None = None
     facts: dict[str, t.Any] = dataclasses.field(default_factory=dict)  # scratch space of one run
     # The run's settings (the wait budget, ``sleep``). Hooks have no journal: only the runner writes it (guest commands
     # through ``guest_exec``; evidence from ``checkpoint``, ``observe``, ``handoff`` and ``StageInProgress``).
-    settings: t.Any = None
+    # None outside a runner (adoption's reads, previews, unit tests): no wait budget, no sleeping.
+    settings: StageSettings | None = None
     # The runner's guest-exec helper (``StageRunner.guest_exec``); None outside a runner (previews).
     guest_runner: t.Callable[[StageContext, GuestCommand, float, float | None], GuestOutcome] | None = None
     # Configurations this process read moments ago (``_recent_reads``), for a stage whose logic trusts them; None: read.
-    recent_reads: t.Any = None
+    recent_reads: RecentReads | None = None
+
+    @property
+    def wait_budget(self) -> float | None:
+        """How long this run may wait for the target (None: up to the stage's own deadline)."""
+        return None if self.settings is None else self.settings.wait_budget
+
+    def sleep(self, seconds: float) -> None:
+        """Pause between polls with the run's sleep (none outside a runner)."""
+        if self.settings is not None:
+            self.settings.sleep(seconds)
 
     def guest_exec(self, command: GuestCommand, *, deadline: float, started: float | None = None) -> GuestOutcome:
         """Run ``command`` in the guest under the stage protocol and poll it until ``deadline`` (epoch seconds).
@@ -204,23 +241,23 @@ class StageContext:
 
     @property
     def plan(self) -> dict[str, t.Any]:
-        return t.cast(dict, self.operation["plan"])
+        return t.cast("dict[str, t.Any]", self.operation["plan"])
 
     @property
     def mapping(self) -> dict[str, t.Any]:
-        return t.cast(dict, self.operation["mapping"])
+        return t.cast("dict[str, t.Any]", self.operation["mapping"])
 
     @property
     def definition(self) -> dict[str, t.Any]:
-        return t.cast(dict, self.operation["definition"])
+        return t.cast("dict[str, t.Any]", self.operation["definition"])
 
     @property
-    def record(self) -> dict[str, t.Any]:
+    def record(self) -> StageRecord:
         return journal_stage(self.operation, self.kind)
 
     def evidence(self, kind: str | None = None) -> dict[str, t.Any]:
         """Recorded evidence of ``kind`` (default: this stage)."""
-        return t.cast(dict, journal_stage(self.operation, kind or self.kind)["evidence"])
+        return journal_stage(self.operation, kind or self.kind)["evidence"]
 
     def earlier_evidence(self, key: str) -> t.Any:
         """The latest value of ``key`` recorded by any earlier stage (e.g. the config digest)."""
@@ -322,30 +359,6 @@ class StageLogic:
         return None
 
 
-@dataclasses.dataclass
-class StageSettings:
-    """Per-run knobs from the module's options."""
-
-    check_mode: bool = False
-    diff: bool = False
-    # How long this invocation waits for a running task before returning ``done: false`` (progress).
-    wait_budget: float | None = None
-    timeout: float | None = None
-    lock_wait: float = 60.0
-    # At most this many allocating submissions in flight per storage (``_admission``); 0: no admission control.
-    storage_concurrency: int = _admission.DEFAULT_STORAGE_CONCURRENCY
-    # Where the gates are read (default: the process environment, read at each check) and the module options
-    # that may open a gate the environment leaves unset (gate name -> bool or None).
-    environ: t.Mapping[str, str] | None = None
-    gate_options: t.Mapping[str, bool | None] = dataclasses.field(default_factory=dict)
-    # The parsed catalog given to the stage (the roles pass it): its mapping for the image must equal the operation's.
-    catalog: t.Mapping[str, t.Any] | None = None
-    # ``_recent_reads.RecentReads`` of a run that chains stages in one process (vmanyware_provision); None: every stage reads.
-    recent_reads: t.Any = None
-    clock: t.Callable[[], float] = time.monotonic
-    sleep: t.Callable[[float], None] = time.sleep
-
-
 def _result(ctx: StageContext, *, changed: bool, done: bool, requests: list[dict[str, t.Any]] | None = None,
             **extra: t.Any) -> dict[str, t.Any]:
     record = ctx.record
@@ -411,10 +424,26 @@ def _require_not_ended(operation: t.Mapping[str, t.Any]) -> None:
                          details={"operationId": operation["operationId"]})
 
 
+@dataclasses.dataclass(frozen=True)
+class _NoIdentity:
+    user: str | None = None
+    token_name: str | None = None
+
+
+class OfflineClient(ApiVerbs):
+    """The client of a run that sends nothing (``check_write_allowed``, before a write outside Proxmox): a request is a bug."""
+
+    settings = _NoIdentity()
+    provider_scope_id = None
+
+    def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+        raise VmanywareError("A run that sends nothing tried to send a request.", code="internal_error")
+
+
 class StageRunner:
     """Runs one ``StageLogic`` against one operation (docs/stages.md)."""
 
-    def __init__(self, store: JournalStore, client: t.Any, logic: StageLogic, settings: StageSettings | None = None) -> None:
+    def __init__(self, store: OperationStore, client: ApiClient, logic: StageLogic, settings: StageSettings | None = None) -> None:
         self.store = store
         self.client = client
         self.logic = logic
@@ -520,9 +549,9 @@ class StageRunner:
                 self._close_if_last(ctx)
             return _result(ctx, changed=False, done=True)
         if record["status"] == "failed":
-            failure = record["failure"] or {}
+            failure = record["failure"]
             raise StageError("The stage failed earlier; the operation keeps the target for the operator.",
-                             code="stage_failed", details={"stage": ctx.kind, "cause": failure.get("code")})
+                             code="stage_failed", details={"stage": ctx.kind, "cause": failure["code"] if failure else None})
         for earlier in ctx.operation["stages"][:record["position"] - 1]:
             if earlier["status"] != "completed":
                 if self.settings.check_mode:

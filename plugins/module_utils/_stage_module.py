@@ -36,7 +36,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
     public_view,
     require_verified_tls,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import OperationStore
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import OfflineClient, StageLogic, StageRunner, StageSettings
 
 
 def journal_argument_spec() -> dict[str, dict[str, t.Any]]:
@@ -84,11 +85,44 @@ class PreviewStore:
     def load(self, operation_id: str) -> dict[str, t.Any]:
         return copy.deepcopy(self.document)
 
-    def __getattr__(self, name: str) -> t.Any:
-        raise VmanywareError("A preview tried to write to the journal.", code="internal_error")
+    # Everything else of ``OperationStore`` writes (or, for admission control, takes a slot): refused.
+    @property
+    def journal_dir(self) -> str:
+        _refuse_write()
+
+    def record_dispatch(self, operation_id: str, kind: str, request_summary: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def record_not_sent(self, operation_id: str, kind: str) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def record_submitted(self, operation_id: str, kind: str, upid: str | None, evidence: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def record_evidence(self, operation_id: str, kind: str, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def record_completed(self, operation_id: str, kind: str, evidence: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def record_failed(self, operation_id: str, kind: str, code: str, message: str) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def record_uncertain(self, operation_id: str, kind: str, code: str, message: str) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def set_handoff(self, operation_id: str, handoff: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+        _refuse_write()
+
+    def update_operation_status(self, operation_id: str, status: str, *, expected_status: str | None = None) -> dict[str, t.Any]:
+        _refuse_write()
 
 
-def _store_and_operation(params: t.Mapping[str, t.Any], check_mode: bool) -> tuple[t.Any, str]:
+def _refuse_write() -> t.NoReturn:
+    raise VmanywareError("A preview tried to write to the journal.", code="internal_error")
+
+
+def _store_and_operation(params: t.Mapping[str, t.Any], check_mode: bool) -> tuple[OperationStore, str]:
     """The journal and the operation id; in check mode, the preview document when it is the operation named (or none is)."""
     operation_id = params.get("operation_id")
     preview = params.get("preview_operation")
@@ -146,7 +180,7 @@ def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: b
     if params.get("write_check"):
         # a write outside Proxmox comes next (the role's apt over SSH): only the gates and the catalog, nothing sent or recorded
         store, operation_id = _store_and_operation(params, check_mode)
-        checked = StageRunner(store, None, logic, settings).check_write_allowed(operation_id)
+        checked = StageRunner(store, OfflineClient(), logic, settings).check_write_allowed(operation_id)
         checked["stage"] = {key: value for key, value in checked["stage"].items() if key != "evidence"}
         return checked
 

@@ -22,6 +22,7 @@ import time
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, TaskError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 
 LOG_TAIL_LINES = 20
 LOG_LINE_MAX = 240
@@ -117,7 +118,7 @@ def _status_path(upid: Upid, suffix: str) -> str:
     return f"/nodes/{upid.node}/tasks/{upid.raw}/{suffix}"
 
 
-def read_log_tail(client: t.Any, upid: Upid, lines: int = LOG_TAIL_LINES) -> tuple[str, ...]:
+def read_log_tail(client: ApiClient, upid: Upid, lines: int = LOG_TAIL_LINES) -> tuple[str, ...]:
     """The last ``lines`` task log lines, sanitized; empty when the log cannot be read."""
     try:
         head = client.request("GET", _status_path(upid, "log"), {"start": 0, "limit": lines})
@@ -131,7 +132,7 @@ def read_log_tail(client: t.Any, upid: Upid, lines: int = LOG_TAIL_LINES) -> tup
     return tuple(sanitize_log_line(x) for x in texts[-lines:])
 
 
-def _classify(upid: Upid, data: t.Any, client: t.Any) -> TaskOutcome:
+def _classify(upid: Upid, data: t.Any, client: ApiClient) -> TaskOutcome:
     if not isinstance(data, dict) or data.get("status") not in ("running", "stopped"):
         raise ProviderError("Proxmox answered the task status with an unexpected body.", code="unexpected_response")
     if data["status"] == "running":
@@ -146,7 +147,7 @@ def _classify(upid: Upid, data: t.Any, client: t.Any) -> TaskOutcome:
     return TaskOutcome(upid=upid.raw, status="failed", exitstatus=exitstatus, log_tail=read_log_tail(client, upid))
 
 
-def poll_once(client: t.Any, upid: str | Upid) -> TaskOutcome:
+def poll_once(client: ApiClient, upid: str | Upid) -> TaskOutcome:
     """One status GET: ``running``, a final outcome, or ``unobservable`` if the status cannot be read."""
     parsed = upid if isinstance(upid, Upid) else parse_upid(upid)
     try:
@@ -160,7 +161,7 @@ def poll_once(client: t.Any, upid: str | Upid) -> TaskOutcome:
 
 
 def wait_task(
-    client: t.Any,
+    client: ApiClient,
     upid: str | Upid,
     *,
     timeout: float,

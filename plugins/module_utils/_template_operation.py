@@ -32,6 +32,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
     verified_scope,
     with_operation_facts,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import PlannedTemplateBuild
 
 TEMPLATE_CONFIRMATION_FIELDS = (
     "templateBuildHash", "planHash", "providerScopeId", "targetNode", "templateVmid", "storage", "importStorage", "bridge",
@@ -55,7 +56,7 @@ def expected_template_confirmation(plan: t.Mapping[str, t.Any], provider_scope_i
     }
 
 
-def journal_snapshots(planned: t.Any) -> tuple[dict[str, t.Any], dict[str, t.Any], dict[str, t.Any]]:
+def journal_snapshots(planned: PlannedTemplateBuild) -> tuple[dict[str, t.Any], dict[str, t.Any], dict[str, t.Any]]:
     """(definition, mapping, plan) as the journal records them for a ``PlannedTemplateBuild``."""
     build, plan = planned.build, planned.plan
     mapping = {"image": build["image"], "node": build["node"], "templateVmid": plan["target"]["vmid"],
@@ -68,7 +69,7 @@ def journal_snapshots(planned: t.Any) -> tuple[dict[str, t.Any], dict[str, t.Any
 def create_template_operation(
     store: JournalStore,
     *,
-    planned: t.Any,
+    planned: PlannedTemplateBuild,
     provider_scope_id: str,
     confirmation: t.Any,
     idempotency_key: str | None,

@@ -31,6 +31,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight impor
     provisioning_enabled,
     summarize,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 
 CHECK_CODES = (
     "api_reachable", "version_supported", "template_build_supported",
@@ -117,7 +118,7 @@ class _TemplatePreflight(_Preflight):
             self.set("privileges", "failed", "The token lacks: " + "; ".join(f"{m['privilege']} on {m['path']}" for m in missing) + ".")
 
 
-def run_template_checks(client: t.Any, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> tuple[list[t.Any], dict[str, t.Any]]:
+def run_template_checks(client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> tuple[list[t.Any], dict[str, t.Any]]:
     """Every template build check through ``client`` (GETs only); the ordered checks and the capabilities."""
     run = _TemplatePreflight(client, plan, tls_verified)
     if run.version():

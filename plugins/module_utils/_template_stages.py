@@ -552,7 +552,8 @@ class StampStage(StageLogic):
 
 def stamp_output(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """``catalog_mapping`` and ``catalog_mapping_yaml`` of the operation ``document``'s completed stamp stage (else nothing)."""
-    stamp = next((item for item in document.get("stages", []) if item.get("kind") == "stamp" and item.get("status") == "completed"), {})
+    stamp: t.Mapping[str, t.Any] = next(
+        (item for item in document.get("stages", []) if item.get("kind") == "stamp" and item.get("status") == "completed"), {})
     mapping = (stamp.get("evidence") or {}).get("catalogMapping")
     if not isinstance(mapping, dict):
         return {}

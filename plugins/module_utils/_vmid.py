@@ -41,6 +41,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
     JournalStore,
     epoch_seconds,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 
 LEASE_KIND = "vmanyware.dev/v1/VmidLease"
 LEASE_KEYS = ("kind", "providerScopeId", "vmid", "owner", "purpose", "createdAt", "expiresAt")
@@ -120,7 +121,7 @@ def _unexpected(path: str) -> ProviderError:
                          details={"method": "GET", "path": path})
 
 
-def used_vmids(client: t.Any) -> set[int]:
+def used_vmids(client: ApiClient) -> set[int]:
     """Every VMID ``GET /cluster/resources?type=vm`` lists: qemu VMs, templates and LXC containers alike."""
     data = client.get("/cluster/resources", type="vm")
     if not isinstance(data, list):
@@ -134,7 +135,7 @@ def used_vmids(client: t.Any) -> set[int]:
     return used
 
 
-def datacenter_range(client: t.Any) -> tuple[int, int] | None:
+def datacenter_range(client: ApiClient) -> tuple[int, int] | None:
     """The datacenter's ``next-id`` range as inclusive bounds, or ``None`` when it is not set (or not visible).
 
     PVE returns ``next-id`` only to tokens with ``Sys.Audit`` on ``/``; ``upper`` is exclusive there.
@@ -154,7 +155,7 @@ def datacenter_range(client: t.Any) -> tuple[int, int] | None:
     return lower, upper - 1
 
 
-def accepted_by_proxmox(client: t.Any, vmid: int) -> bool:
+def accepted_by_proxmox(client: ApiClient, vmid: int) -> bool:
     """``GET /cluster/nextid?vmid=N``: true when Proxmox answers N (free now), false when it reports N taken."""
     try:
         data = client.get("/cluster/nextid", vmid=vmid)
@@ -167,7 +168,7 @@ def accepted_by_proxmox(client: t.Any, vmid: int) -> bool:
     return True
 
 
-def resolve_range(client: t.Any, purpose: str, option: tuple[int, int] | None) -> dict[str, t.Any]:
+def resolve_range(client: ApiClient, purpose: str, option: tuple[int, int] | None) -> dict[str, t.Any]:
     """``{lower, upper, source}``: the option, else the template range for templates, else next-id, else 100-999999999."""
     if option is not None:
         return {"lower": option[0], "upper": option[1], "source": "option"}
@@ -283,7 +284,7 @@ def _taken(vmid: int, rule: str, **details: t.Any) -> VmanywareError:
 class Reservation:
     """One ``reserve`` call: the reads, the lease book and the caller's options."""
 
-    def __init__(self, store: JournalStore, client: t.Any, *, owner: str, purpose: str, lease_seconds: int, check_mode: bool,
+    def __init__(self, store: JournalStore, client: ApiClient, *, owner: str, purpose: str, lease_seconds: int, check_mode: bool,
                  clock: t.Callable[[], float]) -> None:
         self.store = store
         self.client = client
@@ -395,7 +396,7 @@ class Reservation:
         raise VmanywareError(code="no_free_vmid", details=details)
 
 
-def reserve(store: JournalStore, client: t.Any, *, owner: str, purpose: str = "vm", vmid: int | None = None,
+def reserve(store: JournalStore, client: ApiClient, *, owner: str, purpose: str = "vm", vmid: int | None = None,
             vmid_range: t.Any = None, lease_seconds: int = DEFAULT_LEASE_SECONDS, check_mode: bool = False,
             clock: t.Callable[[], float] = time.time) -> dict[str, t.Any]:
     """Reserve a VMID for ``owner`` and return the module result (Proxmox is only read).

@@ -32,6 +32,7 @@ import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES, InputError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import StageRecord
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 
 SCHEMA_VERSION = 1
@@ -151,7 +152,7 @@ def _json_copy(value: t.Any, path: str, depth: int = 0) -> t.Any:
 def _mapping_arg(value: t.Any, path: str) -> dict[str, t.Any]:
     if not isinstance(value, t.Mapping):
         raise InputError("The value must be a mapping.", path=path, details={"rule": "mapping"})
-    return t.cast(dict, _json_copy(value, path))
+    return t.cast("dict[str, t.Any]", _json_copy(value, path))
 
 
 def _failure_code(code: t.Any) -> str:
@@ -428,11 +429,11 @@ def _operation_inputs(idempotency_key: str | None, provider_scope_id: str, defin
     return key_hash, {"scope": scope, "node": node, "vmid": vmid}, kinds, snapshots
 
 
-def stage(document: t.Mapping[str, t.Any], kind: str) -> dict[str, t.Any]:
+def stage(document: t.Mapping[str, t.Any], kind: str) -> StageRecord:
     """The stage of ``kind`` in ``document`` (the same dict object); ``not_found`` if there is none."""
     for item in document["stages"]:
         if item["kind"] == kind:
-            return t.cast(dict, item)
+            return t.cast(StageRecord, item)
     raise JournalError("The operation has no stage of this kind.", code="not_found", path="kind", details={"rule": "unknown_stage"})
 
 

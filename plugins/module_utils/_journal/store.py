@@ -167,7 +167,7 @@ class JournalStore:
             validate_document(document, operation_id)
         except Exception:  # pylint: disable=broad-exception-caught  # any rule violation is corruption
             raise _corrupt(operation_id) from None
-        return t.cast(dict, document)
+        return t.cast("dict[str, t.Any]", document)
 
     def _read_claim(self, path: str) -> str | None:
         """The operation id a claim file points at, ``None`` if there is no claim."""
@@ -182,7 +182,7 @@ class JournalStore:
                 or not isinstance(claim["operationId"], str) or not _OPERATION_ID.match(claim["operationId"])):
             raise JournalError("A journal claim file is not valid; it was left untouched.", code="journal_corrupt",
                                details={"claim": os.path.basename(os.path.dirname(path))})
-        return t.cast(str, claim["operationId"])
+        return claim["operationId"]
 
     def _claim(self, path: str, operation_id: str) -> bool:
         return create_json_exclusive(path, {"kind": CLAIM_KIND, "operationId": operation_id})
@@ -399,7 +399,7 @@ class JournalStore:
                     raise _conflict(document["operationId"], "stage_order")
         if document["status"] in ("completed", "failed"):
             raise _conflict(document["operationId"], "operation_finished")
-        return current
+        return t.cast("dict[str, t.Any]", current)  # the transitions update several keys at once
 
     def record_dispatch(self, operation_id: str, kind: str, request_summary: t.Mapping[str, t.Any], *,
                         expected_revision: int | None = None) -> dict[str, t.Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import typing as t
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import pending_keys, read_pending, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import find_tasks
@@ -49,7 +50,7 @@ class Decision:
 class Observations:
     """The reads of one adoption (GET only, each made at most once)."""
 
-    def __init__(self, document: dict[str, t.Any], client: t.Any, config: dict[str, t.Any]) -> None:
+    def __init__(self, document: dict[str, t.Any], client: ApiClient, config: dict[str, t.Any]) -> None:
         self.document = document
         self.client = client
         self.config = config
@@ -73,11 +74,11 @@ class Observations:
     @property
     def pending_keys(self) -> list[str]:
         ctx = self.context("resources")
-        return t.cast(list, self.once("pending", lambda: pending_keys(read_pending(ctx.client, ctx.vm_path))))
+        return t.cast("list[str]", self.once("pending", lambda: pending_keys(read_pending(ctx.client, ctx.vm_path))))
 
     def tasks(self, kind: str, task_type: str, task_vmid: int) -> list[dict[str, t.Any]]:
         """Our tasks (exactly our token) of ``task_type`` on ``task_vmid``, newest first."""
-        return t.cast(list, self.once(("tasks", task_type, task_vmid), lambda: find_tasks(self.context(kind), task_type, task_vmid)))
+        return t.cast("list[dict[str, t.Any]]", self.once(("tasks", task_type, task_vmid), lambda: find_tasks(self.context(kind), task_type, task_vmid)))
 
     @property
     def start_evidenced(self) -> bool:

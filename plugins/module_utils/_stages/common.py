@@ -15,6 +15,7 @@ import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import epoch_seconds
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import pending_keys, read_config, read_pending, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid
@@ -118,14 +119,13 @@ def require_digest(ctx: StageContext, config: t.Mapping[str, t.Any]) -> str:
     return expected
 
 
-def token_identity(client: t.Any) -> str | None:
+def token_identity(client: ApiClient) -> str | None:
     """``user@realm!token`` (or ``user@realm`` for a ticket), as PVE writes it into the UPIDs of our tasks."""
-    settings = getattr(client, "settings", None)
-    user = getattr(settings, "user", None)
+    user = client.settings.user
     if not user:
         return None
-    name = getattr(settings, "token_name", None)
-    return "%s!%s" % (user, name) if name else str(user)
+    name = client.settings.token_name
+    return "%s!%s" % (user, name) if name else user
 
 
 def dispatched_epoch(ctx: StageContext) -> int | None:

@@ -416,9 +416,8 @@ class ContainerReadinessStage(StageLogic):
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         mac = container_mac(ctx.operation).lower()
         deadline = float(ctx.evidence()["deadline"])
-        budget = getattr(ctx.settings, "wait_budget", None)
+        budget = ctx.wait_budget
         started = self.wall_clock()
-        sleep = getattr(ctx.settings, "sleep", None)
         while True:
             try:
                 entries = ctx.client.get(ctx.vm_path + "/interfaces")
@@ -438,9 +437,9 @@ class ContainerReadinessStage(StageLogic):
                                  code="guest_network_unavailable", details={"stage": ctx.kind, "phase": "network"})
             if budget is not None and now >= started + float(budget):
                 raise StageInProgress({"phase": "network", "deadline": _iso(deadline), "secondsLeft": int(deadline - now)})
-            if sleep is not None:  # never past the deadline, nor past this run's wait budget
-                limit = deadline if budget is None else min(deadline, started + float(budget))
-                sleep(min(_POLL, max(0.0, limit - now)))
+            # never past the deadline, nor past this run's wait budget
+            limit = deadline if budget is None else min(deadline, started + float(budget))
+            ctx.sleep(min(_POLL, max(0.0, limit - now)))
 
     def handoff(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
         return dict(ctx.operation.get("handoff") or {}, ipv4=evidence["ipv4"], guestUser=ctx.plan["guestUser"],

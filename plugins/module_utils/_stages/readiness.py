@@ -151,10 +151,10 @@ class ReadinessStage(StageLogic, AdoptionHook):
             deadline = self._deadline(ctx)
             if now >= deadline:
                 raise self._timeout(ctx, phase)
-            budget = ctx.settings.wait_budget
+            budget = ctx.wait_budget
             if budget is not None and now >= started + float(budget):
                 raise self._in_progress(ctx, phase)
-            ctx.settings.sleep(min(interval, max(0.0, deadline - now)))
+            ctx.sleep(min(interval, max(0.0, deadline - now)))
             interval = min(interval * 1.5, _POLL_MAX)
 
     @staticmethod

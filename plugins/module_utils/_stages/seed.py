@@ -168,7 +168,7 @@ class SeedStage(StageLogic, AdoptionHook):
             return Decision("pending", "Regenerating the Cloud-Init drive leaves nothing a read can tell apart and is harmless to repeat; "
                             "the seed stage regenerates and validates it again.")
         mac = net_macaddr(obs.config.get("net0")) or ""
-        dumps = t.cast(dict, obs.once("dumps", lambda: read_dumps(ctx)))
+        dumps = t.cast("dict[str, str]", obs.once("dumps", lambda: read_dumps(ctx)))
         try:
             validate_user_data(dumps["user"], ctx.definition["access"]["sshPublicKeys"], attested=cloudinit_attested(ctx),
                                guest_user=ctx.plan["guestUser"])

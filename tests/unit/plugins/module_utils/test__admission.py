@@ -11,6 +11,7 @@ import typing as t
 from pathlib import Path
 
 import pytest
+from pve_fake import FakeClient, envelope, in_turn
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
@@ -86,18 +87,14 @@ def test_check_concurrency() -> None:
         assert err.value.code == "invalid_option"
 
 
-class LogClient:
+def log_client(logs: list[list[str]]) -> FakeClient:
     """Answers the task log GET with the next of ``logs`` (the last one repeats)."""
+    pages = [envelope([{"n": i + 1, "t": line} for i, line in enumerate(lines)], total=len(lines)) for lines in logs]
+    return FakeClient({"/nodes/pve-test/tasks/%s/log" % UPID: in_turn(*pages)})
 
-    def __init__(self, logs: list[list[str]]) -> None:
-        self.logs = logs
-        self.reads = 0
 
-    def request(self, method: str, path: str, params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-        assert method == "GET" and path == "/nodes/pve-test/tasks/%s/log" % UPID
-        lines = self.logs[min(self.reads, len(self.logs) - 1)]
-        self.reads += 1
-        return {"data": [{"n": i + 1, "t": line} for i, line in enumerate(lines)], "total": len(lines)}
+def log_reads(client: FakeClient) -> int:
+    return len(client.paths("GET"))
 
 
 @pytest.mark.parametrize("allocations,logs,reads", [
@@ -109,14 +106,14 @@ class LogClient:
 def test_the_slot_is_kept_until_the_allocations_are_logged(tmp_path: Path, allocations: int | None, logs: list[list[str]], reads: int) -> None:
     slot = take(tmp_path)
     clock = FakeClock()
-    client = LogClient(logs)
+    client = log_client(logs)
     _admission.hold_until_allocated(slot, client, UPID, allocations, limit=600, clock=clock, sleep=clock.sleep)
-    assert client.reads == reads and slot.released
+    assert log_reads(client) == reads and slot.released
 
 
 def test_the_slot_is_given_back_at_the_limit(tmp_path: Path) -> None:
     slot = take(tmp_path)
     clock = FakeClock()
-    client = LogClient([["create full clone of drive scsi0"]])
+    client = log_client([["create full clone of drive scsi0"]])
     _admission.hold_until_allocated(slot, client, UPID, 2, limit=30, clock=clock, sleep=clock.sleep)
-    assert slot.released and 30 <= clock.now < 31 and client.reads > 3
+    assert slot.released and 30 <= clock.now < 31 and log_reads(client) > 3

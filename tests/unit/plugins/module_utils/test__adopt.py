@@ -73,12 +73,8 @@ def task(kind: str, vmid: int, status: str | None = "OK", user: str = USER, star
     return entry
 
 
-class Client(FakeClient):
-    provider_scope_id = SCOPE
-
-
 def client_for(config: t.Any, power: str = "running", tasks: t.Sequence[dict[str, t.Any]] = (), dumps: dict[str, str] | None = None,
-               snapshots: t.Sequence[dict[str, t.Any]] = (), pending: t.Any = None) -> Client:
+               snapshots: t.Sequence[dict[str, t.Any]] = (), pending: t.Any = None) -> FakeClient:
     parts = dumps or REC["dump"]
     routes: dict[str, t.Any] = {
         "/version": {"version": "9.1.3", "release": "9.1", "repoid": "abcdef12"},
@@ -89,7 +85,7 @@ def client_for(config: t.Any, power: str = "running", tasks: t.Sequence[dict[str
         VM + "/cloudinit/dump": lambda params: parts[params["type"]],
         VM + "/snapshot": list(snapshots) + [{"name": "current", "description": "You are here!"}],
     }
-    return Client(routes)
+    return FakeClient(routes, provider_scope_id=SCOPE)
 
 
 @pytest.fixture()
@@ -97,7 +93,7 @@ def store(tmp_path: Path) -> JournalStore:
     return JournalStore(str(tmp_path / "journal"))
 
 
-def adopt(store: t.Any, client: Client, *, plan: t.Any = PLANNED, check_mode: bool = False, confirmation: t.Any = "expected",
+def adopt(store: t.Any, client: FakeClient, *, plan: t.Any = PLANNED, check_mode: bool = False, confirmation: t.Any = "expected",
           environ: t.Mapping[str, str] | None = None) -> dict[str, t.Any]:
     environ = ON if environ is None else environ
     if confirmation == "expected":
@@ -106,7 +102,7 @@ def adopt(store: t.Any, client: Client, *, plan: t.Any = PLANNED, check_mode: bo
                            environ=environ, check_mode=check_mode)
 
 
-def only_gets(client: Client) -> None:
+def only_gets(client: FakeClient) -> None:
     assert client.log and {method for method, _path, _params in client.log} == {"GET"}
 
 
@@ -248,7 +244,7 @@ def test_gates_and_confirmation_come_before_any_request(store: JournalStore) -> 
 
 def test_other_provider_is_plan_changed(store: JournalStore) -> None:
     client = client_for(FULL)
-    client.provider_scope_id = "pve:" + "d" * 64  # type: ignore[misc]
+    client.provider_scope_id = "pve:" + "d" * 64
     with pytest.raises(VmanywareError) as info:
         adopt(store, client)
     assert info.value.code == "plan_changed" and info.value.details["fields"] == ["providerScopeId"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import typing as t
 
 import pytest
+from pve_fake import FakeClient
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import TEMPLATE_BUILD_NEEDS, run_report
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
@@ -19,19 +20,11 @@ ALL_VM = ["VM.Allocate", "VM.Audit", "VM.Clone", "VM.PowerMgmt", "VM.Snapshot", 
           "VM.Monitor", *("VM.Config." + x for x in ("CPU", "Memory", "Disk", "Network", "Options", "Cloudinit", "HWType"))]
 
 
-class Stub:
-    """Answers GETs from a dict; a value that is a ProviderError code string raises it."""
-
-    def __init__(self, answers: dict[str, t.Any]) -> None:
-        self.answers = answers
-        self.paths: list[str] = []
-
-    def get(self, path: str, /, **params: t.Any) -> t.Any:
-        self.paths.append(path)
-        answer = self.answers.get(path)
-        if isinstance(answer, str) and answer.startswith("error:"):
-            raise ProviderError(code=answer[len("error:"):])
-        return answer
+def stub(answers: dict[str, t.Any]) -> FakeClient:
+    """Answers GETs from a dict (an unlisted path: None); a value that is a ProviderError code string ``error:<code>`` raises it."""
+    routes = {path: ProviderError(code=answer[len("error:"):]) if isinstance(answer, str) and answer.startswith("error:") else answer
+              for path, answer in answers.items()}
+    return FakeClient(routes, default=None)
 
 
 def answers(version: str = "9.1.3", permissions: t.Any = None, **extra: t.Any) -> dict[str, t.Any]:
@@ -58,7 +51,7 @@ def ops(result: dict[str, t.Any]) -> dict[str, dict[str, t.Any]]:
 
 
 def test_everything_granted_on_pve9() -> None:
-    client = Stub(answers())
+    client = stub(answers())
     result = run_report(client)
     found = ops(result)
     assert {name: item["status"] for name, item in found.items()} == {
@@ -66,7 +59,7 @@ def test_everything_granted_on_pve9() -> None:
     assert found["template_build"]["placement"] == {"node": "n1", "import": "nfs", "storage": "lvm", "bridge": "vmbr0"}
     assert found["vm_provisioning"]["placement"]["template"] == 9000
     assert [r["kind"] for r in found["containers"]["reasons"]] == ["api"] and found["containers"]["via"] == "ssh"
-    assert "/nodes/n2/storage" not in client.paths  # offline nodes are not read
+    assert "/nodes/n2/storage" not in client.paths()  # offline nodes are not read
     assert result["nodes"][1] == {"node": "n2", "online": False, "local": False, "templates": [], "storages": [], "bridges": [],
                                   "readable": False}
 
@@ -74,12 +67,12 @@ def test_everything_granted_on_pve9() -> None:
 @pytest.mark.parametrize(("version", "via", "status"), [("8.3.5", "ssh", "unavailable"), ("8.4.1", "api", "available"),
                                                         ("9.0.0", "api", "available")])
 def test_template_build_version_gate(version: str, via: str, status: str) -> None:
-    build = ops(run_report(Stub(answers(version))))["template_build"]
+    build = ops(run_report(stub(answers(version))))["template_build"]
     assert (build["via"], build["status"]) == (via, status)
 
 
 def test_unsupported_major_and_unreadable_permissions() -> None:
-    found = ops(run_report(Stub(answers("7.4.3", permissions="error:permission_denied"))))
+    found = ops(run_report(stub(answers("7.4.3", permissions="error:permission_denied"))))
     reasons = [r["message"] for r in found["cleanup"]["reasons"]]
     assert "The Proxmox VE major version is not supported (supported: 8 or 9)." in reasons
     assert "The token's effective privileges could not be read (GET /access/permissions)." in reasons
@@ -88,19 +81,19 @@ def test_unsupported_major_and_unreadable_permissions() -> None:
 def test_download_privilege_alternative_and_one_entry_per_privilege() -> None:
     perms = answers()["/access/permissions"]
     perms["/nodes"] = {"Sys.Audit": 1}
-    assert any(r.get("privilege") == "Sys.AccessNetwork" for r in ops(run_report(Stub(answers(permissions=perms))))["template_build"]["reasons"])
+    assert any(r.get("privilege") == "Sys.AccessNetwork" for r in ops(run_report(stub(answers(permissions=perms))))["template_build"]["reasons"])
     perms["/"] = {"Sys.Audit": 0, "Sys.Modify": 0}  # exact entry on / (not propagated): the older alternative of download-url
-    assert ops(run_report(Stub(answers(permissions=perms))))["template_build"]["status"] == "available"
+    assert ops(run_report(stub(answers(permissions=perms))))["template_build"]["status"] == "available"
     perms = answers()["/access/permissions"]
     perms["/vms"] = {p: 1 for p in ALL_VM if p != "VM.GuestAgent.Unrestricted"}
-    missing = list(ops(run_report(Stub(answers(permissions=perms))))["vm_provisioning"]["reasons"])
+    missing = list(ops(run_report(stub(answers(permissions=perms))))["vm_provisioning"]["reasons"])
     assert len(missing) == 1 and missing[0]["path"] == "/vms"
     assert missing[0]["purpose"] == "readiness: wait for the guest agent and cloud-init; packages: install packages through the guest agent"
 
 
 def test_no_storage_with_content_or_no_template() -> None:
     extra = {"/nodes/n1/storage": [{"storage": "lvm", "content": "rootdir", "active": 1}], "/cluster/resources": []}
-    found = ops(run_report(Stub(answers(**extra)), template_vmid=9000))
+    found = ops(run_report(stub(answers(**extra)), template_vmid=9000))
     kinds = {(r["kind"], r.get("content")) for r in found["vm_provisioning"]["reasons"]}
     assert kinds == {("template", None), ("storage_content", "images")}
     assert found["vm_provisioning"]["placement"] is None
@@ -108,7 +101,7 @@ def test_no_storage_with_content_or_no_template() -> None:
 
 def test_auth_failure_is_the_connection_test_failing() -> None:
     with pytest.raises(ProviderError):
-        run_report(Stub({"/version": "error:auth_failed"}))
+        run_report(stub({"/version": "error:auth_failed"}))
 
 
 # -- the Proxmox VE facts the report states, checked against the official 9.1.3 schema ---------------------------

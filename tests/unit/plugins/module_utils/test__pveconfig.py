@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import pytest
+from pve_fake import FakeClient
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _pveconfig as pc
+
+VM = "/nodes/pve-test/qemu/201"
 
 
 def test_property_strings_round_trip() -> None:
@@ -40,22 +43,14 @@ def test_disk_volume_memory_mac_tags() -> None:
     assert pc.gib_size_string(20) == "20G" and pc.bytes_to_gib(pc.GIB * 3) == 3
 
 
-class Reads:
-    def __init__(self, data: dict[str, object]) -> None:
-        self.data = data
-
-    def get(self, path: str, /, **_params: object) -> object:
-        return self.data[path]
-
-
 def test_reads_and_pending() -> None:
-    client = Reads({"/vm/config": {"digest": "d", "cores": 2}, "/vm/status/current": {"status": "stopped"},
-                    "/vm/pending": [{"key": "cores", "value": 2}, {"key": "memory", "value": "512", "pending": "2048"},
-                                    {"key": "vga", "value": "serial0", "delete": 1}]})
-    assert pc.read_config(client, "/vm")["digest"] == "d"
-    assert pc.read_status(client, "/vm")["status"] == "stopped"
-    assert pc.pending_keys(pc.read_pending(client, "/vm")) == ["memory", "vga"]
+    client = FakeClient({VM + "/config": {"digest": "d", "cores": 2}, VM + "/status/current": {"status": "stopped"},
+                         VM + "/pending": [{"key": "cores", "value": 2}, {"key": "memory", "value": "512", "pending": "2048"},
+                                         {"key": "vga", "value": "serial0", "delete": 1}]})
+    assert pc.read_config(client, VM)["digest"] == "d"
+    assert pc.read_status(client, VM)["status"] == "stopped"
+    assert pc.pending_keys(pc.read_pending(client, VM)) == ["memory", "vga"]
     assert pc.vm_path("pve-test", 201) == "/nodes/pve-test/qemu/201"
     with pytest.raises(Exception) as info:
-        pc.read_config(Reads({"/vm/config": None}), "/vm")
+        pc.read_config(FakeClient({VM + "/config": None}), VM)
     assert getattr(info.value, "code", None) == "unexpected_response"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import typing as t
 
 import pytest
+from pve_fake import FakeClient, in_turn
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
@@ -24,31 +25,18 @@ UPID = "UPID:pve-test:00001234:00005678:65000000:qmclone:9000:vmanyware@pve!full
 HASH = "a" * 64
 
 
-class ScriptedClient:
-    """Answers mutations from a script (a value, or an exception to raise) and task status GETs from a list."""
+TASK = "/nodes/pve-test/tasks/" + UPID
 
-    def __init__(self, replies: list[t.Any], statuses: list[dict[str, t.Any]] | None = None) -> None:
-        self.replies = list(replies)
-        self.statuses = list(statuses or [{"status": "stopped", "exitstatus": "OK"}])
-        self.sent: list[tuple[str, str]] = []
-        self.gets: list[str] = []
 
-    def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
-        if method == "GET":
-            return {"data": self.get(path, **dict(params or {}))}
-        self.sent.append((method, path))
-        reply = self.replies.pop(0)
-        if isinstance(reply, BaseException):
-            raise reply
-        return {"data": reply}
+def scripted(replies: list[t.Any], statuses: list[dict[str, t.Any]] | None = None) -> FakeClient:
+    """Mutations answered from ``replies`` (a value, or an exception to raise); the task's status GETs from ``statuses``."""
+    routes = {TASK + "/status": in_turn(*(statuses or [{"status": "stopped", "exitstatus": "OK"}])),
+              TASK + "/log": [{"n": 1, "t": "TASK ERROR: no space left"}]}
+    return FakeClient(routes, replies, user=None, token=None)
 
-    def get(self, path: str, /, **params: t.Any) -> t.Any:
-        self.gets.append(path)
-        if path.endswith("/status"):
-            return self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
-        if path.endswith("/log"):
-            return [{"n": 1, "t": "TASK ERROR: no space left"}]
-        raise AssertionError("unexpected GET " + path)
+
+def sent(client: FakeClient) -> list[tuple[str, str]]:
+    return [(method, path) for method, path, _params in client.mutations()]
 
 
 class CloneLike(StageLogic):
@@ -107,7 +95,7 @@ class FakeTime:
         self.now += seconds
 
 
-def _run(store: JournalStore, client: ScriptedClient, logic: StageLogic, operation_id: str, **settings: t.Any) -> dict[str, t.Any]:
+def _run(store: JournalStore, client: FakeClient, logic: StageLogic, operation_id: str, **settings: t.Any) -> dict[str, t.Any]:
     fake = settings.pop("fake", None) or FakeTime()
     settings.setdefault("sleep", fake.sleep)
     settings.setdefault("clock", fake.clock)
@@ -116,122 +104,120 @@ def _run(store: JournalStore, client: ScriptedClient, logic: StageLogic, operati
 
 
 def test_happy_path_records_dispatch_upid_and_evidence(store: JournalStore, operation_id: str) -> None:
-    client = ScriptedClient([UPID])
+    client = scripted([UPID])
     result = _run(store, client, CloneLike(), operation_id)
     assert result["changed"] and result["done"] and result["stage"]["status"] == "completed"
     assert result["stage"]["upid"] == UPID and result["stage"]["evidence"] == {"volid": "local-lvm:vm-201-disk-0"}
-    assert client.sent == [("POST", "/nodes/pve-test/qemu/9000/clone")]
+    assert sent(client) == [("POST", "/nodes/pve-test/qemu/9000/clone")]
     assert result["requests"][0]["params"] == {"newid": 201, "full": 1}
 
 
 def test_rerun_after_success_sends_nothing(store: JournalStore, operation_id: str) -> None:
-    _run(store, ScriptedClient([UPID]), CloneLike(), operation_id)
-    client = ScriptedClient([])
+    _run(store, scripted([UPID]), CloneLike(), operation_id)
+    client = scripted([])
     result = _run(store, client, CloneLike(), operation_id)
-    assert not result["changed"] and result["done"] and client.sent == [] and client.gets == []
+    assert not result["changed"] and result["done"] and sent(client) == [] and client.paths("GET") == []
 
 
 def test_dispatch_is_durable_before_the_request_is_sent(store: JournalStore, operation_id: str) -> None:
     seen: list[str] = []
 
-    class Spy(ScriptedClient):
-        def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
-            if method != "GET":
-                seen.append(store.stage(store.load(operation_id), "clone")["status"])
-            return super().request(method, path, params)
+    def clone(_params: t.Any) -> str:
+        seen.append(store.stage(store.load(operation_id), "clone")["status"])
+        return UPID
 
-    _run(store, Spy([UPID]), CloneLike(), operation_id)
+    _run(store, scripted([clone]), CloneLike(), operation_id)
     assert seen == ["dispatching"]
 
 
 def test_known_upid_is_reconciled_by_get_only(store: JournalStore, operation_id: str) -> None:
     running = [{"status": "running"}]
-    first = _run(store, ScriptedClient([UPID], statuses=running), CloneLike(), operation_id, wait_budget=0)
+    first = _run(store, scripted([UPID], statuses=running), CloneLike(), operation_id, wait_budget=0)
     assert first["done"] is False and first["stage"]["status"] == "submitted"
-    client = ScriptedClient([])
+    client = scripted([])
     second = _run(store, client, CloneLike(), operation_id)
-    assert second["done"] and client.sent == [] and all(path.endswith("/status") for path in client.gets)
+    assert second["done"] and sent(client) == [] and all(path.endswith("/status") for path in client.paths("GET"))
 
 
 def test_lost_reply_undecidable_stays_uncertain_and_never_resends(store: JournalStore, operation_id: str) -> None:
     logic = CloneLike()
     with pytest.raises(VmanywareError) as info:
-        _run(store, ScriptedClient([_lost()]), logic, operation_id)
+        _run(store, scripted([_lost()]), logic, operation_id)
     assert info.value.code == "outcome_uncertain" and "task list" in info.value.message
     assert store.stage(store.load(operation_id), "clone")["status"] == "uncertain"
     first_reads = logic.resolved
-    client = ScriptedClient([])
+    client = scripted([])
     with pytest.raises(VmanywareError):
         _run(store, client, logic, operation_id)
-    assert client.sent == [] and logic.resolved > first_reads > 1
+    assert sent(client) == [] and logic.resolved > first_reads > 1
 
 
 def test_lost_reply_resolved_as_applied_follows_the_found_task(store: JournalStore, operation_id: str) -> None:
     logic = CloneLike(Resolution.applied(UPID))
-    result = _run(store, ScriptedClient([_lost()]), logic, operation_id)
+    result = _run(store, scripted([_lost()]), logic, operation_id)
     assert result["done"] and result["stage"]["status"] == "completed" and result["stage"]["upid"] == UPID
 
 
 def test_not_applied_is_never_resent(store: JournalStore, operation_id: str) -> None:
-    first = ScriptedClient([_lost()])
+    first = scripted([_lost()])
     with pytest.raises(VmanywareError) as info:
         _run(store, first, CloneLike(Resolution.not_applied()), operation_id)
     assert info.value.code == "outcome_uncertain" and "never sent again" in info.value.message
-    client = ScriptedClient([UPID])
+    client = scripted([UPID])
     with pytest.raises(VmanywareError):
         _run(store, client, CloneLike(Resolution.not_applied()), operation_id)
     clone = store.stage(store.load(operation_id), "clone")
-    assert first.sent == [("POST", "/nodes/pve-test/qemu/9000/clone")] and client.sent == []
+    assert sent(first) == [("POST", "/nodes/pve-test/qemu/9000/clone")] and sent(client) == []
     assert clone["status"] == "uncertain" and clone["attempts"] == 1
 
 
 def test_a_crash_after_the_dispatch_record_is_resolved_by_reads_never_sent(store: JournalStore, operation_id: str) -> None:
     store.record_dispatch(operation_id, "clone", {"method": "POST", "path": "/nodes/pve-test/qemu/9000/clone", "params": {}})
-    client = ScriptedClient([UPID])
+    client = scripted([UPID])
     with pytest.raises(VmanywareError) as info:
         _run(store, client, CloneLike(Resolution.not_applied()), operation_id)
-    assert info.value.code == "outcome_uncertain" and client.sent == []
+    assert info.value.code == "outcome_uncertain" and sent(client) == []
 
 
 def test_definite_refusal_returns_to_pending(store: JournalStore, operation_id: str) -> None:
     denied = ProviderError(code="permission_denied", details={"path": "/vms/201", "privilege": "VM.Allocate"})
     with pytest.raises(ProviderError):
-        _run(store, ScriptedClient([denied]), CloneLike(), operation_id)
+        _run(store, scripted([denied]), CloneLike(), operation_id)
     clone = store.stage(store.load(operation_id), "clone")
     assert clone["status"] == "pending" and clone["attempts"] == 1
-    assert _run(store, ScriptedClient([UPID]), CloneLike(), operation_id)["done"]
+    assert _run(store, scripted([UPID]), CloneLike(), operation_id)["done"]
 
 
 def test_lock_is_waited_out_within_the_budget(store: JournalStore, operation_id: str) -> None:
-    client = ScriptedClient([ProviderError(code="locked"), UPID])
+    client = scripted([ProviderError(code="locked"), UPID])
     result = _run(store, client, CloneLike(), operation_id, lock_wait=30)
-    assert result["done"] and len(client.sent) == 2
+    assert result["done"] and len(sent(client)) == 2
 
 
 def test_failed_task_fails_the_stage_and_keeps_it(store: JournalStore, operation_id: str) -> None:
-    client = ScriptedClient([UPID], statuses=[{"status": "stopped", "exitstatus": "no space left on device"}])
+    client = scripted([UPID], statuses=[{"status": "stopped", "exitstatus": "no space left on device"}])
     with pytest.raises(VmanywareError) as info:
         _run(store, client, CloneLike(), operation_id)
     assert info.value.code == "task_failed" and info.value.details["log_tail"] == ["TASK ERROR: no space left"]
     document = store.load(operation_id)
     assert document["status"] == "failed" and store.stage(document, "clone")["status"] == "failed"
     with pytest.raises(VmanywareError) as again:
-        _run(store, ScriptedClient([]), CloneLike(), operation_id)
+        _run(store, scripted([]), CloneLike(), operation_id)
     assert again.value.code == "stage_failed"
 
 
 def test_warnings_complete_with_a_warning(store: JournalStore, operation_id: str) -> None:
-    client = ScriptedClient([UPID], statuses=[{"status": "stopped", "exitstatus": "WARNINGS: 2"}])
+    client = scripted([UPID], statuses=[{"status": "stopped", "exitstatus": "WARNINGS: 2"}])
     result = _run(store, client, CloneLike(), operation_id)
     assert result["done"] and result["stage"]["evidence"]["taskWarnings"] == 2 and result["warnings"]
 
 
 def test_check_mode_returns_the_request_and_writes_nothing(store: JournalStore, operation_id: str) -> None:
     before = store.load(operation_id)
-    client = ScriptedClient([])
+    client = scripted([])
     result = _run(store, client, CloneLike(), operation_id, check_mode=True)
     assert result["changed"] and not result["done"] and result["requests"][0]["method"] == "POST"
-    assert client.sent == [] and store.load(operation_id) == before
+    assert sent(client) == [] and store.load(operation_id) == before
 
 
 def test_stages_run_in_order(store: JournalStore, operation_id: str) -> None:
@@ -240,14 +226,14 @@ def test_stages_run_in_order(store: JournalStore, operation_id: str) -> None:
         task_type = None
 
     with pytest.raises(VmanywareError) as info:
-        _run(store, ScriptedClient([None]), Resources(), operation_id)
+        _run(store, scripted([None]), Resources(), operation_id)
     assert info.value.code == "stage_out_of_order"
 
 
 def test_wrong_task_type_is_resolved_by_reads(store: JournalStore, operation_id: str) -> None:
     other = UPID.replace("qmclone", "qmstart")
     with pytest.raises(VmanywareError) as info:
-        _run(store, ScriptedClient([other]), CloneLike(), operation_id)
+        _run(store, scripted([other]), CloneLike(), operation_id)
     assert info.value.code == "outcome_uncertain"
 
 
@@ -265,11 +251,11 @@ def test_submitted_without_task_is_observed_not_resent(store: JournalStore, oper
                 raise StageInProgress({"pid": ctx.evidence()["pid"]})
             return {"exitcode": 0}
 
-    first = _run(store, ScriptedClient([{"pid": 42}]), GuestExec(), operation_id)
+    first = _run(store, scripted([{"pid": 42}]), GuestExec(), operation_id)
     assert first["done"] is False and first["changed"] and first["progress"] == {"pid": 42}
-    client = ScriptedClient([])
+    client = scripted([])
     second = _run(store, client, GuestExec(), operation_id)
-    assert second["done"] and client.sent == [] and second["stage"]["evidence"] == {"pid": 42, "exitcode": 0}
+    assert second["done"] and sent(client) == [] and second["stage"]["evidence"] == {"pid": 42, "exitcode": 0}
 
 
 class Sequenced(CloneLike):
@@ -287,33 +273,33 @@ class Sequenced(CloneLike):
 def test_reads_are_repeated_within_the_wait_budget_then_uncertain(store: JournalStore, operation_id: str) -> None:
     fake = FakeTime()
     logic = Sequenced(Resolution.not_applied())
-    client = ScriptedClient([_lost()])
+    client = scripted([_lost()])
     with pytest.raises(VmanywareError) as info:
         _run(store, client, logic, operation_id, wait_budget=5.0, fake=fake)
-    assert info.value.code == "outcome_uncertain" and len(client.sent) == 1
+    assert info.value.code == "outcome_uncertain" and len(sent(client)) == 1
     assert sum(fake.slept) == pytest.approx(5.0) and logic.resolved > 2
 
 
 def test_an_effect_that_appears_while_reading_is_followed_never_resent(store: JournalStore, operation_id: str) -> None:
     logic = Sequenced(Resolution.not_applied(), Resolution.not_applied(), Resolution.applied(UPID))
-    client = ScriptedClient([_lost()])
+    client = scripted([_lost()])
     result = _run(store, client, logic, operation_id)
-    assert result["done"] and len(client.sent) == 1 and result["stage"]["upid"] == UPID and result["stage"]["attempts"] == 1
+    assert result["done"] and len(sent(client)) == 1 and result["stage"]["upid"] == UPID and result["stage"]["attempts"] == 1
 
 
 def test_a_later_run_continues_once_the_effect_appeared(store: JournalStore, operation_id: str) -> None:
     with pytest.raises(VmanywareError):
-        _run(store, ScriptedClient([_lost()]), Sequenced(Resolution.not_applied()), operation_id, wait_budget=1.0)
-    client = ScriptedClient([])
+        _run(store, scripted([_lost()]), Sequenced(Resolution.not_applied()), operation_id, wait_budget=1.0)
+    client = scripted([])
     result = _run(store, client, Sequenced(Resolution.applied(UPID)), operation_id)
-    assert result["done"] and result["stage"]["status"] == "completed" and client.sent == []
+    assert result["done"] and result["stage"]["status"] == "completed" and sent(client) == []
 
 
 def test_a_final_undecidable_verdict_is_not_waited_for(store: JournalStore, operation_id: str) -> None:
     fake = FakeTime()
     logic = Sequenced(Resolution.undecidable("The probe's reply was lost.", final=True))
     with pytest.raises(VmanywareError):
-        _run(store, ScriptedClient([_lost()]), logic, operation_id, fake=fake)
+        _run(store, scripted([_lost()]), logic, operation_id, fake=fake)
     assert fake.slept == [] and logic.resolved == 1
 
 
@@ -321,7 +307,7 @@ def test_a_definite_refusal_is_not_waited_for(store: JournalStore, operation_id:
     fake = FakeTime()
     refused = ProviderError(code="server_error", details={"status": 500})
     with pytest.raises(ProviderError):
-        _run(store, ScriptedClient([refused]), Sequenced(Resolution.not_applied()), operation_id, fake=fake)
+        _run(store, scripted([refused]), Sequenced(Resolution.not_applied()), operation_id, fake=fake)
     assert fake.slept == [] and store.stage(store.load(operation_id), "clone")["status"] == "pending"
 
 
@@ -332,7 +318,7 @@ def test_a_definite_refusal_is_not_waited_for(store: JournalStore, operation_id:
 ])
 def test_the_gate_is_reread_before_the_write_and_an_environment_false_wins(
         store: JournalStore, operation_id: str, environ: dict[str, str], option: bool | None, allowed: bool) -> None:
-    client = ScriptedClient([UPID])
+    client = scripted([UPID])
     options = {"VMANYWARE_PROVISIONING_ENABLED": option}
     if allowed:
         assert _run(store, client, CloneLike(), operation_id, environ=environ, gate_options=options)["done"]
@@ -342,25 +328,25 @@ def test_the_gate_is_reread_before_the_write_and_an_environment_false_wins(
             _run(store, client, CloneLike(), operation_id, environ=environ, gate_options=options, check_mode=check_mode)
         assert info.value.code == "provisioning_disabled" and info.value.details["gate"] == "VMANYWARE_PROVISIONING_ENABLED"
     clone = store.stage(store.load(operation_id), "clone")
-    assert client.sent == [] and clone["status"] == "pending" and clone["attempts"] == 0
+    assert sent(client) == [] and clone["status"] == "pending" and clone["attempts"] == 0
 
 
 def test_a_known_task_keeps_reconciling_after_the_gate_closed(store: JournalStore, operation_id: str) -> None:
-    _run(store, ScriptedClient([UPID], statuses=[{"status": "running"}]), CloneLike(), operation_id, wait_budget=0)
-    client = ScriptedClient([])
+    _run(store, scripted([UPID], statuses=[{"status": "running"}]), CloneLike(), operation_id, wait_budget=0)
+    client = scripted([])
     result = _run(store, client, CloneLike(), operation_id, environ={"VMANYWARE_PROVISIONING_ENABLED": "false"})
-    assert result["done"] and client.sent == []
+    assert result["done"] and sent(client) == []
 
 
 def test_a_stage_with_two_gates_needs_both(store: JournalStore, operation_id: str) -> None:
     class Snapshotting(CloneLike):
         gates = ("VMANYWARE_PROVISIONING_ENABLED", "VMANYWARE_SNAPSHOTS_ENABLED")
 
-    client = ScriptedClient([UPID])
+    client = scripted([UPID])
     with pytest.raises(VmanywareError) as info:
         _run(store, client, Snapshotting(), operation_id, gate_options={"VMANYWARE_SNAPSHOTS_ENABLED": True},
              environ=dict(ON, VMANYWARE_SNAPSHOTS_ENABLED="false"))
-    assert info.value.code == "snapshot_disabled" and client.sent == []
+    assert info.value.code == "snapshot_disabled" and sent(client) == []
     assert _run(store, client, Snapshotting(), operation_id, gate_options={"VMANYWARE_SNAPSHOTS_ENABLED": True})["done"]
 
 
@@ -371,12 +357,12 @@ def test_a_changed_catalog_mapping_is_plan_changed_and_sends_nothing(store: Jour
         plan={"definitionHash": HASH, "planHash": HASH}, confirmation={}, target_node="pve-test", target_vmid=202,
         stage_kinds=["clone"])
     oid = document["operationId"]
-    client = ScriptedClient([UPID])
+    client = scripted([UPID])
     for catalog in ({"images": [dict(mapping, templateVmid=9001)]}, {"images": []}):
         with pytest.raises(VmanywareError) as info:
             _run(store, client, CloneLike(), oid, catalog=catalog)
         assert info.value.code == "plan_changed" and info.value.details["fields"] == ["mapping"]
-    assert client.sent == [] and store.stage(store.load(oid), "clone")["status"] == "pending"
+    assert sent(client) == [] and store.stage(store.load(oid), "clone")["status"] == "pending"
     assert _run(store, client, CloneLike(), oid, catalog={"images": [dict(mapping)]})["done"]
 
 
@@ -386,6 +372,6 @@ def test_a_hook_submission_with_an_unknown_outcome_makes_the_stage_uncertain(sto
             raise StageUncertain("reply_lost", "The probe's reply was lost.", {"method": "POST", "path": "/x/agent/exec", "params": {}})
 
     with pytest.raises(VmanywareError) as info:
-        _run(store, ScriptedClient([]), LostProbe(), operation_id)
+        _run(store, scripted([]), LostProbe(), operation_id)
     clone = store.stage(store.load(operation_id), "clone")
     assert info.value.code == "outcome_uncertain" and clone["status"] == "uncertain" and clone["request"]["path"] == "/x/agent/exec"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import typing as t
 
 import pytest
+from pve_fake import FakeClient, envelope, in_turn
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, TaskError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import (
@@ -17,6 +18,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import (
 )
 
 UPID = "UPID:pve:0000A1B2:0012D687:6650F00D:qmclone:9000:automation@pve!vmanyware:"
+TASK = "/nodes/pve/tasks/" + UPID
 
 
 class FakeClock:
@@ -32,26 +34,12 @@ class FakeClock:
         self.now += seconds
 
 
-class FakeClient:
-    """Answers status GETs from a script (dicts or ProviderError codes) and log GETs from ``log``."""
-
-    def __init__(self, statuses: list[t.Any], log: list[str] | None = None) -> None:
-        self.statuses = list(statuses)
-        self.log = log or []
-        self.calls: list[tuple[str, str, dict[str, t.Any]]] = []
-
-    def get(self, path: str, **params: t.Any) -> t.Any:
-        self.calls.append(("GET", path, params))
-        item = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
-        if isinstance(item, str):
-            raise ProviderError(code=item)
-        return item
-
-    def request(self, method: str, path: str, params: dict[str, t.Any]) -> dict[str, t.Any]:
-        self.calls.append((method, path, dict(params)))
-        start, limit = params["start"], params["limit"]
-        lines = [{"n": i + 1, "t": text} for i, text in enumerate(self.log)]
-        return {"data": lines[start:start + limit], "total": len(lines)}
+def task_client(statuses: list[t.Any], log: list[str] | None = None) -> FakeClient:
+    """Status GETs answered from a script (dicts, or ProviderError codes to raise), the last repeated; log GETs from ``log``."""
+    lines = [{"n": i + 1, "t": text} for i, text in enumerate(log or [])]
+    answers = [ProviderError(code=item) if isinstance(item, str) else item for item in statuses]
+    return FakeClient({TASK + "/status": in_turn(*answers),
+                       TASK + "/log": lambda params: envelope(lines[params["start"]:params["start"] + params["limit"]], total=len(lines))})
 
 
 RUNNING = {"status": "running", "upid": UPID}
@@ -77,39 +65,39 @@ def test_parse_upid_malformed(bad: t.Any) -> None:
 
 def test_wait_ok_with_adaptive_interval() -> None:
     clock = FakeClock()
-    client = FakeClient([RUNNING] * 4 + [{"status": "stopped", "exitstatus": "OK"}])
+    client = task_client([RUNNING] * 4 + [{"status": "stopped", "exitstatus": "OK"}])
     outcome = wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep)
     assert outcome == TaskOutcome(upid=UPID, status="ok", exitstatus="OK")
     assert outcome.succeeded and outcome.raise_for_outcome() is outcome
     # the first poll waits 0.25 s (a task is never done when accepted), then the interval doubles
-    assert clock.sleeps == [0.25, 0.5, 1.0, 1.0, 1.0] and len(client.calls) == 5
-    assert client.calls[0] == ("GET", f"/nodes/pve/tasks/{UPID}/status", {})
+    assert clock.sleeps == [0.25, 0.5, 1.0, 1.0, 1.0] and len(client.log) == 5
+    assert client.log[0] == ("GET", f"/nodes/pve/tasks/{UPID}/status", {})
 
 
 def test_interval_caps_at_one_second() -> None:
     clock = FakeClock()
-    client = FakeClient([RUNNING] * 15 + [{"status": "stopped", "exitstatus": "OK"}])
+    client = task_client([RUNNING] * 15 + [{"status": "stopped", "exitstatus": "OK"}])
     wait_task(client, UPID, timeout=600, clock=clock.clock, sleep=clock.sleep)
     assert max(clock.sleeps) == 1.0 and clock.sleeps[-1] == 1.0 and len(clock.sleeps) == 16
 
 
 def test_wait_warnings() -> None:
     clock = FakeClock()
-    outcome = wait_task(FakeClient([{"status": "stopped", "exitstatus": "WARNINGS: 2"}]), UPID, timeout=5, clock=clock.clock, sleep=clock.sleep)
+    outcome = wait_task(task_client([{"status": "stopped", "exitstatus": "WARNINGS: 2"}]), UPID, timeout=5, clock=clock.clock, sleep=clock.sleep)
     assert (outcome.status, outcome.warnings, outcome.succeeded, outcome.error_code) == ("warnings", 2, True, None)
 
 
 def test_wait_failed_with_sanitized_log_tail() -> None:
     clock = FakeClock()
     log = [f"line {i}" for i in range(45)] + ["\x1b[31mTASK ERROR: clone failed\x07", "x" * 1000]
-    client = FakeClient([RUNNING, {"status": "stopped", "exitstatus": "clone failed: storage full"}], log)
+    client = task_client([RUNNING, {"status": "stopped", "exitstatus": "clone failed: storage full"}], log)
     outcome = wait_task(client, UPID, timeout=5, clock=clock.clock, sleep=clock.sleep)
     assert outcome.status == "failed" and outcome.exitstatus == "clone failed: storage full"
     assert len(outcome.log_tail) == 20
     assert outcome.log_tail[0] == "line 27"
     assert outcome.log_tail[-2] == "[31mTASK ERROR: clone failed"
     assert len(outcome.log_tail[-1]) == 240 and outcome.log_tail[-1].endswith("...")
-    log_calls = [c for c in client.calls if c[1].endswith("/log")]
+    log_calls = [c for c in client.log if c[1].endswith("/log")]
     assert [c[2] for c in log_calls] == [{"start": 0, "limit": 20}, {"start": 27, "limit": 20}]
     with pytest.raises(TaskError) as info:
         outcome.raise_for_outcome()
@@ -118,7 +106,7 @@ def test_wait_failed_with_sanitized_log_tail() -> None:
 
 def test_wait_timeout() -> None:
     clock = FakeClock()
-    outcome = wait_task(FakeClient([RUNNING]), UPID, timeout=10, clock=clock.clock, sleep=clock.sleep)
+    outcome = wait_task(task_client([RUNNING]), UPID, timeout=10, clock=clock.clock, sleep=clock.sleep)
     assert outcome.status == "timeout" and outcome.error_code == "task_timeout"
     assert clock.now == pytest.approx(1010.0)  # never sleeps past the deadline
 
@@ -126,30 +114,30 @@ def test_wait_timeout() -> None:
 @pytest.mark.parametrize("code", ["transport_lost", "server_error", "reply_lost"])
 def test_wait_unobservable_after_repeated_errors(code: str) -> None:
     clock = FakeClock()
-    client = FakeClient([RUNNING, code, code, code, RUNNING])
+    client = task_client([RUNNING, code, code, code, RUNNING])
     outcome = wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep)
     assert outcome.status == "unobservable" and outcome.error_code == "task_unobservable"
-    assert len(client.calls) == 4
+    assert len(client.log) == 4
 
 
 def test_wait_transient_error_then_success() -> None:
     clock = FakeClock()
-    client = FakeClient([RUNNING, "server_error", "server_error", {"status": "stopped", "exitstatus": "OK"}])
+    client = task_client([RUNNING, "server_error", "server_error", {"status": "stopped", "exitstatus": "OK"}])
     assert wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep).status == "ok"
 
 
 def test_wait_unobservable_at_once_on_permission_error() -> None:
     clock = FakeClock()
-    client = FakeClient(["permission_denied"])
+    client = task_client(["permission_denied"])
     assert wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep).status == "unobservable"
-    assert len(client.calls) == 1
+    assert len(client.log) == 1
 
 
 def test_poll_once() -> None:
-    assert poll_once(FakeClient([RUNNING]), UPID).status == "running"
-    assert poll_once(FakeClient([{"status": "stopped", "exitstatus": "OK"}]), parse_upid(UPID)).status == "ok"
-    assert poll_once(FakeClient(["server_error"]), UPID).status == "unobservable"
-    assert poll_once(FakeClient([{"status": "weird"}]), UPID).status == "unobservable"
+    assert poll_once(task_client([RUNNING]), UPID).status == "running"
+    assert poll_once(task_client([{"status": "stopped", "exitstatus": "OK"}]), parse_upid(UPID)).status == "ok"
+    assert poll_once(task_client(["server_error"]), UPID).status == "unobservable"
+    assert poll_once(task_client([{"status": "weird"}]), UPID).status == "unobservable"
 
 
 def test_sanitize() -> None:

@@ -9,6 +9,7 @@ import typing as t
 
 import pytest
 import yaml
+from pve_fake import FakeClient
 from test__template_build import minimal
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import parse_catalog
@@ -55,7 +56,7 @@ def test_passwd_status(line: str, locked: bool) -> None:
 
 
 def test_generalize_decides_the_attestation_from_the_guest_report() -> None:
-    ctx = StageContext(operation=operation(), client=None, kind="generalize")
+    ctx = StageContext(operation=operation(), client=FakeClient(), kind="generalize")  # a client that answers nothing: observe reads nothing
     assert GeneralizeStage("ssh", "debian L 2026-12-01", 0).observe(ctx) == {"standIn": False, "passwordLocked": True, "noAuthorizedKeys": True}
     assert GeneralizeStage("ssh", "debian P 2026-12-01", 1).observe(ctx) == {"standIn": False, "passwordLocked": False, "noAuthorizedKeys": False}
     assert GeneralizeStage("stand-in", None, None).observe(ctx) == {"standIn": True, "passwordLocked": None, "noAuthorizedKeys": None}

@@ -10,6 +10,7 @@ import typing as t
 from pathlib import Path
 
 import pytest
+from pve_fake import FakeClient
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
@@ -22,30 +23,25 @@ SCOPE = "pve:" + "e" * 64
 ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
 
 
-class FakePve:
-    """GETs of /cluster/resources, /cluster/options and /cluster/nextid over a set of guest VMIDs."""
+def fake_pve(guests: t.Iterable[int] = (9000,), options: t.Any = None, hidden: t.Iterable[int] = ()) -> FakeClient:
+    """GETs of /cluster/resources, /cluster/options and /cluster/nextid over a set of guest VMIDs.
 
-    provider_scope_id = SCOPE
+    ``hidden``: guests the token cannot audit: nextid refuses them, resources does not list them.
+    """
+    taken = set(guests) | set(hidden)
 
-    def __init__(self, guests: t.Iterable[int] = (9000,), options: t.Any = None, hidden: t.Iterable[int] = ()) -> None:
-        self.guests = set(guests)
-        self.hidden = set(hidden)  # guests the token cannot audit: nextid refuses them, resources does not list them
-        self.options = options if options is not None else {}
-        self.calls: list[tuple[str, dict[str, t.Any]]] = []
-        self.lock = threading.Lock()
+    def nextid(params: dict[str, t.Any]) -> t.Any:
+        if params["vmid"] in taken:
+            return ProviderError(code="conflict")
+        return str(params["vmid"])  # PVE may answer the integer as a string
 
-    def get(self, path: str, **params: t.Any) -> t.Any:
-        with self.lock:
-            self.calls.append((path, params))
-        if path == "/cluster/resources":
-            return [{"vmid": vmid, "type": "qemu"} for vmid in sorted(self.guests)]
-        if path == "/cluster/options":
-            return self.options
-        if path == "/cluster/nextid":
-            if params["vmid"] in self.guests | self.hidden:
-                raise ProviderError(code="conflict")
-            return str(params["vmid"])  # PVE may answer the integer as a string
-        raise AssertionError(path)
+    return FakeClient({"/cluster/resources": [{"vmid": vmid, "type": "qemu"} for vmid in sorted(set(guests))],
+                       "/cluster/options": options if options is not None else {},
+                       "/cluster/nextid": nextid}, provider_scope_id=SCOPE)
+
+
+def calls(client: FakeClient) -> list[tuple[str, dict[str, t.Any]]]:
+    return [(path, params) for _method, path, params in client.log]
 
 
 class Clock:
@@ -67,26 +63,26 @@ def test_bad_options_have_fixed_codes_and_echo_nothing(store: JournalStore) -> N
              ({"owner": "o", "vmid_range": [300, 200]}, "invalid_option"), ({"owner": "o", "vmid_range": [99, 200]}, "invalid_target_vmid"),
              ({"owner": "o", "vmid": 1000000000}, "invalid_target_vmid")]
     for options, code in cases:
-        client = FakePve()
+        client = fake_pve()
         with pytest.raises(VmanywareError) as info:
             reserve(store, client, **options)
         assert info.value.code == code, options
-        assert client.calls == []  # refused before any request
+        assert calls(client) == []  # refused before any request
         assert "x\ny" not in json.dumps(info.value.to_result())
 
 
 def test_datacenter_range_forms() -> None:
-    assert datacenter_range(FakePve(options={})) is None
-    assert datacenter_range(FakePve(options={"next-id": {"lower": "1000", "upper": "2000"}})) == (1000, 1999)
-    assert datacenter_range(FakePve(options={"next-id": {"lower": 500}})) == (500, 999999)
+    assert datacenter_range(fake_pve(options={})) is None
+    assert datacenter_range(fake_pve(options={"next-id": {"lower": "1000", "upper": "2000"}})) == (1000, 1999)
+    assert datacenter_range(fake_pve(options={"next-id": {"lower": 500}})) == (500, 999999)
     for bad in ({"next-id": "lower=1"}, {"next-id": {"lower": 5}}, {"next-id": {"lower": 300, "upper": 300}}, []):
         with pytest.raises(VmanywareError) as info:
-            datacenter_range(FakePve(options=bad))
+            datacenter_range(fake_pve(options=bad))
         assert info.value.code == "unexpected_response"
 
 
 def test_unexpected_answers(store: JournalStore) -> None:
-    client = FakePve()
+    client = fake_pve()
     client.get = lambda path, **params: [{"type": "qemu"}]  # type: ignore[method-assign]
     with pytest.raises(VmanywareError) as info:
         reserve(store, client, owner="o")
@@ -95,11 +91,11 @@ def test_unexpected_answers(store: JournalStore) -> None:
 
 def test_ranges_hidden_guests_and_expiry(store: JournalStore) -> None:
     clock = Clock()
-    client = FakePve(guests={9000, 100}, hidden={101}, options={"next-id": {"lower": 100, "upper": 104}})
+    client = fake_pve(guests={9000, 100}, hidden={101}, options={"next-id": {"lower": 100, "upper": 104}})
     first = reserve(store, client, owner="a", clock=clock)
     assert first["vmid"] == 102 and first["vmid_range"] == {"lower": 100, "upper": 103, "source": "next_id"}
     # 100 is listed; 101 is not (the token cannot audit it) but nextid refuses it; 102 is accepted
-    assert [params["vmid"] for path, params in client.calls if path == "/cluster/nextid"] == [101, 102]
+    assert [params["vmid"] for path, params in calls(client) if path == "/cluster/nextid"] == [101, 102]
     assert reserve(store, client, owner="b", clock=clock)["vmid"] == 103
     with pytest.raises(VmanywareError) as info:
         reserve(store, client, owner="c", clock=clock)
@@ -116,16 +112,16 @@ def test_ranges_hidden_guests_and_expiry(store: JournalStore) -> None:
 
 
 def test_template_purpose_range(store: JournalStore) -> None:
-    client = FakePve(guests={9000, 9001})
+    client = fake_pve(guests={9000, 9001})
     result = reserve(store, client, owner="tpl", purpose="template")
     assert result["vmid"] == 9002 and result["vmid_range"]["source"] == "template_default"
-    assert ("/cluster/options", {}) not in client.calls
+    assert ("/cluster/options", {}) not in calls(client)
     # a vm lease and a template lease of the same owner are distinct
     assert reserve(store, client, owner="tpl")["vmid"] == 100
 
 
 def test_threads_reserving_at_once_get_distinct_vmids(store: JournalStore) -> None:
-    client = FakePve()
+    client = fake_pve()
     results: list[int] = []
     barrier = threading.Barrier(10)
 
@@ -147,7 +143,7 @@ def test_a_corrupt_lease_is_left_untouched(store: JournalStore) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         handle.write('{"kind": "something else"}')
     with pytest.raises(VmanywareError) as info:
-        reserve(store, FakePve(), owner="o")
+        reserve(store, fake_pve(), owner="o")
     assert info.value.code == "journal_corrupt"
     with open(path, encoding="utf-8") as handle:
         assert handle.read() == '{"kind": "something else"}'
@@ -160,7 +156,7 @@ def _operation(store: JournalStore, vmid: int) -> dict[str, t.Any]:
 
 
 def test_a_replayed_creation_removes_a_lease_a_crash_left_behind(store: JournalStore) -> None:
-    lease = reserve(store, FakePve(), owner="o")
+    lease = reserve(store, fake_pve(), owner="o")
     with open(store.lease_path(SCOPE, 100), encoding="utf-8") as handle:
         stored = json.load(handle)  # the file as written (camelCase fields; the module result is snake_case)
     created = _operation(store, lease["vmid"])
@@ -171,5 +167,5 @@ def test_a_replayed_creation_removes_a_lease_a_crash_left_behind(store: JournalS
     replay = _operation(store, 100)
     assert replay["operation_id"] == created["operation_id"] and not replay["created"]
     assert not os.path.exists(store.lease_path(SCOPE, 100))
-    given = reserve(store, FakePve(guests={9000, 100}), owner="o", vmid=100)
+    given = reserve(store, fake_pve(guests={9000, 100}), owner="o", vmid=100)
     assert given["claimed_by"] == created["operation_id"] and given["lease"] is None

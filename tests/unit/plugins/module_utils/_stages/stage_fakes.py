@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Helpers for the stage unit tests: recorded PVE replies, a scripted client and journal set-up (no simulator).
+"""Helpers for the stage unit tests: recorded PVE replies, the fake client (``pve_fake``) and journal set-up (no simulator).
 
 Import with ``from stage_fakes import ...`` (pytest puts this directory on ``sys.path``).
 """
@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import copy
 import json
-import types
+import sys
 import typing as t
 from pathlib import Path
 
-from pvesim.schema import Schema
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import map_http_error
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import expected_confirmation
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext
+from pve_fake import FakeClient, assert_valid  # noqa: E402  pylint: disable=wrong-import-position
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import map_http_error  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import expected_confirmation  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[5]
 FIXTURES = REPO / "tests" / "unit" / "fixtures"
@@ -27,13 +29,8 @@ _ERRORS = {case["name"]: case for case in json.loads((FIXTURES / "pve_errors.jso
 SCOPE = "pve:" + "c" * 64
 VM = "/nodes/pve-test/qemu/201"
 TEMPLATE = "/nodes/pve-test/qemu/9000"
-_SCHEMA: list[Schema] = []
-
-
-def schema() -> Schema:
-    if not _SCHEMA:
-        _SCHEMA.append(Schema.load())
-    return _SCHEMA[0]
+__all__ = ["FakeClient", "assert_valid", "PVE", "SCOPE", "TEMPLATE", "VM", "complete", "context", "dispatch", "fixture", "new_operation",
+           "planned", "pve_error"]
 
 
 def fixture(name: str) -> t.Any:
@@ -44,52 +41,6 @@ def pve_error(name: str, method: str = "GET", path: str = "/") -> Exception:
     """The typed error the client raises for a recorded PVE error response."""
     case = _ERRORS[name]
     return map_http_error(method, path, case["status"], case["reason"], case["body"])
-
-
-class FakeClient:
-    """GETs answered from ``routes`` (path -> data, exception or callable(params)); mutations from ``replies``.
-
-    Every request (GET and mutation) is recorded in ``log`` as (method, path, params) and must validate
-    against the official schema.
-    """
-
-    def __init__(self, routes: dict[str, t.Any], replies: list[t.Any] | None = None, user: str = "vmanyware@pve", token: str | None = "full"):
-        self.routes = routes
-        self.replies = list(replies or [])
-        self.log: list[tuple[str, str, dict[str, t.Any]]] = []
-        self.settings = types.SimpleNamespace(user=user, token_name=token)
-
-    def _check(self, method: str, path: str, params: t.Mapping[str, t.Any]) -> None:
-        wire = {k: (1 if v is True else 0 if v is False else v) for k, v in params.items()}
-        errors = schema().validate(method, path, wire)
-        assert errors == [], (method, path, [str(e) for e in errors])
-
-    def get(self, path: str, /, **params: t.Any) -> t.Any:
-        self.log.append(("GET", path, dict(params)))
-        self._check("GET", path, params)
-        if path not in self.routes:
-            raise AssertionError("unexpected GET " + path)
-        value = self.routes[path]
-        if callable(value) and not isinstance(value, type):
-            value = value(params)
-        if isinstance(value, BaseException):
-            raise value
-        return copy.deepcopy(value)
-
-    def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
-        if method == "GET":
-            return {"data": self.get(path, **dict(params or {}))}
-        self.log.append((method, path, dict(params or {})))
-        self._check(method, path, dict(params or {}))
-        reply = self.replies.pop(0)
-        if callable(reply):
-            reply = reply()
-        if isinstance(reply, BaseException):
-            raise reply
-        return {"data": reply}
-
-    def mutations(self) -> list[tuple[str, str, dict[str, t.Any]]]:
-        return [entry for entry in self.log if entry[0] != "GET"]
 
 
 def planned(disk_gib: int = 20) -> t.Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typing as t
 
 import pytest
-from stage_fakes import PVE, TEMPLATE, VM, FakeClient, context, dispatch, fixture, new_operation, pve_error
+from stage_fakes import PVE, TEMPLATE, VM, FakeClient, assert_valid, context, dispatch, fixture, new_operation, pve_error
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
@@ -59,7 +59,7 @@ def test_request_is_a_full_clone_bound_to_the_operation(store: JournalStore, op:
     assert request.params == {"newid": 201, "name": "kernel-lab", "full": 1, "storage": "local-lvm", "description": binding_description(ctx.operation)}
     assert request.params["full"] is not True and "target" not in request.params
     assert client.log[-1] == ("GET", "/cluster/nextid", {"vmid": 201})
-    client._check(request.method, request.path, request.params)  # the request validates against the schema
+    assert_valid(request.method, request.path, request.params)  # the request validates against the schema
 
 
 def test_template_missing_or_not_a_template(store: JournalStore, op: str) -> None:
@@ -193,7 +193,7 @@ def test_runner_happy_path_and_rerun(store: JournalStore, op: str) -> None:
     def target(_params: dict[str, t.Any]) -> t.Any:
         return ours(store, op) if state["created"] else pve_error("config_missing")
 
-    def clone() -> str:
+    def clone(_params: t.Any) -> str:
         state["created"] = True
         return PVE["upid_clone"]
 

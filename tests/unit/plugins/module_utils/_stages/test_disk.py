@@ -6,7 +6,7 @@ from __future__ import annotations
 import typing as t
 
 import pytest
-from stage_fakes import PVE, VM, FakeClient, complete, context, dispatch, fixture, new_operation
+from stage_fakes import PVE, VM, FakeClient, assert_valid, complete, context, dispatch, fixture, new_operation
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
@@ -51,7 +51,7 @@ def test_request_is_absolute_and_digest_bound(store: JournalStore, op: str) -> N
     request = logic.request(ctx)
     assert request is not None and (request.method, request.path) == ("PUT", VM + "/resize")
     assert request.params == {"disk": "scsi0", "size": "20G", "digest": DIGEST}
-    client._check(request.method, request.path, request.params)
+    assert_valid(request.method, request.path, request.params)
     assert logic.diff(ctx) == {"before": {"scsi0": {"sizeBytes": 8 * 1024 ** 3}}, "after": {"scsi0": {"sizeBytes": 20 * 1024 ** 3}}}
 
 
@@ -88,7 +88,7 @@ def test_accept_reply_requires_a_resize_task_of_the_vm(store: JournalStore, op: 
 def test_runner_follows_the_resize_task(store: JournalStore, op: str) -> None:
     state = {"sent": False}
 
-    def resize() -> str:
+    def resize(_params: t.Any) -> str:
         state["sent"] = True
         return UPID
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from pvesim.cloudinit import decode_sshkeys as pve_decode_sshkeys
 from pvesim.guest import _fingerprint as pvesim_fingerprint
-from pvesim.schema import Schema
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import map_http_error
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES
@@ -53,12 +52,13 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed imp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import SnapshotStage, snapshot_name
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage
 
+from stage_fakes import FakeClient, assert_valid
+
 REPO = Path(__file__).resolve().parents[5]
 REC = json.loads((REPO / "tests/unit/fixtures/pve_guest_stages.json").read_text(encoding="utf-8"))
 VM = "/nodes/pve-test/qemu/201"
 KEYS = list(REC["sshPublicKeys"])
 MAC = REC["config_before"]["net0"].split(",")[0].split("=")[1]
-SCHEMA = Schema.load()
 
 
 def _hashes() -> tuple[str, str]:
@@ -81,24 +81,12 @@ def operation(attested: bool = True, packages: list[dict[str, str]] | None = Non
     }
 
 
-class Client:
-    def __init__(self, routes: dict[str, t.Any]) -> None:
-        self.routes = routes
-        self.log: list[tuple[str, str, dict[str, t.Any]]] = []
-
-    def get(self, path: str, /, **params: t.Any) -> t.Any:
-        self.log.append(("GET", path, params))
-        assert SCHEMA.validate("GET", path, params) == []
-        value = self.routes[path]
-        return value(params) if callable(value) else copy.deepcopy(value)
-
-
 def ctx_for(kind: str = "cloudinit", **kwargs: t.Any) -> StageContext:
-    return StageContext(operation=operation(**kwargs), client=None, kind=kind)
+    return StageContext(operation=operation(**kwargs), client=FakeClient(), kind=kind)
 
 
 def valid(request: Request) -> None:
-    assert SCHEMA.validate(request.method, request.path, request.params) == [], request
+    assert_valid(request.method, request.path, request.params)
 
 
 # -- sshkeys ---------------------------------------------------------------------------------------------
@@ -135,16 +123,16 @@ def test_cloudinit_request_without_attestation_sets_ciuser() -> None:
 
 def test_cloudinit_observe_and_resolution() -> None:
     ctx = ctx_for()
-    ctx.client = Client({VM + "/config": REC["config_after"]})
+    ctx.client = FakeClient({VM + "/config": REC["config_after"]})
     assert CloudinitStage().observe(ctx)["digest"] == REC["config_after"]["digest"]
     assert CloudinitStage().resolve_lost_reply(ctx).verdict == "applied"
-    ctx.client = Client({VM + "/config": REC["config_before"]})
+    ctx.client = FakeClient({VM + "/config": REC["config_before"]})
     assert CloudinitStage().resolve_lost_reply(ctx).verdict == "not_applied"
     changed = dict(REC["config_before"], digest="0" * 40)
-    ctx.client = Client({VM + "/config": changed})
+    ctx.client = FakeClient({VM + "/config": changed})
     assert CloudinitStage().resolve_lost_reply(ctx).verdict == "undecidable"
     wrong = dict(REC["config_after"], sshkeys=_guest.encode_sshkeys(KEYS + KEYS))
-    ctx.client = Client({VM + "/config": wrong})
+    ctx.client = FakeClient({VM + "/config": wrong})
     with pytest.raises(StageError) as info:
         CloudinitStage().observe(ctx)
     assert info.value.code == "observation_mismatch" and info.value.details["fields"] == ["sshkeys"]
@@ -184,9 +172,9 @@ def test_seed_user_data_verdicts() -> None:
 
 def test_seed_lost_reply_is_resolved_by_the_cloudinit_pending_list() -> None:
     ctx = ctx_for("seed")
-    ctx.client = Client({VM + "/cloudinit": [{"key": "citype", "value": "nocloud"}]})
+    ctx.client = FakeClient({VM + "/cloudinit": [{"key": "citype", "value": "nocloud"}]})
     assert SeedStage().resolve_lost_reply(ctx).verdict == "applied"
-    ctx.client = Client({VM + "/cloudinit": [{"key": "sshkeys", "value": "old", "pending": "new"}, {"key": "ciuser", "delete": 1}]})
+    ctx.client = FakeClient({VM + "/cloudinit": [{"key": "sshkeys", "value": "old", "pending": "new"}, {"key": "ciuser", "delete": 1}]})
     resolution = SeedStage().resolve_lost_reply(ctx)
     assert resolution.verdict == "not_applied" and "not sent again" in resolution.message
 
@@ -206,7 +194,7 @@ def test_seed_observe_records_hashes_only() -> None:
     ctx.operation["stages"][1]["evidence"] = {"digest": REC["config_after"]["digest"]}
     ctx.operation["stages"].append({"kind": "seed", "evidence": {}})
     routes: dict[str, t.Any] = {VM + "/config": REC["config_after"], VM + "/cloudinit/dump": lambda p: REC["dump"][p["type"]]}
-    ctx.client = Client(routes)
+    ctx.client = FakeClient(routes)
     evidence = SeedStage().observe(ctx)
     assert evidence["seedHashes"]["user"] == hashlib.sha256(REC["dump"]["user"].encode()).hexdigest()
     assert "ssh-ed25519" not in json.dumps(evidence)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typing as t
 
 import pytest
-from stage_fakes import PVE, VM, FakeClient, complete, context, dispatch, fixture, new_operation
+from stage_fakes import PVE, VM, FakeClient, assert_valid, complete, context, dispatch, fixture, new_operation
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
@@ -57,7 +57,7 @@ def test_request_sets_cores_memory_only_tag_and_digest(store: JournalStore, op: 
     assert request is not None and (request.method, request.path) == ("PUT", VM + "/config")
     assert request.params == {"cores": plan["resources"]["cores"], "memory": str(plan["resources"]["memoryMiB"]), "tags": instance_tag(op),
                               "digest": DIGEST}
-    client._check(request.method, request.path, request.params)
+    assert_valid(request.method, request.path, request.params)
     assert logic.diff(ctx) == {"before": {"cores": 1, "memory": 512, "tags": None}, "after": {"cores": 2, "memory": 2048, "tags": instance_tag(op)}}
 
 
@@ -113,7 +113,7 @@ def test_resolution(store: JournalStore, op: str, cfg: str, verdict: str) -> Non
 def test_lost_reply_not_applied_is_never_resent(store: JournalStore, op: str) -> None:
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
 
-    def put() -> t.Any:
+    def put(_params: t.Any) -> t.Any:
         return ProviderError(code="reply_lost")  # the copy never reached the handler
 
     client = FakeClient({VM + "/config": lambda _p: config(store, op, cores=1),
