@@ -14,7 +14,7 @@ from pve_fake import FakeClient, envelope, in_turn
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, OperationStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import GuestCommand, OfflineClient, StageContext, StageError, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import GuestCommand, OfflineClient, StageContext, StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PreviewStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "_stages"))
