@@ -28,7 +28,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import I
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, resolve_journal_dir, validate_document
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import parse_catalog
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (  # noqa: F401  # PREVIEW_FACT: for plugin_utils (assembly only)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (  # noqa: F401  # pylint: disable=unused-import  # PREVIEW_FACT: for plugin_utils (assembly only)
     PREVIEW_FACT,
     PROVISIONING_GATE,
     SNAPSHOTS_GATE,

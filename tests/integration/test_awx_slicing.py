@@ -113,7 +113,7 @@ def test_concurrent_slices_share_one_journal(pvesim: t.Any, tmp_path: Path, monk
     slices = [names[index::SLICES] for index in range(SLICES)]
     pdds = [_slice_dir(tmp_path, index, hosts) for index, hosts in enumerate(slices)]
 
-    reviews, _ = _run_slices(pdds, extravars, envvars, "review")
+    reviews, _review_seconds = _run_slices(pdds, extravars, envvars, "review")
     assert [(run.status, run.rc) for run in reviews] == [("successful", 0)] * SLICES, [run.stdout.read()[-3000:] for run in reviews]
     reserved = {name: yaml.safe_load((confirm / ("%s.yml" % name)).read_text(encoding="utf-8"))["provision_confirmation"]["targetVmid"]
                 for name in names}

@@ -58,11 +58,11 @@ class Reads:
         return value
 
 
-def _run(reads: Reads, state: str = "present", environ: t.Mapping[str, str] = ON, **kwargs: t.Any) -> dict[str, t.Any]:
+def _run(reads: Reads, state: str = "present", environ: t.Mapping[str, str] | None = None, **kwargs: t.Any) -> dict[str, t.Any]:
     values: dict[str, t.Any] = {"confirmation": None, "idempotency_key": None, "provisioning_option": None, "operation_id": None,
                                 "reason": None, "check_mode": False}
     values.update(kwargs)
-    return run_operation(state, reads.inputs, environ=environ, client_factory=_no_client, **values)
+    return run_operation(state, reads.inputs, environ=ON if environ is None else environ, client_factory=_no_client, **values)
 
 
 def _no_client(settings: t.Any) -> t.Any:

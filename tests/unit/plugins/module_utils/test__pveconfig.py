@@ -44,9 +44,8 @@ def test_disk_volume_memory_mac_tags() -> None:
 
 
 def test_reads_and_pending() -> None:
-    client = FakeClient({VM + "/config": {"digest": "d", "cores": 2}, VM + "/status/current": {"status": "stopped"},
-                         VM + "/pending": [{"key": "cores", "value": 2}, {"key": "memory", "value": "512", "pending": "2048"},
-                                         {"key": "vga", "value": "serial0", "delete": 1}]})
+    pending = [{"key": "cores", "value": 2}, {"key": "memory", "value": "512", "pending": "2048"}, {"key": "vga", "value": "serial0", "delete": 1}]
+    client = FakeClient({VM + "/config": {"digest": "d", "cores": 2}, VM + "/status/current": {"status": "stopped"}, VM + "/pending": pending})
     assert pc.read_config(client, VM)["digest"] == "d"
     assert pc.read_status(client, VM)["status"] == "stopped"
     assert pc.pending_keys(pc.read_pending(client, VM)) == ["memory", "vga"]
