@@ -18,6 +18,12 @@ A slot is a file ``<journal_dir>/admission/<key>.<i>.slot`` (``i < K``) held wit
 directory sees the same slots, and the kernel drops the lock of a process that dies (even by
 SIGKILL), so no slot outlives its holder. The key hashes the provider scope and the storage id.
 
+Reading the task log costs API requests, and it only helps someone who waits for the slot. So a
+process that found all K slots taken and is about to wait announces itself with a shared ``flock``
+on ``<key>.waiters`` (dropped when it gets a slot, gives up or dies); a holder reads the task log
+only while such a lock exists (a local, non-blocking ``flock`` probe: no API request). Without a
+waiter the holder keeps its slot until the normal task wait sees the task end, then gives it back.
+
 This is a private module_utils file: not a public API.
 """
 
@@ -41,11 +47,14 @@ ENV_STORAGE_CONCURRENCY = "VMANYWARE_STORAGE_CONCURRENCY"
 DEFAULT_STORAGE_CONCURRENCY = 3
 ADMISSION_DIR = "admission"
 ALLOCATED_LINE = "allocated target volume "
-# A waiter retries the slots every ACQUIRE_POLL seconds (a few syscalls; a free slot should not idle long); a holder
-# reads the task log after FIRST_POLL seconds, doubling up to MAX_POLL (the slot is busy until it sees the allocations).
+# A waiter retries the slots every ACQUIRE_POLL seconds (a few syscalls; a free slot should not idle long). While someone
+# waits, a holder reads the task log FIRST_POLL seconds after the submission, then at intervals doubling up to MAX_POLL
+# (the slot is busy until it sees the allocations); while nobody waits it probes for a waiter every WAITER_PROBE seconds
+# (local syscalls only), so a waiter that comes late has the log read within WAITER_PROBE.
 ACQUIRE_POLL = 0.2
 FIRST_POLL = 0.1
 MAX_POLL = 0.5
+WAITER_PROBE = 0.1
 LOG_LINES = 100
 
 
@@ -72,13 +81,14 @@ def slot_key(scope: str, storage: str) -> str:
 
 @dataclasses.dataclass
 class Slot:
-    """A held slot (an open, flocked file); ``release()`` is idempotent."""
+    """A held slot (an open, flocked file); ``release()`` is idempotent. ``waiters`` is its storage's waiters file."""
 
     storage: str
     index: int
     path: str
     fd: int
     waited: float
+    waiters: str = ""
     released: bool = False
 
     def release(self) -> None:
@@ -100,30 +110,83 @@ def _try_slot(path: str) -> int | None:
     return fd
 
 
+def waiters_file(journal_dir: str, scope: str, storage: str) -> str:
+    """The file whose shared ``flock``s announce the processes waiting for a slot of ``storage`` (``announce_waiting``)."""
+    return os.path.join(journal_dir, ADMISSION_DIR, "%s.waiters" % slot_key(scope, storage))
+
+
+def _paths(journal_dir: str, scope: str, storage: str, concurrency: int) -> tuple[list[str], str]:
+    directory = os.path.join(journal_dir, ADMISSION_DIR)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    key = slot_key(scope, storage)
+    return [os.path.join(directory, "%s.%d.slot" % (key, index)) for index in range(concurrency)], waiters_file(journal_dir, scope, storage)
+
+
+def announce_waiting(waiters: str) -> int | None:
+    """Say "I wait for a slot" with a shared ``flock`` on ``waiters`` (close the descriptor to withdraw); None: not now.
+
+    Non-blocking: a holder's probe holds the exclusive lock for a moment (and a blocking lock on NFS retries slowly);
+    the caller tries again before its next wait.
+    """
+    fd = os.open(waiters, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def someone_waits(waiters: str) -> bool:
+    """Whether a process announced it waits for a slot of this storage (a local probe, no API request).
+
+    The probe takes the exclusive lock for a moment: it fails while any waiter holds its shared lock. Any other failure
+    (a volume without locks, two holders probing at the same instant) counts as a waiter: one log read too many, never
+    a slot kept from someone who waits.
+    """
+    try:
+        fd = os.open(waiters, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # drops the probe's lock at once
+    return False
+
+
 def acquire(journal_dir: str, scope: str, storage: str, concurrency: int, *, budget: float | None, holder: t.Mapping[str, t.Any],
             clock: t.Callable[[], float] = time.monotonic, sleep: t.Callable[[float], None] = time.sleep) -> Slot:
     """Take a free slot of ``storage``, waiting up to ``budget`` seconds (None: until one is free).
 
-    Raises ``AdmissionWaiting`` with the progress to show when the budget passes first.
+    While it waits it is announced as a waiter (``announce_waiting``), so the holders read their task logs to give
+    their slot back as soon as their allocations are done. Raises ``AdmissionWaiting`` with the progress to show when
+    the budget passes first.
     """
-    directory = os.path.join(journal_dir, ADMISSION_DIR)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    key = slot_key(scope, storage)
-    paths = [os.path.join(directory, "%s.%d.slot" % (key, index)) for index in range(concurrency)]
+    paths, waiters = _paths(journal_dir, scope, storage, concurrency)
     start = clock()
-    while True:
-        for index, path in enumerate(paths):
-            fd = _try_slot(path)
-            if fd is not None:
-                # who holds it, for an operator looking at the directory (no secret in it)
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, (json.dumps(dict(holder, pid=os.getpid()), sort_keys=True) + "\n").encode("utf-8"), 0)
-                return Slot(storage, index, path, fd, clock() - start)
-        waited = clock() - start
-        if budget is not None and waited >= budget:
-            raise AdmissionWaiting({"waiting": "a free allocation slot on storage %s" % storage, "storage": storage,
-                                    "storageConcurrency": concurrency, "waitedSeconds": round(waited, 1)})
-        sleep(ACQUIRE_POLL if budget is None else max(0.0, min(ACQUIRE_POLL, budget - waited)))
+    announced: int | None = None
+    try:
+        while True:
+            for index, path in enumerate(paths):
+                fd = _try_slot(path)
+                if fd is not None:
+                    # who holds it, for an operator looking at the directory (no secret in it)
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, (json.dumps(dict(holder, pid=os.getpid()), sort_keys=True) + "\n").encode("utf-8"), 0)
+                    return Slot(storage, index, path, fd, clock() - start, waiters)
+            waited = clock() - start
+            if budget is not None and waited >= budget:
+                raise AdmissionWaiting({"waiting": "a free allocation slot on storage %s" % storage, "storage": storage,
+                                        "storageConcurrency": concurrency, "waitedSeconds": round(waited, 1)})
+            if announced is None:
+                announced = announce_waiting(waiters)
+            sleep(ACQUIRE_POLL if budget is None else max(0.0, min(ACQUIRE_POLL, budget - waited)))
+    finally:
+        if announced is not None:
+            os.close(announced)  # no longer waiting (holding a slot, gone with the budget, or failed)
 
 
 def allocations_done(lines: t.Sequence[str], allocations: int | None) -> bool:
@@ -133,21 +196,84 @@ def allocations_done(lines: t.Sequence[str], allocations: int | None) -> bool:
     return allocations is not None and sum(1 for line in lines if line.startswith(ALLOCATED_LINE)) >= allocations
 
 
+class Holding:
+    """Keeps ``slot`` while the task ``upid`` may still allocate on the storage; gives it back early only for a waiter.
+
+    ``sleep`` is the sleep of the task wait (``_tasks.wait_task``): while it sleeps, it probes for a waiter and, while
+    one waits, reads the task log (after FIRST_POLL seconds, then doubling up to MAX_POLL) and gives the slot back once
+    the allocations are logged. Without a waiter it reads nothing; the slot goes back when the task wait has seen the
+    end (``finish``).
+    """
+
+    def __init__(self, slot: Slot, client: ApiClient, upid: str, allocations: int | None, *,
+                 clock: t.Callable[[], float] = time.monotonic, sleep: t.Callable[[float], None] = time.sleep) -> None:
+        self.slot = slot
+        self._client = client
+        self._upid = parse_upid(upid)
+        self._allocations = allocations
+        self._clock = clock
+        self._sleep = sleep
+        self._interval = FIRST_POLL
+        self._next_read = clock() + FIRST_POLL
+        self.log_reads = 0
+
+    def _read(self) -> None:
+        self.log_reads += 1
+        lines = read_log_tail(self._client, self._upid, lines=LOG_LINES)
+        self._interval = min(MAX_POLL, self._interval * 2)
+        self._next_read = self._clock() + self._interval
+        if allocations_done(lines, self._allocations):
+            self.slot.release()
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` for the task wait, serving waiters of the slot meanwhile."""
+        remaining = seconds  # counted down by the pieces slept (not by the clock), so a no-op sleep cannot spin
+        while remaining > 0:
+            if self.slot.released:
+                self._sleep(remaining)
+                return
+            # until the next log read is due; past it (nobody waited then), until the next probe for a waiter
+            now = self._clock()
+            piece = min(remaining, self._next_read - now if self._next_read > now else WAITER_PROBE)
+            self._sleep(piece)
+            remaining -= piece
+            if self._clock() >= self._next_read and someone_waits(self.slot.waiters):
+                self._read()
+
+    def finish(self, ended: bool, limit: float) -> None:
+        """After the task wait: give the slot back, once sure the task allocates no more.
+
+        ``ended``: the wait saw the task's end. Otherwise (the wait budget passed, or the status could not be read) the
+        log is read until the allocations show, at most ``limit`` seconds (``hold_until_allocated``), as this run is
+        about to return and must not hand the slot on while its allocations may still be queued.
+        """
+        if not ended and not self.slot.released:
+            self.log_reads += hold_until_allocated(self.slot, self._client, self._upid.raw, self._allocations, limit=limit,
+                                                   clock=self._clock, sleep=self._sleep, first=0.0)
+        self.slot.release()
+
+
 def hold_until_allocated(slot: Slot, client: ApiClient, upid: str, allocations: int | None, *, limit: float,
-                         clock: t.Callable[[], float] = time.monotonic, sleep: t.Callable[[float], None] = time.sleep) -> None:
+                         clock: t.Callable[[], float] = time.monotonic, sleep: t.Callable[[float], None] = time.sleep,
+                         first: float = FIRST_POLL) -> int:
     """Keep ``slot`` while the task ``upid`` may still allocate (read from its log), at most ``limit`` seconds; then release it.
 
-    A Proxmox without the ``allocated target volume`` line (qemu-server before 2026-04) keeps the slot until the
-    task ends, which is slower but never lets more than K allocations queue on the storage lock.
+    The first read comes after ``first`` seconds, then at intervals doubling from 2 * FIRST_POLL to MAX_POLL. Returns the
+    number of log reads. A Proxmox without the ``allocated target volume`` line (qemu-server before 2026-04) keeps the
+    slot until the task ends, which is slower but never lets more than K allocations queue on the storage lock.
     """
     parsed = parse_upid(upid)
     deadline = clock() + limit
-    interval = FIRST_POLL
+    wait, interval = first, FIRST_POLL
+    reads = 0
     try:
         while clock() < deadline:
-            sleep(min(interval, max(0.0, deadline - clock())))
+            sleep(min(wait, max(0.0, deadline - clock())))
             interval = min(MAX_POLL, interval * 2)
+            wait = interval
+            reads += 1
             if allocations_done(read_log_tail(client, parsed, lines=LOG_LINES), allocations):
-                return
+                break
     finally:
         slot.release()
+    return reads

@@ -660,15 +660,21 @@ class StageRunner:
                    changed: bool = False) -> dict[str, t.Any]:
         """Follow a known task by GET only, within this run's wait budget and the stage deadline."""
         slot = ctx.facts.get("admission")
+        holding = None
         if slot is not None and not slot.released:  # keep the storage slot while the new task may still allocate
-            _admission.hold_until_allocated(slot, self.client, upid, self.logic.allocations(ctx), limit=self._timeout,
-                                            clock=self.settings.clock, sleep=self.settings.sleep)
+            holding = _admission.Holding(slot, self.client, upid, self.logic.allocations(ctx), clock=self.settings.clock,
+                                         sleep=self.settings.sleep)
+        started = self.settings.clock()
         budget = self.settings.wait_budget
         wait = self._timeout if budget is None else budget
         if self.settings.check_mode:
             outcome = poll_once(self.client, upid)
         else:
-            outcome = wait_task(self.client, upid, timeout=wait, clock=self.settings.clock, sleep=self.settings.sleep)
+            outcome = wait_task(self.client, upid, timeout=wait, clock=self.settings.clock,
+                                sleep=self.settings.sleep if holding is None else holding.sleep)
+        if holding is not None:
+            holding.finish(ended=outcome.status not in ("running", "timeout", "unobservable"),
+                           limit=max(0.0, self._timeout - (self.settings.clock() - started)))
         if outcome.status in ("running", "timeout"):
             dispatched = ctx.record["dispatchedAt"]
             if outcome.status == "timeout" and budget is None:

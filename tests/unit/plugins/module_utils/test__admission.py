@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import typing as t
 from pathlib import Path
 
 import pytest
 from pve_fake import FakeClient, envelope, in_turn
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission, _tasks
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
 
 UPID = "UPID:pve-test:0001F050:00021036:6B0D00E2:qmclone:9000:vmanyware@pve!full:"
@@ -107,8 +108,9 @@ def test_the_slot_is_kept_until_the_allocations_are_logged(tmp_path: Path, alloc
     slot = take(tmp_path)
     clock = FakeClock()
     client = log_client(logs)
-    _admission.hold_until_allocated(slot, client, UPID, allocations, limit=600, clock=clock, sleep=clock.sleep)
+    assert _admission.hold_until_allocated(slot, client, UPID, allocations, limit=600, clock=clock, sleep=clock.sleep) == reads
     assert log_reads(client) == reads and slot.released
+    assert clock.now == pytest.approx([0.1, 0.3, 0.7][reads - 1])  # reads after 0.1 s, then 0.2 s, 0.4 s, ... up to 0.5 s apart
 
 
 def test_the_slot_is_given_back_at_the_limit(tmp_path: Path) -> None:
@@ -117,3 +119,165 @@ def test_the_slot_is_given_back_at_the_limit(tmp_path: Path) -> None:
     client = log_client([["create full clone of drive scsi0"]])
     _admission.hold_until_allocated(slot, client, UPID, 2, limit=30, clock=clock, sleep=clock.sleep)
     assert slot.released and 30 <= clock.now < 31 and log_reads(client) > 3
+
+
+# -- the holder reads the task log only while someone waits for a slot ----------------------------------------------------
+STATUS = "/nodes/pve-test/tasks/%s/status" % UPID
+LOG = "/nodes/pve-test/tasks/%s/log" % UPID
+CLONE_LOG = ["create full clone of drive ide2", "allocated target volume 'local-lvm:vm-201-cloudinit'",
+             "create full clone of drive scsi0", "allocated target volume 'local-lvm:vm-201-disk-0'"]
+
+
+class Task:
+    """A clone task that ends at ``ends`` (fake seconds) and logs its two allocations by ``allocated``; records what was read when."""
+
+    def __init__(self, clock: t.Callable[[], float], slot: _admission.Slot, *, ends: float, allocated: float) -> None:
+        self.clock, self.slot, self.ends, self.allocated = clock, slot, ends, allocated
+        self.status_polls: list[tuple[float, bool]] = []  # (when, slot still held)
+        self.log_reads: list[float] = []
+
+    def status(self, _params: t.Any) -> dict[str, t.Any]:
+        self.status_polls.append((round(self.clock(), 2), not self.slot.released))
+        return {"status": "stopped", "exitstatus": "OK"} if self.clock() >= self.ends else {"status": "running"}
+
+    def log(self, _params: t.Any) -> envelope:
+        self.log_reads.append(round(self.clock(), 2))
+        lines = CLONE_LOG if self.clock() >= self.allocated else CLONE_LOG[:1]
+        return envelope([{"n": i + 1, "t": line} for i, line in enumerate(lines)], total=len(lines))
+
+    def client(self) -> FakeClient:
+        return FakeClient({STATUS: self.status, LOG: self.log})
+
+
+def follow(task: Task, clock: FakeClock, *, timeout: float = 600.0) -> tuple[_tasks.TaskOutcome, _admission.Holding]:
+    """What the stage runner does after the submission: the task wait sleeps through ``Holding``, then ``finish``."""
+    holding = _admission.Holding(task.slot, task.client(), UPID, 2, clock=clock, sleep=clock.sleep)
+    outcome = _tasks.wait_task(task.client(), UPID, timeout=timeout, clock=clock, sleep=holding.sleep)
+    holding.finish(ended=outcome.status not in ("running", "timeout", "unobservable"), limit=600)
+    return outcome, holding
+
+
+def test_without_a_waiter_the_holder_reads_no_task_log(tmp_path: Path) -> None:
+    clock = FakeClock()
+    task = Task(clock, take(tmp_path), ends=2.2, allocated=0.3)
+    outcome, holding = follow(task, clock)
+    assert outcome.status == "ok" and task.slot.released
+    assert task.log_reads == [] and holding.log_reads == 0
+    # the task wait keeps its own schedule (first poll after 0.25 s, doubling to 1 s) and the slot is kept until the end
+    assert task.status_polls == [(0.25, True), (0.75, True), (1.75, True), (2.75, True)]
+
+
+def test_a_waiter_makes_the_holder_read_the_log_and_give_the_slot_back_as_early_as_before(tmp_path: Path) -> None:
+    clock = FakeClock()
+    task = Task(clock, take(tmp_path), ends=2.2, allocated=0.3)
+    waiter = _admission.announce_waiting(task.slot.waiters)  # someone found every slot taken and waits
+    assert waiter is not None and _admission.someone_waits(task.slot.waiters)
+    try:
+        outcome, holding = follow(task, clock)
+    finally:
+        os.close(waiter)
+    assert outcome.status == "ok" and holding.log_reads == 2
+    # the log is read on the schedule of a holder that always read it (after 0.1 s, then 0.2 s later): the slot is
+    # free at 0.3 s, as when the log was read without a waiter, and the task wait goes on without it
+    assert task.log_reads == [0.1, 0.3]
+    assert task.status_polls == [(0.25, True), (0.75, False), (1.75, False), (2.75, False)]
+    assert not _admission.someone_waits(task.slot.waiters)  # closing the descriptor withdrew the waiter
+
+
+def test_a_waiter_that_comes_late_has_the_log_read_within_a_probe(tmp_path: Path) -> None:
+    clock = FakeClock()
+    slot = take(tmp_path)
+    task = Task(clock, slot, ends=5.0, allocated=0.3)
+    announced: list[int] = []
+
+    def sleep(seconds: float) -> None:  # a waiter announces itself at 1.23 s
+        clock.sleep(seconds)
+        if clock.now >= 1.23 and not announced:
+            fd = _admission.announce_waiting(slot.waiters)
+            assert fd is not None
+            announced.append(fd)
+
+    holding = _admission.Holding(slot, task.client(), UPID, 2, clock=clock, sleep=sleep)
+    try:
+        outcome = _tasks.wait_task(task.client(), UPID, timeout=600, clock=clock, sleep=holding.sleep)
+    finally:
+        for fd in announced:
+            os.close(fd)
+    holding.finish(ended=outcome.status == "ok", limit=600)
+    (read,) = task.log_reads  # one read: the allocations were logged long before
+    assert 1.23 <= read <= 1.23 + _admission.WAITER_PROBE
+    assert [held for when, held in task.status_polls if when > read] == [False] * 5  # 1.75, 2.75, ..., 5.75
+
+
+def test_a_dead_waiter_does_not_count(tmp_path: Path) -> None:
+    waiters = _admission.waiters_file(str(tmp_path), "pve:a", "local-lvm")
+    take(tmp_path).release()  # creates the admission directory
+    code = ("import sys, time; from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission as a;"
+            "fd = a.announce_waiting(sys.argv[1]); print('waiting' if fd is not None else 'no', flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code, waiters], stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == b"waiting"
+        assert _admission.someone_waits(waiters)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+        assert not _admission.someone_waits(waiters)  # the kernel dropped its lock: no file to clean up, no lease
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+def test_acquire_announces_itself_only_while_it_waits(tmp_path: Path) -> None:
+    held = [take(tmp_path), take(tmp_path)]
+    waiters = held[0].waiters
+    with pytest.raises(_admission.AdmissionWaiting):
+        take(tmp_path, budget=0.0)  # gives up at once: never announced
+    seen: list[bool] = []
+    clock = FakeClock()
+
+    def sleep(seconds: float) -> None:
+        seen.append(_admission.someone_waits(waiters))
+        clock.sleep(seconds)
+        if clock.now >= 1.0:
+            held[1].release()
+
+    slot = take(tmp_path, budget=5.0, clock=clock, sleep=sleep)
+    assert slot.index == 1 and seen == [True] * 5 and not _admission.someone_waits(waiters)
+    for each in (held[0], slot):
+        each.release()
+
+
+def test_the_budget_passes_while_the_task_may_still_allocate(tmp_path: Path) -> None:
+    # the run returns (its wait budget passed) with the task running: it reads the log, even without a waiter, until
+    # the allocations show, so that the slot is not handed on while they may be queued
+    clock = FakeClock()
+    task = Task(clock, take(tmp_path), ends=50.0, allocated=1.5)
+    outcome, holding = follow(task, clock, timeout=1.0)
+    assert outcome.status == "timeout" and task.slot.released
+    assert task.log_reads == [1.0, 1.2, 1.6] and holding.log_reads == 3
+
+
+def test_a_waiting_process_gets_the_slot_once_the_holders_allocations_are_logged(tmp_path: Path) -> None:
+    # real processes and clocks: K=1, we hold the slot; another process waits for it (acquire, no budget)
+    code = ("import sys, time; from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission as a;"
+            "s = a.acquire(sys.argv[1], 'pve:a', 'local-lvm', 1, budget=None, holder={}); print('got', flush=True)")
+    slot = take(tmp_path, k=1)
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        deadline = time.monotonic() + 30
+        while not _admission.someone_waits(slot.waiters):
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.05)
+        task = Task(time.monotonic, slot, ends=time.monotonic() + 30, allocated=time.monotonic() + 0.5)
+        holding = _admission.Holding(slot, task.client(), UPID, 2)
+        holding.sleep(1.0)  # the first second of the task wait
+        assert slot.released and 1 <= holding.log_reads <= 3
+        assert child.stdout is not None and child.stdout.readline().strip() == b"got"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if child.stdout is not None:
+            child.stdout.close()

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import os
 import typing as t
 
 import pytest
 from stage_fakes import PVE, TEMPLATE, VM, FakeClient, assert_valid, context, dispatch, fixture, new_operation, pve_error
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageRunner, StageSettings
@@ -204,13 +206,53 @@ def test_runner_happy_path_and_rerun(store: JournalStore, op: str) -> None:
     client = FakeClient(paths, [clone])
     result = StageRunner(store, client, CloneStage(), StageSettings(sleep=lambda _s: None)).run(op)
     assert result["done"] and result["changed"] and result["stage"]["upid"] == PVE["upid_clone"]
-    # the storage slot was taken before the POST and kept until the log showed the clone's two allocations
+    # the storage slot was taken before the POST and, as nobody waited for it, kept until the task's end: no log read
     assert result["admission"] == {"storage": "local-lvm", "slot": 0, "waitedSeconds": 0.0}
-    gets = [entry[1] for entry in client.log]
-    assert gets.index(TEMPLATE + "/clone") < gets.index("/nodes/pve-test/tasks/%s/log" % PVE["upid_clone"])
+    assert "/nodes/pve-test/tasks/%s/log" % PVE["upid_clone"] not in client.paths()
     assert [m[:2] for m in client.mutations()] == [("POST", TEMPLATE + "/clone")]
     again = FakeClient(paths)
     assert StageRunner(store, again, CloneStage()).run(op)["changed"] is False and again.log == []
+
+
+def test_runner_gives_the_slot_to_a_waiter_once_the_log_shows_the_allocations(store: JournalStore, op: str) -> None:
+    # storage_concurrency 1 and another run waiting for local-lvm: the runner reads the clone's log while it follows the
+    # task and gives the slot back as soon as both allocations are logged, before the task's end
+    state: dict[str, t.Any] = {"created": False, "free": []}
+    scope = store.load(op)["providerScopeId"]
+
+    def target(_params: dict[str, t.Any]) -> t.Any:
+        return ours(store, op) if state["created"] else pve_error("config_missing")
+
+    def clone(_params: t.Any) -> str:
+        state["created"] = True
+        return PVE["upid_clone"]
+
+    def status(_params: t.Any) -> dict[str, t.Any]:
+        try:  # can the waiter take the only slot now?
+            _admission.acquire(store.journal_dir, scope, "local-lvm", 1, budget=0, holder={}).release()
+            state["free"].append(True)
+        except _admission.AdmissionWaiting:
+            state["free"].append(False)
+        return {"status": "stopped", "exitstatus": "OK"} if len(state["free"]) == 3 else {"status": "running"}
+
+    paths = routes(store, op)
+    paths[VM + "/config"] = target
+    paths["/nodes/pve-test/tasks/%s/status" % PVE["upid_clone"]] = status
+    paths["/nodes/pve-test/tasks/%s/log" % PVE["upid_clone"]] = TASK_LOG
+    client = FakeClient(paths, [clone])
+    waiters = _admission.waiters_file(store.journal_dir, scope, "local-lvm")
+    os.makedirs(os.path.dirname(waiters), exist_ok=True)
+    waiter = _admission.announce_waiting(waiters)
+    now = [0.0]
+    settings = StageSettings(clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s), storage_concurrency=1)
+    try:
+        result = StageRunner(store, client, CloneStage(), settings).run(op)
+    finally:
+        assert waiter is not None
+        os.close(waiter)
+    assert result["done"] and result["admission"]["slot"] == 0
+    assert client.paths().count("/nodes/pve-test/tasks/%s/log" % PVE["upid_clone"]) == 1  # after 0.1 s: both allocations
+    assert state["free"] == [True, True, True]  # free from the first status poll (0.25 s) on, while the task still ran
 
 
 def test_runner_crash_before_send_is_resolved_by_reads_and_never_sent(store: JournalStore, op: str) -> None:
