@@ -39,7 +39,7 @@ import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid, read_log_tail
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import FIRST_INTERVAL, parse_upid, read_log_tail
 
 ENV_STORAGE_CONCURRENCY = "VMANYWARE_STORAGE_CONCURRENCY"
 # Measured on pvesim with the LVM-thin model (docs/benchmarks.md): 3 keeps the longest lock wait of a
@@ -189,9 +189,14 @@ def acquire(journal_dir: str, scope: str, storage: str, concurrency: int, *, bud
             os.close(announced)  # no longer waiting (holding a slot, gone with the budget, or failed)
 
 
+def task_ended(lines: t.Sequence[str]) -> bool:
+    """The task log shows the task's end (its last line)."""
+    return any(line.startswith(("TASK OK", "TASK ERROR", "TASK WARNINGS")) for line in lines)
+
+
 def allocations_done(lines: t.Sequence[str], allocations: int | None) -> bool:
     """The task log shows the task ended, or (when known) all its allocations logged."""
-    if any(line.startswith(("TASK OK", "TASK ERROR", "TASK WARNINGS")) for line in lines):
+    if task_ended(lines):
         return True
     return allocations is not None and sum(1 for line in lines if line.startswith(ALLOCATED_LINE)) >= allocations
 
@@ -201,11 +206,12 @@ class Holding:
 
     ``sleep`` is the sleep of the task wait (``_tasks.wait_task``): while it sleeps, it probes for a waiter and, while
     one waits, reads the task log (after FIRST_POLL seconds, then doubling up to MAX_POLL) and gives the slot back once
-    the allocations are logged. Without a waiter it reads nothing; the slot goes back when the task wait has seen the
-    end (``finish``).
+    the allocations are logged (or the task ended). While someone waits, the sleep also lasts until then (at most
+    ``limit`` seconds from the start): the log shows the task's end as well, so status polls would only add requests.
+    Without a waiter it reads nothing; the slot goes back when the task wait has seen the end (``finish``).
     """
 
-    def __init__(self, slot: Slot, client: ApiClient, upid: str, allocations: int | None, *,
+    def __init__(self, slot: Slot, client: ApiClient, upid: str, allocations: int | None, *, limit: float,
                  clock: t.Callable[[], float] = time.monotonic, sleep: t.Callable[[float], None] = time.sleep) -> None:
         self.slot = slot
         self._client = client
@@ -213,8 +219,11 @@ class Holding:
         self._allocations = allocations
         self._clock = clock
         self._sleep = sleep
+        self._deadline = clock() + limit
         self._interval = FIRST_POLL
         self._next_read = clock() + FIRST_POLL
+        self._serving = False  # the last probe found a waiter
+        self._log_ended = False  # the last log read showed the task's end
         self.log_reads = 0
 
     def _read(self) -> None:
@@ -222,58 +231,46 @@ class Holding:
         lines = read_log_tail(self._client, self._upid, lines=LOG_LINES)
         self._interval = min(MAX_POLL, self._interval * 2)
         self._next_read = self._clock() + self._interval
+        self._log_ended = task_ended(lines)
         if allocations_done(lines, self._allocations):
             self.slot.release()
 
     def sleep(self, seconds: float) -> None:
-        """Sleep ``seconds`` for the task wait, serving waiters of the slot meanwhile."""
+        """Sleep ``seconds`` for the task wait, serving waiters of the slot meanwhile (longer while one waits)."""
         remaining = seconds  # counted down by the pieces slept (not by the clock), so a no-op sleep cannot spin
-        while remaining > 0:
-            if self.slot.released:
-                self._sleep(remaining)
+        while not self.slot.released:
+            if remaining <= 0 and not (self._serving and self._clock() < self._deadline):
                 return
-            # until the next log read is due; past it (nobody waited then), until the next probe for a waiter
-            now = self._clock()
-            piece = min(remaining, self._next_read - now if self._next_read > now else WAITER_PROBE)
-            self._sleep(piece)
-            remaining -= piece
-            if self._clock() >= self._next_read and someone_waits(self.slot.waiters):
-                self._read()
+            remaining -= self._wait_and_read(remaining if remaining > 0 else None, force=False)
+        if remaining > 0:
+            self._sleep(remaining)
+        elif remaining < 0 and not self._log_ended:
+            # the slot went back past the task wait's poll time, at the allocations: the task still runs (a clone
+            # copies its data now), so its status is polled after the task wait's first interval, not at once
+            self._sleep(FIRST_INTERVAL)
 
-    def finish(self, ended: bool, limit: float) -> None:
+    def _wait_and_read(self, at_most: float | None, *, force: bool) -> float:
+        """Sleep until the next log read is due (past it: until the next probe for a waiter), then read the log if
+        someone waits (or ``force``). Returns the seconds slept."""
+        now = self._clock()
+        piece = self._next_read - now if self._next_read > now else 0.0 if force else WAITER_PROBE
+        piece = max(0.0, min(piece, self._deadline - now) if at_most is None else min(piece, at_most))
+        self._sleep(piece)
+        if self._clock() >= self._next_read:
+            self._serving = someone_waits(self.slot.waiters)
+            if self._serving or force:
+                self._read()
+        return piece
+
+    def finish(self, ended: bool) -> None:
         """After the task wait: give the slot back, once sure the task allocates no more.
 
         ``ended``: the wait saw the task's end. Otherwise (the wait budget passed, or the status could not be read) the
-        log is read until the allocations show, at most ``limit`` seconds (``hold_until_allocated``), as this run is
-        about to return and must not hand the slot on while its allocations may still be queued.
+        log is read, on the same schedule, until the allocations show or the ``limit`` passes, as this run is about to
+        return and must not hand the slot on while its allocations may still be queued.
         """
-        if not ended and not self.slot.released:
-            self.log_reads += hold_until_allocated(self.slot, self._client, self._upid.raw, self._allocations, limit=limit,
-                                                   clock=self._clock, sleep=self._sleep, first=0.0)
+        if not ended:
+            self._next_read = min(self._next_read, self._clock())  # the first read at once
+            while not self.slot.released and self._clock() < self._deadline:
+                self._wait_and_read(None, force=True)
         self.slot.release()
-
-
-def hold_until_allocated(slot: Slot, client: ApiClient, upid: str, allocations: int | None, *, limit: float,
-                         clock: t.Callable[[], float] = time.monotonic, sleep: t.Callable[[float], None] = time.sleep,
-                         first: float = FIRST_POLL) -> int:
-    """Keep ``slot`` while the task ``upid`` may still allocate (read from its log), at most ``limit`` seconds; then release it.
-
-    The first read comes after ``first`` seconds, then at intervals doubling from 2 * FIRST_POLL to MAX_POLL. Returns the
-    number of log reads. A Proxmox without the ``allocated target volume`` line (qemu-server before 2026-04) keeps the
-    slot until the task ends, which is slower but never lets more than K allocations queue on the storage lock.
-    """
-    parsed = parse_upid(upid)
-    deadline = clock() + limit
-    wait, interval = first, FIRST_POLL
-    reads = 0
-    try:
-        while clock() < deadline:
-            sleep(min(wait, max(0.0, deadline - clock())))
-            interval = min(MAX_POLL, interval * 2)
-            wait = interval
-            reads += 1
-            if allocations_done(read_log_tail(client, parsed, lines=LOG_LINES), allocations):
-                break
-    finally:
-        slot.release()
-    return reads

@@ -662,9 +662,8 @@ class StageRunner:
         slot = ctx.facts.get("admission")
         holding = None
         if slot is not None and not slot.released:  # keep the storage slot while the new task may still allocate
-            holding = _admission.Holding(slot, self.client, upid, self.logic.allocations(ctx), clock=self.settings.clock,
-                                         sleep=self.settings.sleep)
-        started = self.settings.clock()
+            holding = _admission.Holding(slot, self.client, upid, self.logic.allocations(ctx), limit=self._timeout,
+                                         clock=self.settings.clock, sleep=self.settings.sleep)
         budget = self.settings.wait_budget
         wait = self._timeout if budget is None else budget
         if self.settings.check_mode:
@@ -673,8 +672,7 @@ class StageRunner:
             outcome = wait_task(self.client, upid, timeout=wait, clock=self.settings.clock,
                                 sleep=self.settings.sleep if holding is None else holding.sleep)
         if holding is not None:
-            holding.finish(ended=outcome.status not in ("running", "timeout", "unobservable"),
-                           limit=max(0.0, self._timeout - (self.settings.clock() - started)))
+            holding.finish(ended=outcome.status not in ("running", "timeout", "unobservable"))
         if outcome.status in ("running", "timeout"):
             dispatched = ctx.record["dispatchedAt"]
             if outcome.status == "timeout" and budget is None:

@@ -104,21 +104,33 @@ def log_reads(client: FakeClient) -> int:
     (2, [[], ["TASK ERROR: clone failed: can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout"]], 2),
     (None, [["allocated target volume 'a'"], ["allocated target volume 'a'", "TASK OK"]], 2),  # resize: until the task ends
 ])
-def test_the_slot_is_kept_until_the_allocations_are_logged(tmp_path: Path, allocations: int | None, logs: list[list[str]], reads: int) -> None:
+def test_a_run_that_returns_before_the_end_keeps_the_slot_until_the_allocations_are_logged(
+        tmp_path: Path, allocations: int | None, logs: list[list[str]], reads: int) -> None:
+    # the wait budget passed with the task running, nobody waits: the log is read anyway (at once, then 0.2 s, 0.4 s,
+    # ... up to 0.5 s apart), as the run is about to return and must not hand the slot on while allocations may queue
     slot = take(tmp_path)
     clock = FakeClock()
     client = log_client(logs)
-    assert _admission.hold_until_allocated(slot, client, UPID, allocations, limit=600, clock=clock, sleep=clock.sleep) == reads
-    assert log_reads(client) == reads and slot.released
-    assert clock.now == pytest.approx([0.1, 0.3, 0.7][reads - 1])  # reads after 0.1 s, then 0.2 s, 0.4 s, ... up to 0.5 s apart
+    holding = _admission.Holding(slot, client, UPID, allocations, limit=600, clock=clock, sleep=clock.sleep)
+    clock.sleep(1.0)
+    holding.finish(ended=False)
+    assert log_reads(client) == reads == holding.log_reads and slot.released
+    assert clock.now == pytest.approx(1.0 + [0.0, 0.2, 0.6][reads - 1])
 
 
 def test_the_slot_is_given_back_at_the_limit(tmp_path: Path) -> None:
     slot = take(tmp_path)
     clock = FakeClock()
     client = log_client([["create full clone of drive scsi0"]])
-    _admission.hold_until_allocated(slot, client, UPID, 2, limit=30, clock=clock, sleep=clock.sleep)
+    _admission.Holding(slot, client, UPID, 2, limit=30, clock=clock, sleep=clock.sleep).finish(ended=False)
     assert slot.released and 30 <= clock.now < 31 and log_reads(client) > 3
+
+
+def test_a_run_that_saw_the_end_gives_the_slot_back_without_a_read(tmp_path: Path) -> None:
+    slot = take(tmp_path)
+    client = log_client([["create full clone of drive scsi0"]])
+    _admission.Holding(slot, client, UPID, 2, limit=30).finish(ended=True)
+    assert slot.released and log_reads(client) == 0
 
 
 # -- the holder reads the task log only while someone waits for a slot ----------------------------------------------------
@@ -142,18 +154,18 @@ class Task:
 
     def log(self, _params: t.Any) -> envelope:
         self.log_reads.append(round(self.clock(), 2))
-        lines = CLONE_LOG if self.clock() >= self.allocated else CLONE_LOG[:1]
+        lines = (CLONE_LOG if self.clock() >= self.allocated else CLONE_LOG[:1]) + (["TASK OK"] if self.clock() >= self.ends else [])
         return envelope([{"n": i + 1, "t": line} for i, line in enumerate(lines)], total=len(lines))
 
     def client(self) -> FakeClient:
         return FakeClient({STATUS: self.status, LOG: self.log})
 
 
-def follow(task: Task, clock: FakeClock, *, timeout: float = 600.0) -> tuple[_tasks.TaskOutcome, _admission.Holding]:
+def follow(task: Task, clock: FakeClock, *, timeout: float = 600.0, allocations: int | None = 2) -> tuple[_tasks.TaskOutcome, _admission.Holding]:
     """What the stage runner does after the submission: the task wait sleeps through ``Holding``, then ``finish``."""
-    holding = _admission.Holding(task.slot, task.client(), UPID, 2, clock=clock, sleep=clock.sleep)
+    holding = _admission.Holding(task.slot, task.client(), UPID, allocations, limit=600, clock=clock, sleep=clock.sleep)
     outcome = _tasks.wait_task(task.client(), UPID, timeout=timeout, clock=clock, sleep=holding.sleep)
-    holding.finish(ended=outcome.status not in ("running", "timeout", "unobservable"), limit=600)
+    holding.finish(ended=outcome.status not in ("running", "timeout", "unobservable"))
     return outcome, holding
 
 
@@ -178,10 +190,23 @@ def test_a_waiter_makes_the_holder_read_the_log_and_give_the_slot_back_as_early_
         os.close(waiter)
     assert outcome.status == "ok" and holding.log_reads == 2
     # the log is read on the schedule of a holder that always read it (after 0.1 s, then 0.2 s later): the slot is
-    # free at 0.3 s, as when the log was read without a waiter, and the task wait goes on without it
+    # free at 0.3 s, as when the log was read without a waiter; meanwhile no status poll (the log shows the end too),
+    # then the task wait goes on without the slot, its first poll 0.25 s after the release (the clone still copies)
     assert task.log_reads == [0.1, 0.3]
-    assert task.status_polls == [(0.25, True), (0.75, False), (1.75, False), (2.75, False)]
+    assert task.status_polls == [(0.55, False), (1.05, False), (2.05, False), (3.05, False)]
     assert not _admission.someone_waits(task.slot.waiters)  # closing the descriptor withdrew the waiter
+
+
+def test_a_resize_with_a_waiter_gives_the_slot_back_at_its_end_and_the_end_is_polled_at_once(tmp_path: Path) -> None:
+    clock = FakeClock()
+    task = Task(clock, take(tmp_path), ends=0.5, allocated=99.0)
+    waiter = _admission.announce_waiting(task.slot.waiters)
+    try:
+        outcome, _holding = follow(task, clock, allocations=None)
+    finally:
+        os.close(t.cast(int, waiter))
+    assert outcome.status == "ok" and task.log_reads == [0.1, 0.3, 0.7]  # TASK OK in the third
+    assert task.status_polls == [(0.7, False)]  # the log showed the end: no pause before the status poll
 
 
 def test_a_waiter_that_comes_late_has_the_log_read_within_a_probe(tmp_path: Path) -> None:
@@ -197,16 +222,34 @@ def test_a_waiter_that_comes_late_has_the_log_read_within_a_probe(tmp_path: Path
             assert fd is not None
             announced.append(fd)
 
-    holding = _admission.Holding(slot, task.client(), UPID, 2, clock=clock, sleep=sleep)
+    holding = _admission.Holding(slot, task.client(), UPID, 2, limit=600, clock=clock, sleep=sleep)
     try:
         outcome = _tasks.wait_task(task.client(), UPID, timeout=600, clock=clock, sleep=holding.sleep)
     finally:
         for fd in announced:
             os.close(fd)
-    holding.finish(ended=outcome.status == "ok", limit=600)
+    holding.finish(ended=outcome.status == "ok")
     (read,) = task.log_reads  # one read: the allocations were logged long before
     assert 1.23 <= read <= 1.23 + _admission.WAITER_PROBE
     assert [held for when, held in task.status_polls if when > read] == [False] * 5  # 1.75, 2.75, ..., 5.75
+
+
+def test_when_the_waiter_leaves_the_holder_stops_reading_the_log(tmp_path: Path) -> None:
+    clock = FakeClock()
+    slot = take(tmp_path)
+    task = Task(clock, slot, ends=3.0, allocated=1.0)
+    waiter = [_admission.announce_waiting(slot.waiters)]
+
+    def sleep(seconds: float) -> None:  # the waiter got a slot elsewhere (or gave up) at 0.2 s
+        clock.sleep(seconds)
+        if clock.now >= 0.2 and waiter:
+            os.close(t.cast(int, waiter.pop()))
+
+    holding = _admission.Holding(slot, task.client(), UPID, 2, limit=600, clock=clock, sleep=sleep)
+    outcome = _tasks.wait_task(task.client(), UPID, timeout=600, clock=clock, sleep=holding.sleep)
+    holding.finish(ended=outcome.status == "ok")
+    assert task.log_reads == [0.1]  # at 0.3 s nobody waits any more: back to the status polls, the slot kept to the end
+    assert task.status_polls == [(0.3, True), (0.8, True), (1.8, True), (2.8, True), (3.8, True)] and slot.released
 
 
 def test_a_dead_waiter_does_not_count(tmp_path: Path) -> None:
@@ -271,7 +314,7 @@ def test_a_waiting_process_gets_the_slot_once_the_holders_allocations_are_logged
             assert time.monotonic() < deadline and child.poll() is None
             time.sleep(0.05)
         task = Task(time.monotonic, slot, ends=time.monotonic() + 30, allocated=time.monotonic() + 0.5)
-        holding = _admission.Holding(slot, task.client(), UPID, 2)
+        holding = _admission.Holding(slot, task.client(), UPID, 2, limit=600)
         holding.sleep(1.0)  # the first second of the task wait
         assert slot.released and 1 <= holding.log_reads <= 3
         assert child.stdout is not None and child.stdout.readline().strip() == b"got"
