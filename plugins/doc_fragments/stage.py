@@ -92,7 +92,8 @@ options:
       - Proxmox runs every volume allocation and free on a storage under one lock whose waiters give up after 10 seconds
         (C(can't lock file '/var/lock/pve-manager/pve-storage-<id>' - got timeout)); many clones at once fail that way.
         A stage waiting for a slot has sent nothing; when O(wait_budget) passes it returns RV(done=false) with the waiting
-        time as progress. A slot is given back once the task logged its allocations (C(allocated target volume)) or ended.
+        time as progress. A slot is given back when the task ended or, while another run waits for a slot of that
+        storage, as soon as the task logged its allocations (C(allocated target volume)).
       - V(0) turns admission control off. See C(docs/concurrency.md) in the collection.
       - If not specified, the value of the E(VMANYWARE_STORAGE_CONCURRENCY) environment variable is used.
     type: int
