@@ -9,9 +9,9 @@ Proxmox serializes every volume allocation and free on a storage under one lock 
 up after 10 seconds (pve-storage ``vdisk_alloc`` -> ``cluster_lock_storage`` -> pve-common
 ``lock_file``); dozens of clones at once make some of them fail with ``can't lock file
 '/var/lock/pve-manager/pve-storage-<id>' - got timeout``. So before a stage sends a request that
-allocates on a storage, it takes one of K *slots* of that storage, and gives it back once the task's
-allocations are done (the ``allocated target volume`` lines qemu-server logs per cloned drive) or
-the task ended, whichever Proxmox shows first.
+allocates on a storage, it takes one of K *slots* of that storage, and gives it back when the task
+ended or, while another run waits for a slot, as soon as the task's allocations are done (the
+``allocated target volume`` lines qemu-server logs per cloned drive).
 
 A slot is a file ``<journal_dir>/admission/<key>.<i>.slot`` (``i < K``) held with an exclusive
 ``flock``: every fork, every ``ansible-playbook`` process and every AWX job sharing the journal
