@@ -107,12 +107,17 @@ def test_a_write_without_a_normal_answer_forgets_everything_even_a_power_neutral
     assert reads.power(VM) is None
 
 
-def test_precondition_power_reads_unless_the_stage_trusts_a_recent_one(tmp_path: Path) -> None:
+def _with_recorded_power(tmp_path: Path, kind: str, status: str) -> tuple[t.Any, FakeClient, RecentReads]:
+    """A context of stage ``kind`` whose observing client has just read the power state ``status``."""
     store = JournalStore(str(tmp_path))
     operation_id = new_operation(store)
-    client, fake, reads, _clock = observed(status="running")
+    client, fake, reads, _clock = observed(status=status)
     client.get(VM + "/status/current")
-    ctx = context(store, operation_id, "readiness", t.cast(t.Any, client))
+    return context(store, operation_id, kind, t.cast(t.Any, client)), fake, reads
+
+
+def test_precondition_power_reads_unless_the_stage_trusts_a_recent_one(tmp_path: Path) -> None:
+    ctx, fake, reads = _with_recorded_power(tmp_path, "readiness", "running")
     before = len(fake.log)
     assert common.precondition_power(ctx) == "running" and len(fake.log) == before + 1  # no RecentReads: it reads
     ctx.recent_power = reads
@@ -131,9 +136,10 @@ def test_which_stages_trust_which_observation() -> None:
     }
 
 
-def _start_ready(tmp_path: Path, status: str) -> tuple[StageRunner, t.Any, FakeClient, RecentReads]:
+def _start_ready(tmp_path: Path, recorded: str, actual: str) -> tuple[StageRunner, t.Any, FakeClient, RecentReads]:
     """An operation whose stages before start completed at digest d9, and an observing client that has just read the
-    VM's configuration (d9, ours) and power state ``status`` (as the seed stage's read-back and an earlier stage did)."""
+    VM's configuration (d9, ours) and power state ``recorded`` (as the seed stage's read-back and an earlier stage did);
+    the VM's power state is ``actual`` now."""
     store = JournalStore(str(tmp_path))
     operation_id = new_operation(store)
     document = store.load(operation_id)
@@ -142,10 +148,11 @@ def _start_ready(tmp_path: Path, status: str) -> tuple[StageRunner, t.Any, FakeC
         if item["kind"] == "start":
             break
         complete(store, operation_id, item["kind"], {"digest": "d9", "seedDigest": "d9", "seedHashes": {}} if item["kind"] == "seed" else {"digest": "d9"})
-    client, fake, reads, _clock = observed(status=status, config=config)
+    client, fake, reads, _clock = observed(status=recorded, config=config)
     fake.routes[VM + "/pending"] = []
     client.get(VM + "/config")
     client.get(VM + "/status/current")
+    fake.routes[VM + "/status/current"] = {"status": actual}
     runner = StageRunner(store, client, StartStage(), StageSettings(environ={"VMANYWARE_PROVISIONING_ENABLED": "true"}, recent_reads=reads))
     ctx = runner._context(operation_id)  # pylint: disable=protected-access  # the context the runner hands the stage
     fake.log.clear()
@@ -153,15 +160,15 @@ def _start_ready(tmp_path: Path, status: str) -> tuple[StageRunner, t.Any, FakeC
 
 
 def test_start_takes_the_recent_configuration_but_reads_power_and_pending(tmp_path: Path) -> None:
-    runner, ctx, fake, reads = _start_ready(tmp_path, "stopped")
+    runner, ctx, fake, reads = _start_ready(tmp_path, "stopped", "stopped")
     runner.logic.preconditions(ctx)
     assert [(method, path) for method, path, _params in fake.log] == [("GET", VM + "/status/current"), ("GET", VM + "/pending")]
     assert reads.saved == {"config": 1}
 
 
 def test_start_never_takes_a_recorded_power_state(tmp_path: Path) -> None:
-    # Recorded "running" here; were it a stale "stopped" (another client started the VM since), the read still decides.
-    runner, ctx, fake, _reads = _start_ready(tmp_path, "running")
+    # Another client started the VM since "stopped" was recorded: start reads the power state itself.
+    runner, ctx, fake, _reads = _start_ready(tmp_path, "stopped", "running")
     with pytest.raises(StageError) as info:
         runner.logic.preconditions(ctx)
     assert info.value.details["rule"] == "stopped"
@@ -169,12 +176,9 @@ def test_start_never_takes_a_recorded_power_state(tmp_path: Path) -> None:
 
 
 def test_a_lost_reply_is_resolved_by_reads_not_by_a_recorded_observation(tmp_path: Path) -> None:
-    store = JournalStore(str(tmp_path))
-    operation_id = new_operation(store)
-    client, fake, reads, _clock = observed(status="running")
-    client.get(VM + "/status/current")
-    ctx = context(store, operation_id, "start", t.cast(t.Any, client))
+    ctx, fake, reads = _with_recorded_power(tmp_path, "start", "stopped")
     ctx.recent_power = reads  # even if a stage were handed the recorded state, resolution reads
+    fake.routes[VM + "/status/current"] = {"status": "running"}  # the start applied: the record is stale
     fake.routes["/nodes/pve-test/tasks"] = []
     fake.log.clear()
     assert StartStage().resolve_lost_reply(ctx).verdict == "applied"
