@@ -54,6 +54,15 @@ AMBIGUOUS_CODES = frozenset({"reply_lost", "server_error", "unexpected_response"
 GATE_CODES = {PROVISIONING_GATE: "provisioning_disabled", SNAPSHOTS_GATE: "snapshot_disabled", LIFECYCLE_GATE: "lifecycle_disabled"}
 # Without a wait budget, reads resolving an unknown outcome are repeated for at most this long (seconds).
 DEFAULT_RESOLVE_WAIT = 30.0
+# How a guest command's ``exec-status`` is polled (docs/stages.md, "Guest commands"). The first read waits
+# EXEC_FIRST_POLL: a status read right after the exec always finds the command running (the short ones take
+# 0.02-0.2 s), and a command done in 0.1 s then costs one read. Each later interval is EXEC_POLL_GROWTH times the
+# previous one, so an exit is noticed at most about 30 % of the time already waited late (a waiting command such as
+# ``cloud-init status --wait`` is found ended no later than the repeated probe it replaced), and never more than
+# EXEC_POLL_MAX late: a long wait (cloud-init on a real guest, an install) costs one read a second.
+EXEC_FIRST_POLL = 0.1
+EXEC_POLL_GROWTH = 1.3
+EXEC_POLL_MAX = 1.0
 
 
 class StageInProgress(Exception):
@@ -762,11 +771,13 @@ class StageRunner:
             raise StageError("A guest command was requested in check mode.", code="internal_error")
         budget = self.settings.wait_budget
         budget_end = None if budget is None else (wall_clock() if started is None else started) + float(budget)
-        interval = 0.1
+        interval = EXEC_FIRST_POLL
         while True:
             marker = self._journaled_marker(ctx, command)
             if marker is None:
                 marker = self._start_exec(ctx, command)
+                self._pause(interval, deadline, budget_end)  # it has hardly started: read its status after the first interval
+                interval = min(interval * EXEC_POLL_GROWTH, EXEC_POLL_MAX)
             pid = t.cast(int, marker["pid"])
             try:
                 status = _exec_status(ctx, pid)
@@ -787,8 +798,14 @@ class StageRunner:
                 return GuestOutcome("timeout", pid)
             if budget_end is not None and now >= budget_end:
                 return GuestOutcome("running", pid)
-            self.settings.sleep(min(interval, max(0.0, deadline - now)))
-            interval = min(interval * 1.5, 2.0)
+            self._pause(interval, deadline, budget_end)
+            interval = min(interval * EXEC_POLL_GROWTH, EXEC_POLL_MAX)
+
+    def _pause(self, interval: float, deadline: float, budget_end: float | None) -> None:
+        """Sleep ``interval``, but not past the deadline nor the end of this run's wait budget (both epoch)."""
+        now = wall_clock()
+        until = deadline if budget_end is None else min(deadline, budget_end)
+        self.settings.sleep(min(interval, max(0.0, until - now)))
 
     def _journaled_marker(self, ctx: StageContext, command: GuestCommand) -> dict[str, t.Any] | None:
         """The marker of ``command`` with its PID; None when none is running; a started exec without a PID is uncertain."""

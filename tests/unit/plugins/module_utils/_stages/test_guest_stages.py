@@ -259,7 +259,7 @@ def test_agent_errors_are_classified_without_their_text() -> None:
     for text, token in cases.items():
         err = map_http_error("POST", VM + "/agent/exec", 500, text, {"data": None, "message": text + "\n"})
         assert err.code == "server_error" and err.details["agent"] == token and text not in json.dumps(err.to_result())
-    assert CLOUDINIT_PROBE == ("cloud-init", "status", "--long")
+    assert CLOUDINIT_PROBE == ("cloud-init", "status", "--long", "--wait")
 
 
 # -- packages --------------------------------------------------------------------------------------------
