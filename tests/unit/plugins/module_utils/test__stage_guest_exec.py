@@ -168,8 +168,8 @@ def test_the_status_is_first_read_after_the_first_interval_then_less_and_less_of
     assert expected[:3] == pytest.approx([0.1, 0.13, 0.169]) and expected[-2:] == [EXEC_POLL_MAX] * 2 and EXEC_POLL_MAX == 1.0
 
 
-def test_a_resumed_pid_is_read_at_once_then_at_the_pace_of_how_long_it_has_run(store: JournalStore, operation_id: str,
-                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_resumed_pid_is_read_at_once_then_at_the_pace_of_its_running_time(store: JournalStore, operation_id: str,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeTime(monkeypatch)
     marker = {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": clock.now - 2.0}
     store.record_evidence(operation_id, "clone", {"probe": marker})
