@@ -54,6 +54,17 @@ AMBIGUOUS_CODES = frozenset({"reply_lost", "server_error", "unexpected_response"
 GATE_CODES = {PROVISIONING_GATE: "provisioning_disabled", SNAPSHOTS_GATE: "snapshot_disabled", LIFECYCLE_GATE: "lifecycle_disabled"}
 # Without a wait budget, reads resolving an unknown outcome are repeated for at most this long (seconds).
 DEFAULT_RESOLVE_WAIT = 30.0
+# How a guest command's ``exec-status`` is polled (docs/stages.md, "Guest commands"): the pause before a read is
+# EXEC_FIRST_POLL plus (EXEC_POLL_GROWTH - 1) times how long the command has run (since its journaled ``issuedAt``),
+# at most EXEC_POLL_MAX. The first read of a new exec so comes 0.1 s after it (a read right after the exec always
+# found the command running; the short ones take 0.02-0.2 s, and one done within 0.1 s costs one read), each later
+# pause is 1.3 times the one before: an exit is noticed at most about 30 % of the time already waited late (a waiting
+# ``cloud-init status --wait`` is found ended no later than the repeated probe it replaced), and never more than 1 s
+# late, so a long wait (cloud-init on a real guest, an install) costs one read a second. Counted from ``issuedAt``, the
+# cadence goes on unchanged in a later run or round that resumes the PID (its first read comes at once).
+EXEC_FIRST_POLL = 0.1
+EXEC_POLL_GROWTH = 1.3
+EXEC_POLL_MAX = 1.0
 
 
 class StageInProgress(Exception):
@@ -772,11 +783,12 @@ class StageRunner:
             raise StageError("A guest command was requested in check mode.", code="internal_error")
         budget = self.settings.wait_budget
         budget_end = None if budget is None else (wall_clock() if started is None else started) + float(budget)
-        interval = 0.1
+        since = wall_clock()  # when a marker lacks ``issuedAt`` (journaled by an older version)
         while True:
             marker = self._journaled_marker(ctx, command)
             if marker is None:
                 marker = self._start_exec(ctx, command)
+                self._pause(marker, since, deadline, budget_end)  # it has hardly started: read its status after the first pause
             pid = t.cast(int, marker["pid"])
             try:
                 status = _exec_status(ctx, pid)
@@ -797,8 +809,16 @@ class StageRunner:
                 return GuestOutcome("timeout", pid)
             if budget_end is not None and now >= budget_end:
                 return GuestOutcome("running", pid)
-            self.settings.sleep(min(interval, max(0.0, deadline - now)))
-            interval = min(interval * 1.5, 2.0)
+            self._pause(marker, since, deadline, budget_end)
+
+    def _pause(self, marker: t.Mapping[str, t.Any], since: float, deadline: float, budget_end: float | None) -> None:
+        """Sleep before the next ``exec-status`` read (``EXEC_*`` above), not past the deadline nor this run's wait budget (epoch)."""
+        now = wall_clock()
+        issued = marker.get("issuedAt")
+        ran = now - (float(issued) if isinstance(issued, (int, float)) and not isinstance(issued, bool) else since)
+        interval = min(EXEC_FIRST_POLL + (EXEC_POLL_GROWTH - 1.0) * max(0.0, ran), EXEC_POLL_MAX)
+        until = deadline if budget_end is None else min(deadline, budget_end)
+        self.settings.sleep(min(interval, max(0.0, until - now)))
 
     def _journaled_marker(self, ctx: StageContext, command: GuestCommand) -> dict[str, t.Any] | None:
         """The marker of ``command`` with its PID; None when none is running; a started exec without a PID is uncertain."""

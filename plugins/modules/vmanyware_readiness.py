@@ -12,8 +12,8 @@ short_description: Wait until the guest is ready through the QEMU guest agent (s
 version_added: 0.2.0
 description:
   - Stage C(readiness) of an operation. Sends no configuration change; uses the guest agent read-only
-    (C(agent/ping), C(cloud-init status --long) through C(agent/exec) and C(agent/exec-status), C(agent/network-get-interfaces),
-    C(agent/file-read) of the SSH host public keys).
+    (C(agent/ping), one C(cloud-init status --long --wait) through C(agent/exec) whose C(agent/exec-status) is polled until
+    cloud-init finished, C(agent/network-get-interfaces), C(agent/file-read) of the SSH host public keys).
   - Ready means cloud-init reports C(done) and the interface with net0's MAC has a usable IPv4 (not loopback, not link-local).
   - The deadline (O(readiness_timeout)) is journaled when the stage first starts and never extended by re-runs; each probe's PID is
     journaled before it is polled.

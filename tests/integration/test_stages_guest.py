@@ -161,9 +161,16 @@ def test_start_refuses_a_changed_seed(sim: t.Any, tmp_path: Path) -> None:
 def test_readiness_happy_rerun_and_handoff(sim: t.Any, tmp_path: Path) -> None:
     env = gs.prepared(tmp_path, sim.connection)
     _through(env, "readiness")
+    sim.clear_requests()
     result = env.run(ReadinessStage())
     evidence = result["stage"]["evidence"]
     assert result["done"] and not result["changed"] and evidence["ipv4"].startswith("10.")
+    # cloud-init is waited for by one exec; its status is first read a poll interval after it, never right away
+    execs = sim.requests("POST", r"/agent/exec$")
+    assert [e["params"]["command"] for e in execs] == [["cloud-init", "status", "--long", "--wait"]]
+    reads = sim.requests("GET", r"/agent/exec-status$")
+    assert reads and reads[0]["time"] - execs[0]["time"] >= 0.09
+    assert len(sim.requests("GET", r"/agent/file-read$")) == 3 and len(sim.requests("GET", r"/agent/network-get-interfaces$")) == 1
     assert all(line.startswith(evidence["ipv4"] + " ") for line in evidence["knownHosts"])
     assert set(evidence["hostKeyFingerprints"]) == {"ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa"}
     handoff = env.document["handoff"]
@@ -218,7 +225,7 @@ def test_readiness_resumes_a_journaled_probe_and_reissues_a_consumed_one(sim: t.
         env = gs.prepared(tmp_path / str(consumed), sim.connection)
         _through(env, "readiness")
         time.sleep(0.2)  # the agent is up
-        pid = env.client.post(gs.VM + "/agent/exec", command=["cloud-init", "status", "--long"])["pid"]
+        pid = env.client.post(gs.VM + "/agent/exec", command=["cloud-init", "status", "--long", "--wait"])["pid"]
         if consumed:
             time.sleep(0.2)
             assert env.client.get(gs.VM + "/agent/exec-status", pid=pid)["exited"]  # a crashed run read it, never recorded it

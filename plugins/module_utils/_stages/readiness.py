@@ -13,11 +13,13 @@ Everything that must survive a crash is journaled in the stage evidence, by the 
   starts, never extended by re-runs;
 - the cloud-init probe runs through ``StageContext.guest_exec`` (started marker, exec, PID, then
   ``exec-status``; a journaled PID resumes by GET; a lost exec reply is never repeated: the stage
-  is ``uncertain``).
+  is ``uncertain``). It is one ``cloud-init status --long --wait``: the guest waits for cloud-init
+  to finish, the stage only polls the one PID (``_stage.EXEC_POLL_*``), instead of running a new
+  probe (exec and status reads) every interval.
 
-Ready means: ``cloud-init status --long`` reports ``done`` (``error``/``degraded`` fail with
-``cloudinit_failed``) and the interface whose MAC is net0's has a usable IPv4 (not loopback, not
-link-local). The guest's SSH host public keys are then read with ``agent/file-read`` and
+Ready means: the agent answers ``ping``, cloud-init reports ``done`` (``error``/``degraded``, exit
+code 1/2, fail with ``cloudinit_failed``) and the interface whose MAC is net0's has a usable IPv4
+(not loopback, not link-local). The guest's SSH host public keys are then read with ``agent/file-read`` and
 returned as ``known_hosts`` lines with SHA256 fingerprints; readiness never trusts them itself.
 The handoff records them with the address and ``readinessObservedAt`` (historical, not current
 reachability).
@@ -49,7 +51,11 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Decision, Observations
 
 DEFAULT_READINESS_TIMEOUT = 300.0
-CLOUDINIT_PROBE = ("cloud-init", "status", "--long")
+# ``--wait`` blocks in the guest until cloud-init is neither "not started" nor "running" (one dot per 0.25 s, then
+# "\nstatus: ..."), exit code 0 done, 1 error, 2 degraded.
+CLOUDINIT_PROBE = ("cloud-init", "status", "--long", "--wait")
+# The marker's name stays the one of the earlier repeated probe, so a marker journaled by an older version is still
+# resumed by its PID, or found uncertain, never silently re-issued.
 CLOUDINIT_PROBE_NAME = "cloud-init-status"
 # Read-only: a completed probe may run again; its marker lives in the evidence key ``probe``.
 CLOUDINIT_COMMAND = GuestCommand("probe", CLOUDINIT_PROBE_NAME, CLOUDINIT_PROBE)
@@ -63,6 +69,9 @@ _EXTENDED_LINE = re.compile(r"^extended_status: (.+?)\s*$", re.MULTILINE)
 _KEY_LINE = re.compile(r"\A(ssh-ed25519|ecdsa-sha2-nistp(?:256|384|521)|ssh-rsa) ([A-Za-z0-9+/]+={0,2})(?: [^\r\n]*)?\Z")
 _POLL_MIN = 0.2
 _POLL_MAX = 2.0
+# The guest agent starts in the guest's userspace, seconds after power-on: a ping every 0.2 s while it boots would
+# mostly be answered "not running". After the first ping (at once: a re-run finds it up) the next comes 0.5 s later.
+_AGENT_POLL_FIRST = 0.5
 T = t.TypeVar("T")
 
 
@@ -141,9 +150,9 @@ class ReadinessStage(StageLogic, AdoptionHook):
         return StageInProgress({"phase": phase, "deadline": _iso(deadline), "secondsLeft": int(deadline - wall_clock())},
                                evidence=ctx.facts.get("reached"))
 
-    def _until(self, ctx: StageContext, phase: str, started: float, attempt: t.Callable[[], T | None]) -> T:
+    def _until(self, ctx: StageContext, phase: str, started: float, attempt: t.Callable[[], T | None], first: float = _POLL_MIN) -> T:
         """Repeat ``attempt`` (``None``: not yet) until it answers; fail at the deadline, ``done: false`` when the run's budget is spent."""
-        interval = _POLL_MIN
+        interval = first
         while True:
             answer = attempt()
             if answer is not None:
@@ -202,7 +211,7 @@ class ReadinessStage(StageLogic, AdoptionHook):
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         started = wall_clock()
         mac = _guest.clone_mac(ctx)
-        self._until(ctx, "agent", started, lambda: self._ping(ctx))
+        self._until(ctx, "agent", started, lambda: self._ping(ctx), first=_AGENT_POLL_FIRST)
         if ctx.evidence().get("cloudinit") != "done":
             self._until(ctx, "cloud-init", started, lambda: self._cloudinit(ctx, started))
             ctx.facts["reached"] = {"cloudinit": "done"}
@@ -233,7 +242,11 @@ class ReadinessStage(StageLogic, AdoptionHook):
         return None
 
     def _cloudinit(self, ctx: StageContext, started: float) -> bool | None:
-        """One ``cloud-init status --long`` run to its exit: True when done; ``cloudinit_failed`` on error or degraded."""
+        """One ``cloud-init status --long --wait`` run to its exit: True when done; ``cloudinit_failed`` on error or degraded.
+
+        ``running`` (a marker of the earlier probe without ``--wait`` resumed, or a guest whose cloud-init ignored it)
+        returns None: the probe runs again after the interval.
+        """
         try:
             outcome = ctx.guest_exec(CLOUDINIT_COMMAND, deadline=self._deadline(ctx), started=started)
         except ProviderError as err:
@@ -251,7 +264,7 @@ class ReadinessStage(StageLogic, AdoptionHook):
             state = verdict.split(":", 1)[1]
             raise StageError("cloud-init in the guest reported %s." % state, code="cloudinit_failed",
                              details={"stage": ctx.kind, "cloudinitState": state})
-        return None  # still running: probe afresh after the interval
+        return None  # still running (see the docstring): probe afresh after the interval
 
     def _address(self, ctx: StageContext, mac: str) -> str | None:
         interfaces = None

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 from typing import Any
@@ -194,13 +195,50 @@ class TestCloudInitStatus:
         assert run(guest, clock, ["cloud-init", "status"])["out-data"] == "status: done\n"
 
     def test_wait_blocks_until_done(self) -> None:
-        guest, clock = make()
+        guest, clock = make()  # uptime 8, cloud-init done at 15
         pid = guest.exec(["cloud-init", "status", "--wait", "--long"])
-        clock.advance(6.9)
+        # cloud-init's loop: a dot and a read at once, then one every 0.25 s; the read at 15.0 (the 29th) is done, the
+        # command ends after the sleep that follows it (15.25) plus the exec's own time (0.2).
+        clock.advance(7.4)
         assert guest.exec_status(pid) == {"exited": 0}
-        clock.advance(0.4)
+        clock.advance(0.1)
         res = guest.exec_status(pid)
-        assert res["exitcode"] == 0 and res["out-data"] == "." * 28 + LONG_DONE
+        assert res["exitcode"] == 0 and res["out-data"] == "." * 29 + "\n" + LONG_DONE
+        with pytest.raises(AgentCommandError, match="Invalid parameter 'pid'"):
+            guest.exec_status(pid)  # handed out once
+
+    def test_wait_after_done_answers_at_once_with_its_newline(self) -> None:
+        guest, clock = make()
+        clock.advance(10)
+        res = run(guest, clock, ["cloud-init", "status", "--long", "--wait"], wait=0.2)
+        assert res["exitcode"] == 0 and res["out-data"] == "\n" + LONG_DONE
+
+    @pytest.mark.parametrize(("faults", "exitcode", "head"), [
+        (GuestFaults(cloudinit_error=True), 1, "status: error\nextended_status: error - done\n"),
+        (GuestFaults(cloudinit_recoverable_error=True), 2, "status: done\nextended_status: degraded done\n"),
+    ])
+    def test_wait_ends_when_cloudinit_fails(self, faults: GuestFaults, exitcode: int, head: str) -> None:
+        guest, clock = make(faults=faults)
+        pid = guest.exec(["cloud-init", "status", "--long", "--wait"])
+        clock.advance(6.0)
+        assert guest.exec_status(pid) == {"exited": 0}  # errors are known once cloud-init finished, not before
+        clock.advance(1.5)
+        res = guest.exec_status(pid)
+        assert res["exitcode"] == exitcode and res["out-data"].startswith("." * 29 + "\n" + head)
+
+    def test_wait_follows_the_guest_state_at_each_status_read(self) -> None:
+        guest, clock = make()
+        pid = guest.exec(["cloud-init", "status", "--wait"])
+        clock.advance(4)
+        assert guest.exec_status(pid) == {"exited": 0}
+        # A knob changed while it waits (PUT /_pvesim/vms/{vmid}/guest): cloud-init now finishes at 20, not 15.
+        guest.timing = dataclasses.replace(guest.timing, cloudinit_done_after_boot=20.0)
+        guest.faults.cloudinit_error = True
+        clock.advance(8)
+        assert guest.exec_status(pid) == {"exited": 0}
+        clock.advance(0.5)  # the read at 20.0 (the 49th dot) ends it at 20.25 + 0.2
+        res = guest.exec_status(pid)
+        assert res["exitcode"] == 1 and res["out-data"] == "." * 49 + "\nstatus: error\n"
 
     def test_error(self) -> None:
         guest, clock = make(faults=GuestFaults(cloudinit_error=True))

@@ -11,12 +11,17 @@ import typing as t
 
 import pytest
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
+    EXEC_FIRST_POLL,
+    EXEC_POLL_GROWTH,
+    EXEC_POLL_MAX,
     GuestCommand,
     GuestOutcome,
     Request,
+    Resolution,
     StageContext,
     StageInProgress,
     StageLogic,
@@ -80,6 +85,10 @@ class GuestProbe(StageLogic):
     def request(self, ctx: StageContext) -> Request | None:
         return None
 
+    def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
+        # As readiness: reads cannot tell whether a lost exec ran, so do not read again for the resolve wait (30 s).
+        return Resolution.undecidable("The exec's reply was lost.", final=True)
+
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         outcome = ctx.guest_exec(self.command, deadline=float(ctx.evidence()["deadline"]))
         self.outcomes.append(outcome)
@@ -133,11 +142,67 @@ def test_marker_then_exec_then_pid_then_poll_and_the_runner_records_checkpoint_a
     assert record["evidence"]["out"] == "6.1.0\n" and store.load(operation_id)["handoff"]["probeOut"] == "6.1.0\n"
 
 
+class FakeTime:
+    """The runner's wall clock, moved only by its sleeps (recorded)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = time.time()
+        self.sleeps: list[float] = []
+        monkeypatch.setattr(_stage, "wall_clock", lambda: self.now)
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_the_status_is_first_read_after_the_first_interval_then_less_and_less_often(store: JournalStore, operation_id: str,
+                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    running, done = {"exited": 0}, {"exited": 1, "exitcode": 0}
+    agent = FakeAgent(store, operation_id, [{"pid": 41}], [running] * 11 + [done])
+    clock = FakeTime(monkeypatch)
+    assert _run(store, agent, GuestProbe(), operation_id, sleep=clock.sleep)["done"]
+    # No status read right after the exec (it always found the command running): one interval first, each next one
+    # EXEC_POLL_GROWTH times longer, never more than EXEC_POLL_MAX apart.
+    expected = [min(EXEC_FIRST_POLL * EXEC_POLL_GROWTH ** n, EXEC_POLL_MAX) for n in range(12)]
+    assert clock.sleeps == pytest.approx(expected, abs=1e-3) and len(agent.status_reads) == 12  # issuedAt is rounded to 1 ms
+    assert expected[:3] == pytest.approx([0.1, 0.13, 0.169]) and expected[-2:] == [EXEC_POLL_MAX] * 2 and EXEC_POLL_MAX == 1.0
+
+
+def test_a_resumed_pid_is_read_at_once_then_at_the_pace_of_its_running_time(store: JournalStore, operation_id: str,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeTime(monkeypatch)
+    marker = {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": clock.now - 2.0}
+    store.record_evidence(operation_id, "clone", {"probe": marker})
+    agent = FakeAgent(store, operation_id, [], [{"exited": 0}, {"exited": 0}, {"exited": 1, "exitcode": 0}])
+    assert _run(store, agent, GuestProbe(), operation_id, sleep=clock.sleep)["done"]
+    # running for 2 s: the next read 0.1 + 0.3 * 2 s later, then 0.3 * 2.7 s more; not from 0.1 s again
+    assert agent.posts == [] and agent.status_reads == [7, 7, 7] and clock.sleeps == pytest.approx([0.7, 0.91], abs=1e-3)
+
+
+def test_a_short_command_costs_one_status_read(store: JournalStore, operation_id: str) -> None:
+    agent = FakeAgent(store, operation_id, [{"pid": 41}], [{"exited": 1, "exitcode": 0, "out-data": "6.1.0\n"}])
+    sleeps: list[float] = []
+    assert _run(store, agent, GuestProbe(), operation_id, sleep=sleeps.append)["done"]
+    assert agent.status_reads == [41] and sleeps == pytest.approx([EXEC_FIRST_POLL], abs=0.01)
+
+
+def test_the_pauses_end_with_the_wait_budget(store: JournalStore, operation_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = FakeAgent(store, operation_id, [{"pid": 41}], [{"exited": 0}] * 50)
+    clock = FakeTime(monkeypatch)
+    sleeps = clock.sleeps
+    result = _run(store, agent, GuestProbe(), operation_id, sleep=clock.sleep, wait_budget=0.3)
+    assert not result["done"] and result["progress"] == {"pid": 41}
+    # 0.1 + 0.13, then what is left of the 0.3 s (not a whole 0.169 s interval), then one last read
+    assert sleeps == pytest.approx([0.1, 0.13, 0.07], abs=1e-3) and len(agent.status_reads) == 3
+
+
 def test_a_journaled_pid_is_resumed_by_get_only(store: JournalStore, operation_id: str) -> None:
     store.record_evidence(operation_id, "clone", {"probe": {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": 1.0}})
     agent = FakeAgent(store, operation_id, [], [{"exited": 1, "exitcode": 3}])
-    assert _run(store, agent, GuestProbe(), operation_id)["done"]
+    sleeps: list[float] = []
+    assert _run(store, agent, GuestProbe(), operation_id, sleep=sleeps.append)["done"]
     assert agent.posts == [] and agent.status_reads == [7] and _record(store, operation_id)["evidence"]["exitcode"] == 3
+    assert sleeps == []  # a command started by an earlier run is read at once
 
 
 @pytest.mark.parametrize("reply", [ProviderError(code="reply_lost"), {"unexpected": True}])

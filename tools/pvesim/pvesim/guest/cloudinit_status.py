@@ -14,6 +14,8 @@ from typing import Any
 
 from .model import CLOUDINIT_STAGES, GuestBase, Outcome
 
+_WAIT_POLL = 0.25  # cloud-init's ``status --wait`` sleeps this long between two reads of its status
+
 
 class CloudinitStatus(GuestBase):
     """cloud-init's progress through its stages on the guest's uptime, and its status command."""
@@ -125,12 +127,31 @@ class CloudinitStatus(GuestBase):
                 return Outcome(2, "", f"usage: /usr/bin/cloud-init status [-h] [--format {{json,tabular,yaml}}] [-l] [-w]\n"
                                f"/usr/bin/cloud-init status: error: unrecognized arguments: {arg}\n")
             i += 1
-        dots = ""
-        at = now
         if wait:
-            done = self.cloudinit_done_at
-            polls = max(0, math.ceil((done - now) / 0.25)) if now < done else 0
-            dots = "." * polls
-            at = now + polls * 0.25
-        details = self._ci_details(at)
-        return Outcome(details["exitcode"], dots + self._ci_text(details, long), duration=(at - now) + self.timing.exec_default)
+            return self._wait(now, long)
+        details = self._ci_details(now)
+        return Outcome(details["exitcode"], self._ci_text(details, long))
+
+    def _wait(self, start: float, long: bool) -> Outcome:
+        """``status --wait``: cloud-init's loop (cloudinit/cmd/status.py ``handle_status_args``), on the guest's uptime.
+
+        It reads the status at once; while "not started"/"running" it prints a dot, reads again, sleeps 0.25 s and checks
+        that last read, so the j-th dot's read comes at ``start + (j - 1) * 0.25`` and the command ends 0.25 s after the
+        first read that is neither. Then a newline (only with ``--wait``) and the status text, exit 0/1/2 as without it.
+        An already finished cloud-init answers like a plain ``status``; otherwise the command keeps running (``waits``)
+        and its end is found at each exec-status from the guest's state then.
+        """
+        if start >= self.cloudinit_done_at:
+            details = self._ci_details(start)
+            return Outcome(details["exitcode"], "\n" + self._ci_text(details, long))
+
+        def ended(now: float) -> Outcome | None:
+            dots = 1 + max(0, math.ceil((self.cloudinit_done_at - start) / _WAIT_POLL - 1e-9))
+            last_read = start + (dots - 1) * _WAIT_POLL
+            duration = dots * _WAIT_POLL + self.timing.exec_default
+            if now < start + duration:
+                return None
+            details = self._ci_details(last_read)
+            return Outcome(details["exitcode"], "." * dots + "\n" + self._ci_text(details, long), duration=duration)
+
+        return Outcome(0, waits=ended)

@@ -96,6 +96,20 @@ class GuestFaults:
 
 
 @dataclass
+class Outcome:
+    exitcode: int
+    out: str = ""
+    err: str = ""
+    duration: float | None = None
+    effect: Callable[[], None] | None = None
+    apt_lock: bool = False
+    # A command that blocks on the guest's state (``cloud-init status --wait``): asked with the uptime at every
+    # exec-status, it answers the command's final outcome (``duration`` counted from the exec) once the command has
+    # ended, None while it still runs. The state is read then, so knobs changed meanwhile (PUT .../guest) count.
+    waits: Callable[[float], Outcome | None] | None = None
+
+
+@dataclass
 class Proc:
     start: float
     end: float
@@ -105,16 +119,7 @@ class Proc:
     effect: Callable[[], None] | None = None
     apt_lock: bool = False
     applied: bool = False
-
-
-@dataclass
-class Outcome:
-    exitcode: int
-    out: str = ""
-    err: str = ""
-    duration: float | None = None
-    effect: Callable[[], None] | None = None
-    apt_lock: bool = False
+    waits: Callable[[float], Outcome | None] | None = None  # see Outcome.waits; ``end`` is ``inf`` until it answers
 
 
 def load_yaml_text(text: str | None) -> Any:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -102,7 +103,8 @@ class SimulatedGuest(GuestNetwork, Commands):
         duration = self.timing.exec_default if outcome.duration is None else outcome.duration
         pid = self._next_pid
         self._next_pid += 1 + (pid * 7) % 5
-        self._procs[pid] = Proc(now, now + duration, outcome.exitcode, outcome.out, outcome.err, outcome.effect, outcome.apt_lock)
+        end = math.inf if outcome.waits is not None else now + duration
+        self._procs[pid] = Proc(now, end, outcome.exitcode, outcome.out, outcome.err, outcome.effect, outcome.apt_lock, waits=outcome.waits)
         return pid
 
     def exec_status(self, pid: int) -> dict[str, Any]:
@@ -111,6 +113,12 @@ class SimulatedGuest(GuestNetwork, Commands):
         proc = self._procs.get(pid)
         if proc is None:
             raise self._error("exec-status", "Invalid parameter 'pid'")
+        if proc.waits is not None:
+            final = proc.waits(self.uptime())
+            if final is None:
+                return {"exited": 0}
+            duration = self.timing.exec_default if final.duration is None else final.duration
+            proc = self._procs[pid] = Proc(proc.start, proc.start + duration, final.exitcode, final.out, final.err)
         if self.uptime() < proc.end:
             return {"exited": 0}
         del self._procs[pid]

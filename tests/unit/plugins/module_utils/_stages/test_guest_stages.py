@@ -12,6 +12,7 @@ import base64
 import copy
 import hashlib
 import json
+import time
 import typing as t
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import m
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
+    GuestCommand,
+    GuestOutcome,
     Request,
     StageContext,
     StageError,
@@ -53,6 +56,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage
 
 from stage_fakes import FakeClient, assert_valid
+from pve_fake import in_turn
 
 REPO = Path(__file__).resolve().parents[5]
 REC = json.loads((REPO / "tests/unit/fixtures/pve_guest_stages.json").read_text(encoding="utf-8"))
@@ -225,10 +229,79 @@ def test_cloudinit_status_parsing() -> None:
     assert parse_cloudinit_status(done["out-data"]) == ("done", "done")
     assert cloudinit_verdict(done["out-data"], done["exitcode"]) == "done"
     assert cloudinit_verdict("..status: done\nextended_status: done\n", 0) == "done"
+    # ``--wait`` prints its dots, then a newline before the status (cloud-init's print_status)
+    assert cloudinit_verdict("...\n" + done["out-data"], 0) == "done" and cloudinit_verdict("\n" + done["out-data"], 0) == "done"
+    assert cloudinit_verdict("....\nstatus: error\nextended_status: error - done\n", 1) == "failed:error"
     assert cloudinit_verdict("status: running\nextended_status: running\n", 0) == "running"
     assert cloudinit_verdict("status: error\nextended_status: error - done\n", 1) == "failed:error"
     assert cloudinit_verdict("status: done\nextended_status: degraded done\n", 2) == "failed:degraded"
     assert cloudinit_verdict("garbage", 0) == "failed:unknown"
+
+
+def _readiness_ctx(client: FakeClient, outcomes: list[GuestOutcome], sleeps: list[float]) -> tuple[StageContext, list[GuestCommand]]:
+    ctx = ctx_for("readiness")
+    ctx.operation["stages"].append({"kind": "readiness", "evidence": {"deadline": time.time() + 60}})
+    ctx.client = client
+    ctx.settings = StageSettings(sleep=sleeps.append)
+    commands: list[GuestCommand] = []
+
+    def guest_runner(_ctx: StageContext, command: GuestCommand, _deadline: float, _started: float | None) -> GuestOutcome:
+        commands.append(command)
+        return outcomes.pop(0)
+
+    ctx.guest_runner = guest_runner
+    return ctx, commands
+
+
+def _agent_error(path: str, text: str) -> Exception:
+    return map_http_error("POST", VM + path, 500, text, {"data": None, "message": text + "\n"})
+
+
+def _agent_not_running() -> Exception:
+    return _agent_error("/agent/ping", "QEMU guest agent is not running")
+
+
+def _no_file(params: t.Mapping[str, t.Any]) -> Exception:
+    return _agent_error("/agent/file-read", "VM 201 qga command 'guest-file-open' failed - failed to open file '%s' (mode: 'r'): "
+                        "No such file or directory" % params["file"])
+
+
+def test_readiness_pings_less_often_then_waits_for_cloudinit_with_one_probe() -> None:
+    key = REC["file_read_ed25519"]
+    client = FakeClient({"POST " + VM + "/agent/ping": in_turn(_agent_not_running(), _agent_not_running(), {}),
+                         VM + "/agent/network-get-interfaces": REC["interfaces"],
+                         VM + "/agent/file-read": lambda params: key if params["file"].endswith("ed25519_key.pub") else _no_file(params)})
+    sleeps: list[float] = []
+    done = REC["exec_status_cloudinit_done"]
+    ctx, commands = _readiness_ctx(client, [GuestOutcome("exited", 7, 0, "." * 12 + "\n" + done["out-data"])], sleeps)
+    evidence = ReadinessStage().observe(ctx)
+    assert evidence["cloudinit"] == "done" and evidence["ipv4"] == "10.10.0.203" and list(evidence["hostKeyFingerprints"]) == ["ssh-ed25519"]
+    # pings: at once, then 0.5 s and 0.75 s later (the agent needs seconds after power-on); one waiting cloud-init probe
+    assert sleeps == pytest.approx([0.5, 0.75])
+    assert [c.argv for c in commands] == [("cloud-init", "status", "--long", "--wait")] and commands[0].name == "cloud-init-status"
+    assert client.paths() == [VM + "/agent/ping"] * 3 + [VM + "/agent/network-get-interfaces"] + [VM + "/agent/file-read"] * 3
+
+
+@pytest.mark.parametrize(("exitcode", "out", "state"), [(1, "..\nstatus: error\nextended_status: error - done\n", "error"),
+                                                        (2, "..\nstatus: done\nextended_status: degraded done\n", "degraded")])
+def test_readiness_fails_on_what_the_waiting_probe_reports(exitcode: int, out: str, state: str) -> None:
+    client = FakeClient({"POST " + VM + "/agent/ping": {}})
+    ctx, _commands = _readiness_ctx(client, [GuestOutcome("exited", 7, exitcode, out)], [])
+    with pytest.raises(StageError) as info:
+        ReadinessStage().observe(ctx)
+    assert info.value.code == "cloudinit_failed" and info.value.details["cloudinitState"] == state
+    assert client.paths() == [VM + "/agent/ping"]  # no interface or key read after a failed cloud-init
+
+
+def test_readiness_probes_again_when_a_resumed_probe_of_the_old_form_says_running() -> None:
+    # A marker journaled by the repeated probe (no --wait) is resumed by its PID; its "running" leads to the waiting probe.
+    client = FakeClient({"POST " + VM + "/agent/ping": {}, VM + "/agent/network-get-interfaces": REC["interfaces"],
+                         VM + "/agent/file-read": REC["file_read_ed25519"]})
+    done = REC["exec_status_cloudinit_done"]
+    outcomes = [GuestOutcome("exited", 5, 0, "status: running\nextended_status: running\n"), GuestOutcome("exited", 6, 0, done["out-data"])]
+    sleeps: list[float] = []
+    ctx, commands = _readiness_ctx(client, outcomes, sleeps)
+    assert ReadinessStage().observe(ctx)["cloudinit"] == "done" and len(commands) == 2 and sleeps == pytest.approx([0.2])
 
 
 def test_usable_ipv4_on_the_net0_interface_only() -> None:
@@ -259,7 +332,7 @@ def test_agent_errors_are_classified_without_their_text() -> None:
     for text, token in cases.items():
         err = map_http_error("POST", VM + "/agent/exec", 500, text, {"data": None, "message": text + "\n"})
         assert err.code == "server_error" and err.details["agent"] == token and text not in json.dumps(err.to_result())
-    assert CLOUDINIT_PROBE == ("cloud-init", "status", "--long")
+    assert CLOUDINIT_PROBE == ("cloud-init", "status", "--long", "--wait")
 
 
 # -- packages --------------------------------------------------------------------------------------------
