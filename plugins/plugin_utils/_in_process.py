@@ -150,14 +150,6 @@ class InProcessModuleAction(ActionBase):
     _supports_check_mode = True
     _supports_async = True
 
-    def __init_subclass__(cls, **kwargs: t.Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # The strategy loads this action's class in the controller's main process before it forks a worker per host for
-        # the task: loading the module's code here once lets every worker inherit it instead of importing it again.
-        if ".plugins.action." in cls.__module__:
-            with contextlib.suppress(Exception):  # a missing library: the worker finds out and runs the module process
-                importlib.import_module(MODULES_PACKAGE + cls.__module__.rsplit(".", 1)[-1])
-
     def _module_short_name(self) -> str:
         return (self._task.resolved_action or self._task.action).rsplit(".", 1)[-1]
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import typing as t
 from pathlib import Path
 
@@ -14,8 +13,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import V
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
 from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_operation_info, vmanyware_plan
 from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import (
-    MODULES_PACKAGE,
-    InProcessModuleAction,
     in_process_enabled,
     run_entry_in_process,
     task_environment,
@@ -200,13 +197,3 @@ def test_check_mode_stage_gets_the_preview_of_its_operation_id() -> None:
         assert with_preview_document(args, vmanyware_clone.ENTRY, facts) == args
     assert with_preview_document({"operation_id": "op-preview"}, vmanyware_clone.ENTRY, {PREVIEW_FACT: None}) == {"operation_id": "op-preview"}
     assert with_preview_document({"operation_id": "op-preview"}, vmanyware_operation_info.ENTRY, facts) == {"operation_id": "op-preview"}
-
-
-def test_loading_an_action_loads_its_module_once_for_every_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The strategy loads the action class in the main process; the module's code loaded then is inherited by every fork.
-    monkeypatch.delitem(sys.modules, MODULES_PACKAGE + "vmanyware_known_hosts", raising=False)
-    type("ActionModule", (InProcessModuleAction,), {"__module__": "ansible_collections.vmanyware.proxmox.plugins.action.vmanyware_known_hosts"})
-    assert MODULES_PACKAGE + "vmanyware_known_hosts" in sys.modules
-    # a subclass elsewhere (or an action without a module of that name) loads nothing and does not fail
-    type("ActionModule", (InProcessModuleAction,), {"__module__": "ansible_collections.vmanyware.proxmox.plugins.action.no_such_module"})
-    assert MODULES_PACKAGE + "no_such_module" not in sys.modules
