@@ -13,8 +13,8 @@ results of the stages before it. A stage whose task runs long is followed in rou
 provision role's step-by-step path prints one line per follow-up.
 
 Two things make it cheaper than one task per stage: no task, worker and template round per stage,
-and the configuration the previous stage read back moments ago serves the next stage's
-preconditions (``_recent_reads``).
+and the configuration and power state this process read moments ago serve the next stages'
+preconditions (``_recent_reads``, whose docstring gives the rules).
 
 This is a private module_utils file: not a public API.
 """

@@ -3,62 +3,120 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""What one process has just read: a VM configuration the previous stage read back moments ago.
+"""What one process has just observed: a VM's configuration and power state read moments ago (docs/stages.md).
 
-``vmanyware_provision`` runs the stages one after another in one process. Each stage reads the VM's
-configuration back after its write (the observation independent of the reply); the next stage's
-preconditions would read the same configuration again milliseconds later. With ``RecentReads`` that
-next stage takes the configuration just read instead of reading it again, and its write carries the
-configuration's ``digest`` (Proxmox refuses a write whose digest is no longer the file's: every change
-since, pending changes and locks included, is in that file). Only stages that send the digest, or
-re-check it in their read-back, take it (``StageLogic.trusts_recent_config``).
+``vmanyware_provision`` runs the stages one after another in one process. Each stage reads the VM back after its
+write (the observation independent of the reply); the next stage's preconditions would read the same milliseconds
+later. ``ObservingClient`` records two observations, by VM path, from plain GETs this process made:
 
-A recorded configuration serves one precondition check at most, only until this process sends any
-write (a write may change it), and only within ``max_age`` seconds. Reads that resolve an unknown
-outcome never take it: they always read.
+- the configuration (``GET {vm}/config``, with its ``digest``);
+- the power state (``GET {vm}/status/current``: ``running``, ``stopped``...).
+
+Rules (each is tested in tests/unit/test__recent_reads.py and tests/integration/test_provision_module.py):
+
+1. **What it serves.** Only a stage's precondition checks, and only for a stage that opts in
+   (``StageLogic.trusts_recent_config`` / ``trusts_recent_power``). A read-back after a write (``observe``) and every read
+   that resolves an unknown outcome (``resolve_lost_reply``) always read: they never ask ``RecentReads``.
+2. **Max age.** An observation older than ``max_age`` seconds (5 s) is not "just observed": the check reads.
+3. **Configuration.** Serves one check (then forgotten) and is forgotten at any write this process sends, before
+   sending it. A stage takes it only when its write carries the digest (Proxmox refuses the write if the file changed
+   since: locks, pending changes and the description are all in that file) or its read-back re-checks the digest, or
+   (start) when it re-reads what that configuration cannot prove: the pending list and the power state.
+4. **Power state.** Serves any number of checks within its max age. A write this process sends forgets it (before
+   sending) unless the write cannot change a VM's power state: ``PUT {vm}/config``, ``PUT {vm}/resize`` and
+   ``PUT {vm}/cloudinit`` (a configuration change, a disk grow, a Cloud-Init drive regeneration; a change to a running
+   VM becomes pending or is hot-plugged, it never stops or starts it). Every POST (start, stop, clone, snapshot, guest
+   agent) and DELETE forgets it.
+5. **Unknown outcome.** A write whose reply did not arrive as a normal answer (lost reply, 5xx, any error) forgets every
+   observation, power-neutral or not: the next precondition reads.
+6. **Another client.** A change made by someone else inside the max age is seen by a recorded observation no more than
+   by a fresh read made just before the write (that read's window to the write exists anyway); the recorded one makes
+   that window at most ``max_age`` long. Writes that carry the digest still fail on any configuration change; the
+   power-changing stage (start) always reads the power state and the pending list itself, so a VM another client
+   started inside the window stops the run there, before anything is started.
+
+The step-by-step path (one module process per stage) has no ``RecentReads``: every check reads.
 
 This is a private module_utils file: not a public API.
 """
 
 from __future__ import annotations
 
+import collections
 import time
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ApiVerbs, ClientIdentity
 
 CONFIG_SUFFIX = "/config"
-# A configuration read longer ago than this is not "just observed" (seconds).
+STATUS_SUFFIX = "/status/current"
+# Writes that cannot change a VM's power state (rule 4): (method, path suffix after the VM path).
+POWER_NEUTRAL_WRITES = frozenset({("PUT", "/config"), ("PUT", "/resize"), ("PUT", "/cloudinit")})
+# An observation read longer ago than this is not "just observed" (seconds).
 DEFAULT_MAX_AGE = 5.0
 
 
 class RecentReads:
-    """``GET {vm}/config`` replies received since this process's last write, by VM path."""
+    """Configurations and power states this process read since its last write that could change them, by VM path."""
 
     def __init__(self, max_age: float = DEFAULT_MAX_AGE, clock: t.Callable[[], float] = time.monotonic) -> None:
         self.max_age = max_age
         self.clock = clock
         self._configs: dict[str, tuple[float, dict[str, t.Any]]] = {}
-        self.served = 0  # precondition reads saved (for tests and the benchmark's account)
+        self._power: dict[str, tuple[float, str]] = {}
+        # Precondition reads saved, by what was not read again ("config", "power"): for tests and the benchmark's account.
+        self.saved: collections.Counter[str] = collections.Counter()
+
+    @property
+    def served(self) -> int:
+        """Precondition reads saved in all."""
+        return sum(self.saved.values())
 
     def record(self, vm_path: str, config: t.Any) -> None:
         if isinstance(config, dict) and isinstance(config.get("digest"), str):
             self._configs[vm_path] = (self.clock(), dict(config))
 
+    def record_power(self, vm_path: str, status: t.Any) -> None:
+        state = status.get("status") if isinstance(status, dict) else None
+        if isinstance(state, str) and state:
+            self._power[vm_path] = (self.clock(), state)
+
     def forget_all(self) -> None:
         self._configs.clear()
+        self._power.clear()
+
+    def before_write(self, method: str, path: str) -> None:
+        """Rules 3 and 4, applied before a write is sent: every configuration goes; power states only unless the write
+        is power-neutral (then the others' stay too: it changes no VM's power state)."""
+        self._configs.clear()
+        if not any(method.upper() == verb and path.endswith(suffix) for verb, suffix in POWER_NEUTRAL_WRITES):
+            self._power.clear()
+
+    def _fresh(self, read_at: float) -> bool:
+        return self.clock() - read_at <= self.max_age
 
     def take(self, vm_path: str) -> dict[str, t.Any] | None:
         """The configuration read moments ago (then forgotten: it serves one check), or ``None``: read it."""
         entry = self._configs.pop(vm_path, None)
-        if entry is None or self.clock() - entry[0] > self.max_age:
+        if entry is None or not self._fresh(entry[0]):
             return None
-        self.served += 1
+        self.saved["config"] += 1
+        return entry[1]
+
+    def power(self, vm_path: str) -> str | None:
+        """The power state read moments ago (it stays for later checks within its max age), or ``None``: read it."""
+        entry = self._power.get(vm_path)
+        if entry is None:
+            return None
+        if not self._fresh(entry[0]):
+            del self._power[vm_path]
+            return None
+        self.saved["power"] += 1
         return entry[1]
 
 
 class ObservingClient(ApiVerbs):
-    """A client that records every configuration it reads into ``RecentReads`` and forgets them at any write."""
+    """A client that records the configurations and power states it reads into ``RecentReads`` and forgets them at writes."""
 
     def __init__(self, client: ApiClient, reads: RecentReads) -> None:
         self._client = client
@@ -75,11 +133,18 @@ class ObservingClient(ApiVerbs):
     def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
         if method.upper() != "GET":
             # Forgotten before sending: a write whose reply is lost may still have changed the VM.
-            self.reads.forget_all()
-            return self._client.request(method, path, params)
+            self.reads.before_write(method, path)
+            try:
+                return self._client.request(method, path, params)
+            except BaseException:
+                self.reads.forget_all()  # rule 5: an unknown outcome, whatever the write
+                raise
         envelope = self._client.request(method, path, params)
-        if path.endswith(CONFIG_SUFFIX) and not params and isinstance(envelope, dict):
-            self.reads.record(path[:-len(CONFIG_SUFFIX)], envelope.get("data"))
+        if not params and isinstance(envelope, dict):
+            if path.endswith(CONFIG_SUFFIX):
+                self.reads.record(path[:-len(CONFIG_SUFFIX)], envelope.get("data"))
+            elif path.endswith(STATUS_SUFFIX):
+                self.reads.record_power(path[:-len(STATUS_SUFFIX)], envelope.get("data"))
         return envelope
 
     def __getattr__(self, name: str) -> t.Any:

@@ -209,6 +209,8 @@ class StageContext:
     guest_runner: t.Callable[[StageContext, GuestCommand, float, float | None], GuestOutcome] | None = None
     # Configurations this process read moments ago (``_recent_reads``), for a stage whose logic trusts them; None: read.
     recent_reads: RecentReads | None = None
+    # Power states this process read moments ago (``_recent_reads``), for a stage whose logic trusts them; None: read.
+    recent_power: RecentReads | None = None
 
     @property
     def wait_budget(self) -> float | None:
@@ -292,6 +294,9 @@ class StageLogic:
     # Whether the preconditions may take the configuration this process read back moments ago instead of reading it
     # again (``_recent_reads``): only for stages whose write carries its digest or whose read-back re-checks the digest.
     trusts_recent_config: t.ClassVar[bool] = False
+    # Whether the preconditions may take the power state this process read moments ago (``_recent_reads``, rule 4): not for
+    # a stage whose own write changes the power state (start reads it: the backstop for another client's start).
+    trusts_recent_power: t.ClassVar[bool] = False
 
     @classmethod
     def from_options(cls, options: t.Mapping[str, t.Any]) -> StageLogic:
@@ -454,7 +459,8 @@ class StageRunner:
         operation = self.store.load(operation_id)
         return StageContext(operation=operation, client=self.client, kind=self.logic.kind, check_mode=self.settings.check_mode,
                             settings=self.settings, guest_runner=self.guest_exec,
-                            recent_reads=self.settings.recent_reads if self.logic.trusts_recent_config else None)
+                            recent_reads=self.settings.recent_reads if self.logic.trusts_recent_config else None,
+                            recent_power=self.settings.recent_reads if self.logic.trusts_recent_power else None)
 
     def _require_write_allowed(self, ctx: StageContext) -> None:
         """Before every new mutating request: each gate of the stage re-read (an environment ``false`` wins over an

@@ -20,7 +20,12 @@ description:
     result. The operation keeps the guest; re-running the module continues from the journal (completed stages are not run again).
   - A stage that trusts it (resources, disk, cloudinit, seed) takes the VM configuration the previous stage read back moments ago in
     this run instead of reading it again; its write then carries that configuration's C(digest), so Proxmox refuses it if the
-    configuration changed since (RV(reads_saved)).
+    configuration changed since (RV(reads_saved)). The start stage takes the configuration seed read back too, but reads the
+    pending changes and the power state itself.
+  - The power state read moments ago (at most 5 seconds, and only while this run sent nothing but configuration, resize and
+    Cloud-Init updates, which never change it) serves the preconditions of resources, disk, cloudinit, seed and readiness.
+    Any other write, and any write without a normal reply, makes the next check read. Lost replies are always resolved by
+    fresh reads.
   - Prints one progress line per stage and, while a stage runs long, one every O(progress_interval) seconds (when it runs in
     Ansible's worker on the controller, the default; the lines are also returned in RV(log)).
   - Only for VM operations. A container operation's stages run with M(vmanyware.proxmox.vmanyware_container).
@@ -147,7 +152,7 @@ requests:
   type: list
   elements: dict
 reads_saved:
-  description: Precondition reads of the VM configuration this run did not repeat because the previous stage had read it moments ago.
+  description: Precondition reads of the VM configuration and power state this run did not repeat because it had read them moments ago.
   returned: success
   type: int
 progress:

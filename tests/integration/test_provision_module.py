@@ -3,13 +3,15 @@
 
 The stages run through the same ``StageRunner`` as their modules; these tests check the chained run's own
 promises: declared order, one journal, stop at the first failure with that stage's code and the results so far,
-a real check-mode preview, progress lines, a re-run that sends nothing, and fewer configuration reads than the
-stage-by-stage path with the same mutations (each exactly once).
+a real check-mode preview, progress lines, a re-run that sends nothing, and fewer configuration and power-state reads
+than the stage-by-stage path with the same mutations (each exactly once), while an observation gone stale (its age, a
+lost reply, another client's start) is never used (``_recent_reads`` rules; its unit tests cover each rule alone).
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import typing as t
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 
 import guest_support as gs
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._provision import (
     ProvisionStopped,
@@ -26,8 +29,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._provision impor
     run_stages,
     stage_logic,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import ObservingClient, RecentReads
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import wait_task
 
 pytestmark = pytest.mark.integration
 SPEED = 400
@@ -46,10 +50,13 @@ def _settings(**kwargs: t.Any) -> StageSettings:
     return StageSettings(**kwargs)
 
 
-def _run(env: gs.Env, lines: list[str] | None = None, **kwargs: t.Any) -> dict[str, t.Any]:
+def _run(env: gs.Env, lines: list[str] | None = None, report: t.Callable[[str], None] | None = None, recent_reads: RecentReads | None = None,
+         **kwargs: t.Any) -> dict[str, t.Any]:
     interval = kwargs.pop("progress_interval", 30.0)
+    if report is None:
+        report = lines.append if lines is not None else (lambda line: None)
     return run_stages(env.store, env.client, env.operation_id, _settings(**kwargs), StageOptions(readiness_timeout=60),
-                      progress_interval=interval, report=(lines.append if lines is not None else (lambda line: None)))
+                      progress_interval=interval, report=report, recent_reads=recent_reads)
 
 
 def _effective(sim: t.Any) -> collections.Counter[tuple[str, str]]:
@@ -59,6 +66,19 @@ def _effective(sim: t.Any) -> collections.Counter[tuple[str, str]]:
 
 def _reads(sim: t.Any, suffix: str) -> int:
     return sum(1 for e in sim.requests() if e["method"] == "GET" and e["path"] == gs.VM + suffix)
+
+
+READ_SUFFIXES = ("/config", "/status/current", "/pending")
+
+
+def _read_counts(sim: t.Any) -> dict[str, int]:
+    return {suffix: _reads(sim, suffix) for suffix in READ_SUFFIXES}
+
+
+def _start_by_another_client(sim: t.Any) -> None:
+    """Another client (not this process) starts the VM and waits for its task."""
+    other = ProxmoxClient(gs.settings_for(sim.connection))
+    assert wait_task(other, other.post(gs.VM + "/status/start"), timeout=30).succeeded
 
 
 def test_every_stage_in_one_call(sim: t.Any, tmp_path: Path) -> None:
@@ -77,8 +97,9 @@ def test_every_stage_in_one_call(sim: t.Any, tmp_path: Path) -> None:
     assert all(count == 1 for count in effective.values()), effective
     assert ("POST", "/nodes/pve-test/qemu/9000/clone") in _effective(sim) and ("POST", gs.VM + "/snapshot") in _effective(sim)
     assert sim.schema_violations() == []
-    # resources, disk, cloudinit and seed took the configuration the stage before read back.
-    assert result["reads_saved"] == 4
+    # resources, disk, cloudinit, seed and start took the configuration the stage before read back; resources, disk,
+    # cloudinit and seed the power state the clone's read-back observed, readiness the one the start's read-back observed.
+    assert result["reads_saved"] == 10
     # A re-run sends nothing and reports nothing changed.
     before = len(sim.requests())
     again = _run(env)
@@ -87,19 +108,81 @@ def test_every_stage_in_one_call(sim: t.Any, tmp_path: Path) -> None:
 
 
 def test_fewer_reads_than_stage_by_stage(sim: t.Any, tmp_path: Path) -> None:
+    def fresh() -> None:
+        sim.reset()
+        sim.set_speed(SPEED)
+
     chained = gs.create(tmp_path / "a", sim.connection)
-    assert _run(chained)["done"]
-    chained_config, chained_pending = _reads(sim, "/config"), _reads(sim, "/pending")
-    chained_mutations = sorted(_effective(sim).elements())
-    sim.reset()
-    sim.set_speed(SPEED)
-    single = gs.create(tmp_path / "b", sim.connection)
+    reads = RecentReads()
+    assert _run(chained, recent_reads=reads)["done"]
+    chained_reads, chained_mutations = _read_counts(sim), sorted(_effective(sim).elements())
+    assert reads.saved == {"config": 5, "power": 5}
+
+    # The same chain with every observation too old when asked (each clock reading 6 s after the last): no read saved.
+    fresh()
+    aged = gs.create(tmp_path / "b", sim.connection)
+    aged_reads = RecentReads(clock=t.cast(t.Callable[[], float], itertools.count(0.0, 6.0).__next__))
+    assert _run(aged, recent_reads=aged_reads)["done"]
+    aged_counts = _read_counts(sim)
+    assert aged_reads.served == 0 and sorted(_effective(sim).elements()) == chained_mutations
+
+    fresh()
+    single = gs.create(tmp_path / "c", sim.connection)
     options = StageOptions(readiness_timeout=60)
     for kind in single.kinds:
         assert single.run(stage_logic(kind, options), environ=BOTH_GATES)["done"]
-    single_config, single_pending = _reads(sim, "/config"), _reads(sim, "/pending")
+    single_reads = _read_counts(sim)
     assert sorted(_effective(sim).elements()) == chained_mutations  # the same writes
-    assert chained_config == single_config - 4 and chained_pending == single_pending - 4, (chained_config, single_config)
+    assert aged_counts == single_reads
+    # config: resources, disk, cloudinit, seed, start; power: resources, disk, cloudinit, seed, readiness;
+    # pending: resources, disk, cloudinit, seed (start reads it: its POST carries no digest).
+    assert chained_reads == {"/config": single_reads["/config"] - 5, "/status/current": single_reads["/status/current"] - 5,
+                             "/pending": single_reads["/pending"] - 4}, (chained_reads, single_reads)
+
+
+def test_another_clients_start_inside_the_window_stops_the_run_at_start(sim: t.Any, tmp_path: Path) -> None:
+    """The power state recorded at the clone's read-back is still young when the seed stage ends; another client starts
+    the VM then. The start stage reads the power state itself: the run stops there, and this process starts nothing."""
+    env = gs.create(tmp_path, sim.connection)
+    reads = RecentReads()
+    stale: list[str | None] = []
+
+    def report(line: str) -> None:
+        if " seed: completed" in line:
+            _start_by_another_client(sim)
+            stale.append(reads.power(gs.VM))
+
+    with pytest.raises(ProvisionStopped) as info:
+        _run(env, report=report, recent_reads=reads)
+    assert stale == ["stopped"]  # a recorded, young and now wrong observation existed
+    assert info.value.code == "stage_precondition_failed" and info.value.details["rule"] == "stopped"
+    assert info.value.stages[-1]["kind"] == "start" and env.stage("start")["status"] == "pending"
+    assert _effective(sim)[("POST", gs.VM + "/status/start")] == 1  # the other client's, not ours
+
+
+def test_after_a_lost_reply_the_next_stage_reads_the_power_state(sim: t.Any, tmp_path: Path) -> None:
+    """The resources PUT's reply is lost (applied): its resolution reads, and every observation is forgotten although a
+    configuration PUT cannot change the power state. Another client starts the VM before the disk stage: the disk stage
+    reads the power state (it does not take the clone's "stopped") and stops before its resize."""
+    env = gs.create(tmp_path, sim.connection)
+    assert "disk" in env.kinds
+    sim.add_fault(method="PUT", path=r"/qemu/201/config$", action="drop_reply", occurrence=1)
+    reads = RecentReads()
+
+    def report(line: str) -> None:
+        if " resources: completed" in line:
+            _start_by_another_client(sim)
+
+    with pytest.raises(ProvisionStopped) as info:
+        _run(env, report=report, recent_reads=reads)
+    assert info.value.code == "stage_precondition_failed" and info.value.details["rule"] == "stopped"
+    assert info.value.stages[-1]["kind"] == "disk" and env.stage("disk")["status"] == "pending"
+    assert ("PUT", gs.VM + "/resize") not in _effective(sim)
+    # The lost PUT was resolved by a configuration read right after it (never by the recorded configuration).
+    sent = [(e["method"], e["path"], e["status"]) for e in sim.requests() if e["path"].startswith(gs.VM)]
+    lost = next(i for i, item in enumerate(sent) if item[:2] == ("PUT", gs.VM + "/config"))
+    assert sent[lost][2] == "dropped" and sent[lost + 1][:2] == ("GET", gs.VM + "/config")
+    assert reads.saved["power"] == 1  # resources took the clone's power state before its PUT was sent; nothing took one after it
 
 
 def test_stops_at_the_first_failure_with_its_code(sim: t.Any, tmp_path: Path) -> None:
@@ -182,30 +265,3 @@ def test_module_entry_runs_the_chain(sim: t.Any, tmp_path: Path) -> None:
     result = provision(params, check_mode=False, diff=False)
     assert result["done"] and result["status"] == "completed" and len(result["log"]) == len(env.kinds)
     assert conn["tokens"]["full"]["secret"] not in json.dumps(result)
-
-
-def test_recent_reads_serve_one_check_until_a_write_or_their_age() -> None:
-    now = [0.0]
-    reads = RecentReads(max_age=5.0, clock=lambda: now[0])
-
-    class Fake:
-        def __init__(self) -> None:
-            self.sent: list[tuple[str, str]] = []
-
-        def request(self, method: str, path: str, params: t.Any = None) -> dict[str, t.Any]:
-            self.sent.append((method, path))
-            return {"data": {"digest": "d1", "cores": 2} if path.endswith("/config") else None}
-
-    client = ObservingClient(Fake(), reads)
-    client.get("/nodes/n/qemu/1/config")
-    assert reads.take("/nodes/n/qemu/1") == {"digest": "d1", "cores": 2}
-    assert reads.take("/nodes/n/qemu/1") is None  # served once
-    client.get("/nodes/n/qemu/1/config")
-    client.put("/nodes/n/qemu/1/config", cores=4)
-    assert reads.take("/nodes/n/qemu/1") is None  # a write forgets what was read before it
-    client.get("/nodes/n/qemu/1/config")
-    now[0] = 5.1
-    assert reads.take("/nodes/n/qemu/1") is None  # too old to be "just observed"
-    client.get("/nodes/n/qemu/1/config", current=1)
-    assert reads.take("/nodes/n/qemu/1") is None  # only the plain configuration read counts
-    assert reads.served == 1

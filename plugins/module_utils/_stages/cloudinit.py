@@ -91,6 +91,7 @@ class CloudinitStage(StageLogic, AdoptionHook):
     task_type = None
     default_timeout = 60.0
     trusts_recent_config = True  # its write carries the digest
+    trusts_recent_power = True  # its write (PUT config) never changes the power state
 
     def preconditions(self, ctx: StageContext) -> None:
         config = _guest.require_stopped_settled(ctx)

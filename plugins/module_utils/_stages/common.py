@@ -80,13 +80,22 @@ def refusal_for_taken_vmid(ctx: StageContext, err: ProviderError, rule: str) -> 
     return err
 
 
-def require_clone_identity(ctx: StageContext, *, stopped: bool = True, no_pending: bool = True) -> dict[str, t.Any]:
+def precondition_power(ctx: StageContext) -> str:
+    """The VM's power state for a precondition check: the one this process read moments ago when the stage trusts it
+    (``_recent_reads``, rule 4), else ``GET {vm}/status/current``. Never for a read-back or a lost reply's resolution."""
+    recent = ctx.recent_power.power(ctx.vm_path) if ctx.recent_power is not None else None
+    return recent if recent is not None else str(read_status(ctx.client, ctx.vm_path).get("status"))
+
+
+def require_clone_identity(ctx: StageContext, *, stopped: bool = True, no_pending: bool = True, digest_bound: bool = True) -> dict[str, t.Any]:
     """Read the target and prove it is the VM this operation cloned: exists, description exactly ours,
     not locked; optionally stopped and without pending changes. Returns the configuration (with ``digest``).
 
     In a chained run (``_recent_reads``) a stage that trusts it takes the configuration the previous stage read back
-    moments ago instead of reading it again, and skips the pending read: pending changes are in the configuration file,
-    so any since that read change its digest, which the stage's write carries (or its read-back re-checks).
+    moments ago instead of reading it again. A ``digest_bound`` stage (its write carries the digest, or its read-back
+    re-checks it) then skips the pending read too: pending changes are in the configuration file, so any since that
+    read change its digest. A stage that is not (start) reads the pending list even then. The power state comes from
+    ``precondition_power``.
     """
     recent = ctx.recent_reads.take(ctx.vm_path) if ctx.recent_reads is not None else None
     config = recent if recent is not None else read_config_or_none(ctx)
@@ -97,11 +106,9 @@ def require_clone_identity(ctx: StageContext, *, stopped: bool = True, no_pendin
                          details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "description"})
     if config.get("lock"):
         raise StageError("The target VM is locked.", code="locked", details={"stage": ctx.kind, "vmid": ctx.vmid, "lock": str(config["lock"])})
-    if stopped:
-        status = read_status(ctx.client, ctx.vm_path)
-        if status.get("status") != "stopped":
-            raise StageError("The target VM is not stopped.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "stopped"})
-    if no_pending and recent is None:
+    if stopped and precondition_power(ctx) != "stopped":
+        raise StageError("The target VM is not stopped.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "stopped"})
+    if no_pending and (recent is None or not digest_bound):
         keys = pending_keys(read_pending(ctx.client, ctx.vm_path))
         if keys:
             raise StageError("The target VM has pending configuration changes.",

@@ -43,6 +43,7 @@ class DiskStage(StageLogic, AdoptionHook):
     task_type = "resize"
     default_timeout = 600.0
     trusts_recent_config = True  # its write carries the digest
+    trusts_recent_power = True  # its write (PUT resize) never changes the power state
 
     def preconditions(self, ctx: StageContext) -> None:
         config = require_clone_identity(ctx)

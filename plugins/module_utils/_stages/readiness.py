@@ -45,7 +45,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     agent_reason,
     wall_clock,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest, common
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Decision, Observations
 
 DEFAULT_READINESS_TIMEOUT = 300.0
@@ -124,6 +124,7 @@ class ReadinessStage(StageLogic, AdoptionHook):
     kind = "readiness"
     task_type = None
     gates = ()  # only fixed read-only probes: they may continue while VM writes are disabled
+    trusts_recent_power = True  # the start stage's read-back moments ago (``_recent_reads``); its probes change no power state
     final_codes = frozenset({"guest_agent_unavailable", "guest_network_unavailable", "guest_exec_unavailable", "cloudinit_failed",
                              "readiness_timeout"})
 
@@ -178,7 +179,7 @@ class ReadinessStage(StageLogic, AdoptionHook):
         mac, _bridge = _guest.net0_mac_bridge(config)
         if mac is None or mac != _guest.clone_mac(ctx):
             raise StageError("The target's net0 MAC is not the one the clone stage recorded.", details={"stage": ctx.kind, "rule": "net0_mac"})
-        if _guest.read_power(ctx) != "running":
+        if common.precondition_power(ctx) != "running":
             raise StageError("The target VM is not running; run the start stage first.", details={"stage": ctx.kind, "rule": "running"})
         if ctx.check_mode:
             raise StageInProgress({"phase": "check_mode", "note": "readiness probes run the guest agent and are skipped in check mode"})

@@ -125,6 +125,7 @@ class SeedStage(StageLogic, AdoptionHook):
     default_timeout = 60.0
     final_codes = frozenset({"seed_incompatible", "seed_mismatch"})
     trusts_recent_config = True  # its read-back re-checks the digest
+    trusts_recent_power = True  # its write (PUT cloudinit) never changes the power state
 
     def preconditions(self, ctx: StageContext) -> None:
         config = _guest.require_stopped_settled(ctx)

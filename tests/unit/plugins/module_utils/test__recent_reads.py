@@ -1,0 +1,185 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The rules of ``_recent_reads`` (its module docstring): what a recorded observation serves, what makes it stale.
+
+The chained run against the simulator (tests/integration/test_provision_module.py) counts the reads saved and shows
+that a VM another client started inside the window stops the run at the start stage.
+"""
+
+from __future__ import annotations
+
+import sys
+import typing as t
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import instance_tag
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import ObservingClient, RecentReads
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageError, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import VM as VM_GUEST, build_logic, stage_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import common
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_stages"))
+from stage_fakes import FakeClient, complete, context, new_operation  # noqa: E402  pylint: disable=wrong-import-position
+
+VM = "/nodes/pve-test/qemu/201"
+OTHER = "/nodes/pve-test/qemu/202"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def observed(status: str = "stopped", config: dict[str, t.Any] | None = None) -> tuple[ObservingClient, FakeClient, RecentReads, Clock]:
+    """An observing client over a fake one that answers the VM's config and power state, and every write with null."""
+    clock = Clock()
+    reads = RecentReads(max_age=5.0, clock=clock)
+    fake = FakeClient({VM + "/config": config or {"digest": "d1", "cores": 2}, VM + "/status/current": {"status": status},
+                       OTHER + "/status/current": {"status": "running"}}, default=None)
+    fake.replies = [None] * 20
+    return ObservingClient(fake, reads), fake, reads, clock
+
+
+def test_a_configuration_serves_one_check_until_a_write_or_its_age() -> None:
+    client, _fake, reads, clock = observed()
+    client.get(VM + "/config")
+    assert reads.take(VM) == {"digest": "d1", "cores": 2}
+    assert reads.take(VM) is None  # served once
+    client.get(VM + "/config")
+    client.put(VM + "/config", cores=4)
+    assert reads.take(VM) is None  # any write forgets the configurations read before it, even a power-neutral one
+    client.get(VM + "/config")
+    clock.now += 5.1
+    assert reads.take(VM) is None  # too old to be "just observed"
+    client.get(VM + "/config", current=1)
+    assert reads.take(VM) is None  # only the plain configuration read counts
+    assert reads.saved == {"config": 1} and reads.served == 1
+
+
+def test_a_power_state_serves_every_check_within_its_age() -> None:
+    client, _fake, reads, clock = observed()
+    client.get(VM + "/status/current")
+    assert reads.power(VM) == "stopped" and reads.power(VM) == "stopped"
+    clock.now += 5.0
+    assert reads.power(VM) == "stopped"  # still within max_age
+    clock.now += 0.1
+    assert reads.power(VM) is None and reads.power(VM) is None  # too old, and gone
+    assert reads.saved == {"power": 3}
+
+
+@pytest.mark.parametrize("suffix, params", [("/config", {"cores": 4, "digest": "d1"}), ("/resize", {"disk": "scsi0", "size": "20G"}),
+                                            ("/cloudinit", {})])
+def test_power_neutral_writes_keep_the_power_state(suffix: str, params: dict[str, t.Any]) -> None:
+    client, _fake, reads, _clock = observed()
+    client.get(VM + "/status/current")
+    client.get(OTHER + "/status/current")
+    client.get(VM + "/config")
+    client.request("PUT", VM + suffix, params)
+    assert reads.take(VM) is None  # the configuration is forgotten all the same
+    assert reads.power(VM) == "stopped" and reads.power(OTHER) == "running"
+
+
+@pytest.mark.parametrize("method, suffix, params", [
+    ("POST", "/status/start", {}), ("POST", "/status/stop", {}), ("POST", "/agent/exec", {"command": ["true"]}), ("POST", "/agent/ping", {}),
+    ("POST", "/snapshot", {"snapname": "s1"}), ("POST", "/config", {"cores": 4}), ("PUT", "/firewall/options", {"enable": 1}), ("DELETE", "", {}),
+])
+def test_any_other_write_forgets_every_power_state(method: str, suffix: str, params: dict[str, t.Any]) -> None:
+    client, _fake, reads, _clock = observed()
+    client.get(VM + "/status/current")
+    client.get(OTHER + "/status/current")
+    client.request(method, VM + suffix, params)
+    assert reads.power(VM) is None and reads.power(OTHER) is None
+
+
+def test_a_write_without_a_normal_answer_forgets_everything_even_a_power_neutral_one() -> None:
+    client, fake, reads, _clock = observed()
+    client.get(VM + "/status/current")
+    fake.routes["PUT " + VM + "/config"] = ProviderError("lost", code="reply_lost")
+    with pytest.raises(ProviderError):
+        client.put(VM + "/config", cores=4, digest="d1")
+    assert reads.power(VM) is None
+
+
+def _with_recorded_power(tmp_path: Path, kind: str, status: str) -> tuple[t.Any, FakeClient, RecentReads]:
+    """A context of stage ``kind`` whose observing client has just read the power state ``status``."""
+    store = JournalStore(str(tmp_path))
+    operation_id = new_operation(store)
+    client, fake, reads, _clock = observed(status=status)
+    client.get(VM + "/status/current")
+    return context(store, operation_id, kind, t.cast(t.Any, client)), fake, reads
+
+
+def test_precondition_power_reads_unless_the_stage_trusts_a_recent_one(tmp_path: Path) -> None:
+    ctx, fake, reads = _with_recorded_power(tmp_path, "readiness", "running")
+    before = len(fake.log)
+    assert common.precondition_power(ctx) == "running" and len(fake.log) == before + 1  # no RecentReads: it reads
+    ctx.recent_power = reads
+    assert common.precondition_power(ctx) == "running" and len(fake.log) == before + 1  # taken, not read
+
+
+def test_which_stages_trust_which_observation() -> None:
+    trusts = {kind: (type(logic).trusts_recent_config, type(logic).trusts_recent_power)
+              for kind in ("clone", "resources", "disk", "cloudinit", "seed", "start", "readiness", "packages", "snapshot")
+              for logic in [build_logic(stage_spec(kind, VM_GUEST), {})]}
+    assert trusts == {
+        "clone": (False, False),  # reads nothing of the target before its write (nextid, then the config only when taken)
+        "resources": (True, True), "disk": (True, True), "cloudinit": (True, True), "seed": (True, True),
+        "start": (True, False),  # its own write changes the power state: it reads it (and the pending list) itself
+        "readiness": (False, True), "packages": (False, False), "snapshot": (False, False),
+    }
+
+
+def _start_ready(tmp_path: Path, recorded: str, actual: str) -> tuple[StageRunner, t.Any, FakeClient, RecentReads]:
+    """An operation whose stages before start completed at digest d9, and an observing client that has just read the
+    VM's configuration (d9, ours) and power state ``recorded`` (as the seed stage's read-back and an earlier stage did);
+    the VM's power state is ``actual`` now."""
+    store = JournalStore(str(tmp_path))
+    operation_id = new_operation(store)
+    document = store.load(operation_id)
+    config = {"digest": "d9", "description": common.binding_description(document), "tags": instance_tag(operation_id)}
+    for item in document["stages"]:
+        if item["kind"] == "start":
+            break
+        complete(store, operation_id, item["kind"], {"digest": "d9", "seedDigest": "d9", "seedHashes": {}} if item["kind"] == "seed" else {"digest": "d9"})
+    client, fake, reads, _clock = observed(status=recorded, config=config)
+    fake.routes[VM + "/pending"] = []
+    client.get(VM + "/config")
+    client.get(VM + "/status/current")
+    fake.routes[VM + "/status/current"] = {"status": actual}
+    runner = StageRunner(store, client, StartStage(), StageSettings(environ={"VMANYWARE_PROVISIONING_ENABLED": "true"}, recent_reads=reads))
+    ctx = runner._context(operation_id)  # pylint: disable=protected-access  # the context the runner hands the stage
+    fake.log.clear()
+    return runner, ctx, fake, reads
+
+
+def test_start_takes_the_recent_configuration_but_reads_power_and_pending(tmp_path: Path) -> None:
+    runner, ctx, fake, reads = _start_ready(tmp_path, "stopped", "stopped")
+    runner.logic.preconditions(ctx)
+    assert [(method, path) for method, path, _params in fake.log] == [("GET", VM + "/status/current"), ("GET", VM + "/pending")]
+    assert reads.saved == {"config": 1}
+
+
+def test_start_never_takes_a_recorded_power_state(tmp_path: Path) -> None:
+    # Another client started the VM since "stopped" was recorded: start reads the power state itself.
+    runner, ctx, fake, _reads = _start_ready(tmp_path, "stopped", "running")
+    with pytest.raises(StageError) as info:
+        runner.logic.preconditions(ctx)
+    assert info.value.details["rule"] == "stopped"
+    assert [(method, path) for method, path, _params in fake.log] == [("GET", VM + "/status/current")]
+
+
+def test_a_lost_reply_is_resolved_by_reads_not_by_a_recorded_observation(tmp_path: Path) -> None:
+    ctx, fake, reads = _with_recorded_power(tmp_path, "start", "stopped")
+    ctx.recent_power = reads  # even if a stage were handed the recorded state, resolution reads
+    fake.routes[VM + "/status/current"] = {"status": "running"}  # the start applied: the record is stale
+    fake.routes["/nodes/pve-test/tasks"] = []
+    fake.log.clear()
+    assert StartStage().resolve_lost_reply(ctx).verdict == "applied"
+    assert ("GET", VM + "/status/current", {}) in fake.log
