@@ -151,7 +151,7 @@ def test_a_directory_path_fails_with_io_error(tmp_path: Path) -> None:
 
 def _install(path: str, index: int) -> None:
     operation_id = "op-%s" % "abcdefgh"[index].rjust(26, "c")
-    for _ in range(5):
+    for _round in range(10):
         install_block(path, operation_id, ["192.0.2.%d ssh-ed25519 AAAAkey%d" % (index, index)], check_mode=False, diff=False)
 
 
