@@ -192,7 +192,7 @@ def test_provision_through_ansible_runner(pvesim: t.Any, tmp_path: Path, monkeyp
     assert kinds[:3] == ["clone", "resources", "disk"]
     assert all(s["status"] == "completed" for s in operation["stages"]), operation["stages"]
     assert set(oks) == set(kinds), (sorted(oks), kinds)
-    table = [e for e in events_of(second, "runner_on_ok") if e["event_data"].get("task") == "Show the stages"]
+    table = [e for e in events_of(second, "runner_on_ok") if e["event_data"].get("task") == "Show the stages, and the handoff once completed"]
     assert table and all(f" {kind} " in json.dumps(table[0]["event_data"]["res"]) for kind in kinds)
     clones = pvesim.requests("POST", r"/clone$")
     assert [e["path"] for e in clones] == ["/nodes/pve-test/qemu/9000/clone"]

@@ -35,7 +35,7 @@ BIN = Path(sys.executable).parent
 GROUP = "group/vmanyware.proxmox.proxmox"
 # The order the modules run in (stages in check mode: they preview against the recorded operation).
 RUN_ORDER = ("certificate_info", "capabilities", "vmid", "plan", "preflight", "operation", "operation_info", "clone", "resources", "disk",
-             "cloudinit", "seed", "start", "readiness", "packages", "snapshot", "cleanup", "template_plan")
+             "cloudinit", "seed", "start", "readiness", "packages", "snapshot", "cleanup", "template_plan", "known_hosts")
 STAGES = RUN_ORDER[7:16]
 # Cleanup takes every option but refuses the open operation: its own refusal shows the options were accepted.
 EXPECTED_REFUSAL = {"cleanup": "cleanup_not_eligible"}
@@ -92,6 +92,8 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         "template_build_path": str(REPO / "examples/template-build.yml"), "template_build": (REPO / "examples/template-build.yml").read_text(),
         "installed": {}, "build_ssh_public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGroupDefaultsTestKeyOnly group-test",
         "passwd_status": "L", "authorized_keys_left": 0,
+        # vmanyware_known_hosts: writes the operation's block into a file of this test
+        "path": str(tmp_path / "ssh" / "known_hosts"), "known_hosts": ["192.0.2.10 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGroupDefaultsTest"],
     }
     options = group_options()
     values: dict[str, t.Any] = {}
@@ -128,3 +130,5 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
     assert not [e for e in pvesim.requests() if e["method"] != "GET"]  # stages previewed, the operation existed already
     assert pvesim.schema_violations() == []
     assert token["secret"] not in completed.stdout
+    assert (tmp_path / "ssh" / "known_hosts").read_text() == "# BEGIN vmanyware {0}\n{1}\n# END vmanyware {0}\n".format(
+        operation_id, known["known_hosts"][0])
