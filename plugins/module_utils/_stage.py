@@ -41,7 +41,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import sel
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ApiVerbs, OperationStore, StageRecord
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_once, wait_task
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_cap, poll_once, wait_task
 
 # Codes with which Proxmox (or the transport) proves the request changed nothing.
 NOT_APPLIED_CODES = frozenset({"transport_lost", "tls_verification_failed", "auth_failed", "permission_denied",
@@ -56,15 +56,15 @@ GATE_CODES = {PROVISIONING_GATE: "provisioning_disabled", SNAPSHOTS_GATE: "snaps
 DEFAULT_RESOLVE_WAIT = 30.0
 # How a guest command's ``exec-status`` is polled (docs/stages.md, "Guest commands"): the pause before a read is
 # EXEC_FIRST_POLL plus (EXEC_POLL_GROWTH - 1) times how long the command has run (since its journaled ``issuedAt``),
-# at most EXEC_POLL_MAX. The first read of a new exec so comes 0.1 s after it (a read right after the exec always
+# at most ``poll_cap``. The first read of a new exec so comes 0.1 s after it (a read right after the exec always
 # found the command running; the short ones take 0.02-0.2 s, and one done within 0.1 s costs one read), each later
 # pause is 1.3 times the one before: an exit is noticed at most about 30 % of the time already waited late (a waiting
-# ``cloud-init status --wait`` is found ended no later than the repeated probe it replaced), and never more than 1 s
-# late, so a long wait (cloud-init on a real guest, an install) costs one read a second. Counted from ``issuedAt``, the
-# cadence goes on unchanged in a later run or round that resumes the PID (its first read comes at once).
+# ``cloud-init status --wait`` is found ended no later than the repeated probe it replaced), and never later than the
+# tasks' ``poll_cap``: 0.5 s in the command's first minute (cloud-init's end is on the run's critical path), then 1 s,
+# so a long install costs one read a second. Counted from ``issuedAt``, the cadence goes on unchanged in a later run or
+# round that resumes the PID (its first read comes at once).
 EXEC_FIRST_POLL = 0.1
 EXEC_POLL_GROWTH = 1.3
-EXEC_POLL_MAX = 1.0
 
 
 class StageInProgress(Exception):
@@ -816,7 +816,7 @@ class StageRunner:
         now = wall_clock()
         issued = marker.get("issuedAt")
         ran = now - (float(issued) if isinstance(issued, (int, float)) and not isinstance(issued, bool) else since)
-        interval = min(EXEC_FIRST_POLL + (EXEC_POLL_GROWTH - 1.0) * max(0.0, ran), EXEC_POLL_MAX)
+        interval = min(EXEC_FIRST_POLL + (EXEC_POLL_GROWTH - 1.0) * max(0.0, ran), poll_cap(ran))
         until = deadline if budget_end is None else min(deadline, budget_end)
         self.settings.sleep(min(interval, max(0.0, until - now)))
 

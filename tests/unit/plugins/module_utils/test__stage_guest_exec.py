@@ -17,7 +17,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     EXEC_FIRST_POLL,
     EXEC_POLL_GROWTH,
-    EXEC_POLL_MAX,
     GuestCommand,
     GuestOutcome,
     Request,
@@ -162,21 +161,32 @@ def test_the_status_is_first_read_after_the_first_interval_then_less_and_less_of
     clock = FakeTime(monkeypatch)
     assert _run(store, agent, GuestProbe(), operation_id, sleep=clock.sleep)["done"]
     # No status read right after the exec (it always found the command running): one interval first, each next one
-    # EXEC_POLL_GROWTH times longer, never more than EXEC_POLL_MAX apart.
-    expected = [min(EXEC_FIRST_POLL * EXEC_POLL_GROWTH ** n, EXEC_POLL_MAX) for n in range(12)]
+    # EXEC_POLL_GROWTH times longer, never more than half a second apart in the command's first minute.
+    expected = [min(EXEC_FIRST_POLL * EXEC_POLL_GROWTH ** n, 0.5) for n in range(12)]
     assert clock.sleeps == pytest.approx(expected, abs=1e-3) and len(agent.status_reads) == 12  # issuedAt is rounded to 1 ms
-    assert expected[:3] == pytest.approx([0.1, 0.13, 0.169]) and expected[-2:] == [EXEC_POLL_MAX] * 2 and EXEC_POLL_MAX == 1.0
+    assert expected[:3] == pytest.approx([0.1, 0.13, 0.169]) and expected[-2:] == [0.5] * 2
+
+
+def test_a_command_running_for_more_than_a_minute_is_read_once_a_second(store: JournalStore, operation_id: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeTime(monkeypatch)
+    marker = {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": clock.now - 59.0}
+    store.record_evidence(operation_id, "clone", {"probe": marker})
+    agent = FakeAgent(store, operation_id, [], [{"exited": 0}] * 3 + [{"exited": 1, "exitcode": 0}])
+    assert _run(store, agent, GuestProbe(), operation_id, sleep=clock.sleep)["done"]
+    # 59 s: still the first minute's half second; from 60 s on, a second (an install's long tail costs one read a second)
+    assert agent.status_reads == [7] * 4 and clock.sleeps == pytest.approx([0.5, 0.5, 1.0], abs=1e-3)
 
 
 def test_a_resumed_pid_is_read_at_once_then_at_the_pace_of_its_running_time(store: JournalStore, operation_id: str,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeTime(monkeypatch)
-    marker = {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": clock.now - 2.0}
+    marker = {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": clock.now - 1.0}
     store.record_evidence(operation_id, "clone", {"probe": marker})
     agent = FakeAgent(store, operation_id, [], [{"exited": 0}, {"exited": 0}, {"exited": 1, "exitcode": 0}])
     assert _run(store, agent, GuestProbe(), operation_id, sleep=clock.sleep)["done"]
-    # running for 2 s: the next read 0.1 + 0.3 * 2 s later, then 0.3 * 2.7 s more; not from 0.1 s again
-    assert agent.posts == [] and agent.status_reads == [7, 7, 7] and clock.sleeps == pytest.approx([0.7, 0.91], abs=1e-3)
+    # running for 1 s: the next read 0.1 + 0.3 * 1 s later, then capped at half a second; not from 0.1 s again
+    assert agent.posts == [] and agent.status_reads == [7, 7, 7] and clock.sleeps == pytest.approx([0.4, 0.5], abs=1e-3)
 
 
 def test_a_short_command_costs_one_status_read(store: JournalStore, operation_id: str) -> None:

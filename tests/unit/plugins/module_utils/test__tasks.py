@@ -22,12 +22,17 @@ TASK = "/nodes/pve/tasks/" + UPID
 
 
 class FakeClock:
-    def __init__(self) -> None:
+    def __init__(self, task_age: float = 0.0) -> None:
         self.now = 1000.0
+        self.task_age = task_age  # how long the task of UPID had run when the wait began
         self.sleeps: list[float] = []
 
     def clock(self) -> float:
         return self.now
+
+    def wall(self) -> float:
+        """Epoch seconds: the UPID's start time plus the task's age."""
+        return 0x6650F00D + self.task_age + self.now - 1000.0
 
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(round(seconds, 4))
@@ -66,19 +71,30 @@ def test_parse_upid_malformed(bad: t.Any) -> None:
 def test_wait_ok_with_adaptive_interval() -> None:
     clock = FakeClock()
     client = task_client([RUNNING] * 4 + [{"status": "stopped", "exitstatus": "OK"}])
-    outcome = wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep)
+    outcome = wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep, wall=clock.wall)
     assert outcome == TaskOutcome(upid=UPID, status="ok", exitstatus="OK")
     assert outcome.succeeded and outcome.raise_for_outcome() is outcome
-    # the first poll waits 0.25 s (a task is never done when accepted), then the interval doubles
-    assert clock.sleeps == [0.25, 0.5, 1.0, 1.0, 1.0] and len(client.log) == 5
+    # the first poll waits 0.25 s (a task is never done when accepted), then the interval doubles up to half a second
+    assert clock.sleeps == [0.25, 0.5, 0.5, 0.5, 0.5] and len(client.log) == 5
     assert client.log[0] == ("GET", f"/nodes/pve/tasks/{UPID}/status", {})
 
 
-def test_interval_caps_at_one_second() -> None:
+def test_interval_caps_at_half_a_second_in_the_first_minute_then_at_one_second() -> None:
     clock = FakeClock()
-    client = task_client([RUNNING] * 15 + [{"status": "stopped", "exitstatus": "OK"}])
-    wait_task(client, UPID, timeout=600, clock=clock.clock, sleep=clock.sleep)
-    assert max(clock.sleeps) == 1.0 and clock.sleeps[-1] == 1.0 and len(clock.sleeps) == 16
+    client = task_client([RUNNING] * 130 + [{"status": "stopped", "exitstatus": "OK"}])
+    wait_task(client, UPID, timeout=600, clock=clock.clock, sleep=clock.sleep, wall=clock.wall)
+    first_minute = [s for i, s in enumerate(clock.sleeps) if sum(clock.sleeps[:i]) < 60]
+    later = clock.sleeps[len(first_minute):]
+    assert max(first_minute) == 0.5 and first_minute[-1] == 0.5 and later and set(later) == {1.0}
+    assert len(clock.sleeps) == 131 and len(first_minute) == 121
+
+
+def test_a_task_older_than_a_minute_is_polled_once_a_second_from_the_start_of_a_later_wait() -> None:
+    # a resumed operation or the next round of a wait budget: the pace follows the task's age (its UPID start time)
+    clock = FakeClock(task_age=90.0)
+    client = task_client([RUNNING] * 3 + [{"status": "stopped", "exitstatus": "OK"}])
+    wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep, wall=clock.wall)
+    assert clock.sleeps == [0.25, 0.5, 1.0, 1.0]
 
 
 def test_wait_warnings() -> None:
