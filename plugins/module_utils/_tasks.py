@@ -8,7 +8,9 @@
 A PVE task id looks like ``UPID:node:pid:pstart:starttime:type:id:user:`` (pid, pstart and
 starttime in hex). ``wait_task`` polls ``GET /nodes/{node}/tasks/{upid}/status`` until the task
 stops or a wall-clock deadline passes: first after 0.25 s (no PVE task is done the moment it is
-accepted), then doubling, capped at 0.5 s during the task's first minute and at 1 s after (``poll_cap``).
+accepted), then at 0.5 s, 1 s, ...: each pause as long as the wait so far (the time polled doubles, so
+a task's end is seen at most as late as it had run), capped at 0.5 s during the task's first minute
+and at 1 s after (``poll_cap``).
 Outcomes are distinct: ``ok``/``warnings`` (success), ``failed`` (with a sanitized log tail),
 ``timeout`` (still running at the deadline) and ``unobservable`` (the status could not be read).
 ``poll_once`` reads the status once, without waiting.
@@ -27,7 +29,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols impor
 LOG_TAIL_LINES = 20
 LOG_LINE_MAX = 240
 FIRST_INTERVAL = 0.25
-INTERVAL_FACTOR = 2.0
 MAX_INTERVAL = 1.0
 # The tasks a provisioning run waits for (clone, resize, start, snapshot, a guest's cloud-init) mostly end within a
 # minute, and each one's end is on the run's critical path: noticed within half a second then. A longer task (a big
@@ -185,11 +186,10 @@ def wait_task(
     The task's age (for ``poll_cap``) counts from its UPID's start time, so a task waited for again in a later run
     (a resumed operation, the next round of a wait budget) keeps the pace its age calls for."""
     parsed = upid if isinstance(upid, Upid) else parse_upid(upid)
-    deadline = clock() + timeout
-    interval = FIRST_INTERVAL
+    started = clock()
+    deadline = started + timeout
     errors = 0
-    sleep(min(interval, max(0.0, deadline - clock())))
-    interval = min(interval * INTERVAL_FACTOR, poll_cap(wall() - parsed.starttime))
+    sleep(min(FIRST_INTERVAL, max(0.0, deadline - clock())))
     while True:
         try:
             outcome = _classify(parsed, client.get(_status_path(parsed, "status")), client)
@@ -204,5 +204,6 @@ def wait_task(
         remaining = deadline - clock()
         if remaining <= 0:
             return TaskOutcome(upid=parsed.raw, status="timeout")
+        # as long as the wait so far: a 0.3 s task (a resize, a start) is seen at 0.5 s, not at 0.75 s
+        interval = min(max(FIRST_INTERVAL, clock() - started), poll_cap(wall() - parsed.starttime))
         sleep(min(interval, remaining))
-        interval = min(interval * INTERVAL_FACTOR, poll_cap(wall() - parsed.starttime))

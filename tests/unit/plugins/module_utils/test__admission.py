@@ -161,10 +161,15 @@ class Task:
         return FakeClient({STATUS: self.status, LOG: self.log})
 
 
+def fresh(clock: FakeClock) -> t.Callable[[], float]:
+    """The wall clock of a task submitted at the fake clock's zero (its age, for ``_tasks.poll_cap``)."""
+    return lambda: _tasks.parse_upid(UPID).starttime + clock()
+
+
 def follow(task: Task, clock: FakeClock, *, timeout: float = 600.0, allocations: int | None = 2) -> tuple[_tasks.TaskOutcome, _admission.Holding]:
     """What the stage runner does after the submission: the task wait sleeps through ``Holding``, then ``finish``."""
     holding = _admission.Holding(task.slot, task.client(), UPID, allocations, limit=600, clock=clock, sleep=clock.sleep)
-    outcome = _tasks.wait_task(task.client(), UPID, timeout=timeout, clock=clock, sleep=holding.sleep)
+    outcome = _tasks.wait_task(task.client(), UPID, timeout=timeout, clock=clock, sleep=holding.sleep, wall=fresh(clock))
     holding.finish(ended=outcome.status not in ("running", "timeout", "unobservable"))
     return outcome, holding
 
@@ -175,8 +180,8 @@ def test_without_a_waiter_the_holder_reads_no_task_log(tmp_path: Path) -> None:
     outcome, holding = follow(task, clock)
     assert outcome.status == "ok" and task.slot.released
     assert task.log_reads == [] and holding.log_reads == 0
-    # the task wait keeps its own schedule (first poll after 0.25 s, doubling to 1 s) and the slot is kept until the end
-    assert task.status_polls == [(0.25, True), (0.75, True), (1.75, True), (2.75, True)]
+    # the task wait keeps its own schedule (polls at 0.25, 0.5, 1 s, then every 0.5 s) and the slot is kept until the end
+    assert task.status_polls == [(0.25, True), (0.5, True), (1.0, True), (1.5, True), (2.0, True), (2.5, True)]
 
 
 def test_a_waiter_makes_the_holder_read_the_log_and_give_the_slot_back_as_early_as_before(tmp_path: Path) -> None:
@@ -193,7 +198,7 @@ def test_a_waiter_makes_the_holder_read_the_log_and_give_the_slot_back_as_early_
     # free at 0.3 s, as when the log was read without a waiter; meanwhile no status poll (the log shows the end too),
     # then the task wait goes on without the slot, its first poll 0.25 s after the release (the clone still copies)
     assert task.log_reads == [0.1, 0.3]
-    assert task.status_polls == [(0.55, False), (1.05, False), (2.05, False), (3.05, False)]
+    assert task.status_polls == [(0.55, False), (1.05, False), (1.55, False), (2.05, False), (2.55, False)]
     assert not _admission.someone_waits(task.slot.waiters)  # closing the descriptor withdrew the waiter
 
 
@@ -224,14 +229,14 @@ def test_a_waiter_that_comes_late_has_the_log_read_within_a_probe(tmp_path: Path
 
     holding = _admission.Holding(slot, task.client(), UPID, 2, limit=600, clock=clock, sleep=sleep)
     try:
-        outcome = _tasks.wait_task(task.client(), UPID, timeout=600, clock=clock, sleep=holding.sleep)
+        outcome = _tasks.wait_task(task.client(), UPID, timeout=600, clock=clock, sleep=holding.sleep, wall=fresh(clock))
     finally:
         for fd in announced:
             os.close(fd)
     holding.finish(ended=outcome.status == "ok")
     (read,) = task.log_reads  # one read: the allocations were logged long before
     assert 1.23 <= read <= 1.23 + _admission.WAITER_PROBE
-    assert [held for when, held in task.status_polls if when > read] == [False] * 5  # 1.75, 2.75, ..., 5.75
+    assert [held for when, held in task.status_polls if when > read] == [False] * 8  # 1.5, 2.0, ..., 5.0
 
 
 def test_when_the_waiter_leaves_the_holder_stops_reading_the_log(tmp_path: Path) -> None:
@@ -246,10 +251,11 @@ def test_when_the_waiter_leaves_the_holder_stops_reading_the_log(tmp_path: Path)
             os.close(t.cast(int, waiter.pop()))
 
     holding = _admission.Holding(slot, task.client(), UPID, 2, limit=600, clock=clock, sleep=sleep)
-    outcome = _tasks.wait_task(task.client(), UPID, timeout=600, clock=clock, sleep=holding.sleep)
+    outcome = _tasks.wait_task(task.client(), UPID, timeout=600, clock=clock, sleep=holding.sleep, wall=fresh(clock))
     holding.finish(ended=outcome.status == "ok")
     assert task.log_reads == [0.1]  # at 0.3 s nobody waits any more: back to the status polls, the slot kept to the end
-    assert task.status_polls == [(0.3, True), (0.8, True), (1.8, True), (2.8, True), (3.8, True)] and slot.released
+    assert task.status_polls == [(0.3, True), (0.6, True), (1.1, True), (1.6, True), (2.1, True), (2.6, True), (3.1, True)]
+    assert slot.released
 
 
 def test_a_dead_waiter_does_not_count(tmp_path: Path) -> None:

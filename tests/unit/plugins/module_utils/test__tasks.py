@@ -74,8 +74,9 @@ def test_wait_ok_with_adaptive_interval() -> None:
     outcome = wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep, wall=clock.wall)
     assert outcome == TaskOutcome(upid=UPID, status="ok", exitstatus="OK")
     assert outcome.succeeded and outcome.raise_for_outcome() is outcome
-    # the first poll waits 0.25 s (a task is never done when accepted), then the interval doubles up to half a second
-    assert clock.sleeps == [0.25, 0.5, 0.5, 0.5, 0.5] and len(client.log) == 5
+    # the first poll waits 0.25 s (a task is never done when accepted), then each pause is as long as the wait so far
+    # (polls at 0.25, 0.5, 1.0 s), up to half a second
+    assert clock.sleeps == [0.25, 0.25, 0.5, 0.5, 0.5] and len(client.log) == 5
     assert client.log[0] == ("GET", f"/nodes/pve/tasks/{UPID}/status", {})
 
 
@@ -94,7 +95,7 @@ def test_a_task_older_than_a_minute_is_polled_once_a_second_from_the_start_of_a_
     clock = FakeClock(task_age=90.0)
     client = task_client([RUNNING] * 3 + [{"status": "stopped", "exitstatus": "OK"}])
     wait_task(client, UPID, timeout=60, clock=clock.clock, sleep=clock.sleep, wall=clock.wall)
-    assert clock.sleeps == [0.25, 0.5, 1.0, 1.0]
+    assert clock.sleeps == [0.25, 0.25, 0.5, 1.0]
 
 
 def test_wait_warnings() -> None:
