@@ -100,14 +100,19 @@ class Slot:
         return {"storage": self.storage, "slot": self.index, "waitedSeconds": round(self.waited, 1)}
 
 
-def _try_slot(path: str) -> int | None:
+def _try_flock(path: str, operation: int) -> int | None:
+    """An open descriptor of ``path`` holding a non-blocking ``flock`` (``LOCK_EX`` or ``LOCK_SH``), or None: taken."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
         return None
     return fd
+
+
+def _try_slot(path: str) -> int | None:
+    return _try_flock(path, fcntl.LOCK_EX)
 
 
 def waiters_file(journal_dir: str, scope: str, storage: str) -> str:
@@ -128,13 +133,7 @@ def announce_waiting(waiters: str) -> int | None:
     Non-blocking: a holder's probe holds the exclusive lock for a moment (and a blocking lock on NFS retries slowly);
     the caller tries again before its next wait.
     """
-    fd = os.open(waiters, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+    return _try_flock(waiters, fcntl.LOCK_SH)
 
 
 def someone_waits(waiters: str) -> bool:
@@ -145,15 +144,12 @@ def someone_waits(waiters: str) -> bool:
     a slot kept from someone who waits.
     """
     try:
-        fd = os.open(waiters, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = _try_flock(waiters, fcntl.LOCK_EX)
     except OSError:
         return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    if fd is None:
         return True
-    finally:
-        os.close(fd)  # drops the probe's lock at once
+    os.close(fd)  # drops the probe's lock at once
     return False
 
 

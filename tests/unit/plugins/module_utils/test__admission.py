@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -57,13 +58,26 @@ def test_at_most_k_slots_per_storage_and_scope(tmp_path: Path) -> None:
         slot.release()
 
 
+@contextlib.contextmanager
+def python_child(code: str, arg: str) -> t.Iterator[subprocess.Popen[bytes]]:
+    """Another process running ``code`` with the collection importable (as another fork or ansible-playbook would); killed at the end."""
+    child = subprocess.Popen([sys.executable, "-c", code, arg], stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+
 def test_a_slot_of_a_killed_process_is_free_again(tmp_path: Path) -> None:
     # another process (as another fork or ansible-playbook would) takes both slots and is SIGKILLed
     code = ("import sys, time; from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission as a;"
             "s = [a.acquire(sys.argv[1], 'pve:a', 'local-lvm', 2, budget=0, holder={}) for _ in range(2)];"
             "print('held', flush=True); time.sleep(60)")
-    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    try:
+    with python_child(code, str(tmp_path)) as child:
         assert child.stdout is not None and child.stdout.readline().strip() == b"held"
         with pytest.raises(_admission.AdmissionWaiting):
             take(tmp_path)
@@ -72,12 +86,6 @@ def test_a_slot_of_a_killed_process_is_free_again(tmp_path: Path) -> None:
         slot = take(tmp_path)  # the kernel dropped the dead holder's flock: no lease to expire
         assert slot.index == 0
         slot.release()
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
 
 
 def test_check_concurrency() -> None:
@@ -263,19 +271,12 @@ def test_a_dead_waiter_does_not_count(tmp_path: Path) -> None:
     take(tmp_path).release()  # creates the admission directory
     code = ("import sys, time; from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission as a;"
             "fd = a.announce_waiting(sys.argv[1]); print('waiting' if fd is not None else 'no', flush=True); time.sleep(60)")
-    child = subprocess.Popen([sys.executable, "-c", code, waiters], stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    try:
+    with python_child(code, waiters) as child:
         assert child.stdout is not None and child.stdout.readline().strip() == b"waiting"
         assert _admission.someone_waits(waiters)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=10)
         assert not _admission.someone_waits(waiters)  # the kernel dropped its lock: no file to clean up, no lease
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
 
 
 def test_acquire_announces_itself_only_while_it_waits(tmp_path: Path) -> None:
@@ -313,8 +314,7 @@ def test_a_waiting_process_gets_the_slot_once_the_holders_allocations_are_logged
     code = ("import sys, time; from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission as a;"
             "s = a.acquire(sys.argv[1], 'pve:a', 'local-lvm', 1, budget=None, holder={}); print('got', flush=True)")
     slot = take(tmp_path, k=1)
-    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    try:
+    with python_child(code, str(tmp_path)) as child:
         deadline = time.monotonic() + 30
         while not _admission.someone_waits(slot.waiters):
             assert time.monotonic() < deadline and child.poll() is None
@@ -324,9 +324,3 @@ def test_a_waiting_process_gets_the_slot_once_the_holders_allocations_are_logged
         holding.sleep(1.0)  # the first second of the task wait
         assert slot.released and 1 <= holding.log_reads <= 3
         assert child.stdout is not None and child.stdout.readline().strip() == b"got"
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
