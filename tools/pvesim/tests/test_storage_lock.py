@@ -80,6 +80,19 @@ def test_a_waiter_fails_after_10_simulated_seconds_and_the_clone_leaves_no_vm(ap
     assert api.wait(first, timeout=30)["exitstatus"] == "OK" and volumes(pvesim, 301) == ["local-lvm:vm-301-cloudinit", "local-lvm:vm-301-disk-0"]
 
 
+def test_at_high_speed_a_waiter_waits_at_least_a_real_second(api: Api, pvesim: PvesimAdmin) -> None:
+    # speed 1000: 10 simulated seconds are 10 ms, less than a loaded host may take to schedule the waiter's thread; the
+    # first clone holds the lock for 50 simulated seconds (50 ms), the second waits for it instead of failing
+    pvesim.set_speed(1000)
+    pvesim.set_timings(tasks={"qmclone_full": 0, "storage_alloc": 50})
+    first = clone(api, 301)
+    wait_until(lambda: local_lvm(pvesim)["acquired"] == 1)
+    second = clone(api, 302)
+    assert api.wait(first, timeout=30)["exitstatus"] == "OK" and api.wait(second, timeout=30)["exitstatus"] == "OK"
+    stats = local_lvm(pvesim)
+    assert stats["timeouts"] == 0 and stats["maxWait"] > 10.0  # it waited longer than the model's 10 s, in simulated time
+
+
 def test_a_clone_failing_after_its_first_allocation_frees_it_under_the_lock(api: Api, pvesim: PvesimAdmin) -> None:
     # clone 302: cloud-init drive [0, 5]; a resize queued at ~2 holds [5, 19]; the clone's disk allocation
     # (queued at 5) gives up at 15; its cleanup frees the cloud-init volume after the resize: [19, 24]
