@@ -168,7 +168,7 @@ def test_the_status_is_first_read_after_the_first_interval_then_less_and_less_of
 
 
 def test_a_command_running_for_more_than_a_minute_is_read_once_a_second(store: JournalStore, operation_id: str,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeTime(monkeypatch)
     marker = {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": clock.now - 59.0}
     store.record_evidence(operation_id, "clone", {"probe": marker})
