@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, operation_begun
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import ROW_KEYS
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import summarize as summarize_operation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalError, JournalStore, operation_begun
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import abandon_operation, public_view
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import STAGE_PRIVILEGES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._provision import (
     BEGUN_TEXT,
@@ -96,6 +98,23 @@ def test_failed_checks_stop_an_operation_that_has_not_begun_before_any_write(sto
     document = store.load(operation_id)
     assert all(item["status"] == "pending" and item["attempts"] == 0 for item in document["stages"])  # nothing recorded either
     assert lines[-1] == "preflight: stopped before the first stage; nothing was sent"
+
+
+def test_a_stopped_operation_shows_as_open_in_the_history_and_can_be_abandoned(store: JournalStore) -> None:
+    operation_id = new_operation(store)
+    with pytest.raises(ProvisionStopped):
+        preflight(store, operation_id, FakeClient(datacenter(vmid_taken=True)))
+    row = dict(zip(ROW_KEYS, summarize_operation(store.load(operation_id))))
+    assert row["status"] == "open" and row["provisioning_status"] == "open" and row["failure_code"] is None and not row["released"]
+    view = public_view(store.load(operation_id))
+    assert view["begun"] is False and all(stage["status"] == "pending" and not stage["submission_started"] for stage in view["stages"])
+    # Planning differently for the same VMID needs the target: the operator abandons the recorded operation first.
+    with pytest.raises(JournalError) as held:
+        new_operation(store, disk_gib=30)
+    assert held.value.code == "conflicting_operation" and held.value.details["operationId"] == operation_id
+    abandoned = abandon_operation(store, operation_id, "preflight failed: VMID taken; planning another VMID")
+    assert abandoned["changed"] and abandoned["operation"]["status"] == "abandoned" and abandoned["operation"]["released"]
+    assert new_operation(store, disk_gib=30) != operation_id
 
 
 @pytest.mark.parametrize("fail_on, stops", [("failed", False), ("unknown", True), ("never", False)])
