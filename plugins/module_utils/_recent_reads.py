@@ -7,9 +7,11 @@
 
 ``vmanyware_provision`` runs the stages one after another in one process. Each stage reads the VM back after its
 write (the observation independent of the reply); the next stage's preconditions would read the same milliseconds
-later. ``ObservingClient`` records two observations, by VM path, from plain GETs this process made:
+later. ``ObservingClient`` records these observations, by VM path, from plain GETs this process made:
 
 - the configuration (``GET {vm}/config``, with its ``digest``);
+- the configuration and its pending changes (``GET {vm}/pending``: qemu-server lists each key's value in effect,
+  the file's ``digest`` among them, and each pending change);
 - the power state (``GET {vm}/status/current``: ``running``, ``stopped``...).
 
 Rules (each is tested in tests/unit/test__recent_reads.py and tests/integration/test_provision_module.py):
@@ -22,6 +24,8 @@ Rules (each is tested in tests/unit/test__recent_reads.py and tests/integration/
    sending it. A stage takes it only when its write carries the digest (Proxmox refuses the write if the file changed
    since: locks, pending changes and the description are all in that file) or its read-back re-checks the digest, or
    (start) when it re-reads what that configuration cannot prove: the pending list and the power state.
+   A configuration recorded from a pending list also carries that list: it serves the no-pending check of the stage
+   that takes the configuration (start, after the seed stage read the pending list back), once, under the same rules.
 4. **Power state.** Serves any number of checks within its max age. A write this process sends forgets it (before
    sending) unless the write cannot change a VM's power state: ``PUT {vm}/config``, ``PUT {vm}/resize`` and
    ``PUT {vm}/cloudinit`` (a configuration change, a disk grow, a Cloud-Init drive regeneration; a change to a running
@@ -32,8 +36,8 @@ Rules (each is tested in tests/unit/test__recent_reads.py and tests/integration/
 6. **Another client.** A change made by someone else inside the max age is seen by a recorded observation no more than
    by a fresh read made just before the write (that read's window to the write exists anyway); the recorded one makes
    that window at most ``max_age`` long. Writes that carry the digest still fail on any configuration change; the
-   power-changing stage (start) always reads the power state and the pending list itself, so a VM another client
-   started inside the window stops the run there, before anything is started.
+   power-changing stage (start) always reads the power state itself, so a VM another client started inside the
+   window stops the run there, before anything is started.
 
 The step-by-step path (one module process per stage) has no ``RecentReads``: every check reads.
 
@@ -47,8 +51,10 @@ import time
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ApiVerbs, ClientIdentity
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import config_of_pending, pending_keys
 
 CONFIG_SUFFIX = "/config"
+PENDING_SUFFIX = "/pending"
 STATUS_SUFFIX = "/status/current"
 # Writes that cannot change a VM's power state (rule 4): (method, path suffix after the VM path).
 POWER_NEUTRAL_WRITES = frozenset({("PUT", "/config"), ("PUT", "/resize"), ("PUT", "/cloudinit")})
@@ -63,6 +69,7 @@ class RecentReads:
         self.max_age = max_age
         self.clock = clock
         self._configs: dict[str, tuple[float, dict[str, t.Any]]] = {}
+        self._pending: dict[str, tuple[float, list[str]]] = {}
         self._power: dict[str, tuple[float, str]] = {}
         # Precondition reads saved, by what was not read again ("config", "power"): for tests and the benchmark's account.
         self.saved: collections.Counter[str] = collections.Counter()
@@ -75,6 +82,17 @@ class RecentReads:
     def record(self, vm_path: str, config: t.Any) -> None:
         if isinstance(config, dict) and isinstance(config.get("digest"), str):
             self._configs[vm_path] = (self.clock(), dict(config))
+            self._pending.pop(vm_path, None)
+
+    def record_pending(self, vm_path: str, items: t.Any) -> None:
+        """A pending list: the configuration in effect (when it carries the digest) and the keys with a pending change."""
+        if not isinstance(items, list):
+            return
+        listed = [item for item in items if isinstance(item, dict)]
+        config = config_of_pending(listed)
+        if isinstance(config.get("digest"), str):
+            self._configs[vm_path] = (self.clock(), config)
+            self._pending[vm_path] = (self.clock(), pending_keys(listed))
 
     def record_power(self, vm_path: str, status: t.Any) -> None:
         state = status.get("status") if isinstance(status, dict) else None
@@ -83,12 +101,14 @@ class RecentReads:
 
     def forget_all(self) -> None:
         self._configs.clear()
+        self._pending.clear()
         self._power.clear()
 
     def before_write(self, method: str, path: str) -> None:
         """Rules 3 and 4, applied before a write is sent: every configuration goes; power states only unless the write
         is power-neutral (then the others' stay too: it changes no VM's power state)."""
         self._configs.clear()
+        self._pending.clear()
         if not any(method.upper() == verb and path.endswith(suffix) for verb, suffix in POWER_NEUTRAL_WRITES):
             self._power.clear()
 
@@ -101,6 +121,15 @@ class RecentReads:
         if entry is None or not self._fresh(entry[0]):
             return None
         self.saved["config"] += 1
+        return entry[1]
+
+    def take_pending(self, vm_path: str) -> list[str] | None:
+        """The keys with a pending change, listed moments ago with the configuration a stage took (then forgotten), or
+        ``None``: read the pending list."""
+        entry = self._pending.pop(vm_path, None)
+        if entry is None or not self._fresh(entry[0]):
+            return None
+        self.saved["pending"] += 1
         return entry[1]
 
     def power(self, vm_path: str) -> str | None:
@@ -143,6 +172,8 @@ class ObservingClient(ApiVerbs):
         if not params and isinstance(envelope, dict):
             if path.endswith(CONFIG_SUFFIX):
                 self.reads.record(path[:-len(CONFIG_SUFFIX)], envelope.get("data"))
+            elif path.endswith(PENDING_SUFFIX):
+                self.reads.record_pending(path[:-len(PENDING_SUFFIX)], envelope.get("data"))
             elif path.endswith(STATUS_SUFFIX):
                 self.reads.record_power(path[:-len(STATUS_SUFFIX)], envelope.get("data"))
         return envelope

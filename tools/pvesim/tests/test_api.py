@@ -305,6 +305,8 @@ def test_pending_on_running_vm(api: Api, clone201: dict[str, t.Any]) -> None:
     assert pending_view["cores"] == 4 and "vga" not in pending_view
     pend = {p["key"]: p for p in api.data(api.get(f"{N}/qemu/201/pending"))}
     assert pend["cores"] == {"key": "cores", "value": 2, "pending": 4}
+    # the configuration file's digest is one of the listed keys, as in GET config
+    assert pend["digest"] == {"key": "digest", "value": pending_view["digest"]}
     assert pend["vga"]["delete"] == 1
     assert "pending" not in pend["description"]
     assert api.run("POST", f"{N}/qemu/201/status/stop")["exitstatus"] == "OK"

@@ -194,16 +194,28 @@ def test_seed_network_verdicts() -> None:
     assert info.value.details["rule"] == "dhcp4"
 
 
-def test_seed_observe_records_hashes_only() -> None:
+@pytest.mark.parametrize("pending_lists_digest", [True, False])
+def test_seed_observe_records_hashes_only(pending_lists_digest: bool) -> None:
     ctx = ctx_for("seed")
     ctx.operation["stages"][1]["evidence"] = {"digest": REC["config_after"]["digest"]}
     ctx.operation["stages"].append({"kind": "seed", "evidence": {}})
-    routes: dict[str, t.Any] = {VM + "/config": REC["config_after"], VM + "/cloudinit/dump": lambda p: REC["dump"][p["type"]]}
+    # GET pending, as qemu-server lists it: every key's value in effect, the file's digest among them
+    pending = [{"key": key, "value": value} for key, value in REC["config_after"].items() if pending_lists_digest or key != "digest"]
+    routes: dict[str, t.Any] = {VM + "/pending": pending, VM + "/config": REC["config_after"],
+                                VM + "/cloudinit/dump": lambda p: REC["dump"][p["type"]]}
     ctx.client = FakeClient(routes)
     evidence = SeedStage().observe(ctx)
     assert evidence["seedHashes"]["user"] == hashlib.sha256(REC["dump"]["user"].encode()).hexdigest()
+    assert evidence["seedDigest"] == REC["config_after"]["digest"]
     assert "ssh-ed25519" not in json.dumps(evidence)
+    # the digest comes from the pending list; a list without one makes the stage read the configuration
+    assert client_paths_before_dumps(ctx.client) == ([VM + "/pending"] if pending_lists_digest else [VM + "/pending", VM + "/config"])
     valid(SeedStage().request(ctx))  # type: ignore[arg-type]
+
+
+def client_paths_before_dumps(client: FakeClient) -> list[str]:
+    paths = client.paths()
+    return paths[:paths.index(VM + "/cloudinit/dump")]
 
 
 # -- start and snapshot ---------------------------------------------------------------------------------
