@@ -180,6 +180,12 @@ def read_pending(client: ApiClient, path: str) -> list[dict[str, t.Any]]:
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
 
 
+def config_of_pending(items: t.Iterable[t.Mapping[str, t.Any]]) -> dict[str, t.Any]:
+    """The configuration in effect as ``GET {vm}/pending`` lists it: each key's ``value`` (the file's ``digest`` is one of
+    the keys qemu-server lists; a caller that needs it checks it is there)."""
+    return {str(item["key"]): item["value"] for item in items if "key" in item and "value" in item}
+
+
 def pending_keys(items: t.Iterable[t.Mapping[str, t.Any]]) -> list[str]:
     """Keys with a pending change: an item carrying ``pending`` or ``delete``."""
     return sorted(str(item.get("key")) for item in items if "pending" in item or "delete" in item)

@@ -8,10 +8,12 @@
 ``vmanyware_provision`` runs the stages one after another in one process. Each stage reads the VM back after its
 write (the observation independent of the reply); the next stage's preconditions would read the same milliseconds
 later. With ``preflight: true`` the preflight's reads come first in the same process, and the clone stage's
-preconditions would read the template and ask whether the VMID is free again. ``ObservingClient`` records three
+preconditions would read the template and ask whether the VMID is free again. ``ObservingClient`` records these
 observations from GETs this process made:
 
 - the configuration (``GET {vm}/config``, with its ``digest``), by VM path: a VM's or a template's;
+- the configuration and its pending changes (``GET {vm}/pending``: qemu-server lists each key's value in effect,
+  the file's ``digest`` among them, and each pending change), by VM path;
 - the power state (``GET {vm}/status/current``: ``running``, ``stopped``...), by VM path;
 - "VMID N is free" (``GET /cluster/nextid`` with ``vmid=N`` answered ``N``), by VMID.
 
@@ -26,6 +28,8 @@ Rules (each is tested in tests/unit/test__recent_reads.py and tests/integration/
    sending it. A stage takes it only when its write carries the digest (Proxmox refuses the write if the file changed
    since: locks, pending changes and the description are all in that file) or its read-back re-checks the digest, or
    (start) when it re-reads what that configuration cannot prove: the pending list and the power state.
+   A configuration recorded from a pending list also carries that list: it serves the no-pending check of the stage
+   that takes the configuration (start, after the seed stage read the pending list back), once, under the same rules.
 4. **Power state.** Serves any number of checks within its max age. A write this process sends forgets it (before
    sending) unless the write cannot change a VM's power state: ``PUT {vm}/config``, ``PUT {vm}/resize`` and
    ``PUT {vm}/cloudinit`` (a configuration change, a disk grow, a Cloud-Init drive regeneration; a change to a running
@@ -36,8 +40,8 @@ Rules (each is tested in tests/unit/test__recent_reads.py and tests/integration/
 6. **Another client.** A change made by someone else inside the max age is seen by a recorded observation no more than
    by a fresh read made just before the write (that read's window to the write exists anyway); the recorded one makes
    that window at most ``max_age`` long. Writes that carry the digest still fail on any configuration change; the
-   power-changing stage (start) always reads the power state and the pending list itself, so a VM another client
-   started inside the window stops the run there, before anything is started.
+   power-changing stage (start) always reads the power state itself, so a VM another client started inside the
+   window stops the run there, before anything is started.
 7. **Template configuration** (clone, ``trusts_recent_template``). The template's configuration read moments ago (by the
    preflight) serves the clone stage's precondition check once, within ``max_age``, and any write forgets it (rule 3's
    bookkeeping: it is a configuration like any other). The clone's POST carries no digest: Proxmox's ``clone_vm`` loads
@@ -68,9 +72,11 @@ import time
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ApiVerbs, ClientIdentity
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import config_of_pending, pending_keys
 
 CONFIG_SUFFIX = "/config"
 NEXTID_PATH = "/cluster/nextid"
+PENDING_SUFFIX = "/pending"
 STATUS_SUFFIX = "/status/current"
 # Writes that cannot change a VM's power state (rule 4): (method, path suffix after the VM path).
 POWER_NEUTRAL_WRITES = frozenset({("PUT", "/config"), ("PUT", "/resize"), ("PUT", "/cloudinit")})
@@ -86,6 +92,7 @@ class RecentReads:
         self.max_age = max_age
         self.clock = clock
         self._configs: dict[str, tuple[float, dict[str, t.Any]]] = {}
+        self._pending: dict[str, tuple[float, list[str]]] = {}
         self._power: dict[str, tuple[float, str]] = {}
         self._free_vmids: dict[int, float] = {}
         # Precondition reads saved, by what was not read again ("config", "template", "power", "vmid_free"): for tests and
@@ -100,6 +107,17 @@ class RecentReads:
     def record(self, vm_path: str, config: t.Any) -> None:
         if isinstance(config, dict) and isinstance(config.get("digest"), str):
             self._configs[vm_path] = (self.clock(), dict(config))
+            self._pending.pop(vm_path, None)
+
+    def record_pending(self, vm_path: str, items: t.Any) -> None:
+        """A pending list: the configuration in effect (when it carries the digest) and the keys with a pending change."""
+        if not isinstance(items, list):
+            return
+        listed = [item for item in items if isinstance(item, dict)]
+        config = config_of_pending(listed)
+        if isinstance(config.get("digest"), str):
+            self._configs[vm_path] = (self.clock(), config)
+            self._pending[vm_path] = (self.clock(), pending_keys(listed))
 
     def record_power(self, vm_path: str, status: t.Any) -> None:
         state = status.get("status") if isinstance(status, dict) else None
@@ -117,6 +135,7 @@ class RecentReads:
 
     def forget_all(self) -> None:
         self._configs.clear()
+        self._pending.clear()
         self._power.clear()
         self._free_vmids.clear()
 
@@ -125,6 +144,7 @@ class RecentReads:
         unless the write is power-neutral (then the others' stay too: it changes no VM's power state)."""
         self._configs.clear()
         self._free_vmids.clear()
+        self._pending.clear()
         if not any(method.upper() == verb and path.endswith(suffix) for verb, suffix in POWER_NEUTRAL_WRITES):
             self._power.clear()
 
@@ -148,6 +168,15 @@ class RecentReads:
             return False
         self.saved["vmid_free"] += 1
         return True
+
+    def take_pending(self, vm_path: str) -> list[str] | None:
+        """The keys with a pending change, listed moments ago with the configuration a stage took (then forgotten), or
+        ``None``: read the pending list."""
+        entry = self._pending.pop(vm_path, None)
+        if entry is None or not self._fresh(entry[0]):
+            return None
+        self.saved["pending"] += 1
+        return entry[1]
 
     def power(self, vm_path: str) -> str | None:
         """The power state read moments ago (it stays for later checks within its max age), or ``None``: read it."""
@@ -192,6 +221,8 @@ class ObservingClient(ApiVerbs):
         elif not params and isinstance(envelope, dict):
             if path.endswith(CONFIG_SUFFIX):
                 self.reads.record(path[:-len(CONFIG_SUFFIX)], envelope.get("data"))
+            elif path.endswith(PENDING_SUFFIX):
+                self.reads.record_pending(path[:-len(PENDING_SUFFIX)], envelope.get("data"))
             elif path.endswith(STATUS_SUFFIX):
                 self.reads.record_power(path[:-len(STATUS_SUFFIX)], envelope.get("data"))
         return envelope

@@ -41,7 +41,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import sel
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ApiVerbs, OperationStore, StageRecord
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, parse_upid, poll_cap, poll_once, wait_task
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, next_pause, parse_upid, poll_once, wait_task
 
 # Codes with which Proxmox (or the transport) proves the request changed nothing.
 NOT_APPLIED_CODES = frozenset({"transport_lost", "tls_verification_failed", "auth_failed", "permission_denied",
@@ -54,17 +54,6 @@ AMBIGUOUS_CODES = frozenset({"reply_lost", "server_error", "unexpected_response"
 GATE_CODES = {PROVISIONING_GATE: "provisioning_disabled", SNAPSHOTS_GATE: "snapshot_disabled", LIFECYCLE_GATE: "lifecycle_disabled"}
 # Without a wait budget, reads resolving an unknown outcome are repeated for at most this long (seconds).
 DEFAULT_RESOLVE_WAIT = 30.0
-# How a guest command's ``exec-status`` is polled (docs/stages.md, "Guest commands"): the pause before a read is
-# EXEC_FIRST_POLL plus (EXEC_POLL_GROWTH - 1) times how long the command has run (since its journaled ``issuedAt``),
-# at most ``poll_cap``. The first read of a new exec so comes 0.1 s after it (a read right after the exec always
-# found the command running; the short ones take 0.02-0.2 s, and one done within 0.1 s costs one read), each later
-# pause is 1.3 times the one before: an exit is noticed at most about 30 % of the time already waited late (a waiting
-# ``cloud-init status --wait`` is found ended no later than the repeated probe it replaced), and never later than the
-# tasks' ``poll_cap``: 0.5 s in the command's first minute (cloud-init's end is on the run's critical path), then 1 s,
-# so a long install costs one read a second. Counted from ``issuedAt``, the cadence goes on unchanged in a later run or
-# round that resumes the PID (its first read comes at once).
-EXEC_FIRST_POLL = 0.1
-EXEC_POLL_GROWTH = 1.3
 
 
 class StageInProgress(Exception):
@@ -822,11 +811,15 @@ class StageRunner:
             self._pause(marker, since, deadline, budget_end)
 
     def _pause(self, marker: t.Mapping[str, t.Any], since: float, deadline: float, budget_end: float | None) -> None:
-        """Sleep before the next ``exec-status`` read (``EXEC_*`` above), not past the deadline nor this run's wait budget (epoch)."""
+        """Sleep before the next ``exec-status`` read, not past the deadline nor this run's wait budget (epoch).
+
+        The schedule is the task polls' (``_tasks.next_pause``), counted from the command's journaled ``issuedAt``: the
+        first read 0.25 s after the exec, then as long as the command has run, at most 0.5 s apart in its first minute and
+        1 s after. A resumed PID (read at once) so goes on at the pace its running time gives, not from the start again."""
         now = wall_clock()
         issued = marker.get("issuedAt")
-        ran = now - (float(issued) if isinstance(issued, (int, float)) and not isinstance(issued, bool) else since)
-        interval = min(EXEC_FIRST_POLL + (EXEC_POLL_GROWTH - 1.0) * max(0.0, ran), poll_cap(ran))
+        ran = max(0.0, now - (float(issued) if isinstance(issued, (int, float)) and not isinstance(issued, bool) else since))
+        interval = next_pause(ran, ran)
         until = deadline if budget_end is None else min(deadline, budget_end)
         self.settings.sleep(min(interval, max(0.0, until - now)))
 

@@ -158,6 +158,13 @@ def poll_cap(age: float) -> float:
     return EARLY_MAX_INTERVAL if age < EARLY_SECONDS else MAX_INTERVAL
 
 
+def next_pause(waited: float, age: float) -> float:
+    """The pause before the next read of a task or guest command waited for ``waited`` seconds so far and running ``age``
+    seconds: as long as the wait so far (at least ``FIRST_INTERVAL``), at most ``poll_cap(age)``. An end is so noticed
+    at most as late as the time already waited, and within half a second in the first minute."""
+    return min(max(FIRST_INTERVAL, waited), poll_cap(age))
+
+
 def poll_once(client: ApiClient, upid: str | Upid) -> TaskOutcome:
     """One status GET: ``running``, a final outcome, or ``unobservable`` if the status cannot be read."""
     parsed = upid if isinstance(upid, Upid) else parse_upid(upid)
@@ -205,5 +212,5 @@ def wait_task(
         if remaining <= 0:
             return TaskOutcome(upid=parsed.raw, status="timeout")
         # as long as the wait so far: a 0.3 s task (a resize, a start) is seen at 0.5 s, not at 0.75 s
-        interval = min(max(FIRST_INTERVAL, clock() - started), poll_cap(wall() - parsed.starttime))
+        interval = next_pause(clock() - started, wall() - parsed.starttime)
         sleep(min(interval, remaining))

@@ -154,6 +154,7 @@ class ReadinessStage(StageLogic, AdoptionHook):
         """Repeat ``attempt`` (``None``: not yet) until it answers; fail at the deadline, ``done: false`` when the run's budget is spent."""
         interval = first
         while True:
+            attempt_started = wall_clock()
             answer = attempt()
             if answer is not None:
                 return answer
@@ -164,7 +165,9 @@ class ReadinessStage(StageLogic, AdoptionHook):
             budget = ctx.wait_budget
             if budget is not None and now >= started + float(budget):
                 raise self._in_progress(ctx, phase)
-            ctx.sleep(min(interval, max(0.0, deadline - now)))
+            # The interval runs from one attempt's start to the next: an attempt that waited itself is followed sooner
+            # (Proxmox pings the agent for up to 3 s before it answers "not running", so a booting guest paces the pings).
+            ctx.sleep(min(max(0.0, interval - (now - attempt_started)), max(0.0, deadline - now)))
             interval = min(interval * 1.5, _POLL_MAX)
 
     @staticmethod

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import net_macaddr
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import config_of_pending, net_macaddr, read_pending
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Decision, Observations
@@ -137,7 +137,11 @@ class SeedStage(StageLogic, AdoptionHook):
         return Request("PUT", ctx.vm_path + "/cloudinit", {})
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
-        config = _guest.read_config(ctx)
+        # The pending list holds the configuration in effect with its digest, and the pending changes the start stage
+        # checks next (in a chained run it takes both from this read); without a digest in it, read the configuration.
+        config = config_of_pending(read_pending(ctx.client, ctx.vm_path))
+        if not isinstance(config.get("digest"), str):
+            config = _guest.read_config(ctx)
         if config["digest"] != _guest.latest_digest(ctx):
             raise StageError("The configuration changed while the seed was generated.", code="observation_mismatch",
                              details={"stage": ctx.kind, "rule": "digest_unchanged"})

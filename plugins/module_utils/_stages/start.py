@@ -29,9 +29,9 @@ class StartStage(StageLogic, AdoptionHook):
     kind = "start"
     task_type = "qmstart"
     default_timeout = 120.0
-    # The configuration the seed stage read back after its write (digest checked there, nothing sent since) serves the
-    # identity, lock and digest checks; the pending list and the power state are read here all the same: the POST carries
-    # no digest and is the write that changes the power state (``_recent_reads`` rules 3 and 6).
+    # The configuration and pending list the seed stage read back after its write (digest checked there, nothing sent
+    # since) serve the identity, lock, digest and no-pending checks; the power state is read here all the same: the POST
+    # is the write that changes it (``_recent_reads`` rules 3 and 6).
     trusts_recent_config = True
 
     def preconditions(self, ctx: StageContext) -> None:

@@ -305,6 +305,8 @@ def test_pending_on_running_vm(api: Api, clone201: dict[str, t.Any]) -> None:
     assert pending_view["cores"] == 4 and "vga" not in pending_view
     pend = {p["key"]: p for p in api.data(api.get(f"{N}/qemu/201/pending"))}
     assert pend["cores"] == {"key": "cores", "value": 2, "pending": 4}
+    # the configuration file's digest is one of the listed keys, as in GET config
+    assert pend["digest"] == {"key": "digest", "value": pending_view["digest"]}
     assert pend["vga"]["delete"] == 1
     assert "pending" not in pend["description"]
     assert api.run("POST", f"{N}/qemu/201/status/stop")["exitstatus"] == "OK"
@@ -503,6 +505,29 @@ def test_agent_after_boot(api: Api, clone201: dict[str, t.Any], pvesim: PvesimAd
     resp = api.get(f"{N}/qemu/201/agent/network-get-interfaces")
     assert resp.status_code == 500 and resp.json()["message"] == "QEMU guest agent is not running\n"
     assert api.get(f"{N}/qemu/201/agent/network-get-interfaces").status_code == 200
+
+
+def test_agent_call_waits_the_availability_ping(api: Api, clone201: dict[str, t.Any], pvesim: PvesimAdmin) -> None:
+    """qemu-server pings the agent (3 s timeout) before every agent command: an agent that comes up within those 3 s
+    answers that request; one that does not fails it only after the 3 s (here at speed 2: 1.5 s real)."""
+    del clone201
+    pvesim.set_speed(2)
+    pvesim.set_timings(guest={"agent_up_after": 2.0})
+    api.run("POST", f"{N}/qemu/201/status/start")
+    resp = api.post(f"{N}/qemu/201/agent/ping")  # about 1 s real before the agent is up
+    assert resp.status_code == 200 and resp.json()["data"] == {"result": {}}
+    pvesim.add_fault(method="POST", path="/agent/ping", action="agent_not_running", occurrence=1)
+    started = time.monotonic()
+    resp = api.post(f"{N}/qemu/201/agent/ping")
+    assert resp.status_code == 500 and resp.json()["message"] == "QEMU guest agent is not running\n"
+    assert time.monotonic() - started >= 1.5
+    api.run("POST", f"{N}/qemu/201/status/stop")
+    pvesim.set_timings(guest={"agent_up_after": 60.0})
+    api.run("POST", f"{N}/qemu/201/status/start")
+    started = time.monotonic()
+    resp = api.get(f"{N}/qemu/201/agent/network-get-interfaces")
+    assert resp.status_code == 500 and resp.json()["message"] == "QEMU guest agent is not running\n"
+    assert 1.5 <= time.monotonic() - started < 10
 
 
 # --- proxmoxer as an independent client -----------------------------------------------------

@@ -64,6 +64,31 @@ def test_a_configuration_serves_one_check_until_a_write_or_its_age() -> None:
     assert reads.saved == {"config": 1} and reads.served == 1
 
 
+def test_a_pending_list_records_the_configuration_and_its_pending_keys() -> None:
+    clock = Clock()
+    reads = RecentReads(max_age=5.0, clock=clock)
+    listed = [{"key": "digest", "value": "d1"}, {"key": "cores", "value": 2}, {"key": "memory", "value": 1024, "pending": 2048}]
+    fake = FakeClient({VM + "/pending": listed, OTHER + "/pending": [{"key": "cores", "value": 2}]}, default=None)
+    fake.replies = [None] * 5
+    client = ObservingClient(fake, reads)
+    client.get(VM + "/pending")
+    assert reads.take(VM) == {"digest": "d1", "cores": 2, "memory": 1024}  # the values in effect
+    assert reads.take_pending(VM) == ["memory"] and reads.take_pending(VM) is None  # served once
+    client.get(OTHER + "/pending")
+    assert reads.take(OTHER) is None and reads.take_pending(OTHER) is None  # no digest listed: not an observation
+    client.get(VM + "/pending")
+    client.put(VM + "/cloudinit")
+    assert reads.take_pending(VM) is None  # any write forgets it, like the configuration
+    client.get(VM + "/pending")
+    clock.now += 5.1
+    assert reads.take_pending(VM) is None  # too old
+    client.get(VM + "/pending")
+    fake.routes[VM + "/config"] = {"digest": "d2"}
+    client.get(VM + "/config")
+    assert reads.take_pending(VM) is None  # a later configuration read without the list replaces it
+    assert reads.saved == {"config": 1, "pending": 1}
+
+
 def test_a_power_state_serves_every_check_within_its_age() -> None:
     client, _fake, reads, clock = observed()
     client.get(VM + "/status/current")

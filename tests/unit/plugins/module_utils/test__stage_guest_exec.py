@@ -15,8 +15,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils import _stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
-    EXEC_FIRST_POLL,
-    EXEC_POLL_GROWTH,
     GuestCommand,
     GuestOutcome,
     Request,
@@ -27,6 +25,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageRunner,
     StageSettings,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import FIRST_INTERVAL
 
 HASH = "b" * 64
 PROBE = GuestCommand("probe", "uname", ("uname", "-r"))
@@ -160,11 +159,10 @@ def test_the_status_is_first_read_after_the_first_interval_then_less_and_less_of
     agent = FakeAgent(store, operation_id, [{"pid": 41}], [running] * 11 + [done])
     clock = FakeTime(monkeypatch)
     assert _run(store, agent, GuestProbe(), operation_id, sleep=clock.sleep)["done"]
-    # No status read right after the exec (it always found the command running): one interval first, each next one
-    # EXEC_POLL_GROWTH times longer, never more than half a second apart in the command's first minute.
-    expected = [min(EXEC_FIRST_POLL * EXEC_POLL_GROWTH ** n, 0.5) for n in range(12)]
-    assert clock.sleeps == pytest.approx(expected, abs=1e-3) and len(agent.status_reads) == 12  # issuedAt is rounded to 1 ms
-    assert expected[:3] == pytest.approx([0.1, 0.13, 0.169]) and expected[-2:] == [0.5] * 2
+    # The task polls' schedule: no status read right after the exec (it always found the command running), the first
+    # after FIRST_INTERVAL, then as long as the command has run, never more than half a second apart in its first minute.
+    assert clock.sleeps == pytest.approx([0.25, 0.25] + [0.5] * 10, abs=1e-3)  # issuedAt is rounded to 1 ms
+    assert len(agent.status_reads) == 12
 
 
 def test_a_command_running_for_more_than_a_minute_is_read_once_a_second(store: JournalStore, operation_id: str,
@@ -181,19 +179,19 @@ def test_a_command_running_for_more_than_a_minute_is_read_once_a_second(store: J
 def test_a_resumed_pid_is_read_at_once_then_at_the_pace_of_its_running_time(store: JournalStore, operation_id: str,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeTime(monkeypatch)
-    marker = {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": clock.now - 1.0}
+    marker = {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": clock.now - 0.3}
     store.record_evidence(operation_id, "clone", {"probe": marker})
     agent = FakeAgent(store, operation_id, [], [{"exited": 0}, {"exited": 0}, {"exited": 1, "exitcode": 0}])
     assert _run(store, agent, GuestProbe(), operation_id, sleep=clock.sleep)["done"]
-    # running for 1 s: the next read 0.1 + 0.3 * 1 s later, then capped at half a second; not from 0.1 s again
-    assert agent.posts == [] and agent.status_reads == [7, 7, 7] and clock.sleeps == pytest.approx([0.4, 0.5], abs=1e-3)
+    # running for 0.3 s: the next read as long after (0.3 s), then capped at half a second; not from 0.25 s again
+    assert agent.posts == [] and agent.status_reads == [7, 7, 7] and clock.sleeps == pytest.approx([0.3, 0.5], abs=1e-3)
 
 
 def test_a_short_command_costs_one_status_read(store: JournalStore, operation_id: str) -> None:
     agent = FakeAgent(store, operation_id, [{"pid": 41}], [{"exited": 1, "exitcode": 0, "out-data": "6.1.0\n"}])
     sleeps: list[float] = []
     assert _run(store, agent, GuestProbe(), operation_id, sleep=sleeps.append)["done"]
-    assert agent.status_reads == [41] and sleeps == pytest.approx([EXEC_FIRST_POLL], abs=0.01)
+    assert agent.status_reads == [41] and sleeps == pytest.approx([FIRST_INTERVAL], abs=0.01)
 
 
 def test_the_pauses_end_with_the_wait_budget(store: JournalStore, operation_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -202,8 +200,8 @@ def test_the_pauses_end_with_the_wait_budget(store: JournalStore, operation_id: 
     sleeps = clock.sleeps
     result = _run(store, agent, GuestProbe(), operation_id, sleep=clock.sleep, wait_budget=0.3)
     assert not result["done"] and result["progress"] == {"pid": 41}
-    # 0.1 + 0.13, then what is left of the 0.3 s (not a whole 0.169 s interval), then one last read
-    assert sleeps == pytest.approx([0.1, 0.13, 0.07], abs=1e-3) and len(agent.status_reads) == 3
+    # 0.25, then what is left of the 0.3 s (not a whole 0.25 s interval), then one last read
+    assert sleeps == pytest.approx([0.25, 0.05], abs=1e-3) and len(agent.status_reads) == 2
 
 
 def test_a_journaled_pid_is_resumed_by_get_only(store: JournalStore, operation_id: str) -> None:

@@ -7,11 +7,25 @@
 
 from __future__ import annotations
 
+import functools
 import typing as t
 
 from .. import guestlink
 from ..state import VM, parse_kv
 from .core import ApiError, Call, Sim, route
+
+
+# qemu-server's assert_agent_available pings the agent (guest-ping, ``timeout => 3``) before every agent command; an
+# agent that is not up makes the request take those 3 s before it fails. Simulated seconds.
+AGENT_PING_TIMEOUT = 3.0
+
+
+class _AgentStarting(Exception):
+    """The agent did not answer the availability ping yet: the request waits ``seconds`` (then its handler runs again)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
 
 
 def _agent_vm(sim: Sim, call: Call) -> VM:
@@ -23,8 +37,15 @@ def _agent_vm(sim: Sim, call: Call) -> VM:
     if agent not in ("1", "on", "yes", "true"):
         raise ApiError(500, "No QEMU guest agent configured")
     if call.fault("agent_not_running"):
-        raise ApiError(500, "QEMU guest agent is not running")
+        _agent_not_up(call, AGENT_PING_TIMEOUT)
     return vm
+
+
+def _agent_not_up(call: Call, seconds: float) -> t.NoReturn:
+    """The ping timed out: wait for it (once, outside the state lock), then PVE's ``QEMU guest agent is not running``."""
+    if seconds <= 0 or call.extra.get("agent_waited"):
+        raise ApiError(500, "QEMU guest agent is not running")
+    raise _AgentStarting(min(seconds, AGENT_PING_TIMEOUT))
 
 
 def _agent(sim: Sim, call: Call, fn: t.Callable[[t.Any], t.Any]) -> t.Any:
@@ -32,33 +53,62 @@ def _agent(sim: Sim, call: Call, fn: t.Callable[[t.Any], t.Any]) -> t.Any:
     try:
         return fn(vm.guest)
     except guestlink.AgentNotRunning as exc:
-        raise ApiError(500, "QEMU guest agent is not running") from exc
+        # A simulated guest knows when its agent comes up: the ping answers then, or times out after 3 s.
+        # Another backend (a real QEMU guest) has already waited on its own socket.
+        up_at = getattr(vm.guest, "agent_up_at", None)
+        if up_at is None:
+            raise ApiError(500, "QEMU guest agent is not running") from exc
+        _agent_not_up(call, min(AGENT_PING_TIMEOUT, up_at - vm.guest.uptime()) + 1e-6)
     except guestlink.AgentError as exc:
         raise ApiError(500, exc.message) from exc
 
 
+def _waits_for_agent(handler: t.Callable[[Sim, Call], t.Any]) -> t.Callable[[Sim, Call], t.Any]:
+    """Run an agent handler; while the agent is starting, answer after the availability ping's wait instead."""
+    @functools.wraps(handler)
+    def wrapped(sim: Sim, call: Call) -> t.Any:
+        try:
+            return handler(sim, call)
+        except _AgentStarting as starting:
+            seconds = starting.seconds
+
+            def after_ping() -> t.Any:
+                sim.clock.sleep(seconds, sim.stop_event)
+                call.extra["agent_waited"] = True
+                with sim.state.lock:
+                    return handler(sim, call)
+            call.extra["wait_task"] = after_ping
+            return None
+    return wrapped
+
+
 @route("POST", "/nodes/{node}/qemu/{vmid}/agent/ping")
+@_waits_for_agent
 def agent_ping(sim: Sim, call: Call) -> dict[str, t.Any]:
     res = _agent(sim, call, lambda g: g.ping())
     return res if isinstance(res, dict) and "result" in res else {"result": res or {}}
 
 
 @route("GET", "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces")
+@_waits_for_agent
 def agent_ifaces(sim: Sim, call: Call) -> dict[str, t.Any]:
     return {"result": _agent(sim, call, lambda g: g.network_get_interfaces())}
 
 
 @route("GET", "/nodes/{node}/qemu/{vmid}/agent/get-osinfo")
+@_waits_for_agent
 def agent_osinfo(sim: Sim, call: Call) -> dict[str, t.Any]:
     return {"result": _agent(sim, call, lambda g: g.get_osinfo())}
 
 
 @route("GET", "/nodes/{node}/qemu/{vmid}/agent/info")
+@_waits_for_agent
 def agent_info(sim: Sim, call: Call) -> dict[str, t.Any]:
     return {"result": _agent(sim, call, lambda g: g.get_info())}
 
 
 @route("POST", "/nodes/{node}/qemu/{vmid}/agent/exec")
+@_waits_for_agent
 def agent_exec(sim: Sim, call: Call) -> dict[str, t.Any]:
     raw = call.params.get("command")
     command = [str(x) for x in raw] if isinstance(raw, list) else [str(raw)]
@@ -78,12 +128,14 @@ def agent_exec(sim: Sim, call: Call) -> dict[str, t.Any]:
 
 
 @route("GET", "/nodes/{node}/qemu/{vmid}/agent/exec-status")
+@_waits_for_agent
 def agent_exec_status(sim: Sim, call: Call) -> dict[str, t.Any]:
     pid = int(call.params["pid"])
     return _agent(sim, call, lambda g: g.exec_status(pid))
 
 
 @route("GET", "/nodes/{node}/qemu/{vmid}/agent/file-read")
+@_waits_for_agent
 def agent_file_read(sim: Sim, call: Call) -> dict[str, t.Any]:
     path = str(call.params["file"])
     count = call.int("count")

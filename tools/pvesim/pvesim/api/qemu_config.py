@@ -99,6 +99,9 @@ def qemu_pending(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     sim.check_node(call)
     vm = sim.vm(call)
     res: list[dict[str, t.Any]] = []
+    # qemu-server's config_with_pending_array lists every scalar key of the loaded configuration, which includes the
+    # file's ``digest`` (parse_vm_config puts it there; ``qm pending`` skips it when printing).
+    res.append({"key": "digest", "value": vm.digest()})
     keys = sorted(set(vm.config) | set(vm.pending) | {k.lstrip("!") for k in vm.pending_delete})
     for key in keys:
         if key in ("digest",):

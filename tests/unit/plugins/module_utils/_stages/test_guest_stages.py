@@ -35,6 +35,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageSettings,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import readiness as readiness_module
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import CloudinitStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.packages import (
     PackagesStage,
@@ -193,16 +194,28 @@ def test_seed_network_verdicts() -> None:
     assert info.value.details["rule"] == "dhcp4"
 
 
-def test_seed_observe_records_hashes_only() -> None:
+@pytest.mark.parametrize("pending_lists_digest", [True, False])
+def test_seed_observe_records_hashes_only(pending_lists_digest: bool) -> None:
     ctx = ctx_for("seed")
     ctx.operation["stages"][1]["evidence"] = {"digest": REC["config_after"]["digest"]}
     ctx.operation["stages"].append({"kind": "seed", "evidence": {}})
-    routes: dict[str, t.Any] = {VM + "/config": REC["config_after"], VM + "/cloudinit/dump": lambda p: REC["dump"][p["type"]]}
+    # GET pending, as qemu-server lists it: every key's value in effect, the file's digest among them
+    pending = [{"key": key, "value": value} for key, value in REC["config_after"].items() if pending_lists_digest or key != "digest"]
+    routes: dict[str, t.Any] = {VM + "/pending": pending, VM + "/config": REC["config_after"],
+                                VM + "/cloudinit/dump": lambda p: REC["dump"][p["type"]]}
     ctx.client = FakeClient(routes)
     evidence = SeedStage().observe(ctx)
     assert evidence["seedHashes"]["user"] == hashlib.sha256(REC["dump"]["user"].encode()).hexdigest()
+    assert evidence["seedDigest"] == REC["config_after"]["digest"]
     assert "ssh-ed25519" not in json.dumps(evidence)
+    # the digest comes from the pending list; a list without one makes the stage read the configuration
+    assert client_paths_before_dumps(ctx.client) == ([VM + "/pending"] if pending_lists_digest else [VM + "/pending", VM + "/config"])
     valid(SeedStage().request(ctx))  # type: ignore[arg-type]
+
+
+def client_paths_before_dumps(client: FakeClient) -> list[str]:
+    paths = client.paths()
+    return paths[:paths.index(VM + "/cloudinit/dump")]
 
 
 # -- start and snapshot ---------------------------------------------------------------------------------
@@ -266,7 +279,15 @@ def _no_file(params: t.Mapping[str, t.Any]) -> Exception:
                         "No such file or directory" % params["file"])
 
 
-def test_readiness_pings_less_often_then_waits_for_cloudinit_with_one_probe() -> None:
+def _fake_wall_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """readiness' wall clock, advanced only by the test (an attempt that takes time, the stage's sleeps)."""
+    now = [time.time()]
+    monkeypatch.setattr(readiness_module, "wall_clock", lambda: now[0])
+    return now
+
+
+def test_readiness_pings_less_often_then_waits_for_cloudinit_with_one_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_wall_clock(monkeypatch)
     key = REC["file_read_ed25519"]
     client = FakeClient({"POST " + VM + "/agent/ping": in_turn(_agent_not_running(), _agent_not_running(), {}),
                          VM + "/agent/network-get-interfaces": REC["interfaces"],
@@ -282,6 +303,28 @@ def test_readiness_pings_less_often_then_waits_for_cloudinit_with_one_probe() ->
     assert client.paths() == [VM + "/agent/ping"] * 3 + [VM + "/agent/network-get-interfaces"] + [VM + "/agent/file-read"] * 3
 
 
+def test_readiness_pings_again_at_once_after_a_ping_that_waited(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Proxmox pings the agent for up to 3 s before it answers "not running": the interval (0.5 s, then 0.75 s) runs from
+    # one ping's start to the next, so a ping that waited is followed at once, one that failed after 0.2 s 0.55 s later.
+    now = _fake_wall_clock(monkeypatch)
+    answers = [(3.0, _agent_not_running()), (0.2, _agent_not_running()), (0.0, {})]
+
+    def ping(_params: t.Mapping[str, t.Any]) -> t.Any:
+        took, answer = answers.pop(0)
+        now[0] += took
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    client = FakeClient({"POST " + VM + "/agent/ping": ping, VM + "/agent/network-get-interfaces": REC["interfaces"],
+                         VM + "/agent/file-read": REC["file_read_ed25519"]})
+    sleeps: list[float] = []
+    ctx, _commands = _readiness_ctx(client, [GuestOutcome("exited", 7, 0, REC["exec_status_cloudinit_done"]["out-data"])], sleeps)
+    ReadinessStage().observe(ctx)
+    assert sleeps == pytest.approx([0.0, 0.55])
+    assert client.paths()[:3] == [VM + "/agent/ping"] * 3
+
+
 @pytest.mark.parametrize(("exitcode", "out", "state"), [(1, "..\nstatus: error\nextended_status: error - done\n", "error"),
                                                         (2, "..\nstatus: done\nextended_status: degraded done\n", "degraded")])
 def test_readiness_fails_on_what_the_waiting_probe_reports(exitcode: int, out: str, state: str) -> None:
@@ -293,7 +336,8 @@ def test_readiness_fails_on_what_the_waiting_probe_reports(exitcode: int, out: s
     assert client.paths() == [VM + "/agent/ping"]  # no interface or key read after a failed cloud-init
 
 
-def test_readiness_probes_again_when_a_resumed_probe_of_the_old_form_says_running() -> None:
+def test_readiness_probes_again_when_a_resumed_probe_of_the_old_form_says_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_wall_clock(monkeypatch)
     # A marker journaled by the repeated probe (no --wait) is resumed by its PID; its "running" leads to the waiting probe.
     client = FakeClient({"POST " + VM + "/agent/ping": {}, VM + "/agent/network-get-interfaces": REC["interfaces"],
                          VM + "/agent/file-read": REC["file_read_ed25519"]})
