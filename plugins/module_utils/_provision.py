@@ -130,8 +130,7 @@ def preflight_before_stages(store: t.Any, client: t.Any, operation_id: str, sett
     summary = result["summary"]
     report("preflight: %d passed, %d failed, %d unknown" % (summary["passed"], summary["failed"], summary["unknown"]))
     verdict = preflight_verdict(document, failed)
-    if verdict == "stop":
-        assert failed is not None
+    if verdict == "stop" and failed is not None:
         stopped = ProvisionStopped(failed, [], message="%s %s" % (failed.message, NOT_BEGUN_TEXT))
         stopped.details["operationId"] = operation_id
         stopped.preflight = result
