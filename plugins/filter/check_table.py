@@ -51,6 +51,8 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._text_table import aligned_lines, check_row
+
 
 def _cells(entry: t.Mapping[str, t.Any]) -> list[str]:
     if "operation_id" in entry and "created_at" in entry:
@@ -61,7 +63,7 @@ def _cells(entry: t.Mapping[str, t.Any]) -> list[str]:
         reasons = "; ".join(str(reason.get("message", "")) for reason in entry.get("reasons") or [] if isinstance(reason, t.Mapping))
         return [str(entry.get("status", "")), str(entry.get("operation", "")), "via " + str(entry.get("via", "")) + (": " + reasons if reasons else "")]
     if "code" in entry:
-        return [str(entry.get("status", "")), str(entry.get("code", "")), str(entry.get("message", ""))]
+        return check_row(entry)
     if "kind" in entry:
         upid = " " + str(entry["upid"]) if entry.get("upid") else ""
         return [str(entry.get("position", "")), str(entry.get("kind", "")), str(entry.get("status", "")) + upid]
@@ -72,10 +74,7 @@ def check_table(entries: t.Any) -> list[str]:
     """Filter: checks or stages -> aligned lines."""
     if not isinstance(entries, list) or not all(isinstance(entry, t.Mapping) for entry in entries):
         raise AnsibleFilterError("check_table expects a list of mappings")
-    rows = [_cells(entry) for entry in entries]
-    columns = max((len(row) for row in rows), default=0)
-    widths = [max((len(row[column]) for row in rows if column < len(row)), default=0) for column in range(columns)]
-    return ["  ".join([cell.ljust(widths[column]) for column, cell in enumerate(row[:-1])] + [row[-1]]).rstrip() for row in rows]
+    return aligned_lines([_cells(entry) for entry in entries])
 
 
 class FilterModule:

@@ -25,6 +25,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
     lifecycle_status,
     new_operation_document,
     new_operation_id,
+    operation_begun,
     utc_now,
     validate_operation_id,
 )
@@ -282,6 +283,9 @@ def _public_fields(document: t.Mapping[str, t.Any], evidence: bool) -> dict[str,
         "operationId": document["operationId"],
         "status": lifecycle_status(document),
         "provisioningStatus": document["status"],
+        # Whether anything was ever dispatched (``operation_begun``): the provision role's step-by-step path lets a failed
+        # preflight resume only such an operation, as vmanyware_provision's preflight does.
+        "begun": operation_begun(document),
         "failure": document["failure"],
         "released": document["release"] is not None,
         "release": dict(document["release"]) if document["release"] is not None else None,

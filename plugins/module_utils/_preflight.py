@@ -400,13 +400,30 @@ def run_preflight(
     checks, capabilities, scope, blockers, tls_verified = collect_checks(
         settings, fail_on=fail_on, client_factory=client_factory, blockers_of=lambda: creation_blockers(planned.plan, planned.mapping, environ),
         checks_of=lambda client, verified: run_checks(client, planned.plan, verified))
-    summary = summarize(checks)
+    return preflight_result(planned.plan, checks, capabilities, scope=scope, blockers=blockers, tls_verified=tls_verified, fail_on=fail_on)
+
+
+def preflight_of_recorded(client: ApiClient, plan: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], *, environ: t.Mapping[str, str],
+                          provisioning_option: bool | None = None, fail_on: str = "failed") -> dict[str, t.Any]:
+    """The preflight of a recorded operation's plan and mapping snapshots, through ``client`` (one that already proved
+    verified TLS and the operation's provider: ``vmanyware_provision``'s); the same checks and result as ``run_preflight``,
+    raising ``PreflightFailed`` per ``fail_on``."""
+    if fail_on not in FAIL_ON_CHOICES:
+        raise InputError("fail_on must be one of failed, unknown, never.", path="preflight_fail_on")
+    blockers = creation_blockers(plan, mapping, environ, provisioning_option)
+    checks, capabilities = run_checks(client, plan, True)
+    return preflight_result(plan, checks, capabilities, scope=client.provider_scope_id, blockers=blockers, tls_verified=True, fail_on=fail_on)
+
+
+def preflight_result(plan: t.Mapping[str, t.Any], checks: t.Sequence[Check], capabilities: t.Mapping[str, t.Any], *, scope: t.Any,
+                     blockers: list[str], tls_verified: bool, fail_on: str) -> dict[str, t.Any]:
+    """The preflight's result (``vmanyware_preflight``'s return values), or ``PreflightFailed`` carrying it per ``fail_on``."""
     result: dict[str, t.Any] = {
         "changed": False,
-        "plan_hash": planned.plan_hash,
+        "plan_hash": plan["planHash"],
         "provider_scope_id": scope,
         "checks": [c.to_result() for c in checks],
-        "summary": summary,
+        "summary": summarize(checks),
         "creation_enabled": not blockers,
         "creation_blockers": blockers,
         "tls_verified": tls_verified,

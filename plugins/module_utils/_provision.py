@@ -16,22 +16,33 @@ Two things make it cheaper than one task per stage: no task, worker and template
 and the configuration and power state this process read moments ago serve the next stages'
 preconditions (``_recent_reads``, whose docstring gives the rules).
 
+With ``preflight`` the run first makes the preflight's read-only checks (``_preflight``, the same code as
+``vmanyware_preflight``) of the operation's recorded plan and mapping, on the same client as the stages, one
+progress line per check: the clone stage then takes the template configuration and "VMID N is free" the preflight
+read moments ago (``_recent_reads`` rules 7 and 8). Checks that do not pass (``preflight_fail_on``) stop an operation
+that has not begun before anything is sent; one that has begun resumes (``preflight_verdict``).
+
 This is a private module_utils file: not a public API.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import operation_begun
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import FAIL_ON_CHOICES, PreflightFailed, preflight_of_recorded
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import report
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import ObservingClient, RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageError, StageLogic, StageRunner, StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_argument_spec, stage_settings, with_stage_client
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import VM, build_logic, stage_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._text_table import aligned_lines, check_row
 
 # At most this long between two progress lines of one long stage (seconds): each round of following it.
 DEFAULT_PROGRESS_INTERVAL = 30.0
@@ -59,18 +70,76 @@ def stage_logic(kind: str, options: StageOptions) -> StageLogic:
 
 
 class ProvisionStopped(VmanywareError):
-    """A stage failed: its error, plus the results of every stage this run reached (``stages``)."""
+    """A stage failed, or the preflight stopped an operation that has not begun: the error, plus the results of every
+    stage this run reached (``stages``) and the preflight's result when it ran (``preflight``)."""
 
-    def __init__(self, err: VmanywareError, stages: list[dict[str, t.Any]]) -> None:
-        super().__init__(err.message, code=err.code, path=err.path, details=err.details)
+    def __init__(self, err: VmanywareError, stages: list[dict[str, t.Any]], message: str | None = None) -> None:
+        super().__init__(message or err.message, code=err.code, path=err.path, details=err.details)
         self.stages = stages
         self.log: list[str] = []
+        self.preflight: dict[str, t.Any] | None = None
 
     def to_result(self) -> dict[str, t.Any]:
         result = super().to_result()
         result["stages"] = self.stages
         result["log"] = self.log
+        if self.preflight is not None:
+            result["preflight"] = self.preflight
         return result
+
+
+# Added to preflight_failed's message when the preflight stops an operation that has not begun.
+NOT_BEGUN_TEXT = ("Nothing was sent: the operation stays recorded with every stage pending. A re-run resumes it and checks again; "
+                  "to plan differently, abandon it first (vmanyware_operation state=abandoned).")
+# The warning (and progress line) when checks did not pass but the operation has begun.
+BEGUN_TEXT = ("The preflight did not pass, but the operation has begun (a stage was dispatched), so it resumes: its VM may exist "
+              "already, and each stage checks its own preconditions before it writes.")
+
+
+def preflight_verdict(document: t.Mapping[str, t.Any], failed: PreflightFailed | None) -> str:
+    """What a preflight means for the run of ``document``'s stages: ``passed``; ``resume`` (it did not pass, but the
+    operation has begun: ``operation_begun``, the rule the role's step-by-step path applies too); ``stop`` (it did not
+    pass and nothing was ever dispatched: stop before the first write, as for a new operation)."""
+    if failed is None:
+        return "passed"
+    return "resume" if operation_begun(document) else "stop"
+
+
+def preflight_before_stages(store: t.Any, client: t.Any, operation_id: str, settings: StageSettings, fail_on: str, *,
+                            report: t.Callable[[str], None] = lambda line: None) -> tuple[dict[str, t.Any] | None, list[str]]:
+    """The preflight of ``operation_id``'s recorded plan and mapping through ``client`` (GETs only), one ``report`` line
+    per check; returns (its result, warnings), or (None, []) when no stage remains to run (completed or released).
+
+    Raises ``ProvisionStopped`` (``preflight_failed``, no stage reached) when the checks do not pass per ``fail_on`` and
+    the operation has not begun (``preflight_verdict``).
+    """
+    document = store.load(operation_id)
+    if document["release"] is not None or all(item["status"] == "completed" for item in document["stages"]):
+        report("preflight: skipped, no stage of the operation remains to run")
+        return None, []
+    environ = os.environ if settings.environ is None else settings.environ
+    failed: PreflightFailed | None = None
+    try:
+        result = preflight_of_recorded(client, document["plan"], document["mapping"], environ=environ, fail_on=fail_on,
+                                       provisioning_option=settings.gate_options.get(PROVISIONING_GATE))
+    except PreflightFailed as err:
+        failed, result = err, err.result
+    result = {key: value for key, value in result.items() if key != "changed"}
+    for line in aligned_lines([check_row(check) for check in result["checks"]]):
+        report("preflight " + line)
+    summary = result["summary"]
+    report("preflight: %d passed, %d failed, %d unknown" % (summary["passed"], summary["failed"], summary["unknown"]))
+    verdict = preflight_verdict(document, failed)
+    if verdict == "stop" and failed is not None:
+        stopped = ProvisionStopped(failed, [], message="%s %s" % (failed.message, NOT_BEGUN_TEXT))
+        stopped.details["operationId"] = operation_id
+        stopped.preflight = result
+        report("preflight: stopped before the first stage; nothing was sent")
+        raise stopped
+    if verdict == "resume":
+        report("preflight: " + BEGUN_TEXT)
+        return result, [BEGUN_TEXT]
+    return result, []
 
 
 def _stage_summary(kind: str, position: int, result: dict[str, t.Any] | None, seconds: float,
@@ -177,13 +246,15 @@ def _done_text(summary: t.Mapping[str, t.Any], check_mode: bool) -> str:
 
 
 def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
-    """The stage options plus the per-stage ones and ``progress_interval``."""
+    """The stage options plus the per-stage ones, ``progress_interval`` and the preflight's."""
     spec = stage_argument_spec()
     spec.update({
         "readiness_timeout": {"type": "float", "default": 300.0},
         "packages_timeout": {"type": "float", "default": 900.0},
         "snapshots_enabled": {"type": "bool"},
         "progress_interval": {"type": "float", "default": DEFAULT_PROGRESS_INTERVAL},
+        "preflight": {"type": "bool", "default": False},
+        "preflight_fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "failed"},
     })
     return spec
 
@@ -203,13 +274,26 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
         report(line)
 
     def run(store: t.Any, operation_id: str, client: t.Any) -> dict[str, t.Any]:
+        # One RecentReads for the preflight and the stages: the clone takes what the preflight read (rules 7 and 8).
+        reads = RecentReads(clock=settings.clock)
+        preflight: dict[str, t.Any] | None = None
+        warnings: list[str] = []
         try:
-            result = run_stages(store, client, operation_id, settings, options, report=say,
+            if params.get("preflight") and not check_mode:
+                preflight, warnings = preflight_before_stages(store, ObservingClient(client, reads), operation_id, settings,
+                                                              params.get("preflight_fail_on") or "failed", report=say)
+            result = run_stages(store, client, operation_id, settings, options, report=say, recent_reads=reads,
                                 progress_interval=params.get("progress_interval") or DEFAULT_PROGRESS_INTERVAL)
         except ProvisionStopped as stopped:
             stopped.log = lines
+            if stopped.preflight is None:
+                stopped.preflight = preflight
             raise
         result["log"] = lines
+        if preflight is not None:
+            result["preflight"] = preflight
+        if warnings:
+            result["warnings"] = warnings
         return result
 
     return with_stage_client(params, check_mode, run, client_factory)

@@ -7,17 +7,21 @@
 
 ``vmanyware_provision`` runs the stages one after another in one process. Each stage reads the VM back after its
 write (the observation independent of the reply); the next stage's preconditions would read the same milliseconds
-later. ``ObservingClient`` records these observations, by VM path, from plain GETs this process made:
+later. With ``preflight: true`` the preflight's reads come first in the same process, and the clone stage's
+preconditions would read the template and ask whether the VMID is free again. ``ObservingClient`` records these
+observations from GETs this process made:
 
-- the configuration (``GET {vm}/config``, with its ``digest``);
+- the configuration (``GET {vm}/config``, with its ``digest``), by VM path: a VM's or a template's;
 - the configuration and its pending changes (``GET {vm}/pending``: qemu-server lists each key's value in effect,
-  the file's ``digest`` among them, and each pending change);
-- the power state (``GET {vm}/status/current``: ``running``, ``stopped``...).
+  the file's ``digest`` among them, and each pending change), by VM path;
+- the power state (``GET {vm}/status/current``: ``running``, ``stopped``...), by VM path;
+- "VMID N is free" (``GET /cluster/nextid`` with ``vmid=N`` answered ``N``), by VMID.
 
 Rules (each is tested in tests/unit/test__recent_reads.py and tests/integration/test_provision_module.py):
 
 1. **What it serves.** Only a stage's precondition checks, and only for a stage that opts in
-   (``StageLogic.trusts_recent_config`` / ``trusts_recent_power``). A read-back after a write (``observe``) and every read
+   (``StageLogic.trusts_recent_config`` / ``trusts_recent_power`` / ``trusts_recent_template`` /
+   ``trusts_recent_vmid_free``). A read-back after a write (``observe``) and every read
    that resolves an unknown outcome (``resolve_lost_reply``) always read: they never ask ``RecentReads``.
 2. **Max age.** An observation older than ``max_age`` seconds (5 s) is not "just observed": the check reads.
 3. **Configuration.** Serves one check (then forgotten) and is forgotten at any write this process sends, before
@@ -38,6 +42,23 @@ Rules (each is tested in tests/unit/test__recent_reads.py and tests/integration/
    that window at most ``max_age`` long. Writes that carry the digest still fail on any configuration change; the
    power-changing stage (start) always reads the power state itself, so a VM another client started inside the
    window stops the run there, before anything is started.
+7. **Template configuration** (clone, ``trusts_recent_template``). The template's configuration read moments ago (by the
+   preflight) serves the clone stage's precondition check once, within ``max_age``, and any write forgets it (rule 3's
+   bookkeeping: it is a configuration like any other). The clone's POST carries no digest: Proxmox's ``clone_vm`` loads
+   the template's configuration itself, under the template's lock, and clones what it finds then. A fresh read made
+   just before the POST therefore proves no more than the recorded one (rule 6's window, at most ``max_age`` longer):
+   what the check uses it for - the template exists, is a template, how many volumes the clone allocates (admission) -
+   is re-decided by Proxmox at the clone, and the clone's read-back always reads the new VM (description, disk on the
+   planned storage, unlocked, stopped).
+8. **VMID free** (clone, ``trusts_recent_vmid_free``). "VMID N is free" read moments ago serves the clone stage's
+   check once, within ``max_age``, and any write this process sends forgets it (before sending: the write might be the
+   one that takes N). A recorded "free" that went stale (another client took N since) cannot turn into a second VM or
+   touch the other guest: ``clone_vm`` refuses a VMID whose configuration exists before it forks its worker (a
+   synchronous error, "config file already exists": the stage reads and fails with ``vmid_taken``, nothing created, the
+   stage pending), checks it again in the worker under the new VMID's lock, and the configuration file it then creates
+   is refused by the cluster file system for a VMID used anywhere in the cluster (a failed ``qmclone`` task:
+   ``task_failed``). Only the answer "free" is recorded: "taken" (``conflict``) is never served, so adoption and
+   ``vmid_taken`` always decide on fresh reads.
 
 The step-by-step path (one module process per stage) has no ``RecentReads``: every check reads.
 
@@ -54,6 +75,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols impor
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import config_of_pending, pending_keys
 
 CONFIG_SUFFIX = "/config"
+NEXTID_PATH = "/cluster/nextid"
 PENDING_SUFFIX = "/pending"
 STATUS_SUFFIX = "/status/current"
 # Writes that cannot change a VM's power state (rule 4): (method, path suffix after the VM path).
@@ -63,7 +85,8 @@ DEFAULT_MAX_AGE = 5.0
 
 
 class RecentReads:
-    """Configurations and power states this process read since its last write that could change them, by VM path."""
+    """Configurations and power states (by VM path) and free VMIDs this process read since its last write that could
+    change them."""
 
     def __init__(self, max_age: float = DEFAULT_MAX_AGE, clock: t.Callable[[], float] = time.monotonic) -> None:
         self.max_age = max_age
@@ -71,7 +94,9 @@ class RecentReads:
         self._configs: dict[str, tuple[float, dict[str, t.Any]]] = {}
         self._pending: dict[str, tuple[float, list[str]]] = {}
         self._power: dict[str, tuple[float, str]] = {}
-        # Precondition reads saved, by what was not read again ("config", "power"): for tests and the benchmark's account.
+        self._free_vmids: dict[int, float] = {}
+        # Precondition reads saved, by what was not read again ("config", "template", "power", "vmid_free"): for tests and
+        # the benchmark's account.
         self.saved: collections.Counter[str] = collections.Counter()
 
     @property
@@ -99,15 +124,26 @@ class RecentReads:
         if isinstance(state, str) and state:
             self._power[vm_path] = (self.clock(), state)
 
+    def record_free_vmid(self, vmid: t.Any, answer: t.Any) -> None:
+        """``GET /cluster/nextid?vmid=N`` answered ``N``: N is free (rule 8). Any other answer records nothing."""
+        try:
+            free = int(answer) == int(vmid)
+        except (TypeError, ValueError):
+            return
+        if free:
+            self._free_vmids[int(vmid)] = self.clock()
+
     def forget_all(self) -> None:
         self._configs.clear()
         self._pending.clear()
         self._power.clear()
+        self._free_vmids.clear()
 
     def before_write(self, method: str, path: str) -> None:
-        """Rules 3 and 4, applied before a write is sent: every configuration goes; power states only unless the write
-        is power-neutral (then the others' stay too: it changes no VM's power state)."""
+        """Rules 3, 4 and 8, applied before a write is sent: every configuration and free VMID goes; power states only
+        unless the write is power-neutral (then the others' stay too: it changes no VM's power state)."""
         self._configs.clear()
+        self._free_vmids.clear()
         self._pending.clear()
         if not any(method.upper() == verb and path.endswith(suffix) for verb, suffix in POWER_NEUTRAL_WRITES):
             self._power.clear()
@@ -115,13 +151,23 @@ class RecentReads:
     def _fresh(self, read_at: float) -> bool:
         return self.clock() - read_at <= self.max_age
 
-    def take(self, vm_path: str) -> dict[str, t.Any] | None:
-        """The configuration read moments ago (then forgotten: it serves one check), or ``None``: read it."""
+    def take(self, vm_path: str, what: str = "config") -> dict[str, t.Any] | None:
+        """The configuration read moments ago (then forgotten: it serves one check), or ``None``: read it.
+
+        ``what`` names the saved read for the account: ``config`` (the VM's own, rule 3) or ``template`` (rule 7)."""
         entry = self._configs.pop(vm_path, None)
         if entry is None or not self._fresh(entry[0]):
             return None
-        self.saved["config"] += 1
+        self.saved[what] += 1
         return entry[1]
+
+    def vmid_free(self, vmid: int) -> bool:
+        """Whether "VMID ``vmid`` is free" was read moments ago (then forgotten: it serves one check); ``False``: ask."""
+        read_at = self._free_vmids.pop(vmid, None)
+        if read_at is None or not self._fresh(read_at):
+            return False
+        self.saved["vmid_free"] += 1
+        return True
 
     def take_pending(self, vm_path: str) -> list[str] | None:
         """The keys with a pending change, listed moments ago with the configuration a stage took (then forgotten), or
@@ -145,7 +191,8 @@ class RecentReads:
 
 
 class ObservingClient(ApiVerbs):
-    """A client that records the configurations and power states it reads into ``RecentReads`` and forgets them at writes."""
+    """A client that records the configurations, power states and free VMIDs it reads into ``RecentReads`` and forgets them
+    at writes."""
 
     def __init__(self, client: ApiClient, reads: RecentReads) -> None:
         self._client = client
@@ -169,7 +216,9 @@ class ObservingClient(ApiVerbs):
                 self.reads.forget_all()  # rule 5: an unknown outcome, whatever the write
                 raise
         envelope = self._client.request(method, path, params)
-        if not params and isinstance(envelope, dict):
+        if path == NEXTID_PATH and params and set(params) == {"vmid"} and isinstance(envelope, dict):
+            self.reads.record_free_vmid(params["vmid"], envelope.get("data"))
+        elif not params and isinstance(envelope, dict):
             if path.endswith(CONFIG_SUFFIX):
                 self.reads.record(path[:-len(CONFIG_SUFFIX)], envelope.get("data"))
             elif path.endswith(PENDING_SUFFIX):

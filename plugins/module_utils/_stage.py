@@ -211,6 +211,10 @@ class StageContext:
     recent_reads: RecentReads | None = None
     # Power states this process read moments ago (``_recent_reads``), for a stage whose logic trusts them; None: read.
     recent_power: RecentReads | None = None
+    # The template configuration and "VMID N is free" this process read moments ago (``_recent_reads`` rules 7 and 8: the
+    # preflight's, in the same process), for a stage whose logic trusts them (clone); None: read.
+    recent_template: RecentReads | None = None
+    recent_vmid: RecentReads | None = None
 
     @property
     def wait_budget(self) -> float | None:
@@ -297,6 +301,10 @@ class StageLogic:
     # Whether the preconditions may take the power state this process read moments ago (``_recent_reads``, rule 4): not for
     # a stage whose own write changes the power state (start reads it: the backstop for another client's start).
     trusts_recent_power: t.ClassVar[bool] = False
+    # Whether the preconditions may take the template configuration (rule 7) and the answer "VMID N is free" (rule 8) this
+    # process read moments ago (the preflight's): for the clone, whose POST Proxmox re-checks against both.
+    trusts_recent_template: t.ClassVar[bool] = False
+    trusts_recent_vmid_free: t.ClassVar[bool] = False
 
     @classmethod
     def from_options(cls, options: t.Mapping[str, t.Any]) -> StageLogic:
@@ -460,7 +468,9 @@ class StageRunner:
         return StageContext(operation=operation, client=self.client, kind=self.logic.kind, check_mode=self.settings.check_mode,
                             settings=self.settings, guest_runner=self.guest_exec,
                             recent_reads=self.settings.recent_reads if self.logic.trusts_recent_config else None,
-                            recent_power=self.settings.recent_reads if self.logic.trusts_recent_power else None)
+                            recent_power=self.settings.recent_reads if self.logic.trusts_recent_power else None,
+                            recent_template=self.settings.recent_reads if self.logic.trusts_recent_template else None,
+                            recent_vmid=self.settings.recent_reads if self.logic.trusts_recent_vmid_free else None)
 
     def _require_write_allowed(self, ctx: StageContext) -> None:
         """Before every new mutating request: each gate of the stage re-read (an environment ``false`` wins over an

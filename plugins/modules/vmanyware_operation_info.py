@@ -170,6 +170,13 @@ operation:
       description: The status the stages reached (V(open), V(completed), V(failed) or V(uncertain)).
       type: str
       returned: success
+    begun:
+      description:
+        - Whether any stage was ever dispatched (a stage beyond V(pending), or one sent before and refused). An operation that has
+          not begun was only recorded - nothing was sent for it; a preflight that does not pass stops it before its first write,
+          while one that has begun resumes (C(docs/operations.md)).
+      type: bool
+      returned: success
     release:
       description: C(reason) (V(closed), V(abandoned) or V(cleaned)) and C(released_at) once the target was released, else V(null).
       type: dict

@@ -28,6 +28,15 @@ description:
     fresh reads.
   - Prints one progress line per stage and, while a stage runs long, one every O(progress_interval) seconds (when it runs in
     Ansible's worker on the controller, the default; the lines are also returned in RV(log)).
+  - With O(preflight=true) (not in check mode) the run first makes the read-only checks of M(vmanyware.proxmox.vmanyware_preflight)
+    (the same code) of the plan and catalog mapping recorded in the operation, on the same connection as the stages, one progress
+    line per check, and returns them in RV(preflight). The clone stage then takes the template configuration and the answer
+    "VMID free" the preflight read moments ago instead of reading them again (Proxmox decides both again when it clones; see
+    C(docs/stages.md)).
+  - When the checks do not pass (O(preflight_fail_on)) and the operation has not begun (no stage was ever dispatched), the run
+    fails with C(preflight_failed) before sending anything; the operation stays recorded with every stage pending (a re-run
+    resumes it; to plan differently abandon it first). When it has begun (its VM may exist already, so the VMID check fails),
+    the stages resume, with a warning.
   - Only for VM operations. A container operation's stages run with M(vmanyware.proxmox.vmanyware_container).
   - The protocol every stage follows is described in C(docs/stages.md) in the collection.
 author:
@@ -50,6 +59,19 @@ options:
     description: At most this many seconds between two progress lines while a stage runs long (each stage also prints one when it ends).
     type: float
     default: 30
+  preflight:
+    description:
+      - Run the preflight's read-only checks of the recorded plan before the first stage (ignored in check mode, and when no stage
+        remains to run). See the description for what checks that do not pass do.
+    type: bool
+    default: false
+  preflight_fail_on:
+    description:
+      - As O(vmanyware.proxmox.vmanyware_preflight#module:fail_on) - V(failed) counts failed checks, V(unknown) also checks that
+        reads could decide but left unknown, V(never) no result.
+    type: str
+    choices: [failed, unknown, never]
+    default: failed
 extends_documentation_fragment:
   - vmanyware.proxmox.stage
   - vmanyware.proxmox.stage.journal
@@ -86,6 +108,17 @@ EXAMPLES = r"""
 - name: Show what each stage did
   ansible.builtin.debug:
     msg: "{{ provisioned.stages | map(attribute='kind') | zip(provisioned.stages | map(attribute='status')) | list }}"
+
+- name: Check the recorded plan first, then run every stage (the provision role's confirmed path)
+  vmanyware.proxmox.vmanyware_provision:
+    operation_id: "{{ operation.operation_id }}"
+    preflight: true
+    preflight_fail_on: failed
+  register: provisioned
+
+- name: Show the preflight checks
+  ansible.builtin.debug:
+    msg: "{{ provisioned.preflight.checks | vmanyware.proxmox.check_table }}"
 """
 
 RETURN = r"""
@@ -152,9 +185,19 @@ requests:
   type: list
   elements: dict
 reads_saved:
-  description: Precondition reads of the VM configuration and power state this run did not repeat because it had read them moments ago.
+  description:
+    - Precondition reads this run did not repeat because it had read them moments ago - the VM configuration and power state,
+      and with O(preflight=true) the template configuration and the VMID check.
   returned: success
   type: int
+preflight:
+  description:
+    - The preflight's result with O(preflight=true), as M(vmanyware.proxmox.vmanyware_preflight) returns it - C(checks) (C(code),
+      C(status), C(message), in fixed order), C(summary), C(plan_hash), C(provider_scope_id), C(creation_enabled),
+      C(creation_blockers), C(tls_verified), C(vmid_reserved), C(capabilities).
+    - Also returned on failure, C(preflight_failed) included.
+  returned: with O(preflight=true), outside check mode, when a stage remained to run
+  type: dict
 progress:
   description: Progress of the stage still running when O(wait_budget) passed.
   returned: when RV(done=false) outside check mode

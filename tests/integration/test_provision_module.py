@@ -266,3 +266,98 @@ def test_module_entry_runs_the_chain(sim: t.Any, tmp_path: Path) -> None:
     result = provision(params, check_mode=False, diff=False)
     assert result["done"] and result["status"] == "completed" and len(result["log"]) == len(env.kinds)
     assert conn["tokens"]["full"]["secret"] not in json.dumps(result)
+
+
+def _module_params(sim: t.Any, env: gs.Env, tmp_path: Path, token: str = "full", **extra: t.Any) -> dict[str, t.Any]:
+    conn = sim.connection
+    params: dict[str, t.Any] = {
+        "operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "api_host": conn["host"], "api_port": conn["port"],
+        "api_token_id": conn["tokens"][token]["id"], "api_token_secret": conn["tokens"][token]["secret"], "ca_path": conn["ca_file"],
+        "validate_certs": True, "api_timeout": 10, "lock_wait": 10.0, "provisioning_enabled": True, "readiness_timeout": 60.0,
+        "storage_concurrency": 3,
+    }
+    params.update(extra)
+    return params
+
+
+TEMPLATE_CONFIG = "/nodes/pve-test/qemu/9000/config"
+
+
+def _gets(sim: t.Any, path: str) -> list[int]:
+    """Positions of the GETs of ``path`` in the simulator's request log."""
+    return [i for i, e in enumerate(sim.requests()) if e["method"] == "GET" and e["path"] == path]
+
+
+def test_the_preflight_runs_first_and_the_clone_takes_its_template_and_vmid_reads(sim: t.Any, tmp_path: Path) -> None:
+    env = gs.create(tmp_path / "with", sim.connection)
+    sim.clear_requests()
+    result = provision(_module_params(sim, env, tmp_path / "with", preflight=True), check_mode=False, diff=False)
+    assert result["done"] and result["preflight"]["summary"]["failed"] == 0 and "warnings" not in result
+    assert [check["code"] for check in result["preflight"]["checks"]][0] == "api_reachable"
+    assert result["log"][0].startswith("preflight passed") and result["log"][-1].startswith("stage %d/" % len(env.kinds))
+    # The template configuration and the VMID are read once (by the preflight), before the clone's POST; the clone took both.
+    clone_post = next(i for i, e in enumerate(sim.requests()) if e["method"] == "POST" and e["path"].endswith("/clone"))
+    assert len(_gets(sim, TEMPLATE_CONFIG)) == 1 and _gets(sim, TEMPLATE_CONFIG)[0] < clone_post
+    assert len(_gets(sim, "/cluster/nextid")) == 1 and _gets(sim, "/cluster/nextid")[0] < clone_post
+    assert sim.schema_violations() == []
+    with_preflight = len(sim.requests())
+
+    # The same chain without the preflight: the clone reads both itself; the preflight's other reads are the only extra.
+    sim.reset()
+    sim.set_speed(SPEED)
+    env = gs.create(tmp_path / "without", sim.connection)
+    sim.clear_requests()
+    without = provision(_module_params(sim, env, tmp_path / "without"), check_mode=False, diff=False)
+    assert without["done"] and "preflight" not in without
+    assert len(_gets(sim, TEMPLATE_CONFIG)) == 1 and len(_gets(sim, "/cluster/nextid")) == 1
+    assert result["reads_saved"] == without["reads_saved"] + 2  # the template configuration and "VMID free"
+    assert with_preflight - len(sim.requests()) == 8  # version, storage, network and 5 permission reads: the 10 minus the 2 taken
+
+
+def test_a_failing_preflight_of_a_new_operation_sends_nothing(sim: t.Any, tmp_path: Path) -> None:
+    env = gs.create(tmp_path, sim.connection)
+    sim.clear_requests()
+    with pytest.raises(ProvisionStopped) as info:
+        provision(_module_params(sim, env, tmp_path, token="limited", preflight=True), check_mode=False, diff=False)
+    result = info.value.to_result()
+    assert result["error_code"] == "preflight_failed" and result["stages"] == []
+    assert result["error_details"]["failed_checks"] == ["privileges"]
+    assert all(e["method"] == "GET" for e in sim.requests())
+    assert all(item["status"] == "pending" and item["attempts"] == 0 for item in env.document["stages"])
+
+
+def test_a_vmid_taken_after_the_preflight_read_it_free_is_refused_never_a_second_vm(sim: t.Any, tmp_path: Path) -> None:
+    """Rule 8's claim on the simulator: another client clones into the VMID right after the preflight read it free. The
+    clone stage takes that "free" and POSTs; Proxmox refuses (config file already exists); the stage reads, fails with
+    vmid_taken and stays pending. One VM at that VMID, the other client's, untouched."""
+    env = gs.create(tmp_path, sim.connection)
+    other = ProxmoxClient(gs.settings_for(sim.connection))
+
+    class TakenAfterTheRead:
+        def __init__(self, client: ProxmoxClient) -> None:
+            self.client = client
+            self.raced = False
+
+        def request(self, method: str, path: str, params: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+            envelope = self.client.request(method, path, params)
+            if path == "/cluster/nextid" and not self.raced:
+                self.raced = True
+                upid = other.post("/nodes/pve-test/qemu/9000/clone", newid=gs.VMID, full=1, storage="local-lvm", name="someone-else",
+                                  description="made by another tool")
+                assert wait_task(other, upid, timeout=60).succeeded
+            return envelope
+
+        def __getattr__(self, name: str) -> t.Any:
+            return getattr(self.client, name)
+
+    sim.clear_requests()
+    with pytest.raises(ProvisionStopped) as info:
+        provision(_module_params(sim, env, tmp_path, preflight=True), check_mode=False, diff=False,
+                  client_factory=lambda settings: TakenAfterTheRead(ProxmoxClient(settings)))
+    assert info.value.code == "vmid_taken" and info.value.details["rule"] == "taken_before_clone"
+    ours = [e for e in sim.requests(method="POST", path_regex=r"/qemu/9000/clone$") if e["params"].get("name") != "someone-else"]
+    assert len(ours) == 1 and ours[0]["status"] == 500
+    assert len(_gets(sim, "/cluster/nextid")) == 1  # the clone took the preflight's (now stale) "free"
+    assert env.stage("clone")["status"] == "pending" and env.document["status"] == "open"
+    assert sim.vm(gs.VMID)["config"]["description"] == "made by another tool"
+    assert sorted(guest["vmid"] for guest in sim.root_call("GET", "/cluster/resources", type="vm")) == [gs.VMID, 9000]

@@ -50,6 +50,10 @@ def _mutations(pvesim: t.Any) -> list[str]:
     return ["%s %s" % (entry["method"], entry["path"]) for entry in pvesim.requests() if entry["method"] in MUTATING]
 
 
+def _reads(pvesim: t.Any, path: str) -> int:
+    return sum(1 for entry in pvesim.requests() if entry["method"] == "GET" and entry["path"] == path)
+
+
 def test_review_preview_apply_and_rerun(pvesim: t.Any, tmp_path: Path) -> None:
     pvesim.set_speed(200)
     operator = Operator(pvesim, tmp_path)
@@ -68,9 +72,18 @@ def test_review_preview_apply_and_rerun(pvesim: t.Any, tmp_path: Path) -> None:
     assert _mutations(pvesim) == []
     assert not list(operator.journal.glob("op-*.json"))
 
+    pvesim.clear_requests()
     applied = operator.run("-e", "@%s" % operator.confirm)
     assert applied.returncode == 0, applied.stdout[-3000:]
     assert "8  packages   completed" in applied.stdout  # stage positions are 1-based, like the plan steps
+    # The confirmed run checks inside its one task (a line per check as it runs, the table again at the end), and the
+    # clone takes what that preflight read: the template's configuration and the VMID are read once in the whole run.
+    assert re.search(r"\[localhost\] preflight passed\s+privileges", applied.stdout), applied.stdout[-3000:]
+    assert re.search(r"^\s*\"?passed\s+vmid_free\s", applied.stdout, re.M), applied.stdout[-3000:]
+    assert "Preflight against Proxmox" not in applied.stdout  # the preflight role's task did not run
+    assert _reads(pvesim, "/nodes/pve-test/qemu/9000/config") == 1
+    assert _reads(pvesim, "/cluster/nextid") == 1 and _reads(pvesim, "/version") == 1
+    assert all(str(entry["params"].get("vmid")) == "201" for entry in pvesim.requests(method="GET", path_regex=r"^/cluster/nextid$"))
     sent = _mutations(pvesim)
     assert sent.count("POST /nodes/pve-test/qemu/9000/clone") == 1
     assert sent.count("POST /nodes/pve-test/qemu/201/status/start") == 1
@@ -99,13 +112,45 @@ def test_a_failed_preflight_stops_a_new_operation_before_anything_is_recorded(pv
     operator = Operator(pvesim, tmp_path)
     assert operator.run().returncode == 0
     # The limited token lacks privileges the stages need: the preflight fails, and with no recorded
-    # operation to resume, the confirmed run stops before recording one.
+    # operation to resume, the step-by-step run stops before recording one.
     limited = pvesim.connection["tokens"]["limited"]
     operator.env.update(PROXMOX_TOKEN_ID=limited["id"], PROXMOX_TOKEN_SECRET=limited["secret"])
-    result = operator.run("-e", "@%s" % operator.confirm)
+    result = operator.run("-e", "@%s" % operator.confirm, "-e", "provision_step_by_step=true")
     assert result.returncode != 0
     assert "check(s) failed (see the table above); nothing was changed" in result.stdout, result.stdout[-3000:]
     assert _mutations(pvesim) == [] and not list(operator.journal.glob("op-*.json"))
+
+
+def test_a_failed_preflight_of_the_one_task_path_sends_nothing_and_a_rerun_resumes(pvesim: t.Any, tmp_path: Path) -> None:
+    pvesim.set_speed(200)
+    operator = Operator(pvesim, tmp_path)
+    assert operator.run().returncode == 0
+    full = dict(operator.env)
+    limited = pvesim.connection["tokens"]["limited"]
+    operator.env.update(PROXMOX_TOKEN_ID=limited["id"], PROXMOX_TOKEN_SECRET=limited["secret"])
+    pvesim.clear_requests()
+    failed = operator.run("-e", "@%s" % operator.confirm)
+    assert failed.returncode != 0
+    # the checks were shown as they ran, and the failure names the code; nothing at all was sent
+    assert re.search(r"\[localhost\] preflight failed\s+privileges", failed.stdout), failed.stdout[-3000:]
+    assert '"error_code": "preflight_failed"' in failed.stdout and "Nothing was sent" in failed.stdout, failed.stdout[-3000:]
+    assert _mutations(pvesim) == [] and all(entry["method"] == "GET" for entry in pvesim.requests())
+    # The operation was recorded before the preflight ran (that path's order): open, every stage pending, not begun.
+    [path] = list(operator.journal.glob("op-*.json"))
+    document = yaml.safe_load(path.read_text())
+    assert document["status"] == "open" and document["failure"] is None
+    assert all(item["status"] == "pending" and item["attempts"] == 0 for item in document["stages"])
+    # The step-by-step path applies the same rule to it: not begun, so its failed preflight stops it too.
+    again = operator.run("-e", "@%s" % operator.confirm, "-e", "provision_step_by_step=true")
+    assert again.returncode != 0 and "nothing was changed" in again.stdout, again.stdout[-3000:]
+    assert _mutations(pvesim) == []
+    # With the privileges back, the next run resumes that operation (same id) and completes it.
+    operator.env = full
+    resumed = operator.run("-e", "@%s" % operator.confirm)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert [item.name for item in operator.journal.glob("op-*.json")] == [path.name]
+    assert yaml.safe_load(path.read_text())["status"] == "completed"
+    assert _mutations(pvesim).count("POST /nodes/pve-test/qemu/9000/clone") == 1
 
 
 @pytest.mark.parametrize("step_by_step", [False, True], ids=["one-task", "step-by-step"])

@@ -47,6 +47,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.documen
     lifecycle_status,
     new_operation_document,
     new_operation_id,
+    operation_begun,
     require_cleanup_eligible,
     stage,
     utc_now,
@@ -71,6 +72,6 @@ __all__ = [
     "OPERATION_STATUSES", "RELEASE_REASONS", "SCHEMA_VERSION", "STAGE_STATUSES", "TIMESTAMP_FORMAT",
     "JournalError", "JournalLayout", "JournalStore",
     "adopted_operation_document", "cleanup_view", "epoch_seconds", "hash_idempotency_key", "lifecycle_status", "new_operation_document",
-    "new_operation_id", "require_cleanup_eligible", "resolve_journal_dir", "stage", "target_key", "utc_now", "validate_document",
+    "new_operation_id", "operation_begun", "require_cleanup_eligible", "resolve_journal_dir", "stage", "target_key", "utc_now", "validate_document",
     "validate_operation_id",
 ]

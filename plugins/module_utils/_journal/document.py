@@ -328,6 +328,17 @@ def cleanup_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     return {key: view[key] for key in _TOP_KEYS}
 
 
+def operation_begun(document: t.Mapping[str, t.Any]) -> bool:
+    """Whether anything of the operation was ever dispatched: a stage beyond ``pending``, or one that was sent before
+    (``attempts``: a definite refusal returns a stage to ``pending``). An operation that has not begun was only recorded.
+
+    The one rule of what a preflight that did not pass may do (docs/operations.md, "A failed preflight"): a recorded
+    operation that has begun resumes (its VM may well exist: the preflight then reports the VMID taken, and each stage
+    checks its own preconditions); one that has not is stopped before its first write, like a new one.
+    """
+    return any(item["status"] != "pending" or item["attempts"] > 0 for item in document["stages"])
+
+
 def lifecycle_status(document: t.Mapping[str, t.Any]) -> str:
     """The operation's status as operators see it: ``cleaned`` once its cleanup completed, ``abandoned`` once
     the operator abandoned it, else the provisioning status (open, completed, failed, uncertain)."""

@@ -69,6 +69,10 @@ class CloneStage(StageLogic, AdoptionHook):
 
     kind = "clone"
     task_type = "qmclone"
+    # The preflight's reads of the template and of the VMID moments ago in the same process (``_recent_reads`` rules 7, 8):
+    # Proxmox decides both again when it clones (no digest; "config file already exists" refused under the VMID's lock).
+    trusts_recent_template = True
+    trusts_recent_vmid_free = True
 
     # -- helpers ------------------------------------------------------------------------------------
     @staticmethod
@@ -81,8 +85,9 @@ class CloneStage(StageLogic, AdoptionHook):
     # -- hooks ---------------------------------------------------------------------------------------
     def preconditions(self, ctx: StageContext) -> None:
         ctx.facts["adopt"] = False
+        recent = ctx.recent_template.take(self.template_path(ctx), "template") if ctx.recent_template is not None else None
         try:
-            template = read_config(ctx.client, self.template_path(ctx))
+            template = recent if recent is not None else read_config(ctx.client, self.template_path(ctx))
         except ProviderError as err:
             if err.code != "not_found":
                 raise
@@ -92,6 +97,8 @@ class CloneStage(StageLogic, AdoptionHook):
             raise StageError("The source VM is not a template.",
                              details={"stage": ctx.kind, "templateVmid": self.template_vmid(ctx), "rule": "is_template"})
         ctx.facts["allocations"] = cloned_volumes(template)
+        if ctx.recent_vmid is not None and ctx.recent_vmid.vmid_free(ctx.vmid):
+            return  # "free" read moments ago (rule 8); a "taken" answer is never recorded, so adoption always reads
         try:
             ctx.client.get("/cluster/nextid", vmid=ctx.vmid)
         except ProviderError as err:

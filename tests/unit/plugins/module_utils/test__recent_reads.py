@@ -20,10 +20,11 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads im
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageError, StageRunner, StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import VM as VM_GUEST, build_logic, stage_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import common
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "_stages"))
-from stage_fakes import FakeClient, complete, context, new_operation  # noqa: E402  pylint: disable=wrong-import-position
+from stage_fakes import TEMPLATE, FakeClient, complete, context, fixture, new_operation, pve_error  # noqa: E402  pylint: disable=C0413
 
 VM = "/nodes/pve-test/qemu/201"
 OTHER = "/nodes/pve-test/qemu/202"
@@ -159,6 +160,96 @@ def test_which_stages_trust_which_observation() -> None:
         "start": (True, False),  # its own write changes the power state: it reads it (and the pending list) itself
         "readiness": (False, True), "packages": (False, False), "snapshot": (False, False),
     }
+    # rules 7 and 8: only the clone takes the template configuration and "VMID free" (the preflight's)
+    sources = {kind for kind in trusts for logic in [type(build_logic(stage_spec(kind, VM_GUEST), {}))]
+               if logic.trusts_recent_template or logic.trusts_recent_vmid_free}
+    assert sources == {"clone"}
+
+
+def nextid_client() -> tuple[ObservingClient, FakeClient, RecentReads, Clock]:
+    clock = Clock()
+    reads = RecentReads(max_age=5.0, clock=clock)
+    fake = FakeClient({"/cluster/nextid": lambda params: params.get("vmid", 100), TEMPLATE + "/config": {"digest": "t1", "template": 1},
+                       VM + "/status/current": {"status": "stopped"}}, default=None)
+    fake.replies = [None] * 20
+    return ObservingClient(fake, reads), fake, reads, clock
+
+
+def test_vmid_free_serves_one_check_until_a_write_or_its_age() -> None:
+    client, _fake, reads, clock = nextid_client()
+    client.get("/cluster/nextid", vmid=201)
+    assert reads.vmid_free(202) is False  # another VMID was not asked
+    assert reads.vmid_free(201) is True and reads.vmid_free(201) is False  # served once
+    client.get("/cluster/nextid", vmid=201)
+    client.put(VM + "/config", cores=4)
+    assert reads.vmid_free(201) is False  # any write forgets it, even a power-neutral one: it might be the one taking N
+    client.get("/cluster/nextid", vmid=201)
+    clock.now += 5.1
+    assert reads.vmid_free(201) is False  # too old
+    client.get("/cluster/nextid")  # the datacenter's next free id: not an answer about a VMID
+    assert reads.vmid_free(100) is False
+    assert reads.saved == {"vmid_free": 1}
+
+
+def test_vmid_taken_is_never_recorded() -> None:
+    client, fake, reads, _clock = nextid_client()
+    fake.routes["/cluster/nextid"] = pve_error("nextid_taken")
+    with pytest.raises(ProviderError):
+        client.get("/cluster/nextid", vmid=201)
+    fake.routes["/cluster/nextid"] = 300  # an answer that is not the VMID asked: not a "free"
+    client.get("/cluster/nextid", vmid=201)
+    assert reads.vmid_free(201) is False
+
+
+def test_a_write_without_a_normal_answer_forgets_free_vmids_too() -> None:
+    client, fake, reads, _clock = nextid_client()
+    client.get("/cluster/nextid", vmid=201)
+    fake.routes["POST " + TEMPLATE + "/clone"] = ProviderError("lost", code="reply_lost")
+    with pytest.raises(ProviderError):
+        client.post(TEMPLATE + "/clone", newid=201, full=1, storage="local-lvm", name="x", description="y")
+    assert reads.vmid_free(201) is False
+
+
+def test_a_template_configuration_is_served_once_and_counted_apart() -> None:
+    client, _fake, reads, _clock = nextid_client()
+    client.get(TEMPLATE + "/config")
+    assert reads.take(TEMPLATE, "template") == {"digest": "t1", "template": 1}
+    assert reads.take(TEMPLATE, "template") is None
+    assert reads.saved == {"template": 1}
+
+
+def _clone_context(tmp_path: Path, trusted: bool) -> tuple[t.Any, FakeClient, RecentReads]:
+    store = JournalStore(str(tmp_path))
+    operation_id = new_operation(store)
+    client, fake, reads, _clock = nextid_client()
+    fake.routes[TEMPLATE + "/config"] = fixture("template_config")
+    client.get(TEMPLATE + "/config")
+    client.get("/cluster/nextid", vmid=201)
+    fake.log.clear()
+    ctx = context(store, operation_id, "clone", t.cast(t.Any, client))
+    if trusted:
+        ctx.recent_template = ctx.recent_vmid = reads
+    return ctx, fake, reads
+
+
+def test_the_clone_takes_the_template_and_the_free_vmid_only_when_handed_them(tmp_path: Path) -> None:
+    ctx, fake, reads = _clone_context(tmp_path / "a", trusted=False)
+    CloneStage().preconditions(ctx)  # a stage module (one process per stage): both read
+    assert [(method, path) for method, path, _params in fake.log] == [("GET", TEMPLATE + "/config"), ("GET", "/cluster/nextid")]
+    ctx, fake, reads = _clone_context(tmp_path / "b", trusted=True)
+    CloneStage().preconditions(ctx)
+    assert fake.log == [] and reads.saved == {"template": 1, "vmid_free": 1}
+    assert ctx.facts["allocations"] == 2 and ctx.facts["adopt"] is False  # the same decision as on fresh reads
+
+
+def test_the_runner_hands_the_clone_what_it_trusts(tmp_path: Path) -> None:
+    store = JournalStore(str(tmp_path))
+    operation_id = new_operation(store)
+    reads = RecentReads()
+    ctx = StageRunner(store, FakeClient(), CloneStage(), StageSettings(recent_reads=reads))._context(operation_id)  # pylint: disable=W0212
+    assert ctx.recent_template is reads and ctx.recent_vmid is reads and ctx.recent_reads is None and ctx.recent_power is None
+    ctx = StageRunner(store, FakeClient(), StartStage(), StageSettings(recent_reads=reads))._context(operation_id)  # pylint: disable=W0212
+    assert ctx.recent_template is None and ctx.recent_vmid is None
 
 
 def _start_ready(tmp_path: Path, recorded: str, actual: str) -> tuple[StageRunner, t.Any, FakeClient, RecentReads]:
