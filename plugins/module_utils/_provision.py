@@ -40,6 +40,7 @@ import typing as t
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import operation_begun
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._known_hosts import install_block
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation_states import operation_from_params
@@ -280,7 +281,18 @@ def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
         "confirmation": {"type": "dict"},
         "idempotency_key": {"type": "str", "no_log": False},
     })
+    spec["known_hosts_path"] = {"type": "path"}
     return spec
+
+
+def install_known_hosts(store: t.Any, operation_id: str, path: str, check_mode: bool) -> dict[str, t.Any] | None:
+    """A completed operation's agent-verified SSH host keys (its hand-off) installed in the known_hosts file at ``path``,
+    as ``vmanyware_known_hosts`` installs them (``_known_hosts.install_block``); None when there are none to install."""
+    document = store.load(operation_id)
+    known_hosts = (document.get("handoff") or {}).get("knownHosts")
+    if document["status"] != "completed" or known_hosts is None:
+        return None
+    return install_block(path, operation_id, known_hosts, check_mode=check_mode, diff=False)
 
 
 def record_confirmed(params: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
@@ -331,6 +343,11 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
         result["log"] = lines
         if preflight is not None:
             result["preflight"] = preflight
+        if params.get("known_hosts_path"):
+            installed = install_known_hosts(store, operation_id, params["known_hosts_path"], check_mode)
+            if installed is not None:
+                result["known_hosts"] = installed
+                result["changed"] = result["changed"] or installed["changed"]
         if warnings:
             result["warnings"] = warnings
         return result

@@ -106,6 +106,13 @@ options:
       - With O(confirmation), as O(vmanyware.proxmox.vmanyware_operation#module:idempotency_key) (default
         C(<planHash>@<providerScopeId>)); the same key and confirmation find the operation recorded before.
     type: str
+  known_hosts_path:
+    description:
+      - Once every stage is completed, install the operation's agent-verified SSH host keys (its hand-off's C(known_hosts), read by
+        readiness through the guest agent) in this known_hosts file on the controller, as M(vmanyware.proxmox.vmanyware_known_hosts)
+        installs them (one marked block per operation, mode 0600, under a lock); RV(known_hosts) says what changed.
+      - Nothing is installed while a stage remains, and in check mode the file is not written.
+    type: path
 extends_documentation_fragment:
   - vmanyware.proxmox.stage
   - vmanyware.proxmox.stage.journal
@@ -153,6 +160,7 @@ EXAMPLES = r"""
     confirmation: "{{ reviewed_confirmation }}"
     preflight: true
     preflight_fail_on: failed
+    known_hosts_path: ~/.ssh/vmanyware_known_hosts
   register: provisioned
 
 - name: Show the preflight checks
@@ -240,6 +248,10 @@ preflight:
       C(creation_blockers), C(tls_verified), C(vmid_reserved), C(capabilities).
     - Also returned on failure, C(preflight_failed) included.
   returned: with O(preflight=true), outside check mode, when a stage remained to run
+  type: dict
+known_hosts:
+  description: What installing the host keys did, as M(vmanyware.proxmox.vmanyware_known_hosts) returns it (C(path), C(outcome), C(lines), C(changed)).
+  returned: with O(known_hosts_path), once the operation is completed
   type: dict
 progress:
   description: Progress of the stage still running when O(wait_budget) passed.

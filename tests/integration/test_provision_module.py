@@ -398,8 +398,14 @@ def test_with_a_confirmation_it_records_the_operation_then_runs_every_stage(sim:
     confirmation = _expected_confirmation(sim, tmp_path)
     assert sim.requests() == [] and not _journal_files(tmp_path)  # the review sent nothing and recorded nothing
     assert confirmation["targetVmid"] == gs.VMID and confirmation["confirmed"] is True
-    result = provision(_record_params(sim, tmp_path, confirmation, set_operation_fact=True), check_mode=False, diff=False)
+    known_hosts = tmp_path / "ssh" / "known_hosts"
+    result = provision(_record_params(sim, tmp_path, confirmation, set_operation_fact=True, known_hosts_path=str(known_hosts)),
+                       check_mode=False, diff=False)
     assert result["done"] and result["status"] == "completed" and result["created"] and result["changed"]
+    # the agent-verified host keys of the hand-off, installed as vmanyware_known_hosts installs them
+    handoff = result["ansible_facts"]["vmanyware_operation"]["handoff"]
+    assert result["known_hosts"]["outcome"] == "created" and result["known_hosts"]["lines"] == len(handoff["known_hosts"]) >= 1
+    assert known_hosts.read_text().splitlines()[1:-1] == handoff["known_hosts"] and known_hosts.stat().st_mode & 0o777 == 0o600
     [path] = _journal_files(tmp_path)
     assert path.stem == result["operation_id"] == result["ansible_facts"]["vmanyware_operation"]["operation_id"]
     assert result["preflight"]["summary"]["failed"] == 0 and sim.schema_violations() == []
@@ -409,8 +415,9 @@ def test_with_a_confirmation_it_records_the_operation_then_runs_every_stage(sim:
     assert _effective(sim)[("POST", "/nodes/pve-test/qemu/9000/clone")] == 1
     # The same confirmation again finds the same operation (idempotent): nothing recorded, nothing sent but reads.
     sim.clear_requests()
-    again = provision(_record_params(sim, tmp_path, confirmation), check_mode=False, diff=False)
+    again = provision(_record_params(sim, tmp_path, confirmation, known_hosts_path=str(known_hosts)), check_mode=False, diff=False)
     assert again["operation_id"] == result["operation_id"] and not again["created"] and not again["changed"]
+    assert again["known_hosts"]["outcome"] == "unchanged"
     assert _journal_files(tmp_path) == [path] and all(e["method"] == "GET" for e in sim.requests())
 
 
@@ -432,8 +439,10 @@ def test_a_failure_after_recording_names_the_operation(sim: t.Any, tmp_path: Pat
     confirmation = _expected_confirmation(sim, tmp_path)
     sim.clear_requests()
     with pytest.raises(ProvisionStopped) as info:
-        provision(_record_params(sim, tmp_path, confirmation, token="limited"), check_mode=False, diff=False)
+        provision(_record_params(sim, tmp_path, confirmation, token="limited", known_hosts_path=str(tmp_path / "known_hosts")),
+                  check_mode=False, diff=False)
     result = info.value.to_result()
+    assert not (tmp_path / "known_hosts").exists()  # keys only once the operation is completed
     [path] = _journal_files(tmp_path)
     # recorded first (the role's order), then the preflight failed: nothing sent, the failure names the operation
     assert result["error_code"] == "preflight_failed" and result["operation_id"] == path.stem
