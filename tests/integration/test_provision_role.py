@@ -187,6 +187,9 @@ def test_long_tasks_show_progress_without_resending(pvesim: t.Any, tmp_path: Pat
         assert re.search(r"\[localhost\] stage (\d+)/\1 packages: completed", applied.stdout), applied.stdout[-3000:]
         assert "Follow up until done" not in applied.stdout
     assert _mutations(pvesim).count("POST /nodes/pve-test/qemu/9000/clone") == 1
+    # the agent-verified host keys for later plays: by the one task itself, or by the step-by-step path's own task
+    assert (tmp_path / "known_hosts").read_text().count("ssh-ed25519") == 1
+    assert ("Install the agent-verified SSH host keys" in applied.stdout) == step_by_step
 
 
 def test_repeat_plans_a_recorded_operation_again_for_a_new_vmid(pvesim: t.Any, tmp_path: Path) -> None:
