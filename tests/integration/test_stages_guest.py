@@ -19,14 +19,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import guest_support as gs  # noqa: E402  pylint: disable=wrong-import-position
 from pvesim.packageindex import load_index  # noqa: E402
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import CloudinitStage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.packages import PackagesStage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.readiness import ReadinessStage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import SeedStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import SnapshotStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import SnapshotStage, snapshot_name  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid, wait_task  # noqa: E402
 
 pytestmark = pytest.mark.integration
 SPEED = 400
@@ -297,6 +299,23 @@ def test_snapshot_lost_reply_and_completion(sim: t.Any, tmp_path: Path) -> None:
     assert result["done"] and result["stage"]["evidence"]["snapname"].startswith("vmanyware-")
     assert gs.mutations(sim) == [("POST", gs.VM + "/snapshot")]
     assert env.document["status"] == "completed" and env.document["handoff"]["snapshot"] == result["stage"]["evidence"]["snapname"]
+
+
+def test_a_snapshot_taken_outside_under_the_operations_name_fails_the_stage(sim: t.Any, tmp_path: Path) -> None:
+    # The stage does not list snapshots before its write (it never sent it: only someone else can have used the operation's
+    # name). Proxmox's snapshot task refuses a used name; the stage fails on that task and never takes the foreign one as its own.
+    env = gs.prepared(tmp_path, sim.connection, snapshot=True)
+    _through(env, "readiness")
+    assert env.run(ReadinessStage())["done"]
+    name = snapshot_name(env.document["operationId"])
+    with ProxmoxClient(gs.settings_for(sim.connection)) as client:
+        wait_task(client, parse_upid(client.post(gs.VM + "/snapshot", snapname=name)), timeout=30).raise_for_outcome()
+    sim.clear_requests()
+    error = _fails(env, SnapshotStage(), "task_failed", environ=dict(gs.ON, **ENABLED))
+    assert any("already used" in line for line in error.details["log_tail"])
+    assert gs.mutations(sim) == [("POST", gs.VM + "/snapshot")]
+    assert [e["path"] for e in sim.requests() if e["method"] == "GET"][:1] == [gs.VM + "/config"]  # no list before the write
+    assert env.stage("snapshot")["status"] == "failed"
 
 
 # -- the whole operation -----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import epoch_seconds
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import ADOPTED_REQUEST, epoch_seconds
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import pending_keys, read_config, read_pending, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError
@@ -34,6 +34,11 @@ def binding_description(operation: t.Mapping[str, t.Any]) -> str:
     """
     plan = operation["plan"]
     return "vmanyware operation %s\ndefinitionHash %s\nplanHash %s" % (operation["operationId"], plan["definitionHash"], plan["planHash"])
+
+
+def adopted_operation(ctx: StageContext) -> bool:
+    """The operation was made by ``vmanyware_adopt`` from an existing VM (its adopted stages carry ``ADOPTED_REQUEST``)."""
+    return any(item.get("request") == ADOPTED_REQUEST for item in ctx.operation["stages"])
 
 
 def read_config_or_none(ctx: StageContext) -> dict[str, t.Any] | None:

@@ -14,6 +14,12 @@ the snapshot verified in ``GET {vm}/snapshot``. A lost reply is resolved by that
 applied; absent with no ``qmsnapshot`` task since the dispatch -> no effect yet (the runner reads again, then
 keeps the stage uncertain: a lost submission is never re-sent; a refused request goes back to pending).
 
+The list is not read before the write (``preconditions``), except for an adopted operation. The runner dispatches only
+a stage that never sent its write, or whose write was refused with no effect, so the operation's own name cannot be
+listed unless the snapshot was made outside the collection; Proxmox refuses a name already used, under the VM's config
+lock, and that refusal is resolved by the same list as a lost reply: listed -> applied. An adopted operation's VM may
+already carry the snapshot (``adoption_note``): its stage reads the list first and sends nothing then.
+
 This is a private module_utils file: not a public API.
 """
 
@@ -50,7 +56,8 @@ class SnapshotStage(StageLogic, AdoptionHook):
         _guest.check_identity(ctx, config)
         if config.get("lock"):
             raise StageError("The target VM is locked; nothing was sent.", code="locked", details={"stage": ctx.kind})
-        ctx.facts["snapshots"] = list_snapshots(ctx)
+        if common.adopted_operation(ctx):
+            ctx.facts["snapshots"] = list_snapshots(ctx)
 
     def request(self, ctx: StageContext) -> Request | None:
         name = snapshot_name(ctx.operation["operationId"])

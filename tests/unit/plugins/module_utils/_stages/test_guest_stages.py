@@ -22,7 +22,7 @@ from pvesim.guest import _fingerprint as pvesim_fingerprint
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import map_http_error
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import ADOPTED_REQUEST, JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     GuestCommand,
     GuestOutcome,
@@ -228,6 +228,23 @@ def test_start_and_snapshot_requests() -> None:
     assert request.params["snapname"] == name and request.params["vmstate"] == 0 and len(name) <= 40
     ctx.facts["snapshots"] = {name: {}}
     assert SnapshotStage().request(ctx) is None
+
+
+@pytest.mark.parametrize("adopted", [False, True])
+def test_snapshot_lists_snapshots_before_its_write_only_for_an_adopted_operation(adopted: bool) -> None:
+    # The runner dispatches only a stage that never sent its write (or whose write was refused with no effect): the
+    # operation's own name cannot be listed then. An adopted VM may already carry it: that stage reads and sends nothing.
+    ctx = ctx_for("snapshot")
+    if adopted:
+        ctx.operation["stages"][0]["request"] = dict(ADOPTED_REQUEST)
+    name = snapshot_name(REC["operationId"])
+    ctx.client = FakeClient({VM + "/config": REC["config_after"], VM + "/snapshot": [{"name": name, "snaptime": 1}, {"name": "current"}]})
+    SnapshotStage().preconditions(ctx)
+    request = SnapshotStage().request(ctx)
+    if adopted:
+        assert ctx.client.paths() == [VM + "/config", VM + "/snapshot"] and request is None
+    else:
+        assert ctx.client.paths() == [VM + "/config"] and request is not None and request.params["snapname"] == name
 
 
 def test_snapshot_stage_declares_both_gates() -> None:
