@@ -72,12 +72,13 @@ def run_operation(state: str, inputs: OperationInputs, *, confirmation: t.Any, i
 
 
 def operation_from_params(params: t.Mapping[str, t.Any], state: str, *, check_mode: bool,
-                          environ: t.Mapping[str, str] = os.environ) -> dict[str, t.Any]:
+                          environ: t.Mapping[str, str] | None = None) -> dict[str, t.Any]:
     """``run_operation`` with a module's options: ``vmanyware_operation``'s, and ``vmanyware_provision``'s when it records
     the confirmed operation itself (state ``present``; the plan inputs, ``confirmation``, ``idempotency_key``,
-    ``provisioning_enabled``, the journal and the connection, all of the same names)."""
+    ``provisioning_enabled``, the journal and the connection, all of the same names); ``environ``: the gates' (default
+    ``os.environ`` as it is at the call: the in-process action applies the task's ``environment`` to it)."""
     inputs = OperationInputs(store=lambda: open_store(params["journal_dir"]), planned=lambda: plan_from_params(params),
                              connection=lambda: connection_settings(params))
     return run_operation(state, inputs, confirmation=params["confirmation"], idempotency_key=params["idempotency_key"],
                          provisioning_option=params["provisioning_enabled"], operation_id=params.get("operation_id"),
-                         reason=params.get("reason"), environ=environ, check_mode=check_mode)
+                         reason=params.get("reason"), environ=os.environ if environ is None else environ, check_mode=check_mode)
