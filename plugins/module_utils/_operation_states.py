@@ -18,9 +18,11 @@ This is a private module_utils file: not a public API.
 
 from __future__ import annotations
 
+import os
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._adopt import adopt_operation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (
@@ -34,6 +36,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
     verified_scope,
     with_operation_facts,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import plan_from_params
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store
 
 STATES = ("present", "adopt", "abandoned")
 
@@ -65,3 +69,16 @@ def run_operation(state: str, inputs: OperationInputs, *, confirmation: t.Any, i
                                   idempotency_key=idempotency_key, environ=environ, provisioning_option=provisioning_option,
                                   check_mode=check_mode)
     return with_operation_facts(result)
+
+
+def operation_from_params(params: t.Mapping[str, t.Any], state: str, *, check_mode: bool,
+                          environ: t.Mapping[str, str] | None = None) -> dict[str, t.Any]:
+    """``run_operation`` with a module's options: ``vmanyware_operation``'s, and ``vmanyware_provision``'s when it records
+    the confirmed operation itself (state ``present``; the plan inputs, ``confirmation``, ``idempotency_key``,
+    ``provisioning_enabled``, the journal and the connection, all of the same names); ``environ``: the gates' (default
+    ``os.environ`` as it is at the call: the in-process action applies the task's ``environment`` to it)."""
+    inputs = OperationInputs(store=lambda: open_store(params["journal_dir"]), planned=lambda: plan_from_params(params),
+                             connection=lambda: connection_settings(params))
+    return run_operation(state, inputs, confirmation=params["confirmation"], idempotency_key=params["idempotency_key"],
+                         provisioning_option=params["provisioning_enabled"], operation_id=params.get("operation_id"),
+                         reason=params.get("reason"), environ=os.environ if environ is None else environ, check_mode=check_mode)

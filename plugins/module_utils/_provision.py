@@ -16,6 +16,12 @@ Two things make it cheaper than one task per stage: no task, worker and template
 and the configuration and power state this process read moments ago serve the next stages'
 preconditions (``_recent_reads``, whose docstring gives the rules).
 
+With ``confirmation`` (and the plan inputs) the run first records the confirmed operation, or finds it again, exactly
+as ``vmanyware_operation`` does with the same options (``_operation_states.operation_from_params``): the same gates,
+the same confirmation check (``confirmation_required``, ``plan_changed`` before anything is recorded or sent), the same
+idempotency; only then does it run the operation's stages. The provision role's confirmed one-task path saves the
+separate task that way.
+
 With ``preflight`` the run first makes the preflight's read-only checks (``_preflight``, the same code as
 ``vmanyware_preflight``) of the operation's recorded plan and mapping, on the same client as the stages, one
 progress line per check: the clone stage then takes the template configuration and "VMID N is free" the preflight
@@ -34,8 +40,11 @@ import typing as t
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import operation_begun
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._known_hosts import install_block
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation_states import operation_from_params
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_MUTUALLY_EXCLUSIVE, plan_input_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import FAIL_ON_CHOICES, PreflightFailed, preflight_of_recorded
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import report
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import ObservingClient, RecentReads
@@ -78,9 +87,12 @@ class ProvisionStopped(VmanywareError):
         self.stages = stages
         self.log: list[str] = []
         self.preflight: dict[str, t.Any] | None = None
+        self.operation_id: str | None = None
 
     def to_result(self) -> dict[str, t.Any]:
         result = super().to_result()
+        if self.operation_id is not None:
+            result["operation_id"] = self.operation_id
         result["stages"] = self.stages
         result["log"] = self.log
         if self.preflight is not None:
@@ -245,8 +257,13 @@ def _done_text(summary: t.Mapping[str, t.Any], check_mode: bool) -> str:
     return "completed in %.1f s" % summary["seconds"]
 
 
+# The options of vmanyware_operation (state present) that vmanyware_provision takes to record the confirmed operation itself
+# (with the stage options catalog_path and catalog, which are then the plan's catalog too).
+RECORD_OPTIONS = ("definition_path", "definition", "target_vmid", "confirmation", "idempotency_key")
+
+
 def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
-    """The stage options plus the per-stage ones, ``progress_interval`` and the preflight's."""
+    """The stage options plus the per-stage ones, ``progress_interval``, the preflight's and those recording the operation."""
     spec = stage_argument_spec()
     spec.update({
         "readiness_timeout": {"type": "float", "default": 300.0},
@@ -256,17 +273,51 @@ def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
         "preflight": {"type": "bool", "default": False},
         "preflight_fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "failed"},
     })
+    plan_inputs = plan_input_argument_spec()
+    spec.update({
+        "definition_path": plan_inputs["definition_path"],
+        "definition": plan_inputs["definition"],
+        "target_vmid": dict(plan_inputs["target_vmid"], required=False),
+        "confirmation": {"type": "dict"},
+        "idempotency_key": {"type": "str", "no_log": False},
+    })
+    spec["known_hosts_path"] = {"type": "path"}
     return spec
+
+
+def install_known_hosts(store: t.Any, operation_id: str, path: str, check_mode: bool) -> dict[str, t.Any] | None:
+    """A completed operation's agent-verified SSH host keys (its hand-off) installed in the known_hosts file at ``path``,
+    as ``vmanyware_known_hosts`` installs them (``_known_hosts.install_block``); None when there are none to install."""
+    document = store.load(operation_id)
+    known_hosts = (document.get("handoff") or {}).get("knownHosts")
+    if document["status"] != "completed" or known_hosts is None:
+        return None
+    return install_block(path, operation_id, known_hosts, check_mode=check_mode, diff=False)
+
+
+def record_confirmed(params: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
+    """``vmanyware_operation`` (state ``present``) with this task's options: the confirmed operation recorded, or found
+    again by its idempotency key; in check mode the document an apply run would record. Nothing is sent to Proxmox."""
+    if params.get("target_vmid") is None or not (params.get("definition") or params.get("definition_path")) \
+            or not (params.get("catalog") or params.get("catalog_path")):
+        raise InputError("With confirmation, target_vmid, definition_path or definition, and catalog_path or catalog are required "
+                         "(the plan the operation is recorded from).", path="confirmation", details={"rule": "plan_inputs_required"})
+    return operation_from_params(params, "present", check_mode=check_mode)
 
 
 def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
               client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
-    """``vmanyware_provision``: every remaining stage of ``params['operation_id']``; progress lines shown as they come
-    (``_progress``) and returned in ``log``."""
+    """``vmanyware_provision``: every remaining stage of ``params['operation_id']`` (or, with ``confirmation``, of the
+    operation it records first); progress lines shown as they come (``_progress``) and returned in ``log``."""
     if params.get("progress_interval") is not None and params["progress_interval"] <= 0:
         raise InputError("progress_interval must be greater than 0.", path="progress_interval", details={"rule": "positive"})
     settings = stage_settings(params, check_mode=check_mode, diff=diff)
     options = StageOptions(readiness_timeout=params.get("readiness_timeout") or 300.0, packages_timeout=params.get("packages_timeout") or 900.0)
+    recorded: dict[str, t.Any] | None = None
+    if params.get("confirmation") is not None:
+        recorded = record_confirmed(params, check_mode)
+        # check mode: the stages preview against the document an apply run would record (none when the operation exists)
+        params = dict(params, operation_id=recorded["operation_id"], preview_operation=recorded.get("preview_document"))
     lines: list[str] = []
 
     def say(line: str) -> None:
@@ -292,14 +343,33 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
         result["log"] = lines
         if preflight is not None:
             result["preflight"] = preflight
+        if params.get("known_hosts_path"):
+            installed = install_known_hosts(store, operation_id, params["known_hosts_path"], check_mode)
+            if installed is not None:
+                result["known_hosts"] = installed
+                result["changed"] = result["changed"] or installed["changed"]
         if warnings:
             result["warnings"] = warnings
         return result
 
-    return with_stage_client(params, check_mode, run, client_factory)
+    try:
+        result = with_stage_client(params, check_mode, run, client_factory)
+    except VmanywareError as err:
+        if recorded is None:
+            raise
+        # Every failure after the operation was recorded names it, so the operator (or a rescue) can follow it up.
+        stopped = err if isinstance(err, ProvisionStopped) else ProvisionStopped(err, [])
+        stopped.operation_id = recorded["operation_id"]
+        stopped.log = lines
+        raise stopped from None
+    if recorded is not None:
+        result["created"] = recorded["created"]
+        result["changed"] = result["changed"] or recorded["changed"]
+    return result
 
 
 def provision_entry() -> ModuleEntry:
     return ModuleEntry(argument_spec=provision_argument_spec,
                        action=lambda params, check_mode, diff: provision(params, check_mode=check_mode, diff=diff),
-                       libraries=("requests", "proxmoxer"), mutually_exclusive=(("catalog_path", "catalog"),))
+                       libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),
+                       mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE + (("operation_id", "confirmation"), ("preview_operation", "confirmation")))

@@ -245,17 +245,15 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import OperationInputs
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation_states import STATES, run_operation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation_states import STATES, operation_from_params
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import (
     PLAN_INPUT_MUTUALLY_EXCLUSIVE,
     PLAN_INPUT_REQUIRED_ONE_OF,
-    plan_from_params,
     plan_input_argument_spec,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec
 
 
 def argument_spec() -> dict:
@@ -280,11 +278,7 @@ REQUIRED_IF = tuple(
 
 
 def action(params, check_mode, diff) -> dict:
-    inputs = OperationInputs(store=lambda: open_store(params["journal_dir"]), planned=lambda: plan_from_params(params),
-                             connection=lambda: connection_settings(params))
-    return run_operation(params["state"], inputs, confirmation=params["confirmation"], idempotency_key=params["idempotency_key"],
-                         provisioning_option=params["provisioning_enabled"], operation_id=params.get("operation_id"), reason=params.get("reason"),
-                         environ=os.environ, check_mode=check_mode)
+    return operation_from_params(params, params["state"], check_mode=check_mode, environ=os.environ)
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),

@@ -16,6 +16,14 @@ description:
     one task. Each stage runs exactly as its own module runs it (M(vmanyware.proxmox.vmanyware_clone) and the others, which stay
     for step-by-step use) - the same journal protocol, the gates re-read before every new write, a lost reply resolved by reads
     only and never sent again, and the same preconditions and read-back observation.
+  - With O(confirmation) instead of O(operation_id) it first records the confirmed operation itself, or finds it again, exactly
+    as M(vmanyware.proxmox.vmanyware_operation) does (O(vmanyware.proxmox.vmanyware_operation#module:state=present)) with the same
+    options (the plan inputs O(catalog_path) or O(catalog), O(definition_path) or O(definition) and O(target_vmid), and
+    O(idempotency_key), O(provisioning_enabled)) - the same gates, the same check of the confirmation against the plan computed
+    again from those inputs, and no Proxmox request before the operation is recorded. A confirmation that is missing,
+    incomplete or names another plan fails exactly as there (C(confirmation_required) with the block in
+    RV(error_details.expected_confirmation), C(plan_changed), ...) with nothing recorded or sent. The provision role's confirmed
+    one-task path runs that way.
   - Stops at the first stage that fails, with that stage's error code; RV(stages) then lists every stage this run reached with its
     result. The operation keeps the guest; re-running the module continues from the journal (completed stages are not run again).
   - A stage that trusts it (resources, disk, cloudinit, seed) takes the VM configuration the previous stage read back moments ago in
@@ -72,6 +80,39 @@ options:
     type: str
     choices: [failed, unknown, never]
     default: failed
+  confirmation:
+    description:
+      - Record the confirmed operation in this task, then run its stages (see the description); mutually exclusive with
+        O(operation_id). The block exactly as M(vmanyware.proxmox.vmanyware_operation) returned it in
+        RV(vmanyware.proxmox.vmanyware_operation#module:error_details.expected_confirmation), with C(confirmed=true).
+      - Needs O(target_vmid), O(definition_path) or O(definition), and O(catalog_path) or O(catalog) (which is then the plan's
+        catalog as well as the one every write checks the mapping against); C(invalid_option) otherwise.
+    type: dict
+  definition_path:
+    description:
+      - With O(confirmation), the environment definition file (as
+        O(vmanyware.proxmox.vmanyware_operation#module:definition_path)). Mutually exclusive with O(definition).
+    type: path
+  definition:
+    description:
+      - With O(confirmation), the environment definition as YAML text or a dictionary (as
+        O(vmanyware.proxmox.vmanyware_operation#module:definition)).
+    type: raw
+  target_vmid:
+    description: With O(confirmation), the VMID of the new VM (as O(vmanyware.proxmox.vmanyware_operation#module:target_vmid)).
+    type: int
+  idempotency_key:
+    description:
+      - With O(confirmation), as O(vmanyware.proxmox.vmanyware_operation#module:idempotency_key) (default
+        C(<planHash>@<providerScopeId>)); the same key and confirmation find the operation recorded before.
+    type: str
+  known_hosts_path:
+    description:
+      - Once every stage is completed, install the operation's agent-verified SSH host keys (its hand-off's C(known_hosts), read by
+        readiness through the guest agent) in this known_hosts file on the controller, as M(vmanyware.proxmox.vmanyware_known_hosts)
+        installs them (one marked block per operation, mode 0600, under a lock); RV(known_hosts) says what changed.
+      - Nothing is installed while a stage remains, and in check mode the file is not written.
+    type: path
 extends_documentation_fragment:
   - vmanyware.proxmox.stage
   - vmanyware.proxmox.stage.journal
@@ -90,6 +131,8 @@ attributes:
     support: full
     details: Completed stages return their compact record without sending anything; a completed operation sends nothing.
 requirements:
+  - PyYAML
+  - jsonschema
   - requests
   - proxmoxer
 """
@@ -109,11 +152,15 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ provisioned.stages | map(attribute='kind') | zip(provisioned.stages | map(attribute='status')) | list }}"
 
-- name: Check the recorded plan first, then run every stage (the provision role's confirmed path)
+- name: Record the confirmed operation, check its plan, then run every stage (the provision role's confirmed path)
   vmanyware.proxmox.vmanyware_provision:
-    operation_id: "{{ operation.operation_id }}"
+    catalog_path: files/catalog.yml
+    definition_path: files/kernel-lab.yml
+    target_vmid: 201
+    confirmation: "{{ reviewed_confirmation }}"
     preflight: true
     preflight_fail_on: failed
+    known_hosts_path: ~/.ssh/vmanyware_known_hosts
   register: provisioned
 
 - name: Show the preflight checks
@@ -132,9 +179,13 @@ done:
   returned: always
   type: bool
 operation_id:
-  description: The operation.
-  returned: always
+  description: The operation (with O(confirmation), the one this task recorded or found).
+  returned: always, except when O(confirmation) failed before an operation was recorded
   type: str
+created:
+  description: Whether this run recorded the operation (V(false) when the same confirmation found it recorded before, and in check mode).
+  returned: with O(confirmation), on success
+  type: bool
 status:
   description: The operation's status after this run (V(completed) once every stage completed).
   returned: success
@@ -198,6 +249,10 @@ preflight:
     - Also returned on failure, C(preflight_failed) included.
   returned: with O(preflight=true), outside check mode, when a stage remained to run
   type: dict
+known_hosts:
+  description: What installing the host keys did, as M(vmanyware.proxmox.vmanyware_known_hosts) returns it (C(path), C(outcome), C(lines), C(changed)).
+  returned: with O(known_hosts_path), once the operation is completed
+  type: dict
 progress:
   description: Progress of the stage still running when O(wait_budget) passed.
   returned: when RV(done=false) outside check mode
@@ -222,9 +277,21 @@ ansible_facts:
       type: dict
       returned: with O(set_operation_fact=true)
 error_code:
-  description: On failure, the failed stage's fixed error code (see C(docs/errors.md)), for example V(task_failed) or V(outcome_uncertain).
+  description:
+    - On failure, the failed stage's fixed error code (see C(docs/errors.md)), for example V(task_failed) or V(outcome_uncertain).
+    - With O(confirmation), before anything is recorded, the code of M(vmanyware.proxmox.vmanyware_operation), for example
+      V(confirmation_required) or V(plan_changed).
   returned: failure
   type: str
+error_details:
+  description: Safe details of a failure.
+  returned: failure
+  type: dict
+  contains:
+    expected_confirmation:
+      description: The confirmation block of the freshly computed plan (as M(vmanyware.proxmox.vmanyware_operation) returns it).
+      type: dict
+      returned: with O(confirmation), on V(confirmation_required) and V(plan_changed)
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -263,8 +263,9 @@ def test_review_with_the_read_only_credential(pvesim: t.Any, tmp_path: Path, mon
     pvesim.clear_requests()
     apply = run_job(pdd, "apply", {**extravars, "provision_confirmation": block}, envvars)
     assert apply.status == "failed"
-    failures = module_results(apply, "vmanyware.proxmox.vmanyware_operation", ("runner_on_failed",))
-    assert [r["error_code"] for r in failures] == ["provisioning_disabled"]
+    # the role's confirmed one-task path records the operation in its vmanyware_provision task (as vmanyware_operation would)
+    failures = module_results(apply, "vmanyware.proxmox.vmanyware_provision", ("runner_on_failed",))
+    assert [r["error_code"] for r in failures] == ["provisioning_disabled"] and "operation_id" not in failures[0]
     assert "set it to true" in failures[0]["msg"]
     assert not stage_oks(apply) and {e["method"] for e in pvesim.requests()} <= {"GET"}
     assert not list(journal.glob("op-*.json"))

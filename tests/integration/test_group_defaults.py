@@ -94,6 +94,7 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         "passwd_status": "L", "authorized_keys_left": 0,
         # vmanyware_known_hosts: writes the operation's block into a file of this test
         "path": str(tmp_path / "ssh" / "known_hosts"), "known_hosts": ["192.0.2.10 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGroupDefaultsTest"],
+        "known_hosts_path": str(tmp_path / "ssh" / "provision_known_hosts"),  # vmanyware_provision's (not run here)
     }
     options = group_options()
     values: dict[str, t.Any] = {}

@@ -26,6 +26,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._provision impor
     ProvisionStopped,
     StageOptions,
     provision,
+    provision_entry,
     run_stages,
     stage_logic,
 )
@@ -361,3 +362,106 @@ def test_a_vmid_taken_after_the_preflight_read_it_free_is_refused_never_a_second
     assert env.stage("clone")["status"] == "pending" and env.document["status"] == "open"
     assert sim.vm(gs.VMID)["config"]["description"] == "made by another tool"
     assert sorted(guest["vmid"] for guest in sim.root_call("GET", "/cluster/resources", type="vm")) == [gs.VMID, 9000]
+
+
+# --- With confirmation: the task records the confirmed operation itself (the provision role's confirmed one-task path) ---
+
+def _record_params(sim: t.Any, tmp_path: Path, confirmation: t.Any, token: str = "full", **extra: t.Any) -> dict[str, t.Any]:
+    """vmanyware_provision's options with the plan inputs and a confirmation instead of an operation id."""
+    params = _module_params(sim, t.cast(gs.Env, _NoOperation()), tmp_path, token=token, operation_id=None,
+                            catalog=gs.catalog_text(), catalog_path=None, definition=gs.definition_text(), definition_path=None,
+                            target_vmid=gs.VMID, confirmation=confirmation, idempotency_key=None, preflight=True)
+    params.update(extra)
+    return params
+
+
+class _NoOperation:  # pylint: disable=too-few-public-methods
+    operation_id = None
+
+
+def _journal_files(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "journal").glob("op-*.json"))
+
+
+def _expected_confirmation(sim: t.Any, tmp_path: Path) -> dict[str, t.Any]:
+    """The block a review run prints: vmanyware_provision without a complete confirmation fails with it, recording nothing."""
+    with pytest.raises(VmanywareError) as info:
+        provision(_record_params(sim, tmp_path, {}), check_mode=False, diff=False)
+    assert info.value.code == "confirmation_required" and not isinstance(info.value, ProvisionStopped)
+    return dict(info.value.details["expected_confirmation"])
+
+
+def test_with_a_confirmation_it_records_the_operation_then_runs_every_stage(sim: t.Any, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VMANYWARE_PROVISIONING_ENABLED", raising=False)
+    sim.clear_requests()
+    confirmation = _expected_confirmation(sim, tmp_path)
+    assert sim.requests() == [] and not _journal_files(tmp_path)  # the review sent nothing and recorded nothing
+    assert confirmation["targetVmid"] == gs.VMID and confirmation["confirmed"] is True
+    known_hosts = tmp_path / "ssh" / "known_hosts"
+    result = provision(_record_params(sim, tmp_path, confirmation, set_operation_fact=True, known_hosts_path=str(known_hosts)),
+                       check_mode=False, diff=False)
+    assert result["done"] and result["status"] == "completed" and result["created"] and result["changed"]
+    # the agent-verified host keys of the hand-off, installed as vmanyware_known_hosts installs them
+    handoff = result["ansible_facts"]["vmanyware_operation"]["handoff"]
+    assert result["known_hosts"]["outcome"] == "created" and result["known_hosts"]["lines"] == len(handoff["known_hosts"]) >= 1
+    assert known_hosts.read_text().splitlines()[1:-1] == handoff["known_hosts"] and known_hosts.stat().st_mode & 0o777 == 0o600
+    [path] = _journal_files(tmp_path)
+    assert path.stem == result["operation_id"] == result["ansible_facts"]["vmanyware_operation"]["operation_id"]
+    assert result["preflight"]["summary"]["failed"] == 0 and sim.schema_violations() == []
+    # the operation is recorded exactly as vmanyware_operation records it: the confirmed block, the default idempotency key
+    document = json.loads(path.read_text())
+    assert document["confirmation"] == confirmation and document["plan"]["planHash"] == confirmation["planHash"]
+    assert _effective(sim)[("POST", "/nodes/pve-test/qemu/9000/clone")] == 1
+    # The same confirmation again finds the same operation (idempotent): nothing recorded, nothing sent but reads.
+    sim.clear_requests()
+    again = provision(_record_params(sim, tmp_path, confirmation, known_hosts_path=str(known_hosts)), check_mode=False, diff=False)
+    assert again["operation_id"] == result["operation_id"] and not again["created"] and not again["changed"]
+    assert again["known_hosts"]["outcome"] == "unchanged"
+    assert _journal_files(tmp_path) == [path] and all(e["method"] == "GET" for e in sim.requests())
+
+
+def test_a_confirmation_of_another_plan_fails_before_anything_is_recorded_or_sent(sim: t.Any, tmp_path: Path) -> None:
+    confirmation = _expected_confirmation(sim, tmp_path)
+    sim.clear_requests()
+    with pytest.raises(VmanywareError) as info:
+        provision(_record_params(sim, tmp_path, dict(confirmation, planHash="0" * 64)), check_mode=False, diff=False)
+    assert info.value.code == "plan_changed" and info.value.details["fields"] == ["planHash"]
+    assert "operation_id" not in info.value.to_result()
+    assert sim.requests() == [] and not _journal_files(tmp_path)
+    # A confirmation with its gate closed: the same code as vmanyware_operation's, and still nothing recorded.
+    with pytest.raises(VmanywareError) as closed:
+        provision(_record_params(sim, tmp_path, confirmation, provisioning_enabled=False), check_mode=False, diff=False)
+    assert closed.value.code == "provisioning_disabled" and sim.requests() == [] and not _journal_files(tmp_path)
+
+
+def test_a_failure_after_recording_names_the_operation(sim: t.Any, tmp_path: Path) -> None:
+    confirmation = _expected_confirmation(sim, tmp_path)
+    sim.clear_requests()
+    with pytest.raises(ProvisionStopped) as info:
+        provision(_record_params(sim, tmp_path, confirmation, token="limited", known_hosts_path=str(tmp_path / "known_hosts")),
+                  check_mode=False, diff=False)
+    result = info.value.to_result()
+    assert not (tmp_path / "known_hosts").exists()  # keys only once the operation is completed
+    [path] = _journal_files(tmp_path)
+    # recorded first (the role's order), then the preflight failed: nothing sent, the failure names the operation
+    assert result["error_code"] == "preflight_failed" and result["operation_id"] == path.stem
+    assert all(e["method"] == "GET" for e in sim.requests())
+    assert all(item["status"] == "pending" for item in json.loads(path.read_text())["stages"])
+
+
+def test_check_mode_with_a_confirmation_previews_without_recording(sim: t.Any, tmp_path: Path) -> None:
+    confirmation = _expected_confirmation(sim, tmp_path)
+    sim.clear_requests()
+    result = provision(_record_params(sim, tmp_path, confirmation), check_mode=True, diff=False)
+    assert not result["done"] and not result["created"] and result["changed"] and "preflight" not in result
+    assert [item["kind"] for item in result["stages"]][0] == "clone"
+    assert ("POST", "/nodes/pve-test/qemu/9000/clone") in [(r["method"], r["path"]) for r in result["requests"]]
+    assert all(e["method"] == "GET" for e in sim.requests()) and not _journal_files(tmp_path)
+
+
+def test_the_recording_options_need_the_plan_inputs_and_exclude_an_operation_id(sim: t.Any, tmp_path: Path) -> None:
+    with pytest.raises(VmanywareError) as info:
+        provision(_record_params(sim, tmp_path, {"confirmed": True}, definition=None), check_mode=False, diff=False)
+    assert info.value.code == "invalid_option" and info.value.details["rule"] == "plan_inputs_required"
+    assert ["operation_id", "confirmation"] in provision_entry().module_kwargs()["mutually_exclusive"]

@@ -108,6 +108,24 @@ def test_a_changed_plan_stops_with_plan_changed(pvesim: t.Any, tmp_path: Path) -
     assert _mutations(pvesim) == []
 
 
+def test_a_confirmation_with_a_field_missing_prints_the_block_again_and_changes_nothing(pvesim: t.Any, tmp_path: Path) -> None:
+    """On the one-task path the vmanyware_provision task checks the confirmation (as vmanyware_operation does on the
+    other paths): confirmed: true with a field missing is no confirmation, so the role prints the block and stops."""
+    operator = Operator(pvesim, tmp_path)
+    assert operator.run().returncode == 0
+    block = yaml.safe_load(operator.confirm.read_text())["provision_confirmation"]
+    partial = tmp_path / "partial.yml"
+    partial.write_text(yaml.safe_dump({"provision_confirmation": {key: value for key, value in block.items() if key != "bridge"}}))
+    operator.confirm.unlink()
+    pvesim.clear_requests()
+    result = operator.run("-e", "@%s" % partial)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "provision_confirmation:" in result.stdout and "Nothing was changed" in result.stdout
+    assert yaml.safe_load(operator.confirm.read_text())["provision_confirmation"] == block  # the file is written again
+    assert "[localhost] preflight" not in result.stdout and "stage 1/" not in result.stdout
+    assert _mutations(pvesim) == [] and pvesim.requests() == [] and not list(operator.journal.glob("op-*.json"))
+
+
 def test_a_failed_preflight_stops_a_new_operation_before_anything_is_recorded(pvesim: t.Any, tmp_path: Path) -> None:
     operator = Operator(pvesim, tmp_path)
     assert operator.run().returncode == 0
@@ -169,6 +187,9 @@ def test_long_tasks_show_progress_without_resending(pvesim: t.Any, tmp_path: Pat
         assert re.search(r"\[localhost\] stage (\d+)/\1 packages: completed", applied.stdout), applied.stdout[-3000:]
         assert "Follow up until done" not in applied.stdout
     assert _mutations(pvesim).count("POST /nodes/pve-test/qemu/9000/clone") == 1
+    # the agent-verified host keys for later plays: by the one task itself, or by the step-by-step path's own task
+    assert (tmp_path / "known_hosts").read_text().count("ssh-ed25519") == 1
+    assert ("Install the agent-verified SSH host keys" in applied.stdout) == step_by_step
 
 
 def test_repeat_plans_a_recorded_operation_again_for_a_new_vmid(pvesim: t.Any, tmp_path: Path) -> None:
