@@ -391,8 +391,8 @@ def _expected_confirmation(sim: t.Any, tmp_path: Path) -> dict[str, t.Any]:
     return dict(info.value.details["expected_confirmation"])
 
 
-def test_with_a_confirmation_it_records_the_operation_then_runs_every_stage(sim: t.Any, tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_a_confirmation_it_records_the_operation_then_runs_every_stage(
+        sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VMANYWARE_PROVISIONING_ENABLED", raising=False)
     sim.clear_requests()
     confirmation = _expected_confirmation(sim, tmp_path)
