@@ -56,6 +56,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.documen
     hash_idempotency_key,
     new_operation_document,
     new_operation_id,
+    recorded_hashes_match,
     require_cleanup_eligible,
     stage,
     utc_now,
@@ -167,6 +168,8 @@ class JournalStore:
             validate_document(document, operation_id)
         except Exception:  # pylint: disable=broad-exception-caught  # any rule violation is corruption
             raise _corrupt(operation_id) from None
+        if not recorded_hashes_match(document):
+            raise _corrupt(operation_id)
         return t.cast("dict[str, t.Any]", document)
 
     def _read_claim(self, path: str) -> str | None:

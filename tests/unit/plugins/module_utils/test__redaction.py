@@ -22,6 +22,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import REDACTED, is_secret_key, redact
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, StageContext, StageLogic, StageRunner, StageSettings
 
+from hashed_plan import hashed_plan
 from pve_stubs import Reply, make_settings, stub_server, tls_material  # noqa: F401  pylint: disable=unused-import
 
 HASH = "a" * 64
@@ -94,7 +95,7 @@ def test_every_key_through_the_request_summary_and_its_command() -> None:
 
 def _operation(store: JournalStore) -> str:
     document, _created = store.create_operation(
-        idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan={"definitionHash": HASH, "planHash": HASH},
+        idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan=hashed_plan({}, {}, 201),
         confirmation={}, target_node="pve", target_vmid=201, stage_kinds=["resources", "readiness"])
     return t.cast(str, document["operationId"])
 
@@ -155,3 +156,4 @@ def test_redact_keeps_flags_about_secrets() -> None:
              "cipassword": "x", "password": 0, "token": None}
     assert redact(value) == {"passwordLocked": True, "imageDefaultUser": {"passwordLocked": True, "noAuthorizedKeys": True},
                              "cipassword": REDACTED, "password": REDACTED, "token": REDACTED}
+
