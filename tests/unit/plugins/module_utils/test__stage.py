@@ -22,6 +22,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageSettings,
     StageUncertain,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import LOG_LINE_MAX, LOG_TAIL_LINES
 
 UPID = "UPID:pve-test:00001234:00005678:65000000:qmclone:9000:vmanyware@pve!full:"
 HASH = "a" * 64
@@ -227,6 +228,25 @@ def test_a_journal_whose_hashes_do_not_match_sends_nothing(store: JournalStore, 
     assert info.value.code == "journal_corrupt" and info.value.details == {"operationId": operation_id}
     assert client.calls() == []  # not a read, not a write
     assert "edited" not in json.dumps(info.value.to_result())
+
+
+def test_task_log_lines_are_redacted_and_capped_in_results(store: JournalStore, operation_id: str) -> None:
+    """Issue 31: the task log tail of a failure passes the one redaction list and the length caps before it reaches a result."""
+    long_line = "x" * 100_000
+    routes = {TASK + "/status": in_turn({"status": "stopped", "exitstatus": "failed: password=hunter2"}),
+              TASK + "/log": [{"n": 1, "t": "curl -H 'Authorization: PVEAPIToken=root@pam!ci=0b6f1c2e-1111-2222-3333-444455556666' x"},
+                              {"n": 2, "t": "set cipassword=s3cr3t-value and ticket: PVE:root@pam:65A1B2C3::c2VjcmV0"},
+                              {"n": 3, "t": long_line}]}
+    client = FakeClient(routes, [UPID], user=None, token=None)
+    with pytest.raises(VmanywareError) as info:
+        _run(store, client, CloneLike(), operation_id)
+    shown = json.dumps(info.value.to_result())
+    for secret in ("hunter2", "0b6f1c2e-1111-2222-3333-444455556666", "s3cr3t-value", "c2VjcmV0", "PVE:root@pam:65A1B2C3"):
+        assert secret not in shown
+    tail = info.value.details["log_tail"]
+    assert tail[0] == "curl -H 'Authorization: <redacted>' x" and tail[1] == "set cipassword=<redacted> and ticket: <redacted>"
+    assert len(tail[2]) == LOG_LINE_MAX and tail[2].endswith("...")
+    assert len(shown) < LOG_TAIL_LINES * LOG_LINE_MAX + 2048
 
 
 def test_warnings_complete_with_a_warning(store: JournalStore, operation_id: str) -> None:
