@@ -36,7 +36,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import 
     read_source,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import definition_hash, template_plan_hash
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import template_plan_hash_bytes  # noqa: F401  # pylint: disable=unused-import  # re-exported
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._schemas import (
     API_VERSION,
     BRIDGE_PATTERN,
