@@ -129,7 +129,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
         known_hosts_dir = self.get_option("known_hosts_dir") or os.path.join(journal_dir, "known_hosts")
         hosts: dict[str, dict[str, t.Any]] = {}
         listed = list_operations(store, filters, self.get_option("limit"))
-        for entry in listed["skipped"]:  # one bad operation file never empties the inventory: it is named and skipped
+        for entry in listed["skipped_files"]:  # one bad operation file never empties the inventory: it is named and skipped
             self.display.warning(skipped_warning(entry))
         for row in listed["operations"]:  # newest first
             try:

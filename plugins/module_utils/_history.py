@@ -13,7 +13,7 @@ file is loaded and validated as usual (its recorded hashes too). The cache is on
 or not understood, and a failure to write it never fails a listing.
 
 One bad operation file (corrupt, truncated, oversized, a symbolic link, not a regular file, unreadable, hashes that are
-not those of its snapshots) never fails the listing: it is left untouched, skipped and reported (``skipped``: its file
+not those of its snapshots) never fails the listing: it is left untouched, skipped and reported (``skipped_files``: its file
 name and the code, ``journal_corrupt`` or ``io_error``; ``skipped_warning`` the operator's line), and every valid
 operation is listed. Loading that operation by id still fails with its code (``JournalStore.load``).
 
@@ -160,9 +160,10 @@ def summaries(store: JournalStore) -> tuple[list[list[t.Any]], list[dict[str, st
 
 
 def list_operations(store: JournalStore, filters: Filters = Filters(), limit: int | None = DEFAULT_LIMIT) -> dict[str, t.Any]:
-    """``{'operations': rows newest first (created_at, then id), 'total': matches before the limit, 'skipped': bad files}``.
+    """``{'operations': rows newest first (created_at, then id), 'total': matches before the limit,
+    'skipped_files': bad files}`` (not ``skipped``: Ansible reads a result's ``skipped`` as a skipped task).
 
-    ``skipped`` (``summaries``) lists every operation file that could not be loaded, whatever the filters (its status is
+    ``skipped_files`` (``summaries``) lists every operation file that could not be loaded, whatever the filters (its status is
     unknown); the listing of the others is complete.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
@@ -171,4 +172,4 @@ def list_operations(store: JournalStore, filters: Filters = Filters(), limit: in
     rows = [row for row in all_rows if filters.keep(row)]
     rows.sort(key=lambda row: (row[_CREATED], row[0]), reverse=True)
     shown = rows[:limit] if limit is not None else rows
-    return {"operations": [dict(zip(ROW_KEYS, row)) for row in shown], "total": len(rows), "skipped": skipped}
+    return {"operations": [dict(zip(ROW_KEYS, row)) for row in shown], "total": len(rows), "skipped_files": skipped}

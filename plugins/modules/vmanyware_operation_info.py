@@ -151,7 +151,7 @@ total:
   description: Without O(operation_id), how many operations match the filters (before O(limit)).
   returned: success, without O(operation_id)
   type: int
-skipped:
+skipped_files:
   description:
     - Without O(operation_id), the operation files that could not be loaded (corrupt, truncated, oversized, a symbolic link, not
       a regular file, recorded hashes that are not those of the recorded snapshots, unreadable), whatever the filters - C(file),
@@ -307,8 +307,8 @@ def action(params, check_mode, diff) -> dict:
     if not params["operation_id"]:
         filters = parse_filters(params["status"], params["target_vmid"], params["definition_name"], params["since"])
         listed = list_operations(store, filters, params["limit"])
-        if listed["skipped"]:  # one bad file never hides the others: each is named in a warning
-            listed["warnings"] = [skipped_warning(entry) for entry in listed["skipped"]]
+        if listed["skipped_files"]:  # one bad file never hides the others: each is named in a warning
+            listed["warnings"] = [skipped_warning(entry) for entry in listed["skipped_files"]]
         return dict(listed, changed=False)
     operation_id = validate_operation_id(params["operation_id"])
     document = store.load(operation_id)

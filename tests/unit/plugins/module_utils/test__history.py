@@ -119,9 +119,9 @@ def test_bad_operation_files_are_skipped_and_reported_and_the_rest_listed(store:
     for _round in range(2):  # the bad files are never cached: the second listing skips them again
         listed = list_operations(store)
         assert sorted(row["operation_id"] for row in listed["operations"]) == sorted(valid) and listed["total"] == 2
-        assert listed["skipped"] == [{"file": oid + ".json", "operation_id": oid, "code": "journal_corrupt"} for oid in sorted(bad)]
-    assert list_operations(store, parse_filters(definition_name="db"))["skipped"] == listed["skipped"]  # whatever the filters
-    warning = skipped_warning(listed["skipped"][0])
+        assert listed["skipped_files"] == [{"file": oid + ".json", "operation_id": oid, "code": "journal_corrupt"} for oid in sorted(bad)]
+    assert list_operations(store, parse_filters(definition_name="db"))["skipped_files"] == listed["skipped_files"]  # whatever the filters
+    warning = skipped_warning(listed["skipped_files"][0])
     assert sorted(bad)[0] + ".json" in warning and "journal_corrupt" in warning
     assert json.loads((Path(store.journal_dir) / CACHE_NAME).read_text())["entries"].keys() == set(valid)
     for oid in bad:  # left untouched; loading it by id still fails with the fixed code and message
@@ -146,4 +146,4 @@ def test_an_unreadable_operation_file_is_skipped_as_io_error(store: JournalStore
     monkeypatch.setattr(JournalStore, "load", load)
     listed = list_operations(store)
     assert [row["operation_id"] for row in listed["operations"]] == [valid]
-    assert listed["skipped"] == [{"file": unreadable + ".json", "operation_id": unreadable, "code": "io_error"}]
+    assert listed["skipped_files"] == [{"file": unreadable + ".json", "operation_id": unreadable, "code": "io_error"}]
