@@ -72,8 +72,8 @@ def _run(count: int) -> int:
             started = time.perf_counter()
             result = list_operations(store, filters, limit=100)
             timings[name] = time.perf_counter() - started
-            print("%-28s %7.3f s  (%d matches, %d returned, %d skipped)" % (name, timings[name], result["total"], len(result["operations"]),
-                                                                          len(result["skipped_files"])))
+            counts = (result["total"], len(result["operations"]), len(result["skipped_files"]))
+            print("%-28s %7.3f s  (%d matches, %d returned, %d skipped)" % ((name, timings[name]) + counts))
             if result["skipped_files"]:
                 raise SystemExit("a written operation was skipped: the benchmark's documents are not valid")
         print("operations: %d, document size: %d bytes, python %s" % (count, size, sys.version.split()[0]))
