@@ -644,6 +644,28 @@ def test_oversized_and_symlinked_files_are_corrupt(store: JournalStore, tmp_path
     assert info.value.code == "journal_corrupt"
 
 
+def test_a_socket_fifo_or_directory_in_place_of_an_operation_file_is_corrupt(store: JournalStore, tmp_path: Path) -> None:
+    """Issue 31: any non-regular file is journal_corrupt (a socket cannot even be opened: still not an io_error)."""
+    import socket
+
+    for make in ("socket", "fifo", "directory"):
+        oid = _create(store, idempotency_key=make, target_vmid=400 + len(make))["operationId"]
+        path = Path(store.operation_path(oid))
+        path.unlink()
+        if make == "socket":
+            server = socket.socket(socket.AF_UNIX)
+            server.bind(str(path))
+        elif make == "fifo":
+            os.mkfifo(path)
+        else:
+            path.mkdir()
+        with pytest.raises(JournalError) as info:
+            store.load(oid)
+        assert info.value.code == "journal_corrupt", make
+        if make == "socket":
+            server.close()
+
+
 def test_corrupt_claim_is_refused_and_left_alone(store: JournalStore, journal_dir: Path) -> None:
     _create(store)
     claim = journal_dir / "targets" / os.listdir(journal_dir / "targets")[0]
