@@ -314,7 +314,7 @@ def recorded_hashes_match(document: t.Mapping[str, t.Any]) -> bool:
             recorded_plan = template_plan_hash(recorded_definition, vmid)
         else:
             recorded_plan = plan_hash(recorded_definition, document["mapping"], vmid)
-    except (TypeError, ValueError, KeyError):  # a value the formats never produce (a float, an unsafe integer, a lone surrogate)
+    except (TypeError, ValueError, KeyError, RecursionError):  # a value the formats never produce (a float, an unsafe integer, a lone surrogate)
         return False
     if plan["definitionHash"] != recorded_definition or plan["planHash"] != recorded_plan:
         return False
