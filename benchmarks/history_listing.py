@@ -38,6 +38,7 @@ def main(argv: list[str]) -> int:
 
 def _run(count: int) -> int:
     # pylint: disable=import-outside-toplevel
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import plan_hash
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import Filters, list_operations
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, new_operation_document, new_operation_id
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import expected_confirmation
@@ -52,8 +53,11 @@ def _run(count: int) -> int:
         store = JournalStore(os.path.join(tmp, "journal"))
         for index in range(count):
             created = "2026-%02d-%02dT%02d:%02d:%02d.000000Z" % (1 + index % 12, 1 + index % 28, index % 24, index % 60, index % 60)
-            document = new_operation_document(new_operation_id(), None, {"scope": scope, "node": "pve", "vmid": 1000 + index},
-                                              snapshots, kinds, created)
+            vmid = 1000 + index  # the plan's hash binds its VMID (the journal checks it on load)
+            plan = dict(planned.plan, planHash=plan_hash(planned.definition_hash, planned.mapping, vmid),
+                        target=dict(planned.plan["target"], vmid=vmid))
+            document = new_operation_document(new_operation_id(), None, {"scope": scope, "node": "pve", "vmid": vmid},
+                                              dict(snapshots, plan=plan, confirmation=expected_confirmation(plan, scope)), kinds, created)
             if index % 3 == 0:
                 document["status"] = "completed"
                 for item in document["stages"]:
@@ -68,7 +72,10 @@ def _run(count: int) -> int:
             started = time.perf_counter()
             result = list_operations(store, filters, limit=100)
             timings[name] = time.perf_counter() - started
-            print("%-28s %7.3f s  (%d matches, %d returned)" % (name, timings[name], result["total"], len(result["operations"])))
+            counts = (result["total"], len(result["operations"]), len(result["skipped_files"]))
+            print("%-28s %7.3f s  (%d matches, %d returned, %d skipped)" % ((name, timings[name]) + counts))
+            if result["skipped_files"]:
+                raise SystemExit("a written operation was skipped: the benchmark's documents are not valid")
         print("operations: %d, document size: %d bytes, python %s" % (count, size, sys.version.split()[0]))
     return 0
 

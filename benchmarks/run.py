@@ -312,10 +312,18 @@ def journal_cost(root: Path, sizes: t.Sequence[int], reps: int, work: Path) -> d
     """One stage's journal work (create the operation, dispatch, submitted, completed, reload)
     with ``size`` earlier operations in the journal directory. Median over ``reps``, in ms."""
     _import_collection(root)
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal  # pylint: disable=import-outside-toplevel
-    plan = {"definitionHash": "a" * 64, "planHash": "b" * 64, "steps": [{"position": 1, "kind": "clone"}]}
-    common = {"provider_scope_id": "pve:" + "c" * 64, "definition": {"name": "bench"}, "mapping": {"image": "debian-13"},
-              "plan": plan, "confirmation": {"confirmed": True}, "target_node": "pve-test", "stage_kinds": ["clone", "resources"]}
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils import _hashing, _journal  # pylint: disable=import-outside-toplevel
+    definition, mapping = {"name": "bench"}, {"image": "debian-13"}
+    definition_hash = _hashing.definition_hash(definition)
+
+    def hashed(vmid: int) -> dict[str, t.Any]:
+        """The plan snapshot of ``vmid``: every load checks its hashes against the snapshots (docs/journal.md)."""
+        plan = {"definitionHash": definition_hash, "planHash": _hashing.plan_hash(definition_hash, mapping, vmid),
+                "steps": [{"position": 1, "kind": "clone"}]}
+        return {"plan": plan}
+
+    common = {"provider_scope_id": "pve:" + "c" * 64, "definition": definition, "mapping": mapping,
+              "confirmation": {"confirmed": True}, "target_node": "pve-test", "stage_kinds": ["clone", "resources"]}
     results: dict[int, dict[str, float]] = {}
     for size in sizes:
         jdir = work / f"journal-{size}"
@@ -326,7 +334,7 @@ def journal_cost(root: Path, sizes: t.Sequence[int], reps: int, work: Path) -> d
         # History: real operations (claims and all); fsync is skipped only while filling it.
         with mock.patch("os.fsync", lambda fd: None):
             for i in range(size):
-                doc, _created = store.create_operation(idempotency_key=f"hist-{i}", target_vmid=100000 + i, **common)
+                doc, _created = store.create_operation(idempotency_key=f"hist-{i}", target_vmid=100000 + i, **common, **hashed(100000 + i))
                 store.record_dispatch(doc["operationId"], "clone", {"method": "POST"})
                 store.record_completed(doc["operationId"], "clone", {"upid": "UPID:x"})
         fill = time.monotonic() - started
@@ -335,7 +343,7 @@ def journal_cost(root: Path, sizes: t.Sequence[int], reps: int, work: Path) -> d
         samples: dict[str, list[float]] = collections.defaultdict(list)
         for r in range(reps):
             t0 = time.perf_counter()
-            doc, _created = store.create_operation(idempotency_key=f"bench-{r}", target_vmid=900 + r, **common)
+            doc, _created = store.create_operation(idempotency_key=f"bench-{r}", target_vmid=900 + r, **common, **hashed(900 + r))
             t1 = time.perf_counter()
             op = doc["operationId"]
             store.record_dispatch(op, "clone", {"method": "POST", "path": "/nodes/pve-test/qemu/9000/clone"})

@@ -23,6 +23,9 @@ description:
     O(status) asks for it, and then it has no usable address).
   - Host names are C(<VM name>-<VMID>); when several listed operations have the same host name, the newest one wins.
   - Groups - C(vmanyware_definition_<definition name>) and C(vmanyware_status_<status>), plus those of O(groups) and O(keyed_groups).
+  - An operation file that cannot be loaded (corrupt, truncated, oversized, a symbolic link, not a regular file, recorded hashes
+    that are not those of its snapshots) is skipped with a warning naming the file and the code (C(journal_corrupt)); every
+    valid operation still becomes a host. The file is left untouched.
 extends_documentation_fragment:
   - constructed
 options:
@@ -79,9 +82,9 @@ from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Constructable
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import list_operations, parse_filters
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import list_operations, parse_filters, skipped_warning
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._io import LocalFileError, atomic_write_bytes
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, resolve_journal_dir
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalError, JournalStore, resolve_journal_dir
 
 _NAME = re.compile(r"[^A-Za-z0-9_]")
 
@@ -125,8 +128,16 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
                                 self.get_option("since"))
         known_hosts_dir = self.get_option("known_hosts_dir") or os.path.join(journal_dir, "known_hosts")
         hosts: dict[str, dict[str, t.Any]] = {}
-        for row in list_operations(store, filters, self.get_option("limit"))["operations"]:  # newest first
-            document = store.load(row["operation_id"])
+        listed = list_operations(store, filters, self.get_option("limit"))
+        for entry in listed["skipped_files"]:  # one bad operation file never empties the inventory: it is named and skipped
+            self.display.warning(skipped_warning(entry))
+        for row in listed["operations"]:  # newest first
+            try:
+                document = store.load(row["operation_id"])
+            except JournalError as err:  # changed since it was listed
+                if err.code != "not_found":
+                    self.display.warning(skipped_warning({"file": row["operation_id"] + ".json", "code": err.code}))
+                continue
             handoff = document.get("handoff") or {}
             known = [line for line in handoff.get("knownHosts") or [] if isinstance(line, str)]
             if not handoff.get("ipv4") or not known:

@@ -13,6 +13,13 @@ the step by hand. The mapping follows the documented CLI syntax (``qm clone <vmi
 works on the request *summary*, redacted (``_redaction.redact``) before the command is built, so a
 command never shows a secret nor more than the summary does. Requests without a CLI equivalent get none.
 
+Where the CLI takes a *file* for what the API takes as a value (``qm set --sshkeys <file>``: qemu-server's
+``param_mapping`` reads the file and URI-escapes it; ``pct create --ssh-public-keys <file>``: pve-container reads
+the file), the command first writes the keys (the API value decoded: ``sshkeys`` is percent-encoded) to
+``vmanyware-<vmid>.sshkeys`` in the current directory with a quoted here-document, then passes that file: a
+multi-line shell snippet. A value the summary replaced by a placeholder (``<...>``: the template build's ephemeral
+key, a redacted value) cannot be written out; the command then names the file it needs instead.
+
 This is a private module_utils file: not a public API.
 """
 
@@ -21,6 +28,7 @@ from __future__ import annotations
 import re
 import shlex
 import typing as t
+from urllib.parse import unquote
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 
@@ -41,6 +49,12 @@ _COMMANDS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 )
 # pct has no cloudinit and no guest agent; its resize is positional the same way.
 _PCT_SUBCOMMANDS = frozenset({"clone", "set", "resize", "start", "stop", "shutdown", "snapshot", "destroy"})
+# (tool, subcommand) -> (parameter the CLI reads from a file, how the API value becomes the file's content)
+_FILE_PARAMETERS: dict[tuple[str, str], tuple[str, t.Callable[[str], str]]] = {
+    ("qm", "set"): ("sshkeys", lambda value: unquote(value, errors="strict")),  # qm URI-escapes the file's content itself
+    ("pct", "create"): ("ssh-public-keys", lambda value: value),
+}
+_HEREDOC = "VMANYWARE_SSH_KEYS"
 
 
 def _value(value: t.Any) -> str:
@@ -51,20 +65,49 @@ def _value(value: t.Any) -> str:
     return str(value)
 
 
+def _file_parameter(tool: str, subcommand: str, vmid: str, params: dict[str, t.Any]) -> tuple[str, dict[str, t.Any]]:
+    """``(preamble, params)``: where the CLI reads a parameter from a file, the shell lines that write the file
+    (``cat > <file> <<'...'`` with the API value as the file needs it) and the parameters passing the file instead."""
+    name, content_of = _FILE_PARAMETERS.get((tool, subcommand), ("", str))
+    if not name or name not in params:
+        return "", params
+    file_name = "vmanyware-%s.sshkeys" % vmid
+    value = _value(params[name])
+    params = dict(params)
+    if value.startswith("<"):  # a placeholder of the summary (redacted, an ephemeral key): the content is not shown
+        params[name] = "<%s: a file holding %s>" % (file_name, value)
+        return "", params
+    try:
+        content = content_of(value)
+    except UnicodeDecodeError:
+        params[name] = "<%s: a file holding the decoded keys>" % file_name
+        return "", params
+    lines = content.split("\n") if content else []
+    delimiter = _HEREDOC
+    while delimiter in lines:
+        delimiter += "_"
+    params[name] = file_name
+    if not lines:
+        return ": > %s\n" % file_name, params
+    return "cat > %s <<'%s'\n%s\n%s\n" % (file_name, delimiter, "\n".join(lines), delimiter), params
+
+
 def _node_command(method: str, path: str, params: t.Mapping[str, t.Any]) -> str | None:
     """Node-level requests: ``pct create <vmid> <ostemplate> --option value ...``, ``pveam download <storage> <template>``."""
     if method.upper() != "POST":
         return None
     if re.fullmatch(r"/nodes/[^/]+/lxc", path) and "vmid" in params and "ostemplate" in params:
+        preamble, params = _file_parameter("pct", "create", _value(params["vmid"]), dict(params))
         rest = [word for key, value in params.items() if key not in ("vmid", "ostemplate") for word in (f"--{key}", _value(value))]
-        return "pct create " + " ".join(shlex.quote(w) for w in [_value(params["vmid"]), _value(params["ostemplate"]), *rest])
+        return preamble + "pct create " + " ".join(shlex.quote(w) for w in [_value(params["vmid"]), _value(params["ostemplate"]), *rest])
     if re.fullmatch(r"/nodes/[^/]+/aplinfo", path) and "storage" in params and "template" in params:
         return "pveam download " + " ".join(shlex.quote(_value(params[key])) for key in ("storage", "template"))
     return None
 
 
 def cli_command(method: str, path: str, params: t.Mapping[str, t.Any]) -> str | None:
-    """``qm``/``pct``/``pveam`` command line for one request, or ``None`` when there is no equivalent."""
+    """``qm``/``pct``/``pveam`` command line for one request, or ``None`` when there is no equivalent (preceded by the
+    lines that write a file the command reads, ``_file_parameter``)."""
     node_command = _node_command(method, path, params)
     if node_command is not None:
         return node_command
@@ -78,7 +121,7 @@ def cli_command(method: str, path: str, params: t.Mapping[str, t.Any]) -> str | 
         if tool == "pct" and subcommand not in _PCT_SUBCOMMANDS:
             return None
         words = [tool, *subcommand.split(), match.group("vmid")]
-        remaining = dict(params)
+        preamble, remaining = _file_parameter(tool, subcommand, match.group("vmid"), dict(params))
         for name in positional:
             if name not in remaining:
                 return None
@@ -89,7 +132,7 @@ def cli_command(method: str, path: str, params: t.Mapping[str, t.Any]) -> str | 
         if command is not None:
             words += ["--", *(_value(item) for item in (command if isinstance(command, (list, tuple)) else [command]))]
         fixed = 1 + len(subcommand.split())  # tool and subcommand words are never quoted
-        return " ".join(word if index < fixed else shlex.quote(word) for index, word in enumerate(words))
+        return preamble + " ".join(word if index < fixed else shlex.quote(word) for index, word in enumerate(words))
     return None
 
 

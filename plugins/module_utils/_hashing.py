@@ -8,6 +8,9 @@
 ``definitionHash`` is the SHA-256 (lowercase hex) of the JCS form of the validated definition
 with defaults applied. ``planHash`` is the SHA-256 of the compact JSON array
 ``[definitionHash, mapping, targetVmid]`` (mapping in catalog field order). See docs/formats.md.
+A template build (docs/templates.md) hashes its TemplateBuild the same way (``templateBuildHash``)
+and its ``planHash`` over ``[templateBuildHash, templateVmid]`` (``template_plan_hash``).
+The journal recomputes both hashes of every operation it loads (``_journal.document.recorded_hashes_match``).
 
 The JCS implementation covers the value types the formats produce (str, int, bool, None,
 list, dict with str keys); floats are refused because no v1 field is a float. It does not
@@ -116,3 +119,23 @@ def plan_hash(definition_hash_hex: str, mapping: t.Mapping[str, t.Any], target_v
     The mapping must already be in catalog field order (``_formats.normalize_mapping``).
     """
     return sha256_hex(plan_hash_bytes(definition_hash_hex, mapping, target_vmid))
+
+
+def template_plan_hash_bytes(build_hash_hex: str, template_vmid: int) -> bytes:
+    """The exact bytes the ``planHash`` of a template build is computed over: compact JSON ``[templateBuildHash, templateVmid]``."""
+    return json.dumps([build_hash_hex, int(template_vmid)], separators=(",", ":")).encode("ascii")
+
+
+def template_plan_hash(build_hash_hex: str, template_vmid: int) -> str:
+    """SHA-256 hex of ``template_plan_hash_bytes``: the ``planHash`` of a TemplateBuildPlan."""
+    return sha256_hex(template_plan_hash_bytes(build_hash_hex, template_vmid))
+
+
+def template_build_mapping(build: t.Mapping[str, t.Any], template_vmid: int, disk_device: str) -> dict[str, t.Any]:
+    """The catalog mapping a template build operation records (``_template_operation.journal_snapshots``).
+
+    Not hashed itself: it is derived from the hashed TemplateBuild and VMID, so the journal checks a recorded one
+    against this derivation (``_journal.document.recorded_hashes_match``).
+    """
+    return {"image": build["image"], "node": build["node"], "templateVmid": template_vmid, "templateVersion": build["templateVersion"],
+            "storage": build["storage"], "bridge": build["bridge"], "diskDevice": disk_device, "guestUser": build["guestUser"]}

@@ -9,8 +9,13 @@ Listing must stay fast with thousands of operations (docs/benchmarks.md, "Listin
 the summaries are cached in ``history-cache.json`` in the journal directory, keyed by each
 operation file's inode, size and modification time: journal writes replace files atomically (a new
 inode each time), so an entry whose key still matches describes exactly the file on disk. Any other
-file is loaded and validated as usual. The cache is only a cache: it is rebuilt when missing or not
-understood, and a failure to write it never fails a listing.
+file is loaded and validated as usual (its recorded hashes too). The cache is only a cache: it is rebuilt when missing
+or not understood, and a failure to write it never fails a listing.
+
+One bad operation file (corrupt, truncated, oversized, a symbolic link, not a regular file, unreadable, hashes that are
+not those of its snapshots) never fails the listing: it is left untouched, skipped and reported (``skipped_files``: its file
+name and the code, ``journal_corrupt`` or ``io_error``; ``skipped_warning`` the operator's line), and every valid
+operation is listed. Loading that operation by id still fails with its code (``JournalStore.load``).
 
 This is a private module_utils file: not a public API.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import stat
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
@@ -33,7 +39,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
 
 CACHE_NAME = "history-cache.json"
 CACHE_KIND = "vmanyware.dev/v1/HistoryCache"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: rows are cached only for files whose recorded hashes were checked
 MAX_CACHE_BYTES = 256 * 1024 * 1024
 STATUSES = ("open", "completed", "failed", "uncertain", "abandoned", "cleaned")
 DEFAULT_LIMIT = 100
@@ -110,17 +116,28 @@ def _read_cache(path: str) -> dict[str, t.Any]:
     return t.cast("dict[str, t.Any]", cache["entries"])
 
 
-def summaries(store: JournalStore) -> list[list[t.Any]]:
-    """One row (``ROW_KEYS`` order) per operation in the journal, unordered; a corrupt operation file raises ``journal_corrupt``."""
+def skipped_warning(entry: t.Mapping[str, t.Any]) -> str:
+    """The warning shown for an operation file a listing skipped (fixed text: the file name and the code, no content)."""
+    return ("vmanyware journal: %s was skipped (%s): it is not a valid, readable operation document and was left untouched; "
+            "the other operations are listed." % (entry["file"], entry["code"]))
+
+
+def summaries(store: JournalStore) -> tuple[list[list[t.Any]], list[dict[str, str]]]:
+    """``(rows, skipped)``: one row (``ROW_KEYS`` order) per valid operation in the journal, unordered, and one entry
+    ``{file, operation_id, code}`` per operation file that could not be loaded (sorted by file name)."""
     cache_path = os.path.join(store.journal_dir, CACHE_NAME)
     cached = _read_cache(cache_path)
     fresh: dict[str, list[t.Any]] = {}
+    skipped: list[dict[str, str]] = []
     changed = False
     for operation_id in store.list_operations():
         try:
             info = os.stat(store.operation_path(operation_id), follow_symlinks=False)
         except OSError:
             continue  # removed while listing
+        if not stat.S_ISREG(info.st_mode):  # a symbolic link, a directory, a FIFO...: never opened
+            skipped.append({"file": operation_id + ".json", "operation_id": operation_id, "code": "journal_corrupt"})
+            continue
         key = [info.st_ino, info.st_size, info.st_mtime_ns]
         entry = cached.get(operation_id)
         if not (isinstance(entry, list) and entry[:3] == key and len(entry) == 3 + len(ROW_KEYS)):
@@ -129,7 +146,9 @@ def summaries(store: JournalStore) -> list[list[t.Any]]:
             except JournalError as err:
                 if err.code == "not_found":  # removed while listing
                     continue
-                raise
+                skipped.append({"file": operation_id + ".json", "operation_id": operation_id,
+                                "code": err.code if err.code == "io_error" else "journal_corrupt"})
+                continue
             changed = True
         fresh[operation_id] = entry
     if changed or len(fresh) != len(cached):
@@ -137,14 +156,20 @@ def summaries(store: JournalStore) -> list[list[t.Any]]:
             atomic_write_json(cache_path, {"kind": CACHE_KIND, "version": CACHE_VERSION, "entries": fresh}, 0o600)
         except LocalFileError:
             pass  # only a cache: the next listing reads the documents again
-    return [entry[3:] for entry in fresh.values()]
+    return [entry[3:] for entry in fresh.values()], skipped
 
 
 def list_operations(store: JournalStore, filters: Filters = Filters(), limit: int | None = DEFAULT_LIMIT) -> dict[str, t.Any]:
-    """``{'operations': rows newest first (created_at, then id), 'total': matches before the limit}``."""
+    """``{'operations': rows newest first (created_at, then id), 'total': matches before the limit,
+    'skipped_files': bad files}`` (not ``skipped``: Ansible reads a result's ``skipped`` as a skipped task).
+
+    ``skipped_files`` (``summaries``) lists every operation file that could not be loaded, whatever the filters (its status is
+    unknown); the listing of the others is complete.
+    """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InputError("limit must be a positive integer.", path="limit", details={"rule": "minimum"})
-    rows = [row for row in summaries(store) if filters.keep(row)]
+    all_rows, skipped = summaries(store)
+    rows = [row for row in all_rows if filters.keep(row)]
     rows.sort(key=lambda row: (row[_CREATED], row[0]), reverse=True)
     shown = rows[:limit] if limit is not None else rows
-    return {"operations": [dict(zip(ROW_KEYS, row)) for row in shown], "total": len(rows)}
+    return {"operations": [dict(zip(ROW_KEYS, row)) for row in shown], "total": len(rows), "skipped_files": skipped}

@@ -17,12 +17,17 @@ unrelated keys as substrings, e.g. ``otp`` in ``hotplug``, and guest-agent data:
 output of a command run in the guest). SSH public keys (``sshkeys``) are not secrets: the
 journal keeps them, as the definition snapshot does (docs/journal.md); nor are booleans.
 
+Free text from Proxmox (task log lines, a task's exit status) has no keys: ``redact_text`` applies the
+same list to ``key=value`` and ``key: value`` pairs in it (an ``Authorization`` header, ``password=``,
+a ``ticket:``, a ``PVEAPIToken=``), and hides the credentials of a URL (``scheme://user:secret@``).
+
 This is a private module_utils file: not a public API.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 import typing as t
 
 REDACTED = "<redacted>"
@@ -56,3 +61,24 @@ def redact(value: t.Any) -> t.Any:
     if isinstance(value, (list, tuple)):
         return [redact(item) for item in value]
     return copy.deepcopy(value)
+
+
+# ``key=value`` / ``key: value`` in free text whose key ``is_secret_key`` (the pattern is built from the same two
+# lists). A value is a quoted string, or a run of characters up to a space, quote, comma, semicolon or ``&`` (a query
+# string), after an optional authentication scheme (``Authorization: Bearer <token>``).
+_KEY_CHARS = r"[A-Za-z0-9_.\-]"
+_TEXT_PAIR = re.compile(
+    r"(?P<key>(?<!%s)(?:%s*(?:%s)%s*|(?:%s))(?!%s))" % (
+        _KEY_CHARS, _KEY_CHARS, "|".join(re.escape(marker) for marker in SECRET_KEY_MARKERS), _KEY_CHARS,
+        "|".join(re.escape(name) for name in sorted(SECRET_KEY_NAMES)), _KEY_CHARS)
+    + r"""(?P<sep>["']?\s*[:=]\s*)"""
+    + r"""(?P<value>(?:(?:Bearer|Basic|Digest|Negotiate|Token)\s+)?(?:"[^"]*"|'[^']*'|[^\s'",;&]+))""",
+    re.IGNORECASE,
+)
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)[^/\s:@]+:[^/\s@]+@")
+
+
+def redact_text(text: str) -> str:
+    """``text`` with the value of every secret-bearing ``key=value`` / ``key: value`` pair, and the credentials of
+    every URL, replaced by ``"<redacted>"`` (task log lines, exit statuses: Proxmox text that a result may show)."""
+    return _TEXT_PAIR.sub(r"\g<key>\g<sep>" + REDACTED, _URL_CREDENTIALS.sub(r"\g<scheme>" + REDACTED + "@", text))

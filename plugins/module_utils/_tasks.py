@@ -25,6 +25,7 @@ import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, TaskError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact_text
 
 LOG_TAIL_LINES = 20
 LOG_LINE_MAX = 240
@@ -115,8 +116,14 @@ def parse_upid(value: t.Any) -> Upid:
 
 
 def sanitize_log_line(line: t.Any, max_length: int = LOG_LINE_MAX) -> str:
-    """Strip control characters and cap the length of one task log line."""
-    text = _CONTROL.sub("", str(line))
+    """One line of Proxmox text as a result may show it: control characters stripped, secret-looking values redacted
+    (``_redaction.redact_text``: the one list of secret-bearing keys) and the length capped at ``max_length``.
+
+    The text is cut to a few times the cap before the redaction (a huge line costs no more than a long one); a value
+    cut there is still redacted when its key is kept, and the cap comes after the redaction, so no part of a secret
+    is shown.
+    """
+    text = redact_text(_CONTROL.sub("", str(line)[: max_length * 4]))
     return text if len(text) <= max_length else text[: max_length - 3] + "..."
 
 

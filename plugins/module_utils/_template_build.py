@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import json
 import os
 import re
 import typing as t
@@ -36,7 +35,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import 
     load_strict_yaml,
     read_source,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import canonical_json, sha256_hex
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import definition_hash, template_plan_hash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._schemas import (
     API_VERSION,
     BRIDGE_PATTERN,
@@ -238,13 +237,9 @@ def parse_template_build(*, text: str | bytes | None = None, path: str | os.Path
 
 
 def template_build_hash(build: t.Mapping[str, t.Any]) -> str:
-    """SHA-256 hex of the JCS form of a *validated* TemplateBuild (defaults applied)."""
-    return sha256_hex(canonical_json(dict(build)))
-
-
-def template_plan_hash_bytes(build_hash: str, template_vmid: int) -> bytes:
-    """The exact bytes ``planHash`` of a template build is computed over."""
-    return json.dumps([build_hash, int(template_vmid)], separators=(",", ":")).encode("ascii")
+    """SHA-256 hex of the JCS form of a *validated* TemplateBuild (defaults applied): the definitionHash rule
+    (``_hashing.definition_hash``), which the journal uses to check a template build operation's recorded hashes."""
+    return definition_hash(build)
 
 
 def import_file_name(build: t.Mapping[str, t.Any]) -> str:
@@ -348,7 +343,7 @@ def build_template_plan(*, text: str | bytes | None = None, path: str | os.PathL
         raise _refuse("templateVmid", "auto_needs_allocation")
     vmid = int(build["templateVmid"])
     build_hash = template_build_hash(build)
-    plan_hash = sha256_hex(template_plan_hash_bytes(build_hash, vmid))
+    plan_hash = template_plan_hash(build_hash, vmid)
     return PlannedTemplateBuild(build=build, plan=template_plan_document(build, vmid, build_hash, plan_hash),
                                 template_build_hash=build_hash, plan_hash=plan_hash)
 

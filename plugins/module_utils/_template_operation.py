@@ -21,6 +21,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import template_build_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (
     PROVISIONING_GATE,
@@ -59,9 +60,7 @@ def expected_template_confirmation(plan: t.Mapping[str, t.Any], provider_scope_i
 def journal_snapshots(planned: PlannedTemplateBuild) -> tuple[dict[str, t.Any], dict[str, t.Any], dict[str, t.Any]]:
     """(definition, mapping, plan) as the journal records them for a ``PlannedTemplateBuild``."""
     build, plan = planned.build, planned.plan
-    mapping = {"image": build["image"], "node": build["node"], "templateVmid": plan["target"]["vmid"],
-               "templateVersion": build["templateVersion"], "storage": build["storage"], "bridge": build["bridge"],
-               "diskDevice": plan["diskDevice"], "guestUser": build["guestUser"]}
+    mapping = template_build_mapping(build, plan["target"]["vmid"], plan["diskDevice"])
     journal_plan = dict(plan, definitionName=plan["target"]["name"], definitionHash=planned.template_build_hash)
     return dict(build), mapping, journal_plan
 

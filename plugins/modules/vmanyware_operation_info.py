@@ -151,6 +151,15 @@ total:
   description: Without O(operation_id), how many operations match the filters (before O(limit)).
   returned: success, without O(operation_id)
   type: int
+skipped_files:
+  description:
+    - Without O(operation_id), the operation files that could not be loaded (corrupt, truncated, oversized, a symbolic link, not
+      a regular file, recorded hashes that are not those of the recorded snapshots, unreadable), whatever the filters - C(file),
+      C(operation_id) and C(code) (V(journal_corrupt) or V(io_error)). Each is also a warning; they are left untouched and every
+      valid operation is listed. Loading one of them with O(operation_id) fails with its code.
+  returned: success, without O(operation_id)
+  type: list
+  elements: dict
 operation:
   description: The public view of the operation (keys in snake_case; the journal document keeps its camelCase).
   returned: success, with O(operation_id)
@@ -271,7 +280,7 @@ error_code:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import STATUSES, list_operations, parse_filters
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import STATUSES, list_operations, parse_filters, skipped_warning
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import validate_operation_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import public_view, snapshots_view
@@ -297,7 +306,10 @@ def action(params, check_mode, diff) -> dict:
     store = open_store(params["journal_dir"])
     if not params["operation_id"]:
         filters = parse_filters(params["status"], params["target_vmid"], params["definition_name"], params["since"])
-        return dict(list_operations(store, filters, params["limit"]), changed=False)
+        listed = list_operations(store, filters, params["limit"])
+        if listed["skipped_files"]:  # one bad file never hides the others: each is named in a warning
+            listed["warnings"] = [skipped_warning(entry) for entry in listed["skipped_files"]]
+        return dict(listed, changed=False)
     operation_id = validate_operation_id(params["operation_id"])
     document = store.load(operation_id)
     result = {"changed": False, "operation": public_view(document, evidence=params["evidence"])}

@@ -89,7 +89,11 @@ def test_check_mode_previews_then_the_stages_create_start_and_find_the_address(s
     planned_create = env.run(container_stage("create"), check_mode=True)
     assert planned_create["preview"] == "earlier stages pending"
     assert planned_create["requests"][0]["params"]["ostemplate"] == "local:vztmpl/<newest debian-12-standard 12.*>"
-    assert planned_create["requests"][0]["cli"].startswith("pct create 320 'local:vztmpl/<newest debian-12-standard 12.*>' ")
+    # pct reads --ssh-public-keys from a file: the snippet writes it first with a here-document
+    write_keys, create_cli = planned_create["requests"][0]["cli"].split("\nVMANYWARE_SSH_KEYS\n")
+    assert write_keys.startswith("cat > vmanyware-320.sshkeys <<'VMANYWARE_SSH_KEYS'\nssh-ed25519 ")
+    assert create_cli.startswith("pct create 320 'local:vztmpl/<newest debian-12-standard 12.*>' ")
+    assert "--ssh-public-keys vmanyware-320.sshkeys" in create_cli
     assert _mutations(sim) == []
 
     for kind in ("template", "create", "start"):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _hashing
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 
 pytestmark = pytest.mark.integration
@@ -25,8 +26,9 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK42LaKHQ1bNNIG3KlABIQ77kwljfXjfi9bu
 
 
 def _operation(store: JournalStore, name: str, vmid: int, ipv4: str | None, status: str = "completed") -> str:
-    plan = {"definitionHash": "a" * 64, "planHash": "%064x" % vmid, "definitionName": name, "guestUser": "debian",
-            "target": {"name": name, "vmid": vmid}}
+    definition_hash = _hashing.definition_hash({"name": name})  # the recorded hashes are those of the snapshots (checked on load)
+    plan = {"definitionHash": definition_hash, "planHash": _hashing.plan_hash(definition_hash, {}, vmid), "definitionName": name,
+            "guestUser": "debian", "target": {"name": name, "vmid": vmid}}
     document, _created = store.create_operation(idempotency_key=None, provider_scope_id=SCOPE, definition={"name": name}, mapping={},
                                                 plan=plan, confirmation={}, target_node="pve", target_vmid=vmid, stage_kinds=["readiness"])
     oid = t.cast(str, document["operationId"])
@@ -42,12 +44,14 @@ def _operation(store: JournalStore, name: str, vmid: int, ipv4: str | None, stat
     return oid
 
 
-def _inventory(tmp_path: Path, journal: Path, **options: t.Any) -> dict[str, t.Any]:
+def _inventory(tmp_path: Path, journal: Path, stderr: list[str] | None = None, **options: t.Any) -> dict[str, t.Any]:
     source = tmp_path / "provisioned.vmanyware_journal.yml"
     source.write_text(json.dumps(dict({"plugin": "vmanyware.proxmox.journal", "journal_dir": str(journal)}, **options)))
     proc = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(source), "--list"], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ), check=False)
+                          env=dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="true"), check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    if stderr is not None:
+        stderr.append(proc.stderr)
     return t.cast(dict, _plain(json.loads(proc.stdout)))
 
 
@@ -103,3 +107,29 @@ def test_a_missing_journal_fails_the_inventory_source(tmp_path: Path) -> None:
                           env=dict(os.environ, ANSIBLE_INVENTORY_UNPARSED_FAILED="true"), check=False)
     assert proc.returncode != 0 and "journal directory does not exist" in proc.stderr
     assert not (tmp_path / "nope").exists()
+
+
+def test_a_bad_operation_file_is_skipped_with_a_warning_and_the_others_stay_hosts(tmp_path: Path) -> None:
+    """Issue 31: one corrupt, symlinked, non-regular or re-hashed operation file no longer empties the inventory."""
+    journal = tmp_path / "journal"
+    store = JournalStore(str(journal))
+    _operation(store, "web", 201, "192.0.2.10")
+    bad = {"truncated": _operation(store, "db", 202, "192.0.2.20"), "symlink": _operation(store, "cache", 203, "192.0.2.30"),
+           "directory": _operation(store, "queue", 204, "192.0.2.40"), "rehashed": _operation(store, "mail", 205, "192.0.2.50")}
+    path = {kind: Path(store.operation_path(oid)) for kind, oid in bad.items()}
+    path["truncated"].write_bytes(path["truncated"].read_bytes()[:100])
+    (tmp_path / "elsewhere.json").write_bytes(path["symlink"].read_bytes())
+    path["symlink"].unlink()
+    path["symlink"].symlink_to(tmp_path / "elsewhere.json")
+    path["directory"].unlink()
+    path["directory"].mkdir()
+    edited = json.loads(path["rehashed"].read_text())
+    edited["plan"]["planHash"] = "b" * 64
+    path["rehashed"].write_text(json.dumps(edited))
+    stderr: list[str] = []
+    listed = _inventory(tmp_path, journal, stderr)
+    assert sorted(listed["_meta"]["hostvars"]) == ["web-201"]
+    warnings = " ".join(stderr[0].split())  # the warning may be wrapped to the terminal's width
+    for oid in bad.values():
+        assert "%s.json was skipped (journal_corrupt)" % oid in warnings
+    assert "192.0.2.20" not in stderr[0] and "Traceback" not in stderr[0]

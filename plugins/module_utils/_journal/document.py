@@ -32,6 +32,7 @@ import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES, InputError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import definition_hash, plan_hash, template_build_mapping, template_plan_hash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import StageRecord
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 
@@ -283,6 +284,42 @@ def validate_document(document: t.Any, operation_id: str | None = None) -> None:
     if status == "open":
         _check(not any(item in ("failed", "uncertain") for item in statuses), "open_stages")
     _check_lifecycle(document)
+
+
+TEMPLATE_PLAN_KIND = "TemplateBuildPlan"
+
+
+def recorded_hashes_match(document: t.Mapping[str, t.Any]) -> bool:
+    """Whether the hashes the document records are those of its own snapshots (a document that passed ``validate_document``).
+
+    Recomputed with the code that computed them (``_hashing``): ``definitionHash`` over the definition snapshot;
+    ``planHash`` over ``[definitionHash, mapping, target VMID]`` for a VM or container plan, over
+    ``[templateBuildHash, templateVmid]`` for a template build (whose plan also carries ``templateBuildHash``, the
+    same hash as ``definitionHash``: ``_template_operation.journal_snapshots``), whose mapping snapshot must be the one
+    derived from the build (``_hashing.template_build_mapping``). The confirmation's copies of the
+    hashes must be the plan's. An edited definition, mapping, VMID or hash is a mismatch; this is an integrity check
+    (a hand edit, a bad restore, a bit flip), not an authentication: whoever can write the journal can recompute hashes.
+    """
+    plan, confirmation = document["plan"], document["confirmation"]
+    vmid = document["target"]["vmid"]
+    planned_target = plan.get("target")
+    if isinstance(planned_target, dict) and planned_target.get("vmid", vmid) != vmid:
+        return False
+    try:
+        recorded_definition = definition_hash(document["definition"])
+        if plan.get("kind") == TEMPLATE_PLAN_KIND:
+            if plan.get("templateBuildHash") != recorded_definition or document["mapping"] != template_build_mapping(
+                    document["definition"], vmid, plan.get("diskDevice")):
+                return False
+            recorded_plan = template_plan_hash(recorded_definition, vmid)
+        else:
+            recorded_plan = plan_hash(recorded_definition, document["mapping"], vmid)
+    except (TypeError, ValueError, KeyError, RecursionError):  # a value the formats never produce (a float, an unsafe integer, a lone surrogate)
+        return False
+    if plan["definitionHash"] != recorded_definition or plan["planHash"] != recorded_plan:
+        return False
+    return all(confirmation.get(name, plan[name]) == plan[name] for name in ("definitionHash", "planHash")) and (
+        confirmation.get("templateBuildHash", recorded_definition) == recorded_definition)
 
 
 def _check_lifecycle(document: t.Mapping[str, t.Any]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import stat
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _crash
@@ -56,6 +57,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.documen
     hash_idempotency_key,
     new_operation_document,
     new_operation_id,
+    recorded_hashes_match,
     require_cleanup_eligible,
     stage,
     utc_now,
@@ -85,6 +87,14 @@ def _conflict(operation_id: str, rule: str) -> JournalError:
         code="journal_conflict",
         details={"operationId": operation_id, "rule": rule},
     )
+
+
+def _is_regular_file(path: str) -> bool:
+    """Whether ``path`` itself (not a link's target) is a regular file; ``True`` when it cannot be told (an I/O error stays one)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +169,7 @@ class JournalStore:
             if err.code == "not_found":
                 raise JournalError("The operation does not exist in the journal.", code="not_found",
                                    details={"operationId": operation_id}) from None
-            if err.code == "io_error":
+            if err.code == "io_error" and _is_regular_file(path):  # a socket or a device cannot be opened: not a regular file
                 raise JournalError("The journal file of an operation cannot be read.", code="io_error",
                                    details={"operationId": operation_id}) from None
             raise _corrupt(operation_id) from None
@@ -167,6 +177,8 @@ class JournalStore:
             validate_document(document, operation_id)
         except Exception:  # pylint: disable=broad-exception-caught  # any rule violation is corruption
             raise _corrupt(operation_id) from None
+        if not recorded_hashes_match(document):
+            raise _corrupt(operation_id)
         return t.cast("dict[str, t.Any]", document)
 
     def _read_claim(self, path: str) -> str | None:

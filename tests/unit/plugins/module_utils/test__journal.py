@@ -26,6 +26,7 @@ import ansible_collections
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _crash, _io, _journal
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalError, JournalStore, resolve_journal_dir
+from hashed_plan import hashed_plan
 
 FORK = multiprocessing.get_context("fork")
 SCOPE = "pve:" + "c" * 64
@@ -53,6 +54,13 @@ def _inputs(**overrides: t.Any) -> dict[str, t.Any]:
         "stage_kinds": list(STAGES),
     }
     inputs.update(overrides)
+    if "plan" not in overrides:  # the hashes of the snapshots, as every load checks them
+        try:
+            inputs["plan"] = hashed_plan(inputs["definition"], inputs["mapping"], inputs["target_vmid"], steps=[{"kind": "clone"}])
+        except (TypeError, ValueError):  # inputs that create_operation refuses before anything is hashed
+            inputs["plan"] = {"definitionHash": "a" * 64, "planHash": "b" * 64, "steps": [{"kind": "clone"}]}
+    if "confirmation" not in overrides:
+        inputs["confirmation"] = {"targetVmid": inputs["target_vmid"], "planHash": inputs["plan"]["planHash"]}
     return inputs
 
 
@@ -586,6 +594,16 @@ def _corruptions() -> list[t.Callable[[dict[str, t.Any], bytes], bytes]]:
         with_doc(lambda d: d["stages"].append(copy.deepcopy(d["stages"][0]))),
         with_doc(lambda d: d.update(status="failed")),
         with_doc(lambda d: d.update(stages=[])),
+        # the recorded hashes are recomputed from the recorded snapshots (issue 31)
+        with_doc(lambda d: d["plan"].update(planHash="b" * 64)),
+        with_doc(lambda d: d["plan"].update(definitionHash="a" * 64)),
+        with_doc(lambda d: d["definition"].update(name="other")),
+        with_doc(lambda d: d["mapping"].update(templateVmid=9001)),
+        with_doc(lambda d: d.update(mapping=dict(reversed(list(d["mapping"].items()))))),  # planHash keeps the catalog's field order
+        with_doc(lambda d: d["target"].update(vmid=124)),
+        with_doc(lambda d: d["confirmation"].update(planHash="f" * 64)),
+        with_doc(lambda d: d["plan"].update(target={"vmid": 124})),
+        with_doc(lambda d: d["definition"].update(weight=1.5)),  # no v1 field is a float: not hashable, so not a recorded snapshot
     ]
 
 
@@ -624,6 +642,28 @@ def test_oversized_and_symlinked_files_are_corrupt(store: JournalStore, tmp_path
     with pytest.raises(JournalError) as info:
         store.load(oid)
     assert info.value.code == "journal_corrupt"
+
+
+def test_a_socket_fifo_or_directory_in_place_of_an_operation_file_is_corrupt(store: JournalStore, tmp_path: Path) -> None:
+    """Issue 31: any non-regular file is journal_corrupt (a socket cannot even be opened: still not an io_error)."""
+    import socket
+
+    for make in ("socket", "fifo", "directory"):
+        oid = _create(store, idempotency_key=make, target_vmid=400 + len(make))["operationId"]
+        path = Path(store.operation_path(oid))
+        path.unlink()
+        if make == "socket":
+            server = socket.socket(socket.AF_UNIX)
+            server.bind(str(path))
+        elif make == "fifo":
+            os.mkfifo(path)
+        else:
+            path.mkdir()
+        with pytest.raises(JournalError) as info:
+            store.load(oid)
+        assert info.value.code == "journal_corrupt", make
+        if make == "socket":
+            server.close()
 
 
 def test_corrupt_claim_is_refused_and_left_alone(store: JournalStore, journal_dir: Path) -> None:
@@ -962,3 +1002,62 @@ def test_lifecycle_rules_are_validated(store: JournalStore) -> None:
     bad["release"]["reason"] = "cleaned"
     with pytest.raises(Exception):
         validate_document(bad)  # cleaned needs a completed cleanup
+
+
+# --- recorded hashes (issue 31) ------------------------------------------------------------------
+
+_REPO = Path(__file__).resolve().parents[4]
+
+
+def _record_real(store: JournalStore, kind: str) -> dict[str, t.Any]:
+    """An operation recorded from the example inputs of ``kind`` (vm, container, template) with the snapshots the
+    operation code records for it (``create_operation``, ``_template_operation.journal_snapshots``)."""
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import build_template_plan
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_operation import journal_snapshots
+
+    if kind == "template":
+        planned = build_template_plan(path=_REPO / "examples/template-build.yml")
+        definition, mapping, plan = journal_snapshots(planned)
+        confirmation = {"templateBuildHash": planned.template_build_hash, "planHash": planned.plan_hash, "confirmed": True}
+    else:
+        catalog = "examples/catalog.yml" if kind == "vm" else "examples/catalog-containers.yml"
+        text = (_REPO / "examples/definition.yml").read_text(encoding="utf-8")
+        if kind == "container":
+            text = text.replace("image: debian-13", "image: debian-12-ct")
+        env = build_plan(catalog_path=_REPO / catalog, definition=text, target_vmid=321)
+        definition, mapping, plan = dict(env.definition), dict(env.mapping), dict(env.plan)
+        confirmation = {"definitionHash": env.definition_hash, "planHash": env.plan_hash, "confirmed": True}
+    document, _created = store.create_operation(
+        idempotency_key=None, provider_scope_id=SCOPE, definition=definition, mapping=mapping, plan=plan, confirmation=confirmation,
+        target_node=plan["target"]["node"], target_vmid=plan["target"]["vmid"], stage_kinds=[step["kind"] for step in plan["steps"]])
+    return document
+
+
+@pytest.mark.parametrize("kind", ["vm", "container", "template"])
+def test_recorded_hashes_of_each_kind_are_checked_on_load(store: JournalStore, kind: str) -> None:
+    document = _record_real(store, kind)
+    oid = document["operationId"]
+    assert kind != "container" or document["plan"].get("guestType") == "container"
+    assert kind != "template" or document["plan"]["kind"] == "TemplateBuildPlan"
+    assert store.load(oid) == document  # the hashes of every kind are recomputed the way its plan computed them
+    path = Path(store.operation_path(oid))
+    good = path.read_bytes()
+    edits: list[t.Callable[[dict[str, t.Any]], None]] = [
+        lambda d: d["definition"].update(name="edited"),
+        lambda d: d["plan"].update(planHash=d["plan"]["definitionHash"]),
+        lambda d: d["mapping"].update(storage="elsewhere"),
+    ]
+    if kind == "template":
+        edits.append(lambda d: d["plan"].update(templateBuildHash="0" * 64))
+        edits.append(lambda d: d["confirmation"].update(templateBuildHash="0" * 64))
+    for edit in edits:
+        edited = json.loads(good)
+        edit(edited)
+        path.write_bytes(json.dumps(edited).encode())
+        with pytest.raises(JournalError) as info:
+            store.load(oid)
+        assert info.value.code == "journal_corrupt" and info.value.details == {"operationId": oid}
+        assert "edited" not in json.dumps(info.value.to_result()) and "elsewhere" not in json.dumps(info.value.to_result())
+    path.write_bytes(good)
+    assert store.load(oid) == document

@@ -19,9 +19,10 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils import _redactio
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with_cli
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import REDACTED, is_secret_key, redact
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import REDACTED, is_secret_key, redact, redact_text
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, StageContext, StageLogic, StageRunner, StageSettings
 
+from hashed_plan import hashed_plan
 from pve_stubs import Reply, make_settings, stub_server, tls_material  # noqa: F401  pylint: disable=unused-import
 
 HASH = "a" * 64
@@ -94,7 +95,7 @@ def test_every_key_through_the_request_summary_and_its_command() -> None:
 
 def _operation(store: JournalStore) -> str:
     document, _created = store.create_operation(
-        idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan={"definitionHash": HASH, "planHash": HASH},
+        idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan=hashed_plan({}, {}, 201),
         confirmation={}, target_node="pve", target_vmid=201, stage_kinds=["resources", "readiness"])
     return t.cast(str, document["operationId"])
 
@@ -155,3 +156,18 @@ def test_redact_keeps_flags_about_secrets() -> None:
              "cipassword": "x", "password": 0, "token": None}
     assert redact(value) == {"passwordLocked": True, "imageDefaultUser": {"passwordLocked": True, "noAuthorizedKeys": True},
                              "cipassword": REDACTED, "password": REDACTED, "token": REDACTED}
+
+
+@pytest.mark.parametrize(("line", "shown"), [
+    ("TASK ERROR: login failed: password=hunter2 for root@pam", "TASK ERROR: login failed: password=<redacted> for root@pam"),
+    ("Authorization: PVEAPIToken=root@pam!ci=0b6f1c2e-aaaa", "Authorization: <redacted>"),
+    ("Authorization: Bearer eyJhbGciOi.payload.sig rest", "Authorization: <redacted> rest"),
+    ('{"cipassword": "s3cr3t", "cores": 2}', '{"cipassword": <redacted>, "cores": 2}'),
+    ("GET /x?ticket=PVE:root@pam:65A1::c2Vj&node=pve", "GET /x?ticket=<redacted>&node=pve"),
+    ("download https://user:pa55@mirror.example/img.qcow2 ok", "download https://<redacted>@mirror.example/img.qcow2 ok"),
+    ("PVEAuthCookie=PVE:root@pam:1234::abc; path=/", "PVEAuthCookie=<redacted>; path=/"),
+    ("transferred 1.0 GiB of 20.0 GiB (5.00%)", "transferred 1.0 GiB of 20.0 GiB (5.00%)"),
+    ("allocated target volume local-lvm:vm-201-disk-0: ok", "allocated target volume local-lvm:vm-201-disk-0: ok"),
+])
+def test_free_text_is_redacted_with_the_same_list(line: str, shown: str) -> None:
+    assert redact_text(line) == shown

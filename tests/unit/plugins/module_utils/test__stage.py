@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import typing as t
 
 import pytest
+from hashed_plan import hashed_plan
 from pve_fake import FakeClient, in_turn
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
@@ -20,6 +22,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageSettings,
     StageUncertain,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import LOG_LINE_MAX, LOG_TAIL_LINES
 
 UPID = "UPID:pve-test:00001234:00005678:65000000:qmclone:9000:vmanyware@pve!full:"
 HASH = "a" * 64
@@ -70,7 +73,7 @@ def store(tmp_path: t.Any) -> JournalStore:
 
 @pytest.fixture()
 def operation_id(store: JournalStore) -> str:
-    plan = {"definitionHash": HASH, "planHash": HASH}
+    plan = hashed_plan({}, {}, 201)
     document, _created = store.create_operation(
         idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan=plan, confirmation={},
         target_node="pve-test", target_vmid=201, stage_kinds=["clone", "resources"])
@@ -204,6 +207,46 @@ def test_failed_task_fails_the_stage_and_keeps_it(store: JournalStore, operation
     with pytest.raises(VmanywareError) as again:
         _run(store, scripted([]), CloneLike(), operation_id)
     assert again.value.code == "stage_failed"
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d["plan"].update(planHash="b" * 64),
+    lambda d: d["definition"].update(name="edited"),
+    lambda d: d["target"].update(vmid=202),
+])
+def test_a_journal_whose_hashes_do_not_match_sends_nothing(store: JournalStore, operation_id: str, edit: t.Any) -> None:
+    """Issue 31: an edited planHash, definition or target is journal_corrupt on load, before any request."""
+    path = store.operation_path(operation_id)
+    with open(path, encoding="utf-8") as handle:
+        document = json.load(handle)
+    edit(document)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(document, handle)
+    client = scripted([UPID])
+    with pytest.raises(VmanywareError) as info:
+        _run(store, client, CloneLike(), operation_id)
+    assert info.value.code == "journal_corrupt" and info.value.details == {"operationId": operation_id}
+    assert client.calls() == []  # not a read, not a write
+    assert "edited" not in json.dumps(info.value.to_result())
+
+
+def test_task_log_lines_are_redacted_and_capped_in_results(store: JournalStore, operation_id: str) -> None:
+    """Issue 31: the task log tail of a failure passes the one redaction list and the length caps before it reaches a result."""
+    long_line = "x" * 100_000
+    routes = {TASK + "/status": in_turn({"status": "stopped", "exitstatus": "failed: password=hunter2"}),
+              TASK + "/log": [{"n": 1, "t": "curl -H 'Authorization: PVEAPIToken=root@pam!ci=0b6f1c2e-1111-2222-3333-444455556666' x"},
+                              {"n": 2, "t": "set cipassword=s3cr3t-value and ticket: PVE:root@pam:65A1B2C3::c2VjcmV0"},
+                              {"n": 3, "t": long_line}]}
+    client = FakeClient(routes, [UPID], user=None, token=None)
+    with pytest.raises(VmanywareError) as info:
+        _run(store, client, CloneLike(), operation_id)
+    shown = json.dumps(info.value.to_result())
+    for secret in ("hunter2", "0b6f1c2e-1111-2222-3333-444455556666", "s3cr3t-value", "c2VjcmV0", "PVE:root@pam:65A1B2C3"):
+        assert secret not in shown
+    tail = info.value.details["log_tail"]
+    assert tail[0] == "curl -H 'Authorization: <redacted>' x" and tail[1] == "set cipassword=<redacted> and ticket: <redacted>"
+    assert len(tail[2]) == LOG_LINE_MAX and tail[2].endswith("...")
+    assert len(shown) < LOG_TAIL_LINES * LOG_LINE_MAX + 2048
 
 
 def test_warnings_complete_with_a_warning(store: JournalStore, operation_id: str) -> None:
@@ -354,7 +397,7 @@ def test_a_changed_catalog_mapping_is_plan_changed_and_sends_nothing(store: Jour
     mapping = {"image": "debian-12", "node": "pve-test", "templateVmid": 9000}
     document, _created = store.create_operation(
         idempotency_key="c", provider_scope_id="pve:" + HASH, definition={"image": "debian-12"}, mapping=mapping,
-        plan={"definitionHash": HASH, "planHash": HASH}, confirmation={}, target_node="pve-test", target_vmid=202,
+        plan=hashed_plan({"image": "debian-12"}, mapping, 202), confirmation={}, target_node="pve-test", target_vmid=202,
         stage_kinds=["clone"])
     oid = document["operationId"]
     client = scripted([UPID])

@@ -10,6 +10,7 @@ import time
 import typing as t
 
 import pytest
+from hashed_plan import hashed_plan
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
@@ -106,7 +107,7 @@ def store(tmp_path: t.Any) -> JournalStore:
 @pytest.fixture()
 def operation_id(store: JournalStore) -> str:
     document, _created = store.create_operation(
-        idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan={"definitionHash": HASH, "planHash": HASH},
+        idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan=hashed_plan({}, {}, 201),
         confirmation={}, target_node="pve-test", target_vmid=201, stage_kinds=["clone"])
     return t.cast(str, document["operationId"])
 
@@ -287,6 +288,6 @@ def test_check_mode_journals_no_checkpoint_and_execs_nothing(store: JournalStore
 
 def _second_operation(store: JournalStore) -> str:
     document, _created = store.create_operation(
-        idempotency_key="k2", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan={"definitionHash": HASH, "planHash": HASH},
+        idempotency_key="k2", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan=hashed_plan({}, {}, 202),
         confirmation={}, target_node="pve-test", target_vmid=202, stage_kinds=["clone"])
     return t.cast(str, document["operationId"])

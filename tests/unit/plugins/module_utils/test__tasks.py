@@ -160,3 +160,26 @@ def test_poll_once() -> None:
 def test_sanitize() -> None:
     assert sanitize_log_line("a\tb\r\nc\u2028d\x00") == "abcd"
     assert sanitize_log_line("y" * 10, max_length=8) == "yyyyy..."
+
+
+def test_provider_text_is_redacted_and_capped_before_any_result() -> None:
+    """Issue 31: a task's exit status and log lines pass the one redaction list and the caps (lines, characters)."""
+    clock = FakeClock()
+    secret = "0b6f1c2e-1111-2222-3333-444455556666"
+    log = ["login with password=hunter2 failed", "Authorization: PVEAPIToken=ci@pve!t=" + secret, "y" * 50 + " ticket=" + "z" * 10_000,
+           "w" * 1_000_000] * 10
+    client = task_client([{"status": "stopped", "exitstatus": "command failed: token=" + secret}], log)
+    outcome = wait_task(client, UPID, timeout=5, clock=clock.clock, sleep=clock.sleep)
+    assert outcome.exitstatus == "command failed: token=<redacted>"
+    assert len(outcome.log_tail) == 20 and all(len(line) <= 240 for line in outcome.log_tail)
+    assert outcome.log_tail[-4:-1] == ("login with password=<redacted> failed", "Authorization: <redacted>", "y" * 50 + " ticket=<redacted>")
+    with pytest.raises(TaskError) as info:
+        outcome.raise_for_outcome()
+    shown = repr(info.value.to_result())
+    assert "hunter2" not in shown and secret not in shown and "zzz" not in shown and len(shown) < 20 * 240 + 1024
+
+
+def test_a_secret_cut_by_the_cap_shows_no_part_of_it() -> None:
+    line = "x" * 225 + " password=" + "Q" * 50  # the cap falls inside the value
+    assert sanitize_log_line(line) == ("x" * 225 + " password=<redacted>")[:237] + "..."
+    assert sanitize_log_line("p" * 2000 + " password=abc") == "p" * 237 + "..."

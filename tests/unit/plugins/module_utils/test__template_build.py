@@ -15,7 +15,7 @@ import yaml
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES, InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import FormatError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import canonical_json
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import canonical_json, template_plan_hash_bytes
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._schemas import schema_json
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TEMPLATE, stage_kinds
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import (
@@ -24,7 +24,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build 
     import_file_name,
     parse_template_build,
     template_build_hash,
-    template_plan_hash_bytes,
     validate_template_build,
 )
 

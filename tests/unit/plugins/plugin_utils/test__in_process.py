@@ -111,6 +111,32 @@ def test_journal_module_reports_a_bad_operation_id_with_its_code(tmp_path: Path)
     assert "passwd" not in repr({k: v for k, v in result.items() if k != "invocation"})
 
 
+def test_the_listing_warns_about_a_bad_operation_file_and_lists_the_others(tmp_path: Path) -> None:
+    """Issue 31: vmanyware_operation_info without operation_id skips a corrupt file with a warning naming it (no content), and the
+    same file asked for by id fails with journal_corrupt."""
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
+
+    store = JournalStore(str(tmp_path / "journal"))
+    ids = []
+    for vmid in (201, 202):
+        planned = build_plan(catalog_path=REPO / "examples/catalog.yml", definition_path=REPO / "examples/definition.yml", target_vmid=vmid)
+        ids.append(store.create_operation(idempotency_key=None, provider_scope_id="pve:x", definition=planned.definition,
+                                          mapping=planned.mapping, plan=planned.plan, confirmation={"confirmed": True}, target_node="pve",
+                                          target_vmid=vmid, stage_kinds=["clone"])[0]["operationId"])
+    Path(store.operation_path(ids[1])).write_text('{"secret-looking": "PLANTED-CONTENT"')
+    listed = run_entry_in_process(vmanyware_operation_info.ENTRY, "vmanyware_operation_info", {"journal_dir": store.journal_dir},
+                                  check_mode=False, diff=False)
+    assert "failed" not in listed and [row["operation_id"] for row in listed["operations"]] == [ids[0]]
+    assert listed["skipped_files"] == [{"file": ids[1] + ".json", "operation_id": ids[1], "code": "journal_corrupt"}]
+    assert "skipped" not in listed  # Ansible would show the task as skipped
+    assert len(listed["warnings"]) == 1 and ids[1] + ".json was skipped (journal_corrupt)" in listed["warnings"][0]
+    assert "PLANTED" not in repr(listed)
+    by_id = run_entry_in_process(vmanyware_operation_info.ENTRY, "vmanyware_operation_info",
+                                 {"journal_dir": store.journal_dir, "operation_id": ids[1]}, check_mode=False, diff=False)
+    assert by_id["failed"] and by_id["error_code"] == "journal_corrupt" and "PLANTED" not in repr(by_id)
+
+
 def test_switch_and_task_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert in_process_enabled({}) and in_process_enabled({"VMANYWARE_IN_PROCESS": "true"})
     assert not in_process_enabled({"VMANYWARE_IN_PROCESS": "false"}) and not in_process_enabled({"VMANYWARE_IN_PROCESS": " False "})

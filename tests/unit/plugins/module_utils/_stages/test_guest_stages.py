@@ -58,6 +58,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start im
 
 from stage_fakes import FakeClient, assert_valid
 from pve_fake import in_turn
+from hashed_plan import hashed_plan
 
 REPO = Path(__file__).resolve().parents[5]
 REC = json.loads((REPO / "tests/unit/fixtures/pve_guest_stages.json").read_text(encoding="utf-8"))
@@ -440,7 +441,7 @@ def store(tmp_path: Path) -> JournalStore:
 def _op(store: JournalStore, kinds: list[str]) -> str:
     document, _created = store.create_operation(
         idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={},
-        plan={"definitionHash": HASH, "planHash": HASH}, confirmation={}, target_node="pve-test", target_vmid=201, stage_kinds=kinds)
+        plan=hashed_plan({}, {}, 201), confirmation={}, target_node="pve-test", target_vmid=201, stage_kinds=kinds)
     return t.cast(str, document["operationId"])
 
 
