@@ -148,8 +148,7 @@ error_code:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import run_report
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import capabilities
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 
 
@@ -160,8 +159,7 @@ def argument_spec() -> dict:
 
 
 def action(params, check_mode, diff) -> dict:
-    with ProxmoxClient(connection_settings(params)) as client:
-        return run_report(client, template_vmid=params.get("template_vmid"))
+    return capabilities(connection_settings(params), template_vmid=params.get("template_vmid"))
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests", "proxmoxer"))
