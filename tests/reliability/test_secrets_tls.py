@@ -283,8 +283,8 @@ def test_tls_refusals_send_no_token(rel_sim: rs.Simulator, tmp_path: Path, case:
             kwargs.update(validate_certs=False, unverified_tls_read_only=case != "unverified")
     if case == "control_relay":
         kwargs["ca_path"] = ca
-    credential = {"user": "root@pam", "password": secret} if case == "unverified_read_only_password" else {"token_id": token_id,
-                                                                                                       "token_secret": secret}
+    token = {"token_id": token_id, "token_secret": secret}
+    credential = {"user": "root@pam", "password": secret} if case == "unverified_read_only_password" else token
     settings = build_settings(host=host, port=port, timeout=10, **credential, **kwargs)
     sim.admin.clear_requests()
     try:
