@@ -148,7 +148,7 @@ class Report:
         try:
             return self.client.get(path, **params), None
         except ProviderError as err:
-            if err.code in ("tls_verification_failed", "tls_unverified", "auth_failed", "transport_lost"):
+            if err.code in ("tls_verification_failed", "auth_failed", "transport_lost"):
                 raise
             return None, err.code
 

@@ -256,11 +256,13 @@ UNVERIFIED_TLS_WARNING = ("Read over UNVERIFIED TLS (unverified_tls_read_only): 
                           "come from another host; no provider scope was computed. Configure ca_path or api_fingerprint before provisioning.")
 
 
-def _unverified(rule: str, **details: t.Any) -> ProviderError:
-    return ProviderError(UNVERIFIED_TLS_TEXTS[rule], code="tls_unverified", details=dict(details, rule=rule))
+def _unverified(rule: str, **details: t.Any) -> ConfigurationError:
+    """A connection setting, not a provider answer: no ``except ProviderError`` (retries, reads, stage outcomes) can take it
+    for something Proxmox said; it always ends the module."""
+    return ConfigurationError(UNVERIFIED_TLS_TEXTS[rule], code="tls_unverified", details=dict(details, rule=rule))
 
 
-def tls_refusal(settings: ConnectionSettings, method: str, path: str) -> ProviderError | None:
+def tls_refusal(settings: ConnectionSettings, method: str, path: str) -> ConfigurationError | None:
     """Why ``method path`` may not be sent over ``settings``' connection (a ``tls_unverified`` error), or ``None`` when it may.
 
     Verified TLS (a CA or a pin) allows every request. Unverified TLS allows nothing, except GETs under the explicit

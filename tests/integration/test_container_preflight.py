@@ -90,14 +90,14 @@ def test_unverified_tls_refused_or_read_only_marked(pvesim: t.Any, tmp_path: Pat
     the result and computes no provider scope."""
     import dataclasses  # pylint: disable=import-outside-toplevel
 
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError  # pylint: disable=import-outside-toplevel
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError  # pylint: disable=import-outside-toplevel
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import run_preflight  # pylint: disable=import-outside-toplevel
 
     reserver = Reserver(pvesim, tmp_path)
     _full_acl(pvesim)
     unverified = dataclasses.replace(reserver.settings, validate_certs=False, ca_path=None)
     pvesim.clear_requests()
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(ConfigurationError) as info:
         run_preflight(_plan(), unverified, environ={}, fail_on="never")
     assert info.value.code == "tls_unverified" and pvesim.requests() == []
     result = run_preflight(_plan(), dataclasses.replace(unverified, unverified_tls_read_only=True), environ={}, fail_on="never")

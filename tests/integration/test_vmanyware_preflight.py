@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, build_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import CHECK_CODES, PreflightFailed, run_preflight
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import wait_task
@@ -153,7 +153,7 @@ def test_wrong_fingerprint_refused_before_token(pvesim: t.Any) -> None:
 
 def test_unverified_tls_refused_before_token(pvesim: t.Any) -> None:
     """validate_certs false and no pin: the preflight refuses before a connection, so the token never travels unverified."""
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(ConfigurationError) as info:
         preflight(pvesim.connection, ca_path=None, validate_certs=False)
     assert info.value.code == "tls_unverified" and pvesim.requests() == []
 

@@ -14,7 +14,7 @@ from pve_stubs import RecordingAdapter
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import TEMPLATE_BUILD_NEEDS, capabilities, run_report
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import UNVERIFIED_TLS_WARNING, ProxmoxClient, build_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, ProviderError
 
 schema_mod = pytest.importorskip("pvesim.schema")
 
@@ -148,12 +148,12 @@ def test_unverified_tls_is_refused_before_anything_is_sent() -> None:
     adapter = _adapter()
     built: list[t.Any] = []
     settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False)
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(ConfigurationError) as info:
         capabilities(settings, client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter))
     assert info.value.code == "tls_unverified" and built == [] and adapter.sent == []
     password = build_settings(host="pve.example.org", user="root@pam", password="pw-" + SECRET, validate_certs=False,
                               unverified_tls_read_only=True)
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(ConfigurationError) as info:
         capabilities(password, client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter))
     assert info.value.code == "tls_unverified" and info.value.details["rule"] == "password" and built == [] and adapter.sent == []
 

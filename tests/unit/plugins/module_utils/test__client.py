@@ -42,6 +42,14 @@ def _raises(code: str, func: t.Callable[[], t.Any]) -> ProviderError:
     return info.value
 
 
+def _refused(func: t.Callable[[], t.Any]) -> ConfigurationError:
+    """``tls_unverified``: a connection setting, never a ProviderError (no retry or read path may take it for Proxmox's answer)."""
+    with pytest.raises(ConfigurationError) as info:
+        func()
+    assert info.value.code == "tls_unverified", info.value.to_result()
+    return info.value
+
+
 # -- error mapping -------------------------------------------------------------------------------------------
 
 
@@ -244,7 +252,7 @@ def test_unverified_tls_sends_nothing_by_default(stub_server: t.Any, make_settin
     server = stub_server()
     seen: list[t.Any] = []
     client = _client_for(make_settings(server.port, validate_certs=False), request_log=lambda *a: seen.append(a))
-    err = _raises("tls_unverified", lambda: client.request(method, "/version"))
+    err = _refused(lambda: client.request(method, "/version"))
     assert err.details["rule"] == "verified_tls_required" and SECRET not in json.dumps(err.to_result())
     assert server.requests == [] and server.connections == 0 and seen == []
     assert client.provider_scope_id is None
@@ -259,7 +267,7 @@ def test_unverified_read_only_sends_gets_only(stub_server: t.Any, make_settings:
     client = _client_for(settings, request_log=lambda *a: seen.append(a))
     assert client.get("/version")["version"] == "9.1.3"
     for method, call in (("POST", client.post), ("PUT", client.put), ("DELETE", client.delete)):
-        err = _raises("tls_unverified", lambda: call("/nodes/pve/qemu/201/status/start"))
+        err = _refused(lambda: call("/nodes/pve/qemu/201/status/start"))
         assert err.details == {"method": method, "endpoint": "/nodes/pve/qemu/201/status/start", "rule": "read_only"}
     assert [r.method for r in server.requests] == ["GET"] and [a[0] for a in seen] == ["GET"]
     # The certificate was seen on the GET, but an unverified certificate identifies no provider.
@@ -272,8 +280,8 @@ def test_unverified_read_only_never_sends_a_password(stub_server: t.Any) -> None
     settings = build_settings(host="127.0.0.1", port=server.port, user="root@pam", password="pw-" + SECRET, validate_certs=False,
                               unverified_tls_read_only=True)
     client = _client_for(settings)
-    assert _raises("tls_unverified", lambda: client.get("/version")).details["rule"] == "password"
-    assert _raises("tls_unverified", client._login).details == {"method": "POST", "endpoint": "/access/ticket", "rule": "password"}
+    assert _refused(lambda: client.get("/version")).details["rule"] == "password"
+    assert _refused(client._login).details == {"method": "POST", "endpoint": "/access/ticket", "rule": "password"}
     assert server.requests == [] and server.connections == 0
 
 

@@ -12,7 +12,7 @@ from format_samples import catalog, definition, dump
 from pve_stubs import RecordingAdapter
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import UNVERIFIED_TLS_WARNING, ProxmoxClient, build_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import STAGE_PRIVILEGES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import (
@@ -284,7 +284,7 @@ def test_unverified_tls_is_refused_before_anything_is_sent() -> None:
     adapter = RecordingAdapter(Datacenter(healthy_state()))
     built: list[t.Any] = []
     settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False)
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(ConfigurationError) as info:
         run_preflight(planned(), settings, environ=ON, fail_on="never",
                       client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter))
     assert info.value.code == "tls_unverified" and info.value.details == {"rule": "verified_tls_required"}
@@ -318,7 +318,7 @@ def test_unverified_read_only_opt_in_never_sends_a_password() -> None:
     adapter = RecordingAdapter(Datacenter(healthy_state()))
     settings = build_settings(host="pve.example.org", user="root@pam", password="pw-" + SECRET, validate_certs=False,
                               unverified_tls_read_only=True)
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(ConfigurationError) as info:
         run_preflight(planned(), settings, environ=ON, fail_on="never", client_factory=lambda s: ProxmoxClient(s, adapter=adapter))
     assert info.value.code == "tls_unverified" and info.value.details == {"rule": "password"} and adapter.sent == []
 

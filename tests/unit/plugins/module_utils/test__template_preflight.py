@@ -14,7 +14,7 @@ from test__template_build import minimal
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import TEMPLATE_BUILD_NEEDS
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import UNVERIFIED_TLS_WARNING, ProxmoxClient, build_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import UNDECIDABLE as PREFLIGHT_UNDECIDABLE
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import PreflightFailed
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import build_template_plan
@@ -163,7 +163,7 @@ def test_unverified_tls_is_refused_before_anything_is_sent() -> None:
     built: list[t.Any] = []
     settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False)
     planned = build_template_plan(text=yaml.safe_dump(minimal()))
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(ConfigurationError) as info:
         run_template_preflight(planned, settings, environ={}, fail_on="never",
                                client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter))
     assert info.value.code == "tls_unverified" and built == [] and adapter.sent == []
