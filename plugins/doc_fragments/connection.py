@@ -47,6 +47,8 @@ options:
   validate_certs:
     description:
       - Verify the server certificate against O(ca_path) or the system CA bundle.
+      - With V(false) and no O(api_fingerprint) pin nothing is sent (no token, no password) and every module fails with
+        C(tls_unverified), except the read-only checks under O(unverified_tls_read_only).
       - E(REQUESTS_CA_BUNDLE) and E(CURL_CA_BUNDLE) are ignored; configure O(ca_path) instead.
       - If not set, the value of the E(PROXMOX_VALIDATE_CERTS) environment variable is used.
     type: bool
@@ -68,6 +70,20 @@ options:
       - If not set, the value of the E(PROXMOX_TIMEOUT) environment variable is used.
     type: float
     default: 30
+  unverified_tls_read_only:
+    description:
+      - Lab hosts only. Allows the read-only checks (M(vmanyware.proxmox.vmanyware_preflight),
+        M(vmanyware.proxmox.vmanyware_template_preflight), M(vmanyware.proxmox.vmanyware_capabilities)) to send the API token
+        over TLS that neither a CA nor a pin verifies (O(validate_certs=false), no O(api_fingerprint)).
+      - The client then sends GET requests only and refuses any other request before it is sent; a password is never sent
+        (the login posts it), so an API token is required.
+      - Every result read this way has C(tls_verified=false), a warning, and no provider scope (C(provider_scope_id=null)).
+      - It never applies to what writes or binds to a provider (operations, stages, M(vmanyware.proxmox.vmanyware_provision),
+        M(vmanyware.proxmox.vmanyware_cleanup), M(vmanyware.proxmox.vmanyware_vmid)), which refuse unverified TLS with C(tls_unverified).
+      - Ignored when TLS is verified.
+      - If not set, the value of the E(PROXMOX_UNVERIFIED_TLS_READ_ONLY) environment variable is used.
+    type: bool
+    default: false
 notes:
   - Plain HTTP is never used. Mutations are never retried; idempotent reads are retried at most three times.
   - Proxy settings from the environment (E(HTTPS_PROXY)) are not used.

@@ -40,7 +40,7 @@ def set_env_fallback(*names: str, **kwargs: t.Any) -> str:
 
 CONNECTION_OPTION_NAMES = (
     "api_host", "api_port", "api_user", "api_token_id", "api_token_secret", "api_password",
-    "validate_certs", "ca_path", "api_fingerprint", "api_timeout",
+    "validate_certs", "ca_path", "api_fingerprint", "api_timeout", "unverified_tls_read_only",
 )
 
 
@@ -57,6 +57,8 @@ def connection_argument_spec() -> dict[str, dict[str, t.Any]]:
         "ca_path": {"type": "path", "fallback": (set_env_fallback, ["PROXMOX_CA_PATH"])},
         "api_fingerprint": {"type": "str", "fallback": (set_env_fallback, ["PROXMOX_FINGERPRINT"])},
         "api_timeout": {"type": "float", "default": DEFAULT_TIMEOUT, "fallback": (set_env_fallback, ["PROXMOX_TIMEOUT"])},
+        "unverified_tls_read_only": {"type": "bool", "default": False,
+                                     "fallback": (set_env_fallback, ["PROXMOX_UNVERIFIED_TLS_READ_ONLY"])},
     }
 
 
@@ -77,4 +79,5 @@ def connection_settings(params: t.Mapping[str, t.Any]) -> ConnectionSettings:
         ca_path=params.get("ca_path"),
         fingerprint=params.get("api_fingerprint"),
         timeout=params.get("api_timeout"),
+        unverified_tls_read_only=bool(params.get("unverified_tls_read_only")),
     )

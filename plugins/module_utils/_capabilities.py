@@ -24,6 +24,7 @@ import itertools
 import re
 import typing as t
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ConnectionSettings, ProxmoxClient, mark_tls, require_tls_for_reads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import STAGE_ORDER, STAGE_PRIVILEGES, effective_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import SUPPORTED_MAJORS
@@ -308,10 +309,20 @@ def _unique(items: list[dict[str, t.Any]]) -> list[dict[str, t.Any]]:
     return seen
 
 
-def run_report(client: ApiClient, *, template_vmid: int | None = None) -> dict[str, t.Any]:
-    """The ``vmanyware_capabilities`` result (reads only)."""
+def run_report(client: ApiClient, *, template_vmid: int | None = None, tls_verified: bool = True) -> dict[str, t.Any]:
+    """The ``vmanyware_capabilities`` result (reads only); read unverified: no provider scope, ``tls_verified`` false and a warning."""
     report = Report(client, template_vmid)
     facts = report.read()
     operations = [report.evaluate(facts, operation) for operation in OPERATIONS]
     summary = {status: sum(1 for item in operations if item["status"] == status) for status in ("available", "unavailable")}
-    return dict(facts, changed=False, operations=operations, summary=summary, provider_scope_id=client.provider_scope_id)
+    scope = client.provider_scope_id if tls_verified else None  # never a scope from an unverified certificate
+    return mark_tls(dict(facts, changed=False, operations=operations, summary=summary, provider_scope_id=scope), tls_verified)
+
+
+def capabilities(settings: ConnectionSettings, *, template_vmid: int | None = None,
+                 client_factory: t.Callable[[ConnectionSettings], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
+    """``vmanyware_capabilities``: unverified TLS is refused (``tls_unverified``) before any client is built, unless
+    ``unverified_tls_read_only`` with an API token (the client then sends GETs only)."""
+    require_tls_for_reads(settings)
+    with client_factory(settings) as client:
+        return run_report(client, template_vmid=template_vmid, tls_verified=settings.tls_verified)

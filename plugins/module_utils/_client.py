@@ -18,7 +18,10 @@ cannot pin a certificate during the handshake, and it cannot tell "nothing was s
   ``verify=`` is passed per request (REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE never override
   ``ca_path``); an optional SHA-256 pin is checked by urllib3 (``assert_fingerprint``) right
   after the handshake, before any request byte (so before any credential) is written. A pin
-  replaces the CA chain check (the usual self-signed PVE certificate).
+  replaces the CA chain check (the usual self-signed PVE certificate). No request (so no token, no
+  password) is ever sent over TLS that neither a CA nor a pin verifies (``tls_unverified``), except GETs
+  with an API token under the explicit ``unverified_tls_read_only`` opt-in (``tls_refusal``); no
+  provider scope is computed from an unverified certificate (``provider_scope_id``).
 - bounded, streamed responses (``max_response_bytes``) and a per-request timeout;
 - no retry of any mutation; bounded retries with backoff for GETs on connection errors and 5xx;
 - typed errors with fixed codes (``_errors.py``); no raw provider body, no secret in any error.
@@ -114,6 +117,12 @@ class ConnectionSettings:
     fingerprint: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    unverified_tls_read_only: bool = False
+
+    @property
+    def tls_verified(self) -> bool:
+        """True when a CA (``validate_certs``, ``ca_path`` or the system CAs) or a SHA-256 pin proves the server's identity."""
+        return bool(self.fingerprint) or bool(self.validate_certs)
 
     @property
     def base_url(self) -> str:
@@ -199,6 +208,7 @@ def build_settings(
     fingerprint: str | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    unverified_tls_read_only: bool = False,
 ) -> ConnectionSettings:
     """Validate raw option values into ``ConnectionSettings`` (``configuration_error`` otherwise)."""
     host, port, timeout = validate_endpoint(host, port, timeout)
@@ -228,13 +238,82 @@ def build_settings(
         fingerprint=normalize_fingerprint(fingerprint) if fingerprint else None,
         timeout=timeout,
         max_response_bytes=int(max_response_bytes),
+        unverified_tls_read_only=bool(unverified_tls_read_only),
     )
 
 
+# Fixed texts of ``tls_unverified`` per rule (``details.rule``); the code's own text is the ``verified_tls_required`` one.
+UNVERIFIED_TLS_TEXTS = {
+    "verified_tls_required": "TLS is not verified (validate_certs is false and no api_fingerprint pin is set), so no credential is "
+                             "sent: configure a CA file (ca_path), the system CAs or a SHA-256 pin.",
+    "read_only": "The connection is unverified (unverified_tls_read_only): only GET requests are sent over it; this request was not sent.",
+    "password": "A password is never sent over unverified TLS (the login posts it): use an API token, or verify TLS with a CA file or a pin.",
+    "scope": "A provider scope, a VMID lease, an operation or a stage needs verified TLS (a CA file or a SHA-256 pin); "
+             "unverified_tls_read_only covers read-only checks only. Nothing was sent.",
+}
+# The warning every result read under ``unverified_tls_read_only`` carries (with ``tls_verified: false``).
+UNVERIFIED_TLS_WARNING = ("Read over UNVERIFIED TLS (unverified_tls_read_only): the server's identity is not proven, so these results may "
+                          "come from another host; no provider scope was computed. Configure ca_path or api_fingerprint before provisioning.")
+
+
+def _unverified(rule: str, **details: t.Any) -> ConfigurationError:
+    """A connection setting, not a provider answer: no ``except ProviderError`` (retries, reads, stage outcomes) can take it
+    for something Proxmox said; it always ends the module."""
+    return ConfigurationError(UNVERIFIED_TLS_TEXTS[rule], code="tls_unverified", details=dict(details, rule=rule))
+
+
+def tls_refusal(settings: ConnectionSettings, method: str, path: str) -> ConfigurationError | None:
+    """Why ``method path`` may not be sent over ``settings``' connection (a ``tls_unverified`` error), or ``None`` when it may.
+
+    Verified TLS (a CA or a pin) allows every request. Unverified TLS allows nothing, except GETs under the explicit
+    ``unverified_tls_read_only`` opt-in; the password login (``POST /access/ticket``) is never sent unverified.
+    """
+    if settings.tls_verified:
+        return None
+    if not settings.unverified_tls_read_only:
+        return _unverified("verified_tls_required", method=method, endpoint=path)
+    if path == "/access/ticket" or not settings.uses_token:
+        return _unverified("password", method=method, endpoint=path)
+    if method != "GET":
+        return _unverified("read_only", method=method, endpoint=path)
+    return None
+
+
+def require_tls_for_reads(settings: ConnectionSettings) -> None:
+    """``tls_unverified`` unless the connection is verified, or unverified under the read-only opt-in with an API token.
+
+    For the read-only checks (preflights, capabilities), before any client is built: nothing is sent when this raises.
+    """
+    if settings.tls_verified:
+        return
+    if not settings.unverified_tls_read_only:
+        raise _unverified("verified_tls_required")
+    if not settings.uses_token:
+        raise _unverified("password")
+
+
+def require_verified_connection(settings: ConnectionSettings) -> None:
+    """``tls_unverified`` unless a CA or a pin verifies the connection; the read-only opt-in does not count here.
+
+    For whatever writes, leases or binds to a provider (operations, stages, cleanup, VMID leases, provider scopes).
+    """
+    if not settings.tls_verified:
+        raise _unverified("scope" if settings.unverified_tls_read_only else "verified_tls_required")
+
+
+def mark_tls(result: dict[str, t.Any], tls_verified: bool) -> dict[str, t.Any]:
+    """``result`` with ``tls_verified``, and, when read unverified, the ``UNVERIFIED_TLS_WARNING`` among its ``warnings``."""
+    result["tls_verified"] = tls_verified
+    if not tls_verified:
+        result["warnings"] = list(result.get("warnings") or []) + [UNVERIFIED_TLS_WARNING]
+    return result
+
+
 def provider_scope_id(settings: ConnectionSettings, certificate_sha256: str | None) -> str | None:
-    """``pve:`` + SHA-256 of compact JSON {apiUrl, certificateSha256, user}; ``None`` without a certificate."""
+    """``pve:`` + SHA-256 of compact JSON {apiUrl, certificateSha256, user}; ``None`` without a certificate, and
+    ``None`` over unverified TLS: a certificate nobody verified identifies no provider."""
     fingerprint = settings.fingerprint or certificate_sha256
-    if not fingerprint:
+    if not fingerprint or not settings.tls_verified:
         return None
     doc = {"apiUrl": settings.base_url, "certificateSha256": normalize_fingerprint(fingerprint), "user": settings.user}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -507,6 +586,9 @@ class ProxmoxClient(ApiVerbs):
         params = {k: v for k, v in (params or {}).items() if v is not None}
         if not path.startswith("/"):
             path = "/" + path
+        refusal = tls_refusal(self.settings, method, path)
+        if refusal is not None:  # before the login and the request: nothing is sent, nothing is logged
+            raise refusal
         attempts = GET_ATTEMPTS if method == "GET" else 1
         for attempt in range(attempts):
             try:
@@ -551,6 +633,9 @@ class ProxmoxClient(ApiVerbs):
 
     def _exchange(self, method: str, path: str, params: dict[str, t.Any], *, auth: t.Any, headers: dict[str, str],
                   cookies: dict[str, str]) -> dict[str, t.Any]:
+        refusal = tls_refusal(self.settings, method, path)  # every exchange, the login included
+        if refusal is not None:
+            raise refusal
         url = self.settings.base_url + quote(path, safe="/:@!=,._~-")
         encoded = {k: _encode_value(v) for k, v in params.items()}
         query, form = (encoded, None) if method in ("GET", "DELETE") else (None, encoded)

@@ -33,7 +33,8 @@ ERROR_CODES: dict[str, str] = {
     "configuration_error": "A configuration gate or connection setting has an invalid value.",
     # provider access
     "tls_verification_failed": "The server certificate did not match the configured CA or fingerprint pin.",
-    "tls_unverified": "TLS is not verified (validate_certs false and no pin); operations and stages need a CA file or a SHA-256 pin.",
+    "tls_unverified": "TLS is not verified (validate_certs is false and no api_fingerprint pin is set), so no credential is sent: "
+                      "configure a CA file (ca_path), the system CAs or a SHA-256 pin.",
     "auth_failed": "Proxmox rejected the credentials (HTTP 401).",
     "permission_denied": "The token lacks a privilege on a path (HTTP 403).",
     "not_found": "The requested object does not exist.",

@@ -38,7 +38,13 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import LIFECYCLE_KEY, require_cleanup_eligible, validate_operation_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import LIFECYCLE_GATE, bind_scope, public_view, read_gate
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (
+    LIFECYCLE_GATE,
+    bind_scope,
+    public_view,
+    read_gate,
+    require_verified_tls,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import effective_privileges
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import read_status
@@ -277,6 +283,7 @@ def run_cleanup(params: t.Mapping[str, t.Any], *, check_mode: bool, environ: t.M
     if not read_gate(environ, LIFECYCLE_GATE, params.get("lifecycle_enabled")):
         raise VmanywareError(code="lifecycle_disabled")
     connection = connection_settings(params)
+    require_verified_tls(connection)  # as every stage: no credential over unverified TLS, before the scope handshake
     bind_scope(connection, document)
     steps = _steps(params, environ, document)
     client = client_factory(connection)

@@ -16,7 +16,7 @@ import copy
 import dataclasses
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import certificate_fingerprint, provider_scope_id, require_verified_connection
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, VmanywareError, snake_keys
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
     LIFECYCLE_KEY,
@@ -86,11 +86,11 @@ def creation_blockers(plan: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any
 def require_verified_tls(settings: t.Any) -> None:
     """``tls_unverified`` unless the connection is verified by a CA (``validate_certs``) or a SHA-256 pin.
 
-    Creating an operation and running a stage act on the provider that was confirmed; without verified
-    TLS that identity means nothing. Plan and preflight may still read over unverified TLS.
+    Creating an operation, running a stage, a cleanup and a VMID lease act on the provider that was confirmed;
+    without verified TLS that identity means nothing, and no credential is sent. The read-only opt-in
+    (``unverified_tls_read_only``) never counts here (``_client.require_verified_connection``).
     """
-    if not settings.fingerprint and not settings.validate_certs:
-        raise VmanywareError(code="tls_unverified")
+    require_verified_connection(settings)
 
 
 def require_scope(observed: str | None, expected: str) -> None:

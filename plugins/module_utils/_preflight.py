@@ -18,7 +18,13 @@ import dataclasses
 import re
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import CONNECT_FAILURE_TEXTS, ConnectionSettings, ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (
+    CONNECT_FAILURE_TEXTS,
+    ConnectionSettings,
+    ProxmoxClient,
+    mark_tls,
+    require_tls_for_reads,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import (
     ERROR_CODES,
     InputError,
@@ -153,8 +159,8 @@ class _Preflight:
         if self.tls_verified:
             self.set("api_reachable", "passed", "The API answered with verified TLS and accepted the credentials.")
         else:
-            self.set("api_reachable", "passed", "The API answered and accepted the credentials over UNVERIFIED TLS (validate_certs is false "
-                                                "and no fingerprint pin is set): the server's identity is not proven.")
+            self.set("api_reachable", "passed", "The API answered and accepted the credentials over UNVERIFIED TLS (unverified_tls_read_only: "
+                                                "GET requests only): the server's identity is not proven.")
         version = data.get("version") if isinstance(data, dict) else None
         match = _VERSION.match(version) if isinstance(version, str) else None
         if match is None:
@@ -430,7 +436,7 @@ def preflight_result(plan: t.Mapping[str, t.Any], checks: t.Sequence[Check], cap
         "vmid_reserved": False,
         "capabilities": snake_keys(capabilities),
     }
-    return enforce_fail_on(result, checks, fail_on, UNDECIDABLE)
+    return enforce_fail_on(mark_tls(result, tls_verified), checks, fail_on, UNDECIDABLE)
 
 
 def collect_checks(settings: ConnectionSettings, *, fail_on: str, client_factory: t.Callable[[ConnectionSettings], t.Any],
@@ -439,19 +445,22 @@ def collect_checks(settings: ConnectionSettings, *, fail_on: str, client_factory
                    ) -> tuple[list[Check], dict[str, t.Any], t.Any, list[str], bool]:
     """``fail_on``, then the creation blockers (the gates: before any network use), then one client for ``checks_of``.
 
-    Returns (checks, capabilities, provider scope id, creation blockers, TLS verified); ``tls_unverified`` is a
-    blocker when neither a CA nor a pin verifies the server. Shared with the template preflight.
+    Returns (checks, capabilities, provider scope id, creation blockers, TLS verified). Unverified TLS (neither a CA
+    nor a pin) is refused (``tls_unverified``) before any client is built, unless ``unverified_tls_read_only`` (with
+    an API token; the client then sends GETs only): then the scope is ``None`` and ``tls_unverified`` is a blocker.
+    Shared with the template preflight.
     """
     if fail_on not in FAIL_ON_CHOICES:
         raise InputError("fail_on must be one of failed, unknown, never.", path="fail_on")
     blockers = blockers_of()
-    tls_verified = bool(settings.fingerprint or settings.validate_certs)
+    require_tls_for_reads(settings)  # unverified: refused before any client exists, unless the read-only opt-in (GETs, a token)
+    tls_verified = settings.tls_verified
     if not tls_verified:
         blockers.append("tls_unverified")
     client = client_factory(settings)
     try:
         checks, capabilities = checks_of(client, tls_verified)
-        scope = client.provider_scope_id
+        scope = client.provider_scope_id if tls_verified else None  # never a scope from an unverified certificate
     finally:
         client.close()
     return checks, capabilities, scope, blockers, tls_verified

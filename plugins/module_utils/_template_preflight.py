@@ -19,7 +19,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import TEMPLATE_BUILD_MINIMUM, TEMPLATE_BUILD_NEEDS, Report
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ConnectionSettings, ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ConnectionSettings, ProxmoxClient, mark_tls
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, snake_keys
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import (
     SUPPORTED_MAJORS,
@@ -162,4 +162,4 @@ def run_template_preflight(
         "vmid_reserved": False,
         "capabilities": snake_keys(capabilities),
     }
-    return enforce_fail_on(result, checks, fail_on, UNDECIDABLE)
+    return enforce_fail_on(mark_tls(result, tls_verified), checks, fail_on, UNDECIDABLE)

@@ -22,6 +22,10 @@ description:
   - Per version, C(via) says where the operation works at all - building a template over the API needs Proxmox VE 8.4 or later and a
     storage with content V(import) (V(ssh) before 8.4); commands inside a container and writing snippets are never possible over the API.
   - A new VM's privileges are read on C(/vms) (the ACL a new VMID inherits); give O(template_vmid) to check the template's own ACL.
+  - TLS must be verified (O(validate_certs) with a CA file or the system CAs, or a O(api_fingerprint) pin); otherwise the module
+    fails with C(tls_unverified) before sending anything. On a lab host O(unverified_tls_read_only=true) allows reading unverified
+    with an API token (never a password) - GET requests only, enforced by the client - and marks the result (RV(tls_verified=false),
+    a warning, RV(provider_scope_id=null)). M(vmanyware.proxmox.vmanyware_certificate_info) needs neither (it sends no credential).
   - See C(docs/onboarding.md) in the collection.
 author:
   - vmanyware developers (@vmanyware)
@@ -135,12 +139,16 @@ summary:
   description: Counts of C(available) and C(unavailable) operations.
   returned: success
   type: dict
+tls_verified:
+  description: Whether TLS was verified (a CA or a pin); V(false) only under O(unverified_tls_read_only), with a warning.
+  returned: success
+  type: bool
 provider_scope_id:
-  description: The provider scope id of this connection (see C(docs/connection.md)).
+  description: The provider scope id of this connection (see C(docs/connection.md)); V(null) when read over unverified TLS.
   returned: success
   type: str
 error_code:
-  description: On failure, the fixed error code (for example V(tls_verification_failed), V(auth_failed), V(transport_lost)).
+  description: On failure, the fixed error code (for example V(tls_verification_failed), V(tls_unverified), V(auth_failed), V(transport_lost)).
   returned: failure
   type: str
 """
@@ -148,8 +156,7 @@ error_code:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import run_report
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import capabilities
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 
 
@@ -160,8 +167,7 @@ def argument_spec() -> dict:
 
 
 def action(params, check_mode, diff) -> dict:
-    with ProxmoxClient(connection_settings(params)) as client:
-        return run_report(client, template_vmid=params.get("template_vmid"))
+    return capabilities(connection_settings(params), template_vmid=params.get("template_vmid"))
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests", "proxmoxer"))

@@ -23,6 +23,8 @@ description:
     definitionHash and planHash (C(cleanup_binding_mismatch)); that it is not a template (C(cleanup_template)), not C(protection=1)
     (C(cleanup_protected)) and not locked (C(locked)). The configured provider must be the one the operation was confirmed for (C(plan_changed)), checked before
     any connection. Each failing guard leaves the guest untouched and sends nothing.
+  - As every stage, the cleanup needs verified TLS - O(validate_certs) with a CA file or the system CAs, or a O(api_fingerprint) pin;
+    otherwise it fails with C(tls_unverified) before any connection (O(unverified_tls_read_only) does not apply, since the cleanup writes).
   - A running guest (C({guest}/status/current)) is refused (C(cleanup_running)) unless O(stop=true); then
     C(POST {guest}/status/stop) is recorded in the journal, sent once and its C(qmstop) (VM) or C(vzstop) (container) task followed
     by GET.

@@ -13,6 +13,10 @@ version_added: 0.2.0
 description:
   - Recomputes the template build plan from the same inputs as M(vmanyware.proxmox.vmanyware_template_plan), then checks it
     against Proxmox VE with bounded, verified-TLS C(GET) requests only. Nothing is created, changed or reserved.
+  - TLS must be verified (O(validate_certs) with a CA file or the system CAs, or a O(api_fingerprint) pin); otherwise the module
+    fails with C(tls_unverified) before sending anything, so the token never travels unverified. On a lab host
+    O(unverified_tls_read_only=true) allows reading unverified with an API token (never a password) - GET requests only, enforced
+    by the client - and marks the result (RV(tls_verified=false), a warning, RV(provider_scope_id=null)).
   - Each check has a fixed code and ends V(passed), V(failed) or V(unknown). What reads cannot prove stays V(unknown).
   - Building a template over the API needs Proxmox VE 8.4 or later and an import storage with content V(import).
 author:
@@ -73,7 +77,8 @@ provider_scope_id:
   description:
     - C(pve:) and the SHA-256 of the API URL, the certificate SHA-256 fingerprint and the token's C(user@realm);
       not secret.
-    - V(null) when no certificate was pinned or observed (the API was not reached).
+    - V(null) when no certificate was pinned or observed (the API was not reached), and always V(null) when read
+      under O(unverified_tls_read_only) (a certificate nobody verified identifies no provider).
   returned: always
   type: str
 checks:
@@ -118,7 +123,9 @@ tls_verified:
   description:
     - Whether the connection's TLS was verified (a CA file or the system CAs with O(validate_certs), or a fingerprint
       pin).
-    - With O(validate_certs=false) and no pin the preflight still reads, marked as unverified in C(api_reachable).
+    - With O(validate_certs=false) and no pin the preflight fails with C(tls_unverified) before sending anything,
+      unless O(unverified_tls_read_only=true) (GET requests with an API token only); then this is V(false), C(api_reachable)
+      says so, the result carries a warning, and RV(creation_blockers) lists C(tls_unverified).
   returned: always
   type: bool
 vmid_reserved:
@@ -151,7 +158,7 @@ capabilities:
       type: str
       returned: always
 error_code:
-  description: On failure, the fixed error code (for example V(preflight_failed), V(invalid_template_build)).
+  description: On failure, the fixed error code (for example V(preflight_failed), V(tls_unverified), V(invalid_template_build)).
   returned: failure
   type: str
 """

@@ -22,6 +22,9 @@ description:
   - The same O(owner) gets its live lease back (RV(reused=true)). When an operation is created for the VMID, the lease becomes that
     operation's target claim; releasing the claim (closing or abandoning the operation) then frees the VMID. A lease otherwise ends
     on expiry (O(lease_seconds)) or with O(state=released).
+  - A lease belongs to a provider scope, computed from the server certificate, so both states need verified TLS - O(validate_certs)
+    with a CA file or the system CAs, or a O(api_fingerprint) pin; otherwise the module fails with C(tls_unverified) before any
+    connection. O(unverified_tls_read_only) does not apply (a lease is never computed from an unverified certificate).
   - See "Automatic VMIDs" in C(docs/operations.md) in the collection.
 author:
   - vmanyware developers (@vmanyware)
@@ -172,7 +175,7 @@ provider_scope_id:
   returned: success
   type: str
 error_code:
-  description: On failure, the fixed error code, for example V(no_free_vmid), V(vmid_taken), V(invalid_option), V(journal_locked).
+  description: On failure, the fixed error code, for example V(no_free_vmid), V(vmid_taken), V(tls_unverified), V(invalid_option), V(journal_locked).
   returned: failure
   type: str
 """
@@ -180,8 +183,9 @@ error_code:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import require_verified_tls, verified_scope
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._vmid import DEFAULT_LEASE_SECONDS, PURPOSES, STATES, release, reserve
 
@@ -203,8 +207,9 @@ def argument_spec() -> dict:
 def action(params, check_mode, diff) -> dict:
     store = open_store(params["journal_dir"])
     settings = connection_settings(params)
+    require_verified_tls(settings)  # a lease is bound to a verified provider scope; nothing is sent otherwise
     if params["state"] == "released":
-        scope = provider_scope_id(settings, certificate_fingerprint(settings))
+        scope = verified_scope(settings)
         return release(store, scope, owner=params["owner"], purpose=params["purpose"], vmid=params["vmid"], check_mode=check_mode)
     with ProxmoxClient(settings) as client:
         return reserve(store, client, owner=params["owner"], purpose=params["purpose"], vmid=params["vmid"],

@@ -83,3 +83,25 @@ def test_failures_are_definite_and_unreadable_is_unknown(pvesim: t.Any, tmp_path
     assert _checks(reserver, _plan())["vmid_free"][0] == "failed"
     checks = _checks(reserver, _plan(vmid=321, unprivileged=False))
     assert checks["privileges"][0] == "failed" and "Sys.Modify on /" in checks["privileges"][1]
+
+
+def test_unverified_tls_refused_or_read_only_marked(pvesim: t.Any, tmp_path: Path) -> None:
+    """The container preflight: validate_certs false and no pin sends nothing; the read-only opt-in sends GETs only, marks
+    the result and computes no provider scope."""
+    import dataclasses  # pylint: disable=import-outside-toplevel
+
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError  # pylint: disable=import-outside-toplevel
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import run_preflight  # pylint: disable=import-outside-toplevel
+
+    reserver = Reserver(pvesim, tmp_path)
+    _full_acl(pvesim)
+    unverified = dataclasses.replace(reserver.settings, validate_certs=False, ca_path=None)
+    pvesim.clear_requests()
+    with pytest.raises(ConfigurationError) as info:
+        run_preflight(_plan(), unverified, environ={}, fail_on="never")
+    assert info.value.code == "tls_unverified" and pvesim.requests() == []
+    result = run_preflight(_plan(), dataclasses.replace(unverified, unverified_tls_read_only=True), environ={}, fail_on="never")
+    assert result["tls_verified"] is False and result["provider_scope_id"] is None and result["warnings"]
+    assert "tls_unverified" in result["creation_blockers"]
+    assert {c["code"]: c["status"] for c in result["checks"]}["container_template"] == "passed"
+    assert pvesim.requests() and {e["method"] for e in pvesim.requests()} == {"GET"}

@@ -346,3 +346,19 @@ def test_modules_and_status_role_in_a_playbook(env: Env, tmp_path: Path) -> None
     assert set(out["snapshots"]["snapshots"]) == {"definition", "mapping", "plan"}
     assert out["snapshots"]["snapshots"]["plan"]["target"]["vmid"] == 201
     assert "cleaned" in proc.stdout and env.operation_id in proc.stdout  # the status role's table
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["unverified", "read-only-opt-in"])
+def test_cleanup_refuses_unverified_tls_before_any_request(env: Env, read_only: bool) -> None:
+    """As every stage: validate_certs false and no pin is tls_unverified before anything is sent (stop and DELETE purge
+    included), and the read-only opt-in does not apply to a cleanup; the VM stays and no cleanup is recorded."""
+    env.fail_at_disk()
+    for check_mode in (True, False):
+        with pytest.raises(VmanywareError) as info:
+            env.cleanup(check_mode=check_mode, stop=True, validate_certs=False, ca_path=None, unverified_tls_read_only=read_only)
+        assert info.value.code == "tls_unverified"
+    assert env.pvesim.requests() == []
+    assert (env.store.load(env.operation_id).get("lifecycle") or {}).get("cleanup") is None
+    assert env.vm_exists()
+    result = env.cleanup(stop=True)  # the same cleanup over verified TLS goes through
+    assert result["done"] and not env.vm_exists()

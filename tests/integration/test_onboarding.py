@@ -167,3 +167,30 @@ def test_capabilities_playbook_prints_a_table(pvesim: t.Any) -> None:
         assert line in out, out
     assert conn["tokens"]["full"]["secret"] not in out
     assert_reads_only_and_valid(pvesim)
+
+
+def test_capabilities_unverified_tls_refused_or_read_only_marked(pvesim: t.Any) -> None:
+    """Onboarding before a pin: vmanyware_certificate_info still handshakes only; vmanyware_capabilities sends nothing over
+    unverified TLS unless PROXMOX_UNVERIFIED_TLS_READ_ONLY=true, then GETs only, tls_verified false, a warning, no scope."""
+    conn = pvesim.connection
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1",
+               PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]), PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+               PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"], PROXMOX_VALIDATE_CERTS="false")
+    env.pop("PROXMOX_CA_PATH", None)
+    env.pop("PROXMOX_FINGERPRINT", None)
+
+    def run(module: str, **extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, t.Any]]:
+        completed = subprocess.run([str(BIN / "ansible"), "localhost", "-m", f"vmanyware.proxmox.{module}"], cwd=REPO, env=dict(env, **extra),
+                                   capture_output=True, text=True, timeout=180, check=False)
+        assert conn["tokens"]["full"]["secret"] not in completed.stdout + completed.stderr
+        return completed, json.loads(completed.stdout[completed.stdout.index("=> {") + 3:])
+
+    completed, result = run("vmanyware_certificate_info")
+    assert completed.returncode == 0 and result["pin_candidate"] == conn["fingerprint_sha256"]
+    completed, result = run("vmanyware_capabilities")
+    assert completed.returncode != 0 and result["error_code"] == "tls_unverified"
+    assert pvesim.requests() == []
+    completed, result = run("vmanyware_capabilities", PROXMOX_UNVERIFIED_TLS_READ_ONLY="true")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert result["tls_verified"] is False and result["provider_scope_id"] is None and "UNVERIFIED TLS" in completed.stdout + completed.stderr
+    assert pvesim.requests() and {entry["method"] for entry in pvesim.requests()} == {"GET"}

@@ -296,23 +296,31 @@ def test_unverified_tls_is_marked_and_refused_for_writes(sim: t.Any, tmp_path: P
     unverified = {"api_host": conn["host"], "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
                   "api_token_secret": conn["tokens"]["full"]["secret"], "validate_certs": False}
     planned = build_plan(catalog=gs.catalog_text(), definition=definition_text(False), target_vmid=gs.VMID)
-    result = run_preflight(planned, connection_settings(unverified), environ={GATE: "true"}, fail_on="never")
+    sim.clear_requests()
+    with pytest.raises(VmanywareError) as refused:  # by default not even the preflight sends the token unverified
+        run_preflight(planned, connection_settings(unverified), environ={GATE: "true"}, fail_on="never")
+    assert refused.value.code == "tls_unverified" and sim.requests() == []
+    read_only = dict(unverified, unverified_tls_read_only=True)
+    result = run_preflight(planned, connection_settings(read_only), environ={GATE: "true"}, fail_on="never")
     reachable = result["checks"][0]
     assert reachable["status"] == "passed" and "UNVERIFIED" in reachable["message"] and "with verified TLS" not in reachable["message"]
-    assert result["tls_verified"] is False and result["creation_blockers"] == ["tls_unverified"]
+    assert result["tls_verified"] is False and result["creation_blockers"] == ["tls_unverified"] and result["provider_scope_id"] is None
+    assert result["warnings"] and {entry["method"] for entry in sim.requests()} == {"GET"}
     sim.clear_requests()
-    stage_params = dict(op.params, validate_certs=False, ca_path=None)
-    with pytest.raises(VmanywareError) as stage:
-        run_stage(stage_params, CloneStage(), check_mode=False, diff=False)
-    assert stage.value.code == "tls_unverified"
+    for extra in ({}, {"unverified_tls_read_only": True}):  # the opt-in never reaches a stage
+        stage_params = dict(op.params, validate_certs=False, ca_path=None, **extra)
+        with pytest.raises(VmanywareError) as stage:
+            run_stage(stage_params, CloneStage(), check_mode=False, diff=False)
+        assert stage.value.code == "tls_unverified"
     monkeypatch.setenv(GATE, "true")
     operation_params = dict(unverified, catalog=gs.catalog_text(), catalog_path=None, definition=definition_text(False), definition_path=None,
                             target_vmid=gs.VMID, ca_path=None, api_password=None, api_user=None, api_fingerprint=None, api_timeout=10.0,
                             journal_dir=str(tmp_path / "other"), confirmation=None, idempotency_key=None, provisioning_enabled=None,
                             state="present")
-    with pytest.raises(VmanywareError) as creation:
-        vmanyware_operation.action(operation_params, False, False)
-    assert creation.value.code == "tls_unverified"
+    for extra in ({}, {"unverified_tls_read_only": True}):
+        with pytest.raises(VmanywareError) as creation:
+            vmanyware_operation.action(dict(operation_params, **extra), False, False)
+        assert creation.value.code == "tls_unverified"
     assert sim.requests() == []  # refused before connecting
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, build_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import CHECK_CODES, PreflightFailed, run_preflight
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import wait_task
@@ -151,6 +151,21 @@ def test_wrong_fingerprint_refused_before_token(pvesim: t.Any) -> None:
     assert result["provider_scope_id"] is not None  # derived from the configured pin
 
 
+def test_unverified_tls_refused_before_token(pvesim: t.Any) -> None:
+    """validate_certs false and no pin: the preflight refuses before a connection, so the token never travels unverified."""
+    with pytest.raises(ConfigurationError) as info:
+        preflight(pvesim.connection, ca_path=None, validate_certs=False)
+    assert info.value.code == "tls_unverified" and pvesim.requests() == []
+
+
+def test_unverified_read_only_opt_in_reads_and_marks(pvesim: t.Any) -> None:
+    result = preflight(pvesim.connection, ca_path=None, validate_certs=False, unverified_tls_read_only=True)
+    assert statuses(result) == expect()
+    assert result["tls_verified"] is False and result["provider_scope_id"] is None and result["warnings"]
+    assert "UNVERIFIED" in result["checks"][0]["message"] and "tls_unverified" in result["creation_blockers"]
+    assert_get_only_and_valid(pvesim)
+
+
 def test_expired_token(pvesim: t.Any) -> None:
     pvesim.set_token(pvesim.connection["tokens"]["full"]["id"], expire=int(time.time()) - 3600)
     result = preflight(pvesim.connection)
@@ -265,3 +280,20 @@ def test_ansible_run_wrong_pin_redacted(pvesim: t.Any) -> None:
     assert result["error_code"] == "preflight_failed" and statuses(result)["api_reachable"] == "failed"
     assert secret not in completed.stdout + completed.stderr
     assert pvesim.requests() == []
+
+
+def test_ansible_run_unverified_tls_refused_then_read_only_warns(pvesim: t.Any) -> None:
+    """Through ansible: PROXMOX_VALIDATE_CERTS=false alone fails with tls_unverified and sends nothing; with
+    PROXMOX_UNVERIFIED_TLS_READ_ONLY=true the preflight reads with GETs and Ansible shows the warning."""
+    conn = pvesim.connection
+    unverified = {"PROXMOX_CA_PATH": None, "PROXMOX_VALIDATE_CERTS": "false"}
+    completed = _ansible(conn, {}, env_extra=unverified)
+    assert completed.returncode != 0
+    assert _result(completed.stdout)["error_code"] == "tls_unverified" and pvesim.requests() == []
+    completed = _ansible(conn, {}, env_extra=dict(unverified, PROXMOX_UNVERIFIED_TLS_READ_ONLY="true"))
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    result = _result(completed.stdout)
+    assert result["tls_verified"] is False and result["provider_scope_id"] is None
+    assert "UNVERIFIED TLS" in completed.stderr + completed.stdout
+    assert conn["tokens"]["full"]["secret"] not in completed.stdout + completed.stderr
+    assert_get_only_and_valid(pvesim)

@@ -210,3 +210,19 @@ def test_ten_forks_get_ten_vmids(pvesim: t.Any, tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout[-3000:]
     assert list((journal / "leases").iterdir()) == [] and pvesim.requests() == []
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["unverified", "read-only-opt-in"])
+def test_unverified_tls_is_refused_and_no_lease_is_written(reserver: Reserver, pvesim: t.Any, read_only: bool) -> None:
+    """A lease is bound to a provider scope computed from the certificate: never from an unverified one, opt-in or not."""
+    from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_vmid  # pylint: disable=import-outside-toplevel
+
+    params = dict(reserver.params, validate_certs=False, ca_path=None, unverified_tls_read_only=read_only, api_user=None,
+                  api_password=None, api_fingerprint=None, owner="tls-test", purpose="vm", vmid=None, vmid_range=None, lease_seconds=600)
+    pvesim.clear_requests()
+    for state in ("reserved", "released"):
+        with pytest.raises(VmanywareError) as info:
+            vmanyware_vmid.action(dict(params, state=state), False, False)
+        assert info.value.code == "tls_unverified"
+    assert pvesim.requests() == [] and reserver.leases() == []
+    assert vmanyware_vmid.action(dict(params, state="reserved", validate_certs=True, ca_path=reserver.params["ca_path"]), False, False)["vmid"]

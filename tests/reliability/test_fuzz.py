@@ -158,7 +158,7 @@ CONN_STRATEGIES = {
     "api_host": hostile_text, "api_port": st.one_of(st.none(), st.integers(min_value=-2**40, max_value=2**40)),
     "api_user": st.none() | hostile_text, "api_token_id": st.none() | hostile_text, "api_token_secret": st.none() | hostile_text,
     "api_password": st.none() | hostile_text, "validate_certs": st.booleans(), "ca_path": st.none() | hostile_text,
-    "api_fingerprint": st.none() | hostile_text, "api_timeout": floats,
+    "api_fingerprint": st.none() | hostile_text, "api_timeout": floats, "unverified_tls_read_only": st.booleans(),
 }
 
 

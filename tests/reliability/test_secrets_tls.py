@@ -14,7 +14,9 @@ output, log, or result file.
 
 TLS: wrong CA, wrong fingerprint pin, an expired certificate (from a CA the client trusts), and a self-signed
 certificate without a pin are refused (``tls_verification_failed``), and the simulator's request log shows that
-no request (hence no token) arrived.
+no request (hence no token) arrived. With ``validate_certs`` false and no pin every request is refused before a
+connection exists (``tls_unverified``); under ``unverified_tls_read_only`` only GETs with a token go out (a POST
+and any password login are refused in the client).
 """
 
 from __future__ import annotations
@@ -257,7 +259,8 @@ def _attempt(settings: t.Any) -> list[str]:
     return codes
 
 
-@pytest.mark.parametrize("case", ["wrong_ca", "wrong_fingerprint", "expired", "self_signed_unpinned", "control_relay"])
+@pytest.mark.parametrize("case", ["wrong_ca", "wrong_fingerprint", "expired", "self_signed_unpinned", "control_relay", "unverified",
+                                  "unverified_read_only", "unverified_read_only_password"])
 def test_tls_refusals_send_no_token(rel_sim: rs.Simulator, tmp_path: Path, case: str) -> None:
     sim = rel_sim
     sim.admin.reset()
@@ -271,13 +274,18 @@ def test_tls_refusals_send_no_token(rel_sim: rs.Simulator, tmp_path: Path, case:
     elif case == "wrong_fingerprint":
         kwargs["fingerprint"] = "00" * 32
     else:
-        cert, key, ca = _leaf(tmp_path, expired=case == "expired", self_signed=case == "self_signed_unpinned")
+        unverified = case.startswith("unverified")
+        cert, key, ca = _leaf(tmp_path, expired=case == "expired", self_signed=case == "self_signed_unpinned" or unverified)
         relay = Relay(cert, key, sim)
         port = relay.port
-        kwargs["ca_path"] = None if case == "self_signed_unpinned" else ca
+        kwargs["ca_path"] = None if case == "self_signed_unpinned" or unverified else ca
+        if unverified:  # validate_certs false, no pin: a self-signed certificate anybody could present
+            kwargs.update(validate_certs=False, unverified_tls_read_only=case != "unverified")
     if case == "control_relay":
         kwargs["ca_path"] = ca
-    settings = build_settings(host=host, port=port, token_id=token_id, token_secret=secret, timeout=10, **kwargs)
+    token = {"token_id": token_id, "token_secret": secret}
+    credential = {"user": "root@pam", "password": secret} if case == "unverified_read_only_password" else token
+    settings = build_settings(host=host, port=port, timeout=10, **credential, **kwargs)
     sim.admin.clear_requests()
     try:
         codes = _attempt(settings)
@@ -290,6 +298,17 @@ def test_tls_refusals_send_no_token(rel_sim: rs.Simulator, tmp_path: Path, case:
     if case == "control_relay":
         # The relay itself works: with its CA trusted, requests do reach the simulator (so the refusals above are real).
         assert codes[:2] == ["contacted", "accepted"] and len(log) >= 1
+        return
+    if case == "unverified_read_only":
+        # The explicit read-only opt-in: the GET goes out (over the unverified relay), the POST is refused in the client.
+        assert codes == ["contacted", "accepted", "tls_unverified"], codes
+        assert [entry["method"] for entry in log] == ["GET"]
+        return
+    if case.startswith("unverified"):
+        # validate_certs false without the opt-in, or a password with it: the handshake that reads the certificate sends no
+        # HTTP byte; every request is refused before a connection exists, so no token or password left the controller.
+        assert codes == ["contacted", "tls_unverified", "tls_unverified"], codes
+        assert log == [] and relay is not None and relay.forwarded == 0 and relay.handshakes_ok == 1
         return
     # With a pin, certificate_fingerprint returns the pin without contacting anything (documented); the requests are refused.
     first = "pin" if case == "wrong_fingerprint" else "tls_verification_failed"

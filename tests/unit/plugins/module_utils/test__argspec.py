@@ -14,7 +14,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import 
 
 ENV = {"api_host": "PROXMOX_HOST", "api_port": "PROXMOX_PORT", "api_user": "PROXMOX_USER", "api_token_id": "PROXMOX_TOKEN_ID",
        "api_token_secret": "PROXMOX_TOKEN_SECRET", "api_password": "PROXMOX_PASSWORD", "validate_certs": "PROXMOX_VALIDATE_CERTS",
-       "ca_path": "PROXMOX_CA_PATH", "api_fingerprint": "PROXMOX_FINGERPRINT", "api_timeout": "PROXMOX_TIMEOUT"}
+       "ca_path": "PROXMOX_CA_PATH", "api_fingerprint": "PROXMOX_FINGERPRINT", "api_timeout": "PROXMOX_TIMEOUT",
+       "unverified_tls_read_only": "PROXMOX_UNVERIFIED_TLS_READ_ONLY"}
 
 
 def test_spec_names_env_and_no_log() -> None:
@@ -23,6 +24,7 @@ def test_spec_names_env_and_no_log() -> None:
     assert {name: option["fallback"][1] for name, option in spec.items()} == {k: [v] for k, v in ENV.items()}
     assert {name for name, option in spec.items() if option.get("no_log")} == {"api_token_secret", "api_password"}
     assert spec["api_port"]["default"] == 8006 and spec["validate_certs"]["default"] is True and spec["api_timeout"]["default"] == 30
+    assert spec["unverified_tls_read_only"] == {"type": "bool", "default": False, "fallback": spec["unverified_tls_read_only"]["fallback"]}
     assert connection_argument_spec() is not spec  # a fresh copy each time
 
 
@@ -58,3 +60,19 @@ def test_empty_environment_values_count_as_unset(monkeypatch) -> None:
     assert (params["api_port"], params["api_timeout"], params["validate_certs"]) == (8006, 30, True)
     assert params["ca_path"] is None and params["api_fingerprint"] is None and params["api_user"] is None
     assert params["api_host"] == "pve.example.org"
+
+
+def test_unverified_read_only_opt_in_from_params_and_environment(monkeypatch) -> None:
+    """Off unless set; named for what it is, and readable from PROXMOX_UNVERIFIED_TLS_READ_ONLY."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    base = {name: None for name in CONNECTION_OPTION_NAMES}
+    base.update({"api_host": "pve.example.org", "api_token_id": "automation@pve!vmanyware", "api_token_secret": "s", "validate_certs": False})
+    assert connection_settings(base).unverified_tls_read_only is False and connection_settings(base).tls_verified is False
+    assert connection_settings(dict(base, unverified_tls_read_only=True)).unverified_tls_read_only is True
+    monkeypatch.setenv("PROXMOX_HOST", "pve.example.org")
+    monkeypatch.setenv("PROXMOX_UNVERIFIED_TLS_READ_ONLY", "true")
+    params = ArgumentSpecValidator(connection_argument_spec()).validate({}).validated_parameters
+    assert params["unverified_tls_read_only"] is True
+    monkeypatch.setenv("PROXMOX_UNVERIFIED_TLS_READ_ONLY", "")
+    assert ArgumentSpecValidator(connection_argument_spec()).validate({}).validated_parameters["unverified_tls_read_only"] is False

@@ -10,9 +10,11 @@ import typing as t
 
 import pytest
 from pve_fake import FakeClient
+from pve_stubs import RecordingAdapter
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import TEMPLATE_BUILD_NEEDS, run_report
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import TEMPLATE_BUILD_NEEDS, capabilities, run_report
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import UNVERIFIED_TLS_WARNING, ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, ProviderError
 
 schema_mod = pytest.importorskip("pvesim.schema")
 
@@ -122,3 +124,48 @@ def test_snippets_and_container_exec_are_not_in_the_api() -> None:
         assert "import" in content and "snippets" not in content
     assert not [path for path in schema.paths if path.startswith("/nodes/{node}/lxc/{vmid}") and "exec" in path]
     assert "/nodes/{node}/qemu/{vmid}/agent/exec" in schema.paths
+
+
+# -- verified TLS (issue 31) -------------------------------------------------------------------------------------------------
+
+SECRET = "00000000-test-secret-0000-000000000000"
+
+
+def _adapter() -> RecordingAdapter:
+    table = answers()
+    return RecordingAdapter(lambda method, path, params: (200, "OK", {"data": table.get(path)}))
+
+
+class _ForgingClient(ProxmoxClient):
+    """A client claiming a provider scope: a report read over unverified TLS must not carry one."""
+
+    @property
+    def provider_scope_id(self) -> str | None:
+        return "pve:" + "0" * 64
+
+
+def test_unverified_tls_is_refused_before_anything_is_sent() -> None:
+    adapter = _adapter()
+    built: list[t.Any] = []
+    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False)
+    with pytest.raises(ConfigurationError) as info:
+        capabilities(settings, client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter))
+    assert info.value.code == "tls_unverified" and built == [] and adapter.sent == []
+    password = build_settings(host="pve.example.org", user="root@pam", password="pw-" + SECRET, validate_certs=False,
+                              unverified_tls_read_only=True)
+    with pytest.raises(ConfigurationError) as info:
+        capabilities(password, client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter))
+    assert info.value.code == "tls_unverified" and info.value.details["rule"] == "password" and built == [] and adapter.sent == []
+
+
+def test_unverified_read_only_opt_in_reads_with_gets_only_and_marks_the_report() -> None:
+    adapter = _adapter()
+    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False,
+                              unverified_tls_read_only=True)
+    result = capabilities(settings, client_factory=lambda s: _ForgingClient(s, adapter=adapter))
+    assert result["tls_verified"] is False and result["provider_scope_id"] is None and result["warnings"] == [UNVERIFIED_TLS_WARNING]
+    assert ops(result)["vm_provisioning"]["status"] == "available"
+    assert adapter.sent and {method for method, _path, _params in adapter.sent} == {"GET"}
+    verified = capabilities(build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET,
+                                           fingerprint="ab" * 32), client_factory=lambda s: _ForgingClient(s, adapter=_adapter()))
+    assert verified["tls_verified"] is True and verified["provider_scope_id"] == "pve:" + "0" * 64 and "warnings" not in verified

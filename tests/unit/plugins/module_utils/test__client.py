@@ -42,6 +42,14 @@ def _raises(code: str, func: t.Callable[[], t.Any]) -> ProviderError:
     return info.value
 
 
+def _refused(func: t.Callable[[], t.Any]) -> ConfigurationError:
+    """``tls_unverified``: a connection setting, never a ProviderError (no retry or read path may take it for Proxmox's answer)."""
+    with pytest.raises(ConfigurationError) as info:
+        func()
+    assert info.value.code == "tls_unverified", info.value.to_result()
+    return info.value
+
+
 # -- error mapping -------------------------------------------------------------------------------------------
 
 
@@ -238,9 +246,51 @@ def test_env_bundle_with_ca_cannot_widen_trust(
     assert server.requests == []
 
 
-def test_validate_certs_false_connects(stub_server: t.Any, make_settings: t.Any) -> None:
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT", "DELETE"])
+def test_unverified_tls_sends_nothing_by_default(stub_server: t.Any, make_settings: t.Any, method: str) -> None:
+    """validate_certs false and no pin: every request is refused before a connection exists (no token on the wire)."""
     server = stub_server()
-    assert _client_for(make_settings(server.port, validate_certs=False)).get("/version")["version"] == "9.1.3"
+    seen: list[t.Any] = []
+    client = _client_for(make_settings(server.port, validate_certs=False), request_log=lambda *a: seen.append(a))
+    err = _refused(lambda: client.request(method, "/version"))
+    assert err.details["rule"] == "verified_tls_required" and SECRET not in json.dumps(err.to_result())
+    assert server.requests == [] and server.connections == 0 and seen == []
+    assert client.provider_scope_id is None
+
+
+def test_unverified_read_only_sends_gets_only(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    """The opt-in reads with GETs; any other method is refused in the client, before it is sent; no scope is computed."""
+    server = stub_server()
+    seen: list[t.Any] = []
+    settings = make_settings(server.port, validate_certs=False, unverified_tls_read_only=True)
+    assert settings.tls_verified is False
+    client = _client_for(settings, request_log=lambda *a: seen.append(a))
+    assert client.get("/version")["version"] == "9.1.3"
+    for method, call in (("POST", client.post), ("PUT", client.put), ("DELETE", client.delete)):
+        err = _refused(lambda: call("/nodes/pve/qemu/201/status/start"))
+        assert err.details == {"method": method, "endpoint": "/nodes/pve/qemu/201/status/start", "rule": "read_only"}
+    assert [r.method for r in server.requests] == ["GET"] and [a[0] for a in seen] == ["GET"]
+    # The certificate was seen on the GET, but an unverified certificate identifies no provider.
+    assert client.observed_fingerprint == tls_material.fingerprint and client.provider_scope_id is None
+
+
+def test_unverified_read_only_never_sends_a_password(stub_server: t.Any) -> None:
+    """The ticket login is a POST of the password: refused under the opt-in, so not even a GET goes out."""
+    server = stub_server()
+    settings = build_settings(host="127.0.0.1", port=server.port, user="root@pam", password="pw-" + SECRET, validate_certs=False,
+                              unverified_tls_read_only=True)
+    client = _client_for(settings)
+    assert _refused(lambda: client.get("/version")).details["rule"] == "password"
+    assert _refused(client._login).details == {"method": "POST", "endpoint": "/access/ticket", "rule": "password"}
+    assert server.requests == [] and server.connections == 0
+
+
+def test_read_only_opt_in_is_ignored_over_verified_tls(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server(lambda r: Reply(body={"data": "UPID:pve:0000A1B2:00C3D4E5:6789ABCD:qmstart:201:automation@pve!vmanyware:"}))
+    settings = make_settings(server.port, ca_path=tls_material.ca_path, unverified_tls_read_only=True)
+    assert settings.tls_verified is True
+    assert _client_for(settings).post("/nodes/pve/qemu/201/status/start").startswith("UPID:")
+    assert [r.method for r in server.requests] == ["POST"]
 
 
 def test_fingerprint_pin_matches(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:

@@ -11,7 +11,7 @@ import pytest
 from format_samples import catalog, definition, dump
 from pve_stubs import RecordingAdapter
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import UNVERIFIED_TLS_WARNING, ProxmoxClient, build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import STAGE_PRIVILEGES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
@@ -279,16 +279,48 @@ def test_creation_enabled_says_what_it_means() -> None:
     assert run(healthy_state(), environ={}, plan=unattested)[1]["creation_blockers"] == ["provisioning_disabled", "attestation_required"]
 
 
-def test_unverified_tls_is_reported_as_such_and_blocks_creation() -> None:
+def test_unverified_tls_is_refused_before_anything_is_sent() -> None:
+    """validate_certs false, no pin, no opt-in: tls_unverified before a client exists; the token never leaves."""
     adapter = RecordingAdapter(Datacenter(healthy_state()))
+    built: list[t.Any] = []
     settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False)
-    result = run_preflight(planned(), settings, environ=ON, fail_on="never", client_factory=lambda s: ProxmoxClient(s, adapter=adapter))
+    with pytest.raises(ConfigurationError) as info:
+        run_preflight(planned(), settings, environ=ON, fail_on="never",
+                      client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter))
+    assert info.value.code == "tls_unverified" and info.value.details == {"rule": "verified_tls_required"}
+    assert built == [] and adapter.sent == []
+
+
+class _ForgingClient(ProxmoxClient):
+    """A client claiming a provider scope: the preflight must not report one read over unverified TLS."""
+
+    @property
+    def provider_scope_id(self) -> str | None:
+        return "pve:" + "0" * 64
+
+
+def test_unverified_read_only_opt_in_reads_with_gets_and_marks_the_result() -> None:
+    adapter = RecordingAdapter(Datacenter(healthy_state()))
+    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False,
+                              unverified_tls_read_only=True)
+    result = run_preflight(planned(), settings, environ=ON, fail_on="never", client_factory=lambda s: _ForgingClient(s, adapter=adapter))
     reachable = result["checks"][0]
     assert reachable["code"] == "api_reachable" and reachable["status"] == "passed"
     assert "UNVERIFIED" in reachable["message"] and "verified TLS" not in reachable["message"]
     assert result["tls_verified"] is False and result["creation_enabled"] is False and result["creation_blockers"] == ["tls_unverified"]
+    assert result["provider_scope_id"] is None and result["warnings"] == [UNVERIFIED_TLS_WARNING]
+    assert adapter.sent and {method for method, _path, _params in adapter.sent} == {"GET"}
     verified = run(healthy_state(), environ=ON)[1]
-    assert verified["tls_verified"] is True and "verified TLS" in verified["checks"][0]["message"]
+    assert verified["tls_verified"] is True and "verified TLS" in verified["checks"][0]["message"] and "warnings" not in verified
+
+
+def test_unverified_read_only_opt_in_never_sends_a_password() -> None:
+    adapter = RecordingAdapter(Datacenter(healthy_state()))
+    settings = build_settings(host="pve.example.org", user="root@pam", password="pw-" + SECRET, validate_certs=False,
+                              unverified_tls_read_only=True)
+    with pytest.raises(ConfigurationError) as info:
+        run_preflight(planned(), settings, environ=ON, fail_on="never", client_factory=lambda s: ProxmoxClient(s, adapter=adapter))
+    assert info.value.code == "tls_unverified" and info.value.details == {"rule": "password"} and adapter.sent == []
 
 
 @pytest.mark.parametrize("value", ["True", "1", "yes", " true", "TRUE"])

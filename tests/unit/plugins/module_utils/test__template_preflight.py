@@ -13,7 +13,8 @@ from pve_stubs import RecordingAdapter
 from test__template_build import minimal
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import TEMPLATE_BUILD_NEEDS
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import UNVERIFIED_TLS_WARNING, ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import UNDECIDABLE as PREFLIGHT_UNDECIDABLE
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import PreflightFailed
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import build_template_plan
@@ -152,3 +153,29 @@ def test_vm_preflight_reports_the_template_stamp_but_stays_unknown() -> None:
     state["template"]["description"] = stamp.replace("debian-13-cloud-20261016", "PLANTED secret text")
     message = next(c for c in vm.run(state)[1]["checks"] if c["code"] == "template_revision")["message"]
     assert "PLANTED" not in message and message == PREFLIGHT_UNDECIDABLE["template_revision"]
+
+
+# -- verified TLS (issue 31) -------------------------------------------------------------------------------------------------
+
+
+def test_unverified_tls_is_refused_before_anything_is_sent() -> None:
+    adapter = RecordingAdapter(Datacenter(healthy_state()))
+    built: list[t.Any] = []
+    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False)
+    planned = build_template_plan(text=yaml.safe_dump(minimal()))
+    with pytest.raises(ConfigurationError) as info:
+        run_template_preflight(planned, settings, environ={}, fail_on="never",
+                               client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter))
+    assert info.value.code == "tls_unverified" and built == [] and adapter.sent == []
+
+
+def test_unverified_read_only_opt_in_reads_with_gets_only_and_marks_the_result() -> None:
+    adapter = RecordingAdapter(Datacenter(healthy_state()))
+    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False,
+                              unverified_tls_read_only=True)
+    planned = build_template_plan(text=yaml.safe_dump(minimal()))
+    result = run_template_preflight(planned, settings, environ={"VMANYWARE_PROVISIONING_ENABLED": "true"}, fail_on="never",
+                                    client_factory=lambda s: ProxmoxClient(s, adapter=adapter, sleep=lambda x: None))
+    assert result["tls_verified"] is False and result["provider_scope_id"] is None and result["warnings"] == [UNVERIFIED_TLS_WARNING]
+    assert result["creation_blockers"] == ["tls_unverified"] and result["creation_enabled"] is False
+    assert adapter.sent and {method for method, _path, _params in adapter.sent} == {"GET"}
