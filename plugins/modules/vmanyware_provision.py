@@ -26,14 +26,15 @@ description:
     one-task path runs that way.
   - Stops at the first stage that fails, with that stage's error code; RV(stages) then lists every stage this run reached with its
     result. The operation keeps the guest; re-running the module continues from the journal (completed stages are not run again).
-  - A stage that trusts it (resources, disk, cloudinit, seed) takes the VM configuration the previous stage read back moments ago in
-    this run instead of reading it again; its write then carries that configuration's C(digest), so Proxmox refuses it if the
-    configuration changed since (RV(reads_saved)). The start stage takes the configuration seed read back too, but reads the
-    pending changes and the power state itself.
+  - A stage whose write carries the configuration's C(digest) (resources, disk, cloudinit) takes the VM configuration the previous
+    stage read back moments ago in this run instead of reading it again; Proxmox refuses the write if the configuration changed
+    since (RV(reads_saved)). The seed and start stages, whose writes carry no digest, read the configuration, the pending changes
+    and the power state themselves right before sending, so another client's change since the previous stage (C(sshkeys), say)
+    stops the run there.
   - The power state read moments ago (at most 5 seconds, and only while this run sent nothing but configuration, resize and
-    Cloud-Init updates, which never change it) serves the preconditions of resources, disk, cloudinit, seed and readiness.
-    Any other write, and any write without a normal reply, makes the next check read. Lost replies are always resolved by
-    fresh reads.
+    Cloud-Init updates, which never change it) serves the preconditions of readiness only (Proxmox refuses guest agent requests
+    to a VM that is not running). Any other write, and any write without a normal reply, makes the next check read. Lost replies
+    are always resolved by fresh reads.
   - Prints one progress line per stage and, while a stage runs long, one every O(progress_interval) seconds (when it runs in
     Ansible's worker on the controller, the default; the lines are also returned in RV(log)).
   - With O(preflight=true) (not in check mode) the run first makes the read-only checks of M(vmanyware.proxmox.vmanyware_preflight)

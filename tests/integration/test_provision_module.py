@@ -98,10 +98,9 @@ def test_every_stage_in_one_call(sim: t.Any, tmp_path: Path) -> None:
     assert all(count == 1 for count in effective.values()), effective
     assert ("POST", "/nodes/pve-test/qemu/9000/clone") in _effective(sim) and ("POST", gs.VM + "/snapshot") in _effective(sim)
     assert sim.schema_violations() == []
-    # resources, disk, cloudinit, seed and start took the configuration the stage before read back (start also the
-    # pending list seed read back); resources, disk, cloudinit and seed the power state the clone's read-back observed,
-    # readiness the one the start's read-back observed.
-    assert result["reads_saved"] == 11
+    # resources, disk and cloudinit (digest-carrying writes) took the configuration the stage before read back; readiness
+    # the power state the start's read-back observed. Seed and start read everything themselves (docs/stages.md).
+    assert result["reads_saved"] == 4
     # A re-run sends nothing and reports nothing changed.
     before = len(sim.requests())
     again = _run(env)
@@ -118,7 +117,7 @@ def test_fewer_reads_than_stage_by_stage(sim: t.Any, tmp_path: Path) -> None:
     reads = RecentReads()
     assert _run(chained, recent_reads=reads)["done"]
     chained_reads, chained_mutations = _read_counts(sim), sorted(_effective(sim).elements())
-    assert reads.saved == {"config": 5, "pending": 1, "power": 5}
+    assert reads.saved == {"config": 3, "power": 1}
 
     # The same chain with every observation too old when asked (each clock reading 6 s after the last): no read saved.
     fresh()
@@ -136,10 +135,10 @@ def test_fewer_reads_than_stage_by_stage(sim: t.Any, tmp_path: Path) -> None:
     single_reads = _read_counts(sim)
     assert sorted(_effective(sim).elements()) == chained_mutations  # the same writes
     assert aged_counts == single_reads
-    # config: resources, disk, cloudinit, seed, start; power: resources, disk, cloudinit, seed, readiness;
-    # pending: resources, disk, cloudinit, seed, and start (which takes the list seed's read-back read).
-    assert chained_reads == {"/config": single_reads["/config"] - 5, "/status/current": single_reads["/status/current"] - 5,
-                             "/pending": single_reads["/pending"] - 5}, (chained_reads, single_reads)
+    # config: resources, disk, cloudinit; power: readiness; pending: resources, disk, cloudinit (digest-bound: a pending
+    # change since is in the digest).
+    assert chained_reads == {"/config": single_reads["/config"] - 3, "/status/current": single_reads["/status/current"] - 1,
+                             "/pending": single_reads["/pending"] - 3}, (chained_reads, single_reads)
 
 
 def test_another_clients_start_inside_the_window_stops_the_run_at_start(sim: t.Any, tmp_path: Path) -> None:
@@ -162,10 +161,40 @@ def test_another_clients_start_inside_the_window_stops_the_run_at_start(sim: t.A
     assert _effective(sim)[("POST", gs.VM + "/status/start")] == 1  # the other client's, not ours
 
 
+@pytest.mark.parametrize("key, value", [
+    ("sshkeys", "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIOtherClientsKeyOtherClientsKeyOtherCli%20other%40elsewhere"),
+    ("cores", 3),
+])
+def test_another_clients_change_between_seed_and_start_stops_the_run_at_start(sim: t.Any, tmp_path: Path, key: str, value: t.Any) -> None:
+    """The seed stage's read-back (its pending list, with the digest) is young when the seed stage ends; another client
+    changes the configuration then (``sshkeys``: the guest would boot with a key nobody reviewed). The start stage reads
+    the configuration itself: its digest differs from the one the seed was validated at, and nothing is started."""
+    env = gs.create(tmp_path, sim.connection)
+    reads = RecentReads()
+    changed: list[bool] = []
+
+    def report(line: str) -> None:
+        if " seed: completed" in line:
+            other = ProxmoxClient(gs.settings_for(sim.connection))
+            other.put(gs.VM + "/config", **{key: value})
+            changed.append(True)
+
+    with pytest.raises(ProvisionStopped) as info:
+        _run(env, report=report, recent_reads=reads)
+    assert changed == [True]
+    assert info.value.code == "conflict" and info.value.details["rule"] == "digest_unchanged"
+    assert info.value.stages[-1]["kind"] == "start" and env.stage("start")["status"] == "pending"
+    assert ("POST", gs.VM + "/status/start") not in _effective(sim)  # nothing was started
+    # start read the configuration after the other client's PUT (it took no recorded one)
+    sent = [(e["method"], e["path"]) for e in sim.requests() if e["path"].startswith(gs.VM)]
+    other_put = max(i for i, item in enumerate(sent) if item == ("PUT", gs.VM + "/config"))
+    assert ("GET", gs.VM + "/config") in sent[other_put + 1:]
+    assert sim.schema_violations() == []
+
+
 def test_after_a_lost_reply_the_next_stage_reads_the_power_state(sim: t.Any, tmp_path: Path) -> None:
-    """The resources PUT's reply is lost (applied): its resolution reads, and every observation is forgotten although a
-    configuration PUT cannot change the power state. Another client starts the VM before the disk stage: the disk stage
-    reads the power state (it does not take the clone's "stopped") and stops before its resize."""
+    """The resources PUT's reply is lost (applied): its resolution reads, and every observation is forgotten. Another
+    client starts the VM before the disk stage: the disk stage reads the power state and stops before its resize."""
     env = gs.create(tmp_path, sim.connection)
     assert "disk" in env.kinds
     sim.add_fault(method="PUT", path=r"/qemu/201/config$", action="drop_reply", occurrence=1)
@@ -184,7 +213,9 @@ def test_after_a_lost_reply_the_next_stage_reads_the_power_state(sim: t.Any, tmp
     sent = [(e["method"], e["path"], e["status"]) for e in sim.requests() if e["path"].startswith(gs.VM)]
     lost = next(i for i, item in enumerate(sent) if item[:2] == ("PUT", gs.VM + "/config"))
     assert sent[lost][2] == "dropped" and sent[lost + 1][:2] == ("GET", gs.VM + "/config")
-    assert reads.saved["power"] == 1  # resources took the clone's power state before its PUT was sent; nothing took one after it
+    assert reads.saved["power"] == 0  # no stage before readiness takes a recorded power state (docs/stages.md "Reads reused")
+    # resources took the clone's read-back before its PUT; disk the configuration the resolution read after the lost PUT
+    assert reads.saved["config"] == 2
 
 
 def test_stops_at_the_first_failure_with_its_code(sim: t.Any, tmp_path: Path) -> None:
