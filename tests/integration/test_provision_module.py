@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import guest_support as gs
+from vmid_support import Reserver
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
@@ -466,28 +467,68 @@ def test_a_confirmation_of_another_plan_fails_before_anything_is_recorded_or_sen
     assert closed.value.code == "provisioning_disabled" and sim.requests() == [] and not _journal_files(tmp_path)
 
 
-def test_a_failure_after_recording_names_the_operation(sim: t.Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("failing", ["privileges", "bridge"])
+def test_a_failing_preflight_stops_before_the_operation_is_recorded(sim: t.Any, tmp_path: Path, failing: str) -> None:
+    """The one-task path runs the preflight before it records the confirmed operation: a check that fails leaves no
+    operation in the journal (nothing to abandon), no Proxmox write, and the VMID lease where it was (not taken over)."""
     confirmation = _expected_confirmation(sim, tmp_path)
+    reserver = Reserver(sim, tmp_path)
+    assert reserver.reserve("ops", vmid=gs.VMID)["vmid"] == gs.VMID
+    leases = reserver.leases()
+    assert leases
+    if failing == "bridge":
+        sim.delete_bridge("vmbr0")
     sim.clear_requests()
     with pytest.raises(ProvisionStopped) as info:
-        provision(_record_params(sim, tmp_path, confirmation, token="limited", known_hosts_path=str(tmp_path / "known_hosts")),
+        provision(_record_params(sim, tmp_path, confirmation, token="limited" if failing == "privileges" else "full",
+                                 known_hosts_path=str(tmp_path / "known_hosts")), check_mode=False, diff=False)
+    result = info.value.to_result()
+    assert result["error_code"] == "preflight_failed" and result["stages"] == []
+    assert result["error_details"]["failed_checks"] == ["privileges" if failing == "privileges" else "bridge_exists"]
+    assert "operation_id" not in result and "operationId" not in result["error_details"]
+    assert "Nothing was recorded or sent" in result["msg"]
+    assert [check["code"] for check in result["preflight"]["checks"]][0] == "api_reachable"
+    assert result["log"][-1] == "preflight: stopped before the operation was recorded; nothing was recorded or sent"
+    assert not _journal_files(tmp_path) and reserver.leases() == leases
+    assert all(e["method"] == "GET" for e in sim.requests()) and not (tmp_path / "known_hosts").exists()
+
+
+def test_a_failure_after_recording_names_the_operation(sim: t.Any, tmp_path: Path) -> None:
+    confirmation = _expected_confirmation(sim, tmp_path)
+    sim.add_fault(method="PUT", path=r"/qemu/201/resize$", action="task_error", occurrence=1)
+    sim.clear_requests()
+    with pytest.raises(ProvisionStopped) as info:
+        provision(_record_params(sim, tmp_path, confirmation, known_hosts_path=str(tmp_path / "known_hosts")),
                   check_mode=False, diff=False)
     result = info.value.to_result()
     assert not (tmp_path / "known_hosts").exists()  # keys only once the operation is completed
     [path] = _journal_files(tmp_path)
-    # recorded first (the role's order), then the preflight failed: nothing sent, the failure names the operation
-    assert result["error_code"] == "preflight_failed" and result["operation_id"] == path.stem
-    assert all(e["method"] == "GET" for e in sim.requests())
-    assert all(item["status"] == "pending" for item in json.loads(path.read_text())["stages"])
+    # the preflight passed, the operation was recorded, then a stage failed: the failure names the operation
+    assert result["error_code"] == "task_failed" and result["operation_id"] == path.stem
+    assert result["preflight"]["summary"]["failed"] == 0 and result["stages"][-1]["kind"] == "disk"
+    # the record comes after the preflight's reads and before the first write
+    clone = next(i for i, e in enumerate(sim.requests()) if e["method"] == "POST" and e["path"].endswith("/clone"))
+    assert _gets(sim, "/version")[0] < clone
+    assert json.loads(path.read_text())["stages"][0]["status"] == "completed"
 
 
-def test_check_mode_with_a_confirmation_previews_without_recording(sim: t.Any, tmp_path: Path) -> None:
+def test_check_mode_with_a_confirmation_previews_the_preflight_without_recording(sim: t.Any, tmp_path: Path) -> None:
     confirmation = _expected_confirmation(sim, tmp_path)
     sim.clear_requests()
     result = provision(_record_params(sim, tmp_path, confirmation), check_mode=True, diff=False)
-    assert not result["done"] and not result["created"] and result["changed"] and "preflight" not in result
+    assert not result["done"] and not result["created"] and result["changed"]
+    assert result["preflight"]["summary"]["failed"] == 0 and result["preflight"]["checks"][0]["code"] == "api_reachable"
+    assert result["log"][0].startswith("preflight passed")
     assert [item["kind"] for item in result["stages"]][0] == "clone"
     assert ("POST", "/nodes/pve-test/qemu/9000/clone") in [(r["method"], r["path"]) for r in result["requests"]]
+    assert all(e["method"] == "GET" for e in sim.requests()) and not _journal_files(tmp_path)
+    # A preflight that would stop the apply run stops the preview the same way, with its checks, recording nothing.
+    sim.delete_bridge("vmbr0")
+    with pytest.raises(ProvisionStopped) as info:
+        provision(_record_params(sim, tmp_path, confirmation), check_mode=True, diff=False)
+    stopped = info.value.to_result()
+    assert stopped["error_code"] == "preflight_failed" and stopped["error_details"]["failed_checks"] == ["bridge_exists"]
+    assert "operation_id" not in stopped and stopped["preflight"]["summary"]["failed"] == 1
     assert all(e["method"] == "GET" for e in sim.requests()) and not _journal_files(tmp_path)
 
 

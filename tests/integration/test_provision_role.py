@@ -139,7 +139,7 @@ def test_a_failed_preflight_stops_a_new_operation_before_anything_is_recorded(pv
     assert _mutations(pvesim) == [] and not list(operator.journal.glob("op-*.json"))
 
 
-def test_a_failed_preflight_of_the_one_task_path_sends_nothing_and_a_rerun_resumes(pvesim: t.Any, tmp_path: Path) -> None:
+def test_a_failed_preflight_of_the_one_task_path_records_nothing_and_a_rerun_runs(pvesim: t.Any, tmp_path: Path) -> None:
     pvesim.set_speed(200)
     operator = Operator(pvesim, tmp_path)
     assert operator.run().returncode == 0
@@ -151,22 +151,19 @@ def test_a_failed_preflight_of_the_one_task_path_sends_nothing_and_a_rerun_resum
     assert failed.returncode != 0
     # the checks were shown as they ran, and the failure names the code; nothing at all was sent
     assert re.search(r"\[localhost\] preflight failed\s+privileges", failed.stdout), failed.stdout[-3000:]
-    assert '"error_code": "preflight_failed"' in failed.stdout and "Nothing was sent" in failed.stdout, failed.stdout[-3000:]
+    assert '"error_code": "preflight_failed"' in failed.stdout and "Nothing was recorded or sent" in failed.stdout, failed.stdout[-3000:]
     assert _mutations(pvesim) == [] and all(entry["method"] == "GET" for entry in pvesim.requests())
-    # The operation was recorded before the preflight ran (that path's order): open, every stage pending, not begun.
-    [path] = list(operator.journal.glob("op-*.json"))
-    document = yaml.safe_load(path.read_text())
-    assert document["status"] == "open" and document["failure"] is None
-    assert all(item["status"] == "pending" and item["attempts"] == 0 for item in document["stages"])
-    # The step-by-step path applies the same rule to it: not begun, so its failed preflight stops it too.
+    # The preflight ran before the record: no operation to abandon.
+    assert not list(operator.journal.glob("op-*.json"))
+    # The step-by-step path stops the same way (its preflight also comes before its record).
     again = operator.run("-e", "@%s" % operator.confirm, "-e", "provision_step_by_step=true")
     assert again.returncode != 0 and "nothing was changed" in again.stdout, again.stdout[-3000:]
-    assert _mutations(pvesim) == []
-    # With the privileges back, the next run resumes that operation (same id) and completes it.
+    assert _mutations(pvesim) == [] and not list(operator.journal.glob("op-*.json"))
+    # With the privileges back, the same confirmation records the operation and completes it.
     operator.env = full
     resumed = operator.run("-e", "@%s" % operator.confirm)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
-    assert [item.name for item in operator.journal.glob("op-*.json")] == [path.name]
+    [path] = list(operator.journal.glob("op-*.json"))
     assert yaml.safe_load(path.read_text())["status"] == "completed"
     assert _mutations(pvesim).count("POST /nodes/pve-test/qemu/9000/clone") == 1
 
