@@ -200,11 +200,32 @@ def test_repeat_plans_a_recorded_operation_again_for_a_new_vmid(pvesim: t.Any, t
     original = yaml.safe_load(operator.confirm.read_text())["provision_confirmation"]
     pvesim.clear_requests()
 
-    def repeat(*extra: str, vmid: int = 202) -> subprocess.CompletedProcess[str]:
+    def repeat(*extra: str, vmid: int = 202, catalog: Path | None = REPO / "examples/catalog.yml") -> subprocess.CompletedProcess[str]:
         args = [str(BIN / "ansible-playbook"), "vmanyware.proxmox.provision", "-e", "vmanyware_repeat_operation=%s" % source,
                 "-e", "vmanyware_target_vmid=%d" % vmid, "-e", "vmanyware_confirmation_file=%s" % operator.confirm,
                 "-e", "vmanyware_known_hosts_file=%s" % (tmp_path / "known_hosts"), *extra]
+        if catalog is not None:
+            args += ["-e", "vmanyware_catalog_path=%s" % catalog]
         return subprocess.run(args, env=operator.env, capture_output=True, text=True, timeout=600, check=False)
+
+    # The repeat is checked against the current catalog: it must be given one ...
+    without = repeat(catalog=None)
+    assert without.returncode != 0 and "needs the current catalog" in without.stdout, without.stdout[-3000:]
+    # ... that still maps the image (the template was taken out of the catalog: refused with a fixed code) ...
+    current = yaml.safe_load((REPO / "examples/catalog.yml").read_text())
+    removed = tmp_path / "catalog-removed.yml"
+    removed.write_text(yaml.safe_dump(dict(current, images=[])))
+    gone = repeat(catalog=removed)
+    assert gone.returncode != 0 and '"error_code": "repeat_image_removed"' in gone.stdout, gone.stdout[-3000:]
+    # ... exactly as recorded (another template VMID and storage now: refused, the fields named).
+    changed = tmp_path / "catalog-changed.yml"
+    changed.write_text(yaml.safe_dump(dict(current, images=[dict(current["images"][0], templateVmid=9001, storage="other-lvm")])))
+    moved = repeat(catalog=changed)
+    assert moved.returncode != 0 and '"error_code": "repeat_mapping_changed"' in moved.stdout, moved.stdout[-3000:]
+    assert re.search(r'"fields": \[\s*"storage",\s*"templateVmid"\s*\]', moved.stdout), moved.stdout[-3000:]
+    # Nothing was recorded or sent, and no confirmation block was printed for a refused repeat.
+    assert _mutations(pvesim) == [] and len(list(operator.journal.glob("op-*.json"))) == 1
+    assert "provision_confirmation:" not in gone.stdout + moved.stdout
 
     same = repeat(vmid=201)
     assert same.returncode != 0 and "repeat it with a new provision_target_vmid" in same.stdout
