@@ -23,7 +23,7 @@ options:
       - The catalog mapping a recorded operation was confirmed with, when its definition is planned again (the provision role's
         C(provision_repeat_operation)). The catalog must still map the definition's image exactly so - the module fails with
         C(repeat_image_removed) when the image is no longer in the catalog, and with C(repeat_mapping_changed) (the differing
-        field names in RV(error_details.fields)) when its mapping changed since.
+        field names in C(error_details.fields)) when its mapping changed since.
     type: dict
 author:
   - vmanyware developers (@vmanyware)
