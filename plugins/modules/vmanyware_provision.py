@@ -47,8 +47,8 @@ description:
   - When the checks do not pass (O(preflight_fail_on)) and the operation has not begun (no stage was ever dispatched), the run
     fails with C(preflight_failed) before sending anything - with O(confirmation) and a new operation, before recording it (nothing
     recorded); with O(operation_id) the operation stays recorded with every stage pending (a re-run resumes it; to plan
-    differently abandon it first). In check mode the preview stops the same way, with the checks in RV(preflight). When it has begun (its VM may exist already, so the VMID check fails),
-    the stages resume, with a warning.
+    differently abandon it first). In check mode the preview stops the same way, with the checks in RV(preflight). When it has
+    begun (its VM may exist already, so the VMID check fails), the stages resume, with a warning.
   - Only for VM operations. A container operation's stages run with M(vmanyware.proxmox.vmanyware_container).
   - The protocol every stage follows is described in C(docs/stages.md) in the collection.
 author:
