@@ -2,7 +2,8 @@
 """The rules of ``_recent_reads`` (its module docstring): what a recorded observation serves, what makes it stale.
 
 The chained run against the simulator (tests/integration/test_provision_module.py) counts the reads saved and shows
-that a VM another client started inside the window stops the run at the start stage.
+that a VM another client started, or a configuration (``sshkeys``) another client changed, inside the window stops the
+run before anything unprotected is sent.
 """
 
 from __future__ import annotations
