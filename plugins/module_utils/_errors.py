@@ -27,6 +27,8 @@ ERROR_CODES: dict[str, str] = {
     "invalid_template_build": "The template build is not a valid v1 TemplateBuild.",
     "invalid_target_vmid": "The target VMID is outside 100-999999999 or equals the template VMID.",
     "image_not_mapped": "The definition's image has no mapping in the template catalog.",
+    "repeat_image_removed": "The repeated operation's image is no longer in the template catalog.",
+    "repeat_mapping_changed": "The template catalog maps the repeated operation's image differently than when it was recorded.",
     "disk_shrink_unsupported": "The requested disk is smaller than the template's recorded source disk.",
     "invalid_plan": "The inputs are inconsistent and no plan can be built from them.",
     "invalid_option": "A module option has an invalid value.",

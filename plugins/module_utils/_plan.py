@@ -87,6 +87,18 @@ def select_mapping(catalog: t.Mapping[str, t.Any], image: str) -> dict[str, t.An
     raise InputError(code="image_not_mapped", path="image", details={"rule": "not_in_catalog"})
 
 
+def check_repeat_mapping(catalog: t.Mapping[str, t.Any], image: str, recorded: t.Mapping[str, t.Any]) -> None:
+    """A repeat plans a recorded operation's definition again (the provision role's ``provision_repeat_operation``): the
+    current catalog must still map ``image``, exactly as the ``recorded`` mapping (``repeat_image_removed``,
+    ``repeat_mapping_changed`` naming the fields that differ, never their values)."""
+    current = next((mapping for mapping in catalog["images"] if mapping["image"] == image), None)
+    if current is None:
+        raise InputError(code="repeat_image_removed", path="image", details={"rule": "in_current_catalog"})
+    changed = sorted(key for key in set(current) | set(recorded) if current.get(key) != recorded.get(key))
+    if changed:
+        raise InputError(code="repeat_mapping_changed", path="catalog", details={"rule": "mapping_as_recorded", "fields": changed})
+
+
 def plan_document(
     definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], target_vmid: int, definition_hash: str, plan_hash: str
 ) -> dict[str, t.Any]:
@@ -126,13 +138,15 @@ def build_plan(
     definition: str | t.Mapping[str, t.Any] | None = None,
     definition_path: str | os.PathLike[str] | None = None,
     target_vmid: int,
+    repeat_mapping: t.Mapping[str, t.Any] | None = None,
 ) -> PlannedEnvironment:
     """Validate the inputs and build the plan; raise an ``InputError`` with a fixed code otherwise.
 
     Exactly one of ``catalog``/``catalog_path`` and one of ``definition``/``definition_path``
     must be given (``invalid_plan`` otherwise). Codes: ``invalid_catalog``,
     ``invalid_definition``, ``invalid_target_vmid``, ``image_not_mapped``,
-    ``disk_shrink_unsupported``, ``invalid_plan``.
+    ``disk_shrink_unsupported``, ``invalid_plan``; with ``repeat_mapping`` (the mapping a repeated operation recorded)
+    ``repeat_image_removed`` and ``repeat_mapping_changed`` (``check_repeat_mapping``).
     """
     if (catalog is None) == (catalog_path is None):
         raise InputError(
@@ -145,6 +159,8 @@ def build_plan(
     check_target_vmid(target_vmid)
     parsed_catalog = parse_catalog(text=catalog, path=catalog_path)
     parsed_definition = parse_definition(text=definition, path=definition_path)
+    if repeat_mapping is not None:
+        check_repeat_mapping(parsed_catalog, parsed_definition["image"], repeat_mapping)
     mapping = select_mapping(parsed_catalog, parsed_definition["image"])
     vmid = check_target_vmid(target_vmid, mapping.get("templateVmid"))
     if not is_container(mapping) and parsed_definition["resources"]["diskGiB"] < mapping["sourceDiskGiB"]:
@@ -163,6 +179,7 @@ def build_plan(
 
 
 def plan_from_params(params: t.Mapping[str, t.Any]) -> PlannedEnvironment:
-    """``build_plan`` from a module's plan input options."""
+    """``build_plan`` from a module's plan input options (and ``repeat_mapping``, ``vmanyware_plan``'s, when given)."""
     return build_plan(catalog=params["catalog"], catalog_path=params["catalog_path"], definition=params["definition"],
-                      definition_path=params["definition_path"], target_vmid=params["target_vmid"])
+                      definition_path=params["definition_path"], target_vmid=params["target_vmid"],
+                      repeat_mapping=params.get("repeat_mapping"))

@@ -16,17 +16,19 @@ Two things make it cheaper than one task per stage: no task, worker and template
 and the configuration and power state this process read moments ago serve the next stages'
 preconditions (``_recent_reads``, whose docstring gives the rules).
 
-With ``confirmation`` (and the plan inputs) the run first records the confirmed operation, or finds it again, exactly
+With ``confirmation`` (and the plan inputs) the run records the confirmed operation, or finds it again, exactly
 as ``vmanyware_operation`` does with the same options (``_operation_states.operation_from_params``): the same gates,
 the same confirmation check (``confirmation_required``, ``plan_changed`` before anything is recorded or sent), the same
 idempotency; only then does it run the operation's stages. The provision role's confirmed one-task path saves the
-separate task that way.
+separate task that way. With ``preflight`` the preflight comes first: on the document the record would write (the same
+call in check mode), before anything is recorded, so a preflight that stops a new operation leaves nothing in the
+journal (no operation to abandon, its VMID lease not taken over); check mode previews the preflight as well.
 
 With ``preflight`` the run first makes the preflight's read-only checks (``_preflight``, the same code as
-``vmanyware_preflight``) of the operation's recorded plan and mapping, on the same client as the stages, one
+``vmanyware_preflight``) of the operation's plan and mapping, on the same client as the stages, one
 progress line per check: the clone stage then takes the template configuration and "VMID N is free" the preflight
 read moments ago (``_recent_reads`` rules 7 and 8). Checks that do not pass (``preflight_fail_on``) stop an operation
-that has not begun before anything is sent; one that has begun resumes (``preflight_verdict``).
+that has not begun (or is not recorded yet) before anything is sent; one that has begun resumes (``preflight_verdict``).
 
 This is a private module_utils file: not a public API.
 """
@@ -42,14 +44,14 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import I
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import operation_begun
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._known_hosts import install_block
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, public_view
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation_states import operation_from_params
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_MUTUALLY_EXCLUSIVE, plan_input_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import FAIL_ON_CHOICES, PreflightFailed, preflight_of_recorded
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import report
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import ObservingClient, RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageError, StageLogic, StageRunner, StageSettings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_argument_spec, stage_settings, with_stage_client
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, stage_argument_spec, stage_settings, with_stage_client
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import VM, build_logic, stage_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._text_table import aligned_lines, check_row
 
@@ -100,6 +102,8 @@ class ProvisionStopped(VmanywareError):
         return result
 
 
+# Added to preflight_failed's message when the preflight stops a confirmed operation before it is recorded.
+NOT_RECORDED_TEXT = "Nothing was recorded or sent: fix what the checks name, then run again with the same confirmation."
 # Added to preflight_failed's message when the preflight stops an operation that has not begun.
 NOT_BEGUN_TEXT = ("Nothing was sent: the operation stays recorded with every stage pending. A re-run resumes it and checks again; "
                   "to plan differently, abandon it first (vmanyware_operation state=abandoned).")
@@ -118,9 +122,11 @@ def preflight_verdict(document: t.Mapping[str, t.Any], failed: PreflightFailed |
 
 
 def preflight_before_stages(store: t.Any, client: t.Any, operation_id: str, settings: StageSettings, fail_on: str, *,
-                            report: t.Callable[[str], None] = lambda line: None) -> tuple[dict[str, t.Any] | None, list[str]]:
-    """The preflight of ``operation_id``'s recorded plan and mapping through ``client`` (GETs only), one ``report`` line
-    per check; returns (its result, warnings), or (None, []) when no stage remains to run (completed or released).
+                            report: t.Callable[[str], None] = lambda line: None, recorded: bool = True
+                            ) -> tuple[dict[str, t.Any] | None, list[str]]:
+    """The preflight of ``operation_id``'s plan and mapping through ``client`` (GETs only), one ``report`` line per
+    check; returns (its result, warnings), or (None, []) when no stage remains to run (completed or released).
+    ``recorded``: false when ``store`` holds the document a confirmed run is about to record (not in the journal yet).
 
     Raises ``ProvisionStopped`` (``preflight_failed``, no stage reached) when the checks do not pass per ``fail_on`` and
     the operation has not begun (``preflight_verdict``).
@@ -143,10 +149,12 @@ def preflight_before_stages(store: t.Any, client: t.Any, operation_id: str, sett
     report("preflight: %d passed, %d failed, %d unknown" % (summary["passed"], summary["failed"], summary["unknown"]))
     verdict = preflight_verdict(document, failed)
     if verdict == "stop" and failed is not None:
-        stopped = ProvisionStopped(failed, [], message="%s %s" % (failed.message, NOT_BEGUN_TEXT))
-        stopped.details["operationId"] = operation_id
+        stopped = ProvisionStopped(failed, [], message="%s %s" % (failed.message, NOT_BEGUN_TEXT if recorded else NOT_RECORDED_TEXT))
+        if recorded:
+            stopped.details["operationId"] = operation_id
         stopped.preflight = result
-        report("preflight: stopped before the first stage; nothing was sent")
+        report("preflight: stopped before the first stage; nothing was sent" if recorded else
+               "preflight: stopped before the operation was recorded; nothing was recorded or sent")
         raise stopped
     if verdict == "resume":
         report("preflight: " + BEGUN_TEXT)
@@ -308,16 +316,27 @@ def record_confirmed(params: t.Mapping[str, t.Any], check_mode: bool) -> dict[st
 def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
               client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
     """``vmanyware_provision``: every remaining stage of ``params['operation_id']`` (or, with ``confirmation``, of the
-    operation it records first); progress lines shown as they come (``_progress``) and returned in ``log``."""
+    operation it records first); progress lines shown as they come (``_progress``) and returned in ``log``.
+
+    With ``confirmation`` the order is: gates, plan, provider scope and confirmation checked (nothing recorded), the
+    preflight on the document the record would write, then the record, then the stages: a preflight that stops a new
+    operation leaves nothing recorded. Check mode previews the preflight and the stages and records nothing."""
     if params.get("progress_interval") is not None and params["progress_interval"] <= 0:
         raise InputError("progress_interval must be greater than 0.", path="progress_interval", details={"rule": "positive"})
     settings = stage_settings(params, check_mode=check_mode, diff=diff)
     options = StageOptions(readiness_timeout=params.get("readiness_timeout") or 300.0, packages_timeout=params.get("packages_timeout") or 900.0)
-    recorded: dict[str, t.Any] | None = None
+    record_params = params
+    confirmed: dict[str, t.Any] | None = None
     if params.get("confirmation") is not None:
-        recorded = record_confirmed(params, check_mode)
-        # check mode: the stages preview against the document an apply run would record (none when the operation exists)
-        params = dict(params, operation_id=recorded["operation_id"], preview_operation=recorded.get("preview_document"))
+        # Everything the record checks, without recording: the document an apply run would record (never written), or
+        # the operation found again by its idempotency key. The preflight and check mode's stages run on it.
+        confirmed = record_confirmed(params, True)
+        params = dict(params, operation_id=confirmed["operation_id"], preview_operation=confirmed.get("preview_document"))
+    # A new operation (not in the journal yet): an apply run records it only once the preflight let it through (``run``).
+    new_operation = confirmed is not None and confirmed.get("preview_document") is not None
+    to_record = new_operation and not check_mode
+    # The operation failures name from the record on (check mode: the preview's).
+    recorded: dict[str, t.Any] | None = None
     lines: list[str] = []
 
     def say(line: str) -> None:
@@ -325,14 +344,21 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
         report(line)
 
     def run(store: t.Any, operation_id: str, client: t.Any) -> dict[str, t.Any]:
+        nonlocal recorded
         # One RecentReads for the preflight and the stages: the clone takes what the preflight read (rules 7 and 8).
         reads = RecentReads(clock=settings.clock)
         preflight: dict[str, t.Any] | None = None
         warnings: list[str] = []
         try:
-            if params.get("preflight") and not check_mode:
+            if params.get("preflight"):
                 preflight, warnings = preflight_before_stages(store, ObservingClient(client, reads), operation_id, settings,
-                                                              params.get("preflight_fail_on") or "failed", report=say)
+                                                              params.get("preflight_fail_on") or "failed", report=say,
+                                                              recorded=not new_operation)
+            if confirmed is not None:
+                # After the preflight: a stop above left nothing recorded. Found again (idempotent) when it exists.
+                recorded = confirmed if check_mode else record_confirmed(record_params, False)
+                if to_record:
+                    store, operation_id = open_store(params.get("journal_dir")), recorded["operation_id"]
             result = run_stages(store, client, operation_id, settings, options, report=say, recent_reads=reads,
                                 progress_interval=params.get("progress_interval") or DEFAULT_PROGRESS_INTERVAL)
         except ProvisionStopped as stopped:
@@ -350,10 +376,14 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
                 result["changed"] = result["changed"] or installed["changed"]
         if warnings:
             result["warnings"] = warnings
+        if to_record and params.get("set_operation_fact"):
+            result["ansible_facts"] = {"vmanyware_operation": public_view(store.load(operation_id))}
         return result
 
     try:
-        result = with_stage_client(params, check_mode, run, client_factory)
+        # A new operation not recorded yet is read from its preview document (the store of check mode) until it is.
+        result = with_stage_client(dict(params, set_operation_fact=False) if to_record else params, check_mode or to_record, run,
+                                   client_factory)
     except VmanywareError as err:
         if recorded is None:
             raise

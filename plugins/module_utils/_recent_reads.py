@@ -21,16 +21,20 @@ Rules (each is tested in tests/unit/test__recent_reads.py and tests/integration/
 
 1. **What it serves.** Only a stage's precondition checks, and only for a stage that opts in
    (``StageLogic.trusts_recent_config`` / ``trusts_recent_power`` / ``trusts_recent_template`` /
-   ``trusts_recent_vmid_free``). A read-back after a write (``observe``) and every read
-   that resolves an unknown outcome (``resolve_lost_reply``) always read: they never ask ``RecentReads``.
+   ``trusts_recent_vmid_free``), and a stage opts in only where Proxmox itself protects its write against what the
+   reused read would have shown (a digest the write carries, the clone re-checking the template and the VMID, the guest
+   agent refusing a VM that is not running); docs/stages.md "Reads reused" lists them per stage. A read-back after a
+   write (``observe``) and every read that resolves an unknown outcome (``resolve_lost_reply``) always read: they never
+   ask ``RecentReads``.
 2. **Max age.** An observation older than ``max_age`` seconds (5 s) is not "just observed": the check reads.
 3. **Configuration.** Serves one check (then forgotten) and is forgotten at any write this process sends, before
    sending it. A stage takes it only when its write carries the digest (Proxmox refuses the write if the file changed
-   since: locks, pending changes and the description are all in that file) or its read-back re-checks the digest, or
-   (start) when it re-reads what that configuration cannot prove: the pending list and the power state.
-   A configuration recorded from a pending list also carries that list: it serves the no-pending check of the stage
-   that takes the configuration (start, after the seed stage read the pending list back), once, under the same rules.
-4. **Power state.** Serves any number of checks within its max age. A write this process sends forgets it (before
+   since: locks, pending changes and the description are all in that file): resources, disk, cloudinit. A write without
+   a digest (seed's ``PUT cloudinit``, start's POST) is not protected that way: those stages read the configuration, the
+   pending list and the power state themselves, right before sending. A pending list that carries the digest records
+   the configuration in effect like a configuration read.
+4. **Power state.** Serves any number of checks within its max age, of readiness only (its guest agent requests are
+   refused by Proxmox on a VM that is not running; no configuration write checks the power state). A write this process sends forgets it (before
    sending) unless the write cannot change a VM's power state: ``PUT {vm}/config``, ``PUT {vm}/resize`` and
    ``PUT {vm}/cloudinit`` (a configuration change, a disk grow, a Cloud-Init drive regeneration; a change to a running
    VM becomes pending or is hot-plugged, it never stops or starts it). Every POST (start, stop, clone, snapshot, guest
@@ -39,9 +43,10 @@ Rules (each is tested in tests/unit/test__recent_reads.py and tests/integration/
    observation, power-neutral or not: the next precondition reads.
 6. **Another client.** A change made by someone else inside the max age is seen by a recorded observation no more than
    by a fresh read made just before the write (that read's window to the write exists anyway); the recorded one makes
-   that window at most ``max_age`` long. Writes that carry the digest still fail on any configuration change; the
-   power-changing stage (start) always reads the power state itself, so a VM another client started inside the
-   window stops the run there, before anything is started.
+   that window at most ``max_age`` long, which is why only writes Proxmox itself re-checks take one. Writes that carry
+   the digest still fail on any configuration change; seed and start read the configuration, the pending list and the
+   power state themselves, so another client's change (``sshkeys``, a pending key, a start) stops the run before
+   anything unprotected is sent.
 7. **Template configuration** (clone, ``trusts_recent_template``). The template's configuration read moments ago (by the
    preflight) serves the clone stage's precondition check once, within ``max_age``, and any write forgets it (rule 3's
    bookkeeping: it is a configuration like any other). The clone's POST carries no digest: Proxmox's ``clone_vm`` loads
@@ -72,7 +77,7 @@ import time
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ApiVerbs, ClientIdentity
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import config_of_pending, pending_keys
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import config_of_pending
 
 CONFIG_SUFFIX = "/config"
 NEXTID_PATH = "/cluster/nextid"
@@ -92,7 +97,6 @@ class RecentReads:
         self.max_age = max_age
         self.clock = clock
         self._configs: dict[str, tuple[float, dict[str, t.Any]]] = {}
-        self._pending: dict[str, tuple[float, list[str]]] = {}
         self._power: dict[str, tuple[float, str]] = {}
         self._free_vmids: dict[int, float] = {}
         # Precondition reads saved, by what was not read again ("config", "template", "power", "vmid_free"): for tests and
@@ -107,17 +111,15 @@ class RecentReads:
     def record(self, vm_path: str, config: t.Any) -> None:
         if isinstance(config, dict) and isinstance(config.get("digest"), str):
             self._configs[vm_path] = (self.clock(), dict(config))
-            self._pending.pop(vm_path, None)
 
     def record_pending(self, vm_path: str, items: t.Any) -> None:
-        """A pending list: the configuration in effect (when it carries the digest) and the keys with a pending change."""
+        """A pending list: the configuration in effect, when it carries the digest (pending changes are not served)."""
         if not isinstance(items, list):
             return
         listed = [item for item in items if isinstance(item, dict)]
         config = config_of_pending(listed)
         if isinstance(config.get("digest"), str):
             self._configs[vm_path] = (self.clock(), config)
-            self._pending[vm_path] = (self.clock(), pending_keys(listed))
 
     def record_power(self, vm_path: str, status: t.Any) -> None:
         state = status.get("status") if isinstance(status, dict) else None
@@ -135,7 +137,6 @@ class RecentReads:
 
     def forget_all(self) -> None:
         self._configs.clear()
-        self._pending.clear()
         self._power.clear()
         self._free_vmids.clear()
 
@@ -144,7 +145,6 @@ class RecentReads:
         unless the write is power-neutral (then the others' stay too: it changes no VM's power state)."""
         self._configs.clear()
         self._free_vmids.clear()
-        self._pending.clear()
         if not any(method.upper() == verb and path.endswith(suffix) for verb, suffix in POWER_NEUTRAL_WRITES):
             self._power.clear()
 
@@ -168,15 +168,6 @@ class RecentReads:
             return False
         self.saved["vmid_free"] += 1
         return True
-
-    def take_pending(self, vm_path: str) -> list[str] | None:
-        """The keys with a pending change, listed moments ago with the configuration a stage took (then forgotten), or
-        ``None``: read the pending list."""
-        entry = self._pending.pop(vm_path, None)
-        if entry is None or not self._fresh(entry[0]):
-            return None
-        self.saved["pending"] += 1
-        return entry[1]
 
     def power(self, vm_path: str) -> str | None:
         """The power state read moments ago (it stays for later checks within its max age), or ``None``: read it."""

@@ -296,10 +296,10 @@ class StageLogic:
     # Error codes that are a final verdict about the target: raised by ``preconditions`` or ``observe``, they fail the stage.
     final_codes: t.ClassVar[frozenset[str]] = frozenset()
     # Whether the preconditions may take the configuration this process read back moments ago instead of reading it
-    # again (``_recent_reads``): only for stages whose write carries its digest or whose read-back re-checks the digest.
+    # again (``_recent_reads``): only for stages whose write carries its digest (Proxmox refuses it on any change since).
     trusts_recent_config: t.ClassVar[bool] = False
-    # Whether the preconditions may take the power state this process read moments ago (``_recent_reads``, rule 4): not for
-    # a stage whose own write changes the power state (start reads it: the backstop for another client's start).
+    # Whether the preconditions may take the power state this process read moments ago (``_recent_reads``, rule 4): only
+    # for a stage whose requests Proxmox refuses on a VM in another power state (readiness: the guest agent's).
     trusts_recent_power: t.ClassVar[bool] = False
     # Whether the preconditions may take the template configuration (rule 7) and the answer "VMID N is free" (rule 8) this
     # process read moments ago (the preflight's): for the clone, whose POST Proxmox re-checks against both.

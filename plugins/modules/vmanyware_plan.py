@@ -17,6 +17,14 @@ description:
     C(group/vmanyware.proxmox.proxmox) serves every module of the collection; this module never uses them.
   - Contacts no Proxmox host and changes nothing; the plan says so with RV(plan.liveVerified=false) and RV(plan.vmidReserved=false).
   - The formats, the hashes and the plan document are specified in C(docs/formats.md) in the collection.
+options:
+  repeat_mapping:
+    description:
+      - The catalog mapping a recorded operation was confirmed with, when its definition is planned again (the provision role's
+        C(provision_repeat_operation)). The catalog must still map the definition's image exactly so - the module fails with
+        C(repeat_image_removed) when the image is no longer in the catalog, and with C(repeat_mapping_changed) (the differing
+        field names in C(error_details.fields)) when its mapping changed since.
+    type: dict
 author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
@@ -211,6 +219,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLA
 
 def argument_spec() -> dict:
     spec = plan_input_argument_spec()
+    spec["repeat_mapping"] = {"type": "dict"}
     spec.update(connection_argument_spec())  # accepted for module_defaults groups, never used
     return spec
 

@@ -16,35 +16,39 @@ description:
     one task. Each stage runs exactly as its own module runs it (M(vmanyware.proxmox.vmanyware_clone) and the others, which stay
     for step-by-step use) - the same journal protocol, the gates re-read before every new write, a lost reply resolved by reads
     only and never sent again, and the same preconditions and read-back observation.
-  - With O(confirmation) instead of O(operation_id) it first records the confirmed operation itself, or finds it again, exactly
+  - With O(confirmation) instead of O(operation_id) it records the confirmed operation itself, or finds it again, exactly
     as M(vmanyware.proxmox.vmanyware_operation) does (O(vmanyware.proxmox.vmanyware_operation#module:state=present)) with the same
     options (the plan inputs O(catalog_path) or O(catalog), O(definition_path) or O(definition) and O(target_vmid), and
     O(idempotency_key), O(provisioning_enabled)) - the same gates, the same check of the confirmation against the plan computed
-    again from those inputs, and no Proxmox request before the operation is recorded. A confirmation that is missing,
+    again from those inputs, and no Proxmox write before the operation is recorded. A confirmation that is missing,
     incomplete or names another plan fails exactly as there (C(confirmation_required) with the block in
-    RV(error_details.expected_confirmation), C(plan_changed), ...) with nothing recorded or sent. The provision role's confirmed
-    one-task path runs that way.
+    RV(error_details.expected_confirmation), C(plan_changed), ...) with nothing recorded or sent. With O(preflight=true) the
+    preflight runs after those checks and before the record, on the document the record would write; checks that do not pass
+    stop a new operation with nothing recorded (no operation to abandon; a VMID lease stays a lease). The provision role's
+    confirmed one-task path runs that way.
   - Stops at the first stage that fails, with that stage's error code; RV(stages) then lists every stage this run reached with its
     result. The operation keeps the guest; re-running the module continues from the journal (completed stages are not run again).
-  - A stage that trusts it (resources, disk, cloudinit, seed) takes the VM configuration the previous stage read back moments ago in
-    this run instead of reading it again; its write then carries that configuration's C(digest), so Proxmox refuses it if the
-    configuration changed since (RV(reads_saved)). The start stage takes the configuration seed read back too, but reads the
-    pending changes and the power state itself.
+  - A stage whose write carries the configuration's C(digest) (resources, disk, cloudinit) takes the VM configuration the previous
+    stage read back moments ago in this run instead of reading it again; Proxmox refuses the write if the configuration changed
+    since (RV(reads_saved)). The seed and start stages, whose writes carry no digest, read the configuration, the pending changes
+    and the power state themselves right before sending, so another client's change since the previous stage (C(sshkeys), say)
+    stops the run there.
   - The power state read moments ago (at most 5 seconds, and only while this run sent nothing but configuration, resize and
-    Cloud-Init updates, which never change it) serves the preconditions of resources, disk, cloudinit, seed and readiness.
-    Any other write, and any write without a normal reply, makes the next check read. Lost replies are always resolved by
-    fresh reads.
+    Cloud-Init updates, which never change it) serves the preconditions of readiness only (Proxmox refuses guest agent requests
+    to a VM that is not running). Any other write, and any write without a normal reply, makes the next check read. Lost replies
+    are always resolved by fresh reads.
   - Prints one progress line per stage and, while a stage runs long, one every O(progress_interval) seconds (when it runs in
     Ansible's worker on the controller, the default; the lines are also returned in RV(log)).
-  - With O(preflight=true) (not in check mode) the run first makes the read-only checks of M(vmanyware.proxmox.vmanyware_preflight)
-    (the same code) of the plan and catalog mapping recorded in the operation, on the same connection as the stages, one progress
+  - With O(preflight=true) (in check mode too) the run first makes the read-only checks of M(vmanyware.proxmox.vmanyware_preflight)
+    (the same code) of the operation's plan and catalog mapping, on the same connection as the stages, one progress
     line per check, and returns them in RV(preflight). The clone stage then takes the template configuration and the answer
     "VMID free" the preflight read moments ago instead of reading them again (Proxmox decides both again when it clones; see
     C(docs/stages.md)).
   - When the checks do not pass (O(preflight_fail_on)) and the operation has not begun (no stage was ever dispatched), the run
-    fails with C(preflight_failed) before sending anything; the operation stays recorded with every stage pending (a re-run
-    resumes it; to plan differently abandon it first). When it has begun (its VM may exist already, so the VMID check fails),
-    the stages resume, with a warning.
+    fails with C(preflight_failed) before sending anything - with O(confirmation) and a new operation, before recording it (nothing
+    recorded); with O(operation_id) the operation stays recorded with every stage pending (a re-run resumes it; to plan
+    differently abandon it first). In check mode the preview stops the same way, with the checks in RV(preflight). When it has
+    begun (its VM may exist already, so the VMID check fails), the stages resume, with a warning.
   - Only for VM operations. A container operation's stages run with M(vmanyware.proxmox.vmanyware_container).
   - The protocol every stage follows is described in C(docs/stages.md) in the collection.
 author:
@@ -69,8 +73,9 @@ options:
     default: 30
   preflight:
     description:
-      - Run the preflight's read-only checks of the recorded plan before the first stage (ignored in check mode, and when no stage
-        remains to run). See the description for what checks that do not pass do.
+      - Run the preflight's read-only checks of the operation's plan before the first stage (and, with O(confirmation), before
+        recording the operation; in check mode too; not when no stage remains to run). See the description for what checks
+        that do not pass do.
     type: bool
     default: false
   preflight_fail_on:
@@ -247,7 +252,7 @@ preflight:
       C(status), C(message), in fixed order), C(summary), C(plan_hash), C(provider_scope_id), C(creation_enabled),
       C(creation_blockers), C(tls_verified), C(vmid_reserved), C(capabilities).
     - Also returned on failure, C(preflight_failed) included.
-  returned: with O(preflight=true), outside check mode, when a stage remained to run
+  returned: with O(preflight=true), when a stage remained to run
   type: dict
 known_hosts:
   description: What installing the host keys did, as M(vmanyware.proxmox.vmanyware_known_hosts) returns it (C(path), C(outcome), C(lines), C(changed)).

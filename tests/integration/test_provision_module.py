@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import guest_support as gs
+from vmid_support import Reserver
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
@@ -98,10 +99,9 @@ def test_every_stage_in_one_call(sim: t.Any, tmp_path: Path) -> None:
     assert all(count == 1 for count in effective.values()), effective
     assert ("POST", "/nodes/pve-test/qemu/9000/clone") in _effective(sim) and ("POST", gs.VM + "/snapshot") in _effective(sim)
     assert sim.schema_violations() == []
-    # resources, disk, cloudinit, seed and start took the configuration the stage before read back (start also the
-    # pending list seed read back); resources, disk, cloudinit and seed the power state the clone's read-back observed,
-    # readiness the one the start's read-back observed.
-    assert result["reads_saved"] == 11
+    # resources, disk and cloudinit (digest-carrying writes) took the configuration the stage before read back; readiness
+    # the power state the start's read-back observed. Seed and start read everything themselves (docs/stages.md).
+    assert result["reads_saved"] == 4
     # A re-run sends nothing and reports nothing changed.
     before = len(sim.requests())
     again = _run(env)
@@ -118,7 +118,7 @@ def test_fewer_reads_than_stage_by_stage(sim: t.Any, tmp_path: Path) -> None:
     reads = RecentReads()
     assert _run(chained, recent_reads=reads)["done"]
     chained_reads, chained_mutations = _read_counts(sim), sorted(_effective(sim).elements())
-    assert reads.saved == {"config": 5, "pending": 1, "power": 5}
+    assert reads.saved == {"config": 3, "power": 1}
 
     # The same chain with every observation too old when asked (each clock reading 6 s after the last): no read saved.
     fresh()
@@ -136,10 +136,10 @@ def test_fewer_reads_than_stage_by_stage(sim: t.Any, tmp_path: Path) -> None:
     single_reads = _read_counts(sim)
     assert sorted(_effective(sim).elements()) == chained_mutations  # the same writes
     assert aged_counts == single_reads
-    # config: resources, disk, cloudinit, seed, start; power: resources, disk, cloudinit, seed, readiness;
-    # pending: resources, disk, cloudinit, seed, and start (which takes the list seed's read-back read).
-    assert chained_reads == {"/config": single_reads["/config"] - 5, "/status/current": single_reads["/status/current"] - 5,
-                             "/pending": single_reads["/pending"] - 5}, (chained_reads, single_reads)
+    # config: resources, disk, cloudinit; power: readiness; pending: resources, disk, cloudinit (digest-bound: a pending
+    # change since is in the digest).
+    assert chained_reads == {"/config": single_reads["/config"] - 3, "/status/current": single_reads["/status/current"] - 1,
+                             "/pending": single_reads["/pending"] - 3}, (chained_reads, single_reads)
 
 
 def test_another_clients_start_inside_the_window_stops_the_run_at_start(sim: t.Any, tmp_path: Path) -> None:
@@ -162,10 +162,40 @@ def test_another_clients_start_inside_the_window_stops_the_run_at_start(sim: t.A
     assert _effective(sim)[("POST", gs.VM + "/status/start")] == 1  # the other client's, not ours
 
 
+@pytest.mark.parametrize("key, value", [
+    ("sshkeys", "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIOtherClientsKeyOtherClientsKeyOtherCli%20other%40elsewhere"),
+    ("cores", 3),
+])
+def test_another_clients_change_between_seed_and_start_stops_the_run_at_start(sim: t.Any, tmp_path: Path, key: str, value: t.Any) -> None:
+    """The seed stage's read-back (its pending list, with the digest) is young when the seed stage ends; another client
+    changes the configuration then (``sshkeys``: the guest would boot with a key nobody reviewed). The start stage reads
+    the configuration itself: its digest differs from the one the seed was validated at, and nothing is started."""
+    env = gs.create(tmp_path, sim.connection)
+    reads = RecentReads()
+    changed: list[bool] = []
+
+    def report(line: str) -> None:
+        if " seed: completed" in line:
+            other = ProxmoxClient(gs.settings_for(sim.connection))
+            other.put(gs.VM + "/config", **{key: value})
+            changed.append(True)
+
+    with pytest.raises(ProvisionStopped) as info:
+        _run(env, report=report, recent_reads=reads)
+    assert changed == [True]
+    assert info.value.code == "conflict" and info.value.details["rule"] == "digest_unchanged"
+    assert info.value.stages[-1]["kind"] == "start" and env.stage("start")["status"] == "pending"
+    assert ("POST", gs.VM + "/status/start") not in _effective(sim)  # nothing was started
+    # start read the configuration after the other client's PUT (it took no recorded one)
+    sent = [(e["method"], e["path"]) for e in sim.requests() if e["path"].startswith(gs.VM)]
+    other_put = max(i for i, item in enumerate(sent) if item == ("PUT", gs.VM + "/config"))
+    assert ("GET", gs.VM + "/config") in sent[other_put + 1:]
+    assert sim.schema_violations() == []
+
+
 def test_after_a_lost_reply_the_next_stage_reads_the_power_state(sim: t.Any, tmp_path: Path) -> None:
-    """The resources PUT's reply is lost (applied): its resolution reads, and every observation is forgotten although a
-    configuration PUT cannot change the power state. Another client starts the VM before the disk stage: the disk stage
-    reads the power state (it does not take the clone's "stopped") and stops before its resize."""
+    """The resources PUT's reply is lost (applied): its resolution reads, and every observation is forgotten. Another
+    client starts the VM before the disk stage: the disk stage reads the power state and stops before its resize."""
     env = gs.create(tmp_path, sim.connection)
     assert "disk" in env.kinds
     sim.add_fault(method="PUT", path=r"/qemu/201/config$", action="drop_reply", occurrence=1)
@@ -184,7 +214,9 @@ def test_after_a_lost_reply_the_next_stage_reads_the_power_state(sim: t.Any, tmp
     sent = [(e["method"], e["path"], e["status"]) for e in sim.requests() if e["path"].startswith(gs.VM)]
     lost = next(i for i, item in enumerate(sent) if item[:2] == ("PUT", gs.VM + "/config"))
     assert sent[lost][2] == "dropped" and sent[lost + 1][:2] == ("GET", gs.VM + "/config")
-    assert reads.saved["power"] == 1  # resources took the clone's power state before its PUT was sent; nothing took one after it
+    assert reads.saved["power"] == 0  # no stage before readiness takes a recorded power state (docs/stages.md "Reads reused")
+    # resources took the clone's read-back before its PUT; disk the configuration the resolution read after the lost PUT
+    assert reads.saved["config"] == 2
 
 
 def test_stops_at_the_first_failure_with_its_code(sim: t.Any, tmp_path: Path) -> None:
@@ -435,28 +467,68 @@ def test_a_confirmation_of_another_plan_fails_before_anything_is_recorded_or_sen
     assert closed.value.code == "provisioning_disabled" and sim.requests() == [] and not _journal_files(tmp_path)
 
 
-def test_a_failure_after_recording_names_the_operation(sim: t.Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("failing", ["privileges", "bridge"])
+def test_a_failing_preflight_stops_before_the_operation_is_recorded(sim: t.Any, tmp_path: Path, failing: str) -> None:
+    """The one-task path runs the preflight before it records the confirmed operation: a check that fails leaves no
+    operation in the journal (nothing to abandon), no Proxmox write, and the VMID lease where it was (not taken over)."""
     confirmation = _expected_confirmation(sim, tmp_path)
+    reserver = Reserver(sim, tmp_path)
+    assert reserver.reserve("ops", vmid=gs.VMID)["vmid"] == gs.VMID
+    leases = reserver.leases()
+    assert leases
+    if failing == "bridge":
+        sim.delete_bridge("vmbr0")
     sim.clear_requests()
     with pytest.raises(ProvisionStopped) as info:
-        provision(_record_params(sim, tmp_path, confirmation, token="limited", known_hosts_path=str(tmp_path / "known_hosts")),
+        provision(_record_params(sim, tmp_path, confirmation, token="limited" if failing == "privileges" else "full",
+                                 known_hosts_path=str(tmp_path / "known_hosts")), check_mode=False, diff=False)
+    result = info.value.to_result()
+    assert result["error_code"] == "preflight_failed" and result["stages"] == []
+    assert result["error_details"]["failed_checks"] == ["privileges" if failing == "privileges" else "bridge_exists"]
+    assert "operation_id" not in result and "operationId" not in result["error_details"]
+    assert "Nothing was recorded or sent" in result["msg"]
+    assert [check["code"] for check in result["preflight"]["checks"]][0] == "api_reachable"
+    assert result["log"][-1] == "preflight: stopped before the operation was recorded; nothing was recorded or sent"
+    assert not _journal_files(tmp_path) and reserver.leases() == leases
+    assert all(e["method"] == "GET" for e in sim.requests()) and not (tmp_path / "known_hosts").exists()
+
+
+def test_a_failure_after_recording_names_the_operation(sim: t.Any, tmp_path: Path) -> None:
+    confirmation = _expected_confirmation(sim, tmp_path)
+    sim.add_fault(method="PUT", path=r"/qemu/201/resize$", action="task_error", occurrence=1)
+    sim.clear_requests()
+    with pytest.raises(ProvisionStopped) as info:
+        provision(_record_params(sim, tmp_path, confirmation, known_hosts_path=str(tmp_path / "known_hosts")),
                   check_mode=False, diff=False)
     result = info.value.to_result()
     assert not (tmp_path / "known_hosts").exists()  # keys only once the operation is completed
     [path] = _journal_files(tmp_path)
-    # recorded first (the role's order), then the preflight failed: nothing sent, the failure names the operation
-    assert result["error_code"] == "preflight_failed" and result["operation_id"] == path.stem
-    assert all(e["method"] == "GET" for e in sim.requests())
-    assert all(item["status"] == "pending" for item in json.loads(path.read_text())["stages"])
+    # the preflight passed, the operation was recorded, then a stage failed: the failure names the operation
+    assert result["error_code"] == "task_failed" and result["operation_id"] == path.stem
+    assert result["preflight"]["summary"]["failed"] == 0 and result["stages"][-1]["kind"] == "disk"
+    # the record comes after the preflight's reads and before the first write
+    clone = next(i for i, e in enumerate(sim.requests()) if e["method"] == "POST" and e["path"].endswith("/clone"))
+    assert _gets(sim, "/version")[0] < clone
+    assert json.loads(path.read_text())["stages"][0]["status"] == "completed"
 
 
-def test_check_mode_with_a_confirmation_previews_without_recording(sim: t.Any, tmp_path: Path) -> None:
+def test_check_mode_with_a_confirmation_previews_the_preflight_without_recording(sim: t.Any, tmp_path: Path) -> None:
     confirmation = _expected_confirmation(sim, tmp_path)
     sim.clear_requests()
     result = provision(_record_params(sim, tmp_path, confirmation), check_mode=True, diff=False)
-    assert not result["done"] and not result["created"] and result["changed"] and "preflight" not in result
+    assert not result["done"] and not result["created"] and result["changed"]
+    assert result["preflight"]["summary"]["failed"] == 0 and result["preflight"]["checks"][0]["code"] == "api_reachable"
+    assert result["log"][0].startswith("preflight passed")
     assert [item["kind"] for item in result["stages"]][0] == "clone"
     assert ("POST", "/nodes/pve-test/qemu/9000/clone") in [(r["method"], r["path"]) for r in result["requests"]]
+    assert all(e["method"] == "GET" for e in sim.requests()) and not _journal_files(tmp_path)
+    # A preflight that would stop the apply run stops the preview the same way, with its checks, recording nothing.
+    sim.delete_bridge("vmbr0")
+    with pytest.raises(ProvisionStopped) as info:
+        provision(_record_params(sim, tmp_path, confirmation), check_mode=True, diff=False)
+    stopped = info.value.to_result()
+    assert stopped["error_code"] == "preflight_failed" and stopped["error_details"]["failed_checks"] == ["bridge_exists"]
+    assert "operation_id" not in stopped and stopped["preflight"]["summary"]["failed"] == 1
     assert all(e["method"] == "GET" for e in sim.requests()) and not _journal_files(tmp_path)
 
 

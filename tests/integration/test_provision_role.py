@@ -139,7 +139,7 @@ def test_a_failed_preflight_stops_a_new_operation_before_anything_is_recorded(pv
     assert _mutations(pvesim) == [] and not list(operator.journal.glob("op-*.json"))
 
 
-def test_a_failed_preflight_of_the_one_task_path_sends_nothing_and_a_rerun_resumes(pvesim: t.Any, tmp_path: Path) -> None:
+def test_a_failed_preflight_of_the_one_task_path_records_nothing_and_a_rerun_runs(pvesim: t.Any, tmp_path: Path) -> None:
     pvesim.set_speed(200)
     operator = Operator(pvesim, tmp_path)
     assert operator.run().returncode == 0
@@ -151,22 +151,19 @@ def test_a_failed_preflight_of_the_one_task_path_sends_nothing_and_a_rerun_resum
     assert failed.returncode != 0
     # the checks were shown as they ran, and the failure names the code; nothing at all was sent
     assert re.search(r"\[localhost\] preflight failed\s+privileges", failed.stdout), failed.stdout[-3000:]
-    assert '"error_code": "preflight_failed"' in failed.stdout and "Nothing was sent" in failed.stdout, failed.stdout[-3000:]
+    assert '"error_code": "preflight_failed"' in failed.stdout and "Nothing was recorded or sent" in failed.stdout, failed.stdout[-3000:]
     assert _mutations(pvesim) == [] and all(entry["method"] == "GET" for entry in pvesim.requests())
-    # The operation was recorded before the preflight ran (that path's order): open, every stage pending, not begun.
-    [path] = list(operator.journal.glob("op-*.json"))
-    document = yaml.safe_load(path.read_text())
-    assert document["status"] == "open" and document["failure"] is None
-    assert all(item["status"] == "pending" and item["attempts"] == 0 for item in document["stages"])
-    # The step-by-step path applies the same rule to it: not begun, so its failed preflight stops it too.
+    # The preflight ran before the record: no operation to abandon.
+    assert not list(operator.journal.glob("op-*.json"))
+    # The step-by-step path stops the same way (its preflight also comes before its record).
     again = operator.run("-e", "@%s" % operator.confirm, "-e", "provision_step_by_step=true")
     assert again.returncode != 0 and "nothing was changed" in again.stdout, again.stdout[-3000:]
-    assert _mutations(pvesim) == []
-    # With the privileges back, the next run resumes that operation (same id) and completes it.
+    assert _mutations(pvesim) == [] and not list(operator.journal.glob("op-*.json"))
+    # With the privileges back, the same confirmation records the operation and completes it.
     operator.env = full
     resumed = operator.run("-e", "@%s" % operator.confirm)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
-    assert [item.name for item in operator.journal.glob("op-*.json")] == [path.name]
+    [path] = list(operator.journal.glob("op-*.json"))
     assert yaml.safe_load(path.read_text())["status"] == "completed"
     assert _mutations(pvesim).count("POST /nodes/pve-test/qemu/9000/clone") == 1
 
@@ -203,11 +200,32 @@ def test_repeat_plans_a_recorded_operation_again_for_a_new_vmid(pvesim: t.Any, t
     original = yaml.safe_load(operator.confirm.read_text())["provision_confirmation"]
     pvesim.clear_requests()
 
-    def repeat(*extra: str, vmid: int = 202) -> subprocess.CompletedProcess[str]:
+    def repeat(*extra: str, vmid: int = 202, catalog: Path | None = REPO / "examples/catalog.yml") -> subprocess.CompletedProcess[str]:
         args = [str(BIN / "ansible-playbook"), "vmanyware.proxmox.provision", "-e", "vmanyware_repeat_operation=%s" % source,
                 "-e", "vmanyware_target_vmid=%d" % vmid, "-e", "vmanyware_confirmation_file=%s" % operator.confirm,
                 "-e", "vmanyware_known_hosts_file=%s" % (tmp_path / "known_hosts"), *extra]
+        if catalog is not None:
+            args += ["-e", "vmanyware_catalog_path=%s" % catalog]
         return subprocess.run(args, env=operator.env, capture_output=True, text=True, timeout=600, check=False)
+
+    # The repeat is checked against the current catalog: it must be given one ...
+    without = repeat(catalog=None)
+    assert without.returncode != 0 and "needs the current catalog" in without.stdout, without.stdout[-3000:]
+    # ... that still maps the image (the template was taken out of the catalog: refused with a fixed code) ...
+    current = yaml.safe_load((REPO / "examples/catalog.yml").read_text())
+    removed = tmp_path / "catalog-removed.yml"
+    removed.write_text(yaml.safe_dump(dict(current, images=[])))
+    gone = repeat(catalog=removed)
+    assert gone.returncode != 0 and '"error_code": "repeat_image_removed"' in gone.stdout, gone.stdout[-3000:]
+    # ... exactly as recorded (another template VMID and storage now: refused, the fields named).
+    changed = tmp_path / "catalog-changed.yml"
+    changed.write_text(yaml.safe_dump(dict(current, images=[dict(current["images"][0], templateVmid=9001, storage="other-lvm")])))
+    moved = repeat(catalog=changed)
+    assert moved.returncode != 0 and '"error_code": "repeat_mapping_changed"' in moved.stdout, moved.stdout[-3000:]
+    assert re.search(r'"fields": \[\s*"storage",\s*"templateVmid"\s*\]', moved.stdout), moved.stdout[-3000:]
+    # Nothing was recorded or sent, and no confirmation block was printed for a refused repeat.
+    assert _mutations(pvesim) == [] and len(list(operator.journal.glob("op-*.json"))) == 1
+    assert "provision_confirmation:" not in gone.stdout + moved.stdout
 
     same = repeat(vmid=201)
     assert same.returncode != 0 and "repeat it with a new provision_target_vmid" in same.stdout

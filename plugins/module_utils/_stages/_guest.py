@@ -88,10 +88,9 @@ def check_identity(ctx: StageContext, config: t.Mapping[str, t.Any]) -> None:
                          details={"stage": ctx.kind, "rule": "clone_identity"})
 
 
-def require_stopped_settled(ctx: StageContext, *, digest_bound: bool = True) -> dict[str, t.Any]:
-    """Identity (description and tag), unlocked, ``stopped``, no pending change and the digest recorded last
-    (``digest_bound``: see ``common.require_clone_identity``)."""
-    config = common.require_clone_identity(ctx, stopped=True, no_pending=True, digest_bound=digest_bound)
+def require_stopped_settled(ctx: StageContext) -> dict[str, t.Any]:
+    """Identity (description and tag), unlocked, ``stopped``, no pending change and the digest recorded last."""
+    config = common.require_clone_identity(ctx, stopped=True, no_pending=True)
     check_identity(ctx, config)
     common.require_digest(ctx, config)
     if not isinstance(config.get("digest"), str):  # pragma: no cover - require_digest compared it with a string

@@ -91,7 +91,8 @@ class CloudinitStage(StageLogic, AdoptionHook):
     task_type = None
     default_timeout = 60.0
     trusts_recent_config = True  # its write carries the digest
-    trusts_recent_power = True  # its write (PUT config) never changes the power state
+    # The power state is read here (docs/stages.md "Reads reused"): Proxmox does not refuse the write on a VM another
+    # client started since, as it refuses it on a changed configuration (the digest).
 
     def preconditions(self, ctx: StageContext) -> None:
         config = _guest.require_stopped_settled(ctx)

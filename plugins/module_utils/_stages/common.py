@@ -92,16 +92,14 @@ def precondition_power(ctx: StageContext) -> str:
     return recent if recent is not None else str(read_status(ctx.client, ctx.vm_path).get("status"))
 
 
-def require_clone_identity(ctx: StageContext, *, stopped: bool = True, no_pending: bool = True, digest_bound: bool = True) -> dict[str, t.Any]:
+def require_clone_identity(ctx: StageContext, *, stopped: bool = True, no_pending: bool = True) -> dict[str, t.Any]:
     """Read the target and prove it is the VM this operation cloned: exists, description exactly ours,
     not locked; optionally stopped and without pending changes. Returns the configuration (with ``digest``).
 
     In a chained run (``_recent_reads``) a stage that trusts it takes the configuration the previous stage read back
-    moments ago instead of reading it again. A ``digest_bound`` stage (its write carries the digest, or its read-back
-    re-checks it) then skips the pending read too: pending changes are in the configuration file, so any since that
-    read change its digest. A stage that is not (start) reads the pending list even then, unless the configuration it
-    took came from a pending list (the seed stage's read-back): then that list serves. The power state comes from
-    ``precondition_power``.
+    moments ago instead of reading it again. Only a stage whose write carries the digest trusts it (rule 3), and it then
+    skips the pending read too: pending changes are in the configuration file, so any since that read change the digest
+    and Proxmox refuses the write. The power state comes from ``precondition_power``.
     """
     recent = ctx.recent_reads.take(ctx.vm_path) if ctx.recent_reads is not None else None
     config = recent if recent is not None else read_config_or_none(ctx)
@@ -114,9 +112,8 @@ def require_clone_identity(ctx: StageContext, *, stopped: bool = True, no_pendin
         raise StageError("The target VM is locked.", code="locked", details={"stage": ctx.kind, "vmid": ctx.vmid, "lock": str(config["lock"])})
     if stopped and precondition_power(ctx) != "stopped":
         raise StageError("The target VM is not stopped.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "stopped"})
-    if no_pending and (recent is None or not digest_bound):
-        listed = ctx.recent_reads.take_pending(ctx.vm_path) if recent is not None and ctx.recent_reads is not None else None
-        keys = listed if listed is not None else pending_keys(read_pending(ctx.client, ctx.vm_path))
+    if no_pending and recent is None:
+        keys = pending_keys(read_pending(ctx.client, ctx.vm_path))
         if keys:
             raise StageError("The target VM has pending configuration changes.",
                              details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "no_pending", "keys": keys})

@@ -43,7 +43,8 @@ class DiskStage(StageLogic, AdoptionHook):
     task_type = "resize"
     default_timeout = 600.0
     trusts_recent_config = True  # its write carries the digest
-    trusts_recent_power = True  # its write (PUT resize) never changes the power state
+    # The power state is read here (docs/stages.md "Reads reused"): Proxmox does not refuse the write on a VM another
+    # client started since, as it refuses it on a changed configuration (the digest).
 
     def preconditions(self, ctx: StageContext) -> None:
         config = require_clone_identity(ctx)

@@ -133,7 +133,9 @@ class ReadinessStage(StageLogic, AdoptionHook):
     kind = "readiness"
     task_type = None
     gates = ()  # only fixed read-only probes: they may continue while VM writes are disabled
-    trusts_recent_power = True  # the start stage's read-back moments ago (``_recent_reads``); its probes change no power state
+    # The start stage's read-back moments ago (``_recent_reads`` rule 4): its requests are guest agent calls, which Proxmox
+    # refuses on a VM that is not running, and change no power state.
+    trusts_recent_power = True
     final_codes = frozenset({"guest_agent_unavailable", "guest_network_unavailable", "guest_exec_unavailable", "cloudinit_failed",
                              "readiness_timeout"})
 

@@ -49,7 +49,8 @@ class ResourcesStage(StageLogic, AdoptionHook):
     task_type = None
     default_timeout = 60.0
     trusts_recent_config = True  # its write carries the digest
-    trusts_recent_power = True  # its write (PUT config) never changes the power state
+    # The power state is read here (docs/stages.md "Reads reused"): Proxmox does not refuse the write on a VM another
+    # client started since, as it refuses it on a changed configuration (the digest).
 
     def preconditions(self, ctx: StageContext) -> None:
         config = require_clone_identity(ctx)

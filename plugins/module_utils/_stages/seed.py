@@ -124,8 +124,9 @@ class SeedStage(StageLogic, AdoptionHook):
     task_type = None
     default_timeout = 60.0
     final_codes = frozenset({"seed_incompatible", "seed_mismatch"})
-    trusts_recent_config = True  # its read-back re-checks the digest
-    trusts_recent_power = True  # its write (PUT cloudinit) never changes the power state
+    # No recent read serves its preconditions (docs/stages.md "Reads reused"): ``PUT {vm}/cloudinit`` carries no digest
+    # and Proxmox does not check the power state for it, so nothing refuses it on a configuration or power state changed
+    # since the cloudinit stage's read-back; its own read-back would only notice the change after the drive was rewritten.
 
     def preconditions(self, ctx: StageContext) -> None:
         config = _guest.require_stopped_settled(ctx)
@@ -137,8 +138,7 @@ class SeedStage(StageLogic, AdoptionHook):
         return Request("PUT", ctx.vm_path + "/cloudinit", {})
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
-        # The pending list holds the configuration in effect with its digest, and the pending changes the start stage
-        # checks next (in a chained run it takes both from this read); without a digest in it, read the configuration.
+        # The pending list holds the configuration in effect with its digest; without a digest in it, read the configuration.
         config = config_of_pending(read_pending(ctx.client, ctx.vm_path))
         if not isinstance(config.get("digest"), str):
             config = _guest.read_config(ctx)

@@ -29,13 +29,13 @@ class StartStage(StageLogic, AdoptionHook):
     kind = "start"
     task_type = "qmstart"
     default_timeout = 120.0
-    # The configuration and pending list the seed stage read back after its write (digest checked there, nothing sent
-    # since) serve the identity, lock, digest and no-pending checks; the power state is read here all the same: the POST
-    # is the write that changes it (``_recent_reads`` rules 3 and 6).
-    trusts_recent_config = True
+    # No recent read serves its preconditions (``_recent_reads`` rule 3, docs/stages.md "Reads reused"): its POST carries
+    # no digest, would apply any pending change and boots whatever seed the configuration holds, so the configuration,
+    # the pending list and the power state are read here, right before the POST. Another client's change since the seed
+    # stage (``sshkeys``, a pending key, a start) stops the stage before anything is sent.
 
     def preconditions(self, ctx: StageContext) -> None:
-        config = _guest.require_stopped_settled(ctx, digest_bound=False)
+        config = _guest.require_stopped_settled(ctx)
         recorded = ctx.earlier_evidence("seedHashes")
         if config["digest"] == ctx.earlier_evidence("seedDigest") and isinstance(recorded, dict):
             # The dumps are generated from the configuration: the digest the seed stage validated them at

@@ -151,3 +151,31 @@ def test_argument_spec() -> None:
 def test_planted_comment_never_reaches_the_plan() -> None:
     document = mutated(definition(), ("access", "sshPublicKeys", 0), definition()["access"]["sshPublicKeys"][0] + PLANTED)
     assert PLANTED not in json.dumps(plan(document).plan)
+
+
+def _repeat(catalog_doc: dict[str, t.Any], recorded: dict[str, t.Any]) -> PlannedEnvironment:
+    return build_plan(catalog=dump(catalog_doc), definition=dump(definition()), target_vmid=202, repeat_mapping=recorded)
+
+
+def test_a_repeat_plans_only_what_the_current_catalog_still_maps_as_recorded() -> None:
+    recorded = plan().mapping  # the mapping the first operation was confirmed with
+    assert _repeat(catalog(), recorded).mapping == recorded  # unchanged catalog: the same source
+    # The template was taken out of the catalog since the first run.
+    removed = catalog()
+    removed["images"] = [mapping for mapping in removed["images"] if mapping["image"] != recorded["image"]]
+    with pytest.raises(InputError) as info:
+        _repeat(removed, recorded)
+    assert info.value.code == "repeat_image_removed" and info.value.path == "image"
+    assert info.value.details == {"rule": "in_current_catalog"}
+    # Still mapped, but to another template and storage: refused, the fields named (not their values).
+    changed = catalog()
+    mapping = next(item for item in changed["images"] if item["image"] == recorded["image"])
+    mapping["templateVmid"] = 9001
+    mapping["storage"] = "fast-pool"
+    with pytest.raises(InputError) as info:
+        _repeat(changed, recorded)
+    assert info.value.code == "repeat_mapping_changed" and info.value.details == {
+        "rule": "mapping_as_recorded", "fields": ["storage", "templateVmid"]}
+    assert "9001" not in json.dumps(info.value.to_result()) and "fast-pool" not in json.dumps(info.value.to_result())
+    # Without repeat_mapping the changed catalog plans as usual (a fresh plan, its own review).
+    assert plan(catalog_doc=changed).mapping["templateVmid"] == 9001

@@ -2,7 +2,8 @@
 """The rules of ``_recent_reads`` (its module docstring): what a recorded observation serves, what makes it stale.
 
 The chained run against the simulator (tests/integration/test_provision_module.py) counts the reads saved and shows
-that a VM another client started inside the window stops the run at the start stage.
+that a VM another client started, or a configuration (``sshkeys``) another client changed, inside the window stops the
+run before anything unprotected is sent.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def test_a_configuration_serves_one_check_until_a_write_or_its_age() -> None:
     assert reads.saved == {"config": 1} and reads.served == 1
 
 
-def test_a_pending_list_records_the_configuration_and_its_pending_keys() -> None:
+def test_a_pending_list_records_the_configuration_in_effect_only() -> None:
     clock = Clock()
     reads = RecentReads(max_age=5.0, clock=clock)
     listed = [{"key": "digest", "value": "d1"}, {"key": "cores", "value": 2}, {"key": "memory", "value": 1024, "pending": 2048}]
@@ -73,20 +74,17 @@ def test_a_pending_list_records_the_configuration_and_its_pending_keys() -> None
     client = ObservingClient(fake, reads)
     client.get(VM + "/pending")
     assert reads.take(VM) == {"digest": "d1", "cores": 2, "memory": 1024}  # the values in effect
-    assert reads.take_pending(VM) == ["memory"] and reads.take_pending(VM) is None  # served once
+    assert reads.take(VM) is None  # served once
+    assert not hasattr(reads, "take_pending")  # no stage skips its pending read on a list read earlier
     client.get(OTHER + "/pending")
-    assert reads.take(OTHER) is None and reads.take_pending(OTHER) is None  # no digest listed: not an observation
+    assert reads.take(OTHER) is None  # no digest listed: not an observation
     client.get(VM + "/pending")
     client.put(VM + "/cloudinit")
-    assert reads.take_pending(VM) is None  # any write forgets it, like the configuration
+    assert reads.take(VM) is None  # any write forgets it
     client.get(VM + "/pending")
     clock.now += 5.1
-    assert reads.take_pending(VM) is None  # too old
-    client.get(VM + "/pending")
-    fake.routes[VM + "/config"] = {"digest": "d2"}
-    client.get(VM + "/config")
-    assert reads.take_pending(VM) is None  # a later configuration read without the list replaces it
-    assert reads.saved == {"config": 1, "pending": 1}
+    assert reads.take(VM) is None  # too old
+    assert reads.saved == {"config": 1}
 
 
 def test_a_power_state_serves_every_check_within_its_age() -> None:
@@ -156,9 +154,12 @@ def test_which_stages_trust_which_observation() -> None:
               for logic in [build_logic(stage_spec(kind, VM_GUEST), {})]}
     assert trusts == {
         "clone": (False, False),  # reads nothing of the target before its write (nextid, then the config only when taken)
-        "resources": (True, True), "disk": (True, True), "cloudinit": (True, True), "seed": (True, True),
-        "start": (True, False),  # its own write changes the power state: it reads it (and the pending list) itself
-        "readiness": (False, True), "packages": (False, False), "snapshot": (False, False),
+        # their writes carry the digest; Proxmox does not check the power state for them, so they read it
+        "resources": (True, False), "disk": (True, False), "cloudinit": (True, False),
+        # PUT cloudinit and POST status/start carry no digest: configuration, pending list and power state read right before
+        "seed": (False, False), "start": (False, False),
+        "readiness": (False, True),  # Proxmox refuses guest agent requests on a VM that is not running
+        "packages": (False, False), "snapshot": (False, False),
     }
     # rules 7 and 8: only the clone takes the template configuration and "VMID free" (the preflight's)
     sources = {kind for kind in trusts for logic in [type(build_logic(stage_spec(kind, VM_GUEST), {}))]
@@ -252,10 +253,10 @@ def test_the_runner_hands_the_clone_what_it_trusts(tmp_path: Path) -> None:
     assert ctx.recent_template is None and ctx.recent_vmid is None
 
 
-def _start_ready(tmp_path: Path, recorded: str, actual: str) -> tuple[StageRunner, t.Any, FakeClient, RecentReads]:
+def _start_ready(tmp_path: Path, recorded: str, actual: str, digest_now: str = "d9") -> tuple[StageRunner, t.Any, FakeClient, RecentReads]:
     """An operation whose stages before start completed at digest d9, and an observing client that has just read the
     VM's configuration (d9, ours) and power state ``recorded`` (as the seed stage's read-back and an earlier stage did);
-    the VM's power state is ``actual`` now."""
+    the VM's power state is ``actual`` now, its configuration's digest ``digest_now``."""
     store = JournalStore(str(tmp_path))
     operation_id = new_operation(store)
     document = store.load(operation_id)
@@ -269,17 +270,29 @@ def _start_ready(tmp_path: Path, recorded: str, actual: str) -> tuple[StageRunne
     client.get(VM + "/config")
     client.get(VM + "/status/current")
     fake.routes[VM + "/status/current"] = {"status": actual}
+    fake.routes[VM + "/config"] = dict(config, digest=digest_now)
     runner = StageRunner(store, client, StartStage(), StageSettings(environ={"VMANYWARE_PROVISIONING_ENABLED": "true"}, recent_reads=reads))
     ctx = runner._context(operation_id)  # pylint: disable=protected-access  # the context the runner hands the stage
     fake.log.clear()
     return runner, ctx, fake, reads
 
 
-def test_start_takes_the_recent_configuration_but_reads_power_and_pending(tmp_path: Path) -> None:
+def test_start_reads_configuration_power_and_pending_itself(tmp_path: Path) -> None:
     runner, ctx, fake, reads = _start_ready(tmp_path, "stopped", "stopped")
+    assert ctx.recent_reads is None and ctx.recent_power is None  # the runner hands start no recorded observation
     runner.logic.preconditions(ctx)
-    assert [(method, path) for method, path, _params in fake.log] == [("GET", VM + "/status/current"), ("GET", VM + "/pending")]
-    assert reads.saved == {"config": 1}
+    assert [(method, path) for method, path, _params in fake.log] == [
+        ("GET", VM + "/config"), ("GET", VM + "/status/current"), ("GET", VM + "/pending")]
+    assert reads.saved == {}
+
+
+def test_start_sees_a_configuration_changed_since_the_recorded_read(tmp_path: Path) -> None:
+    # Another client changed the configuration (sshkeys, say) after the seed stage's read-back recorded digest d9.
+    runner, ctx, fake, reads = _start_ready(tmp_path, "stopped", "stopped", digest_now="d10")
+    with pytest.raises(StageError) as info:
+        runner.logic.preconditions(ctx)
+    assert info.value.code == "conflict" and info.value.details["rule"] == "digest_unchanged"
+    assert ("GET", VM + "/config") in [(method, path) for method, path, _params in fake.log] and reads.saved == {}
 
 
 def test_start_never_takes_a_recorded_power_state(tmp_path: Path) -> None:
@@ -288,7 +301,7 @@ def test_start_never_takes_a_recorded_power_state(tmp_path: Path) -> None:
     with pytest.raises(StageError) as info:
         runner.logic.preconditions(ctx)
     assert info.value.details["rule"] == "stopped"
-    assert [(method, path) for method, path, _params in fake.log] == [("GET", VM + "/status/current")]
+    assert [(method, path) for method, path, _params in fake.log] == [("GET", VM + "/config"), ("GET", VM + "/status/current")]
 
 
 def test_a_lost_reply_is_resolved_by_reads_not_by_a_recorded_observation(tmp_path: Path) -> None:
