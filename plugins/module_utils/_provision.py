@@ -49,7 +49,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight impor
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import report
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import ObservingClient, RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageError, StageLogic, StageRunner, StageSettings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_argument_spec, stage_settings, with_stage_client
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import cancel_scope, stage_argument_spec, stage_settings, with_stage_client
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import VM, build_logic, stage_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._text_table import aligned_lines, check_row
 
@@ -333,8 +333,9 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
             if params.get("preflight") and not check_mode:
                 preflight, warnings = preflight_before_stages(store, ObservingClient(client, reads), operation_id, settings,
                                                               params.get("preflight_fail_on") or "failed", report=say)
-            result = run_stages(store, client, operation_id, settings, options, report=say, recent_reads=reads,
-                                progress_interval=params.get("progress_interval") or DEFAULT_PROGRESS_INTERVAL)
+            with cancel_scope(settings):
+                result = run_stages(store, client, operation_id, settings, options, report=say, recent_reads=reads,
+                                    progress_interval=params.get("progress_interval") or DEFAULT_PROGRESS_INTERVAL)
         except ProvisionStopped as stopped:
             stopped.log = lines
             if stopped.preflight is None:
