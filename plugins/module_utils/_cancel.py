@@ -136,10 +136,10 @@ class Cancellation:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = {number: signal.getsignal(number) for number in CANCEL_SIGNALS}
+        previous: dict[int, t.Any] = {int(number): signal.getsignal(number) for number in CANCEL_SIGNALS}
         try:
-            for number in CANCEL_SIGNALS:
-                signal.signal(number, self._handle)
+            for signum in CANCEL_SIGNALS:
+                signal.signal(signum, self._handle)
             yield self
         finally:
             for number, handler in previous.items():

@@ -95,7 +95,7 @@ def test_a_real_dead_parent_is_seen(tmp_path: Path) -> None:
     parent = subprocess.Popen(["/bin/sh", "-c", "%s -c \"$0\" > %s; :" % (sys.executable, out), script],
                               stdin=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     try:
-        for _ in range(200):
+        for _attempt in range(200):
             if out.exists() and out.read_text():
                 break
             time.sleep(0.05)
@@ -105,7 +105,7 @@ def test_a_real_dead_parent_is_seen(tmp_path: Path) -> None:
         assert parent.stdin is not None
         parent.stdin.write(b"go\n")
         parent.stdin.close()
-        for _ in range(200):
+        for _attempt in range(200):
             if len(out.read_text().split()) == 2:
                 break
             time.sleep(0.05)
