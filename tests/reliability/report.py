@@ -75,7 +75,7 @@ def figures(results: Path, seconds: int, command: str, status: int) -> str:
               "| trials | %d (%s) |" % (len(crash), ", ".join("%s %d" % kv for kv in sorted(modes.items()))),
               "| kill points enumerated (journal writes x 2 sides, mutating requests x 2 sides) | %d |" % enumerated,
               "| distinct hook kill points covered | %d |" % len(covered),
-              "| kills at a random point (a fraction of a measured uninterrupted run, or a delay after a request reached the simulator) "
+              "| kills (signal:target) on an event, or at a random point of a measured uninterrupted run (a fraction of it, or a delay after a request) "
               "| %d trials (%s) |" % (len(kills), ", ".join("%s %d" % kv for kv in sorted(collections.Counter(
                   ":".join(k.split(":")[:2]) for k in kills).items()))),
               "| uninterrupted runs measured for the calibration | %s |" % (", ".join("%s %.1f s, %d mutating requests" % (
