@@ -203,7 +203,8 @@ class InProcessModuleAction(ActionBase):
         args = self._module_args(task_vars)
         entry = self._entry()
         # The controller (this worker's parent) and this worker, watched by the run: it stops once they are gone (_cancel).
-        watch = controller_watch()
+        # Not for an async task: it is meant to outlive both (poll: 0).
+        watch = {} if self._task.async_val else controller_watch()
         if entry is None:
             # Exactly what ansible.builtin.normal does for a module without an action plugin (a local module process
             # inherits the watch through the worker's environment).
