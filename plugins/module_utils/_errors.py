@@ -81,6 +81,8 @@ ERROR_CODES: dict[str, str] = {
     # lifecycle (docs/operations.md, "Lifecycle")
     "operation_abandoned": "The operation was abandoned by the operator; no stage runs on it any more.",
     "operation_cleaned": "The operation's guest is being or was removed by vmanyware_cleanup; no stage runs on it any more.",
+    "controller_gone": "The run's controller (ansible-playbook) is gone; the run stopped before its next request (a re-run resumes).",
+    "run_cancelled": "SIGTERM or SIGINT asked the run to stop; it stopped before its next request (a re-run resumes).",
     "lifecycle_disabled": "VMANYWARE_LIFECYCLE_ENABLED is not exactly true (or the environment says false).",
     "cleanup_not_eligible": "The operation is not failed, uncertain or abandoned (a completed one needs allow_completed).",
     "cleanup_binding_mismatch": "The guest's description does not bind it to exactly this operation (id and plan hash); nothing was sent.",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import typing as t
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._cancel import controller_environment
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 
 # action(params, check_mode, diff) -> result
@@ -57,6 +58,12 @@ def safe_call(action: t.Callable[[], dict[str, t.Any]]) -> tuple[bool, dict[str,
     except Exception:  # pylint: disable=broad-exception-caught
         # The exception text may carry input values or provider bodies: never forward it.
         return False, {"msg": "An unexpected internal error occurred.", "error_code": "internal_error"}
+
+
+def controller_watch() -> dict[str, str]:
+    """The environment the action plugin gives a task (``$VMANYWARE_CONTROLLER``: the controller and the worker, ``_cancel``),
+    so a run in process or in a module process stops once they are gone."""
+    return controller_environment()
 
 
 def missing_libraries(names: t.Iterable[str]) -> list[str]:

@@ -51,7 +51,13 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight impor
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import report
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import ObservingClient, RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageError, StageLogic, StageRunner, StageSettings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, stage_argument_spec, stage_settings, with_stage_client
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import (
+    cancel_scope,
+    open_store,
+    stage_argument_spec,
+    stage_settings,
+    with_stage_client,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import VM, build_logic, stage_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._text_table import aligned_lines, check_row
 
@@ -359,8 +365,9 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
                 recorded = confirmed if check_mode else record_confirmed(record_params, False)
                 if to_record:
                     store, operation_id = open_store(params.get("journal_dir")), recorded["operation_id"]
-            result = run_stages(store, client, operation_id, settings, options, report=say, recent_reads=reads,
-                                progress_interval=params.get("progress_interval") or DEFAULT_PROGRESS_INTERVAL)
+            with cancel_scope(settings):
+                result = run_stages(store, client, operation_id, settings, options, report=say, recent_reads=reads,
+                                    progress_interval=params.get("progress_interval") or DEFAULT_PROGRESS_INTERVAL)
         except ProvisionStopped as stopped:
             stopped.log = lines
             if stopped.preflight is None:

@@ -33,9 +33,11 @@ import time
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _admission
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._cancel import RunCancelled, cancellable_sleep, raise_if_cancelled
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with_cli
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import stage as journal_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import utc_now
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import LIFECYCLE_GATE, PROVISIONING_GATE, SNAPSHOTS_GATE, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import select_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient, ApiVerbs, OperationStore, StageRecord
@@ -189,6 +191,8 @@ class StageSettings:
     recent_reads: RecentReads | None = None
     clock: t.Callable[[], float] = time.monotonic
     sleep: t.Callable[[float], None] = time.sleep
+    # The reason to stop, asked at each safe point (``_cancel``: ``controller_gone``, ``run_cancelled``); None: go on.
+    cancel_check: t.Callable[[], str | None] | None = None
 
 
 @dataclasses.dataclass
@@ -461,6 +465,8 @@ class StageRunner:
         self.client = client
         self.logic = logic
         self.settings = settings or StageSettings()
+        if self.settings.cancel_check is not None:  # every pause of the run (polls, lock waits) is a safe point to stop
+            self.settings = dataclasses.replace(self.settings, sleep=cancellable_sleep(self.settings.sleep, self.settings.cancel_check))
 
     # -- helpers -------------------------------------------------------------------------------------
     def _context(self, operation_id: str) -> StageContext:
@@ -551,12 +557,32 @@ class StageRunner:
         _require_not_ended(ctx.operation)
         try:
             return self._run(ctx)
+        except RunCancelled as cancelled:
+            self._record_cancel(ctx, cancelled)
+            raise
         except StageUncertain as lost:
             if self.settings.check_mode:
                 raise StageError(lost.message, code="outcome_uncertain", details={"stage": ctx.kind, "cause": lost.cause}) from None
             if ctx.record["status"] == "pending":
                 self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, lost.request))
             self._uncertain(ctx, lost.cause, lost.message)
+
+    def _stop_if_cancelled(self) -> None:
+        """A safe point (before a dispatch is recorded, before a guest exec, at a stage's start): ``RunCancelled``
+        when the run's controller is gone or a signal asked it to stop (``_cancel``)."""
+        raise_if_cancelled(self.settings.cancel_check)
+
+    def _record_cancel(self, ctx: StageContext, cancelled: RunCancelled) -> None:
+        """``evidence.cancelled`` of the stage where the run stopped (docs/journal.md): what a re-run resumes from."""
+        if self.settings.check_mode:
+            return
+        record = {"code": cancelled.code, "at": utc_now()}
+        if cancelled.details.get("signal"):
+            record["signal"] = cancelled.details["signal"]
+        try:
+            self._record_evidence(ctx, {"cancelled": record})
+        except VmanywareError:
+            pass  # the journal refuses (released meanwhile...): the stop itself still stands
 
     def _run(self, ctx: StageContext) -> dict[str, t.Any]:
         record = ctx.record
@@ -574,6 +600,7 @@ class StageRunner:
                     return self._preview_from_plan(ctx)
                 raise StageError("An earlier stage has not completed.", code="stage_out_of_order",
                                  details={"stage": ctx.kind, "waiting_for": earlier["kind"]})
+        self._stop_if_cancelled()
         if record["upid"]:
             return self._reconcile(ctx, record["upid"])
         if record["submissionStarted"] and record["request"] == NOOP_REQUEST:
@@ -644,6 +671,7 @@ class StageRunner:
                 except StageError as err:
                     self._fail_if_final(ctx, err)
                 self._record_handoff(ctx, evidence)
+                self._stop_if_cancelled()
                 self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, dict(NOOP_REQUEST)))
                 self._refresh(ctx, self.store.record_completed(ctx.operation["operationId"], ctx.kind, evidence))
                 self._close_if_last(ctx)
@@ -651,6 +679,7 @@ class StageRunner:
             self._require_write_allowed(ctx)
             if self.settings.check_mode:
                 return _result(ctx, changed=True, done=False, requests=[request.summary()])
+            self._stop_if_cancelled()  # the last safe point: nothing may stop the run between the record and the send
             self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, request.summary()))
             try:
                 data = self.client.request(request.method, request.path, request.params).get("data")
@@ -839,6 +868,7 @@ class StageRunner:
         """``POST {vm}/agent/exec`` with the argument array, between the started marker and the PID (both journaled)."""
         if command.write:
             self._require_write_allowed(ctx)
+        self._stop_if_cancelled()
         marker: dict[str, t.Any] = {"probe": command.name, "pid": None, "submissionStarted": True, "issuedAt": round(wall_clock(), 3)}
         self._record_evidence(ctx, {command.slot: marker})
         try:

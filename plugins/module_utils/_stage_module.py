@@ -12,6 +12,7 @@ failures) happens here.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import typing as t
@@ -23,6 +24,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._admission impor
     check_concurrency,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._cancel import Cancellation
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, resolve_journal_dir, validate_document
@@ -137,7 +139,8 @@ def _store_and_operation(params: t.Mapping[str, t.Any], check_mode: bool) -> tup
 
 
 def stage_settings(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool) -> StageSettings:
-    """The runner's settings from the stage options (the catalog parsed when given)."""
+    """The runner's settings from the stage options (the catalog parsed when given); the cancel check watches the
+    controller the action plugin named (``_cancel``)."""
     catalog = None
     if params.get("catalog") or params.get("catalog_path"):
         catalog = parse_catalog(text=params.get("catalog") or None, path=None if params.get("catalog") else params["catalog_path"])
@@ -146,7 +149,17 @@ def stage_settings(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: boo
                          storage_concurrency=check_concurrency(params.get("storage_concurrency", DEFAULT_STORAGE_CONCURRENCY)),
                          gate_options={PROVISIONING_GATE: params.get("provisioning_enabled"),
                                        SNAPSHOTS_GATE: params.get("snapshots_enabled")},
-                         catalog=catalog)
+                         catalog=catalog, cancel_check=Cancellation.from_environment())
+
+
+@contextlib.contextmanager
+def cancel_scope(settings: StageSettings) -> t.Iterator[None]:
+    """While the run sends: SIGTERM and SIGINT only mark it cancelled, so it stops at the next safe point (``_cancel``)."""
+    if isinstance(settings.cancel_check, Cancellation):
+        with settings.cancel_check.signals():
+            yield
+    else:
+        yield
 
 
 def with_stage_client(params: t.Mapping[str, t.Any], check_mode: bool, run: t.Callable[[t.Any, str, t.Any], dict[str, t.Any]],
@@ -185,7 +198,8 @@ def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: b
         return checked
 
     def run(store: t.Any, operation_id: str, client: t.Any) -> dict[str, t.Any]:
-        result = StageRunner(store, client, logic, settings).run(operation_id)
+        with cancel_scope(settings):
+            result = StageRunner(store, client, logic, settings).run(operation_id)
         result["stage"] = {key: value for key, value in result["stage"].items() if key != "evidence"}
         return result
 

@@ -35,7 +35,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, missing_libraries, safe_call
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, controller_watch, missing_libraries, safe_call
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import reporting_to
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PREVIEW_FACT
 
@@ -202,10 +202,15 @@ class InProcessModuleAction(ActionBase):
         del tmp
         args = self._module_args(task_vars)
         entry = self._entry()
+        # The controller (this worker's parent) and this worker, watched by the run: it stops once they are gone (_cancel).
+        # Not for an async task: it is meant to outlive both (poll: 0).
+        watch = {} if self._task.async_val else controller_watch()
         if entry is None:
-            # Exactly what ansible.builtin.normal does for a module without an action plugin.
+            # Exactly what ansible.builtin.normal does for a module without an action plugin (a local module process
+            # inherits the watch through the worker's environment).
             wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
-            result = merge_hash(result, self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async))
+            with task_environment(watch):
+                result = merge_hash(result, self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async))
             if not wrap_async:
                 self._remove_tmp_path(self._connection._shell.tmpdir)  # pylint: disable=protected-access
             return result
@@ -213,7 +218,7 @@ class InProcessModuleAction(ActionBase):
         self._compute_environment_string(environment)
         host = (task_vars or {}).get("inventory_hostname", "localhost")
         # Progress lines of a long run (vmanyware_provision) are shown while the task runs, from the worker.
-        with task_environment(environment), reporting_to(lambda line: display.display("[%s] %s" % (host, line))):
+        with task_environment(dict(environment, **watch)), reporting_to(lambda line: display.display("[%s] %s" % (host, line))):
             result.update(run_entry_in_process(entry, self._module_short_name(), args,
                                                check_mode=bool(self._task.check_mode), diff=bool(self._task.diff)))
         return result

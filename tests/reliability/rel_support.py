@@ -24,6 +24,7 @@ from pathlib import Path
 import requests
 import yaml
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._cancel import process_start
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 
@@ -124,29 +125,172 @@ class Run:
     stderr: str
     killed: bool
     seconds: float
+    kill_seq: int | None = None  # the simulator's last log entry before the kill
+    lingered: list[int] = dataclasses.field(default_factory=list)  # processes alive ORPHAN_GRACE after the kill
+
+
+@dataclasses.dataclass(frozen=True)
+class Kill:
+    """How a run is killed (docs/reliability.md, "How trials kill"): what, with which signal, and when.
+
+    ``target``: ``sender``: the processes that send the requests (every descendant of the run: ansible's task worker,
+    which ansible-core starts in a session of its own, and any module process; for the driver, the driver itself),
+    ansible-playbook left alive; ``group``: the run's process group (what Ctrl-C, a terminal hang-up or ansible-runner's
+    cancel reach: the controller, never the worker, which must then stop by itself, the cancel rule); ``tree``: both.
+    When: once ``request`` (method, path regex, occurrence) reached the simulator's request log (plus ``delay``), or
+    at ``at`` seconds, a point computed from the measured length of an uninterrupted run (``calibrate``), never a
+    constant: a trial never depends on the machine's speed.
+    """
+
+    target: str = "tree"
+    sig: int = signal.SIGKILL
+    request: tuple[str, str, int] | None = None
+    params: str | None = None  # with ``request``: a regex its parameters (JSON) must match too
+    delay: float = 0.0
+    at: float | None = None
+
+    def label(self) -> str:
+        when = ("%s %s#%d" % self.request if self.request else "@%.2fs" % (self.at or 0.0)) + ("+%.2fs" % self.delay if self.delay else "")
+        return "%s:%s:%s" % (signal.Signals(self.sig).name, self.target, when)
+
+
+# After a kill, the processes that survive it (ansible's orphaned worker) must stop by themselves within this long.
+ORPHAN_GRACE = 30.0
+POLL = 0.05
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process (``/proc``)."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as handle:
+                text = handle.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()
+        if len(fields) > 1 and fields[0] not in ("Z", "X"):
+            parents[int(name)] = int(fields[1])
+    return parents
+
+
+def descendants(pid: int) -> dict[int, int]:
+    """Every live descendant of ``pid`` with its start time (so a reused pid is never killed or waited for)."""
+    parents = _parents()
+    found: dict[int, int] = {}
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        for child, parent in parents.items():
+            if parent == current and child not in found:
+                start = process_start(child)
+                if start is not None:
+                    found[child] = start
+                    frontier.append(child)
+    return found
+
+
+def _alive(known: dict[int, int]) -> dict[int, int]:
+    return {pid: start for pid, start in known.items() if process_start(pid) == start}
+
+
+def _signal_all(known: dict[int, int], sig: int) -> None:
+    for pid, start in known.items():
+        if process_start(pid) == start:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _last_seq(sim: Simulator | None) -> int:
+    if sim is None:
+        return 0
+    entries = sim.admin.requests()
+    return max((int(entry.get("seq") or 0) for entry in entries), default=0)
+
+
+def _triggered(kill: Kill, sim: Simulator | None, started: float, seen: dict[str, float], base_seq: int) -> bool:
+    now = time.monotonic()
+    if kill.request is None:
+        return kill.at is not None and now - started >= kill.at
+    if "event" not in seen:
+        if sim is None:
+            raise AssertionError("a kill on a request needs the simulator")
+        method, regex, occurrence = kill.request
+        matching = [entry for entry in sim.admin.requests(method, regex) if int(entry.get("seq") or 0) > base_seq
+                    and (kill.params is None or re.search(kill.params, json.dumps(entry.get("params") or {}, sort_keys=True)))]
+        if len(matching) < occurrence:
+            return False
+        seen["event"] = now
+    return now - seen["event"] >= kill.delay
 
 
 def run_killable(args: list[str], env: dict[str, str], kill_after: float | None = None, timeout: float = 600.0,
-                 cwd: str | None = None) -> Run:
-    """Run ``args`` in its own process group; with ``kill_after``, SIGKILL the whole group at that time."""
+                 cwd: str | None = None, kill: Kill | None = None, sim: Simulator | None = None) -> Run:
+    """Run ``args`` in its own process group; ``kill`` (or ``kill_after`` seconds: a SIGKILL of the whole tree) as it says.
+
+    After a kill, what survived it (ansible's task worker when only the group was killed) must stop by itself within
+    ``ORPHAN_GRACE`` (the cancel rule); the ones that did not are the run's ``lingered``. At the end everything the run
+    started is SIGKILLed: nothing may linger into the next run. ``kill_seq``: the last simulator log entry before the kill.
+    """
+    if kill is None and kill_after is not None:
+        kill = Kill(at=kill_after)
     started = time.monotonic()
+    seen: dict[str, float] = {}
+    known: dict[int, int] = {}
+    killed = False
+    kill_seq: int | None = None
+    lingered: list[int] = []
+    base_seq = _last_seq(sim) if kill is not None and kill.request is not None else 0  # occurrences count from this run's start
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(args, env=env, stdout=out, stderr=err, start_new_session=True, cwd=cwd)  # pylint: disable=consider-using-with
-        killed = False
         try:
-            proc.wait(timeout=kill_after if kill_after is not None else timeout)
+            if kill is None:
+                proc.wait(timeout=timeout)
+            else:
+                while proc.poll() is None and time.monotonic() - started < timeout:
+                    known.update(descendants(proc.pid))
+                    # a kill of the sender waits until a process sends (between two tasks there is no worker)
+                    if (kill.target != "sender" or _alive(known)) and _triggered(kill, sim, started, seen, base_seq):
+                        known.update(descendants(proc.pid))
+                        kill_seq = _last_seq(sim)
+                        if kill.target in ("sender", "tree"):
+                            _signal_all(known, kill.sig)
+                        if kill.target in ("group", "tree"):
+                            _signal_group(proc.pid, kill.sig)
+                        killed = True
+                        break
+                    time.sleep(POLL)
+                if killed:
+                    try:
+                        proc.wait(timeout=ORPHAN_GRACE)
+                    except subprocess.TimeoutExpired:
+                        pass
+                    deadline = time.monotonic() + ORPHAN_GRACE
+                    while _alive(known) and time.monotonic() < deadline:
+                        time.sleep(POLL)
+                    lingered = sorted(_alive(known))
+                proc.wait(timeout=max(1.0, timeout - (time.monotonic() - started)))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            killed = kill_after is not None
-            proc.wait()
-        # SIGKILL the group again: nothing started by this run may linger into the next one.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
             pass
+        # SIGKILL everything again: nothing started by this run may linger into the next one.
+        known.update(descendants(proc.pid))
+        _signal_group(proc.pid, signal.SIGKILL)
+        _signal_all(known, signal.SIGKILL)
+        proc.wait()
         out.seek(0)
         err.seek(0)
-        result = Run(proc.returncode, out.read(), err.read(), killed, time.monotonic() - started)
+        result = Run(proc.returncode, out.read(), err.read(), killed, time.monotonic() - started, kill_seq, lingered)
     if OUTPUT_DIR is not None:
         OUTPUT_DIR.mkdir(parents=True, exist_ok=True)
         _OUTPUTS[0] += 1
@@ -156,9 +300,17 @@ def run_killable(args: list[str], env: dict[str, str], kill_after: float | None 
     return result
 
 
+def mutations_after(sim: Simulator, seq: int | None) -> list[dict[str, t.Any]]:
+    """Mutating requests the simulator logged after entry ``seq`` (the last one before a kill)."""
+    if seq is None:
+        return []
+    return [entry for entry in sim.admin.requests() if entry["method"] in MUTATING and int(entry.get("seq") or 0) > seq]
+
+
 def driver_run(sim: Simulator, journal: Path, vmid: int, *, crash_at: str | None = None, crash_stage: str | None = None,
                kill_after: float | None = None, snapshot: bool = True, enumerate_points: bool = False,
-               extra: dict[str, t.Any] | None = None, conn: dict[str, t.Any] | None = None, name: str = "kernel-lab") -> Run:
+               extra: dict[str, t.Any] | None = None, conn: dict[str, t.Any] | None = None, name: str = "kernel-lab",
+               kill: Kill | None = None) -> Run:
     config = {"conn": conn or sim.driver_conn(), "admin": sim.admin_conf(), "journal_dir": str(journal), "vmid": vmid, "catalog": catalog_text(),
               "definition": definition_text(snapshot, name), "crash_at": crash_at, "crash_stage": crash_stage,
               "enumerate": enumerate_points, "chained": os.environ.get("VMANYWARE_RELIABILITY_CHAINED") == "1", **(extra or {})}
@@ -168,7 +320,7 @@ def driver_run(sim: Simulator, journal: Path, vmid: int, *, crash_at: str | None
     try:
         env = dict(os.environ)
         env.pop(CRASH_ENV, None)
-        return run_killable([sys.executable, str(DRIVER), path], env, kill_after=kill_after)
+        return run_killable([sys.executable, str(DRIVER), path], env, kill_after=kill_after, kill=kill, sim=sim)
     finally:
         os.unlink(path)
 
@@ -209,12 +361,12 @@ class Playbook:
         return run
 
     def apply(self, *, crash_at: str | None = None, kill_after: float | None = None, extra_args: tuple[str, ...] = (),
-              env_extra: dict[str, str] | None = None) -> Run:
+              env_extra: dict[str, str] | None = None, kill: Kill | None = None) -> Run:
         extra = dict(env_extra or {})
         if crash_at:
             extra[CRASH_ENV] = crash_at
         return run_killable(self.args("-e", "@%s" % self.confirm, *extra_args), self.sim.playbook_env(self.journal, extra),
-                            kill_after=kill_after, cwd=str(self.workdir))
+                            kill_after=kill_after, cwd=str(self.workdir), kill=kill, sim=self.sim)
 
 
 # -- evidence ----------------------------------------------------------------------------------------------
@@ -372,9 +524,13 @@ class TrialSpec:
     mode: str  # "driver" (stages in one python process) or "playbook" (a real ansible-playbook)
     point: str | None = None  # VMANYWARE_TEST_CRASH_AT for the first run
     stage: str | None = None  # driver only: arm the point while this stage runs
-    kill_after: float | None = None  # SIGKILL the process group after this many seconds
+    kill_after: float | None = None  # SIGKILL the run's whole process tree after this many seconds (a calibrated point)
     rekill_after: float | None = None  # SIGKILL the second run as well
     vmid: int = 201
+    kill: Kill | None = None  # how the first run is killed (instead of kill_after)
+    rekill: Kill | None = None  # how the second run is killed (instead of rekill_after)
+    env: dict[str, str] | None = None  # playbook only: extra environment of every run (VMANYWARE_IN_PROCESS=false...)
+    args: tuple[str, ...] = ()  # playbook only: extra arguments of every run (-e provision_step_by_step=true...)
 
 
 @dataclasses.dataclass
@@ -396,6 +552,10 @@ class TrialResult:
     orphans: int = 0
     rekill: bool = False
     resent: int = 0
+    killed: bool = False  # the first run was killed (its kill point was reached before it ended)
+    after_kill: int = 0  # mutating requests the simulator logged after the first kill (at most the one in flight)
+    lingered: int = 0  # processes still alive ORPHAN_GRACE after a kill (an orphaned worker that did not stop)
+    cancelled: list[str] = dataclasses.field(default_factory=list)  # the journal's evidence.cancelled codes, per stage
 
     def to_json(self) -> dict[str, t.Any]:
         return dataclasses.asdict(self)
@@ -420,15 +580,22 @@ def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook
     document: dict[str, t.Any] | None = None
     outcome, code, stage, message = "stuck", None, None, None
     orphans = 0
+    killed, after_kill, lingered = False, 0, 0
     for runs in range(1, MAX_RUNS + 1):
         point = spec.point if runs == 1 else None
         kill_after = spec.kill_after if runs == 1 else (spec.rekill_after if runs == 2 else None)
+        kill = spec.kill if runs == 1 else (spec.rekill if runs == 2 else None)
         if playbook is not None:
-            run = playbook.apply(crash_at=point, kill_after=kill_after)
+            run = playbook.apply(crash_at=point, kill_after=kill_after, kill=kill, env_extra=spec.env, extra_args=spec.args)
         else:
             # A crash leaves no request held at the simulator: 2 s of reads decide whatever reads can decide.
             run = driver_run(sim, journal, spec.vmid, crash_at=point, crash_stage=spec.stage, kill_after=kill_after,
-                             extra={"wait_budget": CRASH_WAIT_BUDGET})
+                             extra={"wait_budget": CRASH_WAIT_BUDGET}, kill=kill)
+        lingered += len(run.lingered)
+        if runs == 1:
+            killed = run.killed
+            # what reached the simulator after the kill: by then every survivor stopped or was counted as lingering
+            after_kill = len(mutations_after(sim, run.kill_seq))
         documents, torn_now = journal_state(journal)
         torn += torn_now
         # An operation file without claims and without any dispatch is the documented orphan of a crash
@@ -464,9 +631,12 @@ def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook
     reached = None
     if outcome == "uncertain" and stage:
         reached = counts.get({"packages": "install"}.get(stage, stage), 0) > 0 if stage in ("clone", "start", "snapshot", "packages") else None
-    return TrialResult(spec.name, spec.mode, spec.point or ("kill@%.2fs" % spec.kill_after if spec.kill_after else None), runs,
-                       outcome, code, stage, message, duplicates, torn, mismatch, extra_vms, reached, time.monotonic() - started, orphans,
-                       spec.rekill_after is not None, resent)
+    cancelled = [str(item["evidence"]["cancelled"].get("code")) for item in (document or {}).get("stages", [])
+                 if isinstance(item["evidence"].get("cancelled"), dict)]
+    label = spec.point or (spec.kill.label() if spec.kill else ("kill@%.2fs" % spec.kill_after if spec.kill_after else None))
+    return TrialResult(spec.name, spec.mode, label, runs, outcome, code, stage, message, duplicates, torn, mismatch, extra_vms, reached,
+                       time.monotonic() - started, orphans, spec.rekill_after is not None or spec.rekill is not None, resent,
+                       killed, after_kill, lingered, cancelled)
 
 
 def write_result(category: str, record: dict[str, t.Any]) -> None:

@@ -66,15 +66,24 @@ def figures(results: Path, seconds: int, command: str, status: int) -> str:
                                     if r["stage"] in ("readiness", "packages") and r["request_reached"] is None
                                     else "%s (request reached Proxmox: %s)" % (r["stage"], r["request_reached"])
                                     for r in crash if r["outcome"] == "uncertain")
-    covered = {r["point"] for r in crash if r["point"] and not r["point"].startswith("kill@")}
+    covered = {r["point"] for r in crash if r["point"] and r["point"].startswith(("journal:", "http:"))}
+    kills = [r["point"] or "" for r in crash if (r["point"] or "").startswith(("kill@", "SIGKILL:", "SIGTERM:", "SIGINT:"))]
+    calibrations = {c["mode"]: c for c in _load(results, "calibration")}
     enumerated = points[-1]["count"] if points else 0
     lines += ["**Crash consistency**", "",
               "| figure | value |", "| --- | --- |",
               "| trials | %d (%s) |" % (len(crash), ", ".join("%s %d" % kv for kv in sorted(modes.items()))),
               "| kill points enumerated (journal writes x 2 sides, mutating requests x 2 sides) | %d |" % enumerated,
               "| distinct hook kill points covered | %d |" % len(covered),
-              "| SIGKILL of the process group at a random time | %d trials |" % sum(1 for r in crash if (r["point"] or "").startswith("kill@")),
-              "| trials whose re-run was SIGKILLed again at a random time | %d |" % sum(1 for r in crash if r.get("rekill", r["name"].startswith("pt2-"))),
+              "| kills (signal:target) on an event, or at a random point of a measured uninterrupted run (a fraction of it, or a delay after a request) "
+              "| %d trials (%s) |" % (len(kills), ", ".join("%s %d" % kv for kv in sorted(collections.Counter(
+                  ":".join(k.split(":")[:2]) for k in kills).items()))),
+              "| uninterrupted runs measured for the calibration | %s |" % (", ".join("%s %.1f s, %d mutating requests" % (
+                  mode, c["seconds"], c["requests"]) for mode, c in sorted(calibrations.items())) or "none"),
+              "| trials whose re-run was killed again | %d |" % sum(1 for r in crash if r.get("rekill", r["name"].startswith("pt2-"))),
+              "| processes alive 30 s after a kill (a worker that did not stop by itself) | %d |" % sum(r.get("lingered", 0) for r in crash),
+              "| mutating requests after a kill beyond the one in flight | %d |" % sum(max(0, r.get("after_kill", 0) - 1) for r in crash),
+              "| journals recording a cancel (controller_gone / run_cancelled) | %d |" % sum(1 for r in crash if r.get("cancelled")),
               "| runs (first + re-runs) | %d |" % sum(r["runs"] for r in crash),
               "| duplicate clone/start/resize/snapshot/install requests | %d |" % sum(sum(r["duplicates"].values()) for r in crash),
               "| re-sent submissions (a copy after an unknown outcome, or config/cloudinit PUTs beyond one per stage) | %d |" % sum(

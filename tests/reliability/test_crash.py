@@ -5,14 +5,20 @@ Each trial resets the simulator, runs the provisioning (killed as the trial says
 completes or stops, and checks: every journal file loads with the strict loader (never torn), at most one clone,
 start, resize, snapshot and package install reached the simulator's handler, no other VM appeared, a completed
 operation's VM equals the plan, and an ``uncertain`` stop names what the operator should check.
-CI: one kill point per stage (in-process driver) plus real ``ansible-playbook`` process groups killed.
-Full run (VMANYWARE_RELIABILITY_FULL=1): every enumerated point, each also with a second kill, plus random kills.
+CI: one kill point per stage (in-process driver) plus real ``ansible-playbook`` runs whose task worker (the process
+that sends the requests, in a session of its own) is killed when a given request reaches the simulator.
+Full run (VMANYWARE_RELIABILITY_FULL=1): every enumerated point, each also with a second kill, plus random kills: at a
+random fraction of the measured length of an uninterrupted run, or a random delay after a random request reached the
+simulator; and real playbook runs killed likewise (the worker, the process group or both, with SIGKILL, SIGTERM or
+SIGINT). No trial kills at a fixed time: a red result never depends on the machine's speed (docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import re
+import signal
 import typing as t
 from pathlib import Path
 
@@ -39,21 +45,27 @@ CI_DRIVER_POINTS = [
 ]
 PLAYBOOK_TRIALS = [
     rs.TrialSpec("pb-clone-dispatching", "playbook", point="journal:after_replace:clone:dispatching"),
-    # A whole confirmed run takes about 7 s here (modules in process, instant simulated tasks): kill well inside it.
-    rs.TrialSpec("pb-sigkill-4s", "playbook", kill_after=4.0),
+    # Kills on an event, never at a fixed time: ansible-playbook and its task worker (the process that sends the requests,
+    # in a session of its own) SIGKILLed together when the disk stage's request reaches the simulator...
+    rs.TrialSpec("pb-sigkill-tree-on-resize", "playbook", kill=rs.Kill("tree", request=("PUT", r"/resize$", 1))),
+    # ...and the worker alone when the start's request does (ansible-playbook reports it dead and ends).
+    rs.TrialSpec("pb-sigkill-worker-on-start", "playbook", kill=rs.Kill("sender", request=("POST", r"/status/start$", 1))),
     rs.TrialSpec("pb-start-reply", "playbook", point=r"http:after_reply:POST:/status/start$"),
     rs.TrialSpec("pb-packages-submitted", "playbook", point="journal:before_replace:packages:submitted"),
-    rs.TrialSpec("pb-sigkill-3s-again-5s", "playbook", kill_after=3.0, rekill_after=5.0),
+    rs.TrialSpec("pb-sigkill-worker-on-clone-again-on-config", "playbook", kill=rs.Kill("sender", request=("POST", r"/clone$", 1)),
+                 rekill=rs.Kill("tree", request=("PUT", r"/qemu/\d+/config$", 1))),
     rs.TrialSpec("pb-resize-before-send", "playbook", point=r"http:before_send:PUT:/resize$"),
 ]
-# CI: a hook kill and a SIGKILL of the whole ansible-playbook process group; the full run adds the rest.
-CI_PLAYBOOK_TRIALS = PLAYBOOK_TRIALS if rs.FULL else PLAYBOOK_TRIALS[:2]
+# CI: a hook kill, and the worker killed on an event (with and without its controller); the full run adds the rest.
+CI_PLAYBOOK_TRIALS = PLAYBOOK_TRIALS if rs.FULL else PLAYBOOK_TRIALS[:3]
 # Where a documented undecidable resolution is allowed to stop the operation as uncertain.
 UNCERTAIN_STAGES = {"clone", "start", "snapshot", "packages", "disk", "resources", "cloudinit", "seed", "readiness"}
 
 
 def check_trial(result: rs.TrialResult) -> None:
     record = result.to_json()
+    assert result.lingered == 0, record  # every process a kill left alive stopped by itself (the cancel rule)
+    assert result.after_kill <= 1, record  # after the kill, at most the request already in flight reached Proxmox
     assert result.torn == 0, record
     assert result.duplicates == {}, record
     assert result.resent == 0, record
@@ -140,9 +152,20 @@ def test_killed_ansible_playbook(rel_sim: rs.Simulator, playbook: rs.Playbook, s
     rs.write_result("crash", result.to_json())
     check_trial(result)
     assert result.runs >= 2, result.to_json()
+    if spec.kill is not None:
+        assert result.killed, result.to_json()  # the event came: the first run was killed, not finished
 
 
 # -- full run ------------------------------------------------------------------------------------------------
+def calibrate_driver(sim: rs.Simulator, workdir: Path) -> Calibration:
+    """One uninterrupted driver run, as a trial's first run goes (same wait budget), measured."""
+    sim.admin.reset()
+    _prepare(sim, 201)
+    run = rs.driver_run(sim, workdir / "calibration-journal", 201, extra={"wait_budget": rs.CRASH_WAIT_BUDGET})
+    assert run.rc == 0, run.stdout[-2000:]
+    return calibrate(sim, run, 0)
+
+
 def enumerate_points(sim: rs.Simulator, workdir: Path) -> list[tuple[str, str]]:
     """Every (stage, point): both sides of each journal write (stage kind x status) and of each mutating request."""
     sim.admin.reset()
@@ -163,16 +186,62 @@ def enumerate_points(sim: rs.Simulator, workdir: Path) -> list[tuple[str, str]]:
     return points
 
 
-def full_trials(points: list[tuple[str, str]], total: int) -> list[rs.TrialSpec]:
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """An uninterrupted run measured on this machine, now: its length and its mutating requests, in order."""
+
+    seconds: float
+    requests: list[tuple[str, str]]  # (method, path) of each mutating request, in order
+
+    @property
+    def gap(self) -> float:
+        """The mean time between two mutating requests (the scale of a random delay after one)."""
+        return self.seconds / max(1, len(self.requests))
+
+    def random_kill(self, rand: t.Any, target: str = "tree", sig: int = signal.SIGKILL) -> rs.Kill:
+        """A random point of a run like this one: half at a random fraction of its length, half a random delay (within
+        the mean gap) after a random one of its mutating requests reached the simulator."""
+        if not self.requests or rand.random() < 0.5:
+            return rs.Kill(target, sig, at=round(rand.uniform(0.02, 0.98) * self.seconds, 3))
+        index = rand.randrange(len(self.requests))
+        method, path = self.requests[index]
+        occurrence = self.requests[:index + 1].count((method, path))
+        return rs.Kill(target, sig, request=(method, "^%s$" % re.escape(path), occurrence), delay=round(rand.uniform(0.0, self.gap), 3))
+
+
+def calibrate(sim: rs.Simulator, run: rs.Run, since_seq: int) -> Calibration:
+    """The calibration of ``run`` (uninterrupted, started after simulator log entry ``since_seq``)."""
+    entries = [entry for entry in sim.admin.requests() if int(entry.get("seq") or 0) > since_seq and entry["method"] in rs.MUTATING]
+    return Calibration(run.seconds, [(entry["method"], entry["path"]) for entry in entries])
+
+
+def full_trials(points: list[tuple[str, str]], total: int, calibration: Calibration) -> list[rs.TrialSpec]:
     rand = rs.rng("vmanyware-reliability")
     trials = [rs.TrialSpec("pt-%03d" % i, "driver", point=p, stage=s) for i, (s, p) in enumerate(points)]
-    trials += [rs.TrialSpec("pt2-%03d" % i, "driver", point=p, stage=s, rekill_after=round(rand.uniform(0.4, 3.0), 2))
+    trials += [rs.TrialSpec("pt2-%03d" % i, "driver", point=p, stage=s, rekill=calibration.random_kill(rand))
                for i, (s, p) in enumerate(points)]
     i = 0
     while len(trials) < total:
-        trials.append(rs.TrialSpec("rnd-%03d" % i, "driver", kill_after=round(rand.uniform(0.3, 3.2), 2),
-                                   rekill_after=round(rand.uniform(0.3, 3.2), 2) if i % 3 == 0 else None))
+        trials.append(rs.TrialSpec("rnd-%03d" % i, "driver", kill=calibration.random_kill(rand),
+                                   rekill=calibration.random_kill(rand) if i % 3 == 0 else None))
         i += 1
+    return trials
+
+
+# Full run: real playbook runs killed at random points of a measured uninterrupted run: the worker, the process group
+# (the worker must then stop by itself) or both; SIGKILL, and SIGTERM/SIGINT of the group (Ctrl-C, a cancel).
+FULL_PLAYBOOK_RANDOM = 24
+PLAYBOOK_KILLS = [("sender", signal.SIGKILL), ("tree", signal.SIGKILL), ("group", signal.SIGKILL), ("group", signal.SIGTERM),
+                  ("group", signal.SIGINT), ("sender", signal.SIGTERM)]
+
+
+def playbook_random_trials(calibration: Calibration, count: int) -> list[rs.TrialSpec]:
+    rand = rs.rng("vmanyware-reliability-playbook")
+    trials = []
+    for i in range(count):
+        target, sig = PLAYBOOK_KILLS[i % len(PLAYBOOK_KILLS)]
+        rekill = calibration.random_kill(rand, "tree") if i % 4 == 3 else None
+        trials.append(rs.TrialSpec("pb-rnd-%03d" % i, "playbook", kill=calibration.random_kill(rand, target, sig), rekill=rekill))
     return trials
 
 
@@ -181,7 +250,9 @@ def test_full_crash_campaign(rel_sim: rs.Simulator, tmp_path_factory: pytest.Tem
     base = tmp_path_factory.mktemp("campaign")
     points = enumerate_points(rel_sim, base)
     rs.write_result("points", {"count": len(points), "points": [p for _s, p in points]})
-    trials = full_trials(points, 300)
+    calibration = calibrate_driver(rel_sim, base)
+    rs.write_result("calibration", {"mode": "driver", "seconds": calibration.seconds, "requests": len(calibration.requests)})
+    trials = full_trials(points, 300, calibration)
     second = rs.Simulator(base / "sim2", speed=1000.0)
     failures: list[dict[str, t.Any]] = []
     try:
@@ -201,4 +272,34 @@ def test_full_crash_campaign(rel_sim: rs.Simulator, tmp_path_factory: pytest.Tem
             list(pool.map(worker, [0, 1]))
     finally:
         second.stop()
+    assert failures == []
+
+
+@pytest.mark.skipif(not rs.FULL, reason="full run only (tools/dev/reliability.sh)")
+def test_full_playbook_campaign(rel_sim: rs.Simulator, playbook: rs.Playbook) -> None:
+    """Real ansible-playbook runs killed at random points calibrated to an uninterrupted run measured first."""
+    rel_sim.admin.reset()
+    _prepare(rel_sim, playbook.vmid)
+    for path in playbook.journal.rglob("*"):
+        if path.is_file():
+            path.unlink()
+    measured = playbook.apply()
+    assert measured.rc == 0, measured.stdout[-2000:]
+    calibration = calibrate(rel_sim, measured, 0)
+    rs.write_result("calibration", {"mode": "playbook", "seconds": calibration.seconds, "requests": len(calibration.requests)})
+    failures: list[dict[str, t.Any]] = []
+    for spec in playbook_random_trials(calibration, FULL_PLAYBOOK_RANDOM):
+        rel_sim.admin.reset()
+        _prepare(rel_sim, spec.vmid)
+        original_reset = rel_sim.admin.reset
+        rel_sim.admin.reset = lambda seed="demo": None  # type: ignore[method-assign]
+        try:
+            result = rs.run_trial(rel_sim, spec, playbook.workdir, playbook=playbook)
+        finally:
+            rel_sim.admin.reset = original_reset  # type: ignore[method-assign]
+        rs.write_result("crash", result.to_json())
+        try:
+            check_trial(result)
+        except AssertionError as err:
+            failures.append({"trial": result.to_json(), "error": str(err)[:500]})
     assert failures == []
