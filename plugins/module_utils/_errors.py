@@ -34,6 +34,7 @@ ERROR_CODES: dict[str, str] = {
     # provider access
     "tls_verification_failed": "The server certificate did not match the configured CA or fingerprint pin.",
     "tls_unverified": "TLS is not verified (validate_certs false and no pin); operations and stages need a CA file or a SHA-256 pin.",
+    "certificate_changed": "The server presented another certificate than the one the operation's provider scope was computed from; nothing was sent.",
     "auth_failed": "Proxmox rejected the credentials (HTTP 401).",
     "permission_denied": "The token lacks a privilege on a path (HTTP 403).",
     "not_found": "The requested object does not exist.",
