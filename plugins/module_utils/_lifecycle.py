@@ -277,7 +277,7 @@ def run_cleanup(params: t.Mapping[str, t.Any], *, check_mode: bool, environ: t.M
     if not read_gate(environ, LIFECYCLE_GATE, params.get("lifecycle_enabled")):
         raise VmanywareError(code="lifecycle_disabled")
     connection = connection_settings(params)
-    bind_scope(connection, document)
+    connection = bind_scope(connection, document)  # every connection of the client: the certificate the scope was computed from
     steps = _steps(params, environ, document)
     client = client_factory(connection)
     try:
