@@ -21,7 +21,14 @@ cannot pin a certificate during the handshake, and it cannot tell "nothing was s
   replaces the CA chain check (the usual self-signed PVE certificate). No request (so no token, no
   password) is ever sent over TLS that neither a CA nor a pin verifies (``tls_unverified``), except GETs
   with an API token under the explicit ``unverified_tls_read_only`` opt-in (``tls_refusal``); no
-  provider scope is computed from an unverified certificate (``provider_scope_id``).
+  provider scope is computed from an unverified certificate (``provider_scope_id``). A client bound to a certificate
+  (``bound_certificate``: the one an operation's provider scope was computed from) compares the leaf of every new
+  connection with it right after the handshake, before any byte is written (``certificate_changed``).
+- "not sent" by fact, not by exception type: the adapter's connections record, per request, whether a new
+  connection was made and which leaf it presented, and whether any byte of the request was written. Only a failure
+  before the first byte is "not sent" (``transport_lost``, ``tls_verification_failed``, ``certificate_changed``);
+  any failure after it (a TLS error or reset while reading the reply, a timeout, a reply over the bound, an
+  undecodable reply) leaves the outcome unknown (``reply_lost``, ``response_too_large``, ``unexpected_response``).
 - bounded, streamed responses (``max_response_bytes``) and a per-request timeout;
 - no retry of any mutation; bounded retries with backoff for GETs on connection errors and 5xx;
 - typed errors with fixed codes (``_errors.py``); no raw provider body, no secret in any error.
@@ -52,13 +59,24 @@ try:
     import requests.utils
     import requests.exceptions
     import urllib3
+    import urllib3.connection
+    import urllib3.connectionpool
     import urllib3.exceptions
+    import urllib3.poolmanager
 except ImportError:  # pragma: no cover - exercised by the sanity import test only
     HAS_REQUESTS = False
     _BaseAdapter: t.Any = object
+    _BaseConnection: t.Any = object
+    _BasePool: t.Any = object
+    _BasePoolManager: t.Any = object
+    _BaseSSLFailure: t.Any = Exception
 else:
     HAS_REQUESTS = True
     _BaseAdapter = requests.adapters.HTTPAdapter
+    _BaseConnection = urllib3.connection.HTTPSConnection
+    _BasePool = urllib3.connectionpool.HTTPSConnectionPool
+    _BasePoolManager = urllib3.poolmanager.PoolManager
+    _BaseSSLFailure = urllib3.exceptions.SSLError
 
 try:
     from proxmoxer.backends.https import ProxmoxHTTPApiTokenAuth
@@ -118,6 +136,9 @@ class ConnectionSettings:
     timeout: float = DEFAULT_TIMEOUT
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     unverified_tls_read_only: bool = False
+    # The leaf certificate (SHA-256, 64 lowercase hex) every new connection must present: set by ``bind_certificate``
+    # for a run bound to an operation (the certificate its provider scope was computed from), else ``None``.
+    bound_certificate: str | None = None
 
     @property
     def tls_verified(self) -> bool:
@@ -320,6 +341,12 @@ def provider_scope_id(settings: ConnectionSettings, certificate_sha256: str | No
     return "pve:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def bind_certificate(settings: ConnectionSettings, certificate_sha256: str) -> ConnectionSettings:
+    """``settings`` whose client refuses any new connection presenting another leaf than ``certificate_sha256``
+    (``certificate_changed``, checked after the handshake and before any byte of a request is written)."""
+    return dataclasses.replace(settings, bound_certificate=normalize_fingerprint(certificate_sha256))
+
+
 def certificate_fingerprint(settings: ConnectionSettings) -> str:
     """SHA-256 (lowercase hex) of the server certificate, without sending any request.
 
@@ -359,22 +386,110 @@ def certificate_fingerprint(settings: ConnectionSettings) -> str:
     return hashlib.sha256(der).hexdigest()
 
 
-class PinnedTLSAdapter(_BaseAdapter):  # type: ignore[misc]
-    """An ``HTTPAdapter`` whose pools check the server certificate's SHA-256 during the handshake.
+@dataclasses.dataclass
+class ExchangeFacts:
+    """What the transport did for one request attempt, recorded as it happened (never inferred from an exception).
 
-    urllib3 compares ``assert_fingerprint`` right after the TLS handshake, inside ``connect()``,
-    so a mismatch aborts before the request line, headers or credentials are written. urllib3's
-    own retries are off (``max_retries=0``): retry policy lives in the client.
+    ``connected``: a new connection was opened for it and its TLS handshake completed; ``leaf_sha256``: the leaf
+    certificate that connection presented; ``certificate_changed``: that leaf was not the bound one, and the connection
+    was closed before any byte was written; ``written``: at least one byte of the request was handed to the socket
+    (from then on the request may have reached Proxmox, whatever fails next).
     """
 
-    def __init__(self, fingerprint: str | None = None) -> None:
+    connected: bool = False
+    leaf_sha256: str | None = None
+    certificate_changed: bool = False
+    written: bool = False
+
+
+class CertificateChangedError(_BaseSSLFailure):  # type: ignore[misc]
+    """A new connection presented another leaf certificate than the bound one (raised before any byte is written)."""
+
+
+class _RecordingConnection(_BaseConnection):  # type: ignore[misc]
+    """An HTTPS connection that reports its handshake and its first write to the adapter that owns its pool."""
+
+    recorder: PinnedTLSAdapter | None = None
+
+    def connect(self) -> None:
+        super().connect()  # TCP, TLS handshake, and with a pin urllib3's assert_fingerprint
+        if self.recorder is not None:
+            self.recorder.connected(self)
+
+    def send(self, data: t.Any) -> None:
+        # http.client's one write path (request line, headers, body): mark before the first byte can leave.
+        if self.sock is None:
+            self.connect()
+        if self.recorder is not None:
+            self.recorder.wrote()
+        super().send(data)
+
+
+class _RecordingPool(_BasePool):  # type: ignore[misc]
+    ConnectionCls = _RecordingConnection
+    recorder: PinnedTLSAdapter | None = None
+
+    def _new_conn(self) -> t.Any:
+        conn = super()._new_conn()
+        conn.recorder = self.recorder
+        return conn
+
+
+class _RecordingPoolManager(_BasePoolManager):  # type: ignore[misc]
+    def __init__(self, recorder: PinnedTLSAdapter, **kwargs: t.Any) -> None:
+        super().__init__(**kwargs)
+        self.recorder = recorder
+        self.pool_classes_by_scheme: dict[str, t.Any] = {"http": urllib3.connectionpool.HTTPConnectionPool, "https": _RecordingPool}
+
+    def _new_pool(self, scheme: str, host: str, port: int, request_context: dict[str, t.Any] | None = None) -> t.Any:
+        pool = super()._new_pool(scheme, host, port, request_context)
+        if isinstance(pool, _RecordingPool):
+            pool.recorder = self.recorder
+        return pool
+
+
+class PinnedTLSAdapter(_BaseAdapter):  # type: ignore[misc]
+    """An ``HTTPAdapter`` whose connections check the server certificate during the handshake and record each exchange.
+
+    urllib3 compares ``assert_fingerprint`` (the pin) right after the TLS handshake, inside ``connect()``; then the
+    connection compares its leaf with ``bound_certificate`` when one is set. Either mismatch aborts before the request
+    line, headers or credentials are written. ``facts`` (reset by ``begin``) records what happened for the current
+    request: the client classifies a failure by it. urllib3's own retries are off (``max_retries=0``): retry policy
+    lives in the client.
+    """
+
+    def __init__(self, fingerprint: str | None = None, bound_certificate: str | None = None) -> None:
         self._fingerprint = fingerprint
+        self._bound = bound_certificate
+        self.facts = ExchangeFacts()
         super().__init__(max_retries=0, pool_connections=1, pool_maxsize=2)
 
-    def init_poolmanager(self, *args: t.Any, **kwargs: t.Any) -> None:
+    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: t.Any) -> None:
         if self._fingerprint:
-            kwargs["assert_fingerprint"] = self._fingerprint
-        super().init_poolmanager(*args, **kwargs)
+            pool_kwargs["assert_fingerprint"] = self._fingerprint
+        self._pool_connections = connections
+        self._pool_maxsize = maxsize
+        self._pool_block = block
+        self.poolmanager = _RecordingPoolManager(self, num_pools=connections, maxsize=maxsize, block=block, **pool_kwargs)
+
+    def begin(self) -> ExchangeFacts:
+        """Start recording one request attempt."""
+        self.facts = ExchangeFacts()
+        return self.facts
+
+    def connected(self, conn: t.Any) -> None:
+        """A new connection completed its handshake: record its leaf; refuse it (closed, nothing written) when unbound."""
+        der = conn.sock.getpeercert(binary_form=True) if conn.sock is not None else None
+        leaf = hashlib.sha256(der).hexdigest() if der else None
+        self.facts.connected = True
+        self.facts.leaf_sha256 = leaf
+        if self._bound is not None and leaf != self._bound:
+            self.facts.certificate_changed = True
+            conn.close()
+            raise CertificateChangedError("the server presented another certificate than the bound one")
+
+    def wrote(self) -> None:
+        self.facts.written = True
 
 
 class _Resource:
@@ -517,9 +632,47 @@ def _connect_failure(exc: BaseException, method: str, path: str) -> ProviderErro
 
 
 def _is_connect_phase(exc: BaseException) -> bool:
-    """True when a requests ConnectionError happened before any request byte was sent."""
+    """True when a requests ConnectionError happened before any request byte was sent (by exception type: only for a
+    transport that records no ``ExchangeFacts``)."""
     connect_errors = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.NameResolutionError)
     return any(isinstance(item, connect_errors) for item in _exception_chain(exc))
+
+
+def _is_handshake_refusal(exc: BaseException) -> bool:
+    """True when the exception chain holds a certificate verification failure (only a handshake raises those)."""
+    return any(isinstance(item, (ssl.SSLCertVerificationError, ssl.CertificateError)) for item in _exception_chain(exc))
+
+
+REPLY_LOST_TEXT = "The request was sent but its reply was lost; the outcome is unknown."
+CERTIFICATE_CHANGED_TEXT = ("The server presented another certificate than the one the operation's provider scope was computed from; "
+                            "nothing was sent.")
+TLS_REFUSED_TEXT = "The server certificate did not match the configured CA or fingerprint pin."
+
+
+def transport_failure(exc: BaseException, facts: ExchangeFacts | None, method: str, path: str) -> ProviderError:
+    """The typed error of a request that raised before a response arrived, decided by what the transport recorded.
+
+    Not sent (the first byte of the request was never written): ``certificate_changed`` (the new connection's leaf is
+    not the bound one), ``tls_verification_failed`` (the handshake failed), ``transport_lost`` (no connection).
+    Anything after the first byte (a TLS error or reset while reading the reply, a read timeout) is ``reply_lost``.
+    Without facts (a transport that records none), only a connect-phase exception or a certificate verification
+    failure counts as not sent; any other failure is unknown.
+    """
+    if facts is not None:
+        if facts.certificate_changed:
+            return _error("certificate_changed", CERTIFICATE_CHANGED_TEXT, method=method, path=path)
+        if facts.written:
+            return _error("reply_lost", REPLY_LOST_TEXT, method=method, path=path)
+        if HAS_REQUESTS and isinstance(exc, requests.exceptions.SSLError):
+            return _error("tls_verification_failed", TLS_REFUSED_TEXT, method=method, path=path)
+        return _connect_failure(exc, method, path)
+    if HAS_REQUESTS and isinstance(exc, requests.exceptions.SSLError) and _is_handshake_refusal(exc):
+        return _error("tls_verification_failed", TLS_REFUSED_TEXT, method=method, path=path)
+    if HAS_REQUESTS and (isinstance(exc, requests.exceptions.ConnectTimeout) or (
+            isinstance(exc, requests.exceptions.ConnectionError) and not isinstance(exc, requests.exceptions.SSLError)
+            and _is_connect_phase(exc))):
+        return _connect_failure(exc, method, path)
+    return _error("reply_lost", REPLY_LOST_TEXT, method=method, path=path)
 
 
 class ProxmoxClient(ApiVerbs):
@@ -550,7 +703,8 @@ class ProxmoxClient(ApiVerbs):
         self._session.trust_env = False
         self._session.verify = self._verify
         self._session.headers["Accept"] = "application/json"
-        self._session.mount("https://", adapter if adapter is not None else PinnedTLSAdapter(settings.fingerprint))
+        self._adapter = adapter if adapter is not None else PinnedTLSAdapter(settings.fingerprint, settings.bound_certificate)
+        self._session.mount("https://", self._adapter)
         self._ticket: tuple[str, str] | None = None
         # Read once per client: the test-only crash hook costs one ``is None`` test per request when unset.
         self._crash_at = _crash.HttpCrashPoint.from_environment(_crash.crash_at())
@@ -647,6 +801,8 @@ class ProxmoxClient(ApiVerbs):
         response: t.Any = None
         if self._crash_at is not None:
             self._crash_at.check("before_send", method, path)
+        begin = getattr(self._adapter, "begin", None)
+        facts: ExchangeFacts | None = begin() if begin is not None else None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
@@ -654,24 +810,13 @@ class ProxmoxClient(ApiVerbs):
                     method, url, params=query, data=form, auth=auth, headers=headers, cookies=cookies,
                     verify=self._verify, timeout=(timeout, timeout), stream=True, allow_redirects=False,
                 )
-        except requests.exceptions.SSLError:
-            failure = _error("tls_verification_failed", "The server certificate did not match the configured CA or fingerprint pin.",
-                             method=method, path=path)
-        except requests.exceptions.ConnectTimeout as exc:
-            failure = _connect_failure(exc, method, path)
-        except requests.exceptions.ConnectionError as exc:
-            if _is_connect_phase(exc):
-                failure = _connect_failure(exc, method, path)
-            else:
-                failure = _error("reply_lost", "The request was sent but its reply was lost; the outcome is unknown.", method=method, path=path)
-        except requests.exceptions.RequestException:
-            # ReadTimeout and friends: the request may have been processed.
-            failure = _error("reply_lost", "The request was sent but its reply was lost; the outcome is unknown.", method=method, path=path)
+        except requests.exceptions.RequestException as exc:
+            failure = transport_failure(exc, facts, method, path)
         if failure is not None:
             self._log(method, path, params, None)
             raise failure
         try:
-            self._observe_certificate(response)
+            self._observe_certificate(response, facts)
             body = self._read_bounded(response, method, path, started)
         finally:
             response.close()
@@ -716,14 +861,16 @@ class ProxmoxClient(ApiVerbs):
         except (urllib3.exceptions.HTTPError, OSError, requests.exceptions.RequestException):
             lost = True
         if lost:
-            raise _error("reply_lost", "The request was sent but its reply was lost; the outcome is unknown.",
-                         method=method, path=path, status=response.status_code)
+            raise _error("reply_lost", REPLY_LOST_TEXT, method=method, path=path, status=response.status_code)
         return b"".join(chunks)
 
-    def _observe_certificate(self, response: t.Any) -> None:
+    def _observe_certificate(self, response: t.Any, facts: ExchangeFacts | None) -> None:
         if self.observed_fingerprint is not None:
             return
-        try:
+        if facts is not None:
+            self.observed_fingerprint = facts.leaf_sha256  # None on a reused connection (its leaf was seen when it was made)
+            return
+        try:  # a transport that records nothing (tests mount their own adapter)
             sock = response.raw.connection.sock
             der = sock.getpeercert(binary_form=True)
         except Exception:  # pylint: disable=broad-exception-caught

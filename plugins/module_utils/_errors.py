@@ -37,6 +37,7 @@ ERROR_CODES: dict[str, str] = {
     "tls_verification_failed": "The server certificate did not match the configured CA or fingerprint pin.",
     "tls_unverified": "TLS is not verified (validate_certs is false and no api_fingerprint pin is set), so no credential is sent: "
                       "configure a CA file (ca_path), the system CAs or a SHA-256 pin.",
+    "certificate_changed": "The server presented another certificate than the one the operation's provider scope was computed from; nothing was sent.",
     "auth_failed": "Proxmox rejected the credentials (HTTP 401).",
     "permission_denied": "The token lacks a privilege on a path (HTTP 403).",
     "not_found": "The requested object does not exist.",

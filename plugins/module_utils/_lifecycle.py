@@ -284,7 +284,7 @@ def run_cleanup(params: t.Mapping[str, t.Any], *, check_mode: bool, environ: t.M
         raise VmanywareError(code="lifecycle_disabled")
     connection = connection_settings(params)
     require_verified_tls(connection)  # as every stage: no credential over unverified TLS, before the scope handshake
-    bind_scope(connection, document)
+    connection = bind_scope(connection, document)  # every connection of the client: the certificate the scope was computed from
     steps = _steps(params, environ, document)
     client = client_factory(connection)
     try:

@@ -16,7 +16,12 @@ import copy
 import dataclasses
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import certificate_fingerprint, provider_scope_id, require_verified_connection
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (
+    bind_certificate,
+    certificate_fingerprint,
+    provider_scope_id,
+    require_verified_connection,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError, VmanywareError, snake_keys
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
     LIFECYCLE_KEY,
@@ -113,9 +118,14 @@ def verified_scope(settings: t.Any) -> str:
     return scope
 
 
-def bind_scope(settings: t.Any, operation: t.Mapping[str, t.Any]) -> None:
-    """Refuse to act unless the configured provider is the one the operation was confirmed for (see ``verified_scope``)."""
-    require_scope(provider_scope_id(settings, certificate_fingerprint(settings)), operation["providerScopeId"])
+def bind_scope(settings: t.Any, operation: t.Mapping[str, t.Any]) -> t.Any:
+    """Refuse to act unless the configured provider is the one the operation was confirmed for (see ``verified_scope``);
+    return ``settings`` bound to the certificate that scope was computed from: the client built from them refuses any
+    connection presenting another leaf (``certificate_changed``), so a certificate that changes after this check is
+    caught on the connection actually used, before any byte is written."""
+    fingerprint = certificate_fingerprint(settings)
+    require_scope(provider_scope_id(settings, fingerprint), operation["providerScopeId"])
+    return bind_certificate(settings, fingerprint)
 
 
 @dataclasses.dataclass(frozen=True)

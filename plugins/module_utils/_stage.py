@@ -45,13 +45,15 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads im
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import TaskOutcome, next_pause, parse_upid, poll_once, wait_task
 
-# Codes with which Proxmox (or the transport) proves the request changed nothing.
-NOT_APPLIED_CODES = frozenset({"transport_lost", "tls_verification_failed", "auth_failed", "permission_denied",
-                               "parameter_invalid", "conflict", "not_found", "locked", "response_too_large"})
+# Codes with which Proxmox (or the transport) proves the request changed nothing. The transport's three are raised only
+# when no byte of the request was written (``_client.transport_failure``); a failure after the first byte is ambiguous.
+NOT_APPLIED_CODES = frozenset({"transport_lost", "tls_verification_failed", "certificate_changed", "auth_failed", "permission_denied",
+                               "parameter_invalid", "conflict", "not_found", "locked"})
 # Journaled as the "request" of a stage that needed none, so completing it never passes for a lost reply.
 NOOP_REQUEST: dict[str, t.Any] = {"noop": True}
-# Codes after which the request may or may not have been applied.
-AMBIGUOUS_CODES = frozenset({"reply_lost", "server_error", "unexpected_response"})
+# Codes after which the request may or may not have been applied (``response_too_large``: the request ran, its reply
+# was not read).
+AMBIGUOUS_CODES = frozenset({"reply_lost", "server_error", "unexpected_response", "response_too_large"})
 # The error code of each write gate when it is closed.
 GATE_CODES = {PROVISIONING_GATE: "provisioning_disabled", SNAPSHOTS_GATE: "snapshot_disabled", LIFECYCLE_GATE: "lifecycle_disabled"}
 # Without a wait budget, reads resolving an unknown outcome are repeated for at most this long (seconds).
@@ -404,7 +406,7 @@ def agent_reason(err: ProviderError) -> str | None:
 
 
 # Codes after which an exec may or may not have started in the guest (a 500 is Proxmox's definite answer).
-_EXEC_AMBIGUOUS = frozenset({"reply_lost", "unexpected_response"})
+_EXEC_AMBIGUOUS = frozenset({"reply_lost", "unexpected_response", "response_too_large"})
 
 
 def _exec_lost(ctx: StageContext, command: GuestCommand) -> StageUncertain:

@@ -172,7 +172,7 @@ def with_stage_client(params: t.Mapping[str, t.Any], check_mode: bool, run: t.Ca
     operation = store.load(operation_id)
     connection = connection_settings(params)
     require_verified_tls(connection)
-    bind_scope(connection, operation)
+    connection = bind_scope(connection, operation)  # every connection of the client: the certificate the scope was computed from
     client = client_factory(connection)
     try:
         result = run(store, operation_id, client)

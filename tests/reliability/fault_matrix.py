@@ -75,6 +75,26 @@ def cases() -> list[Case]:
     out.append(Case("exec disabled", "packages", _every("packages", "POST", VM + r"/agent/exec$", "exec_disabled")))
     for stage in ("clone", "disk"):
         out.append(Case("disk full", stage, _one_shot(stage, "disk_full")))
+    out.extend(transport_cases())
+    return out
+
+
+TLS_ABORT = "TLS broken while the reply is read (tls_abort_reply)"
+OVERSIZED = "reply over the 8 MiB bound (oversized_reply)"
+CERT_SWAP = "certificate swapped after the scope check (cert_swap)"
+
+
+def transport_cases() -> list[Case]:
+    """The transport edges (issue 31): two post-send failures that once passed for "not sent", and a certificate that
+    changes between the provider-scope check and the client's own connection. ``cert_swap`` from the 2nd connection
+    after arming: the 1st is the scope check's handshake (``bind_scope``), the 2nd the stage client's first connection."""
+    out: list[Case] = []
+    for stage in ALL:
+        out.append(Case(TLS_ABORT, stage, _one_shot(stage, "tls_abort_reply")))
+    for stage in ALL:
+        out.append(Case(OVERSIZED, stage, _one_shot(stage, "oversized_reply")))
+    for stage in ALL:
+        out.append(Case(CERT_SWAP, stage, [{"stage": stage, "rule": {"action": "cert_swap", "occurrence": 2}}]))
     return out
 
 
@@ -180,6 +200,39 @@ EXPECTED: dict[str, str] = {
     'disk full@clone': 'failed task_failed',
     'disk full@disk': 'failed task_failed',
 }
+
+# The transport edges (transport_cases): a post-send failure is resolved by reads (completed, never re-sent); a
+# ping whose reply is over the bound stops readiness (a read-only probe, re-run); a swapped certificate is refused before any byte.
+EXPECTED.update({
+    'TLS broken while the reply is read (tls_abort_reply)@clone': 'completed',
+    'TLS broken while the reply is read (tls_abort_reply)@resources': 'completed',
+    'TLS broken while the reply is read (tls_abort_reply)@disk': 'completed',
+    'TLS broken while the reply is read (tls_abort_reply)@cloudinit': 'completed',
+    'TLS broken while the reply is read (tls_abort_reply)@seed': 'completed',
+    'TLS broken while the reply is read (tls_abort_reply)@start': 'completed',
+    'TLS broken while the reply is read (tls_abort_reply)@readiness': 'completed',
+    'TLS broken while the reply is read (tls_abort_reply)@packages': 'completed',
+    'TLS broken while the reply is read (tls_abort_reply)@snapshot': 'completed',
+    'reply over the 8 MiB bound (oversized_reply)@clone': 'completed',
+    'reply over the 8 MiB bound (oversized_reply)@resources': 'completed',
+    'reply over the 8 MiB bound (oversized_reply)@disk': 'completed',
+    'reply over the 8 MiB bound (oversized_reply)@cloudinit': 'completed',
+    'reply over the 8 MiB bound (oversized_reply)@seed': 'completed',
+    'reply over the 8 MiB bound (oversized_reply)@start': 'completed',
+    'reply over the 8 MiB bound (oversized_reply)@readiness': 'stopped response_too_large, re-run completes',
+    'reply over the 8 MiB bound (oversized_reply)@packages': 'completed',
+    'reply over the 8 MiB bound (oversized_reply)@snapshot': 'completed',
+    'certificate swapped after the scope check (cert_swap)@clone': 'stopped certificate_changed, re-run completes',
+    'certificate swapped after the scope check (cert_swap)@resources': 'stopped certificate_changed, re-run completes',
+    'certificate swapped after the scope check (cert_swap)@disk': 'stopped certificate_changed, re-run completes',
+    'certificate swapped after the scope check (cert_swap)@cloudinit': 'stopped certificate_changed, re-run completes',
+    'certificate swapped after the scope check (cert_swap)@seed': 'stopped certificate_changed, re-run completes',
+    'certificate swapped after the scope check (cert_swap)@start': 'stopped certificate_changed, re-run completes',
+    'certificate swapped after the scope check (cert_swap)@readiness': 'stopped certificate_changed, re-run completes',
+    'certificate swapped after the scope check (cert_swap)@packages': 'stopped certificate_changed, re-run completes',
+    'certificate swapped after the scope check (cert_swap)@snapshot': 'stopped certificate_changed, re-run completes',
+})
+CI_CASES |= {TLS_ABORT + "@start", OVERSIZED + "@snapshot", CERT_SWAP + "@clone"}
 
 
 def render_table(outcomes: t.Mapping[str, str]) -> str:

@@ -483,7 +483,8 @@ def resent_submissions(entries: list[dict[str, t.Any]], vmid: int) -> int:
 
 
 # Simulator log statuses after which the client cannot know whether its request took effect.
-UNKNOWN_OUTCOME_STATUSES = ("dropped", "request_dropped", 503, 596)
+UNKNOWN_OUTCOME_STATUSES = ("dropped", "request_dropped", 503, 596,
+                            "tls_aborted", "oversized_reply")  # the transport faults: the request ran, its reply was never read
 
 
 def state_mismatches(sim: Simulator, vmid: int, document: dict[str, t.Any]) -> list[str]:

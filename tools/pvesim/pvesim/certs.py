@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""A throw-away CA and a server certificate for 127.0.0.1 / localhost (EC P-256, fast to make)."""
+"""A throw-away CA and two server certificates for 127.0.0.1 / localhost (EC P-256, fast to make)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ def _write(path: str, data: bytes, mode: int = 0o644) -> None:
 
 
 def make_certs(directory: str, node: str = "pve-test") -> dict[str, str]:
-    """Create ``pvesim-ca.pem``, ``pve-ssl.pem`` and ``pve-ssl.key``; returns paths and the fingerprint.
+    """Create ``pvesim-ca.pem``, ``pve-ssl.pem`` and ``pve-ssl.key`` (and ``pve-ssl-alt.pem``/``.key``, a second server
+    certificate from the same CA, presented under the ``cert_swap`` fault); returns paths and the fingerprints
+    (``alt_`` prefixed for the alternate one).
 
     ``fingerprint_sha256`` is the SHA-256 of the server certificate (DER) as colon-separated
     uppercase hex pairs, the way the PVE GUI shows certificate fingerprints.
@@ -46,28 +48,32 @@ def make_certs(directory: str, node: str = "pve-test") -> dict[str, str]:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "PVE Cluster Node"),
-                         x509.NameAttribute(NameOID.COMMON_NAME, f"{node}.local")])
-    cert = (
-        x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost"),
-                                                    x509.DNSName(node)]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
     os.makedirs(directory, exist_ok=True)
     ca_file = os.path.join(directory, "pvesim-ca.pem")
-    cert_file = os.path.join(directory, "pve-ssl.pem")
-    key_file = os.path.join(directory, "pve-ssl.key")
     _write(ca_file, ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write(cert_file, cert.public_bytes(serialization.Encoding.PEM))
-    _write(key_file, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()), 0o600)
-    fp = cert.fingerprint(hashes.SHA256()).hex().upper()
-    return {"ca_file": ca_file, "cert_file": cert_file, "key_file": key_file,
-            "fingerprint_sha256": ":".join(fp[i:i + 2] for i in range(0, len(fp), 2))}
+    out = {"ca_file": ca_file}
+    # The server certificate, and an alternate one for the same names from the same CA (fault ``cert_swap``).
+    for prefix, name in (("", "pve-ssl"), ("alt_", "pve-ssl-alt")):
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "PVE Cluster Node"),
+                             x509.NameAttribute(NameOID.COMMON_NAME, f"{node}.local")])
+        cert = (
+            x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost"),
+                                                        x509.DNSName(node)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        cert_file = os.path.join(directory, name + ".pem")
+        key_file = os.path.join(directory, name + ".key")
+        _write(cert_file, cert.public_bytes(serialization.Encoding.PEM))
+        _write(key_file, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()), 0o600)
+        fp = cert.fingerprint(hashes.SHA256()).hex().upper()
+        out.update({prefix + "cert_file": cert_file, prefix + "key_file": key_file,
+                    prefix + "fingerprint_sha256": ":".join(fp[i:i + 2] for i in range(0, len(fp), 2))})
+    return out

@@ -12,6 +12,14 @@ the Nth matching request only (1-based); ``"every"`` on all of them. Actions and
 - ``drop_reply``: run the request (mutations committed), then close the socket without a reply.
 - ``drop_request``: close the socket without a reply before the request runs (nothing happens); to the
   client it looks exactly like ``drop_reply``.
+- ``tls_abort_reply``: run the request (mutations committed), then break the TLS stream instead of replying:
+  a TLS record the client cannot decrypt, then close. The client sees a TLS/SSL error after it sent the request.
+- ``oversized_reply``: run the request, then reply 200 with a body of ``size`` bytes or more (default 9 MiB: over
+  the collection client's 8 MiB bound), its ``Content-Length`` declared.
+- ``cert_swap``: a connection fault, not a request fault (``method`` and ``path`` are ignored: the handshake comes
+  before any request). From the ``occurrence``-th TLS connection accepted after the rule was added on (``every``:
+  from the next one), the server presents ``pve-ssl-alt.pem``, a second certificate for the same names signed by the
+  same CA (so CA verification accepts it; only a check of the leaf fingerprint tells them apart).
 - ``delay``: ``seconds`` (real seconds) before handling.
 - ``http_error``: ``status`` (500/503/596/...) and ``message``; the handler does not run.
 - ``task_error``: the request's task ends with ``message`` as exit status (default ``simulated failure``).
@@ -36,6 +44,12 @@ from .datafile import load_data_file
 ACTIONS = frozenset({"drop_reply", "drop_request", "delay", "http_error", "task_error", "task_warnings", "lock_timeout", "vm_locked",
                      "checksum_mismatch", "agent_not_running", "dhcp_never", "cloudinit_error", "exec_disabled", "disk_full"})
 GUEST_ACTIONS = frozenset({"agent_not_running", "dhcp_never", "cloudinit_error", "exec_disabled"})
+# Transport faults: the reply's TLS stream broken, an oversized reply, and the certificate of later connections.
+TRANSPORT_ACTIONS = frozenset({"tls_abort_reply", "oversized_reply", "cert_swap"})
+ACTIONS = ACTIONS | TRANSPORT_ACTIONS
+# Rules that act on TLS handshakes (FaultSet.swap_certificate), never on a request (FaultSet.match skips them).
+CONNECTION_ACTIONS = frozenset({"cert_swap"})
+DEFAULT_OVERSIZED_BYTES = 9 * 1024 * 1024
 
 
 class FaultSpecError(ValueError):
@@ -99,6 +113,8 @@ class FaultSet:
         fired: list[Fault] = []
         with self.lock:
             for fault in self.faults:
+                if fault.action in CONNECTION_ACTIONS:
+                    continue
                 if fault.method not in ("*", method.upper()) or not fault.regex.search(rel_path):
                     continue
                 fault.matches += 1
@@ -106,6 +122,20 @@ class FaultSet:
                     fault.fired += 1
                     fired.append(fault)
         return fired
+
+    def swap_certificate(self) -> bool:
+        """Called once per accepted TLS connection, before its handshake: whether it presents the alternate certificate
+        (a ``cert_swap`` rule whose ``occurrence``-th connection has come; it stays swapped until the rule is cleared)."""
+        swap = False
+        with self.lock:
+            for fault in self.faults:
+                if fault.action not in CONNECTION_ACTIONS:
+                    continue
+                fault.matches += 1
+                if fault.matches >= (1 if fault.occurrence == "every" else int(fault.occurrence)):
+                    fault.fired += 1
+                    swap = True
+        return swap
 
 
 def load_fault_file(path: str) -> list[dict[str, t.Any]]:

@@ -31,7 +31,7 @@ from .api import ApiError, Call, Sim
 from .certs import make_certs
 from .clock import Clock
 from .datafile import load_data_file
-from .faults import FaultSet, FaultSpecError
+from .faults import DEFAULT_OVERSIZED_BYTES, FaultSet, FaultSpecError
 from .schema import NoSuchMethod, NoSuchPath, Schema, errors_to_dict, validate_params
 from .state import State
 from .storagelock import StorageLocks
@@ -54,6 +54,16 @@ class DropRequest(DropReply):
     """Close the connection without replying before the request runs (fault ``drop_request``): nothing happened."""
 
     log_status = "request_dropped"
+
+
+class AbortTLSReply(DropReply):
+    """The request ran; break the TLS stream instead of replying (fault ``tls_abort_reply``)."""
+
+    log_status = "tls_aborted"
+
+
+# A TLS 1.2/1.3 application-data record of random bytes: written under the TLS layer, no client can decrypt it.
+TLS_GARBAGE_HEADER = b"\x17\x03\x03\x00\x40"
 
 
 def redact(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
@@ -87,12 +97,13 @@ class Reply:
     """What goes back on the wire."""
 
     def __init__(self, status: int, body: t.Any, reason: str | None = None, headers: dict[str, str] | None = None,
-                 raw: bytes | None = None) -> None:
+                 raw: bytes | None = None, log_status: str | None = None) -> None:
         self.status = status
         self.body = body
         self.reason = reason
         self.headers = headers or {}
         self.raw = raw
+        self.log_status = log_status  # the request log's status when it is not the HTTP status (``oversized_reply``)
 
 
 def error_reply(err: ApiError) -> Reply:
@@ -181,7 +192,7 @@ class App:
             entry["status"] = drop.log_status
             self.log.add(entry)
             raise
-        entry["status"] = reply.status
+        entry["status"] = reply.log_status or reply.status
         self.log.add(entry)
         return reply
 
@@ -310,12 +321,21 @@ class App:
         except ApiError as err:
             if call is not None and any(f.action == "drop_reply" for f in call.faults):
                 raise DropReply() from err
+            if call is not None and any(f.action == "tls_abort_reply" for f in call.faults):
+                raise AbortTLSReply() from err
             return error_reply(err)
         if any(f.action == "drop_reply" for f in call.faults):
             raise DropReply()
+        if any(f.action == "tls_abort_reply" for f in call.faults):
+            raise AbortTLSReply()
         out: dict[str, t.Any] = {"data": data}
         if call.extra.get("total"):
             out["total"] = call.extra["total"]
+        oversized = [f for f in call.faults if f.action == "oversized_reply"]
+        if oversized:
+            # the reply as Proxmox would send it, padded past the bound (the client reads none of it)
+            out["pad"] = "x" * int(oversized[0].params.get("size", DEFAULT_OVERSIZED_BYTES))
+            return Reply(200, out, log_status="oversized_reply")
         return Reply(200, out)
 
     def _pre_faults(self, call: Call) -> None:
@@ -558,6 +578,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         try:
             reply = app.handle(self.command, self.path, self.headers, body)  # type: ignore[arg-type]
+        except AbortTLSReply:
+            self._abort_tls()
+            return
         except DropReply:
             self.close_connection = True
             try:
@@ -594,6 +617,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(payload)
 
+    def _abort_tls(self) -> None:
+        """Break the TLS stream (fault ``tls_abort_reply``): a record written under the TLS layer, which the client
+        cannot decrypt while it waits for the reply, then an orderly TCP close (no reset that could arrive first)."""
+        self.close_connection = True
+        try:
+            os.write(self.connection.fileno(), TLS_GARBAGE_HEADER + os.urandom(64))
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
     do_GET = do_POST = do_PUT = do_DELETE = _dispatch
 
 
@@ -602,14 +635,16 @@ class _TLSServer(http.server.ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, addr: tuple[str, int], ctx: ssl.SSLContext, app: App) -> None:
+    def __init__(self, addr: tuple[str, int], ctx: ssl.SSLContext, app: App, alt_ctx: ssl.SSLContext | None = None) -> None:
         super().__init__(addr, _Handler)
         self.ctx = ctx
+        self.alt_ctx = alt_ctx or ctx  # the alternate certificate, presented under the ``cert_swap`` fault
         self.app = app
 
     def finish_request(self, request: t.Any, client_address: t.Any) -> None:
+        ctx = self.alt_ctx if self.app.faults.swap_certificate() else self.ctx
         try:
-            tls = self.ctx.wrap_socket(request, server_side=True)
+            tls = ctx.wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError):
             return
         try:
@@ -664,10 +699,13 @@ class PvesimServer:
             for spec in load_fault_file(faults_file):
                 self.app.faults.add(spec)
         self.certs = make_certs(self.state_dir, self.app.sim.state.node)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(self.certs["cert_file"], self.certs["key_file"])
-        self.httpd = _TLSServer(("127.0.0.1", port), ctx, self.app)
+        contexts = []
+        for prefix in ("", "alt_"):
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            ctx.load_cert_chain(self.certs[prefix + "cert_file"], self.certs[prefix + "key_file"])
+            contexts.append(ctx)
+        self.httpd = _TLSServer(("127.0.0.1", port), contexts[0], self.app, alt_ctx=contexts[1])
         self.port = self.httpd.server_address[1]
         self.thread: threading.Thread | None = None
 
@@ -677,7 +715,8 @@ class PvesimServer:
                   for name in ("full", "limited")}
         return {
             "url": f"https://127.0.0.1:{self.port}/api2/json", "host": "127.0.0.1", "port": self.port,
-            "ca_file": self.certs["ca_file"], "fingerprint_sha256": self.certs["fingerprint_sha256"], "node": st.node,
+            "ca_file": self.certs["ca_file"], "fingerprint_sha256": self.certs["fingerprint_sha256"],
+            "alt_fingerprint_sha256": self.certs["alt_fingerprint_sha256"], "node": st.node,
             "template_vmid": 9000, "storage": "local-lvm", "bridge": "vmbr0", "tokens": tokens,
             "root_password": st.users["root@pam"].password, "admin_token": self.app.admin_token,
             "admin_url": f"https://127.0.0.1:{self.port}{ADMIN_PREFIX}", "pid": os.getpid(),

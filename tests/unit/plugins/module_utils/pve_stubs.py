@@ -12,6 +12,7 @@ import http.server
 import io
 import ipaddress
 import json
+import os
 import socket
 import ssl
 import threading
@@ -53,13 +54,12 @@ class TlsMaterial(t.NamedTuple):
     cert_path: str
     key_path: str
     fingerprint: str  # SHA-256 of the server certificate (lowercase hex)
+    alt_cert_path: str  # a second server certificate for the same names from the same CA
+    alt_key_path: str
+    alt_fingerprint: str
 
 
-@pytest.fixture(scope="session")
-def tls_material(tmp_path_factory: pytest.TempPathFactory) -> TlsMaterial:
-    base = tmp_path_factory.mktemp("tls")
-    ca_key, ca_cert = _ca("vmanyware test CA")
-    _other_key, other_cert = _ca("unrelated CA")
+def _leaf(ca_key: t.Any, ca_cert: x509.Certificate, base: Path, stem: str) -> tuple[str, str, str]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     cert = (
@@ -70,14 +70,23 @@ def tls_material(tmp_path_factory: pytest.TempPathFactory) -> TlsMaterial:
                        critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    paths = {name: base / name for name in ("ca.pem", "other.pem", "cert.pem", "key.pem")}
+    cert_path, key_path = base / (stem + "-cert.pem"), base / (stem + "-key.pem")
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return str(cert_path), str(key_path), hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def tls_material(tmp_path_factory: pytest.TempPathFactory) -> TlsMaterial:
+    base = tmp_path_factory.mktemp("tls")
+    ca_key, ca_cert = _ca("vmanyware test CA")
+    _other_key, other_cert = _ca("unrelated CA")
+    paths = {name: base / name for name in ("ca.pem", "other.pem")}
     paths["ca.pem"].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     paths["other.pem"].write_bytes(other_cert.public_bytes(serialization.Encoding.PEM))
-    paths["cert.pem"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths["key.pem"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                   serialization.NoEncryption()))
-    fingerprint = hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
-    return TlsMaterial(str(paths["ca.pem"]), str(paths["other.pem"]), str(paths["cert.pem"]), str(paths["key.pem"]), fingerprint)
+    cert_path, key_path, fingerprint = _leaf(ca_key, ca_cert, base, "server")
+    alt_cert, alt_key, alt_fingerprint = _leaf(ca_key, ca_cert, base, "server-alt")
+    return TlsMaterial(str(paths["ca.pem"]), str(paths["other.pem"]), cert_path, key_path, fingerprint, alt_cert, alt_key, alt_fingerprint)
 
 
 class Reply(t.NamedTuple):
@@ -87,6 +96,7 @@ class Reply(t.NamedTuple):
     delay: float = 0.0
     drop: bool = False  # close the connection without any reply
     headers: dict[str, str] = {}
+    tls_abort: bool = False  # instead of a reply, a TLS record the client cannot decrypt (a TLS error while it reads)
 
 
 class RecordedRequest(t.NamedTuple):
@@ -98,11 +108,16 @@ class RecordedRequest(t.NamedTuple):
 
 
 class StubServer:
-    """A tiny HTTPS server: ``behavior(request) -> Reply``; records every request line that arrived."""
+    """A tiny HTTPS server: ``behavior(request) -> Reply``; records every request line that arrived.
+
+    ``swap_from``: from this accepted connection on (1-based), the handshake presents the alternate certificate
+    (``tls.alt_cert_path``, same names, same CA).
+    """
 
     def __init__(self, tls: TlsMaterial, behavior: t.Callable[[RecordedRequest], Reply]) -> None:
         self.requests: list[RecordedRequest] = []
         self.connections = 0
+        self.swap_from: int | None = None
         self.behavior = behavior
         stub = self
 
@@ -123,6 +138,11 @@ class StubServer:
                     time.sleep(reply.delay)
                 if reply.drop:
                     self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if reply.tls_abort:
+                    self.close_connection = True
+                    os.write(self.connection.fileno(), b"\x17\x03\x03\x00\x40" + os.urandom(64))  # under the TLS layer
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
                 data = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
@@ -150,6 +170,14 @@ class StubServer:
 
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(tls.cert_path, tls.key_path)
+        alternate = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        alternate.load_cert_chain(tls.alt_cert_path, tls.alt_key_path)
+
+        def pick(sock: t.Any, _name: str | None, _context: ssl.SSLContext) -> None:  # called even without SNI
+            if stub.swap_from is not None and stub.connections >= stub.swap_from:
+                sock.context = alternate
+
+        context.sni_callback = pick
         self.server = Server(("127.0.0.1", 0), Handler)
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True, do_handshake_on_connect=False)
         self.port = self.server.server_address[1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import socket
+import ssl
 import typing as t
 
 import pytest
@@ -437,3 +438,119 @@ def test_list_and_bool_encoding(stub_server: t.Any, make_settings: t.Any, tls_ma
     client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path))
     client.post("/nodes/pve/qemu/201/agent/exec", command=["apt-get", "install", "-y", "vim"], full=True)
     assert server.requests[0].body == b"command=apt-get&command=install&command=-y&command=vim&full=1"
+
+
+# -- "not sent" by fact: only a failure before the first request byte ------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+def test_tls_error_while_reading_the_reply_is_reply_lost(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, method: str) -> None:
+    # The request arrived (and may have run); the TLS stream then broke while the client read the reply. Before, any
+    # requests SSLError was "tls_verification_failed", which the stage runner counts as not sent, so it was sent again.
+    server = stub_server(lambda r: Reply(tls_abort=True))
+    sleeps: list[float] = []
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path), sleeps)
+    err = _raises("reply_lost", lambda: client.request(method, "/nodes/pve/qemu/9000/clone", {"newid": 201}))
+    assert len(server.requests) == 1 and sleeps == []  # a mutation is never retried
+    assert err.__cause__ is None and err.__context__ is None
+    assert SECRET not in json.dumps(err.to_result())
+
+
+def test_tls_error_while_reading_a_get_reply_is_retried_as_reply_lost(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    replies = iter([Reply(tls_abort=True), Reply(body=VERSION)])
+    server = stub_server(lambda r: next(replies))
+    sleeps: list[float] = []
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path), sleeps)
+    assert client.get("/version")["version"] == "9.1.3"
+    assert len(server.requests) == 2 and sleeps == [0.2]
+
+
+def test_handshake_failure_of_a_mutation_is_not_sent(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server()
+    client = _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path))
+    _raises("tls_verification_failed", lambda: client.post("/nodes/pve/qemu/9000/clone", newid=201))
+    assert server.connections == 1 and server.requests == []
+
+
+def test_response_too_large_of_a_mutation_keeps_its_code(stub_server: t.Any, tls_material: t.Any) -> None:
+    server = stub_server(lambda r: Reply(body={"data": "x" * 5000}))
+    settings = build_settings(host="127.0.0.1", port=server.port, token_id="a@pve!tk", token_secret=SECRET, ca_path=tls_material.ca_path,
+                              max_response_bytes=1024)
+    _raises("response_too_large", lambda: _client_for(settings).post("/nodes/pve/qemu/9000/clone", newid=201))
+    assert len(server.requests) == 1  # it was sent: the stage runner treats this code as ambiguous (test__stage_transport.py)
+
+
+def test_exchange_facts_record_the_connection_and_the_first_write(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server()
+    adapter = _client.PinnedTLSAdapter()
+    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path), adapter=adapter)
+    client.get("/version")
+    assert adapter.facts == _client.ExchangeFacts(connected=True, leaf_sha256=tls_material.fingerprint, written=True)
+    client.get("/version")  # the kept-alive connection: no new handshake
+    assert adapter.facts == _client.ExchangeFacts(connected=False, leaf_sha256=None, written=True)
+    refused = _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path), adapter=_client.PinnedTLSAdapter())
+    _raises("tls_verification_failed", lambda: refused.post("/nodes/pve/qemu/9000/clone", newid=201))
+    assert refused._adapter.facts == _client.ExchangeFacts()  # pylint: disable=protected-access
+
+
+def test_transport_failure_without_facts_counts_only_proven_pre_send_failures() -> None:
+    pool: t.Any = None
+    verify = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    handshake = requests.exceptions.SSLError(urllib3.exceptions.MaxRetryError(pool, "/", urllib3.exceptions.SSLError(verify)))
+    assert _client.transport_failure(handshake, None, "POST", "/x").code == "tls_verification_failed"
+    reading = requests.exceptions.SSLError(urllib3.exceptions.MaxRetryError(pool, "/", urllib3.exceptions.SSLError(
+        ssl.SSLError(1, "[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC] decryption failed or bad record mac"))))
+    assert _client.transport_failure(reading, None, "POST", "/x").code == "reply_lost"
+    refused = urllib3.exceptions.NewConnectionError(pool, "refused")
+    assert _client.transport_failure(requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", refused)), None,
+                                     "POST", "/x").code == "transport_lost"
+    # with facts, the fact decides whatever the exception type
+    written = _client.ExchangeFacts(connected=True, written=True)
+    assert _client.transport_failure(handshake, written, "POST", "/x").code == "reply_lost"
+    assert _client.transport_failure(reading, _client.ExchangeFacts(), "POST", "/x").code == "tls_verification_failed"
+
+
+# -- binding to the certificate the provider scope was computed from ------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_bound_certificate_mismatch_is_refused_before_any_byte(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any,
+                                                               method: str) -> None:
+    server = stub_server()
+    settings = _client.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), "AB:" * 31 + "AB")
+    assert settings.bound_certificate == "ab" * 32
+    sleeps: list[float] = []
+    err = _raises("certificate_changed", lambda: _client_for(settings, sleeps).request(method, "/nodes/pve/qemu/9000/clone", {"newid": 201}))
+    assert server.connections == 1 and server.requests == []  # the handshake happened, no request line or token arrived
+    assert sleeps == []  # not retried, not even a GET
+    assert err.__cause__ is None and err.__context__ is None
+    assert SECRET not in json.dumps(err.to_result())
+
+
+def test_every_new_connection_is_compared_with_the_bound_certificate(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    # Both certificates verify against the configured CA: only the comparison with the bound leaf tells them apart.
+    server = stub_server(lambda r: Reply(body=VERSION, headers={"Connection": "close"}))  # every request on a new connection
+    server.swap_from = 2
+    settings = _client.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), tls_material.fingerprint)
+    client = _client_for(settings)
+    assert client.get("/version")["version"] == "9.1.3"
+    assert client.observed_fingerprint == tls_material.fingerprint
+    _raises("certificate_changed", lambda: client.post("/nodes/pve/qemu/9000/clone", newid=201))
+    assert server.connections == 2 and [r.path for r in server.requests] == ["/api2/json/version"]
+    # the same server through a client bound to nothing (or to the new leaf) is accepted: the CA verifies both
+    unbound = _client_for(make_settings(server.port, ca_path=tls_material.ca_path))
+    assert unbound.get("/version")["version"] == "9.1.3" and unbound.observed_fingerprint == tls_material.alt_fingerprint
+
+
+def test_bound_client_reuses_its_verified_connection(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server()
+    client = _client_for(_client.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), tls_material.fingerprint))
+    assert [client.get("/version")["release"] for _ in range(3)] == ["9.1"] * 3
+    assert server.connections == 1 and len(server.requests) == 3
+
+
+def test_a_pin_and_its_binding_agree(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+    server = stub_server()
+    settings = make_settings(server.port, fingerprint=tls_material.fingerprint)
+    bound = _client.bind_certificate(settings, _client.certificate_fingerprint(settings))  # with a pin: the pin, no contact
+    assert _client_for(bound).get("/version")["version"] == "9.1.3"

@@ -1,0 +1,64 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The stage runner and the transport's codes: only what the client proves unsent returns a stage to pending.
+
+``transport_lost``, ``tls_verification_failed`` and ``certificate_changed`` are raised by the client only when no
+byte of the request was written (test__client.py shows it against a real TLS server); everything after the first
+byte, ``response_too_large`` included, is resolved by reads and never sent again.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test__stage import ON, UPID, CloneLike, _run, operation_id, scripted, sent, store  # noqa: F401  pylint: disable=unused-import
+from test__stage_guest_exec import FakeAgent, GuestProbe
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import AMBIGUOUS_CODES, NOT_APPLIED_CODES, Resolution, StageRunner, StageSettings
+
+
+def test_the_code_tables() -> None:
+    assert {"transport_lost", "tls_verification_failed", "certificate_changed"} <= NOT_APPLIED_CODES
+    assert {"reply_lost", "response_too_large"} <= AMBIGUOUS_CODES
+    assert not NOT_APPLIED_CODES & AMBIGUOUS_CODES
+
+
+@pytest.mark.parametrize("code", ["transport_lost", "tls_verification_failed", "certificate_changed"])
+def test_a_failure_before_the_first_byte_returns_the_stage_to_pending(store: JournalStore, operation_id: str, code: str) -> None:
+    with pytest.raises(ProviderError) as info:
+        _run(store, scripted([ProviderError(code=code, details={"method": "POST"})]), CloneLike(), operation_id)
+    assert info.value.code == code
+    clone = store.stage(store.load(operation_id), "clone")
+    assert clone["status"] == "pending" and clone["attempts"] == 1
+    again = scripted([UPID])
+    assert _run(store, again, CloneLike(), operation_id)["done"] and len(sent(again)) == 1
+
+
+def test_a_reply_over_the_bound_is_unknown_and_never_sent_again(store: JournalStore, operation_id: str) -> None:
+    logic = CloneLike()
+    first = scripted([ProviderError(code="response_too_large", details={"method": "POST", "status": 200, "limit": 1024})])
+    with pytest.raises(VmanywareError) as info:
+        _run(store, first, logic, operation_id)
+    assert info.value.code == "outcome_uncertain" and info.value.details["cause"] == "response_too_large"
+    clone = store.stage(store.load(operation_id), "clone")
+    assert clone["status"] == "uncertain" and clone["failure"]["code"] == "response_too_large" and logic.resolved >= 1
+    again = scripted([UPID])
+    with pytest.raises(VmanywareError):
+        _run(store, again, CloneLike(), operation_id)
+    assert sent(first) == [("POST", "/nodes/pve-test/qemu/9000/clone")] and sent(again) == []
+
+
+def test_a_reply_over_the_bound_whose_effect_reads_show_is_followed(store: JournalStore, operation_id: str) -> None:
+    result = _run(store, scripted([ProviderError(code="response_too_large", details={"method": "POST"})]),
+                  CloneLike(Resolution.applied(UPID)), operation_id)
+    assert result["done"] and result["stage"]["upid"] == UPID
+
+
+def test_an_exec_whose_reply_was_over_the_bound_is_never_issued_again(store: JournalStore, operation_id: str) -> None:
+    agent = FakeAgent(store, operation_id, [ProviderError(code="response_too_large", details={"method": "POST"})], [])
+    for _attempt in range(2):
+        with pytest.raises(VmanywareError) as info:
+            StageRunner(store, agent, GuestProbe(), StageSettings(sleep=lambda _s: None, environ=ON)).run(operation_id)  # type: ignore[arg-type]
+        assert info.value.code == "outcome_uncertain"
+    record = store.stage(store.load(operation_id), "clone")
+    assert agent.posts == [["uname", "-r"]] and record["status"] == "uncertain" and record["evidence"]["probe"]["pid"] is None
