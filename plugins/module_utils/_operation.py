@@ -111,11 +111,18 @@ def verified_scope(settings: t.Any) -> str:
     The scope id includes the server certificate: with a pin it is known without connecting; otherwise one verified TLS
     handshake reads it (no HTTP request, no credential sent).
     """
+    return verified_binding(settings)[0]
+
+
+def verified_binding(settings: t.Any) -> tuple[str, t.Any]:
+    """``verified_scope`` and ``settings`` bound to the certificate it was computed from (``bind_certificate``): a client
+    built from them refuses a connection presenting another leaf (``certificate_changed``) before any byte is written."""
     require_verified_tls(settings)
-    scope = provider_scope_id(settings, certificate_fingerprint(settings))
+    fingerprint = certificate_fingerprint(settings)
+    scope = provider_scope_id(settings, fingerprint)
     if scope is None:  # a verified handshake always yields a certificate fingerprint
         raise VmanywareError("The server certificate could not be read.", code="tls_verification_failed")
-    return scope
+    return scope, bind_certificate(settings, fingerprint)
 
 
 def bind_scope(settings: t.Any, operation: t.Mapping[str, t.Any]) -> t.Any:

@@ -33,7 +33,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
     confirmation_complete,
     create_operation,
     read_gate,
-    verified_scope,
+    verified_binding,
     with_operation_facts,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import plan_from_params
@@ -58,7 +58,8 @@ def run_operation(state: str, inputs: OperationInputs, *, confirmation: t.Any, i
     store = inputs.store()
     planned = inputs.planned()
     settings = inputs.connection()
-    scope = verified_scope(settings)  # the confirmed provider is only known over verified TLS
+    # The confirmed provider is only known over verified TLS; adoption's reads go over connections bound to that certificate.
+    scope, settings = verified_binding(settings)
     if state == "adopt":
         with client_factory(settings) as client:
             result = adopt_operation(store, client, planned=planned, provider_scope_id=scope, confirmation=confirmation,
