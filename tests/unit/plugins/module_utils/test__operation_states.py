@@ -132,3 +132,18 @@ def test_the_template_operation_checks_its_gate_before_reading_anything(store: J
     with pytest.raises(VmanywareError) as info:
         run_template_operation(reads.inputs, confirmation=None, idempotency_key=None, provisioning_option=None, environ={}, check_mode=True)
     assert info.value.code == "provisioning_disabled" and reads.log == []
+
+
+def test_adoption_reads_over_a_client_bound_to_the_scope_certificate(store: JournalStore) -> None:
+    seen: list[t.Any] = []
+
+    def capture(settings: t.Any) -> t.Any:
+        seen.append(settings)
+        raise VmanywareError("stop after the client is built", code="internal_error")
+
+    scope = verified_scope(_settings())
+    with pytest.raises(VmanywareError):
+        run_operation("adopt", Reads(store).inputs, environ=ON, client_factory=capture, confirmation=expected_confirmation(planned().plan, scope),
+                      idempotency_key=None, provisioning_option=None, operation_id=None, reason=None, check_mode=False)
+    # the certificate the scope was computed from (the pin here): every connection of that client must present it
+    assert [s.bound_certificate for s in seen] == [PIN]
