@@ -20,6 +20,7 @@ import pytest
 from pvesim.cloudinit import decode_sshkeys as pve_decode_sshkeys
 from pvesim.guest import _fingerprint as pvesim_fingerprint
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import map_http_error
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import ADOPTED_REQUEST, JournalStore
@@ -408,7 +409,7 @@ def test_dpkg_parsing_and_missing() -> None:
     assert missing_packages([{"name": "sudo", "version": "1.9.16p2-3"}], installed) == []
 
 
-def test_package_commands_are_fixed_arrays_without_shell() -> None:
+def test_package_commands_are_fixed_arrays_run_as_the_wrappers_positional_parameters() -> None:
     argv = install_argv([{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}])
     assert argv[:3] == ["/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "apt-get"] and argv[-3:] == ["--", "git", "jq=1.7.1-6"]
     assert "--no-install-recommends" in argv and not any(a in ("sh", "bash", "-c") for a in argv)
@@ -418,6 +419,10 @@ def test_package_commands_are_fixed_arrays_without_shell() -> None:
     ctx.facts["missing"] = [{"name": "git"}]
     request = t.cast(Request, PackagesStage().request(ctx))
     valid(request)
+    command = request.params["command"]
+    # The fixed wrapper, a marker unique to the operation and this dispatch, then the install argv untouched (never interpolated).
+    assert command[:4] == ["/bin/sh", "-c", _stage.EXEC_WRAPPER, "vmanyware"] and command[5:] == install_argv([{"name": "git"}])
+    assert command[4] == _stage.exec_marker_path(ctx.operation["operationId"], "install", 1) == _stage.marker_of_argv(command)
     ctx.facts["missing"] = []
     assert PackagesStage().request(ctx) is None
 
