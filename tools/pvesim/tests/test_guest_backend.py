@@ -58,7 +58,7 @@ def mismatches(cls: type) -> list[str]:
 
 
 def test_protocol_names_what_the_api_layer_calls() -> None:
-    assert set(_protocol_methods()) == {"ping", "network_get_interfaces", "get_osinfo", "get_info", "exec", "exec_status", "file_read",
+    assert set(_protocol_methods()) == {"ping", "network_get_interfaces", "get_osinfo", "get_info", "exec", "exec_status", "file_read", "file_write",
                                         "stop", "admin_info"}
     assert set(t.get_type_hints(GuestBackend)) == {"vmid", "faults", "timing"}
 

@@ -400,3 +400,8 @@ def _second_operation(store: JournalStore) -> str:
         idempotency_key="k2", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan={"definitionHash": HASH, "planHash": HASH},
         confirmation={}, target_node="pve-test", target_vmid=202, stage_kinds=["clone"])
     return t.cast(str, document["operationId"])
+
+
+def test_the_simulated_guest_runs_the_same_wrapper_text() -> None:
+    from pvesim.guest.commands import EXEC_WRAPPER  # pylint: disable=import-outside-toplevel
+    assert EXEC_WRAPPER == _stage.EXEC_WRAPPER
