@@ -75,7 +75,19 @@ def cases() -> list[Case]:
     out.append(Case("exec disabled", "packages", _every("packages", "POST", VM + r"/agent/exec$", "exec_disabled")))
     for stage in ("clone", "disk"):
         out.append(Case("disk full", stage, _one_shot(stage, "disk_full")))
+    for stage in ALL:
+        out.append(Case(AFTER_EFFECT, stage, _after_effect(stage)))
     return out
+
+
+# A 500 after the effect: the handler ran (the task started, the command started in the guest), the reply says it failed.
+AFTER_EFFECT = "500 after the effect (error_after_effect)"
+
+
+def _after_effect(stage: str) -> list[dict[str, t.Any]]:
+    if stage == "readiness":  # its one request that starts work in the guest: the cloud-init probe's exec
+        return [{"stage": stage, "rule": {"method": "POST", "path": VM + r"/agent/exec$", "occurrence": 1, "action": "error_after_effect"}}]
+    return _one_shot(stage, "error_after_effect")
 
 
 def case_id(case: Case) -> str:
