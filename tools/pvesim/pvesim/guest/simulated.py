@@ -43,6 +43,7 @@ class SimulatedGuest(GuestNetwork, Commands):
         self._next_pid = 1000 + vmid % 97
         self._written: dict[str, str] = {}  # files written in the guest (agent/file-write, the exec wrapper's markers)
         self._wrapped: dict[str, int] = {}  # exec-marker -> pid of the command the wrapper runs (its ``.exit`` appears at its end)
+        self._wrapper_runs: dict[str, str] = {}  # exec-marker -> what the wrapper did: ran, superseded, refused (ran before)
         self.installed = dict(self.faults.preinstalled)
         self._lists_fresh = not self.faults.apt_lists_empty_at_boot
         self._cloudinit_applied = False
@@ -131,11 +132,14 @@ class SimulatedGuest(GuestNetwork, Commands):
         """``(set -C; : >$m.started) || exit 125``; ``.superseded`` -> ``.exit`` says so, exit 125; else the command, whose exit
         code ``.exit`` holds once it ended (the marker returned: ``_wrapped`` maps it to the command's pid)."""
         if marker + ".started" in self._written:
+            self._wrapper_runs.setdefault(marker, "refused")
             return Outcome(125), None
         self._written[marker + ".started"] = ""
         if marker + ".superseded" in self._written:
             self._written[marker + ".exit"] = "superseded\n"
+            self._wrapper_runs[marker] = "superseded"
             return Outcome(125), None
+        self._wrapper_runs[marker] = "ran"
         if not argv:
             return Outcome(0, duration=0.01), marker
         if self._resolve(argv[0]) is None:
@@ -231,8 +235,9 @@ class SimulatedGuest(GuestNetwork, Commands):
         del graceful
 
     def admin_info(self) -> dict[str, Any]:
-        """Extra fields for ``GET /_pvesim/vms/{vmid}``: none (a real guest adds its QEMU process)."""
-        return {}
+        """Extra fields for ``GET /_pvesim/vms/{vmid}``: ``exec_wrapper``, what the exec-marker wrapper did per marker (``ran``,
+        ``superseded``: a late start refused, ``refused``: a marker run before), the guest's own evidence of which commands ran."""
+        return {"exec_wrapper": dict(self._wrapper_runs)}
 
     def cloudinit_status(self) -> dict[str, Any]:
         """Status details as ``cloud-init status --format json`` would compute them now."""
