@@ -143,7 +143,8 @@ class Resolution:
 
 @dataclasses.dataclass(frozen=True)
 class GuestCommand:
-    """A command a stage runs in the guest through the QEMU guest agent (``agent/exec``, an argument array, no shell).
+    """A command a stage runs in the guest through the QEMU guest agent (``agent/exec``): an argument array, run as the positional
+    parameters of the fixed exec-marker wrapper (``EXEC_WRAPPER``), never interpolated.
 
     ``slot`` is the evidence key of its marker (``{probe, pid, submissionStarted, issuedAt}``), ``name`` the probe name
     recorded there. ``repeatable``: harmless to run again (read-only probes, ``apt-get update``), so its marker is
