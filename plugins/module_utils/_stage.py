@@ -975,10 +975,18 @@ class StageRunner:
         followed this way). Unreadable files raise ``StageUncertain``.
         """
         path = t.cast(str, marker["file"])
+        unreadable_since: float | None = None
         while True:
             state, code = exec_marker_state(ctx, path)
             if state == "unreadable":
-                raise _exec_lost(ctx, command, path)
+                # The agent may be back in a moment (a busy or restarting agent): read again for a while, never exec again.
+                now = wall_clock()
+                unreadable_since = now if unreadable_since is None else unreadable_since
+                if now >= deadline or (budget_end is not None and now >= budget_end) or now - unreadable_since >= DEFAULT_RESOLVE_WAIT:
+                    raise _exec_lost(ctx, command, path)
+                self._pause(marker, since, deadline, budget_end)
+                continue
+            unreadable_since = None
             if state == "never" and not command.repeatable:
                 # Only after ``.started`` was seen, in the race the wrapper settles by finding ``.superseded``: it did not
                 # run. Never sent afresh from here (a non-repeatable command is the stage's request): the caller's reads decide.

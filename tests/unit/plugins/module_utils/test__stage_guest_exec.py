@@ -296,12 +296,15 @@ def test_a_repeatable_command_that_started_and_exited_runs_afresh_for_its_output
 
 @pytest.mark.parametrize("reply", AMBIGUOUS_REPLIES)
 def test_an_ambiguous_exec_whose_marker_cannot_be_read_is_uncertain_and_never_issued_again(store: JournalStore, operation_id: str,
-                                                                                         reply: t.Any) -> None:
+                                                                                         reply: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
     agent = FakeAgent(store, operation_id, [reply], [], started=[True], unreadable=True)
+    clock = FakeTime(monkeypatch)
     for _attempt in range(2):
         with pytest.raises(VmanywareError) as info:
-            _run(store, agent, GuestProbe(), operation_id)
+            _run(store, agent, GuestProbe(), operation_id, sleep=clock.sleep)
         assert info.value.code == "outcome_uncertain"
+    # The marker was read again for a while (the agent may come back), then given up: never an exec again.
+    assert _stage.DEFAULT_RESOLVE_WAIT <= sum(clock.sleeps) < _stage.DEFAULT_RESOLVE_WAIT + 2
     record = _record(store, operation_id)
     assert len(agent.posts) == 1 and agent.status_reads == []
     assert record["status"] == "uncertain" and record["request"]["probe"] == "uname" and record["evidence"]["probe"]["pid"] is None
