@@ -103,6 +103,8 @@ _LOCKED = re.compile(r"VM is locked \(([a-z-]+)\)|can't lock file .* got timeout
 _NOT_FOUND = re.compile(r"does not exist|no such (vm|task|storage|file|node)", re.IGNORECASE)
 _CONFLICT = re.compile(r"detected modified configuration|checksum mismatch|digest mismatch|already exists", re.IGNORECASE)
 # Guest agent failures (HTTP 500), classified into fixed tokens for ``details['agent']`` (the text is never forwarded).
+# qemu-server's ``PVE::QemuServer::Agent::agent_available`` dies with the first three before the agent command is sent;
+# ``... has been disabled`` and ``Failed to execute child process`` are the agent's own refusal to spawn: nothing ran.
 _AGENT_REASONS = (
     (re.compile(r"QEMU guest agent is not running"), "not_running"),
     (re.compile(r"guest-exec has been disabled|command guest-\S+ has been disabled"), "exec_disabled"),
@@ -112,6 +114,8 @@ _AGENT_REASONS = (
     (re.compile(r"failed to open file"), "file_not_found"),
     (re.compile(r"VM \d+ is not running"), "vm_not_running"),
 )
+# The agent tokens that prove the request's command never reached (or never started in) the guest: pre-check refusals.
+PRECHECK_AGENT_REASONS = frozenset({"not_running", "exec_disabled", "not_configured", "exec_failed", "vm_not_running"})
 
 RequestLog = t.Callable[[str, str, t.Mapping[str, t.Any], t.Optional[int]], None]
 
@@ -537,6 +541,14 @@ def map_http_error(method: str, path: str, status: int, reason: str, body: t.Any
 
     PVE puts its message in the HTTP reason phrase and (format json) in ``message``; parameter
     errors come as ``errors: {name: text}``. Texts are read to classify, never forwarded.
+
+    ``details['precheck']`` is True only when the reply proves a refusal before any effect
+    (docs/stages.md, "Outcomes of a send"): pve-common's RESTHandler answers 401/403 (authentication and
+    the permission check), 400 (parameter verification), 404 and 501 (no such method) before it calls the
+    handler; inside a handler a lock that was not obtained, an object that already exists or does not
+    exist, and the guest agent checks (``PRECHECK_AGENT_REASONS``) refuse before the work starts. Any other
+    reply (a plain 500 such as ``guest-exec failed - got timeout``, 503, 596, ...) says nothing about the
+    effect: the request's outcome is unknown and goes to reads.
     """
     message = ""
     errors: dict[str, t.Any] = {}
@@ -550,34 +562,36 @@ def map_http_error(method: str, path: str, status: int, reason: str, body: t.Any
     names = sorted(str(k) for k in errors)
     ctx: dict[str, t.Any] = {"method": method, "path": path, "status": status}
     if status == 401:
-        return _error("auth_failed", "Proxmox rejected the credentials.", **ctx)
+        return _error("auth_failed", "Proxmox rejected the credentials.", precheck=True, **ctx)
     if status == 403:
         match = _PERM_CHECK.search(text)
-        err = _error("permission_denied", "The token lacks a privilege on a path.", **ctx)
+        err = _error("permission_denied", "The token lacks a privilege on a path.", precheck=True, **ctx)
         if match:
             err.details["path"] = match.group(1)
             err.details["privilege"] = match.group(2)
         return err
     if status == 400:
         if _CONFLICT.search(error_texts) or _CONFLICT.search(text):
-            return _error("conflict", "Proxmox reports that the object already exists or changed concurrently.", parameters=names, **ctx)
-        return _error("parameter_invalid", "Proxmox rejected a request parameter.", parameters=names, **ctx)
+            return _error("conflict", "Proxmox reports that the object already exists or changed concurrently.", parameters=names,
+                          precheck=True, **ctx)
+        return _error("parameter_invalid", "Proxmox rejected a request parameter.", parameters=names, precheck=True, **ctx)
     if status == 404:
-        return _error("not_found", "The requested object does not exist.", **ctx)
+        return _error("not_found", "The requested object does not exist.", precheck=True, **ctx)
     lock = _LOCKED.search(text)
     if lock:
         extra_lock: dict[str, t.Any] = {"lock": lock.group(1)} if lock.group(1) else {}
-        return _error("locked", "The target is locked by another task.", **ctx, **extra_lock)
+        return _error("locked", "The target is locked by another task.", precheck=True, **ctx, **extra_lock)
     if _CONFLICT.search(text):
-        return _error("conflict", "Proxmox reports that the object already exists or changed concurrently.", **ctx)
+        return _error("conflict", "Proxmox reports that the object already exists or changed concurrently.", precheck=True, **ctx)
     if status >= 500 and _NOT_FOUND.search(text):
-        return _error("not_found", "The requested object does not exist.", **ctx)
+        return _error("not_found", "The requested object does not exist.", precheck=True, **ctx)
     if status >= 500:
         for pattern, token in _AGENT_REASONS:
             if pattern.search(text):
-                return _error("server_error", "Proxmox answered with a server error.", agent=token, **ctx)
-        return _error("server_error", "Proxmox answered with a server error.", **ctx)
-    return _error("unexpected_response", "Proxmox answered with an unexpected HTTP status.", **ctx)
+                return _error("server_error", "Proxmox answered with a server error.", agent=token,
+                              precheck=token in PRECHECK_AGENT_REASONS, **ctx)
+        return _error("server_error", "Proxmox answered with a server error.", precheck=status == 501, **ctx)
+    return _error("unexpected_response", "Proxmox answered with an unexpected HTTP status.", precheck=False, **ctx)
 
 
 def _exception_chain(exc: BaseException) -> t.Iterator[BaseException]:

@@ -19,9 +19,13 @@ A stage knows *what* to read, send and observe (a ``StageLogic``); the runner ow
    requests, write nothing), record the dispatch durably, send once, record the UPID, wait, observe
    independently, record.
 
-Outcomes of a send: nothing reached Proxmox or Proxmox definitely refused before changing
-anything -> the stage goes back to ``pending`` (re-running dispatches afresh); ``VM is locked``
--> waited out within the stage's lock budget; a lost reply or a 5xx -> read-only resolution.
+Outcomes of a send (``proves_not_applied``): nothing reached Proxmox, or Proxmox's reply proves a pre-check
+refusal (``_client.map_http_error`` sets ``details['precheck']``: authentication, permission, parameter, lock,
+"already exists", the guest agent's availability checks) -> the stage goes back to ``pending`` (re-running
+dispatches afresh); ``VM is locked`` -> waited out within the stage's lock budget; anything else (a lost reply,
+a plain 500 such as ``guest-exec failed - got timeout``, 503, 596) -> read-only resolution, then ``uncertain``.
+A guest command runs through the exec-marker wrapper (``EXEC_WRAPPER``), whose files in the guest prove whether
+it started.
 """
 
 from __future__ import annotations
@@ -119,6 +123,9 @@ class Resolution:
     evidence: dict[str, t.Any] = dataclasses.field(default_factory=dict)
     message: str = ""
     final: bool = False
+    # ``not_applied`` proven for good (a guest command's marker shows it never started, and a late start is refused):
+    # the stage may go back to ``pending`` and be sent again. A plain ``not_applied`` only says reads show no effect yet.
+    proven: bool = False
 
     @classmethod
     def applied(cls, upid: str | None = None, **evidence: t.Any) -> Resolution:
@@ -132,10 +139,16 @@ class Resolution:
     def undecidable(cls, message: str, final: bool = False) -> Resolution:
         return cls("undecidable", message=message, final=final)
 
+    @classmethod
+    def never_started(cls) -> Resolution:
+        """Proven not applied (``exec_marker_state`` says ``never``): nothing happened and nothing can happen later."""
+        return cls("not_applied", final=True, proven=True)
+
 
 @dataclasses.dataclass(frozen=True)
 class GuestCommand:
-    """A command a stage runs in the guest through the QEMU guest agent (``agent/exec``, an argument array, no shell).
+    """A command a stage runs in the guest through the QEMU guest agent (``agent/exec``): an argument array, run as the positional
+    parameters of the fixed exec-marker wrapper (``EXEC_WRAPPER``), never interpolated.
 
     ``slot`` is the evidence key of its marker (``{probe, pid, submissionStarted, issuedAt}``), ``name`` the probe name
     recorded there. ``repeatable``: harmless to run again (read-only probes, ``apt-get update``), so its marker is
@@ -327,13 +340,13 @@ class StageLogic:
         raise NotImplementedError
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
-        """Validate the reply; return (UPID, evidence to record with the submission)."""
+        """Validate the reply; return (UPID, evidence to record with the submission).
+
+        Default: a task of the stage's own type (``task_type``: ``qmstart``, ``vzsnapshot`` ...) for the target VMID on its node
+        (``accept_task``); a stage whose task names another id (the clone: the template) overrides it."""
         if self.task_type is None:
             return None, {}
-        upid = parse_upid(data)
-        if upid.type != self.task_type or upid.node != ctx.node:
-            raise StageError("Proxmox answered with a task of an unexpected type or node.", code="unexpected_response")
-        return upid.raw, {}
+        return accept_task(data, task_type=self.task_type, node=ctx.node, task_id=str(ctx.vmid)), {}
 
     def refused(self, ctx: StageContext, err: ProviderError) -> VmanywareError:
         """The error to report when Proxmox definitely refused the request (nothing applied; the stage is pending again)."""
@@ -395,6 +408,15 @@ def _result(ctx: StageContext, *, changed: bool, done: bool, requests: list[dict
     return result
 
 
+def accept_task(data: t.Any, *, task_type: str, node: str, task_id: str) -> str:
+    """The UPID of a reply, accepted only when it is a task of ``task_type`` for ``task_id`` on ``node`` (the one check every
+    stage that starts a task uses); anything else is ``unexpected_response``, resolved by reads like a lost reply."""
+    upid = parse_upid(data)
+    if upid.type != task_type or upid.node != node or upid.id != task_id:
+        raise StageError("Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response")
+    return upid.raw
+
+
 def wall_clock() -> float:
     """Epoch seconds: deadlines persisted in the journal must survive the process (monotonic clocks do not)."""
     return time.time()
@@ -405,16 +427,119 @@ def agent_reason(err: ProviderError) -> str | None:
     return t.cast("str | None", err.details.get("agent"))
 
 
-# Codes after which an exec may or may not have started in the guest (a 500 is Proxmox's definite answer).
-_EXEC_AMBIGUOUS = frozenset({"reply_lost", "unexpected_response", "response_too_large"})
+def proves_not_applied(err: ProviderError) -> bool:
+    """True when ``err`` proves the request changed nothing, so it may be sent again.
+
+    Without an HTTP status it is the transport's verdict (``NOT_APPLIED_CODES``: nothing was sent); with one, only a reply
+    ``_client.map_http_error`` classified as a pre-check refusal (``details['precheck']``, fixed tokens, never the text).
+    Any other reply to a request that starts work (a plain 500, 503, 596, a reply over the size bound) leaves its
+    outcome unknown: reads decide, else the stage is ``uncertain``.
+    """
+    if err.details.get("status") is None:
+        return err.code in NOT_APPLIED_CODES
+    return err.details.get("precheck") is True
 
 
-def _exec_lost(ctx: StageContext, command: GuestCommand) -> StageUncertain:
+# -- the guest-side exec marker (docs/stages.md, "Guest commands") ----------------------------------------------
+# Every guest command runs as ``/bin/sh -c EXEC_WRAPPER vmanyware <marker> <argv...>`` (POSIX sh; the argv are positional
+# parameters, never interpolated). The wrapper creates ``<marker>.started`` exclusively (noclobber: one run per marker,
+# ever), then refuses to run when ``<marker>.superseded`` exists (written by a resolver before it sends the command again),
+# else runs the command; it ends by writing the exit code (or ``superseded``) to ``<marker>.exit`` (through a rename).
+# A resolver reads ``.started``; when absent it writes ``.superseded`` and reads ``.started`` again: still absent proves
+# the command never started and never will (a queued exec finds the superseded file after creating ``.started``).
+EXEC_MARKER_PREFIX = "/var/lib/vmanyware-exec-"
+EXEC_WRAPPER_NAME = "vmanyware"
+EXEC_WRAPPER = (
+    'm=$1; shift\n'
+    '(set -C; : >"$m.started") 2>/dev/null || exit 125\n'
+    'if [ -e "$m.superseded" ]; then c=superseded; else "$@"; c=$?; fi\n'
+    'printf \'%s\\n\' "$c" >"$m.exit.tmp" && mv -f "$m.exit.tmp" "$m.exit"\n'
+    'if [ "$c" = superseded ]; then exit 125; fi\n'
+    'exit "$c"\n'
+)
+
+
+def exec_marker_path(operation_id: str, slot: str, attempt: int) -> str:
+    """The marker of one attempt of one guest command (``attempt``: unique per operation and slot, e.g. ms of its issue)."""
+    return "%s%s-%s-%d" % (EXEC_MARKER_PREFIX, operation_id, slot, attempt)
+
+
+def wrap_guest_argv(marker: str, argv: t.Sequence[str]) -> list[str]:
+    """The argument array sent to ``agent/exec``: the fixed wrapper, the marker, then ``argv`` as positional parameters."""
+    return ["/bin/sh", "-c", EXEC_WRAPPER, EXEC_WRAPPER_NAME, marker, *argv]
+
+
+def marker_of_argv(argv: t.Any) -> str | None:
+    """The marker of a wrapped argument array (``wrap_guest_argv``); None for any other."""
+    if (isinstance(argv, (list, tuple)) and len(argv) >= 5 and list(argv[:4]) == ["/bin/sh", "-c", EXEC_WRAPPER, EXEC_WRAPPER_NAME]
+            and isinstance(argv[4], str) and argv[4].startswith(EXEC_MARKER_PREFIX)):
+        return argv[4]
+    return None
+
+
+class _MarkerUnreadable(Exception):
+    """A marker file could not be read or written (agent down, a reply lost): the marker proves nothing."""
+
+
+def _read_guest_file(ctx: StageContext, path: str) -> str | None:
+    """``GET {vm}/agent/file-read``: the file's text; None when it does not exist; ``_MarkerUnreadable`` otherwise."""
+    try:
+        data = ctx.client.get(ctx.vm_path + "/agent/file-read", file=path)
+    except ProviderError as err:
+        if err.code == "not_found" or agent_reason(err) == "file_not_found":
+            return None
+        raise _MarkerUnreadable() from None
+    content = data.get("content") if isinstance(data, dict) else None
+    if not isinstance(content, str):
+        raise _MarkerUnreadable()
+    return content
+
+
+def _supersede(ctx: StageContext, path: str) -> None:
+    """``POST {vm}/agent/file-write`` of ``<marker>.superseded``; repeatable, so a failed write is checked by reading it back."""
+    try:
+        ctx.client.post(ctx.vm_path + "/agent/file-write", file=path + ".superseded", content="superseded\n")
+        return
+    except ProviderError:
+        pass
+    if _read_guest_file(ctx, path + ".superseded") is None:
+        raise _MarkerUnreadable()
+
+
+def exec_marker_state(ctx: StageContext, path: str) -> tuple[str, int | None]:
+    """Where the guest command of marker ``path`` stands, from its files in the guest (reads, and one supersede write).
+
+    ``("never", None)``: it never started and never will (``.superseded`` written, ``.started`` still absent; or the
+    wrapper found it superseded); ``("running", None)``: started, no exit code yet; ``("exited", code)``;
+    ``("unreadable", None)``: the files could not be read, the outcome stays unknown.
+    """
+    try:
+        if _read_guest_file(ctx, path + ".started") is None:
+            _supersede(ctx, path)
+            if _read_guest_file(ctx, path + ".started") is None:
+                return "never", None
+        text = _read_guest_file(ctx, path + ".exit")
+    except _MarkerUnreadable:
+        return "unreadable", None
+    if text is None:
+        return "running", None
+    value = text.strip()
+    if value == "superseded":
+        return "never", None
+    if value.isdigit():
+        return "exited", int(value)
+    return "unreadable", None
+
+
+def _exec_lost(ctx: StageContext, command: GuestCommand, marker: str | None = None) -> StageUncertain:
     """The stage's uncertainty about an exec that may have started in the guest: it is never issued again."""
-    return StageUncertain("reply_lost", "The reply to the guest-agent exec of %s was lost, so whether it ran in the guest is unknown; "
-                          "it is not repeated. Check the guest, then abandon the operation or record the outcome." % command.name,
-                          {"method": "POST", "path": ctx.vm_path + "/agent/exec", "params": {"command": list(command.argv)},
-                           "probe": command.name})
+    request: dict[str, t.Any] = {"method": "POST", "path": ctx.vm_path + "/agent/exec", "params": {"command": list(command.argv)},
+                                 "probe": command.name}
+    if marker is not None:
+        request["marker"] = marker
+    return StageUncertain("reply_lost", "The reply to the guest-agent exec of %s was lost and its marker in the guest could not be read, "
+                          "so whether it ran is unknown; it is not repeated. Check the guest (the files %s.*), then re-run, or abandon "
+                          "the operation." % (command.name, marker or "vmanyware-exec"), request)
 
 
 def _exec_status(ctx: StageContext, pid: int) -> dict[str, t.Any] | None:
@@ -686,7 +811,7 @@ class StageRunner:
             try:
                 data = self.client.request(request.method, request.path, request.params).get("data")
             except ProviderError as err:
-                if err.code in NOT_APPLIED_CODES:
+                if proves_not_applied(err):
                     self._refresh(ctx, self.store.record_not_sent(ctx.operation["operationId"], ctx.kind))
                     if err.code == "locked" and self.settings.clock() < lock_deadline:
                         self.settings.sleep(min(2.0, max(0.0, lock_deadline - self.settings.clock())))
@@ -762,19 +887,25 @@ class StageRunner:
         return self._resolve_by(ctx, self.logic.resolve_lost_reply(ctx), cause, error)
 
     def _resolve_by(self, ctx: StageContext, resolution: Resolution, cause: str, error: ProviderError | None = None) -> dict[str, t.Any]:
-        """Reads only, never a second submission: applied -> follow/observe it; a definite refusal -> pending; otherwise
-        read again within this run's wait budget, then ``uncertain`` (a later run reads again)."""
+        """Reads only: applied -> follow/observe it; proven never started (``Resolution.never_started``) -> pending and sent
+        once more in this run; otherwise read again within this run's wait budget, then ``uncertain`` (a later run reads
+        again). An HTTP error alone never proves anything here: a pre-check refusal was handled before (``proves_not_applied``)."""
         wait = self.settings.wait_budget if self.settings.wait_budget is not None else min(self._timeout, DEFAULT_RESOLVE_WAIT)
         deadline = self.settings.clock() + max(0.0, wait)
         interval = 0.5
         while True:
             if resolution.verdict == "applied":
                 return self._applied(ctx, resolution)
-            if resolution.verdict == "not_applied" and error is not None and error.details.get("status") == 500:
-                # Proxmox answered (its handler finished with an error) and reads show no effect: a
-                # definite refusal, so the stage may be dispatched again on a later run.
+            if resolution.verdict == "not_applied" and resolution.proven and ctx.record["status"] == "dispatching":
+                # The guest-side marker proves the command never started and never will (docs/stages.md, "Guest commands").
                 self._refresh(ctx, self.store.record_not_sent(ctx.operation["operationId"], ctx.kind))
-                raise self.logic.refused(ctx, error) from None
+                if not ctx.facts.get("resent"):
+                    ctx.facts["resent"] = True
+                    return self._dispatch(ctx)
+                if error is not None:
+                    raise self.logic.refused(ctx, error) from None
+                raise StageError("The request did not start; re-run to send it again.", code="outcome_uncertain",
+                                 details={"stage": ctx.kind, "cause": cause})
             remaining = deadline - self.settings.clock()
             if remaining <= 0 or resolution.final:
                 break
@@ -785,10 +916,17 @@ class StageRunner:
         message = resolution.message or (
             "Reads do not show the effect of %s %s, whose outcome is unknown; it is never sent again. Check the VM and the node's "
             "task list in Proxmox: re-run when the effect shows, or abandon the operation." % (request.get("method"), request.get("path")))
+        if resolution.proven:
+            message = resolution.message or (
+                "The guest command of %s %s provably never started (its marker in the guest says so and a late start is refused), "
+                "but the journal keeps the stage uncertain once it was; abandon the operation and provision again." % (
+                    request.get("method"), request.get("path")))
         self._uncertain(ctx, cause if cause in AMBIGUOUS_CODES else "reply_lost", message)
 
     def _applied(self, ctx: StageContext, resolution: Resolution) -> dict[str, t.Any]:
-        if ctx.record["status"] == "dispatching" or resolution.upid is not None:
+        if ctx.record["status"] == "uncertain" and resolution.upid is None and resolution.evidence:
+            self._refresh(ctx, self.store.record_evidence(ctx.operation["operationId"], ctx.kind, dict(resolution.evidence)))
+        elif ctx.record["status"] == "dispatching" or resolution.upid is not None:
             if ctx.record["status"] == "uncertain":
                 # The journal allows uncertain -> completed only; record the task through evidence.
                 self._refresh(ctx, self.store.record_evidence(ctx.operation["operationId"], ctx.kind,
@@ -805,20 +943,34 @@ class StageRunner:
         """The one way a stage runs a command in the guest (``StageContext.guest_exec``).
 
         Resume the PID journaled in ``command.slot`` by GET; else (the write checks first for a ``write`` command) journal
-        the started marker, exec, journal the PID; then poll ``exec-status`` until the command exits, ``deadline`` (epoch)
-        passes, or this run's wait budget (from ``started``) is spent. A marker without a PID (a lost reply, a crash
-        between exec and PID) raises ``StageUncertain``: the exec is never issued again.
+        the started marker (with the path of its marker in the guest), exec the wrapped command, journal the PID; then poll
+        ``exec-status`` until the command exits, ``deadline`` (epoch) passes, or this run's wait budget (from ``started``)
+        is spent. A marker without a PID (an ambiguous exec reply, a crash between exec and PID) is resolved through the
+        guest-side marker files (``exec_marker_state``): never started -> sent afresh; started -> its exit code is awaited
+        through the files; unreadable -> ``StageUncertain`` (the exec is never issued again).
         """
         if self.settings.check_mode:
             raise StageError("A guest command was requested in check mode.", code="internal_error")
         budget = self.settings.wait_budget
         budget_end = None if budget is None else (wall_clock() if started is None else started) + float(budget)
         since = wall_clock()  # when a marker lacks ``issuedAt`` (journaled by an older version)
+        sent = False
         while True:
             marker = self._journaled_marker(ctx, command)
             if marker is None:
+                now = wall_clock()
+                if sent and now >= deadline:  # sent afresh (never started) only within the deadline and the wait budget
+                    return GuestOutcome("timeout", None)
+                if sent and budget_end is not None and now >= budget_end:
+                    return GuestOutcome("running", None)
+                sent = True
                 marker = self._start_exec(ctx, command)
                 self._pause(marker, since, deadline, budget_end)  # it has hardly started: read its status after the first pause
+            if marker.get("pid") is None:
+                followed = self._follow_marker(ctx, command, marker, since, deadline, budget_end)
+                if followed is None:
+                    continue  # never started (or a repeatable command that exited): run it afresh
+                return followed
             pid = t.cast(int, marker["pid"])
             try:
                 status = _exec_status(ctx, pid)
@@ -829,8 +981,12 @@ class StageRunner:
                 if command.repeatable:
                     self._record_evidence(ctx, {command.slot: None})
                     continue
-                self._record_evidence(ctx, {command.slot: dict(marker, exitcode=None)})
-                return GuestOutcome("exited", pid)
+                exitcode = None
+                if isinstance(marker.get("file"), str):  # the wrapper recorded the exit code in the guest
+                    state, code = exec_marker_state(ctx, marker["file"])
+                    exitcode = code if state == "exited" else None
+                self._record_evidence(ctx, {command.slot: dict(marker, exitcode=exitcode)})
+                return GuestOutcome("exited", pid, exitcode)
             if status is not None:
                 self._record_evidence(ctx, {command.slot: None if command.repeatable else dict(marker, exitcode=status["exitcode"])})
                 return GuestOutcome("exited", pid, status["exitcode"], status["out"], status["err"])
@@ -839,6 +995,45 @@ class StageRunner:
                 return GuestOutcome("timeout", pid)
             if budget_end is not None and now >= budget_end:
                 return GuestOutcome("running", pid)
+            self._pause(marker, since, deadline, budget_end)
+
+    def _follow_marker(self, ctx: StageContext, command: GuestCommand, marker: dict[str, t.Any], since: float, deadline: float,
+                       budget_end: float | None) -> GuestOutcome | None:
+        """A command whose PID is unknown, followed through its marker files in the guest (``exec_marker_state``).
+
+        None: it never started (its journaled marker is cleared, so the caller sends it afresh), or a repeatable command
+        exited (cleared too: run again for its output). Otherwise its outcome (``pid`` None; no output for a command
+        followed this way). Unreadable files raise ``StageUncertain``.
+        """
+        path = t.cast(str, marker["file"])
+        unreadable_since: float | None = None
+        while True:
+            state, code = exec_marker_state(ctx, path)
+            if state == "unreadable":
+                # The agent may be back in a moment (a busy or restarting agent): read again for a while, never exec again.
+                now = wall_clock()
+                unreadable_since = now if unreadable_since is None else unreadable_since
+                if now >= deadline or (budget_end is not None and now >= budget_end) or now - unreadable_since >= DEFAULT_RESOLVE_WAIT:
+                    raise _exec_lost(ctx, command, path)
+                self._pause(marker, since, deadline, budget_end)
+                continue
+            unreadable_since = None
+            if state == "never" and not command.repeatable:
+                # Only after ``.started`` was seen, in the race the wrapper settles by finding ``.superseded``: it did not
+                # run. Never sent afresh from here (a non-repeatable command is the stage's request): the caller's reads decide.
+                self._record_evidence(ctx, {command.slot: dict(marker, exitcode=None)})
+                return GuestOutcome("exited", None)
+            if state == "never" or (state == "exited" and command.repeatable):
+                self._record_evidence(ctx, {command.slot: None})
+                return None
+            if state == "exited":
+                self._record_evidence(ctx, {command.slot: dict(marker, exitcode=code)})
+                return GuestOutcome("exited", None, code)
+            now = wall_clock()
+            if now >= deadline:
+                return GuestOutcome("timeout", None)
+            if budget_end is not None and now >= budget_end:
+                return GuestOutcome("running", None)
             self._pause(marker, since, deadline, budget_end)
 
     def _pause(self, marker: t.Mapping[str, t.Any], since: float, deadline: float, budget_end: float | None) -> None:
@@ -855,7 +1050,8 @@ class StageRunner:
         self.settings.sleep(min(interval, max(0.0, until - now)))
 
     def _journaled_marker(self, ctx: StageContext, command: GuestCommand) -> dict[str, t.Any] | None:
-        """The marker of ``command`` with its PID; None when none is running; a started exec without a PID is uncertain."""
+        """The marker of ``command`` with its PID, or with its guest-side marker file when the PID is unknown; None when none
+        is running. A started exec with neither (journaled by an older version, without the wrapper) is uncertain."""
         marker = ctx.evidence().get(command.slot)
         if not isinstance(marker, dict) or marker.get("probe") != command.name or "exitcode" in marker:
             return None
@@ -863,29 +1059,37 @@ class StageRunner:
         if isinstance(pid, int) and not isinstance(pid, bool):
             return dict(marker)
         if marker.get("submissionStarted"):
+            if isinstance(marker.get("file"), str):
+                return dict(marker, pid=None)
             raise _exec_lost(ctx, command)
         return None
 
     def _start_exec(self, ctx: StageContext, command: GuestCommand) -> dict[str, t.Any]:
-        """``POST {vm}/agent/exec`` with the argument array, between the started marker and the PID (both journaled)."""
+        """``POST {vm}/agent/exec`` of the wrapped command, between the started marker and the PID (both journaled).
+
+        The marker names its file in the guest (unique to the operation, the slot and this attempt) before the exec is sent.
+        A reply that proves a pre-check refusal (``proves_not_applied``) clears it; any other failure, or a reply without a
+        PID, returns it without a PID: the caller resolves it through the guest-side files."""
         if command.write:
             self._require_write_allowed(ctx)
         self._stop_if_cancelled()
-        marker: dict[str, t.Any] = {"probe": command.name, "pid": None, "submissionStarted": True, "issuedAt": round(wall_clock(), 3)}
+        issued = round(wall_clock(), 3)
+        path = exec_marker_path(ctx.operation["operationId"], command.slot, int(issued * 1000))
+        marker: dict[str, t.Any] = {"probe": command.name, "pid": None, "submissionStarted": True, "issuedAt": issued, "file": path}
         self._record_evidence(ctx, {command.slot: marker})
         try:
-            data = self.client.post(ctx.vm_path + "/agent/exec", command=list(command.argv))
+            data = self.client.post(ctx.vm_path + "/agent/exec", command=wrap_guest_argv(path, command.argv))
         except ProviderError as err:
-            if err.code in _EXEC_AMBIGUOUS or (err.code == "server_error" and err.details.get("status") != 500 and agent_reason(err) is None):
-                raise _exec_lost(ctx, command) from None
-            self._record_evidence(ctx, {command.slot: None})  # a definite answer: nothing started in the guest
+            if not proves_not_applied(err):
+                return marker  # it may run in the guest (``guest-exec failed - got timeout``): the marker decides
+            self._record_evidence(ctx, {command.slot: None})  # a pre-check refusal: nothing started in the guest
             if agent_reason(err) == "exec_disabled":
                 raise StageError("The guest agent refuses guest-exec; enable it in the guest's qemu-guest-agent configuration.",
                                  code="guest_exec_unavailable", details={"stage": ctx.kind}) from None
             raise
         pid = data.get("pid") if isinstance(data, dict) else None
         if not isinstance(pid, int) or isinstance(pid, bool):
-            raise _exec_lost(ctx, command)
+            return marker
         marker["pid"] = pid
         self._record_evidence(ctx, {command.slot: marker})
         return marker

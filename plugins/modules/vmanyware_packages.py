@@ -12,8 +12,8 @@ short_description: Install the declared packages in the guest through the guest 
 version_added: 0.2.0
 description:
   - Stage C(packages) of an operation, present only when the definition declares packages.
-  - C(dpkg-query) (through C(agent/exec), no shell) decides what is missing; when everything is installed in the declared versions
-    nothing is installed.
+  - C(dpkg-query) (through C(agent/exec), as the positional parameters of one fixed POSIX C(sh) wrapper that records a marker in the
+    guest, never interpolated) decides what is missing; when everything is installed in the declared versions nothing is installed.
   - Otherwise runs C(apt-get update), then one C(apt-get install -y --no-install-recommends -- name[=version]...) with a fixed argument
     array, each PID journaled before it is polled, and verifies every package and version with C(dpkg-query).
   - A lost install reply is never re-run; C(dpkg-query) decides, else the stage stays C(uncertain).

@@ -232,20 +232,38 @@ def test_a_lost_submission_is_sent_exactly_once(sim: t.Any, tmp_path: Path, kind
 
 # -- 4: readiness probes ------------------------------------------------------------------------------------------------
 def test_a_lost_probe_reply_is_never_reissued(sim: t.Any, tmp_path: Path) -> None:
+    """issue 31: the probe's marker in the guest proves it started, so the run follows it through the marker and completes
+    without a second exec. With the marker unreadable (the agent stops answering file-read) the stage is uncertain and the
+    exec is still never issued again."""
     op = Op(sim, tmp_path, snapshot=False)
     op.run_until("readiness")
     sim.clear_requests()
     sim.add_fault("POST", gs.VM + "/agent/exec$", "drop_reply", occurrence=1)
-    error = op.fails("readiness", "outcome_uncertain", wait_budget=30.0)
+    assert op.run("readiness", wait_budget=30.0)["done"]
+    execs = sim.requests("POST", gs.VM + "/agent/exec$")
+    # the dropped probe was followed through its marker; the exited read-only probe then ran once more for its output
+    assert execs[0]["status"] == "dropped" and len(execs) == 2 and execs[0]["params"]["command"][4] != execs[1]["params"]["command"][4]
+    assert sim.requests("POST", gs.VM + "/agent/file-write$") == []  # it had started: nothing superseded
+
+
+def test_a_lost_probe_reply_with_an_unreadable_marker_is_uncertain_and_never_reissued(sim: t.Any, tmp_path: Path) -> None:
+    op = Op(sim, tmp_path, snapshot=False)
+    op.run_until("readiness")
+    sim.clear_requests()
+    sim.add_fault("POST", gs.VM + "/agent/exec$", "drop_reply", occurrence=1)
+    sim.add_fault("GET", gs.VM + "/agent/file-read$", "http_error", status=500, message="simulated failure")
+    error = op.fails("readiness", "outcome_uncertain", wait_budget=3.0)  # the marker is read again within the budget, then given up
     assert error.details["cause"] == "reply_lost" and "cloud-init-status" in error.message
     record = op.stage("readiness")
     assert record["status"] == "uncertain" and record["request"]["probe"] == "cloud-init-status"
     marker = record["evidence"]["probe"]
-    assert marker["submissionStarted"] is True and marker["pid"] is None
+    assert marker["submissionStarted"] is True and marker["pid"] is None and record["request"]["marker"] == marker["file"]
     deadline = record["evidence"]["deadline"]
-    op.fails("readiness", "outcome_uncertain", wait_budget=30.0)
+    op.fails("readiness", "outcome_uncertain", wait_budget=3.0)
     assert len(sim.requests("POST", gs.VM + "/agent/exec$")) == 1  # no second agent exec
     assert op.stage("readiness")["evidence"]["deadline"] == deadline  # never extended
+    sim.clear_faults()  # the marker can be read again: a later run resolves it and completes
+    assert op.run("readiness", wait_budget=30.0)["done"]
 
 
 def test_every_exec_is_marked_started_before_it_is_sent(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

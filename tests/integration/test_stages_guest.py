@@ -22,6 +22,7 @@ from pvesim.packageindex import load_index  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import EXEC_WRAPPER  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import CloudinitStage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.packages import PackagesStage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.readiness import ReadinessStage  # noqa: E402
@@ -169,7 +170,9 @@ def test_readiness_happy_rerun_and_handoff(sim: t.Any, tmp_path: Path) -> None:
     assert result["done"] and not result["changed"] and evidence["ipv4"].startswith("10.")
     # cloud-init is waited for by one exec; its status is first read a poll interval after it, never right away
     execs = sim.requests("POST", r"/agent/exec$")
-    assert [e["params"]["command"] for e in execs] == [["cloud-init", "status", "--long", "--wait"]]
+    # through the exec-marker wrapper (docs/stages.md, "Guest commands"): the fixed script, the marker, then the argv
+    assert [e["params"]["command"][5:] for e in execs] == [["cloud-init", "status", "--long", "--wait"]]
+    assert all(e["params"]["command"][:4] == ["/bin/sh", "-c", EXEC_WRAPPER, "vmanyware"] for e in execs)
     reads = sim.requests("GET", r"/agent/exec-status$")
     assert reads and reads[0]["time"] - execs[0]["time"] >= 0.09
     assert len(sim.requests("GET", r"/agent/file-read$")) == 3 and len(sim.requests("GET", r"/agent/network-get-interfaces$")) == 1
@@ -249,7 +252,7 @@ def test_packages_already_present_sends_no_install(sim: t.Any, tmp_path: Path) -
     result = env.run(PackagesStage())
     assert result["done"] and not result["changed"]
     commands = [e["params"]["command"] for e in sim.requests("POST", r"/agent/exec$")]
-    assert commands and all(c[0] == "dpkg-query" for c in commands)
+    assert commands and all(c[5] == "dpkg-query" for c in commands)
 
 
 def test_packages_version_missing(sim: t.Any, tmp_path: Path) -> None:
@@ -275,6 +278,27 @@ def test_packages_lost_install_reply_is_never_rerun(sim: t.Any, tmp_path: Path) 
     assert result["done"] and env.stage("packages")["evidence"]["packages"]["git"] == load_index()["git"][-1]
     installs = [e for e in sim.requests("POST", r"/agent/exec$") if "install" in e["params"]["command"]]
     assert len(installs) == 1
+
+
+@pytest.mark.parametrize("action", ["error_after_effect", "http_error"])
+def test_packages_install_with_a_500_is_resolved_by_its_marker_and_runs_once(sim: t.Any, tmp_path: Path, action: str) -> None:
+    """issue 31: ``guest-exec failed - got timeout`` while the install starts (error_after_effect) -> the marker shows it
+    started, the run follows it and never sends it again; a 500 before anything ran (http_error) -> the marker proves it
+    never started (and refuses a late start), so the same run sends it once more, with a new marker."""
+    env = gs.prepared(tmp_path, sim.connection, packages=[{"name": "git"}])
+    _through(env, "packages")
+    sim.clear_requests()
+    sim.add_fault("POST", r"/agent/exec$", action, occurrence=3, **({"status": 500, "message": "guest-exec failed - got timeout"}
+                                                                     if action == "http_error" else {}))
+    result = env.run(PackagesStage())
+    assert result["done"] and env.stage("packages")["evidence"]["packages"]["git"] == load_index()["git"][-1]
+    installs = [e for e in sim.requests("POST", r"/agent/exec$") if "install" in e["params"]["command"]]
+    markers = [e["params"]["command"][4] for e in installs]
+    writes = [e["params"]["file"] for e in sim.requests("POST", r"/agent/file-write$")]
+    if action == "error_after_effect":
+        assert len(installs) == 1 and writes == []
+    else:
+        assert len(installs) == 2 and markers[0] != markers[1] and writes == [markers[0] + ".superseded"]
 
 
 # -- snapshot -----------------------------------------------------------------------------------------

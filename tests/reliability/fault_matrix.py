@@ -75,6 +75,8 @@ def cases() -> list[Case]:
     out.append(Case("exec disabled", "packages", _every("packages", "POST", VM + r"/agent/exec$", "exec_disabled")))
     for stage in ("clone", "disk"):
         out.append(Case("disk full", stage, _one_shot(stage, "disk_full")))
+    for stage in ALL:
+        out.append(Case(AFTER_EFFECT, stage, _after_effect(stage)))
     out.extend(transport_cases())
     return out
 
@@ -98,6 +100,16 @@ def transport_cases() -> list[Case]:
     return out
 
 
+# A 500 after the effect: the handler ran (the task started, the command started in the guest), the reply says it failed.
+AFTER_EFFECT = "500 after the effect (error_after_effect)"
+
+
+def _after_effect(stage: str) -> list[dict[str, t.Any]]:
+    if stage == "readiness":  # its one request that starts work in the guest: the cloud-init probe's exec
+        return [{"stage": stage, "rule": {"method": "POST", "path": VM + r"/agent/exec$", "occurrence": 1, "action": "error_after_effect"}}]
+    return _one_shot(stage, "error_after_effect")
+
+
 def case_id(case: Case) -> str:
     return "%s@%s" % (case.fault, case.stage)
 
@@ -106,7 +118,7 @@ CI_CASES = {
     "reply lost after commit (drop_reply)@start", "request lost before it ran (drop_request)@clone", "HTTP 503@resources", "HTTP 596@clone",
     "timeout (delay 3 s > api_timeout 1.5 s)@disk",
     "task error@clone", "task WARNINGS: 2@snapshot", "VM is locked (backup)@cloudinit", "checksum mismatch@resources",
-    "exec disabled@packages", "disk full@disk", "DHCP never@readiness",
+    "exec disabled@packages", "disk full@disk", "DHCP never@readiness", "500 after the effect (error_after_effect)@packages",
 }
 
 # Observed outcome -> the contract. "completed": the same run completed (fault absorbed); "stopped X, re-run
@@ -129,17 +141,17 @@ EXPECTED: dict[str, str] = {
     'request lost before it ran (drop_request)@seed': 'completed',
     'request lost before it ran (drop_request)@start': 'uncertain reply_lost, still uncertain',
     'request lost before it ran (drop_request)@readiness': 'completed',
-    'request lost before it ran (drop_request)@packages': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@packages': 'completed',
     'request lost before it ran (drop_request)@snapshot': 'uncertain reply_lost, still uncertain',
-    'HTTP 500@clone': 'stopped server_error, re-run completes',
-    'HTTP 500@resources': 'stopped server_error, re-run completes',
-    'HTTP 500@disk': 'stopped server_error, re-run completes',
-    'HTTP 500@cloudinit': 'stopped server_error, re-run completes',
+    'HTTP 500@clone': 'uncertain server_error, still uncertain',
+    'HTTP 500@resources': 'uncertain server_error, still uncertain',
+    'HTTP 500@disk': 'uncertain server_error, still uncertain',
+    'HTTP 500@cloudinit': 'uncertain server_error, still uncertain',
     'HTTP 500@seed': 'completed',
-    'HTTP 500@start': 'stopped server_error, re-run completes',
+    'HTTP 500@start': 'uncertain server_error, still uncertain',
     'HTTP 500@readiness': 'stopped server_error, re-run completes',
-    'HTTP 500@packages': 'stopped server_error, re-run completes',
-    'HTTP 500@snapshot': 'stopped server_error, re-run completes',
+    'HTTP 500@packages': 'completed',
+    'HTTP 500@snapshot': 'uncertain server_error, still uncertain',
     'HTTP 503@clone': 'uncertain server_error, still uncertain',
     'HTTP 503@resources': 'uncertain server_error, still uncertain',
     'HTTP 503@disk': 'uncertain server_error, still uncertain',
@@ -147,7 +159,7 @@ EXPECTED: dict[str, str] = {
     'HTTP 503@seed': 'completed',
     'HTTP 503@start': 'uncertain server_error, still uncertain',
     'HTTP 503@readiness': 'stopped server_error, re-run completes',
-    'HTTP 503@packages': 'uncertain server_error, still uncertain',
+    'HTTP 503@packages': 'completed',
     'HTTP 503@snapshot': 'uncertain server_error, still uncertain',
     'HTTP 596@clone': 'uncertain server_error, still uncertain',
     'HTTP 596@resources': 'uncertain server_error, still uncertain',
@@ -156,7 +168,7 @@ EXPECTED: dict[str, str] = {
     'HTTP 596@seed': 'completed',
     'HTTP 596@start': 'uncertain server_error, still uncertain',
     'HTTP 596@readiness': 'stopped server_error, re-run completes',
-    'HTTP 596@packages': 'uncertain server_error, still uncertain',
+    'HTTP 596@packages': 'completed',
     'HTTP 596@snapshot': 'uncertain server_error, still uncertain',
     'timeout (delay 3 s > api_timeout 1.5 s)@clone': 'completed',
     'timeout (delay 3 s > api_timeout 1.5 s)@resources': 'completed',
@@ -199,6 +211,15 @@ EXPECTED: dict[str, str] = {
     'exec disabled@packages': 'failed guest_exec_unavailable',
     'disk full@clone': 'failed task_failed',
     'disk full@disk': 'failed task_failed',
+    '500 after the effect (error_after_effect)@clone': 'completed',
+    '500 after the effect (error_after_effect)@resources': 'completed',
+    '500 after the effect (error_after_effect)@disk': 'completed',
+    '500 after the effect (error_after_effect)@cloudinit': 'completed',
+    '500 after the effect (error_after_effect)@seed': 'completed',
+    '500 after the effect (error_after_effect)@start': 'completed',
+    '500 after the effect (error_after_effect)@readiness': 'completed',
+    '500 after the effect (error_after_effect)@packages': 'completed',
+    '500 after the effect (error_after_effect)@snapshot': 'completed',
 }
 
 # The transport edges (transport_cases): a post-send failure is resolved by reads (completed, never re-sent); a

@@ -402,7 +402,8 @@ def _command(entry: dict[str, t.Any]) -> str:
 PRE_HANDLER_ACTIONS = ("http_error", "lock_timeout", "vm_locked")
 
 
-def mutation_counts(entries: list[dict[str, t.Any]], vmid: int, faults: list[dict[str, t.Any]] | None = None) -> dict[str, int]:
+def mutation_counts(entries: list[dict[str, t.Any]], vmid: int, faults: list[dict[str, t.Any]] | None = None,
+                    not_run: t.Collection[str] = ()) -> dict[str, int]:
     """Mutating requests for ``vmid`` that reached the simulator's handler.
 
     Not counted: requests PVE refuses before its handler (auth, permission, schema: 400/401/403/501) and, with
@@ -436,7 +437,10 @@ def mutation_counts(entries: list[dict[str, t.Any]], vmid: int, faults: list[dic
         elif path == vm + "/snapshot" and entry["method"] == "POST":
             counts["snapshot"] += 1
         elif path == vm + "/agent/exec" and re.search(r"apt-get install", _command(entry)):
-            counts["install"] += 1
+            command = entry.get("params", {}).get("command")
+            # A copy the guest's exec-marker wrapper refused (superseded before it reached the wrapper) installed nothing.
+            if not (isinstance(command, list) and len(command) > 4 and command[4] in not_run):
+                counts["install"] += 1
         elif path == vm + "/config" and entry["method"] == "PUT":
             other["config"] += 1
         elif path == vm + "/cloudinit" and entry["method"] == "PUT":
@@ -444,6 +448,16 @@ def mutation_counts(entries: list[dict[str, t.Any]], vmid: int, faults: list[dic
     if OTHER_COUNTS is not None:
         OTHER_COUNTS.update(other)
     return counts
+
+
+def wrapper_not_run(sim: t.Any, vmid: int) -> set[str]:
+    """The exec markers whose command the simulated guest's wrapper did not run (superseded, or a marker run before), from
+    the guest itself (``GET /_pvesim/vms/{vmid}``: ``exec_wrapper``), independent of the collection's journal."""
+    try:
+        info = sim.admin.vm(vmid)
+    except Exception:  # pylint: disable=broad-exception-caught  # no such VM (any more): nothing ran there
+        return set()
+    return {marker for marker, what in (info.get("exec_wrapper") or {}).items() if what != "ran"}
 
 
 # Informational: PUT config / PUT cloudinit requests that reached the handler in the last mutation_counts call.
@@ -622,7 +636,7 @@ def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook
             outcome = status
             break
     entries = sim.admin.requests()
-    counts = mutation_counts(entries, spec.vmid)
+    counts = mutation_counts(entries, spec.vmid, not_run=wrapper_not_run(sim, spec.vmid))
     resent = resent_submissions(entries, spec.vmid)
     duplicates = {k: v for k, v in counts.items() if v > 1}
     mismatch: list[str] = []

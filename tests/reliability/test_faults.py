@@ -73,7 +73,7 @@ def observe(sim: rs.Simulator, case: fm.Case, workdir: Path) -> dict[str, object
                     break
             outcome = "%s, %s" % (label, final)
     entries = sim.admin.requests()
-    counts = rs.mutation_counts(entries, fm.VMID, faults)
+    counts = rs.mutation_counts(entries, fm.VMID, faults, not_run=rs.wrapper_not_run(sim, fm.VMID))
     other = dict(rs.OTHER_COUNTS or {})
     return {"config_puts": other.get("config"), "cloudinit_puts": other.get("cloudinit"), "resent": rs.resent_submissions(entries, fm.VMID),
             "case": fm.case_id(case), "fault": case.fault, "stage": case.stage, "outcome": outcome, "torn": torn,

@@ -135,7 +135,10 @@ GUEST_AGENT = (
     Requirement(TARGET, "VM.Monitor", max_major=8),
 )
 _QEMU = "/nodes/{node}/qemu/{vmid}"
-_AGENT_EXEC = (Endpoint("POST", _QEMU + "/agent/exec"), Endpoint("GET", _QEMU + "/agent/exec-status"))
+# A guest command runs through the exec-marker wrapper (docs/stages.md, "Guest commands"): its marker files are read with
+# file-read and a late start is refused with file-write; VM.GuestAgent.Unrestricted (exec) covers both.
+_AGENT_EXEC = (Endpoint("POST", _QEMU + "/agent/exec"), Endpoint("GET", _QEMU + "/agent/exec-status"),
+               Endpoint("GET", _QEMU + "/agent/file-read"), Endpoint("POST", _QEMU + "/agent/file-write"))
 
 
 def _vm(kind: str, logic_class: str, **fields: t.Any) -> StageSpec:
@@ -173,8 +176,7 @@ STAGES: tuple[StageSpec, ...] = (
     _vm("start", "StartStage", purpose="start the VM",
         privileges=(Requirement(TARGET, "VM.PowerMgmt"),), endpoints=(Endpoint("POST", _QEMU + "/status/start"),)),
     _vm("readiness", "ReadinessStage", purpose="wait for the guest agent and cloud-init", privileges=GUEST_AGENT,
-        endpoints=(Endpoint("POST", _QEMU + "/agent/ping"), Endpoint("GET", _QEMU + "/agent/network-get-interfaces"), *_AGENT_EXEC,
-                   Endpoint("GET", _QEMU + "/agent/file-read"))),
+        endpoints=(Endpoint("POST", _QEMU + "/agent/ping"), Endpoint("GET", _QEMU + "/agent/network-get-interfaces"), *_AGENT_EXEC)),
     _vm("packages", "PackagesStage", when=has_packages, purpose="install packages through the guest agent", privileges=GUEST_AGENT,
         endpoints=_AGENT_EXEC),
     _vm("snapshot", "SnapshotStage", when=wants_snapshot, purpose="take the final snapshot",

@@ -22,7 +22,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig impor
     read_status,
     vm_path,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import Request, Resolution, StageContext, StageError, StageLogic, accept_task
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook, Decision, Observations, single_ok
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import (
     binding_description,
@@ -135,11 +135,8 @@ class CloneStage(StageLogic, AdoptionHook):
         return refusal_for_taken_vmid(ctx, err, "taken_before_clone")
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
-        upid = parse_upid(data)
         # The id field of a qmclone UPID is the SOURCE VMID (fork_worker('qmclone', $vmid, ...)).
-        if upid.type != self.task_type or upid.node != ctx.mapping["node"] or upid.id != str(self.template_vmid(ctx)):
-            raise StageError("Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response")
-        return upid.raw, {}
+        return accept_task(data, task_type="qmclone", node=ctx.mapping["node"], task_id=str(self.template_vmid(ctx))), {}
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         config = read_config_or_none(ctx)

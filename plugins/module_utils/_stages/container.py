@@ -41,7 +41,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import P
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import PROVISIONING_GATE, SNAPSHOTS_GATE
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import parse_property_string, read_status
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (Request, Resolution, StageContext, StageError, StageInProgress,
-                                                                               StageLogic)
+                                                                               StageLogic, accept_task)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import CONTAINER, build_logic, stage_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import (TASK_SINCE_SLACK, binding_description, dispatched_epoch,
                                                                                        find_tasks, is_ours, read_config_or_none,
@@ -148,10 +148,7 @@ class ContainerTemplateStage(StageLogic):
         return Request("POST", "/nodes/%s/aplinfo" % ctx.node, {"storage": self._storage(ctx), "template": ctx.facts["template"]})
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
-        upid = parse_upid(data)
-        if upid.type != self.task_type or upid.node != ctx.node or upid.id != request.params["template"]:
-            raise StageError("Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response")
-        return upid.raw, {}
+        return accept_task(data, task_type="download", node=ctx.node, task_id=str(request.params["template"])), {}
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         if "template" not in ctx.facts:
@@ -260,12 +257,6 @@ class ContainerCreateStage(StageLogic):
         """``CT N already exists`` / ``VM N already exists``: another client took the VMID after the preconditions read it free."""
         return refusal_for_taken_vmid(ctx, err, "taken_before_create")
 
-    def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
-        upid = parse_upid(data)
-        if upid.type != self.task_type or upid.node != ctx.node or upid.id != str(ctx.vmid):
-            raise StageError("Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response")
-        return upid.raw, {}
-
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         try:
             config = require_ours(ctx)
@@ -338,12 +329,6 @@ class ContainerStartStage(StageLogic):
 
     def request(self, ctx: StageContext) -> Request | None:
         return None if ctx.facts.get("running") else Request("POST", ctx.vm_path + "/status/start", {})
-
-    def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
-        upid = parse_upid(data)
-        if upid.type != self.task_type or upid.node != ctx.node or upid.id != str(ctx.vmid):
-            raise StageError("Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response")
-        return upid.raw, {}
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         state = power_state(ctx)
@@ -515,12 +500,6 @@ class ContainerSnapshotStage(StageLogic):
             return None
         return Request("POST", ctx.vm_path + "/snapshot", {
             "snapname": name, "description": "vmanyware operation %s (%s)" % (ctx.operation["operationId"], ctx.plan["definitionName"])})
-
-    def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
-        upid = parse_upid(data)
-        if upid.type != self.task_type or upid.node != ctx.node or upid.id != str(ctx.vmid):
-            raise StageError("Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response")
-        return upid.raw, {}
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         name = snapshot_name(ctx.operation["operationId"])

@@ -23,7 +23,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common i
     require_clone_identity,
     require_digest,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid
 
 
 def requested_bytes(ctx: StageContext) -> int:
@@ -68,12 +67,6 @@ class DiskStage(StageLogic, AdoptionHook):
         if digest:
             params["digest"] = digest
         return Request("PUT", ctx.vm_path + "/resize", params)
-
-    def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
-        upid = parse_upid(data)
-        if upid.type != self.task_type or upid.node != ctx.node or upid.id != str(ctx.vmid):
-            raise StageError("Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response")
-        return upid.raw, {}
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         config = read_config(ctx.client, ctx.vm_path)

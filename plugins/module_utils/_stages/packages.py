@@ -5,7 +5,8 @@
 
 """Stage ``packages`` (only when the definition declares packages): install them through the guest agent.
 
-No shell is involved: every command is a fixed argument array passed to ``agent/exec``.
+Every command is a fixed argument array, passed to ``agent/exec`` as the positional parameters of the one fixed
+exec-marker wrapper (``_stage.EXEC_WRAPPER``, a POSIX ``/bin/sh`` script that never interpolates them).
 
 1. ``dpkg-query --showformat=<fmt> -W -- name...`` (read-only) decides what is missing; when every
    package is installed in the declared version (or any version when none is declared) the stage
@@ -17,12 +18,16 @@ No shell is involved: every command is a fixed argument array passed to ``agent/
    durably, its PID journaled with the submission, then polled.
 4. ``dpkg-query`` verifies each package and version.
 
-Every command runs through the runner's guest-exec helper (``StageContext.guest_exec``): a started
-marker is journaled, then its PID, before ``exec-status`` is polled; an exec whose reply was lost
-is never repeated. The install is the stage's request (dispatched by the runner, its PID journaled
-with the submission); the helper resumes it by that PID. A lost install reply is never re-run: ``dpkg-query``
-decides (all installed -> applied), else the stage stays ``uncertain``. ``apt-get update`` and the
-install are new writes: the gates (and the catalog, when given) are checked before each.
+Every command runs through the runner's guest-exec helper (``StageContext.guest_exec``) and the exec-marker
+wrapper (``_stage.EXEC_WRAPPER``, docs/stages.md "Guest commands"): a started marker naming its file in the guest
+is journaled, then its PID, before ``exec-status`` is polled. The install is the stage's request (dispatched by
+the runner, wrapped with a marker unique to the operation and the dispatch attempt, its PID journaled with the
+submission); the helper resumes it by that PID. An install whose reply was lost or ambiguous (a 500 such as
+``guest-exec failed - got timeout``) is resolved by its marker: started -> its exit code is awaited through the
+marker files, then ``dpkg-query`` verifies; never started (and a late start refused) -> the stage is pending and
+the install is sent once more; unreadable -> ``dpkg-query`` decides (all installed -> applied), else the stage
+stays ``uncertain``. ``apt-get update`` and the install are new writes: the gates (and the catalog, when given)
+are checked before each.
 
 This is a private module_utils file: not a public API.
 """
@@ -41,7 +46,11 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageError,
     StageInProgress,
     StageLogic,
+    exec_marker_path,
+    exec_marker_state,
+    marker_of_argv,
     wall_clock,
+    wrap_guest_argv,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest
 
@@ -137,16 +146,23 @@ class PackagesStage(StageLogic):
         missing = ctx.facts.get("missing", ctx.plan["packages"])
         if not missing:
             return None
-        return Request("POST", ctx.vm_path + "/agent/exec", {"command": install_argv(missing)})
+        # The marker is unique to this dispatch (attempts counts dispatches, so a re-dispatch gets a new one).
+        attempts = next((int(item["attempts"]) for item in ctx.operation.get("stages", ()) if item.get("kind") == ctx.kind), 0)
+        marker = exec_marker_path(ctx.operation["operationId"], "install", attempts + 1)
+        return Request("POST", ctx.vm_path + "/agent/exec", {"command": wrap_guest_argv(marker, install_argv(missing))})
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
         if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
             raise StageError("The guest agent answered exec with an unexpected body.", code="unexpected_response")
-        return None, {"install": {"probe": INSTALL_PROBE_NAME, "pid": data["pid"], "issuedAt": round(wall_clock(), 3)}}
+        install = {"probe": INSTALL_PROBE_NAME, "pid": data["pid"], "issuedAt": round(wall_clock(), 3)}
+        marker = marker_of_argv(request.params.get("command"))
+        if marker is not None:
+            install["file"] = marker
+        return None, {"install": install}
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         marker = ctx.evidence().get("install")
-        if isinstance(marker, dict) and isinstance(marker.get("pid"), int) and "exitcode" not in marker:
+        if isinstance(marker, dict) and (isinstance(marker.get("pid"), int) or isinstance(marker.get("file"), str)) and "exitcode" not in marker:
             self._await_install(ctx, marker)
         installed = self._installed(ctx)
         missing = missing_packages(ctx.plan["packages"], installed)
@@ -171,6 +187,16 @@ class PackagesStage(StageLogic):
                              details={"stage": ctx.kind, "exitcode": outcome.exitcode})
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
+        request = ctx.record.get("request") or {}
+        marker = marker_of_argv((request.get("params") or {}).get("command")) if "probe" not in request else None
+        if marker is not None:
+            state, _code = exec_marker_state(ctx, marker)
+            if state == "never":
+                return Resolution.never_started()
+            if state in ("running", "exited"):
+                # Started: follow it through its marker files (``_await_install``), then dpkg-query verifies.
+                return Resolution.applied(install={"probe": INSTALL_PROBE_NAME, "pid": None, "submissionStarted": True,
+                                                   "issuedAt": round(wall_clock(), 3), "file": marker}, installResolvedBy="marker")
         try:
             installed = self._installed(ctx)
         except (ProviderError, StageError, StageInProgress):

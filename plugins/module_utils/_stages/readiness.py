@@ -12,9 +12,10 @@ Everything that must survive a crash is journaled in the stage evidence, by the 
 - the deadline (``readiness_timeout`` seconds, epoch): the ``checkpoint`` when the stage first
   starts, never extended by re-runs;
 - the cloud-init probe runs through ``StageContext.guest_exec`` (started marker, exec, PID, then
-  ``exec-status``; a journaled PID resumes by GET; a lost exec reply is never repeated: the stage
-  is ``uncertain``). It is one ``cloud-init status --long --wait``: the guest waits for cloud-init
-  to finish, the stage only polls the one PID (``_stage.EXEC_POLL_*``), instead of running a new
+  ``exec-status``; a journaled PID resumes by GET; an exec with an unknown outcome is resolved by its
+  marker in the guest (docs/stages.md, "Guest commands"): never started -> run afresh, started ->
+  followed, unreadable -> the stage is ``uncertain`` and a later run reads the marker again). It is
+  one ``cloud-init status --long --wait``: the guest waits for cloud-init to finish, the stage only polls the one PID (``_stage.EXEC_POLL_*``), instead of running a new
   probe (exec and status reads) every interval.
 
 Ready means: the agent answers ``ping``, cloud-init reports ``done`` (``error``/``degraded``, exit
@@ -45,6 +46,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageInProgress,
     StageLogic,
     agent_reason,
+    exec_marker_state,
     wall_clock,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest, common
@@ -210,6 +212,15 @@ class ReadinessStage(StageLogic, AdoptionHook):
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
         request = ctx.record.get("request") or {}
+        marker = request.get("marker")
+        if isinstance(marker, str):
+            # The probe's marker in the guest is readable now: observe's guest_exec follows it (started) or runs the
+            # read-only probe afresh (never started, a late start refused), from the marker journaled in the evidence.
+            if exec_marker_state(ctx, marker)[0] != "unreadable":
+                return Resolution.applied()
+            return Resolution.undecidable("The guest-agent exec of %s had an unknown outcome and its marker in the guest (%s.*) cannot be "
+                                          "read yet; re-run when the guest agent answers, or abandon the operation." % (
+                                              request.get("probe", "a probe"), marker))
         return Resolution.undecidable("The reply to the guest-agent exec of %s was lost, so whether it ran in the guest is unknown; "
                                       "it is not repeated. Check the guest, then abandon the operation." % request.get("probe", "a probe"), final=True)
 

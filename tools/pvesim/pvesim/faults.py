@@ -30,6 +30,8 @@ the Nth matching request only (1-based); ``"every"`` on all of them. Actions and
 - ``agent_not_running``: agent calls answer ``QEMU guest agent is not running``.
 - ``dhcp_never``, ``cloudinit_error``, ``exec_disabled``: passed to the simulated guest.
 - ``disk_full``: clone/resize tasks fail with a no-space error.
+- ``error_after_effect``: the handler runs (its effect happens: a task starts, an ``agent/exec`` command starts in the
+  guest), then the reply is HTTP ``status`` (default 500) with ``message`` (default ``guest-exec failed - got timeout``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ from .datafile import load_data_file
 
 ACTIONS = frozenset({"drop_reply", "drop_request", "delay", "http_error", "task_error", "task_warnings", "lock_timeout", "vm_locked",
                      "checksum_mismatch", "agent_not_running", "dhcp_never", "cloudinit_error", "exec_disabled", "disk_full"})
+ACTIONS = ACTIONS | {"error_after_effect"}  # its own line: a 500 (or ``status``) after the handler ran (see the module docstring)
+# ``error_after_effect``'s reply when the rule names none: what PVE answers when the agent is busy (the command may run).
+ERROR_AFTER_EFFECT_MESSAGE = "guest-exec failed - got timeout"
 GUEST_ACTIONS = frozenset({"agent_not_running", "dhcp_never", "cloudinit_error", "exec_disabled"})
 # Transport faults: the reply's TLS stream broken, an oversized reply, and the certificate of later connections.
 TRANSPORT_ACTIONS = frozenset({"tls_abort_reply", "oversized_reply", "cert_swap"})

@@ -611,6 +611,18 @@ class RealGuest:
         res = self._call("guest-exec", args)
         return int(res["pid"])
 
+    def file_write(self, path: str, content: str) -> None:
+        """``POST .../agent/file-write``: what PVE does (guest-file-open mode ``w``, guest-file-write, guest-file-close)."""
+        with self._qga_lock, self._session() as session:
+            handle = session.call("guest-file-open", {"path": path, "mode": "w"})
+            try:
+                session.call("guest-file-write", {"handle": handle, "buf-b64": base64.b64encode(content.encode("utf-8")).decode()})
+            finally:
+                try:
+                    session.call("guest-file-close", {"handle": handle})
+                except AgentCommandError:
+                    pass
+
     def exec_status(self, pid: int) -> dict[str, t.Any]:
         """``GET .../agent/exec-status``: base64 ``out-data``/``err-data`` decoded, booleans as 0/1 (like PVE)."""
         res = dict(self._call("guest-exec-status", {"pid": int(pid)}) or {})

@@ -31,7 +31,7 @@ from .api import ApiError, Call, Sim
 from .certs import make_certs
 from .clock import Clock
 from .datafile import load_data_file
-from .faults import DEFAULT_OVERSIZED_BYTES, FaultSet, FaultSpecError
+from .faults import DEFAULT_OVERSIZED_BYTES, ERROR_AFTER_EFFECT_MESSAGE, FaultSet, FaultSpecError
 from .schema import NoSuchMethod, NoSuchPath, Schema, errors_to_dict, validate_params
 from .state import State
 from .storagelock import StorageLocks
@@ -328,6 +328,9 @@ class App:
             raise DropReply()
         if any(f.action == "tls_abort_reply" for f in call.faults):
             raise AbortTLSReply()
+        for f in call.faults:
+            if f.action == "error_after_effect":  # the effect happened above; the reply says it failed
+                return error_reply(ApiError(int(f.params.get("status", 500)), str(f.params.get("message", ERROR_AFTER_EFFECT_MESSAGE))))
         out: dict[str, t.Any] = {"data": data}
         if call.extra.get("total"):
             out["total"] = call.extra["total"]

@@ -12,6 +12,7 @@ import os
 import socket
 import tempfile
 import time
+import typing as t
 import pytest
 import requests
 
@@ -208,3 +209,58 @@ def _non_loopback_ip() -> str:
         pass
     pytest.skip("no non-loopback address")
     return ""  # pragma: no cover
+
+
+def test_error_after_effect_runs_the_handler_then_answers_500(api: Api, pvesim: PvesimAdmin) -> None:
+    pvesim.add_fault(method="POST", path=r"/qemu/9000/clone$", action="error_after_effect", occurrence=1)
+    resp = api.post(f"{N}/qemu/9000/clone", newid=201, full=1)
+    assert resp.status_code == 500 and resp.json()["message"] == "guest-exec failed - got timeout\n"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not [t for t in pvesim.tasks() if t.get("type") == "qmclone" and t.get("status") == "OK"]:
+        time.sleep(0.05)
+    assert api.get(f"{N}/qemu/201/config").status_code == 200  # the clone happened although the reply said it failed
+    pvesim.add_fault(method="POST", path=r"/status/start$", action="error_after_effect", occurrence=1, status=503, message="busy")
+    resp = api.post(f"{N}/qemu/201/status/start")
+    assert resp.status_code == 503 and resp.json()["message"] == "busy\n"
+
+
+def _booted(api: Api) -> None:
+    api.run("POST", "/nodes/pve-test/qemu/9000/clone", newid=201, name="web-1", full=1)
+    api.run("POST", f"{N}/qemu/201/status/start")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and api.post(f"{N}/qemu/201/agent/ping").status_code != 200:
+        time.sleep(0.05)
+
+
+def _guest_file(api: Api, path: str) -> str | None:
+    resp = api.get(f"{N}/qemu/201/agent/file-read", file=path)
+    return t.cast(str, resp.json()["data"]["content"]) if resp.status_code == 200 else None
+
+
+def test_error_after_effect_on_agent_exec_starts_the_wrapped_command_in_the_guest(api: Api, pvesim: PvesimAdmin) -> None:
+    from pvesim.guest.commands import EXEC_WRAPPER  # pylint: disable=import-outside-toplevel
+    _booted(api)
+    marker = "/var/lib/vmanyware-exec-test-1"
+    pvesim.add_fault(method="POST", path=r"/agent/exec$", action="error_after_effect", occurrence=1)
+    resp = api.req("POST", f"{N}/qemu/201/agent/exec", data={"command": ["/bin/sh", "-c", EXEC_WRAPPER, "vmanyware", marker, "/bin/false"]})
+    assert resp.status_code == 500 and resp.json()["message"] == "guest-exec failed - got timeout\n"
+    # The command started all the same: the wrapper's marker shows it, and its exit code once it ended.
+    assert _guest_file(api, marker + ".started") == ""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _guest_file(api, marker + ".exit") is None:
+        time.sleep(0.05)
+    assert _guest_file(api, marker + ".exit") == "1\n"
+    # The same marker never runs twice; a superseded one never runs (it records that instead of an exit code).
+    again = api.data(api.req("POST", f"{N}/qemu/201/agent/exec", data={"command": ["/bin/sh", "-c", EXEC_WRAPPER, "vmanyware", marker,
+                                                                                      "/bin/true"]}))["pid"]
+    time.sleep(0.3)
+    assert api.data(api.get(f"{N}/qemu/201/agent/exec-status", pid=again))["exitcode"] == 125
+    late = "/var/lib/vmanyware-exec-test-2"
+    assert api.post(f"{N}/qemu/201/agent/file-write", file=late + ".superseded", content="superseded\n").status_code == 200
+    assert _guest_file(api, late + ".started") is None
+    api.req("POST", f"{N}/qemu/201/agent/exec", data={"command": ["/bin/sh", "-c", EXEC_WRAPPER, "vmanyware", late, "/bin/true"]})
+    assert _guest_file(api, late + ".exit") == "superseded\n"
+    # Any other sh script is refused by the simulated guest (it runs only the wrapper).
+    other = api.data(api.req("POST", f"{N}/qemu/201/agent/exec", data={"command": ["/bin/sh", "-c", "true"]}))["pid"]
+    time.sleep(0.3)
+    assert api.data(api.get(f"{N}/qemu/201/agent/exec-status", pid=other))["exitcode"] == 2

@@ -58,7 +58,7 @@ def mismatches(cls: type) -> list[str]:
 
 
 def test_protocol_names_what_the_api_layer_calls() -> None:
-    assert set(_protocol_methods()) == {"ping", "network_get_interfaces", "get_osinfo", "get_info", "exec", "exec_status", "file_read",
+    assert set(_protocol_methods()) == {"ping", "network_get_interfaces", "get_osinfo", "get_info", "exec", "exec_status", "file_read", "file_write",
                                         "stop", "admin_info"}
     assert set(t.get_type_hints(GuestBackend)) == {"vmid", "faults", "timing"}
 
@@ -88,5 +88,5 @@ def test_instances_carry_the_attributes_the_api_reads(tmp_path: Path) -> None:
     for guest, vmid in ((simulated, 301), (real, 302)):
         assert isinstance(guest, GuestBackend)
         assert guest.vmid == vmid and isinstance(guest.faults, GuestFaults) and isinstance(guest.timing, GuestTiming)
-    assert simulated.admin_info() == {} and real.admin_info()["guest_backend"] == "real"
+    assert simulated.admin_info() == {"exec_wrapper": {}} and real.admin_info()["guest_backend"] == "real"
     simulated.stop(graceful=True)  # nothing to end for a simulated guest

@@ -70,6 +70,39 @@ def test_error_mapping_table(fixtures_dir: t.Any) -> None:
         assert "s3cr3t-user" not in text and "minimum value" not in text and "Configuration file" not in text and "9000" not in text
 
 
+# The recorded errors that prove a refusal before any effect (RESTHandler's checks, a lock, exists / does not exist).
+PRECHECK_CASES = {"token_invalid", "no_ticket", "perm_allocate", "perm_storage", "perm_sdn", "perm_plain", "no_such_path", "http_404",
+                  "config_missing", "storage_missing", "vm_locked", "lock_timeout", "digest", "already_exists_500", "nextid_taken",
+                  "param_invalid"}
+
+
+def test_only_a_reply_that_proves_a_pre_check_refusal_is_flagged_precheck(fixtures_dir: t.Any) -> None:
+    cases = _cases(fixtures_dir)
+    assert PRECHECK_CASES < {case["name"] for case in cases}
+    for case in cases:
+        err = map_http_error("POST", "/nodes/pve/qemu/9000/clone", case["status"], case["reason"], case["body"])
+        assert err.details["precheck"] is (case["name"] in PRECHECK_CASES), case["name"]
+
+
+@pytest.mark.parametrize("message,agent,precheck", [
+    ("QEMU guest agent is not running", "not_running", True),
+    ("No QEMU guest agent configured", "not_configured", True),
+    ("VM 201 is not running", "vm_not_running", True),
+    ("VM 201 qga command 'guest-exec' failed - The command guest-exec has been disabled for this instance", "exec_disabled", True),
+    ("Agent error: Guest agent command failed, error was 'Failed to execute child process \u201cx\u201d (Permission denied)'",
+     "exec_failed", True),
+    # The agent is busy: the command may run already, or later from the agent's queue. Unknown, never "not applied".
+    ("guest-exec failed - got timeout", None, False),
+    ("VM 201 qmp command 'guest-exec' failed - got timeout", None, False),
+    ("VM 201 qmp command 'guest-exec' failed - unable to connect to VM 201 qga socket - timeout after 31 retries", None, False),
+    ("simulated failure", None, False),
+])
+def test_agent_exec_500s_are_pre_check_only_for_the_agents_availability_checks(message: str, agent: str | None, precheck: bool) -> None:
+    err = map_http_error("POST", "/nodes/pve/qemu/201/agent/exec", 500, "", {"data": None, "message": message + "\n"})
+    assert err.code == "server_error" and err.details.get("agent") == agent and err.details["precheck"] is precheck
+    assert message not in json.dumps(err.to_result())  # the provider's text is read, never forwarded
+
+
 def test_error_mapping_over_the_wire(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, fixtures_dir: t.Any) -> None:
     cases = {c["name"]: c for c in _cases(fixtures_dir)}
     current: dict[str, t.Any] = {}

@@ -10,6 +10,7 @@ import pytest
 from hashed_plan import hashed_plan
 from pve_fake import FakeClient, in_turn
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import map_http_error
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
@@ -21,6 +22,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageRunner,
     StageSettings,
     StageUncertain,
+    accept_task,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import LOG_LINE_MAX, LOG_TAIL_LINES
 
@@ -53,6 +55,9 @@ class CloneLike(StageLogic):
 
     def request(self, ctx: StageContext) -> Request:
         return Request("POST", "/nodes/pve-test/qemu/9000/clone", {"newid": ctx.vmid, "full": 1})
+
+    def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
+        return accept_task(data, task_type="qmclone", node=ctx.node, task_id="9000"), {}  # as the clone: the template's id
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         return dict(self.observed)
@@ -348,10 +353,51 @@ def test_a_final_undecidable_verdict_is_not_waited_for(store: JournalStore, oper
 
 def test_a_definite_refusal_is_not_waited_for(store: JournalStore, operation_id: str) -> None:
     fake = FakeTime()
-    refused = ProviderError(code="server_error", details={"status": 500})
+    refused = map_http_error("POST", "/nodes/pve-test/qemu/9000/clone", 500, "", {"message": "VM is locked (backup)"})
+    logic = Sequenced(Resolution.not_applied())
     with pytest.raises(ProviderError):
-        _run(store, scripted([refused]), Sequenced(Resolution.not_applied()), operation_id, fake=fake)
-    assert fake.slept == [] and store.stage(store.load(operation_id), "clone")["status"] == "pending"
+        _run(store, scripted([refused]), logic, operation_id, fake=fake, lock_wait=0)
+    assert fake.slept == [] and logic.resolved == 0 and store.stage(store.load(operation_id), "clone")["status"] == "pending"
+
+
+@pytest.mark.parametrize("message", ["simulated failure", "VM 201 qmp command 'guest-exec' failed - got timeout", ""])
+def test_a_plain_500_is_unknown_resolved_by_reads_then_uncertain_never_sent_again(store: JournalStore, operation_id: str,
+                                                                                  message: str) -> None:
+    # A 500 whose text proves no pre-check refusal says nothing about the effect (the handler may have done its work).
+    error = map_http_error("POST", "/nodes/pve-test/qemu/9000/clone", 500, "", {"message": message})
+    assert error.details["precheck"] is False
+    client = scripted([error])
+    logic = Sequenced(Resolution.not_applied())
+    causes = []
+    for _attempt in range(2):
+        with pytest.raises(VmanywareError) as info:
+            _run(store, client, logic, operation_id, wait_budget=1.0)
+        assert info.value.code == "outcome_uncertain"
+        causes.append(info.value.details["cause"])
+    assert causes[0] == "server_error"  # a later run resolves the recorded submission by reads (its cause: the reply was lost)
+    assert len(sent(client)) == 1 and logic.resolved >= 2
+    assert store.stage(store.load(operation_id), "clone")["status"] == "uncertain"
+
+
+def test_a_plain_500_is_applied_when_reads_show_the_effect(store: JournalStore, operation_id: str) -> None:
+    error = map_http_error("POST", "/nodes/pve-test/qemu/9000/clone", 500, "", {"message": "got timeout"})
+    client = scripted([error])
+    assert _run(store, client, CloneLike(Resolution.applied(UPID)), operation_id)["done"] and len(sent(client)) == 1
+
+
+def test_a_proven_never_started_request_is_sent_once_more_in_the_run(store: JournalStore, operation_id: str) -> None:
+    client = scripted([_lost(), UPID])
+    logic = Sequenced(Resolution.never_started())
+    assert _run(store, client, logic, operation_id)["done"] and len(sent(client)) == 2
+    clone = store.stage(store.load(operation_id), "clone")
+    assert clone["status"] == "completed" and clone["attempts"] == 2
+
+
+def test_a_second_proven_never_started_in_one_run_stops_with_the_stage_pending(store: JournalStore, operation_id: str) -> None:
+    client = scripted([_lost(), _lost()])
+    with pytest.raises(VmanywareError):
+        _run(store, client, Sequenced(Resolution.never_started()), operation_id)
+    assert len(sent(client)) == 2 and store.stage(store.load(operation_id), "clone")["status"] == "pending"
 
 
 @pytest.mark.parametrize("environ,option,allowed", [

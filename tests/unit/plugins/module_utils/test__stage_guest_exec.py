@@ -13,6 +13,7 @@ import pytest
 from hashed_plan import hashed_plan
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import PRECHECK_AGENT_REASONS
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
@@ -33,29 +34,68 @@ PROBE = GuestCommand("probe", "uname", ("uname", "-r"))
 
 
 class FakeAgent:
-    """A guest agent: ``exec`` answers the scripted replies, ``exec-status`` the scripted statuses (per PID)."""
+    """A guest agent: ``exec`` answers the scripted replies, ``exec-status`` the scripted statuses (per PID).
 
-    def __init__(self, store: JournalStore, operation_id: str, execs: list[t.Any], statuses: list[t.Any]) -> None:
+    The guest's files (``files``) back ``file-read``/``file-write``; an exec whose ``started`` entry is true runs the wrapper's
+    protocol on them (``.started`` created, the exit code ``exits`` gives, or none while it runs). ``started`` defaults to
+    "the reply carried a PID". ``unreadable``: every file-read fails with a server error.
+    """
+
+    def __init__(self, store: JournalStore, operation_id: str, execs: list[t.Any], statuses: list[t.Any],
+                 started: list[bool] | None = None, exits: list[str | None] | None = None, unreadable: bool = False) -> None:
         self.store, self.operation_id = store, operation_id
         self.execs, self.statuses = list(execs), list(statuses)
+        self.started = list(started) if started is not None else [isinstance(r, dict) and "pid" in r for r in execs]
+        self.exits = list(exits) if exits is not None else ["0"] * len(execs)
+        self.unreadable = unreadable
+        self.files: dict[str, str] = {}
         self.posts: list[list[str]] = []
+        self.markers: list[str] = []  # the marker path of each exec
+        self.file_reads: list[str] = []
+        self.file_writes: list[str] = []
         self.status_reads: list[int] = []
         self.marker_at_exec: list[t.Any] = []  # the journaled marker when each exec was sent
         self.marker_at_status: list[t.Any] = []
+
+    def run_wrapper(self, marker: str, exit_text: str | None) -> None:
+        """What ``_stage.EXEC_WRAPPER`` does in the guest (tests/unit/.../test__stage_guest_exec.py runs the real one too)."""
+        if marker + ".started" in self.files:
+            return
+        self.files[marker + ".started"] = ""
+        if marker + ".superseded" in self.files:
+            self.files[marker + ".exit"] = "superseded\n"
+        elif exit_text is not None:
+            self.files[marker + ".exit"] = exit_text + "\n"
 
     def _evidence(self) -> dict[str, t.Any]:
         return t.cast(dict, self.store.stage(self.store.load(self.operation_id), "clone")["evidence"])
 
     def post(self, path: str, /, **params: t.Any) -> t.Any:
+        if path.endswith("/agent/file-write"):
+            self.file_writes.append(params["file"])
+            self.files[params["file"]] = params["content"]
+            return None
         assert path.endswith("/agent/exec")
         self.marker_at_exec.append(self._evidence().get("probe"))
-        self.posts.append(list(params["command"]))
+        marker = _stage.marker_of_argv(params["command"])
+        assert marker is not None, "every guest command runs through the wrapper"
+        self.markers.append(marker)
+        self.posts.append(list(params["command"][5:]))
         reply = self.execs.pop(0)
+        if self.started.pop(0):
+            self.run_wrapper(marker, self.exits.pop(0))
         if isinstance(reply, BaseException):
             raise reply
         return reply
 
     def get(self, path: str, /, **params: t.Any) -> t.Any:
+        if path.endswith("/agent/file-read"):
+            self.file_reads.append(params["file"])
+            if self.unreadable:
+                raise ProviderError(code="server_error", details={"status": 500, "precheck": False})
+            if params["file"] not in self.files:
+                raise ProviderError(code="not_found", details={"status": 500, "precheck": True})
+            return {"content": self.files[params["file"]], "bytes-read": len(self.files[params["file"]])}
         assert path.endswith("/agent/exec-status")
         self.marker_at_status.append(self._evidence().get(self.slot))
         self.status_reads.append(params["pid"])
@@ -123,7 +163,7 @@ def _record(store: JournalStore, operation_id: str) -> dict[str, t.Any]:
 
 
 def _agent_error(token: str) -> ProviderError:
-    return ProviderError(code="server_error", details={"status": 500, "agent": token})
+    return ProviderError(code="server_error", details={"status": 500, "agent": token, "precheck": token in PRECHECK_AGENT_REASONS})
 
 
 def test_marker_then_exec_then_pid_then_poll_and_the_runner_records_checkpoint_and_handoff(store: JournalStore, operation_id: str) -> None:
@@ -214,16 +254,89 @@ def test_a_journaled_pid_is_resumed_by_get_only(store: JournalStore, operation_i
     assert sleeps == []  # a command started by an earlier run is read at once
 
 
-@pytest.mark.parametrize("reply", [ProviderError(code="reply_lost"), {"unexpected": True}])
-def test_a_lost_exec_reply_is_never_issued_again(store: JournalStore, operation_id: str, reply: t.Any) -> None:
-    agent = FakeAgent(store, operation_id, [reply], [])
+# An exec reply that does not prove a pre-check refusal: lost, a 500 such as ``guest-exec failed - got timeout``, no PID.
+AMBIGUOUS_REPLIES = [ProviderError(code="reply_lost"), ProviderError(code="server_error", details={"status": 500, "precheck": False}),
+                     {"unexpected": True}]
+
+
+@pytest.mark.parametrize("reply", AMBIGUOUS_REPLIES)
+def test_an_ambiguous_exec_that_started_is_followed_through_its_marker_never_issued_again(store: JournalStore, operation_id: str,
+                                                                                          reply: t.Any) -> None:
+    install = GuestCommand("probe", "install", ("apt-get", "install", "-y", "--", "x; rm -rf /"), repeatable=False)
+    agent = FakeAgent(store, operation_id, [reply], [], started=[True], exits=["3"])
+    logic = GuestProbe(install)
+    assert _run(store, agent, logic, operation_id)["done"]
+    marker = agent.markers[0]
+    # One exec; the outcome came from the marker files (exit code 3), no superseded file was written (it had started).
+    assert agent.posts == [["apt-get", "install", "-y", "--", "x; rm -rf /"]] and agent.status_reads == [] and agent.file_writes == []
+    assert logic.outcomes == [GuestOutcome("exited", None, 3)]
+    assert marker.startswith(_stage.EXEC_MARKER_PREFIX + operation_id + "-probe-")
+    assert agent.marker_at_exec[0]["file"] == marker  # journaled before the exec was sent
+    assert _record(store, operation_id)["evidence"]["probe"]["exitcode"] == 3
+
+
+@pytest.mark.parametrize("reply", AMBIGUOUS_REPLIES)
+def test_an_ambiguous_exec_that_never_started_is_superseded_then_sent_afresh(store: JournalStore, operation_id: str, reply: t.Any) -> None:
+    agent = FakeAgent(store, operation_id, [reply, {"pid": 42}], [{"exited": 1, "exitcode": 0, "out-data": "6.1\n"}], started=[False, True])
+    assert _run(store, agent, GuestProbe(), operation_id)["done"]
+    first, second = agent.markers
+    # The late start of the first was refused (superseded written and read back absent) before the second exec; a new marker.
+    assert agent.file_writes == [first + ".superseded"] and first != second
+    assert agent.file_reads[:2] == [first + ".started", first + ".started"]
+    agent.run_wrapper(first, "0")  # the agent gets to its queue late: the wrapper refuses
+    assert agent.files[first + ".exit"] == "superseded\n"
+    assert agent.posts == [["uname", "-r"], ["uname", "-r"]] and agent.status_reads == [42]
+
+
+def test_a_repeatable_command_that_started_and_exited_runs_afresh_for_its_output(store: JournalStore, operation_id: str) -> None:
+    agent = FakeAgent(store, operation_id, [ProviderError(code="reply_lost"), {"pid": 43}], [{"exited": 1, "exitcode": 0}],
+                      started=[True, True])
+    assert _run(store, agent, GuestProbe(), operation_id)["done"]
+    assert len(agent.posts) == 2 and agent.file_writes == [] and agent.status_reads == [43]
+
+
+@pytest.mark.parametrize("reply", AMBIGUOUS_REPLIES)
+def test_an_ambiguous_exec_whose_marker_cannot_be_read_is_uncertain_and_never_issued_again(store: JournalStore, operation_id: str,
+                                                                                         reply: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = FakeAgent(store, operation_id, [reply], [], started=[True], unreadable=True)
+    clock = FakeTime(monkeypatch)
     for _attempt in range(2):
         with pytest.raises(VmanywareError) as info:
-            _run(store, agent, GuestProbe(), operation_id)
+            _run(store, agent, GuestProbe(), operation_id, sleep=clock.sleep)
         assert info.value.code == "outcome_uncertain"
+    # The marker was read again for a while (the agent may come back), then given up: never an exec again.
+    assert _stage.DEFAULT_RESOLVE_WAIT <= sum(clock.sleeps) < _stage.DEFAULT_RESOLVE_WAIT + 2
     record = _record(store, operation_id)
-    assert agent.posts == [["uname", "-r"]] and agent.status_reads == []
+    assert len(agent.posts) == 1 and agent.status_reads == []
     assert record["status"] == "uncertain" and record["request"]["probe"] == "uname" and record["evidence"]["probe"]["pid"] is None
+    assert record["request"]["marker"] == agent.markers[0]
+
+
+def test_a_marker_without_its_guest_file_from_an_older_version_stays_uncertain(store: JournalStore, operation_id: str) -> None:
+    store.record_evidence(operation_id, "clone", {"probe": {"probe": "uname", "pid": None, "submissionStarted": True}})
+    agent = FakeAgent(store, operation_id, [], [])
+    with pytest.raises(VmanywareError) as info:
+        _run(store, agent, GuestProbe(), operation_id)
+    assert info.value.code == "outcome_uncertain" and agent.posts == [] and agent.file_reads == []
+
+
+def test_the_wrapper_in_a_real_posix_shell_runs_once_refuses_when_superseded_and_never_interpolates(tmp_path: t.Any) -> None:
+    import shutil
+    import subprocess
+    shell = shutil.which("dash") or "/bin/sh"
+    marker = str(tmp_path / "m")
+    argv = _stage.wrap_guest_argv(marker, ["sh", "-c", 'printf "%s|" "$@"; exit 4', "x", "a b", "$(touch %s)" % (tmp_path / "pwned"), "'"])
+    argv[0] = shell
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == 4 and done.stdout == "a b|$(touch %s)|'|" % (tmp_path / "pwned")
+    assert not (tmp_path / "pwned").exists() and (tmp_path / "m.started").exists() and (tmp_path / "m.exit").read_text() == "4\n"
+    again = subprocess.run(argv, capture_output=True, text=True, check=False)  # the same marker never runs twice
+    assert again.returncode == 125 and again.stdout == ""
+    late = str(tmp_path / "late")
+    (tmp_path / "late.superseded").write_text("superseded\n")
+    refused = subprocess.run([shell, *_stage.wrap_guest_argv(late, ["touch", str(tmp_path / "ran")])[1:]], capture_output=True, text=True,
+                             check=False)
+    assert refused.returncode == 125 and not (tmp_path / "ran").exists() and (tmp_path / "late.exit").read_text() == "superseded\n"
 
 
 def test_a_definite_refusal_clears_the_marker(store: JournalStore, operation_id: str) -> None:
@@ -291,3 +404,8 @@ def _second_operation(store: JournalStore) -> str:
         idempotency_key="k2", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan=hashed_plan({}, {}, 202),
         confirmation={}, target_node="pve-test", target_vmid=202, stage_kinds=["clone"])
     return t.cast(str, document["operationId"])
+
+
+def test_the_simulated_guest_runs_the_same_wrapper_text() -> None:
+    from pvesim.guest.commands import EXEC_WRAPPER  # pylint: disable=import-outside-toplevel
+    assert EXEC_WRAPPER == _stage.EXEC_WRAPPER

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import typing as t
 
@@ -132,6 +134,21 @@ def agent_exec(sim: Sim, call: Call) -> dict[str, t.Any]:
 def agent_exec_status(sim: Sim, call: Call) -> dict[str, t.Any]:
     pid = int(call.params["pid"])
     return _agent(sim, call, lambda g: g.exec_status(pid))
+
+
+@route("POST", "/nodes/{node}/qemu/{vmid}/agent/file-write")
+@_waits_for_agent
+def agent_file_write(sim: Sim, call: Call) -> None:
+    """PVE base64-encodes ``content`` for QEMU unless ``encode`` is 0 (then it already is base64)."""
+    path = str(call.params["file"])
+    content = str(call.params.get("content", ""))
+    if call.params.get("encode") in (0, "0", False):
+        try:
+            content = base64.b64decode(content, validate=True).decode("utf-8", errors="replace")
+        except (ValueError, binascii.Error):
+            raise ApiError(500, f"VM {call.params['vmid']} qga command 'guest-file-write' failed - invalid base64 content") from None
+    _agent(sim, call, lambda g: g.file_write(path, content))
+    return None
 
 
 @route("GET", "/nodes/{node}/qemu/{vmid}/agent/file-read")

@@ -16,6 +16,17 @@ from .packages import PackageDatabase
 
 
 _PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+# The collection's exec-marker wrapper (plugins/module_utils/_stage.py ``EXEC_WRAPPER``, docs/stages.md "Guest commands"):
+# ``/bin/sh -c EXEC_WRAPPER vmanyware <marker> <argv...>``. The simulated guest runs exactly this script (``SimulatedGuest.exec``
+# implements its steps on the guest's files); tests/unit checks the two texts are equal. Any other ``sh`` script is refused.
+EXEC_WRAPPER = (
+    'm=$1; shift\n'
+    '(set -C; : >"$m.started") 2>/dev/null || exit 125\n'
+    'if [ -e "$m.superseded" ]; then c=superseded; else "$@"; c=$?; fi\n'
+    'printf \'%s\\n\' "$c" >"$m.exit.tmp" && mv -f "$m.exit.tmp" "$m.exit"\n'
+    'if [ "$c" = superseded ]; then exit 125; fi\n'
+    'exit "$c"\n'
+)
 _BINARIES = {
     "apt-get": "/usr/bin/apt-get",
     "cat": "/usr/bin/cat",
@@ -24,6 +35,7 @@ _BINARIES = {
     "env": "/usr/bin/env",
     "false": "/usr/bin/false",
     "hostname": "/usr/bin/hostname",
+    "sh": "/usr/bin/sh",
     "ssh-keygen": "/usr/bin/ssh-keygen",
     "true": "/usr/bin/true",
 }
@@ -51,6 +63,7 @@ class Commands(GuestFiles, PackageDatabase):
             "env": self._cmd_env,
             "false": lambda a, e, s, n: Outcome(1),
             "hostname": lambda a, e, s, n: Outcome(0, f"{self.hostname}\n"),
+            "sh": lambda a, e, s, n: Outcome(2, "", "sh: the simulated guest runs only the vmanyware exec wrapper\n"),
             "ssh-keygen": self._cmd_ssh_keygen,
             "true": lambda a, e, s, n: Outcome(0),
         }

@@ -48,6 +48,9 @@ class GuestBackend(Protocol):
     def file_read(self, path: str, count: int | None = None, offset: int = 0) -> dict[str, Any]:
         """``GET .../agent/file-read``: ``content``, ``bytes-read`` and ``truncated: 1`` before EOF."""
 
+    def file_write(self, path: str, content: str) -> None:
+        """``POST .../agent/file-write``: write ``content`` (text) to ``path``, replacing it."""
+
     def stop(self, graceful: bool = False) -> None:
         """The VM stopped (``graceful``: shut down): end whatever runs the guest."""
 

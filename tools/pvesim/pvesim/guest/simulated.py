@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .commands import Commands
-from .model import IMAGE_DEFAULT_HOSTNAME, AgentCommandError, GuestFaults, GuestTiming, Proc, load_yaml_text
+from .commands import EXEC_WRAPPER, Commands
+from .model import IMAGE_DEFAULT_HOSTNAME, AgentCommandError, GuestFaults, GuestTiming, Outcome, Proc, load_yaml_text
 from .network import GuestNetwork
 
 OSINFO = {"id": "debian", "name": "Debian GNU/Linux", "pretty-name": "Debian GNU/Linux 13 (trixie)", "version": "13 (trixie)",
@@ -41,6 +41,9 @@ class SimulatedGuest(GuestNetwork, Commands):
         self.boot_time = clock()
         self._procs = {}
         self._next_pid = 1000 + vmid % 97
+        self._written: dict[str, str] = {}  # files written in the guest (agent/file-write, the exec wrapper's markers)
+        self._wrapped: dict[str, int] = {}  # exec-marker -> pid of the command the wrapper runs (its ``.exit`` appears at its end)
+        self._wrapper_runs: dict[str, str] = {}  # exec-marker -> what the wrapper did: ran, superseded, refused (ran before)
         self.installed = dict(self.faults.preinstalled)
         self._lists_fresh = not self.faults.apt_lists_empty_at_boot
         self._cloudinit_applied = False
@@ -99,28 +102,89 @@ class SimulatedGuest(GuestNetwork, Commands):
             desc = f"Guest agent command failed, error was 'Failed to execute child process \u201c{argv[0]}\u201d (No such file or directory)'"
             raise self._error("exec", desc)
         now = self.uptime()
-        outcome = self._run(argv, {}, input_data, now)
+        marker = self._wrapper_marker(argv)
+        if marker is None:
+            outcome = self._run(argv, {}, input_data, now)
+        else:
+            outcome, marker = self._run_wrapper(marker, argv[5:], input_data, now)
         duration = self.timing.exec_default if outcome.duration is None else outcome.duration
         pid = self._next_pid
         self._next_pid += 1 + (pid * 7) % 5
         end = math.inf if outcome.waits is not None else now + duration
         self._procs[pid] = Proc(now, end, outcome.exitcode, outcome.out, outcome.err, outcome.effect, outcome.apt_lock, waits=outcome.waits)
+        if marker is not None:
+            self._wrapped[marker] = pid
         return pid
+
+    def file_write(self, path: str, content: str) -> None:
+        """``POST .../agent/file-write``: (re)write ``path`` with ``content`` (QGA opens it with mode ``w``)."""
+        self._require_agent()
+        self._written[path] = content
+
+    # -- the exec-marker wrapper (``commands.EXEC_WRAPPER``), step by step on the guest's files ------------------
+
+    def _wrapper_marker(self, argv: list[str]) -> str | None:
+        if len(argv) >= 5 and self._resolve(argv[0]) == "sh" and argv[1] == "-c" and argv[2] == EXEC_WRAPPER and argv[3] == "vmanyware":
+            return argv[4]
+        return None
+
+    def _run_wrapper(self, marker: str, argv: list[str], input_data: str | None, now: float) -> tuple[Outcome, str | None]:
+        """``(set -C; : >$m.started) || exit 125``; ``.superseded`` -> ``.exit`` says so, exit 125; else the command, whose exit
+        code ``.exit`` holds once it ended (the marker returned: ``_wrapped`` maps it to the command's pid)."""
+        if marker + ".started" in self._written:
+            self._wrapper_runs.setdefault(marker, "refused")
+            return Outcome(125), None
+        self._written[marker + ".started"] = ""
+        if marker + ".superseded" in self._written:
+            self._written[marker + ".exit"] = "superseded\n"
+            self._wrapper_runs[marker] = "superseded"
+            return Outcome(125), None
+        self._wrapper_runs[marker] = "ran"
+        if not argv:
+            return Outcome(0, duration=0.01), marker
+        if self._resolve(argv[0]) is None:
+            return Outcome(127, "", f"vmanyware: 1: {argv[0]}: not found\n", duration=0.01), marker
+        return self._run(argv, {}, input_data, now), marker
+
+    def _settled(self, pid: int) -> Proc | None:
+        """The process ``pid`` with its end known once a waiting command answered (None: its status was consumed)."""
+        proc = self._procs.get(pid)
+        if proc is not None and proc.waits is not None:
+            final = proc.waits(self.uptime())
+            if final is not None:
+                duration = self.timing.exec_default if final.duration is None else final.duration
+                proc = self._procs[pid] = Proc(proc.start, proc.start + duration, final.exitcode, final.out, final.err)
+        return proc
+
+    def _wrapper_exit(self, marker: str) -> str | None:
+        pid = self._wrapped.get(marker)
+        proc = None if pid is None else self._settled(pid)
+        if proc is None or proc.waits is not None or self.uptime() < proc.end:
+            return None
+        self._written[marker + ".exit"] = f"{proc.exitcode}\n"
+        return self._written[marker + ".exit"]
+
+    def _file(self, path: str) -> str | None:
+        self._advance()
+        if path in self._written:
+            return self._written[path]
+        if path.endswith(".exit"):
+            text = self._wrapper_exit(path[:-len(".exit")])
+            if text is not None:
+                return text
+        return super()._file(path)
 
     def exec_status(self, pid: int) -> dict[str, Any]:
         """``GET .../agent/exec-status``: PVE's shape; an exited status can be read exactly once."""
         self._require_agent()
-        proc = self._procs.get(pid)
+        proc = self._settled(pid)
         if proc is None:
             raise self._error("exec-status", "Invalid parameter 'pid'")
-        if proc.waits is not None:
-            final = proc.waits(self.uptime())
-            if final is None:
-                return {"exited": 0}
-            duration = self.timing.exec_default if final.duration is None else final.duration
-            proc = self._procs[pid] = Proc(proc.start, proc.start + duration, final.exitcode, final.out, final.err)
-        if self.uptime() < proc.end:
+        if proc.waits is not None or self.uptime() < proc.end:
             return {"exited": 0}
+        for marker in [m for m, p in self._wrapped.items() if p == pid]:
+            self._wrapper_exit(marker)  # the wrapper wrote its exit code when the command ended
+            del self._wrapped[marker]
         del self._procs[pid]
         result: dict[str, Any] = {"exited": 1, "exitcode": proc.exitcode}
         if proc.out:
@@ -160,7 +224,8 @@ class SimulatedGuest(GuestNetwork, Commands):
     def get_info(self) -> dict[str, Any]:
         """``GET .../agent/info``: the agent version and the commands it supports."""
         self.ping()
-        cmds = ["guest-ping", "guest-exec", "guest-exec-status", "guest-file-read", "guest-network-get-interfaces", "guest-get-osinfo"]
+        cmds = ["guest-ping", "guest-exec", "guest-exec-status", "guest-file-read", "guest-file-write", "guest-network-get-interfaces",
+                "guest-get-osinfo"]
         return {"version": "9.2.0", "supported_commands": [{"name": c, "enabled": True, "success-response": True} for c in cmds]}
 
     # -- lifecycle and introspection (for the server and tests; not agent calls) -----------------
@@ -170,8 +235,9 @@ class SimulatedGuest(GuestNetwork, Commands):
         del graceful
 
     def admin_info(self) -> dict[str, Any]:
-        """Extra fields for ``GET /_pvesim/vms/{vmid}``: none (a real guest adds its QEMU process)."""
-        return {}
+        """Extra fields for ``GET /_pvesim/vms/{vmid}``: ``exec_wrapper``, what the exec-marker wrapper did per marker (``ran``,
+        ``superseded``: a late start refused, ``refused``: a marker run before), the guest's own evidence of which commands ran."""
+        return {"exec_wrapper": dict(self._wrapper_runs)}
 
     def cloudinit_status(self) -> dict[str, Any]:
         """Status details as ``cloud-init status --format json`` would compute them now."""

@@ -20,8 +20,9 @@ import pytest
 from pvesim.cloudinit import decode_sshkeys as pve_decode_sshkeys
 from pvesim.guest import _fingerprint as pvesim_fingerprint
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import map_http_error
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import ADOPTED_REQUEST, JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     GuestCommand,
@@ -409,7 +410,7 @@ def test_dpkg_parsing_and_missing() -> None:
     assert missing_packages([{"name": "sudo", "version": "1.9.16p2-3"}], installed) == []
 
 
-def test_package_commands_are_fixed_arrays_without_shell() -> None:
+def test_package_commands_are_fixed_arrays_run_as_the_wrappers_positional_parameters() -> None:
     argv = install_argv([{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}])
     assert argv[:3] == ["/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "apt-get"] and argv[-3:] == ["--", "git", "jq=1.7.1-6"]
     assert "--no-install-recommends" in argv and not any(a in ("sh", "bash", "-c") for a in argv)
@@ -419,6 +420,10 @@ def test_package_commands_are_fixed_arrays_without_shell() -> None:
     ctx.facts["missing"] = [{"name": "git"}]
     request = t.cast(Request, PackagesStage().request(ctx))
     valid(request)
+    command = request.params["command"]
+    # The fixed wrapper, a marker unique to the operation and this dispatch, then the install argv untouched (never interpolated).
+    assert command[:4] == ["/bin/sh", "-c", _stage.EXEC_WRAPPER, "vmanyware"] and command[5:] == install_argv([{"name": "git"}])
+    assert command[4] == _stage.exec_marker_path(ctx.operation["operationId"], "install", 1) == _stage.marker_of_argv(command)
     ctx.facts["missing"] = []
     assert PackagesStage().request(ctx) is None
 
@@ -478,3 +483,102 @@ def test_runner_in_progress_final_codes_and_completion(store: JournalStore, tmp_
     with pytest.raises(StageError):
         StageRunner(other, None, Waiting(StageError(code="guest_agent_unavailable")), StageSettings()).run(operation_id)
     assert other.load(operation_id)["status"] == "failed"
+
+
+# -- task ids of start and snapshot (issue 31) ------------------------------------------------------------
+def _upid(task_type: str, task_id: str, node: str = "pve-test") -> str:
+    return "UPID:%s:00001234:00005678:65000000:%s:%s:vmanyware@pve!full:" % (node, task_type, task_id)
+
+
+@pytest.mark.parametrize("logic,task_type", [(StartStage(), "qmstart"), (SnapshotStage(), "qmsnapshot")])
+def test_start_and_snapshot_accept_only_a_task_of_their_own_type_for_the_target(logic: StageLogic, task_type: str) -> None:
+    ctx = ctx_for(logic.kind)
+    request = t.cast(Request, logic.request(ctx))
+    assert logic.accept_reply(ctx, request, _upid(task_type, "201")) == (_upid(task_type, "201"), {})
+    others = [_upid(task_type, "202"), _upid(task_type, "201", node="pve-other"), _upid("qmclone", "201"),
+              _upid("qmstart" if task_type == "qmsnapshot" else "qmsnapshot", "201"), _upid("vz" + task_type[2:], "201"), "not-a-upid"]
+    for reply in others:
+        with pytest.raises(VmanywareError) as info:
+            logic.accept_reply(ctx, request, reply)
+        assert info.value.code == "unexpected_response"
+
+
+# -- the exec marker in the guest (issue 31) ---------------------------------------------------------------
+class GuestFiles:
+    """The guest's files behind ``agent/file-read`` / ``agent/file-write`` (QGA's error text for a missing file)."""
+
+    def __init__(self, files: dict[str, str] | None = None, unreadable: bool = False) -> None:
+        self.files = dict(files or {})
+        self.unreadable = unreadable
+        self.writes: list[str] = []
+
+    def read(self, params: dict[str, t.Any]) -> t.Any:
+        if self.unreadable:
+            return map_http_error("GET", VM + "/agent/file-read", 500, "", {"message": "QEMU guest agent is not running\n"})
+        if params["file"] not in self.files:
+            return map_http_error("GET", VM + "/agent/file-read", 500, "", {
+                "message": "VM 201 qga command 'guest-file-open' failed - failed to open file '%s' (mode: 'r'): No such file or directory\n"
+                % params["file"]})
+        return {"content": self.files[params["file"]], "bytes-read": len(self.files[params["file"]])}
+
+    def write(self, params: dict[str, t.Any]) -> None:
+        self.writes.append(params["file"])
+        self.files[params["file"]] = params["content"]
+
+    def client(self) -> FakeClient:
+        return FakeClient({VM + "/agent/file-read": self.read, "POST " + VM + "/agent/file-write": self.write})
+
+
+def _install_ctx(files: GuestFiles, dpkg: str = "") -> tuple[StageContext, str]:
+    ctx = ctx_for("packages", packages=[{"name": "git"}])
+    ctx.facts["missing"] = [{"name": "git"}]
+    request = t.cast(Request, PackagesStage().request(ctx))
+    ctx.operation["stages"].append({"kind": "packages", "status": "dispatching", "attempts": 1, "request": request.summary(), "evidence": {}})
+    ctx.client = files.client()
+
+    def runner(_ctx: StageContext, command: GuestCommand, _deadline: float, _started: float | None) -> GuestOutcome:
+        return GuestOutcome("exited", 7, 0, dpkg)
+    ctx.guest_runner = runner
+    return ctx, t.cast(str, _stage.marker_of_argv(request.params["command"]))
+
+
+def test_a_lost_install_whose_marker_shows_it_started_is_applied_and_followed_through_the_marker() -> None:
+    files = GuestFiles()
+    ctx, marker = _install_ctx(files)
+    files.files[marker + ".started"] = ""
+    resolution = PackagesStage().resolve_lost_reply(ctx)
+    assert resolution.verdict == "applied" and resolution.upid is None and files.writes == []
+    assert resolution.evidence["install"]["file"] == marker and resolution.evidence["install"]["pid"] is None
+    assert resolution.evidence["installResolvedBy"] == "marker"
+
+
+def test_a_lost_install_that_never_started_is_superseded_before_it_may_be_sent_again() -> None:
+    files = GuestFiles()
+    ctx, marker = _install_ctx(files)
+    resolution = PackagesStage().resolve_lost_reply(ctx)
+    assert resolution.verdict == "not_applied" and resolution.proven and files.writes == [marker + ".superseded"]
+    # A queued copy that starts late finds the superseded file: the same resolution still says never started.
+    files.files[marker + ".started"] = ""
+    files.files[marker + ".exit"] = "superseded\n"
+    assert PackagesStage().resolve_lost_reply(ctx).proven
+
+
+def test_a_lost_install_whose_marker_cannot_be_read_is_decided_by_dpkg_query_only() -> None:
+    ctx, _marker = _install_ctx(GuestFiles(unreadable=True))
+    resolution = PackagesStage().resolve_lost_reply(ctx)
+    assert resolution.verdict == "not_applied" and not resolution.proven  # reads again within the budget, then uncertain
+    ctx, _marker = _install_ctx(GuestFiles(unreadable=True), dpkg="git\tii \t1:2.47.3-0+deb13u1\n")
+    assert PackagesStage().resolve_lost_reply(ctx).verdict == "applied"
+
+
+def test_a_readiness_probe_with_an_unknown_outcome_is_resolved_once_its_marker_can_be_read() -> None:
+    marker = _stage.exec_marker_path(REC["operationId"], "probe", 1)
+    for files, verdict in ((GuestFiles(unreadable=True), "undecidable"), (GuestFiles({marker + ".started": ""}), "applied"),
+                           (GuestFiles(), "applied")):
+        ctx = ctx_for("readiness")
+        ctx.operation["stages"].append({"kind": "readiness", "status": "uncertain", "attempts": 1, "evidence": {},
+                                        "request": {"method": "POST", "path": VM + "/agent/exec", "probe": "cloud-init-status",
+                                                    "marker": marker, "params": {"command": ["cloud-init"]}}})
+        ctx.client = files.client()
+        resolution = ReadinessStage().resolve_lost_reply(ctx)
+        assert resolution.verdict == verdict and not resolution.final
