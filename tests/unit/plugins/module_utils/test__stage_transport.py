@@ -14,7 +14,7 @@ from test__stage_guest_exec import FakeAgent, GuestProbe
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import AMBIGUOUS_CODES, NOT_APPLIED_CODES, Resolution, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import AMBIGUOUS_CODES, GuestCommand, NOT_APPLIED_CODES, Resolution, StageRunner, StageSettings
 
 
 def test_the_code_tables() -> None:
@@ -54,11 +54,14 @@ def test_a_reply_over_the_bound_whose_effect_reads_show_is_followed(store: Journ
     assert result["done"] and result["stage"]["upid"] == UPID
 
 
-def test_an_exec_whose_reply_was_over_the_bound_is_never_issued_again(store: JournalStore, operation_id: str) -> None:
-    agent = FakeAgent(store, operation_id, [ProviderError(code="response_too_large", details={"method": "POST"})], [])
-    for _attempt in range(2):
-        with pytest.raises(VmanywareError) as info:
-            StageRunner(store, agent, GuestProbe(), StageSettings(sleep=lambda _s: None, environ=ON)).run(operation_id)  # type: ignore[arg-type]
-        assert info.value.code == "outcome_uncertain"
-    record = store.stage(store.load(operation_id), "clone")
-    assert agent.posts == [["uname", "-r"]] and record["status"] == "uncertain" and record["evidence"]["probe"]["pid"] is None
+def test_an_exec_whose_reply_was_over_the_bound_is_resolved_by_its_marker_never_issued_again(store: JournalStore, operation_id: str) -> None:
+    # Proxmox answered (200, the PID) but the reply was over the bound: the command started in the guest. Its guest-side
+    # marker proves that, so the outcome comes from the marker files and the exec is not sent a second time.
+    install = GuestCommand("probe", "install", ("apt-get", "install", "-y", "--", "htop"), repeatable=False)
+    agent = FakeAgent(store, operation_id, [ProviderError(code="response_too_large", details={"method": "POST", "status": 200})], [],
+                      started=[True], exits=["0"])
+    logic = GuestProbe(install)
+    result = StageRunner(store, agent, logic, StageSettings(sleep=lambda _s: None, environ=ON)).run(operation_id)  # type: ignore[arg-type]
+    assert result["done"] and [o.exitcode for o in logic.outcomes] == [0]
+    assert agent.posts == [list(install.argv)] and agent.file_writes == []  # one exec; no superseded fence: it had started
+    assert agent.file_reads[0] == agent.markers[0] + ".started"
