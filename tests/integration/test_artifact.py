@@ -63,6 +63,7 @@ def test_galaxy_metadata_and_the_tested_ansible_core_range() -> None:
     lanes = " ".join(re.findall(r"^test-(?:dynamic|static):\n\tset -e; for part in ([^;]*);", makefile, re.M)).split()
     dev = re.search(r"^ansible-core>=(\d+\.\d+),<(\d+\.\d+)$", (REPO / "requirements-test.txt").read_text(encoding="utf-8"), re.M)
     lane_script = (REPO / "tools/dev/core_lane.sh").read_text(encoding="utf-8")
+
     def version(minor: str) -> tuple[int, ...]:
         return tuple(map(int, minor.split(".")))
 
