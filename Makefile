@@ -34,10 +34,10 @@ test: setup
 	$(MAKE) --no-print-directory -j2 --output-sync=line test-dynamic test-static
 
 test-dynamic:
-	set -e; for part in pytest acceptance-container; do $(MAKE) --no-print-directory $$part; done
+	set -e; for part in pytest acceptance-container core-2.21; do $(MAKE) --no-print-directory $$part; done
 
 test-static:
-	set -e; for part in typecheck acceptance-vm lint docs-check sanity artifact oldest-core; do $(MAKE) --no-print-directory $$part; done
+	set -e; for part in typecheck acceptance-vm lint docs-check sanity artifact core-2.18 core-2.20; do $(MAKE) --no-print-directory $$part; done
 
 # mypy --strict on plugins/module_utils (mypy.ini), imported through build/collections as ansible does,
 # and on the unit tests' fake client, which must implement the client's Protocol.
@@ -65,9 +65,20 @@ sanity: setup
 artifact: setup
 	VENV=$(VENV) tools/dev/artifact.sh
 
-# The oldest ansible-core requires_ansible admits, in .venv-oldest-core: unit tests and the artifact check.
-oldest-core:
-	tools/dev/oldest_core.sh
+# The support matrix (README.md): one target per ansible-core row besides the development venv's 2.19, each in a venv of its
+# own (.venv-core-<minor>, tools/dev/core_lane.sh). 2.18 (the oldest, Python 3.11) and 2.20 (Python 3.12): the unit tests,
+# the in-process action test and the built-tarball check; 2.21 (the newest on PyPI, Python 3.13 from pyenv) also the
+# simulator integration suite and the demo.
+.PHONY: matrix core-2.18 core-2.20 core-2.21
+matrix: core-2.18 core-2.20 core-2.21
+
+core-2.18 core-2.20: core-%: collection-link
+	tools/dev/core_lane.sh $* unit artifact
+
+core-2.21: collection-link
+	tools/dev/core_lane.sh 2.21 unit integration demo artifact
+
+oldest-core: core-2.18
 
 # The provision playbook end to end on a real QEMU guest (pvesim --guests real) and on a real LXC container
 # (pvesim --containers real); installs QEMU, lxc and mmdebstrap with apt when missing and builds (or reuses)

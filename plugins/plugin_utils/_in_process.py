@@ -16,8 +16,26 @@ same ``no_log`` censoring of the result.
 
 It falls back to executing the module normally whenever the in-process run would not be the same:
 a connection other than ``local``, ``become``, ``async``, a library missing from the controller's
-Python (the module then runs under ``ansible_python_interpreter``), or
-``VMANYWARE_IN_PROCESS=false`` in the controller's environment.
+Python (the module then runs under ``ansible_python_interpreter``),
+``VMANYWARE_IN_PROCESS=false`` in the controller's environment, or an ansible-core whose private
+internals this run needs are not there (below). With ``-vvv`` every task says which path it took.
+
+ansible-core has no public API for two things the in-process run needs; both are read through a
+guarded access (present and of the expected type, else the fallback), and tests/integration/test_in_process_action.py
+checks on every ansible-core of the support matrix that they are there and the in-process path runs:
+
+- ``ValidationResult._no_log_values``: the values of ``no_log`` options (with their fallbacks and
+  sub-options) that ``AnsibleModule`` censors in results. Without it nothing could be censored the way
+  the module process censors: the module process runs instead.
+- ``Play._action_groups`` (through ``Task._parent._play``): which ``group/...`` module_defaults apply to
+  the task, to leave out a group default this module does not take. ansible-core's own action plugins read
+  it the same way. Without it, this collection's own action groups (``meta/runtime.yml``) are used, which
+  is what the play resolves for a group of this collection.
+
+``ActionBase._compute_environment_string(raw_environment_out=...)`` (the task's ``environment:``) is
+ActionBase's interface for subclasses, like ``_execute_module``; a change of its signature also falls
+back to the module process. The temporary directory of a module run is removed by ``ActionBase.cleanup()``,
+which the task executor calls after every action.
 """
 
 from __future__ import annotations
@@ -27,6 +45,7 @@ import importlib
 import json
 import os
 import typing as t
+from pathlib import Path
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.parameters import remove_values
@@ -34,6 +53,11 @@ from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
+
+try:
+    import yaml
+except ImportError:  # ansible-core requires PyYAML; the sanity import test loads this file without it
+    yaml = None
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, controller_watch, missing_libraries, safe_call
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import reporting_to
@@ -43,6 +67,48 @@ display = Display()
 
 MODULES_PACKAGE = "ansible_collections.vmanyware.proxmox.plugins.modules."
 SWITCH = "VMANYWARE_IN_PROCESS"
+COLLECTION = "vmanyware.proxmox"
+RUNTIME_YML = Path(__file__).resolve().parents[2] / "meta" / "runtime.yml"
+
+
+class NotInProcess(Exception):
+    """The in-process run cannot be the same as the module process here (the reason is the message): run the module."""
+
+
+def no_log_values(validation: t.Any) -> set[str]:
+    """The ``no_log`` values ``ArgumentSpecValidator`` found (private ``ValidationResult._no_log_values``: no public API)."""
+    values = getattr(validation, "_no_log_values", None)
+    if not isinstance(values, (set, frozenset)) or not all(isinstance(value, str) for value in values):
+        raise NotInProcess("ansible-core internals unavailable: ValidationResult._no_log_values")
+    return set(values)
+
+
+def own_action_groups(fqcn: str, runtime_yml: Path = RUNTIME_YML) -> list[str]:
+    """The groups of this collection's ``meta/runtime.yml`` that hold ``fqcn``, fully qualified (as a play resolves them)."""
+    prefix = COLLECTION + "."
+    if not fqcn.startswith(prefix) or yaml is None:
+        return []
+    try:
+        groups = (yaml.safe_load(runtime_yml.read_text(encoding="utf-8")) or {}).get("action_groups") or {}
+    except (OSError, yaml.YAMLError):
+        return []
+    short = fqcn[len(prefix):]
+    return [prefix + name for name, members in groups.items()
+            if isinstance(members, list) and (short in members or fqcn in members)]
+
+
+def action_groups(task: t.Any) -> list[str]:
+    """The fully qualified groups ``task``'s action belongs to for ``module_defaults``.
+
+    The play's ``_action_groups`` (private; ansible-core's own action plugins read it the same way), else this
+    collection's own groups.
+    """
+    fqcn = task.resolved_action or task.action
+    play = getattr(getattr(task, "_parent", None), "_play", None)
+    groups = getattr(play, "_action_groups", None)
+    if isinstance(groups, t.Mapping):
+        return list(groups.get(fqcn, []))
+    return own_action_groups(fqcn)
 
 
 def in_process_enabled(environ: t.Mapping[str, str]) -> bool:
@@ -118,7 +184,10 @@ def plain(value: t.Any) -> t.Any:
 
 def run_entry_in_process(entry: ModuleEntry, module_name: str, args: t.Mapping[str, t.Any], *, check_mode: bool,
                          diff: bool) -> dict[str, t.Any]:
-    """Validate ``args`` like ``AnsibleModule`` does, run the entry, censor ``no_log`` values in the result."""
+    """Validate ``args`` like ``AnsibleModule`` does, run the entry, censor ``no_log`` values in the result.
+
+    Raises ``NotInProcess`` (before the entry ran) when this ansible-core does not say which values to censor.
+    """
     kwargs = entry.module_kwargs()
     kwargs.pop("supports_check_mode")
     validator = ArgumentSpecValidator(**kwargs)
@@ -128,20 +197,20 @@ def run_entry_in_process(entry: ModuleEntry, module_name: str, args: t.Mapping[s
         # A module process could not receive them either (arguments travel as JSON).
         return {"failed": True, "msg": "The task arguments are not JSON values (%s module)." % module_name}
     validation = validator.validate(plain_args)
-    no_log_values = validation._no_log_values  # pylint: disable=protected-access
+    censored = no_log_values(validation)  # raises NotInProcess before anything ran
     if validation.error_messages:
         # The first error, worded as AnsibleModule words it (no error code there either), censored.
         message = validation.errors.msg
         if isinstance(validation.errors[0], UnsupportedError):
             message = "Unsupported parameters for (%s) module: %s" % (module_name, message)
-        return {"failed": True, "msg": remove_values(message, no_log_values)}
+        return {"failed": True, "msg": remove_values(message, censored)}
     params = validation.validated_parameters
     succeeded, result = safe_call(lambda: entry.action(params, check_mode, diff))
     if not succeeded:
         result["failed"] = True
     result.setdefault("changed", False)
     result.setdefault("invocation", {"module_args": params})  # as AnsibleModule returns it, on success and failure
-    return t.cast(dict, remove_values(result, no_log_values))
+    return t.cast(dict, remove_values(result, censored))
 
 
 class InProcessModuleAction(ActionBase):
@@ -158,14 +227,36 @@ class InProcessModuleAction(ActionBase):
 
     def _entry(self) -> ModuleEntry | None:
         """The module's entry when this task can run in process, else ``None`` (run the module)."""
+        try:
+            return self._in_process_entry()
+        except NotInProcess:
+            return None
+
+    def _in_process_entry(self) -> ModuleEntry:
+        """The module's entry when this task can run in process; ``NotInProcess`` (with the reason) when not."""
         if not in_process_enabled(os.environ):
-            return None
-        if getattr(self._connection, "transport", None) != "local" or self._play_context.become or self._task.async_val:
-            return None
+            raise NotInProcess("%s=false" % SWITCH)
+        transport = getattr(self._connection, "transport", None)
+        if transport != "local":
+            raise NotInProcess("connection %s" % transport)
+        if self._play_context.become:
+            raise NotInProcess("become")
+        if self._task.async_val:
+            raise NotInProcess("async")
         entry = self._module_entry()
-        if missing_libraries(entry.libraries):
-            return None
+        missing = missing_libraries(entry.libraries)
+        if missing:
+            raise NotInProcess("missing on the controller: %s" % ", ".join(missing))
         return entry
+
+    def _task_environment(self) -> dict[str, t.Any]:
+        """The task's ``environment:`` as ansible-core computes it for a module (ActionBase's interface for subclasses)."""
+        environment: dict[str, t.Any] = {}
+        try:
+            self._compute_environment_string(raw_environment_out=environment)
+        except (TypeError, AttributeError) as exc:
+            raise NotInProcess("ansible-core internals unavailable: ActionBase._compute_environment_string(raw_environment_out)") from exc
+        return environment
 
     def _group_default_names(self) -> set[str]:
         """Options of this task that only ``group/...`` module_defaults set (not the module's own defaults entry)."""
@@ -173,8 +264,7 @@ class InProcessModuleAction(ActionBase):
         for defaults in self._task.module_defaults or []:
             merged.update(defaults)
         fqcn = self._task.resolved_action or self._task.action
-        play = getattr(getattr(self._task, "_parent", None), "_play", None)
-        groups = (getattr(play, "_action_groups", None) or {}).get(fqcn, [])
+        groups = action_groups(self._task)
         names: set[str] = set()
         try:
             for key, value in merged.items():
@@ -201,24 +291,25 @@ class InProcessModuleAction(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         args = self._module_args(task_vars)
-        entry = self._entry()
+        name = self._module_short_name()
         # The controller (this worker's parent) and this worker, watched by the run: it stops once they are gone (_cancel).
         # Not for an async task: it is meant to outlive both (poll: 0).
         watch = {} if self._task.async_val else controller_watch()
-        if entry is None:
-            # Exactly what ansible.builtin.normal does for a module without an action plugin (a local module process
-            # inherits the watch through the worker's environment).
+        try:
+            entry = self._in_process_entry()
+            environment = self._task_environment()
+            host = (task_vars or {}).get("inventory_hostname", "localhost")
+            # Progress lines of a long run (vmanyware_provision) are shown while the task runs, from the worker.
+            with task_environment(dict(environment, **watch)), reporting_to(lambda line: display.display("[%s] %s" % (host, line))):
+                outcome = run_entry_in_process(entry, name, args, check_mode=bool(self._task.check_mode), diff=bool(self._task.diff))
+        except NotInProcess as reason:
+            display.vvv("vmanyware: %s ran as a module process (%s)" % (name, reason))
+            # What ansible.builtin.normal does for a module without an action plugin (a local module process inherits the
+            # watch through the worker's environment); ActionBase.cleanup(), which the task executor calls after every
+            # action, removes the temporary directory of a module that was not async.
             wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
             with task_environment(watch):
-                result = merge_hash(result, self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async))
-            if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)  # pylint: disable=protected-access
-            return result
-        environment: dict[str, t.Any] = {}
-        self._compute_environment_string(environment)
-        host = (task_vars or {}).get("inventory_hostname", "localhost")
-        # Progress lines of a long run (vmanyware_provision) are shown while the task runs, from the worker.
-        with task_environment(dict(environment, **watch)), reporting_to(lambda line: display.display("[%s] %s" % (host, line))):
-            result.update(run_entry_in_process(entry, self._module_short_name(), args,
-                                               check_mode=bool(self._task.check_mode), diff=bool(self._task.diff)))
+                return t.cast(dict, merge_hash(result, self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async)))
+        display.vvv("vmanyware: %s ran in process" % name)
+        result.update(outcome)
         return result

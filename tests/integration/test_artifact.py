@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The collection tarball: no tool caches in it; galaxy.yml without placeholders; requires_ansible is what CI tests.
 
-CI itself installs the tarball and uses it (tools/dev/artifact.sh, for the newest and the oldest ansible-core).
+CI itself installs the tarball and uses it (tools/dev/artifact.sh, for every ansible-core of the support matrix).
 """
 
 from __future__ import annotations
@@ -51,9 +51,25 @@ def test_galaxy_metadata_and_the_tested_ansible_core_range() -> None:
         value = yaml.safe_load(galaxy).get(field)
         assert value is None or (value.startswith("https://") and "example" not in value), field
     requires = yaml.safe_load((REPO / "meta/runtime.yml").read_text(encoding="utf-8"))["requires_ansible"]
-    oldest, newest_excluded = re.fullmatch(r">=(\d+\.\d+)\.0,<(\d+\.\d+)\.0", requires).groups()
-    # The oldest: what tools/dev/oldest_core.sh (make oldest-core, part of make test) installs.
-    assert f'ansible-core>={oldest},<' in (REPO / "tools/dev/oldest_core.sh").read_text(encoding="utf-8")
-    # The newest: the development venv's range (requirements-test.txt), whose newest release installs here.
-    assert f"ansible-core>={oldest},<{newest_excluded}" in (REPO / "requirements-test.txt").read_text(encoding="utf-8")
-    assert "artifact oldest-core" in (REPO / "Makefile").read_text(encoding="utf-8")
+    # No upper cap: a released ansible-core newer than the matrix is not refused with a warning on every run.
+    oldest = re.fullmatch(r">=(\d+\.\d+)\.0", requires).group(1)
+    # The support matrix: the cores test_in_process_action.py accepts, oldest first.
+    matrix_line = re.search(r"^MATRIX = \(([^)]*)\)", (REPO / "tests/integration/test_in_process_action.py").read_text(encoding="utf-8"), re.M)
+    matrix = re.findall(r'"(\d+\.\d+)"', matrix_line.group(1))
+    assert matrix[0] == oldest and matrix == sorted(matrix, key=lambda minor: tuple(map(int, minor.split("."))))
+    # Every row runs in make test: the development venv's core (requirements-test.txt) in make pytest and make artifact,
+    # every other one as a core-<minor> target (tools/dev/core_lane.sh) in one of the two lanes.
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    lanes = " ".join(re.findall(r"^test-(?:dynamic|static):\n\tset -e; for part in ([^;]*);", makefile, re.M)).split()
+    dev = re.search(r"^ansible-core>=(\d+\.\d+),<(\d+\.\d+)$", (REPO / "requirements-test.txt").read_text(encoding="utf-8"), re.M)
+    lane_script = (REPO / "tools/dev/core_lane.sh").read_text(encoding="utf-8")
+
+    def version(minor: str) -> tuple[int, ...]:
+        return tuple(map(int, minor.split(".")))
+
+    for minor in matrix:
+        in_dev_venv = version(dev.group(1)) <= version(minor) < version(dev.group(2)) and "pytest" in lanes and "artifact" in lanes
+        assert in_dev_venv or f"core-{minor}" in lanes, minor
+        assert in_dev_venv or re.search(rf"^  (?:\S+\|)*{re.escape(minor)}(?:\|\S+)*\) pythons=", lane_script, re.M), minor
+    # The newest row runs the unit tests, the simulator integration suite, the demo and the tarball check.
+    assert f"tools/dev/core_lane.sh {matrix[-1]} unit integration demo artifact" in makefile

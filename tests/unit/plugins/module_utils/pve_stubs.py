@@ -31,6 +31,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 
+# The extensions a strict verifier requires (Python 3.13 sets ssl.VERIFY_X509_STRICT by default, urllib3 2.3+ too):
+# key usage and subject key identifier on a CA, authority key identifier on what it signs, as Proxmox VE's own certificates.
+CA_KEY_USAGE = x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False, key_encipherment=False,
+                             data_encipherment=False, key_agreement=False, encipher_only=False, decipher_only=False)
+
+
 def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
@@ -43,6 +49,8 @@ def _ca(cn: str) -> tuple[t.Any, x509.Certificate]:
         .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=30))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(CA_KEY_USAGE, critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
     return key, cert
@@ -68,6 +76,7 @@ def _leaf(ca_key: t.Any, ca_cert: x509.Certificate, base: Path, stem: str) -> tu
         .not_valid_after(now + datetime.timedelta(days=30))
         .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
                        critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     cert_path, key_path = base / (stem + "-cert.pem"), base / (stem + "-key.pem")

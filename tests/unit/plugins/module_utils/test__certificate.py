@@ -30,6 +30,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._certificate imp
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import normalize_fingerprint
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError
+from pve_stubs import CA_KEY_USAGE
 
 NOW = datetime.datetime.now(datetime.timezone.utc)
 DAY = datetime.timedelta(days=1)
@@ -45,12 +46,16 @@ def make_chain(tmp: Path, *, not_before: datetime.datetime = NOW - DAY, not_afte
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (x509.CertificateBuilder().subject_name(_name("Proxmox Virtual Environment")).issuer_name(_name("Proxmox Virtual Environment"))
           .public_key(ca_key.public_key()).serial_number(1).not_valid_before(NOW - 10 * DAY).not_valid_after(NOW + 3650 * DAY)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(CA_KEY_USAGE, critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False).sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
     leaf = (x509.CertificateBuilder().subject_name(_name("pve-test.example")).issuer_name(ca.subject).public_key(key.public_key())
             .serial_number(2).not_valid_before(not_before).not_valid_after(not_after)
             .add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
     pem = serialization.Encoding.PEM
     (tmp / "ca.pem").write_bytes(ca.public_bytes(pem))
     (tmp / "chain.pem").write_bytes(leaf.public_bytes(pem) + ca.public_bytes(pem))  # like pveproxy-ssl.pem with its chain

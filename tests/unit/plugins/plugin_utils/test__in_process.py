@@ -223,3 +223,100 @@ def test_check_mode_stage_gets_the_preview_of_its_operation_id() -> None:
         assert with_preview_document(args, vmanyware_clone.ENTRY, facts) == args
     assert with_preview_document({"operation_id": "op-preview"}, vmanyware_clone.ENTRY, {PREVIEW_FACT: None}) == {"operation_id": "op-preview"}
     assert with_preview_document({"operation_id": "op-preview"}, vmanyware_operation_info.ENTRY, facts) == {"operation_id": "op-preview"}
+
+
+# -- the private ansible-core internals, each behind a guard with a fallback (docs/development.md) ---------------------------
+
+
+def test_without_no_log_values_nothing_runs_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils import _in_process
+
+    validate = ArgumentSpecValidator.validate
+
+    def renamed(self: t.Any, *args: t.Any, **kwargs: t.Any) -> t.Any:
+        result = validate(self, *args, **kwargs)
+        result._no_log_values_renamed = result.__dict__.pop("_no_log_values")  # pylint: disable=protected-access
+        return result
+
+    ran: list[bool] = []
+    monkeypatch.setenv("CANARY_SECRET", SECRET)
+    monkeypatch.setattr(_in_process.ArgumentSpecValidator, "validate", renamed)
+    with pytest.raises(_in_process.NotInProcess, match=r"^ansible-core internals unavailable: ValidationResult._no_log_values$"):
+        run_entry_in_process(_entry(lambda *a: ran.append(True) or {}), "m", {"name": "n"}, check_mode=False, diff=False)
+    assert not ran
+    monkeypatch.undo()
+    monkeypatch.setenv("CANARY_SECRET", SECRET)
+    assert run_entry_in_process(_entry(lambda params, *a: {"echo": params["api_token_secret"]}), "m", {"name": "n"},
+                                check_mode=False, diff=False)["echo"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+
+
+def test_no_log_values_of_an_unexpected_shape_are_refused() -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import NotInProcess, no_log_values
+
+    assert no_log_values(_Fake(_no_log_values={"a", "b"})) == {"a", "b"}
+    for wrong in (_Fake(), _Fake(_no_log_values=["a"]), _Fake(_no_log_values={1})):
+        with pytest.raises(NotInProcess):
+            no_log_values(wrong)
+
+
+def test_action_groups_from_the_play_else_from_this_collection(tmp_path: Path) -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import action_groups, own_action_groups
+
+    fqcn = "vmanyware.proxmox.vmanyware_plan"
+    play = _Fake(_action_groups={fqcn: ["vmanyware.proxmox.proxmox", "other.collection.all"]})
+    task = _Fake(resolved_action=fqcn, action="vmanyware_plan", _parent=_Fake(_play=play))
+    assert action_groups(task) == ["vmanyware.proxmox.proxmox", "other.collection.all"]
+    # Without the play's private mapping: the groups of meta/runtime.yml, as the play resolves them for this collection.
+    for parent in (_Fake(_play=_Fake()), _Fake()):
+        assert action_groups(_Fake(resolved_action=fqcn, action="vmanyware_plan", _parent=parent)) == ["vmanyware.proxmox.proxmox"]
+    assert own_action_groups("community.proxmox.proxmox_kvm") == []
+    runtime = tmp_path / "runtime.yml"
+    runtime.write_text("action_groups:\n  proxmox: [vmanyware_plan]\n  stages: [vmanyware.proxmox.vmanyware_plan, vmanyware_clone]\n")
+    assert own_action_groups(fqcn, runtime) == ["vmanyware.proxmox.proxmox", "vmanyware.proxmox.stages"]
+    assert own_action_groups(fqcn, tmp_path / "missing.yml") == []
+
+
+def test_group_defaults_are_left_out_without_the_play_mapping() -> None:
+    action = _action()
+    action._task = _Fake(resolved_action="vmanyware.proxmox.vmanyware_plan", action="vmanyware_plan", check_mode=False,  # pylint: disable=protected-access
+                         module_defaults=[{"group/vmanyware.proxmox.proxmox": {"journal_dir": "/j"}}],
+                         args={"catalog_path": "/c.yml", "definition_path": "/d.yml", "target_vmid": 201, "journal_dir": "/j"})
+    action._templar = _Fake(template=lambda value: value)  # pylint: disable=protected-access
+    assert action._module_args({}) == {"catalog_path": "/c.yml", "definition_path": "/d.yml", "target_vmid": 201}  # pylint: disable=protected-access
+
+
+def test_each_reason_for_the_module_process_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils import _in_process
+
+    def reason(action: t.Any) -> str:
+        with pytest.raises(_in_process.NotInProcess) as caught:
+            action._in_process_entry()  # pylint: disable=protected-access
+        return str(caught.value)
+
+    monkeypatch.delenv("VMANYWARE_IN_PROCESS", raising=False)
+    assert reason(_action(transport="ssh")) == "connection ssh"
+    assert reason(_action(become=True)) == "become"
+    assert reason(_action(async_val=30)) == "async"
+    monkeypatch.setattr(_in_process, "missing_libraries", lambda names: ["jsonschema"])
+    assert reason(_action()) == "missing on the controller: jsonschema"
+    monkeypatch.setenv("VMANYWARE_IN_PROCESS", "false")
+    assert reason(_action()) == "VMANYWARE_IN_PROCESS=false"
+
+
+def test_task_environment_through_actionbase_else_the_module_process() -> None:
+    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import NotInProcess
+
+    action = _action()
+
+    def compute(raw_environment_out: dict[str, t.Any] | None = None) -> str:
+        assert raw_environment_out is not None
+        raw_environment_out["A"] = "1"
+        return "A=1"
+
+    action._compute_environment_string = compute  # pylint: disable=protected-access
+    assert action._task_environment() == {"A": "1"}  # pylint: disable=protected-access
+    action._compute_environment_string = lambda: "A=1"  # pylint: disable=protected-access  # a signature without the out parameter
+    with pytest.raises(NotInProcess, match="_compute_environment_string"):
+        action._task_environment()  # pylint: disable=protected-access
