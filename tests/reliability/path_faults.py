@@ -49,10 +49,6 @@ class Submission(t.NamedTuple):
     def name(self) -> str:
         return "%s/%s" % (self.path, self.stage)
 
-    @property
-    def label(self) -> str:
-        return "%s %s (%s)" % (self.method, re.sub(r"[$^\\]", "", self.regex), self.stage)
-
 
 TASK = frozenset({"task"})
 LOCKABLE_TASK = frozenset({"task", "lockable"})
@@ -82,7 +78,7 @@ SUBMISSIONS: list[Submission] = [
 
 
 class FaultKind(t.NamedTuple):
-    label: str  # the row of the table
+    label: str  # the column of the table
     rule: dict[str, t.Any]  # the simulator rule's action and parameters (faults.py)
     needs: str | None = None  # a tag the request must carry (None: every request)
     api_timeout: float = 10.0  # the client's timeout for the run the fault is armed in
@@ -137,6 +133,131 @@ CI_CASES = {
 # "stopped X, re-run completes"; "failed X" (the stage and the operation, or the cleanup, failed with X); "uncertain X,
 # still uncertain" (reads could not decide; nothing was sent again). Regenerate with VMANYWARE_RELIABILITY_RECORD=1.
 EXPECTED: dict[str, str] = {
+    'reply lost after commit (drop_reply)@container/template': 'completed',
+    'reply lost after commit (drop_reply)@container/create': 'completed',
+    'reply lost after commit (drop_reply)@container/start': 'completed',
+    'reply lost after commit (drop_reply)@container/snapshot': 'completed',
+    'reply lost after commit (drop_reply)@template/download': 'completed',
+    'reply lost after commit (drop_reply)@template/create': 'completed',
+    'reply lost after commit (drop_reply)@template/disk': 'completed',
+    'reply lost after commit (drop_reply)@template/configure': 'completed',
+    'reply lost after commit (drop_reply)@template/start': 'completed',
+    'reply lost after commit (drop_reply)@template/shutdown': 'completed',
+    'reply lost after commit (drop_reply)@template/unconfigure': 'completed',
+    'reply lost after commit (drop_reply)@template/convert': 'completed',
+    'reply lost after commit (drop_reply)@template/stamp': 'completed',
+    'reply lost after commit (drop_reply)@cleanup-vm/stop': 'completed',
+    'reply lost after commit (drop_reply)@cleanup-vm/destroy': 'completed',
+    'reply lost after commit (drop_reply)@cleanup-container/stop': 'completed',
+    'reply lost after commit (drop_reply)@cleanup-container/destroy': 'completed',
+    'request lost before it ran (drop_request)@container/template': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@container/create': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@container/start': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@container/snapshot': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@template/download': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@template/create': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@template/disk': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@template/configure': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@template/start': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@template/shutdown': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@template/unconfigure': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@template/convert': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@template/stamp': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@cleanup-vm/stop': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@cleanup-vm/destroy': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@cleanup-container/stop': 'uncertain reply_lost, still uncertain',
+    'request lost before it ran (drop_request)@cleanup-container/destroy': 'uncertain reply_lost, still uncertain',
+    'HTTP 500@container/template': 'uncertain server_error, still uncertain',
+    'HTTP 500@container/create': 'stopped server_error, re-run completes',
+    'HTTP 500@container/start': 'stopped server_error, re-run completes',
+    'HTTP 500@container/snapshot': 'stopped server_error, re-run completes',
+    'HTTP 500@template/download': 'uncertain server_error, still uncertain',
+    'HTTP 500@template/create': 'uncertain server_error, still uncertain',
+    'HTTP 500@template/disk': 'stopped server_error, re-run completes',
+    'HTTP 500@template/configure': 'uncertain server_error, still uncertain',
+    'HTTP 500@template/start': 'stopped server_error, re-run completes',
+    'HTTP 500@template/shutdown': 'uncertain server_error, still uncertain',
+    'HTTP 500@template/unconfigure': 'uncertain server_error, still uncertain',
+    'HTTP 500@template/convert': 'uncertain server_error, still uncertain',
+    'HTTP 500@template/stamp': 'uncertain server_error, still uncertain',
+    'HTTP 500@cleanup-vm/stop': 'uncertain server_error, still uncertain',
+    'HTTP 500@cleanup-vm/destroy': 'uncertain server_error, still uncertain',
+    'HTTP 500@cleanup-container/stop': 'uncertain server_error, still uncertain',
+    'HTTP 500@cleanup-container/destroy': 'uncertain server_error, still uncertain',
+    'HTTP 503@container/template': 'uncertain server_error, still uncertain',
+    'HTTP 503@container/create': 'uncertain server_error, still uncertain',
+    'HTTP 503@container/start': 'uncertain server_error, still uncertain',
+    'HTTP 503@container/snapshot': 'uncertain server_error, still uncertain',
+    'HTTP 503@template/download': 'uncertain server_error, still uncertain',
+    'HTTP 503@template/create': 'uncertain server_error, still uncertain',
+    'HTTP 503@template/disk': 'uncertain server_error, still uncertain',
+    'HTTP 503@template/configure': 'uncertain server_error, still uncertain',
+    'HTTP 503@template/start': 'uncertain server_error, still uncertain',
+    'HTTP 503@template/shutdown': 'uncertain server_error, still uncertain',
+    'HTTP 503@template/unconfigure': 'uncertain server_error, still uncertain',
+    'HTTP 503@template/convert': 'uncertain server_error, still uncertain',
+    'HTTP 503@template/stamp': 'uncertain server_error, still uncertain',
+    'HTTP 503@cleanup-vm/stop': 'uncertain server_error, still uncertain',
+    'HTTP 503@cleanup-vm/destroy': 'uncertain server_error, still uncertain',
+    'HTTP 503@cleanup-container/stop': 'uncertain server_error, still uncertain',
+    'HTTP 503@cleanup-container/destroy': 'uncertain server_error, still uncertain',
+    'HTTP 596@container/template': 'uncertain server_error, still uncertain',
+    'HTTP 596@container/create': 'uncertain server_error, still uncertain',
+    'HTTP 596@container/start': 'uncertain server_error, still uncertain',
+    'HTTP 596@container/snapshot': 'uncertain server_error, still uncertain',
+    'HTTP 596@template/download': 'uncertain server_error, still uncertain',
+    'HTTP 596@template/create': 'uncertain server_error, still uncertain',
+    'HTTP 596@template/disk': 'uncertain server_error, still uncertain',
+    'HTTP 596@template/configure': 'uncertain server_error, still uncertain',
+    'HTTP 596@template/start': 'uncertain server_error, still uncertain',
+    'HTTP 596@template/shutdown': 'uncertain server_error, still uncertain',
+    'HTTP 596@template/unconfigure': 'uncertain server_error, still uncertain',
+    'HTTP 596@template/convert': 'uncertain server_error, still uncertain',
+    'HTTP 596@template/stamp': 'uncertain server_error, still uncertain',
+    'HTTP 596@cleanup-vm/stop': 'uncertain server_error, still uncertain',
+    'HTTP 596@cleanup-vm/destroy': 'uncertain server_error, still uncertain',
+    'HTTP 596@cleanup-container/stop': 'uncertain server_error, still uncertain',
+    'HTTP 596@cleanup-container/destroy': 'uncertain server_error, still uncertain',
+    'timeout (delay 3 s > api_timeout 1.5 s)@container/template': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@container/create': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@container/start': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@container/snapshot': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@template/download': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@template/create': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@template/disk': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@template/configure': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@template/start': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@template/shutdown': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@template/unconfigure': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@template/convert': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@template/stamp': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@cleanup-vm/stop': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@cleanup-vm/destroy': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@cleanup-container/stop': 'completed',
+    'timeout (delay 3 s > api_timeout 1.5 s)@cleanup-container/destroy': 'completed',
+    'task error@container/template': 'failed task_failed',
+    'task error@container/create': 'failed task_failed',
+    'task error@container/start': 'failed task_failed',
+    'task error@container/snapshot': 'failed task_failed',
+    'task error@template/download': 'failed task_failed',
+    'task error@template/create': 'failed task_failed',
+    'task error@template/disk': 'failed task_failed',
+    'task error@template/start': 'failed task_failed',
+    'task error@template/shutdown': 'failed task_failed',
+    'task error@template/convert': 'failed task_failed',
+    'task error@cleanup-vm/stop': 'failed task_failed',
+    'task error@cleanup-vm/destroy': 'failed task_failed',
+    'task error@cleanup-container/stop': 'failed task_failed',
+    'task error@cleanup-container/destroy': 'failed task_failed',
+    'VM is locked (backup)@template/disk': 'completed',
+    'VM is locked (backup)@template/configure': 'completed',
+    'VM is locked (backup)@template/start': 'completed',
+    'VM is locked (backup)@template/shutdown': 'completed',
+    'VM is locked (backup)@template/unconfigure': 'completed',
+    'VM is locked (backup)@template/convert': 'completed',
+    'VM is locked (backup)@template/stamp': 'completed',
+    'VM is locked (backup)@cleanup-vm/stop': 'completed',
+    'VM is locked (backup)@cleanup-vm/destroy': 'completed',
 }
 
 # What test_abandon_sends_nothing proves, rendered under the table.
@@ -203,20 +324,15 @@ def resent_after_unknown(entries: list[dict[str, t.Any]]) -> list[str]:
 
 # -- the table ------------------------------------------------------------------------------------------------
 def render_table(outcomes: t.Mapping[str, str]) -> str:
-    """One row per fault kind, one column per path/stage; ``n/a`` where the kind does not apply to the request."""
-    columns = [sub.name for sub in SUBMISSIONS]
-    lines = ["| fault | " + " | ".join(columns) + " |", "| --- |" + " --- |" * len(columns)]
-    for kind in FAULT_KINDS:
-        cells = [outcomes.get("%s@%s" % (kind.label, column), "n/a") for column in columns]
-        lines.append("| %s | %s |" % (kind.label, " | ".join(cells)))
+    """One row per request (path/stage and the request), one column per fault kind; ``n/a`` where the kind does not apply."""
+    lines = ["| path/stage | request | " + " | ".join(kind.label for kind in FAULT_KINDS) + " |",
+             "| --- | --- |" + " --- |" * len(FAULT_KINDS)]
+    for sub in SUBMISSIONS:
+        cells = [outcomes.get("%s@%s" % (kind.label, sub.name), "n/a") for kind in FAULT_KINDS]
+        lines.append("| %s | `%s %s` | %s |" % (sub.name, sub.method, re.sub(r"[$^\\]", "", sub.regex), " | ".join(cells)))
     lines.append("")
-    lines.append("Requests (column: path/stage):")
-    lines.append("")
-    lines.extend("- `%s`: `%s %s` (%s)" % (sub.name, sub.method, re.sub(r"[$^\\]", "", sub.regex),
-                                          ", ".join(sorted(sub.tags)) or "no task, not lockable") for sub in SUBMISSIONS)
     lines.append("- %s" % ABANDON_EVIDENCE)
     return "\n".join(lines)
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="EXPECTED and the docs table from a recorded run's path_faults.jsonl")
