@@ -34,7 +34,10 @@ FAST_GUEST = {"agent_up_after": 0.0, "dhcp_after_agent": 0.0, "cloudinit_done_af
               "apt_install": 0.0, "apt_update": 0.0}
 GIB = 1024 ** 3
 BUILD_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK42LaKHQ1bNNIG3KlABIQ77kwljfXjfi9bunMkuYAO build@controller"
-RERUN = {"readiness_timeout": 20.0, "wait_budget": 6.0}
+# The faulted run reads for 6 s (above the largest injected delay, so a delayed copy is seen by the same run); by the
+# re-runs every delayed copy has landed (observe waits for it), so they read for 2 s.
+FIRST = {"readiness_timeout": 20.0, "wait_budget": 6.0}
+RERUN = {"readiness_timeout": 20.0, "wait_budget": 2.0}
 # The guests a path may leave (besides the simulator's seeded template 9000): qemu VMIDs, lxc VMIDs.
 GUESTS = {"container": ((), (pf.CTID,)), "template": ((pf.TEMPLATE_VMID,), ()), "cleanup-vm": ((pf.VMID,), ()),
           "cleanup-container": ((), (pf.CTID,)), "abandon": ((pf.VMID,), ())}
@@ -118,7 +121,7 @@ def _guests(sim: rs.Simulator) -> tuple[list[int], list[int]]:
 def observe(sim: rs.Simulator, case: pf.Case, workdir: Path, image: tuple[str, str]) -> dict[str, t.Any]:
     _prepare(sim)
     path = case.submission.path
-    first = path_run(sim, path, workdir, image, extra={"faults": case.rules(), "api_timeout": case.fault.api_timeout, **RERUN})
+    first = path_run(sim, path, workdir, image, extra={"faults": case.rules(), "api_timeout": case.fault.api_timeout, **FIRST})
     result = rs.driver_result(first)
     if case.fault.rule["action"] == "delay":
         time.sleep(float(case.fault.rule["seconds"]) + 0.5)  # let the delayed copy reach the handler before anything is counted
@@ -188,7 +191,7 @@ def test_path_fault(sim: rs.Simulator, tmp_path: Path, image_url: tuple[str, str
 def test_path_completes_without_faults(sim: rs.Simulator, tmp_path: Path, image_url: tuple[str, str], path: str) -> None:
     """The baseline every case starts from: the path completes and sends each of its listed submissions exactly once."""
     _prepare(sim)
-    run = path_run(sim, path, tmp_path, image_url, extra=RERUN)
+    run = path_run(sim, path, tmp_path, image_url, extra=FIRST)
     assert run.rc == 0 and rs.driver_result(run)["result"] == "completed", run.stdout[-2000:] + run.stderr[-2000:]
     entries = sim.admin.requests()
     for sub in pf.SUBMISSIONS:
