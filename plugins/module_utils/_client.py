@@ -99,7 +99,8 @@ _TOKEN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9.\-_]+$")
 _USERID = re.compile(r"^[^\s:/!]+@[A-Za-z][A-Za-z0-9.\-_]+$")
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*|[A-Za-z0-9._-]+)$")
 _PERM_CHECK = re.compile(r"Permission check failed \((/[^,()\s]*), ([A-Za-z][A-Za-z0-9.]*)\)")
-_LOCKED = re.compile(r"VM is locked \(([a-z-]+)\)|can't lock file .* got timeout", re.IGNORECASE)
+# "CT is locked (...)": pve-container's refusal (AbstractConfig::check_lock names the guest type), like qemu-server's "VM is locked".
+_LOCKED = re.compile(r"(?:VM|CT) is locked \(([a-z-]+)\)|can't lock file .* got timeout", re.IGNORECASE)
 _NOT_FOUND = re.compile(r"does not exist|no such (vm|task|storage|file|node)", re.IGNORECASE)
 _CONFLICT = re.compile(r"detected modified configuration|checksum mismatch|digest mismatch|already exists", re.IGNORECASE)
 # Guest agent failures (HTTP 500), classified into fixed tokens for ``details['agent']`` (the text is never forwarded).

@@ -587,3 +587,11 @@ def test_a_pin_and_its_binding_agree(stub_server: t.Any, make_settings: t.Any, t
     settings = make_settings(server.port, fingerprint=tls_material.fingerprint)
     bound = _client.bind_certificate(settings, _client.certificate_fingerprint(settings))  # with a pin: the pin, no contact
     assert _client_for(bound).get("/version")["version"] == "9.1.3"
+
+
+@pytest.mark.parametrize("message, lock", [("VM is locked (backup)", "backup"), ("CT is locked (snapshot)", "snapshot"),
+                                           ("CT is locked (create)", "create")])
+def test_a_locked_guest_is_a_pre_check_refusal_for_vms_and_containers(message: str, lock: str) -> None:
+    # pve-container's check_lock names its guest type ("CT is locked"): the same refusal before any effect as qemu-server's.
+    err = map_http_error("POST", "/nodes/pve/lxc/320/status/start", 500, "", {"data": None, "message": message + "\n"})
+    assert err.code == "locked" and err.details["lock"] == lock and err.details["precheck"] is True
