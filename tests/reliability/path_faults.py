@@ -94,6 +94,12 @@ FAULT_KINDS: list[FaultKind] = [
     FaultKind("timeout (delay 3 s > api_timeout 1.5 s)", {"action": "delay", "seconds": 3.0}, api_timeout=1.5),
     FaultKind("task error", {"action": "task_error", "message": "simulated failure"}, needs="task"),
     FaultKind("VM is locked (backup)", {"action": "vm_locked"}, needs="lockable"),
+    FaultKind("500 after the effect (error_after_effect)", {"action": "error_after_effect"}),
+    FaultKind("TLS broken while the reply is read (tls_abort_reply)", {"action": "tls_abort_reply"}),
+    FaultKind("reply over the 8 MiB bound (oversized_reply)", {"action": "oversized_reply"}),
+    # A connection rule (method and path are ignored): the 1st connection after arming is the scope check's handshake, the
+    # 2nd the stage client's first connection, which must refuse the swapped certificate before any byte is written.
+    FaultKind("certificate swapped after the scope check (cert_swap)", {"action": "cert_swap", "occurrence": 2}),
 ]
 
 
