@@ -40,6 +40,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import OperationStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import OfflineClient, StageLogic, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import every  # noqa: F401  pylint: disable=unused-import  # AnsiballZ: every stage logic module
 
 
 def journal_argument_spec() -> dict[str, dict[str, t.Any]]:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import sys
 import typing as t
 from pathlib import Path
 
 import pytest
 
 import guest_support as gs
+import test_in_process_action as tia
 from vmid_support import Reserver
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
@@ -299,6 +301,19 @@ def test_module_entry_runs_the_chain(sim: t.Any, tmp_path: Path) -> None:
     result = provision(params, check_mode=False, diff=False)
     assert result["done"] and result["status"] == "completed" and len(result["log"]) == len(env.kinds)
     assert conn["tokens"]["full"]["secret"] not in json.dumps(result)
+
+
+def test_the_chain_runs_as_a_module_process_too(sim: t.Any, tmp_path: Path) -> None:
+    # AnsiballZ packages what the module imports by name: every stage logic module the registry loads by string must be in
+    # the payload (_stages/every.py), or the run fails with internal_error as a module process (become, remote hosts).
+    env = gs.create(tmp_path, sim.connection)
+    completed = tia._playbook(tmp_path, sys.executable, "false", module="vmanyware_provision",  # pylint: disable=protected-access
+                              args=_module_params(sim, env, tmp_path), task_env={"VMANYWARE_PROVISIONING_ENABLED": "true"})
+    assert completed.returncode == 0, completed.stdout[-3000:]
+    assert "vmanyware: vmanyware_provision ran as a module process (VMANYWARE_IN_PROCESS=false)" in completed.stdout
+    result = tia._result(completed)  # pylint: disable=protected-access
+    assert result["done"] and result["status"] == "completed" and len(result["log"]) == len(env.kinds)
+    assert sim.connection["tokens"]["full"]["secret"] not in completed.stdout + completed.stderr
 
 
 def _module_params(sim: t.Any, env: gs.Env, tmp_path: Path, token: str = "full", **extra: t.Any) -> dict[str, t.Any]:

@@ -187,3 +187,18 @@ def test_registry_imports_no_stage_logic() -> None:
     tree = ast.parse((REPO / "plugins" / "module_utils" / "_stages" / "__init__.py").read_text(encoding="utf-8"))
     imports: list[t.Any] = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
     assert all(isinstance(node, ast.Import) or node.module == "__future__" for node in imports)
+
+
+def test_every_logic_module_the_registry_names_is_imported_by_name_for_ansiballz() -> None:
+    """AnsiballZ packages what a module imports by name; the registry loads by string: ``_stages/every.py`` bridges them."""
+    tree = ast.parse((REPO / "plugins" / "module_utils" / "_stages" / "every.py").read_text(encoding="utf-8"))
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(MODULE_UTILS.rstrip(".")):
+            package = node.module[len(MODULE_UTILS):] if node.module != MODULE_UTILS.rstrip(".") else ""
+            imported.update(("%s.%s" % (package, alias.name)).lstrip(".") for alias in node.names)
+    named = {spec.logic.partition(":")[0] for spec in STAGES}
+    # vmanyware_cleanup imports _lifecycle (the cleanup steps) itself: the one module that builds them.
+    assert named - {"_lifecycle"} == imported
+    stage_module = (REPO / "plugins" / "module_utils" / "_stage_module.py").read_text(encoding="utf-8")
+    assert "module_utils._stages import every" in stage_module
