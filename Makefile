@@ -20,11 +20,12 @@ setup-demo: $(DEMO_STAMP) collection-link
 $(DEMO_STAMP): requirements.txt requirements-demo.txt tools/pvesim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements-demo.txt
+	$(BIN)/python -m pip install -q -r requirements-demo.txt ./tools/pvesim
 	touch $@
 
 $(STAMP): $(DEMO_STAMP) requirements-test.txt
-	$(BIN)/python -m pip install -q -r requirements-test.txt
+	@# the simulator again, editable: its tests and the suite run the checkout's code
+	$(BIN)/python -m pip install -q -r requirements-test.txt -e ./tools/pvesim
 	touch $@
 
 # ansible finds this checkout as the vmanyware.proxmox collection through a symlink.

@@ -46,7 +46,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation_states import operation_from_params
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_MUTUALLY_EXCLUSIVE, plan_input_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import FAIL_ON_CHOICES, PreflightFailed, preflight_of_recorded
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import report
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import report, reporting
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import ObservingClient, RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageError, StageLogic, StageRunner, StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_argument_spec, stage_settings, with_stage_client
@@ -341,6 +341,7 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
                 stopped.preflight = preflight
             raise
         result["log"] = lines
+        result["log_shown"] = reporting()
         if preflight is not None:
             result["preflight"] = preflight
         if params.get("known_hosts_path"):

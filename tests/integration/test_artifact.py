@@ -23,6 +23,9 @@ BIN = Path(sys.executable).parent
 CACHES = (".mypy_cache/3.11/cache.db", ".ruff_cache/0.6.0/x", ".coverage", ".coverage.host.1234", "changelogs/.plugin-cache.yaml",
           "extensions/molecule/provision/.cache/x", "extensions/molecule/provision/.molecule/state.yml", "plugins/.mypy_cache/x",
           ".pytest_cache/v/x", "htmlcov/index.html", ".cache/molecule/x")
+# What a user gets: the collection, its docs and examples, the EE and AWX files; no development files (galaxy.yml build_ignore).
+SHIPPED = {"FILES.json", "MANIFEST.json", "LICENSE", "README.md", "awx", "bindep.txt", "changelogs", "docs", "examples",
+           "execution-environment.yml", "meta", "playbooks", "plugins", "requirements.txt", "roles"}
 
 
 def test_build_leaves_out_tool_caches(tmp_path: Path) -> None:
@@ -41,6 +44,8 @@ def test_build_leaves_out_tool_caches(tmp_path: Path) -> None:
     with tarfile.open(tarball) as tar:
         names = tar.getnames()
     assert "plugins/modules/vmanyware_plan.py" in names and "roles/provision/tasks/main.yml" in names
+    assert {name.split("/", 1)[0] for name in names} == SHIPPED
+    assert [name for name in names if name.startswith("changelogs/") and name.count("/") > 1] == []  # no fragments
     assert [name for name in names if any(name == c or name.startswith(c.split("/x", maxsplit=1)[0]) for c in CACHES)] == []
 
 
@@ -54,6 +59,6 @@ def test_galaxy_metadata_and_the_tested_ansible_core_range() -> None:
     oldest, newest_excluded = re.fullmatch(r">=(\d+\.\d+)\.0,<(\d+\.\d+)\.0", requires).groups()
     # The oldest: what tools/dev/oldest_core.sh (make oldest-core, part of make test) installs.
     assert f'ansible-core>={oldest},<' in (REPO / "tools/dev/oldest_core.sh").read_text(encoding="utf-8")
-    # The newest: the development venv's range (requirements-test.txt), whose newest release installs here.
-    assert f"ansible-core>={oldest},<{newest_excluded}" in (REPO / "requirements-test.txt").read_text(encoding="utf-8")
+    # The newest: the development venv's range (requirements-demo.txt, under the test tooling), whose newest release installs here.
+    assert f"ansible-core>={oldest},<{newest_excluded}" in (REPO / "requirements-demo.txt").read_text(encoding="utf-8")
     assert "artifact oldest-core" in (REPO / "Makefile").read_text(encoding="utf-8")

@@ -78,7 +78,8 @@ def test_ee_definition_matches_the_collection() -> None:
     assert ee["version"] == 3
     deps = ee["dependencies"]
     assert deps["python"] == "requirements.txt" and deps["system"] == "bindep.txt"
-    tested = {re.split(r"[<>=!~ ]", ln, maxsplit=1)[0]: ln for ln in requirement_lines(REPO / "requirements-test.txt")}
+    tested = {re.split(r"[<>=!~ ]", ln, maxsplit=1)[0]: ln for name in ("requirements-demo.txt", "requirements-test.txt")
+              for ln in requirement_lines(REPO / name)}
     assert deps["ansible_core"]["package_pip"] == tested["ansible-core"]
     assert deps["ansible_runner"]["package_pip"] == tested["ansible-runner"]
     tarball = f"vmanyware-proxmox-{version()}.tar.gz"
