@@ -7,8 +7,8 @@
 
 Design choice: the client talks to the API through ``requests`` directly, with a thin
 proxmoxer-compatible path builder (``client.api.nodes("pve").qemu(100).config.get()``) on top,
-and reuses proxmoxer's token ``Authorization`` header builder (``ProxmoxHTTPApiTokenAuth``).
-proxmoxer's own session cannot give the control this collection needs: its ticket login posts
+and builds the token ``Authorization`` header itself (one line; proxmoxer is not a dependency:
+docs/development.md). proxmoxer's own session cannot give the control this collection needs: its ticket login posts
 through the module-level ``requests.post`` (outside any pinned adapter and with the
 environment's CA bundle), it keeps ``trust_env`` on, it reads whole bodies without a bound, it
 cannot pin a certificate during the handshake, and it cannot tell "nothing was sent" from
@@ -18,7 +18,11 @@ cannot pin a certificate during the handshake, and it cannot tell "nothing was s
   ``verify=`` is passed per request (REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE never override
   ``ca_path``); an optional SHA-256 pin is checked by urllib3 (``assert_fingerprint``) right
   after the handshake, before any request byte (so before any credential) is written. A pin
-  replaces the CA chain check (the usual self-signed PVE certificate).
+  replaces the CA chain check (the usual self-signed PVE certificate). The trust anchor, in order:
+  the pin, else ``ca_path``, else the operating system's trust store (``truststore``, as pip
+  uses it; without that package, OpenSSL's default paths), never certifi's bundle.
+- proxies: none. A proxy the environment configures for the API's URL (``https_proxy``/``all_proxy``
+  without a matching ``no_proxy``) is refused (``proxy_not_supported``), not silently bypassed.
 - bounded, streamed responses (``max_response_bytes``) and a per-request timeout;
 - no retry of any mutation; bounded retries with backoff for GETs on connection errors and 5xx;
 - typed errors with fixed codes (``_errors.py``); no raw provider body, no secret in any error.
@@ -58,12 +62,11 @@ else:
     _BaseAdapter = requests.adapters.HTTPAdapter
 
 try:
-    from proxmoxer.backends.https import ProxmoxHTTPApiTokenAuth
-except (ImportError, SystemExit):  # pragma: no cover - proxmoxer exits when requests is missing
-    HAS_PROXMOXER = False
-    ProxmoxHTTPApiTokenAuth = None
+    import truststore
+except ImportError:  # pragma: no cover - requirements.txt installs it; OpenSSL's default paths then
+    HAS_TRUSTSTORE = False
 else:
-    HAS_PROXMOXER = True
+    HAS_TRUSTSTORE = True
 
 DEFAULT_PORT = 8006
 DEFAULT_TIMEOUT = 30.0
@@ -186,6 +189,30 @@ def require_readable_ca(ca_path: str | None) -> None:
             raise ConfigurationError("ca_path is not a readable file.", path="ca_path") from None
 
 
+def refuse_environment_proxy(host: str, port: int) -> None:
+    """``proxy_not_supported`` when the environment routes ``https://host:port`` through a proxy.
+
+    The client connects directly (``trust_env`` off): a proxy would break what the client promises about a
+    request (nothing sent vs. reply lost, the pin checked before any byte). Rather than bypassing a configured
+    proxy silently, it is refused; ``no_proxy`` naming the host (as requests matches it) lets the connection go direct.
+    """
+    if not HAS_REQUESTS:
+        return
+    proxies = requests.utils.get_environ_proxies("https://%s:%d/" % (host, port))
+    if proxies.get("https") or proxies.get("all"):
+        raise ConfigurationError(
+            "A proxy is configured for the Proxmox API (https_proxy or all_proxy); the collection connects directly only: "
+            "add the host to no_proxy.", code="proxy_not_supported", path="api_host")
+
+
+def system_trust_context() -> ssl.SSLContext:
+    """The operating system's trust store: ``truststore`` (as pip), else OpenSSL's default verify paths."""
+    if HAS_TRUSTSTORE:
+        context: ssl.SSLContext = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        return context
+    return ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+
+
 def build_settings(
     *,
     host: str | None,
@@ -216,6 +243,7 @@ def build_settings(
         raise ConfigurationError("Configure an API token (api_token_id, api_token_secret) or api_user with api_password.",
                                  path="api_token_id")
     require_readable_ca(ca_path)
+    refuse_environment_proxy(host.strip().lower(), port)
     return ConnectionSettings(
         host=host.strip().lower(),
         port=port,
@@ -246,7 +274,7 @@ def certificate_fingerprint(settings: ConnectionSettings) -> str:
 
     With a pin (``api_fingerprint``) the pin itself is returned and nothing is contacted. Otherwise one
     TLS connection to ``host:port`` is opened and verified exactly as the client verifies
-    (``ca_path``, else the CA bundle ``requests`` uses; host name checked; no verification when
+    (``ca_path``, else the operating system's trust store; host name checked; no verification when
     ``validate_certs`` is false), the handshake completes, the peer certificate is read, and the
     connection is closed before any HTTP byte is written. Failures: ``tls_verification_failed``
     (certificate or handshake refused) and ``transport_lost`` (no connection).
@@ -255,9 +283,11 @@ def certificate_fingerprint(settings: ConnectionSettings) -> str:
         return settings.fingerprint
     host = settings.host[1:-1] if settings.host.startswith("[") else settings.host
     if settings.validate_certs:
-        # Only the configured CA file, or the bundle requests verifies with (never the environment's overrides).
-        cafile = settings.ca_path or (requests.utils.DEFAULT_CA_BUNDLE_PATH if HAS_REQUESTS else None)
-        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+        # Only the configured CA file, or the system trust store as the client uses it (never the environment's overrides).
+        if settings.ca_path:
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.ca_path)
+        else:
+            context = system_trust_context()
     else:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
         context.check_hostname = False
@@ -288,14 +318,22 @@ class PinnedTLSAdapter(_BaseAdapter):  # type: ignore[misc]
     own retries are off (``max_retries=0``): retry policy lives in the client.
     """
 
-    def __init__(self, fingerprint: str | None = None) -> None:
+    def __init__(self, fingerprint: str | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         self._fingerprint = fingerprint
+        self._ssl_context = ssl_context  # the system trust store (no pin, no ca_path)
         super().__init__(max_retries=0, pool_connections=1, pool_maxsize=2)
 
     def init_poolmanager(self, *args: t.Any, **kwargs: t.Any) -> None:
         if self._fingerprint:
             kwargs["assert_fingerprint"] = self._fingerprint
+        if self._ssl_context is not None:
+            kwargs["ssl_context"] = self._ssl_context
         super().init_poolmanager(*args, **kwargs)
+
+    def cert_verify(self, conn: t.Any, url: str, verify: t.Any, cert: t.Any) -> None:
+        super().cert_verify(conn, url, verify, cert)
+        if self._ssl_context is not None:
+            conn.ca_certs = None  # the system store alone, not requests' certifi bundle on top
 
 
 class _Resource:
@@ -471,7 +509,9 @@ class ProxmoxClient(ApiVerbs):
         self._session.trust_env = False
         self._session.verify = self._verify
         self._session.headers["Accept"] = "application/json"
-        self._session.mount("https://", adapter if adapter is not None else PinnedTLSAdapter(settings.fingerprint))
+        system_store = settings.validate_certs and not settings.fingerprint and not settings.ca_path
+        self._session.mount("https://", adapter if adapter is not None else PinnedTLSAdapter(
+            settings.fingerprint, system_trust_context() if system_store else None))
         self._ticket: tuple[str, str] | None = None
         # Read once per client: the test-only crash hook costs one ``is None`` test per request when unset.
         self._crash_at = _crash.HttpCrashPoint.from_environment(_crash.crash_at())
@@ -527,7 +567,7 @@ class ProxmoxClient(ApiVerbs):
     def _auth(self, method: str) -> tuple[t.Any, dict[str, str], dict[str, str]]:
         settings = self.settings
         if settings.uses_token:
-            return ProxmoxHTTPApiTokenAuth(settings.user, settings.token_name, settings.token_secret), {}, {}
+            return None, {"Authorization": "PVEAPIToken=%s!%s=%s" % (settings.user, settings.token_name, settings.token_secret)}, {}
         if self._ticket is None:
             self._login()
         if self._ticket is None:  # pragma: no cover - _login sets it or raises

@@ -372,5 +372,5 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
 def provision_entry() -> ModuleEntry:
     return ModuleEntry(argument_spec=provision_argument_spec,
                        action=lambda params, check_mode, diff: provision(params, check_mode=check_mode, diff=diff),
-                       libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),
+                       libraries=("PyYAML", "jsonschema", "requests"),
                        mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE + (("operation_id", "confirmation"), ("preview_operation", "confirmation")))

@@ -42,7 +42,7 @@ attributes:
     support: full
 requirements:
   - requests
-  - proxmoxer
+  - truststore
 """
 
 EXAMPLES = r"""
@@ -164,7 +164,7 @@ def action(params, check_mode, diff) -> dict:
         return run_report(client, template_vmid=params.get("template_vmid"))
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests", "proxmoxer"))
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests",))
 
 
 def main() -> None:

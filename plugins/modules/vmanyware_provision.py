@@ -134,7 +134,7 @@ requirements:
   - PyYAML
   - jsonschema
   - requests
-  - proxmoxer
+  - truststore
 """
 
 EXAMPLES = r"""

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-REQUIREMENT_NAMES = ("proxmoxer", "requests", "PyYAML", "jsonschema")
+REQUIREMENT_NAMES = ("requests", "PyYAML", "jsonschema", "truststore")
 
 
 def load(path: Path) -> t.Any:
@@ -134,7 +134,7 @@ def test_galaxy_stage_and_introspection(context: Path, tmp_path: Path) -> None:
     from_collection = [ln.split("#", 1)[0].strip() for ln in found["python"] if "from collection vmanyware.proxmox" in ln]
     # ansible-builder drops PyYAML from collection requirements (ansible-core brings it); the EE's own
     # python: requirements.txt keeps the pinned range in the image anyway.
-    assert sorted(re.split(r"[<>=]", ln, maxsplit=1)[0] for ln in from_collection) == ["jsonschema", "proxmoxer", "requests"]
+    assert sorted(re.split(r"[<>=]", ln, maxsplit=1)[0] for ln in from_collection) == ["jsonschema", "requests", "truststore"]
     assert any("python3-yaml" in ln and "vmanyware.proxmox" in ln for ln in found["system"])
 
 
