@@ -1,21 +1,31 @@
 # One entry point for people and CI. `make demo` runs the main job end to end; `make test` runs
-# everything CI checks. Both create the virtual environment they need on first use.
+# everything CI checks. Both create the virtual environment they need on first use: `make demo` installs only
+# what the demo runs (requirements-demo.txt: runtime dependencies, ansible-core, the simulator); every other
+# target adds the test and development tooling (requirements-test.txt) to the same venv. One stamp each.
 PYTHON ?= python3
 VENV ?= $(CURDIR)/.venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
+STAMP := $(VENV)/.installed-test
 
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 
-.PHONY: setup demo test test-dynamic test-static typecheck pytest lint acceptance-vm acceptance-container docs docs-check sanity artifact oldest-core acceptance collection-link clean
+.PHONY: setup setup-demo demo test test-dynamic test-static typecheck pytest lint acceptance-vm acceptance-container docs docs-check sanity artifact oldest-core acceptance collection-link clean
 
 setup: $(STAMP) collection-link
 
-$(STAMP): requirements.txt requirements-test.txt tools/pvesim/pyproject.toml
+setup-demo: $(DEMO_STAMP) collection-link
+
+$(DEMO_STAMP): requirements.txt requirements-demo.txt tools/pvesim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements-test.txt
+	$(BIN)/python -m pip install -q -r requirements-demo.txt ./tools/pvesim
+	touch $@
+
+$(STAMP): $(DEMO_STAMP) requirements-test.txt
+	@# the simulator again, editable: its tests and the suite run the checkout's code
+	$(BIN)/python -m pip install -q -r requirements-test.txt -e ./tools/pvesim
 	touch $@
 
 # ansible finds this checkout as the vmanyware.proxmox collection through a symlink.
@@ -24,7 +34,7 @@ collection-link:
 	@test "$$(readlink build/collections/ansible_collections/vmanyware/proxmox)" = "$(CURDIR)" \
 	  || ln -sfn $(CURDIR) build/collections/ansible_collections/vmanyware/proxmox
 
-demo: setup
+demo: setup-demo
 	VENV=$(VENV) tools/dev/demo.sh
 
 # Two sequential lanes side by side (2 cores), about equally long: the simulator-backed suite and the real-container

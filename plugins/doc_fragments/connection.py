@@ -46,7 +46,8 @@ options:
     type: str
   validate_certs:
     description:
-      - Verify the server certificate against O(ca_path) or the system CA bundle.
+      - Verify the server certificate. The trust anchor, in this order - the O(api_fingerprint) pin; else O(ca_path); else the operating
+        system's trust store (through the C(truststore) package, as pip does), so a CA installed with C(update-ca-certificates) works.
       - With V(false) and no O(api_fingerprint) pin nothing is sent (no token, no password) and every module fails with
         C(tls_unverified), except the read-only checks under O(unverified_tls_read_only).
       - E(REQUESTS_CA_BUNDLE) and E(CURL_CA_BUNDLE) are ignored; configure O(ca_path) instead.
@@ -67,7 +68,7 @@ options:
   api_timeout:
     description:
       - Timeout of each HTTP request, in seconds (connect, and the whole reply).
-      - If not set, the value of the E(PROXMOX_TIMEOUT) environment variable is used.
+      - If not set, the value of the E(PROXMOX_TIMEOUT) environment variable is used, else that of E(PROXMOX_API_TIMEOUT) (community.proxmox's name).
     type: float
     default: 30
   unverified_tls_read_only:
@@ -86,5 +87,7 @@ options:
     default: false
 notes:
   - Plain HTTP is never used. Mutations are never retried; idempotent reads are retried at most three times.
-  - Proxy settings from the environment (E(HTTPS_PROXY)) are not used.
+  - The API is always contacted directly. When the environment configures a proxy for its URL (E(https_proxy) or E(all_proxy), either
+    case, without a matching E(no_proxy) entry), the module fails with C(proxy_not_supported) before any connection; add the host to
+    E(no_proxy).
 """

@@ -7,8 +7,8 @@
 
 Design choice: the client talks to the API through ``requests`` directly, with a thin
 proxmoxer-compatible path builder (``client.api.nodes("pve").qemu(100).config.get()``) on top,
-and reuses proxmoxer's token ``Authorization`` header builder (``ProxmoxHTTPApiTokenAuth``).
-proxmoxer's own session cannot give the control this collection needs: its ticket login posts
+and builds the token ``Authorization`` header itself (one line; proxmoxer is not a dependency:
+docs/development.md). proxmoxer's own session cannot give the control this collection needs: its ticket login posts
 through the module-level ``requests.post`` (outside any pinned adapter and with the
 environment's CA bundle), it keeps ``trust_env`` on, it reads whole bodies without a bound, it
 cannot pin a certificate during the handshake, and it cannot tell "nothing was sent" from
@@ -21,7 +21,9 @@ cannot pin a certificate during the handshake, and it cannot tell "nothing was s
   replaces the CA chain check (the usual self-signed PVE certificate). No request (so no token, no
   password) is ever sent over TLS that neither a CA nor a pin verifies (``tls_unverified``), except GETs
   with an API token under the explicit ``unverified_tls_read_only`` opt-in (``tls_refusal``); no
-  provider scope is computed from an unverified certificate (``provider_scope_id``). A client bound to a certificate
+  provider scope is computed from an unverified certificate (``provider_scope_id``). The trust anchor, in order:
+  the pin, else ``ca_path``, else the operating system's trust store (``truststore``, as pip
+  uses it; without that package, OpenSSL's default paths), never certifi's bundle. A client bound to a certificate
   (``bound_certificate``: the one an operation's provider scope was computed from) compares the leaf of every new
   connection with it right after the handshake, before any byte is written (``certificate_changed``).
 - "not sent" by fact, not by exception type: the adapter's connections record, per request, whether a new
@@ -29,6 +31,8 @@ cannot pin a certificate during the handshake, and it cannot tell "nothing was s
   before the first byte is "not sent" (``transport_lost``, ``tls_verification_failed``, ``certificate_changed``);
   any failure after it (a TLS error or reset while reading the reply, a timeout, a reply over the bound, an
   undecodable reply) leaves the outcome unknown (``reply_lost``, ``response_too_large``, ``unexpected_response``).
+- proxies: none. A proxy the environment configures for the API's URL (``https_proxy``/``all_proxy``
+  without a matching ``no_proxy``) is refused (``proxy_not_supported``), not silently bypassed.
 - bounded, streamed responses (``max_response_bytes``) and a per-request timeout;
 - no retry of any mutation; bounded retries with backoff for GETs on connection errors and 5xx;
 - typed errors with fixed codes (``_errors.py``); no raw provider body, no secret in any error.
@@ -79,12 +83,11 @@ else:
     _BaseSSLFailure = urllib3.exceptions.SSLError
 
 try:
-    from proxmoxer.backends.https import ProxmoxHTTPApiTokenAuth
-except (ImportError, SystemExit):  # pragma: no cover - proxmoxer exits when requests is missing
-    HAS_PROXMOXER = False
-    ProxmoxHTTPApiTokenAuth = None
+    import truststore
+except ImportError:  # pragma: no cover - requirements.txt installs it; OpenSSL's default paths then
+    HAS_TRUSTSTORE = False
 else:
-    HAS_PROXMOXER = True
+    HAS_TRUSTSTORE = True
 
 DEFAULT_PORT = 8006
 DEFAULT_TIMEOUT = 30.0
@@ -221,6 +224,30 @@ def require_readable_ca(ca_path: str | None) -> None:
             raise ConfigurationError("ca_path is not a readable file.", path="ca_path") from None
 
 
+def refuse_environment_proxy(host: str, port: int) -> None:
+    """``proxy_not_supported`` when the environment routes ``https://host:port`` through a proxy.
+
+    The client connects directly (``trust_env`` off): a proxy would break what the client promises about a
+    request (nothing sent vs. reply lost, the pin checked before any byte). Rather than bypassing a configured
+    proxy silently, it is refused; ``no_proxy`` naming the host (as requests matches it) lets the connection go direct.
+    """
+    if not HAS_REQUESTS:
+        return
+    proxies = requests.utils.get_environ_proxies("https://%s:%d/" % (host, port))
+    if proxies.get("https") or proxies.get("all"):
+        raise ConfigurationError(
+            "A proxy is configured for the Proxmox API (https_proxy or all_proxy); the collection connects directly only: "
+            "add the host to no_proxy.", code="proxy_not_supported", path="api_host")
+
+
+def system_trust_context() -> ssl.SSLContext:
+    """The operating system's trust store: ``truststore`` (as pip), else OpenSSL's default verify paths."""
+    if HAS_TRUSTSTORE:
+        context: ssl.SSLContext = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        return context
+    return ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+
+
 def build_settings(
     *,
     host: str | None,
@@ -252,6 +279,7 @@ def build_settings(
         raise ConfigurationError("Configure an API token (api_token_id, api_token_secret) or api_user with api_password.",
                                  path="api_token_id")
     require_readable_ca(ca_path)
+    refuse_environment_proxy(host.strip().lower(), port)
     return ConnectionSettings(
         host=host.strip().lower(),
         port=port,
@@ -357,7 +385,7 @@ def certificate_fingerprint(settings: ConnectionSettings) -> str:
 
     With a pin (``api_fingerprint``) the pin itself is returned and nothing is contacted. Otherwise one
     TLS connection to ``host:port`` is opened and verified exactly as the client verifies
-    (``ca_path``, else the CA bundle ``requests`` uses; host name checked; no verification when
+    (``ca_path``, else the operating system's trust store; host name checked; no verification when
     ``validate_certs`` is false), the handshake completes, the peer certificate is read, and the
     connection is closed before any HTTP byte is written. Failures: ``tls_verification_failed``
     (certificate or handshake refused) and ``transport_lost`` (no connection).
@@ -366,9 +394,11 @@ def certificate_fingerprint(settings: ConnectionSettings) -> str:
         return settings.fingerprint
     host = settings.host[1:-1] if settings.host.startswith("[") else settings.host
     if settings.validate_certs:
-        # Only the configured CA file, or the bundle requests verifies with (never the environment's overrides).
-        cafile = settings.ca_path or (requests.utils.DEFAULT_CA_BUNDLE_PATH if HAS_REQUESTS else None)
-        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+        # Only the configured CA file, or the system trust store as the client uses it (never the environment's overrides).
+        if settings.ca_path:
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.ca_path)
+        else:
+            context = system_trust_context()
     else:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
         context.check_hostname = False
@@ -463,15 +493,19 @@ class PinnedTLSAdapter(_BaseAdapter):  # type: ignore[misc]
     lives in the client.
     """
 
-    def __init__(self, fingerprint: str | None = None, bound_certificate: str | None = None) -> None:
+    def __init__(self, fingerprint: str | None = None, bound_certificate: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self._fingerprint = fingerprint
         self._bound = bound_certificate
+        self._ssl_context = ssl_context  # the system trust store (no pin, no ca_path)
         self.facts = ExchangeFacts()
         super().__init__(max_retries=0, pool_connections=1, pool_maxsize=2)
 
     def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: t.Any) -> None:
         if self._fingerprint:
             pool_kwargs["assert_fingerprint"] = self._fingerprint
+        if self._ssl_context is not None:
+            pool_kwargs["ssl_context"] = self._ssl_context
         self._pool_connections = connections
         self._pool_maxsize = maxsize
         self._pool_block = block
@@ -495,6 +529,11 @@ class PinnedTLSAdapter(_BaseAdapter):  # type: ignore[misc]
 
     def wrote(self) -> None:
         self.facts.written = True
+
+    def cert_verify(self, conn: t.Any, url: str, verify: t.Any, cert: t.Any) -> None:
+        super().cert_verify(conn, url, verify, cert)
+        if self._ssl_context is not None:
+            conn.ca_certs = None  # the system store alone, not requests' certifi bundle on top
 
 
 class _Resource:
@@ -718,7 +757,9 @@ class ProxmoxClient(ApiVerbs):
         self._session.trust_env = False
         self._session.verify = self._verify
         self._session.headers["Accept"] = "application/json"
-        self._adapter = adapter if adapter is not None else PinnedTLSAdapter(settings.fingerprint, settings.bound_certificate)
+        system_store = settings.validate_certs and not settings.fingerprint and not settings.ca_path
+        self._adapter = adapter if adapter is not None else PinnedTLSAdapter(
+            settings.fingerprint, settings.bound_certificate, system_trust_context() if system_store else None)
         self._session.mount("https://", self._adapter)
         self._ticket: tuple[str, str] | None = None
         # Read once per client: the test-only crash hook costs one ``is None`` test per request when unset.
@@ -778,7 +819,7 @@ class ProxmoxClient(ApiVerbs):
     def _auth(self, method: str) -> tuple[t.Any, dict[str, str], dict[str, str]]:
         settings = self.settings
         if settings.uses_token:
-            return ProxmoxHTTPApiTokenAuth(settings.user, settings.token_name, settings.token_secret), {}, {}
+            return None, {"Authorization": "PVEAPIToken=%s!%s=%s" % (settings.user, settings.token_name, settings.token_secret)}, {}
         if self._ticket is None:
             self._login()
         if self._ticket is None:  # pragma: no cover - _login sets it or raises

@@ -33,6 +33,7 @@ ERROR_CODES: dict[str, str] = {
     "invalid_plan": "The inputs are inconsistent and no plan can be built from them.",
     "invalid_option": "A module option has an invalid value.",
     "configuration_error": "A configuration gate or connection setting has an invalid value.",
+    "proxy_not_supported": "A proxy is configured for the Proxmox API; the collection connects directly only (add the host to no_proxy).",
     # provider access
     "tls_verification_failed": "The server certificate did not match the configured CA or fingerprint pin.",
     "tls_unverified": "TLS is not verified (validate_certs is false and no api_fingerprint pin is set), so no credential is sent: "

@@ -67,7 +67,7 @@ def controller_watch() -> dict[str, str]:
 
 
 def missing_libraries(names: t.Iterable[str]) -> list[str]:
-    """Which of ``names`` (``PyYAML``, ``jsonschema``, ``requests``, ``proxmoxer``, ``cryptography``) cannot be imported here."""
+    """Which of ``names`` (``PyYAML``, ``jsonschema``, ``requests``, ``cryptography``) cannot be imported here."""
     # Imported here so a module only loads the support code of the libraries it needs.
     present: dict[str, bool] = {}
     names = list(names)
@@ -80,13 +80,9 @@ def missing_libraries(names: t.Iterable[str]) -> list[str]:
     if "cryptography" in names:
         from ansible_collections.vmanyware.proxmox.plugins.module_utils._certificate import HAS_CRYPTOGRAPHY  # pylint: disable=import-outside-toplevel
         present["cryptography"] = HAS_CRYPTOGRAPHY
-    if "requests" in names or "proxmoxer" in names:
-        from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (  # pylint: disable=import-outside-toplevel
-            HAS_PROXMOXER,
-            HAS_REQUESTS,
-        )
+    if "requests" in names:
+        from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import HAS_REQUESTS  # pylint: disable=import-outside-toplevel
         present["requests"] = HAS_REQUESTS
-        present["proxmoxer"] = HAS_PROXMOXER
     return [name for name in names if not present.get(name, False)]
 
 

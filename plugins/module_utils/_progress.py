@@ -35,3 +35,8 @@ def report(line: str) -> None:
     reporter = _REPORTER.get()
     if reporter is not None:
         reporter(line)
+
+
+def reporting() -> bool:
+    """Whether ``report`` lines are shown as they come (a reporter is installed: the in-process run)."""
+    return _REPORTER.get() is not None

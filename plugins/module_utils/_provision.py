@@ -48,7 +48,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation impor
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation_states import operation_from_params
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_MUTUALLY_EXCLUSIVE, plan_input_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import FAIL_ON_CHOICES, PreflightFailed, preflight_of_recorded
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import report
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import report, reporting
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import ObservingClient, RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageError, StageLogic, StageRunner, StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import (
@@ -374,6 +374,7 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
                 stopped.preflight = preflight
             raise
         result["log"] = lines
+        result["log_shown"] = reporting()
         if preflight is not None:
             result["preflight"] = preflight
         if params.get("known_hosts_path"):
@@ -408,5 +409,5 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
 def provision_entry() -> ModuleEntry:
     return ModuleEntry(argument_spec=provision_argument_spec,
                        action=lambda params, check_mode, diff: provision(params, check_mode=check_mode, diff=diff),
-                       libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),
+                       libraries=("PyYAML", "jsonschema", "requests"),
                        mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE + (("operation_id", "confirmation"), ("preview_operation", "confirmation")))

@@ -219,5 +219,5 @@ def stage_entry(logic: t.Callable[[t.Mapping[str, t.Any]], StageLogic],
     def action(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool) -> dict[str, t.Any]:
         return run_stage(params, logic(params), check_mode=check_mode, diff=diff)
 
-    return ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests", "proxmoxer"),
+    return ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests",),
                        mutually_exclusive=(("catalog_path", "catalog"),))

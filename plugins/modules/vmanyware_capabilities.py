@@ -46,7 +46,7 @@ attributes:
     support: full
 requirements:
   - requests
-  - proxmoxer
+  - truststore
 """
 
 EXAMPLES = r"""
@@ -170,7 +170,7 @@ def action(params, check_mode, diff) -> dict:
     return capabilities(connection_settings(params), template_vmid=params.get("template_vmid"))
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests", "proxmoxer"))
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests",))
 
 
 def main() -> None:

@@ -82,7 +82,7 @@ attributes:
     details: A cleaned operation returns what was removed with C(changed=false) and sends nothing.
 requirements:
   - requests
-  - proxmoxer
+  - truststore
 notes:
   - The privileges are listed in C(docs/permissions.md) (stage C(cleanup)).
 """
@@ -199,7 +199,7 @@ def action(params, check_mode, diff) -> dict:
     return run_cleanup(params, check_mode=check_mode)
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests", "proxmoxer"))
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests",))
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ attributes:
     details: A completed stage returns its compact record without sending anything.
 requirements:
   - requests
-  - proxmoxer
+  - truststore
 """
 
 EXAMPLES = r"""

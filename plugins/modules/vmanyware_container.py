@@ -76,7 +76,7 @@ attributes:
     details: A completed stage returns its recorded evidence with C(changed=false) and sends nothing.
 requirements:
   - requests
-  - proxmoxer
+  - truststore
 """
 
 EXAMPLES = r"""

@@ -40,7 +40,7 @@ attributes:
     details: A completed stage returns its compact record without sending anything.
 requirements:
   - requests
-  - proxmoxer
+  - truststore
 """
 
 EXAMPLES = r"""

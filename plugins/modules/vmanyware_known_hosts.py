@@ -21,12 +21,11 @@ description:
     replaces the file atomically, under a lock (C(<path>.lock)) so that the parallel hosts of one play can write their
     blocks into the same file. A symbolic link is followed.
   - Runs in Ansible's worker on the controller (no module process), like every module of the collection; it contacts no
-    Proxmox host. The connection options are accepted so that one C(module_defaults) entry for the action group
-    C(group/vmanyware.proxmox.proxmox) serves every module of the collection; this module never uses them.
+    Proxmox host. It takes no connection options; a C(module_defaults) entry for the action group
+    C(group/vmanyware.proxmox.proxmox) may still set them, they are left out for this module.
 author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
-  - vmanyware.proxmox.connection
   - vmanyware.proxmox.attributes
 options:
   path:
@@ -104,13 +103,12 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._known_hosts import install_block
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 
 
 def argument_spec() -> dict:
-    spec = connection_argument_spec()  # accepted for module_defaults groups, never used
+    spec: dict = {}
     spec["path"] = {"type": "path", "required": True}
     spec["operation_id"] = {"type": "str", "required": True}
     spec["known_hosts"] = {"type": "list", "elements": "str", "required": True}

@@ -281,7 +281,7 @@ def action(params, check_mode, diff) -> dict:
     return operation_from_params(params, params["state"], check_mode=check_mode, environ=os.environ)
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests"),
                     mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE, required_if=REQUIRED_IF)
 
 

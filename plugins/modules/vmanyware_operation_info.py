@@ -13,8 +13,8 @@ version_added: 0.1.0
 description:
   - Reads one operation from the local journal and returns its public view - identities, hashes, status, stage progress
     and the hand-off; with O(evidence=true) also each stage's evidence. No secret, no idempotency key.
-  - Contacts no Proxmox host. The connection options are accepted so that one C(module_defaults) entry for the action group
-    C(group/vmanyware.proxmox.proxmox) serves every module of the collection; this module never uses them.
+  - Contacts no Proxmox host and takes no connection options; a C(module_defaults) entry for the action group
+    C(group/vmanyware.proxmox.proxmox) may still set them, they are left out for this module.
   - A missing operation fails with C(not_found); a journal file that is not a valid operation document fails with
     C(journal_corrupt) and is left untouched.
   - Without O(operation_id) it lists the operations of the journal, newest first (RV(operations)), filtered by O(status),
@@ -25,7 +25,6 @@ author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
   - vmanyware.proxmox.stage.journal
-  - vmanyware.proxmox.connection
   - vmanyware.proxmox.attributes
 options:
   operation_id:
@@ -279,7 +278,6 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import STATUSES, list_operations, parse_filters, skipped_warning
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import validate_operation_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
@@ -289,7 +287,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module im
 
 def argument_spec() -> dict:
     spec = journal_argument_spec()
-    spec.update(connection_argument_spec())  # accepted for module_defaults groups, never used
     spec["operation_id"] = {"type": "str"}
     spec["include_snapshots"] = {"type": "bool", "default": False}
     spec["include_public_keys"] = {"type": "bool", "default": False}

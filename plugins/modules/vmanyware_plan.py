@@ -13,8 +13,8 @@ version_added: 0.1.0
 description:
   - Reads a v1 template catalog and a v1 environment definition, validates both strictly, selects the catalog mapping of the
     definition's image and returns the v1 plan document with its C(definitionHash) and C(planHash).
-  - The connection options are accepted so that one C(module_defaults) entry for the action group
-    C(group/vmanyware.proxmox.proxmox) serves every module of the collection; this module never uses them.
+  - It takes no connection options; a C(module_defaults) entry for the action group
+    C(group/vmanyware.proxmox.proxmox) may still set them, they are left out for this module.
   - Contacts no Proxmox host and changes nothing; the plan says so with RV(plan.liveVerified=false) and RV(plan.vmidReserved=false).
   - The formats, the hashes and the plan document are specified in C(docs/formats.md) in the collection.
 options:
@@ -29,7 +29,6 @@ author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
   - vmanyware.proxmox.plan_inputs
-  - vmanyware.proxmox.connection
   - vmanyware.proxmox.attributes
 attributes:
   check_mode:
@@ -211,7 +210,6 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import creation_blockers
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
@@ -220,7 +218,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLA
 def argument_spec() -> dict:
     spec = plan_input_argument_spec()
     spec["repeat_mapping"] = {"type": "dict"}
-    spec.update(connection_argument_spec())  # accepted for module_defaults groups, never used
     return spec
 
 

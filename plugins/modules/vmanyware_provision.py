@@ -139,7 +139,7 @@ requirements:
   - PyYAML
   - jsonschema
   - requests
-  - proxmoxer
+  - truststore
 """
 
 EXAMPLES = r"""
@@ -272,6 +272,11 @@ log:
   type: list
   elements: str
   sample: ["stage 1/8 clone: completed in 2.1 s", "stage 2/8 resources: completed in 0.1 s"]
+log_shown:
+  description: Whether the lines of RV(log) (the preflight's checks among them) were printed while the task ran (the in-process run on the
+    controller); the provision role shows them again only when they were not.
+  returned: success
+  type: bool
 ansible_facts:
   description: Facts set by the module, only when asked (O(set_operation_fact=true)).
   returned: with O(set_operation_fact=true)

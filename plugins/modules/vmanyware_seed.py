@@ -38,7 +38,7 @@ attributes:
 requirements:
   - PyYAML
   - requests
-  - proxmoxer
+  - truststore
 """
 
 EXAMPLES = r"""

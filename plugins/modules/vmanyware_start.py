@@ -37,7 +37,7 @@ attributes:
     details: A completed stage returns its compact record with C(changed=false) and sends nothing.
 requirements:
   - requests
-  - proxmoxer
+  - truststore
 """
 
 EXAMPLES = r"""

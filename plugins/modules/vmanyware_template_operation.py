@@ -153,7 +153,7 @@ def action(params, check_mode, diff) -> dict:
                                   provisioning_option=params["provisioning_enabled"], environ=os.environ, check_mode=check_mode)
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests"),
                     **TEMPLATE_BUILD_CONSTRAINTS)
 
 

@@ -19,7 +19,6 @@ author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
   - vmanyware.proxmox.template_build_inputs
-  - vmanyware.proxmox.connection
   - vmanyware.proxmox.attributes
 attributes:
   check_mode:
@@ -33,7 +32,8 @@ requirements:
   - PyYAML
   - jsonschema
 notes:
-  - The connection options are accepted so that module defaults of the C(vmanyware.proxmox.proxmox) group apply; they are not used.
+  - Contacts no Proxmox host and takes no connection options; connection options set by module defaults of the
+    C(vmanyware.proxmox.proxmox) group are left out for this module.
 """
 
 EXAMPLES = r"""
@@ -68,7 +68,6 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import (
     TEMPLATE_BUILD_CONSTRAINTS,
@@ -79,7 +78,6 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build 
 
 def argument_spec() -> dict:
     spec = template_build_argument_spec()
-    spec.update(connection_argument_spec())  # accepted for module_defaults groups, never used
     return spec
 
 

@@ -47,7 +47,7 @@ requirements:
   - PyYAML
   - jsonschema
   - requests
-  - proxmoxer
+  - truststore
 notes:
   - E(VMANYWARE_PROVISIONING_ENABLED) must be unset, V(true) or V(false); any other value fails with C(configuration_error)
     before any request is sent.
@@ -191,7 +191,7 @@ def action(params, check_mode, diff) -> dict:
     return run_template_preflight(planned, connection_settings(params), environ=os.environ, fail_on=params["fail_on"])
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests", "proxmoxer"),
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests"),
                     **TEMPLATE_BUILD_CONSTRAINTS)
 
 

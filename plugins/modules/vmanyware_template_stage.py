@@ -76,7 +76,7 @@ attributes:
     details: A completed stage returns its recorded evidence without sending anything.
 requirements:
   - requests
-  - proxmoxer
+  - truststore
 """
 
 EXAMPLES = r"""
@@ -241,7 +241,7 @@ def action(params, check_mode, diff) -> dict:
     return result
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests", "proxmoxer"))
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests",))
 
 
 def main() -> None:

@@ -80,7 +80,7 @@ attributes:
       - The same owner gets the same live lease back with C(changed=false).
 requirements:
   - requests
-  - proxmoxer
+  - truststore
 notes:
   - A lease protects a VMID against other automatic allocations through the same journal directory. Another tool (or a person)
     may still take the VMID on Proxmox; the clone stage then stops with C(vmid_taken) and creates nothing.
@@ -216,7 +216,7 @@ def action(params, check_mode, diff) -> dict:
                        vmid_range=params["vmid_range"], lease_seconds=params["lease_seconds"], check_mode=check_mode)
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests", "proxmoxer"))
+ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests",))
 
 
 def main() -> None:

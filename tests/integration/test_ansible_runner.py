@@ -115,6 +115,13 @@ def events_of(runner: t.Any, event: str) -> list[dict[str, t.Any]]:
     return [e for e in runner.events if e.get("event") == event]
 
 
+def printed_block(runner: t.Any) -> str:
+    """The text vmanyware_print showed for the confirmation task (a verbose event of the job output), from its first line on."""
+    text = "".join(e.get("stdout", "") + "\n" for e in runner.events if e.get("event") == "verbose" and "provision_confirmation:" in e.get("stdout", ""))
+    assert text.count("provision_confirmation:") == 1, text
+    return text
+
+
 def stage_oks(runner: t.Any) -> dict[str, dict[str, t.Any]]:
     """The last ``runner_on_ok`` of every stage module task, by stage kind (the role's one vmanyware_provision task: each stage it ran)."""
     found: dict[str, dict[str, t.Any]] = {}
@@ -174,7 +181,8 @@ def test_provision_through_ansible_runner(pvesim: t.Any, tmp_path: Path, monkeyp
     block = confirmation["provision_confirmation"]
     assert block["confirmed"] is True and block["targetVmid"] == TARGET_VMID
     printed = [e for e in events_of(first, "runner_on_ok") if e["event_data"].get("task") == "Print the exact confirmation block for this plan"]
-    assert printed and block["planHash"] in json.dumps(printed[0]["event_data"]["res"])
+    # the block is printed as it is (job output, as AWX shows it): YAML that loads to exactly the file's content
+    assert printed and yaml.safe_load(printed_block(first)) == confirmation
     assert not stage_oks(first)
     assert not journal.exists() or not list(journal.glob("op-*.json"))
 
@@ -256,7 +264,8 @@ def test_review_with_the_read_only_credential(pvesim: t.Any, tmp_path: Path, mon
     block = yaml.safe_load((tmp_path / "confirm.yml").read_text(encoding="utf-8"))["provision_confirmation"]
     printed = [e["event_data"]["res"] for e in events_of(review, "runner_on_ok")
                if e["event_data"].get("task") == "Print the exact confirmation block for this plan"]
-    assert printed and block["planHash"] in json.dumps(printed[0]) and "it is closed for this run" in json.dumps(printed[0])
+    text = printed_block(review)
+    assert printed and yaml.safe_load(text)["provision_confirmation"] == block and "# " in text and "it is closed for this run" in text
     assert not list(journal.glob("op-*.json"))
 
     # The approver's template, still with the read-only credential: stopped by the gate before any write or connection.

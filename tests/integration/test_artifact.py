@@ -23,6 +23,9 @@ BIN = Path(sys.executable).parent
 CACHES = (".mypy_cache/3.11/cache.db", ".ruff_cache/0.6.0/x", ".coverage", ".coverage.host.1234", "changelogs/.plugin-cache.yaml",
           "extensions/molecule/provision/.cache/x", "extensions/molecule/provision/.molecule/state.yml", "plugins/.mypy_cache/x",
           ".pytest_cache/v/x", "htmlcov/index.html", ".cache/molecule/x")
+# What a user gets: the collection, its docs and examples, the EE and AWX files; no development files (galaxy.yml build_ignore).
+SHIPPED = {"FILES.json", "MANIFEST.json", "LICENSE", "README.md", "awx", "bindep.txt", "changelogs", "docs", "examples",
+           "execution-environment.yml", "meta", "playbooks", "plugins", "requirements.txt", "roles"}
 
 
 def test_build_leaves_out_tool_caches(tmp_path: Path) -> None:
@@ -41,6 +44,8 @@ def test_build_leaves_out_tool_caches(tmp_path: Path) -> None:
     with tarfile.open(tarball) as tar:
         names = tar.getnames()
     assert "plugins/modules/vmanyware_plan.py" in names and "roles/provision/tasks/main.yml" in names
+    assert {name.split("/", 1)[0] for name in names} == SHIPPED
+    assert [name for name in names if name.startswith("changelogs/") and name.count("/") > 1] == []  # no fragments
     assert [name for name in names if any(name == c or name.startswith(c.split("/x", maxsplit=1)[0]) for c in CACHES)] == []
 
 
@@ -57,11 +62,11 @@ def test_galaxy_metadata_and_the_tested_ansible_core_range() -> None:
     matrix_line = re.search(r"^MATRIX = \(([^)]*)\)", (REPO / "tests/integration/test_in_process_action.py").read_text(encoding="utf-8"), re.M)
     matrix = re.findall(r'"(\d+\.\d+)"', matrix_line.group(1))
     assert matrix[0] == oldest and matrix == sorted(matrix, key=lambda minor: tuple(map(int, minor.split("."))))
-    # Every row runs in make test: the development venv's core (requirements-test.txt) in make pytest and make artifact,
+    # Every row runs in make test: the development venv's core (requirements-demo.txt) in make pytest and make artifact,
     # every other one as a core-<minor> target (tools/dev/core_lane.sh) in one of the two lanes.
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
     lanes = " ".join(re.findall(r"^test-(?:dynamic|static):\n\tset -e; for part in ([^;]*);", makefile, re.M)).split()
-    dev = re.search(r"^ansible-core>=(\d+\.\d+),<(\d+\.\d+)$", (REPO / "requirements-test.txt").read_text(encoding="utf-8"), re.M)
+    dev = re.search(r"^ansible-core>=(\d+\.\d+),<(\d+\.\d+)$", (REPO / "requirements-demo.txt").read_text(encoding="utf-8"), re.M)
     lane_script = (REPO / "tools/dev/core_lane.sh").read_text(encoding="utf-8")
 
     def version(minor: str) -> tuple[int, ...]:

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-REQUIREMENT_NAMES = ("proxmoxer", "requests", "PyYAML", "jsonschema")
+REQUIREMENT_NAMES = ("requests", "PyYAML", "jsonschema", "truststore")
 
 
 def load(path: Path) -> t.Any:
@@ -78,7 +78,8 @@ def test_ee_definition_matches_the_collection() -> None:
     assert ee["version"] == 3
     deps = ee["dependencies"]
     assert deps["python"] == "requirements.txt" and deps["system"] == "bindep.txt"
-    tested = {re.split(r"[<>=!~ ]", ln, maxsplit=1)[0]: ln for ln in requirement_lines(REPO / "requirements-test.txt")}
+    tested = {re.split(r"[<>=!~ ]", ln, maxsplit=1)[0]: ln for name in ("requirements-demo.txt", "requirements-test.txt")
+              for ln in requirement_lines(REPO / name)}
     assert deps["ansible_core"]["package_pip"] == tested["ansible-core"]
     assert deps["ansible_runner"]["package_pip"] == tested["ansible-runner"]
     tarball = f"vmanyware-proxmox-{version()}.tar.gz"
@@ -133,7 +134,7 @@ def test_galaxy_stage_and_introspection(context: Path, tmp_path: Path) -> None:
     from_collection = [ln.split("#", 1)[0].strip() for ln in found["python"] if "from collection vmanyware.proxmox" in ln]
     # ansible-builder drops PyYAML from collection requirements (ansible-core brings it); the EE's own
     # python: requirements.txt keeps the pinned range in the image anyway.
-    assert sorted(re.split(r"[<>=]", ln, maxsplit=1)[0] for ln in from_collection) == ["jsonschema", "proxmoxer", "requests"]
+    assert sorted(re.split(r"[<>=]", ln, maxsplit=1)[0] for ln in from_collection) == ["jsonschema", "requests", "truststore"]
     assert any("python3-yaml" in ln and "vmanyware.proxmox" in ln for ln in found["system"])
 
 

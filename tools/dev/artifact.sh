@@ -17,6 +17,12 @@ if tar -tzf "$tarball" | grep -E "(^|/)($caches)(/|\$)"; then
   echo "caches in $tarball (add them to build_ignore in galaxy.yml)" >&2
   exit 1
 fi
+# What a user gets and nothing of the development setup (build_ignore in galaxy.yml; tests/integration/test_artifact.py too).
+shipped="FILES.json LICENSE MANIFEST.json README.md awx bindep.txt changelogs docs examples execution-environment.yml meta playbooks plugins"
+shipped="$shipped requirements.txt roles"
+tops=$(tar -tzf "$tarball" | cut -d/ -f1 | sort -u | xargs)
+[ "$tops" = "$(tr ' ' '\n' <<<"$shipped" | sort | xargs)" ] || { echo "the tarball holds: $tops; expected: $shipped" >&2; exit 1; }
+echo "tarball: $(stat -c %s "$tarball") bytes, top level: $tops"
 export ANSIBLE_COLLECTIONS_PATH="$work/collections"
 ansible-galaxy collection install --collections-path "$work/collections" "$tarball" >/dev/null
 installed="$work/collections/ansible_collections/vmanyware/proxmox"

@@ -25,7 +25,7 @@ export VMANYWARE_JOURNAL_DIR="$state/journal"
 export VMANYWARE_PROVISIONING_ENABLED=true
 echo "pvesim listening on https://${PROXMOX_HOST}:${PROXMOX_PORT} (verified with its CA)"
 run() {
-  "$venv/bin/ansible-playbook" vmanyware.proxmox.provision -e vmanyware_catalog_path="$repo/examples/catalog.yml" \
+  "$venv/bin/ansible-playbook" -i "$repo/examples/inventory.yml" vmanyware.proxmox.provision -e vmanyware_catalog_path="$repo/examples/catalog.yml" \
     -e vmanyware_definition_path="$repo/examples/definition.yml" -e vmanyware_target_vmid=201 \
     -e vmanyware_confirmation_file="$state/confirm.yml" -e vmanyware_known_hosts_file="$state/known_hosts" "$@"
 }

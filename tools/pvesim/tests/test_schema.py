@@ -9,14 +9,32 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
+import subprocess
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
 from pvesim.schema import NoSuchMethod, NoSuchPath, Schema, errors_to_dict
 
-SHARED = "/work/shared/pve-api/pve-9.1.3-schema.json"
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _shared_schema() -> Path:
+    """The contract's copy in the ``shared/`` folder beside the repository checkout (``../shared/pve-api/``).
+
+    From a ``git worktree`` the checkout is the main working tree the worktree belongs to.
+    """
+    checkouts = [REPO]
+    done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--path-format=absolute", "--git-common-dir"],
+                          capture_output=True, text=True, check=False)
+    if done.returncode == 0 and done.stdout.strip():
+        checkouts.append(Path(done.stdout.strip()).parent)
+    candidates = [checkout.parent / "shared" / "pve-api" / "pve-9.1.3-schema.json" for checkout in checkouts]
+    return next((path for path in candidates if path.is_file()), candidates[0])
+
+
+SHARED = _shared_schema()
 NODE = "/nodes/pve-test"
 
 
@@ -29,16 +47,18 @@ def errs(schema: Schema, method: str, path: str, **params: object) -> dict[str, 
     return errors_to_dict(schema.validate(method, path, params))
 
 
-@pytest.mark.skipif(not os.path.exists(SHARED), reason="shared schema not present")
+@pytest.mark.skipif(not SHARED.is_file(), reason="no shared/ folder beside this checkout (../shared/pve-api/)")
 def test_bundled_copy_equals_shared_file() -> None:
     raw = resources.files("pvesim").joinpath("data", "pve-9.1.3-schema.json.gz").read_bytes()
     with open(SHARED, "rb") as fh:
         assert json.loads(gzip.decompress(raw)) == json.load(fh)
 
 
-def test_load_explicit_path_is_cached() -> None:
-    if os.path.exists(SHARED):
-        assert Schema.load(SHARED) is Schema.load(SHARED)
+def test_load_explicit_path_is_cached(tmp_path: Path) -> None:
+    path = tmp_path / "schema.json.gz"
+    path.write_bytes(resources.files("pvesim").joinpath("data", "pve-9.1.3-schema.json.gz").read_bytes())
+    assert Schema.load(str(path)) is Schema.load(str(path))
+    assert Schema.load(str(path)) is not Schema.load()
 
 
 def test_match_literal_and_params(schema: Schema) -> None:

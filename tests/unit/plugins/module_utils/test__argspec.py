@@ -21,7 +21,8 @@ ENV = {"api_host": "PROXMOX_HOST", "api_port": "PROXMOX_PORT", "api_user": "PROX
 def test_spec_names_env_and_no_log() -> None:
     spec = connection_argument_spec()
     assert tuple(spec) == CONNECTION_OPTION_NAMES
-    assert {name: option["fallback"][1] for name, option in spec.items()} == {k: [v] for k, v in ENV.items()}
+    assert {name: option["fallback"][1] for name, option in spec.items()} == {
+        k: [v, "PROXMOX_API_TIMEOUT"] if k == "api_timeout" else [v] for k, v in ENV.items()}
     assert {name for name, option in spec.items() if option.get("no_log")} == {"api_token_secret", "api_password"}
     assert spec["api_port"]["default"] == 8006 and spec["validate_certs"]["default"] is True and spec["api_timeout"]["default"] == 30
     assert spec["unverified_tls_read_only"] == {"type": "bool", "default": False, "fallback": spec["unverified_tls_read_only"]["fallback"]}
@@ -76,3 +77,17 @@ def test_unverified_read_only_opt_in_from_params_and_environment(monkeypatch) ->
     assert params["unverified_tls_read_only"] is True
     monkeypatch.setenv("PROXMOX_UNVERIFIED_TLS_READ_ONLY", "")
     assert ArgumentSpecValidator(connection_argument_spec()).validate({}).validated_parameters["unverified_tls_read_only"] is False
+
+
+def test_timeout_from_community_proxmox_variable(monkeypatch) -> None:
+    """community.proxmox's PROXMOX_API_TIMEOUT is accepted; PROXMOX_TIMEOUT wins when both are set."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    monkeypatch.delenv("PROXMOX_TIMEOUT", raising=False)
+    monkeypatch.setenv("PROXMOX_API_TIMEOUT", "7")
+    assert ArgumentSpecValidator(connection_argument_spec()).validate({}).validated_parameters["api_timeout"] == 7
+    monkeypatch.setenv("PROXMOX_TIMEOUT", "9")
+    assert ArgumentSpecValidator(connection_argument_spec()).validate({}).validated_parameters["api_timeout"] == 9
+    monkeypatch.setenv("PROXMOX_TIMEOUT", "")  # empty counts as unset: the other name applies
+    assert ArgumentSpecValidator(connection_argument_spec()).validate({}).validated_parameters["api_timeout"] == 7
+    assert "PROXMOX_API_TIMEOUT" in " ".join(yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]["api_timeout"]["description"])

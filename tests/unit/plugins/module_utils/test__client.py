@@ -280,6 +280,56 @@ def test_env_bundle_with_ca_cannot_widen_trust(
     assert server.requests == []
 
 
+def test_system_trust_store_is_used_without_ca_path_or_pin(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ca_path, no pin: the OS trust store (truststore; on Linux OpenSSL's default paths, which SSL_CERT_FILE selects).
+
+    A CA added to that store (as update-ca-certificates does) is trusted; certifi and REQUESTS_CA_BUNDLE are not consulted.
+    """
+    assert _client.HAS_TRUSTSTORE  # requirements.txt installs it
+    server = stub_server()
+    monkeypatch.setenv("SSL_CERT_FILE", tls_material.ca_path)
+    monkeypatch.setenv("SSL_CERT_DIR", str(tls_material.ca_path) + ".absent")
+    client = _client_for(make_settings(server.port))
+    assert client.get("/version")["release"] == "9.1"
+    assert client.observed_fingerprint == tls_material.fingerprint
+    assert _client.certificate_fingerprint(make_settings(server.port)) == tls_material.fingerprint  # the same trust
+    # A store without that CA refuses, whatever REQUESTS_CA_BUNDLE says; ca_path, when given, is the only anchor.
+    monkeypatch.setenv("SSL_CERT_FILE", tls_material.other_ca_path)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", tls_material.ca_path)
+    _raises("tls_verification_failed", lambda: _client_for(make_settings(server.port)).get("/version"))
+    _raises("tls_verification_failed", lambda: _client.certificate_fingerprint(make_settings(server.port)))
+    monkeypatch.setenv("SSL_CERT_FILE", tls_material.ca_path)
+    _raises("tls_verification_failed", lambda: _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path)).get("/version"))
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("variable", ["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"])
+def test_configured_proxy_is_refused_not_ignored(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    for name in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, "http://127.0.0.1:9")
+    with pytest.raises(ConfigurationError) as info:
+        make_settings(1234, ca_path=tls_material.ca_path)
+    assert info.value.code == "proxy_not_supported" and info.value.path == "api_host"
+    assert "127.0.0.1:9" not in json.dumps(info.value.to_result())
+    # no_proxy naming the host: direct, as always (the proxy is never contacted).
+    monkeypatch.setenv("no_proxy", "localhost,127.0.0.1")
+    server = stub_server()
+    assert _client_for(make_settings(server.port, ca_path=tls_material.ca_path)).get("/version")["release"] == "9.1"
+
+
+def test_http_proxy_alone_does_not_apply(make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API is https only: a plain-HTTP proxy setting does not route it, so it is no reason to refuse."""
+    for name in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    assert make_settings(1234, ca_path=tls_material.ca_path).host == "127.0.0.1"
+
+
 @pytest.mark.parametrize("method", ["GET", "POST", "PUT", "DELETE"])
 def test_unverified_tls_sends_nothing_by_default(stub_server: t.Any, make_settings: t.Any, method: str) -> None:
     """validate_certs false and no pin: every request is refused before a connection exists (no token on the wire)."""
