@@ -95,6 +95,8 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         # vmanyware_known_hosts: writes the operation's block into a file of this test
         "path": str(tmp_path / "ssh" / "known_hosts"), "known_hosts": ["192.0.2.10 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGroupDefaultsTest"],
         "known_hosts_path": str(tmp_path / "ssh" / "provision_known_hosts"),  # vmanyware_provision's (not run here)
+        # vmanyware_plan's repeat check: the mapping the operation recorded, which the current catalog still has
+        "repeat_mapping": dict(planned.mapping),
     }
     options = group_options()
     values: dict[str, t.Any] = {}

@@ -130,10 +130,15 @@ def test_a_signal_in_the_scope_only_marks_the_run_and_is_delivered_again_to_the_
 
 
 def test_sigint_with_pythons_default_handler_is_not_raised_again() -> None:
-    watch = Cancellation()
-    with watch.signals():
-        os.kill(os.getpid(), signal.SIGINT)
-    assert watch() == RUN_CANCELLED and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own SIGINT handler, whatever an earlier test of the session (an in-process ansible run) left installed.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        watch = Cancellation()
+        with watch.signals():
+            os.kill(os.getpid(), signal.SIGINT)
+        assert watch() == RUN_CANCELLED and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_the_sleep_is_cut_into_slices_and_raises_between_them() -> None:
