@@ -288,8 +288,8 @@ def test_packages_install_with_a_500_is_resolved_by_its_marker_and_runs_once(sim
     env = gs.prepared(tmp_path, sim.connection, packages=[{"name": "git"}])
     _through(env, "packages")
     sim.clear_requests()
-    sim.add_fault("POST", r"/agent/exec$", action, occurrence=3, **({"status": 500, "message": "guest-exec failed - got timeout"}
-                                                                     if action == "http_error" else {}))
+    extra = {"status": 500, "message": "guest-exec failed - got timeout"} if action == "http_error" else {}
+    sim.add_fault("POST", r"/agent/exec$", action, occurrence=3, **extra)
     result = env.run(PackagesStage())
     assert result["done"] and env.stage("packages")["evidence"]["packages"]["git"] == load_index()["git"][-1]
     installs = [e for e in sim.requests("POST", r"/agent/exec$") if "install" in e["params"]["command"]]

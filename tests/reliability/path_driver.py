@@ -161,8 +161,12 @@ class Path:
 
     def run(self) -> dict[str, t.Any]:
         path = self.config["path"]
-        vm_logic = lambda kind: build_logic(stage_spec(kind, VM), self.params)  # noqa: E731
-        ct_logic = lambda kind: build_logic(stage_spec(kind, CONTAINER), self.params)  # noqa: E731
+        def vm_logic(kind: str) -> t.Any:
+            return build_logic(stage_spec(kind, VM), self.params)
+
+        def ct_logic(kind: str) -> t.Any:
+            return build_logic(stage_spec(kind, CONTAINER), self.params)
+
         out: dict[str, t.Any] = {}
         if path == "container":
             self.stages(self.guest_operation(self.config["container_catalog"], self.config["container_definition"], self.config["vmid"]),

@@ -361,7 +361,8 @@ def reached_handler(entries: list[dict[str, t.Any]], faults: list[dict[str, t.An
     Not counted: PVE's refusals before the handler (400/401/403/501, schema errors) and the replies an injected pre-handler
     rule produced instead of the handler (as many entries with the rule's status as the rule ``fired``).
     """
-    import rel_support as rs  # pylint: disable=import-outside-toplevel  (the collection on sys.path: pytest only)
+    # The collection is on sys.path under pytest only: imported here, so the --results command line needs neither.
+    import rel_support as rs  # pylint: disable=import-outside-toplevel
     budget = [[rule, int(rule.get("fired", 0))] for rule in faults if rule.get("action") in PRE_HANDLER_ACTIONS]
     counts: dict[tuple[str, str, str], int] = {}
     for entry in _mutations(entries):
@@ -407,6 +408,7 @@ def render_table(outcomes: t.Mapping[str, str]) -> str:
     lines.append("")
     lines.append("- %s" % ABANDON_EVIDENCE)
     return "\n".join(lines)
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="EXPECTED and the docs table from a recorded run's path_faults.jsonl")

@@ -15,8 +15,8 @@ Everything that must survive a crash is journaled in the stage evidence, by the 
   ``exec-status``; a journaled PID resumes by GET; an exec with an unknown outcome is resolved by its
   marker in the guest (docs/stages.md, "Guest commands"): never started -> run afresh, started ->
   followed, unreadable -> the stage is ``uncertain`` and a later run reads the marker again). It is
-  one ``cloud-init status --long --wait``: the guest waits for cloud-init to finish, the stage only polls the one PID (``_stage.EXEC_POLL_*``), instead of running a new
-  probe (exec and status reads) every interval.
+  one ``cloud-init status --long --wait``: the guest waits for cloud-init to finish, the stage only polls
+  the one PID (``_stage.EXEC_POLL_*``), instead of running a new probe (exec and status reads) every interval.
 
 Ready means: the agent answers ``ping``, cloud-init reports ``done`` (``error``/``degraded``, exit
 code 1/2, fail with ``cloudinit_failed``) and the interface whose MAC is net0's has a usable IPv4

@@ -251,8 +251,8 @@ def test_error_after_effect_on_agent_exec_starts_the_wrapped_command_in_the_gues
         time.sleep(0.05)
     assert _guest_file(api, marker + ".exit") == "1\n"
     # The same marker never runs twice; a superseded one never runs (it records that instead of an exit code).
-    again = api.data(api.req("POST", f"{N}/qemu/201/agent/exec", data={"command": ["/bin/sh", "-c", EXEC_WRAPPER, "vmanyware", marker,
-                                                                                      "/bin/true"]}))["pid"]
+    wrapped = ["/bin/sh", "-c", EXEC_WRAPPER, "vmanyware", marker, "/bin/true"]
+    again = api.data(api.req("POST", f"{N}/qemu/201/agent/exec", data={"command": wrapped}))["pid"]
     time.sleep(0.3)
     assert api.data(api.get(f"{N}/qemu/201/agent/exec-status", pid=again))["exitcode"] == 125
     late = "/var/lib/vmanyware-exec-test-2"

@@ -628,7 +628,7 @@ def test_every_new_connection_is_compared_with_the_bound_certificate(stub_server
 def test_bound_client_reuses_its_verified_connection(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
     server = stub_server()
     client = _client_for(_client.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), tls_material.fingerprint))
-    assert [client.get("/version")["release"] for _ in range(3)] == ["9.1"] * 3
+    assert [client.get("/version")["release"] for _attempt in range(3)] == ["9.1"] * 3
     assert server.connections == 1 and len(server.requests) == 3
 
 

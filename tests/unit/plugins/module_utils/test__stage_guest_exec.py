@@ -296,8 +296,8 @@ def test_a_repeatable_command_that_started_and_exited_runs_afresh_for_its_output
 
 
 @pytest.mark.parametrize("reply", AMBIGUOUS_REPLIES)
-def test_an_ambiguous_exec_whose_marker_cannot_be_read_is_uncertain_and_never_issued_again(store: JournalStore, operation_id: str,
-                                                                                         reply: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_ambiguous_exec_whose_marker_cannot_be_read_is_uncertain_and_never_issued_again(
+        store: JournalStore, operation_id: str, reply: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
     agent = FakeAgent(store, operation_id, [reply], [], started=[True], unreadable=True)
     clock = FakeTime(monkeypatch)
     for _attempt in range(2):

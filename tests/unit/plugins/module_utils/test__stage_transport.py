@@ -14,7 +14,14 @@ from test__stage_guest_exec import FakeAgent, GuestProbe
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import AMBIGUOUS_CODES, GuestCommand, NOT_APPLIED_CODES, Resolution, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
+    AMBIGUOUS_CODES,
+    NOT_APPLIED_CODES,
+    GuestCommand,
+    Resolution,
+    StageRunner,
+    StageSettings,
+)
 
 
 def test_the_code_tables() -> None:
