@@ -161,6 +161,7 @@ class Path:
 
     def run(self) -> dict[str, t.Any]:
         path = self.config["path"]
+
         def vm_logic(kind: str) -> t.Any:
             return build_logic(stage_spec(kind, VM), self.params)
 
