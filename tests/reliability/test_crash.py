@@ -139,17 +139,24 @@ def playbook(rel_sim: rs.Simulator, tmp_path_factory: pytest.TempPathFactory) ->
     return book
 
 
+def _playbook_trial(sim: rs.Simulator, spec: rs.TrialSpec, playbook: rs.Playbook) -> t.Any:
+    """One playbook trial on a freshly reset and prepared simulator, its result recorded (the trial's own reset is held
+    off, so the preparation stands)."""
+    sim.admin.reset()
+    _prepare(sim, spec.vmid)
+    original_reset = sim.admin.reset
+    sim.admin.reset = lambda seed="demo": None  # type: ignore[method-assign]
+    try:
+        result = rs.run_trial(sim, spec, playbook.workdir, playbook=playbook)
+    finally:
+        sim.admin.reset = original_reset  # type: ignore[method-assign]
+    rs.write_result("crash", result.to_json())
+    return result
+
+
 @pytest.mark.parametrize("spec", CI_PLAYBOOK_TRIALS, ids=[s.name for s in CI_PLAYBOOK_TRIALS])
 def test_killed_ansible_playbook(rel_sim: rs.Simulator, playbook: rs.Playbook, spec: rs.TrialSpec) -> None:
-    rel_sim.admin.reset()
-    _prepare(rel_sim, spec.vmid)
-    original_reset = rel_sim.admin.reset
-    rel_sim.admin.reset = lambda seed="demo": None  # type: ignore[method-assign]
-    try:
-        result = rs.run_trial(rel_sim, spec, playbook.workdir, playbook=playbook)
-    finally:
-        rel_sim.admin.reset = original_reset  # type: ignore[method-assign]
-    rs.write_result("crash", result.to_json())
+    result = _playbook_trial(rel_sim, spec, playbook)
     check_trial(result)
     assert result.runs >= 2, result.to_json()
     if spec.kill is not None:
@@ -289,15 +296,7 @@ def test_full_playbook_campaign(rel_sim: rs.Simulator, playbook: rs.Playbook) ->
     rs.write_result("calibration", {"mode": "playbook", "seconds": calibration.seconds, "requests": len(calibration.requests)})
     failures: list[dict[str, t.Any]] = []
     for spec in playbook_random_trials(calibration, FULL_PLAYBOOK_RANDOM):
-        rel_sim.admin.reset()
-        _prepare(rel_sim, spec.vmid)
-        original_reset = rel_sim.admin.reset
-        rel_sim.admin.reset = lambda seed="demo": None  # type: ignore[method-assign]
-        try:
-            result = rs.run_trial(rel_sim, spec, playbook.workdir, playbook=playbook)
-        finally:
-            rel_sim.admin.reset = original_reset  # type: ignore[method-assign]
-        rs.write_result("crash", result.to_json())
+        result = _playbook_trial(rel_sim, spec, playbook)
         try:
             check_trial(result)
         except AssertionError as err:
