@@ -34,6 +34,7 @@ import re
 import typing as t
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._cancel import Cancellation
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._cli import with_cli
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
@@ -58,7 +59,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import (
     StageSettings,
     guest_api_kind,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import cancel_scope, open_store
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import find_tasks, is_ours, read_config_or_none
 
 # VM drives, and a container's root file system and mount points (``unused`` is both's).
@@ -297,17 +298,21 @@ def run_cleanup(params: t.Mapping[str, t.Any], *, check_mode: bool, environ: t.M
         if cleanup is None:
             _preview(document, client, steps[0])  # every guard holds before the journal records a cleanup
             store.begin_cleanup(operation_id, allow_completed=bool(params.get("allow_completed")))
+        # The cancel check of the stages (_cancel): a cleanup whose controller is gone, or that got SIGTERM/SIGINT, stops
+        # at the next safe point (never between its DELETE's dispatch record and the send), as provisioning does.
         settings = StageSettings(wait_budget=params.get("wait_budget"), timeout=params.get("timeout"),
                                  lock_wait=params.get("lock_wait") or 0.0, environ=environ,
-                                 gate_options={LIFECYCLE_GATE: params.get("lifecycle_enabled")})
+                                 gate_options={LIFECYCLE_GATE: params.get("lifecycle_enabled")},
+                                 cancel_check=Cancellation.from_environment())
         track = store.cleanup_track()
         requests: list[dict[str, t.Any]] = []
-        for logic in steps:
-            outcome = StageRunner(track, client, logic, settings).run(operation_id)
-            requests.extend(outcome["requests"])
-            if not outcome["done"]:
-                return _result(store.load(operation_id), changed=True, requests=requests, done=False,
-                               progress=dict(outcome.get("progress") or {}, step=logic.kind))
+        with cancel_scope(settings):
+            for logic in steps:
+                outcome = StageRunner(track, client, logic, settings).run(operation_id)
+                requests.extend(outcome["requests"])
+                if not outcome["done"]:
+                    return _result(store.load(operation_id), changed=True, requests=requests, done=False,
+                                   progress=dict(outcome.get("progress") or {}, step=logic.kind))
     finally:
         client.close()
     return _result(store.finish_cleanup(operation_id), changed=True, requests=requests)

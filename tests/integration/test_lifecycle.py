@@ -362,3 +362,18 @@ def test_cleanup_refuses_unverified_tls_before_any_request(env: Env, read_only: 
     assert env.vm_exists()
     result = env.cleanup(stop=True)  # the same cleanup over verified TLS goes through
     assert result["done"] and not env.vm_exists()
+
+
+def test_a_cleanup_whose_controller_is_gone_stops_before_it_writes(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The action plugin names the controller in VMANYWARE_CONTROLLER (pid:start time); this one does not exist (_cancel).
+    env.fail_at_disk()
+    monkeypatch.setenv("VMANYWARE_CONTROLLER", "999999999:1")
+    env.pvesim.clear_requests()
+    with pytest.raises(VmanywareError) as info:
+        env.cleanup()
+    assert info.value.code == "controller_gone"
+    assert [e["method"] for e in env.pvesim.requests() if e["method"] != "GET"] == [] and env.vm_exists()
+    monkeypatch.delenv("VMANYWARE_CONTROLLER")
+    result = env.cleanup()  # a re-run (a new controller) goes on with the cleanup the journal recorded
+    assert result["done"] and not env.vm_exists()
+    assert len([e for e in env.pvesim.requests(method="DELETE") if e["path"] == "/nodes/pve-test/qemu/201"]) == 1
