@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import rel_support as rs
-from test_crash import _prepare, check_trial
+from test_crash import _playbook_trial as _trial, _prepare, check_trial
 
 ON_CLONE = ("POST", r"/qemu/%d/clone$" % rs.TEMPLATE, 1)
 
@@ -32,21 +32,6 @@ def playbook(rel_sim: rs.Simulator, tmp_path_factory: pytest.TempPathFactory) ->
     book = rs.Playbook(rel_sim, tmp_path_factory.mktemp("pb-cancel"), 201)
     book.review()
     return book
-
-
-def _trial(sim: rs.Simulator, spec: rs.TrialSpec, playbook: rs.Playbook, **guest: float) -> rs.TrialResult:
-    sim.admin.reset()
-    _prepare(sim, spec.vmid)
-    if guest:
-        sim.admin.set_guest(spec.vmid, **guest)
-    original_reset = sim.admin.reset
-    sim.admin.reset = lambda seed="demo": None  # type: ignore[method-assign]
-    try:
-        result = rs.run_trial(sim, spec, playbook.workdir, playbook=playbook)
-    finally:
-        sim.admin.reset = original_reset  # type: ignore[method-assign]
-    rs.write_result("crash", result.to_json())
-    return result
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGKILL, "controller_gone"), (signal.SIGTERM, "run_cancelled"),

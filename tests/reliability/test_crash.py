@@ -139,11 +139,13 @@ def playbook(rel_sim: rs.Simulator, tmp_path_factory: pytest.TempPathFactory) ->
     return book
 
 
-def _playbook_trial(sim: rs.Simulator, spec: rs.TrialSpec, playbook: rs.Playbook) -> t.Any:
-    """One playbook trial on a freshly reset and prepared simulator, its result recorded (the trial's own reset is held
-    off, so the preparation stands)."""
+def _playbook_trial(sim: rs.Simulator, spec: rs.TrialSpec, playbook: rs.Playbook, **guest: float) -> t.Any:
+    """One playbook trial on a freshly reset and prepared simulator (``guest``: its guest timings), its result recorded
+    (the trial's own reset is held off, so the preparation stands)."""
     sim.admin.reset()
     _prepare(sim, spec.vmid)
+    if guest:
+        sim.admin.set_guest(spec.vmid, **guest)
     original_reset = sim.admin.reset
     sim.admin.reset = lambda seed="demo": None  # type: ignore[method-assign]
     try:
