@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Generate docs/permissions.md from plugins/module_utils/_permissions.py.
+"""Generate docs/permissions.md from plugins/module_utils/_checks/permissions.py.
 
 Usage: python tools/gen_permissions_doc.py [--check]
 (--check exits 1 when the committed file differs from the generated text).
@@ -28,7 +28,7 @@ def _load_permissions() -> types.ModuleType:
     link.parent.mkdir(parents=True)
     link.symlink_to(REPO, target_is_directory=True)
     sys.path.insert(0, str(root))
-    return importlib.import_module("ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions")
+    return importlib.import_module("ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.permissions")
 
 
 def main(argv: list[str] | None = None) -> int:

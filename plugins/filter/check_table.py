@@ -51,7 +51,7 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._text_table import aligned_lines, check_row
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.text_table import aligned_lines, check_row
 
 
 def _cells(entry: t.Mapping[str, t.Any]) -> list[str]:

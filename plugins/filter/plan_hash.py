@@ -49,10 +49,10 @@ import typing as t
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import normalize_mapping
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import plan_hash as compute_plan_hash
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import check_target_vmid
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import InputError, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import normalize_mapping
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import plan_hash as compute_plan_hash
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import check_target_vmid
 
 
 def plan_hash(definition_hash: t.Any, mapping: t.Any, target_vmid: t.Any) -> str:

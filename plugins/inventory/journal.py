@@ -81,9 +81,9 @@ import typing as t
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Constructable
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import list_operations, parse_filters, skipped_warning
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._io import LocalFileError, atomic_write_bytes
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.history import list_operations, parse_filters, skipped_warning
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.files import LocalFileError, atomic_write_bytes
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalError, JournalStore, resolve_journal_dir
 
 _NAME = re.compile(r"[^A-Za-z0-9_]")

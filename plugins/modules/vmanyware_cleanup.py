@@ -174,10 +174,10 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._lifecycle import run_cleanup
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.cleanup import run_cleanup
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import journal_argument_spec
 
 
 def argument_spec() -> dict:

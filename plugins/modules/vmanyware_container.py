@@ -189,11 +189,12 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import CONTAINER, build_logic, stage_kinds, stage_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import InputError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import stage_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import CONTAINER, stage_kinds, stage_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import build_logic
 
 
 def _logic(params: dict[str, t.Any]) -> StageLogic:

@@ -103,8 +103,8 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._known_hosts import install_block
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.known_hosts import install_block
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
 
 
 def argument_spec() -> dict:

@@ -245,15 +245,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation_states import STATES, operation_from_params
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import (
-    PLAN_INPUT_MUTUALLY_EXCLUSIVE,
-    PLAN_INPUT_REQUIRED_ONE_OF,
-    plan_input_argument_spec,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.operation_states import STATES, operation_from_params
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import PLAN_INPUT_MUTUALLY_EXCLUSIVE, PLAN_INPUT_REQUIRED_ONE_OF, plan_input_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import journal_argument_spec
 
 
 def argument_spec() -> dict:

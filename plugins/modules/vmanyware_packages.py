@@ -147,9 +147,9 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.packages import PackagesStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import stage_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.packages import PackagesStage
 
 ENTRY = stage_entry(lambda params: PackagesStage(packages_timeout=params["packages_timeout"]), {"packages_timeout": {"type": "float", "default": 900.0}})
 

@@ -210,9 +210,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import creation_blockers
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import creation_blockers
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
 
 
 def argument_spec() -> dict:

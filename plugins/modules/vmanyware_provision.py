@@ -306,8 +306,8 @@ error_details:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._provision import provision_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import provision_entry
 
 ENTRY = provision_entry()
 

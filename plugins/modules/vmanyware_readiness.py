@@ -163,9 +163,9 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.readiness import ReadinessStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import stage_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.readiness import ReadinessStage
 
 ENTRY = stage_entry(lambda params: ReadinessStage(readiness_timeout=params["readiness_timeout"]), {"readiness_timeout": {"type": "float", "default": 300.0}})
 

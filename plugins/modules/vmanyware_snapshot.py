@@ -148,9 +148,9 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import stage_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import SnapshotStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import stage_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.snapshot import SnapshotStage
 
 ENTRY = stage_entry(lambda params: SnapshotStage(), {"snapshots_enabled": {"type": "bool"}})
 

@@ -124,16 +124,12 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import OperationInputs
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import (
-    TEMPLATE_BUILD_CONSTRAINTS,
-    template_build_argument_spec,
-    template_plan_from_params,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_operation import run_template_operation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec, connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import OperationInputs
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import journal_argument_spec, open_store
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import TEMPLATE_BUILD_CONSTRAINTS, template_build_argument_spec, template_plan_from_params
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.template import run_template_operation
 
 
 def argument_spec() -> dict:

@@ -68,12 +68,8 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import (
-    TEMPLATE_BUILD_CONSTRAINTS,
-    template_build_argument_spec,
-    template_plan_from_params,
-)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import TEMPLATE_BUILD_CONSTRAINTS, template_build_argument_spec, template_plan_from_params
 
 
 def argument_spec() -> dict:

@@ -210,11 +210,12 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage, stage_argument_spec
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TEMPLATE, stage_kinds
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_stages import GUEST_WRITE_STAGES, PREPARED_BY, stage_logic, stamp_output
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import InputError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import TEMPLATE, stage_kinds
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.stages import GUEST_WRITE_STAGES, PREPARED_BY, stamp_output
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import template_stage
 
 
 def argument_spec() -> dict:
@@ -234,7 +235,7 @@ def argument_spec() -> dict:
 def action(params, check_mode, diff) -> dict:
     if params.get("write_check") and params["stage"] not in GUEST_WRITE_STAGES:
         raise InputError("write_check is only for stage=prepare and stage=generalize.", code="invalid_option", path="write_check")
-    result = run_stage(params, stage_logic(params["stage"], params), check_mode=check_mode, diff=diff)
+    result = run_stage(params, template_stage(params["stage"], params), check_mode=check_mode, diff=diff)
     if result.get("done") and not check_mode and (result.get("stage") or {}).get("kind") == "stamp":
         # The result is compact (no evidence): the stamp's mapping is read back from the journal record.
         result.update(stamp_output(open_store(params.get("journal_dir")).load(params["operation_id"])))

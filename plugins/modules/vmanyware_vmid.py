@@ -182,12 +182,12 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec, connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import require_verified_tls, verified_scope
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import journal_argument_spec, open_store
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._vmid import DEFAULT_LEASE_SECONDS, PURPOSES, STATES, release, reserve
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec, connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import require_verified_tls, verified_scope
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import journal_argument_spec, open_store
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.vmid import DEFAULT_LEASE_SECONDS, PURPOSES, STATES, release, reserve
 
 
 def argument_spec() -> dict:

@@ -59,9 +59,9 @@ try:
 except ImportError:  # ansible-core requires PyYAML; the sanity import test loads this file without it
     yaml = None
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry, controller_watch, missing_libraries, safe_call
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._progress import reporting_to
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PREVIEW_FACT
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, controller_watch, missing_libraries, safe_call
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.progress import reporting_to
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import PREVIEW_FACT
 
 display = Display()
 

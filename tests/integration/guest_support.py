@@ -10,13 +10,13 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient, build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic, StageRunner, StageSettings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import ResourcesStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageLogic, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.disk import DiskStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.resources import ResourcesStage
 
 REPO = Path(__file__).resolve().parents[2]
 VMID = 201

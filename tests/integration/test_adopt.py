@@ -19,22 +19,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._adopt import adopt_operation
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import create_operation, expected_confirmation
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import CloudinitStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.packages import PackagesStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.readiness import ReadinessStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import ResourcesStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import SeedStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import SnapshotStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.adopt import adopt_operation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient, certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.cloudinit import CloudinitStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.disk import DiskStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.packages import PackagesStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.readiness import ReadinessStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.resources import ResourcesStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.seed import SeedStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.snapshot import SnapshotStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.start import StartStage
 
 pytestmark = pytest.mark.integration
 

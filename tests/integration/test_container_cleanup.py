@@ -30,14 +30,13 @@ from test_stages_clone_resources_disk import effective_mutations as mutations  #
 from test_lifecycle import GUARDED_CHANGES, ON, Env  # noqa: E402  pylint: disable=wrong-import-position
 from vmid_support import Reserver  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (abandon_operation, create_operation,  # noqa: E402
-                                                                                   expected_confirmation)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import container_stage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import wait_task  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import abandon_operation, create_operation, expected_confirmation  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import run_stage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import container_stage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import wait_task  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

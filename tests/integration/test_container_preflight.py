@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vmid_support import REPO, Reserver  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import run_checks  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import run_checks  # noqa: E402
 
 pytestmark = pytest.mark.integration
 TEMPLATE_ACL = {"/storage/local": ["Datastore.AllocateTemplate", "Datastore.Audit"]}  # pvesim.lxc.TEMPLATE_STORAGE_ACL
@@ -90,8 +90,8 @@ def test_unverified_tls_refused_or_read_only_marked(pvesim: t.Any, tmp_path: Pat
     the result and computes no provider scope."""
     import dataclasses  # pylint: disable=import-outside-toplevel
 
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError  # pylint: disable=import-outside-toplevel
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import run_preflight  # pylint: disable=import-outside-toplevel
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ConfigurationError  # pylint: disable=import-outside-toplevel
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import run_preflight  # pylint: disable=import-outside-toplevel
 
     reserver = Reserver(pvesim, tmp_path)
     _full_acl(pvesim)

@@ -19,12 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import guest_support as gs  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container import (ContainerReadinessStage, container_stage,  # noqa: E402
-                                                                                          container_mac)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container.stages import ContainerReadinessStage, container_mac  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import container_stage  # noqa: E402
 
 pytestmark = pytest.mark.integration
 CTID = 320
@@ -157,7 +157,7 @@ def test_taken_vmid_fails_create_before_sending(sim: t.Any, tmp_path: Path) -> N
 
 
 def test_the_module_entry_runs_each_stage_and_refuses_a_vm_plan(sim: t.Any, tmp_path: Path) -> None:
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # pylint: disable=C0415
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import run_stage  # pylint: disable=C0415
     env = _env(tmp_path, sim.connection)
     conn = sim.connection
     params = {"operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "api_host": conn["host"],
@@ -247,7 +247,7 @@ def test_readiness_fails_at_the_journaled_deadline_without_an_address(sim: t.Any
 def test_packages_write_check_rereads_the_provisioning_gate(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             environ: str | None, option: bool | None, allowed: bool) -> None:
     """The role's apt writes over SSH (Proxmox never sees them) are each preceded by ``write_check``: the gate re-read."""
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # pylint: disable=C0415
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import run_stage  # pylint: disable=C0415
     env = _declared_env(sim, tmp_path, "test-gate", packages=[{"name": "jq"}])
     for kind in ("template", "create", "start", "readiness"):
         assert env.run(container_stage(kind, readiness_timeout=60))["done"]

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils import _operation
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import create as _operation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec
 
 pytestmark = pytest.mark.integration
 

@@ -21,17 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._lifecycle import run_cleanup
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import abandon_operation, create_operation, expected_confirmation
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import ResourcesStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import wait_task
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient, certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.cleanup import run_cleanup
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import abandon_operation, create_operation, expected_confirmation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.disk import DiskStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.resources import ResourcesStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import wait_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

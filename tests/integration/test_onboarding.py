@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import run_report
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._certificate import inspect_endpoint
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.capabilities import run_report
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.certificate import inspect_endpoint
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient, build_settings
 
 pytestmark = pytest.mark.integration
 

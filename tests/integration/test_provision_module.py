@@ -23,19 +23,12 @@ import guest_support as gs
 import test_in_process_action as tia
 from vmid_support import Reserver
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._provision import (
-    ProvisionStopped,
-    StageOptions,
-    provision,
-    provision_entry,
-    run_stages,
-    stage_logic,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._recent_reads import RecentReads
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageSettings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import wait_task
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import ProvisionStopped, StageOptions, provision, provision_entry, run_stages, stage_logic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.recent_reads import RecentReads
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import wait_task
 
 pytestmark = pytest.mark.integration
 SPEED = 400

@@ -30,7 +30,7 @@ import pytest
 import yaml
 from proxmoxer import ProxmoxAPI
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._permissions import role_privileges
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.permissions import role_privileges
 from pvesim.imageserver import ImageServer, qcow2_stub
 from pvesim.state import FULL_TOKEN_ACL
 

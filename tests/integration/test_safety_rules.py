@@ -21,22 +21,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import guest_support as gs  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils import _stage_module  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_settings  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import certificate_fingerprint, provider_scope_id  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import create_operation, expected_confirmation  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import run_preflight  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import CloudinitStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.readiness import ReadinessStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import ResourcesStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import SeedStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import SnapshotStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime import stage_module as _stage_module  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import certificate_fingerprint, provider_scope_id  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import run_preflight  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.cloudinit import CloudinitStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.disk import DiskStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.readiness import ReadinessStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.resources import ResourcesStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.seed import SeedStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.snapshot import SnapshotStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.start import StartStage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_operation, vmanyware_operation_info, vmanyware_plan  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -22,16 +22,16 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, certificate_fingerprint, provider_scope_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import create_operation, expected_confirmation, instance_tag
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient, certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation, instance_tag
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import binding_description
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import ResourcesStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.disk import DiskStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.resources import ResourcesStage
 
 pytestmark = pytest.mark.integration
 

@@ -19,17 +19,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import guest_support as gs  # noqa: E402  pylint: disable=wrong-import-position
 from pvesim.packageindex import load_index  # noqa: E402
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import EXEC_WRAPPER  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import CloudinitStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.packages import PackagesStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.readiness import ReadinessStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import SeedStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import SnapshotStage, snapshot_name  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid, wait_task  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import run_stage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import EXEC_WRAPPER  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.cloudinit import CloudinitStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.packages import PackagesStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.readiness import ReadinessStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.seed import SeedStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.snapshot import SnapshotStage, snapshot_name  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.start import StartStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import parse_upid, wait_task  # noqa: E402
 
 pytestmark = pytest.mark.integration
 SPEED = 400

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import certificate_fingerprint, provider_scope_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import create_operation, expected_confirmation
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store
 
 pytestmark = pytest.mark.integration
 
@@ -39,11 +39,11 @@ LOCK_ERROR = "can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - go
 # the GO file first so that all 20 processes submit at the same moment.
 WORKER = r"""
 import json, os, sys, time
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import ResourcesStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import run_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.disk import DiskStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.resources import ResourcesStage
 params = json.loads(open(sys.argv[1]).read())
 while not os.path.exists(sys.argv[2]):
     time.sleep(0.01)

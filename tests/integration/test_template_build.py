@@ -17,18 +17,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import certificate_fingerprint, provider_scope_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import normalize_mapping
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import TEMPLATE, stage_kinds
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import build_template_plan, read_stamp
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_operation import (
-    create_template_operation,
-    expected_template_confirmation,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_stages import stage_logic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import normalize_mapping
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import TEMPLATE, stage_kinds
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import build_template_plan, read_stamp
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.template import create_template_operation, expected_template_confirmation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import template_stage as stage_logic
 from pvesim.imageserver import ImageServer, qcow2_stub
 from pvesim.state import FULL_TOKEN_ACL
 

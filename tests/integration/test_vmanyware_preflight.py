@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, build_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, ProviderError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._preflight import CHECK_CODES, PreflightFailed, run_preflight
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import wait_task
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ConfigurationError, ProviderError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import CHECK_CODES, PreflightFailed, run_preflight
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import wait_task
 
 pytestmark = pytest.mark.integration
 

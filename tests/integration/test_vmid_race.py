@@ -20,11 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vmid_support import Reserver  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import run_stage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import wait_task  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import run_stage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import wait_task  # noqa: E402
 
 pytestmark = pytest.mark.integration
 CLONE_PATH = "/nodes/pve-test/qemu/9000/clone"

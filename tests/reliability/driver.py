@@ -23,25 +23,25 @@ for _root in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep):
     if _root and _root not in sys.path:
         sys.path.insert(0, _root)
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils import _client, _crash, _journal, _provision, _stage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (  # noqa: E402
-    build_settings,
-    certificate_fingerprint,
-    provider_scope_id,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import create_operation, expected_confirmation  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.cloudinit import CloudinitStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.disk import DiskStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.packages import PackagesStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.readiness import ReadinessStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.resources import ResourcesStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.seed import SeedStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.snapshot import SnapshotStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.start import StartStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import client as _client
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core import crash as _crash
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime import provision as _provision
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import runner as _stage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import build_settings, certificate_fingerprint, provider_scope_id  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.cloudinit import CloudinitStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.disk import DiskStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.packages import PackagesStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.readiness import ReadinessStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.resources import ResourcesStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.seed import SeedStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.snapshot import SnapshotStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.start import StartStage  # noqa: E402
 
 LOGICS: dict[str, t.Callable[[dict[str, t.Any]], t.Any]] = {
     "clone": lambda c: CloneStage(),

@@ -29,28 +29,18 @@ for _root in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep):
     if _root and _root not in sys.path:
         sys.path.insert(0, _root)
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import (  # noqa: E402
-    build_settings,
-    certificate_fingerprint,
-    provider_scope_id,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._lifecycle import run_cleanup  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (  # noqa: E402
-    OperationInputs,
-    create_operation,
-    expected_confirmation,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation_states import run_operation  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import open_store, run_stage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import CONTAINER, VM, build_logic, stage_spec  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_build import build_template_plan  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_operation import (  # noqa: E402
-    create_template_operation,
-    expected_template_confirmation,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._template_stages import stage_logic as template_logic  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import build_settings, certificate_fingerprint, provider_scope_id  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.cleanup import run_cleanup  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import OperationInputs, create_operation, expected_confirmation  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.operation_states import run_operation  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import CONTAINER, VM, stage_spec  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import build_logic  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import build_template_plan  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.template import create_template_operation, expected_template_confirmation  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import template_stage as template_logic  # noqa: E402
 
 GATES = {"VMANYWARE_PROVISIONING_ENABLED": "true", "VMANYWARE_SNAPSHOTS_ENABLED": "true", "VMANYWARE_LIFECYCLE_ENABLED": "true"}
 SETUP_UNTIL = "start"  # the cleanup paths' set-up runs the stages up to this one: the guest exists and runs

@@ -24,8 +24,8 @@ from pathlib import Path
 import requests
 import yaml
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._cancel import process_start
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.cancel import process_start
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 
 REPO = Path(__file__).resolve().parents[2]

@@ -23,9 +23,9 @@ import yaml
 import rel_support as rs
 from test_crash import FAST_GUEST
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import build_settings, certificate_fingerprint, provider_scope_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import expected_confirmation
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import build_settings, certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import expected_confirmation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 
 HOSTS = 20 if rs.FULL else 2
 BASE_VMID = 301

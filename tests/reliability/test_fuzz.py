@@ -23,19 +23,14 @@ from hypothesis import strategies as st
 
 import rel_support as rs
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._argspec import connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import parse_catalog, parse_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ERROR_CODES, VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import parse_catalog, parse_definition
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, validate_operation_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import (
-    CONFIRMATION_FIELDS,
-    check_confirmation,
-    expected_confirmation,
-    read_gate,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage_module import PreviewStore, run_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.clone import CloneStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import CONFIRMATION_FIELDS, check_confirmation, expected_confirmation, read_gate
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import PreviewStore, run_stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
 
 # Applied per test (not load_profile): the rest of a pytest session keeps its own hypothesis settings.
 PROFILE_SETTINGS = settings(settings.get_profile(rs.PROFILE))

@@ -39,8 +39,8 @@ from cryptography.x509.oid import NameOID
 import rel_support as rs
 from test_crash import FAST_GUEST
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._client import ProxmoxClient, build_settings, certificate_fingerprint
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient, build_settings, certificate_fingerprint
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 
 KEY_COMMENT = "canary-key-" + hashlib.sha256(str(id(object())).encode()).hexdigest()[:12]
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK42LaKHQ1bNNIG3KlABIQ77kwljfXjfi9bunMkuYAO " + KEY_COMMENT

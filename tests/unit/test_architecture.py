@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import ast
-import fnmatch
 import re
 import typing as t
 from pathlib import Path
@@ -40,8 +39,13 @@ PATTERNS, ALLOWED = parse_map((REPO / "docs" / "development.md").read_text(encod
 FILES = sorted(path.relative_to(PLUGINS).as_posix() for path in PLUGINS.rglob("*.py"))
 
 
+def matches(relative: str, pattern: str) -> bool:
+    """Glob match where ``*`` stays inside one folder (``_stages/*.py`` is not ``_stages/vm/clone.py``)."""
+    return re.fullmatch(".*".join("[^/]*".join(re.escape(piece) for piece in part.split("*")) for part in pattern.split("**")), relative) is not None
+
+
 def part_of(relative: str) -> str | None:
-    return next((part for pattern, part in PATTERNS if fnmatch.fnmatchcase(relative, pattern)), None)
+    return next((part for pattern, part in PATTERNS if matches(relative, pattern)), None)
 
 
 def module_file(dotted: str) -> str | None:
@@ -55,15 +59,29 @@ def module_file(dotted: str) -> str | None:
     return None
 
 
-def collection_imports(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, plugins/-relative file) of every import of this collection, ``from package import submodule`` resolved."""
+def absolute_module(node: ast.ImportFrom, importer: str) -> str | None:
+    """The dotted module ``node`` imports from: relative imports resolved against ``importer`` (plugins/-relative)."""
+    if node.level == 0:
+        return node.module
+    package = (PREFIX + importer).rsplit("/", 1)[0].replace("/", ".").split(".")
+    if node.level > 1:
+        package = package[:-(node.level - 1)]
+    return ".".join(package + ([node.module] if node.module else []))
+
+
+def collection_imports(tree: ast.AST, importer: str = "module_utils/_any.py") -> list[tuple[int, str]]:
+    """(line, plugins/-relative file) of every import of this collection, ``from package import submodule`` and relative
+    imports resolved (``importer`` is the importing file, plugins/-relative)."""
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, target) for alias in node.names if (target := module_file(alias.name))]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PREFIX):
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute_module(node, importer)
+            if not module or not module.startswith(PREFIX):
+                continue
             for alias in node.names:
-                target = module_file("%s.%s" % (node.module, alias.name)) or module_file(node.module)
+                target = module_file("%s.%s" % (module, alias.name)) or module_file(module)
                 if target:
                     found.append((node.lineno, target))
     return found
@@ -86,12 +104,12 @@ def test_imports_follow_the_map(relative: str) -> None:
     if part is None:
         pytest.fail("plugins/%s has no part" % relative)
     tree = ast.parse((PLUGINS / relative).read_text(encoding="utf-8"))
-    forbidden = ["line %d: %s (%s)" % (line, target, part_of(target)) for line, target in collection_imports(tree)
+    forbidden = ["line %d: %s (%s)" % (line, target, part_of(target)) for line, target in collection_imports(tree, relative)
                  if part_of(target) not in ALLOWED[part]]
     assert not forbidden, "plugins/%s (%s) imports what the architecture map forbids: %s" % (relative, part, "; ".join(forbidden))
 
 
-@pytest.mark.parametrize("relative", [f for f in FILES if f.startswith("module_utils/") and f != "module_utils/_module.py"])
+@pytest.mark.parametrize("relative", [f for f in FILES if f.startswith("module_utils/") and f != "module_utils/_runtime/module.py"])
 def test_module_utils_never_import_ansible_module_nor_read_params(relative: str) -> None:
     tree = ast.parse((PLUGINS / relative).read_text(encoding="utf-8"))
     for node in ast.walk(tree):
@@ -102,18 +120,23 @@ def test_module_utils_never_import_ansible_module_nor_read_params(relative: str)
 
 
 CASES: list[tuple[str, str, bool]] = [
-    # (file, imported module, allowed?): the rules the map exists for, on the map itself
-    ("module_utils/_client.py", "module_utils/_journal.py", False),
-    ("module_utils/_formats.py", "module_utils/_client.py", False),
-    ("module_utils/_plan.py", "module_utils/_client.py", False),
-    ("module_utils/_plan.py", "module_utils/_stages/__init__.py", True),
-    ("module_utils/_stages/disk.py", "modules/vmanyware_disk.py", False),
-    ("module_utils/_stages/disk.py", "module_utils/_stage_module.py", False),
-    ("module_utils/_stages/__init__.py", "module_utils/_stages/disk.py", False),
-    ("module_utils/_journal/store.py", "module_utils/_client.py", False),
-    ("module_utils/_permissions.py", "module_utils/_journal.py", False),
-    ("modules/vmanyware_disk.py", "module_utils/_stages/disk.py", True),
-    ("action/vmanyware_disk.py", "module_utils/_client.py", False),
+    # (file, imported module, allowed?): the rules the map exists for, on the map itself (new files: by their folder)
+    ("module_utils/_api/client.py", "module_utils/_journal/store.py", False),
+    ("module_utils/_formats/catalog.py", "module_utils/_api/client.py", False),
+    ("module_utils/_formats/plan.py", "module_utils/_api/client.py", False),
+    ("module_utils/_formats/plan.py", "module_utils/_stages/registry.py", True),
+    ("module_utils/_formats/plan.py", "module_utils/_stages/logic.py", False),
+    ("module_utils/_stages/registry.py", "module_utils/_stages/vm/disk.py", False),
+    ("module_utils/_stages/vm/disk.py", "modules/vmanyware_disk.py", False),
+    ("module_utils/_stages/vm/disk.py", "module_utils/_runtime/stage_module.py", False),
+    ("module_utils/_stages/runner.py", "module_utils/_stages/vm/disk.py", False),
+    ("module_utils/_stages/new_family/new_stage.py", "module_utils/_stages/runner.py", True),
+    ("module_utils/_stages/logic.py", "module_utils/_stages/new_family/new_stage.py", True),
+    ("module_utils/_journal/store.py", "module_utils/_api/client.py", False),
+    ("module_utils/_checks/permissions.py", "module_utils/_journal/store.py", False),
+    ("module_utils/_checks/new_check.py", "module_utils/_stages/runner.py", False),
+    ("modules/vmanyware_disk.py", "module_utils/_stages/vm/disk.py", True),
+    ("action/vmanyware_disk.py", "module_utils/_api/client.py", False),
 ]
 
 
@@ -123,9 +146,15 @@ def test_the_map_forbids_what_the_rules_say(importer: str, imported: str, allowe
 
 
 def test_a_forbidden_import_is_found() -> None:
-    """The checker sees ``from package import submodule`` and plain imports, not only ``from module import name``."""
-    tree = ast.parse("from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal, _io\n"
-                     "import ansible_collections.vmanyware.proxmox.plugins.module_utils._client\n"
-                     "from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import _guest\n")
-    assert [target for _line, target in collection_imports(tree)] == [
-        "module_utils/_journal/__init__.py", "module_utils/_io.py", "module_utils/_client.py", "module_utils/_stages/_guest.py"]
+    """The checker sees ``from package import submodule``, plain and relative imports, not only ``from module import name``."""
+    tree = ast.parse("from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal\n"
+                     "import ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client\n"
+                     "from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import runner\n"
+                     "from ..runner import StageContext\n"
+                     "from ... import _core\n"
+                     "from ..._journal.store import JournalStore\n"
+                     "from . import clone\n")
+    assert [target for _line, target in collection_imports(tree, "module_utils/_stages/vm/disk.py")] == [
+        "module_utils/_journal/__init__.py", "module_utils/_api/client.py", "module_utils/_stages/runner.py",
+        "module_utils/_stages/runner.py", "module_utils/_core/__init__.py", "module_utils/_journal/store.py",
+        "module_utils/_stages/vm/clone.py"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ERROR_CODES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 

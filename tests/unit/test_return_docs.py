@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import STAGES
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import STAGES
 
 REPO = Path(__file__).resolve().parents[2]
 

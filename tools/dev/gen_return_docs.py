@@ -48,7 +48,7 @@ _Dumper.add_representer(_FlowDict, lambda dumper, value: dumper.represent_mappin
 @functools.lru_cache(maxsize=None)
 def _registry() -> types.ModuleType:
     # The registry is data only (no collection imports): it loads by file path.
-    spec = importlib.util.spec_from_file_location("vmanyware_stage_registry", REPO / "plugins" / "module_utils" / "_stages" / "__init__.py")
+    spec = importlib.util.spec_from_file_location("vmanyware_stage_registry", REPO / "plugins" / "module_utils" / "_stages" / "registry.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -29,43 +29,9 @@ This is a private module_utils package: not a public API.
 
 from __future__ import annotations
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.document import (
-    ADOPTED_REQUEST,
-    CLEANUP_STEPS,
-    KIND,
-    LIFECYCLE_KEY,
-    OPERATION_STATUSES,
-    RELEASE_REASONS,
-    SCHEMA_VERSION,
-    STAGE_STATUSES,
-    TIMESTAMP_FORMAT,
-    JournalError,
-    adopted_operation_document,
-    cleanup_view,
-    epoch_seconds,
-    hash_idempotency_key,
-    lifecycle_status,
-    new_operation_document,
-    new_operation_id,
-    operation_begun,
-    require_cleanup_eligible,
-    stage,
-    utc_now,
-    validate_document,
-    validate_operation_id,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.layout import (
-    ENV_JOURNAL_DIR,
-    JournalLayout,
-    resolve_journal_dir,
-    target_key,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.store import (
-    CLAIM_KIND,
-    MAX_CLAIM_BYTES,
-    MAX_DOCUMENT_BYTES,
-    JournalStore,
-)
+from .document import ADOPTED_REQUEST, CLEANUP_STEPS, KIND, LIFECYCLE_KEY, OPERATION_STATUSES, RELEASE_REASONS, SCHEMA_VERSION, STAGE_STATUSES, TIMESTAMP_FORMAT, JournalError, adopted_operation_document, cleanup_view, epoch_seconds, hash_idempotency_key, lifecycle_status, new_operation_document, new_operation_id, operation_begun, require_cleanup_eligible, stage, utc_now, validate_document, validate_operation_id
+from .layout import ENV_JOURNAL_DIR, JournalLayout, resolve_journal_dir, target_key
+from .store import CLAIM_KIND, MAX_CLAIM_BYTES, MAX_DOCUMENT_BYTES, JournalStore
 
 __all__ = [
     "ADOPTED_REQUEST", "CLAIM_KIND", "CLEANUP_STEPS", "ENV_JOURNAL_DIR", "KIND", "LIFECYCLE_KEY", "MAX_CLAIM_BYTES", "MAX_DOCUMENT_BYTES",

@@ -31,10 +31,10 @@ import os
 import re
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ERROR_CODES, InputError, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import definition_hash, plan_hash, template_build_mapping, template_plan_hash
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import StageRecord
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
+from .._core.errors import ERROR_CODES, InputError, VmanywareError
+from .._formats.hashing import definition_hash, plan_hash, template_build_mapping, template_plan_hash
+from .._core.protocols import StageRecord
+from .._core.redaction import redact
 
 SCHEMA_VERSION = 1
 KIND = "vmanyware.dev/v1/Operation"

@@ -22,8 +22,8 @@ import re
 import stat
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ConfigurationError, InputError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.document import JournalError, validate_operation_id
+from .._core.errors import ConfigurationError, InputError
+from .document import JournalError, validate_operation_id
 
 ENV_JOURNAL_DIR = "VMANYWARE_JOURNAL_DIR"
 

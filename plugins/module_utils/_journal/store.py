@@ -21,51 +21,12 @@ import os
 import stat
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils import _crash
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import InputError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._io import (
-    DEFAULT_LOCK_TIMEOUT,
-    FileLock,
-    LocalFileError,
-    atomic_write_json,
-    create_json_exclusive,
-    read_json_strict,
-    remove_file_durable,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.document import (
-    _MAX_MESSAGE,
-    _OPERATION_FROM,
-    _OPERATION_ID,
-    _STAGE_FROM,
-    _STAGE_KIND,
-    _UPID,
-    CLEANUP_STEPS,
-    LIFECYCLE_KEY,
-    JournalError,
-    _check_key,
-    _check_scope,
-    _check_vmid,
-    _failure_code,
-    _failure_message,
-    _is_int,
-    _mapping_arg,
-    _new_stage,
-    _operation_inputs,
-    _same_inputs,
-    adopted_operation_document,
-    cleanup_view,
-    hash_idempotency_key,
-    new_operation_document,
-    new_operation_id,
-    recorded_hashes_match,
-    require_cleanup_eligible,
-    stage,
-    utc_now,
-    validate_document,
-    validate_operation_id,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.layout import JournalLayout
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._redaction import redact
+from .._core import crash as _crash
+from .._core.errors import InputError
+from .._core.files import DEFAULT_LOCK_TIMEOUT, FileLock, LocalFileError, atomic_write_json, create_json_exclusive, read_json_strict, remove_file_durable
+from .document import _MAX_MESSAGE, _OPERATION_FROM, _OPERATION_ID, _STAGE_FROM, _STAGE_KIND, _UPID, CLEANUP_STEPS, LIFECYCLE_KEY, JournalError, _check_key, _check_scope, _check_vmid, _failure_code, _failure_message, _is_int, _mapping_arg, _new_stage, _operation_inputs, _same_inputs, adopted_operation_document, cleanup_view, hash_idempotency_key, new_operation_document, new_operation_id, recorded_hashes_match, require_cleanup_eligible, stage, utc_now, validate_document, validate_operation_id
+from .layout import JournalLayout
+from .._core.redaction import redact
 
 CLAIM_KIND = "vmanyware.dev/v1/Claim"
 

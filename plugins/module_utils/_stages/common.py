@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import ProviderError, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import ADOPTED_REQUEST, epoch_seconds
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._protocols import ApiClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._pveconfig import pending_keys, read_config, read_pending, read_status
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageContext, StageError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._tasks import parse_upid
+from .._core.errors import ProviderError, VmanywareError
+from .._journal import ADOPTED_REQUEST, epoch_seconds
+from .._core.protocols import ApiClient
+from .._api.pveconfig import pending_keys, read_config, read_pending, read_status
+from .runner import StageContext, StageError
+from .._api.tasks import parse_upid
 
 # Tasks started up to this many seconds before the recorded dispatch still count (clock skew between
 # the controller and the Proxmox node; the journal records controller time, tasks carry node time).

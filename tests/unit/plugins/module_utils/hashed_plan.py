@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import definition_hash, plan_hash
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import definition_hash, plan_hash
 
 
 def hashed_plan(definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], target_vmid: int, **plan: t.Any) -> dict[str, t.Any]:

@@ -7,7 +7,7 @@ import yaml
 
 from ansible_collections.vmanyware.proxmox.plugins.doc_fragments.attributes import ModuleDocFragment as Attributes
 from ansible_collections.vmanyware.proxmox.plugins.doc_fragments.plan_inputs import ModuleDocFragment as PlanInputs
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan, plan_input_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan, plan_input_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_plan
 
 

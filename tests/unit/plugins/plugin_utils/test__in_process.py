@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._module import ModuleEntry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry
 from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_operation_info, vmanyware_plan
 from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import (
     in_process_enabled,
@@ -115,7 +115,7 @@ def test_the_listing_warns_about_a_bad_operation_file_and_lists_the_others(tmp_p
     """Issue 31: vmanyware_operation_info without operation_id skips a corrupt file with a warning naming it (no content), and the
     same file asked for by id fails with journal_corrupt."""
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 
     store = JournalStore(str(tmp_path / "journal"))
     ids = []

@@ -16,26 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal, _permissions
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._capabilities import STAGE_PURPOSES
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import plan_steps
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stage import StageLogic
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import (
-    CLEANUP,
-    CONTAINER,
-    FAMILIES,
-    STAGES,
-    TEMPLATE,
-    VM,
-    StageSpec,
-    build_logic,
-    logic_class,
-    planned_steps,
-    stage_kinds,
-    stage_spec,
-    stages_in_order,
-)
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages._adoption import AdoptionHook
+from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks import permissions as _permissions
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.capabilities import STAGE_PURPOSES
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import plan_steps
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import CLEANUP, CONTAINER, FAMILIES, STAGES, TEMPLATE, VM, StageSpec, planned_steps, stage_kinds, stage_spec, stages_in_order
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import LOGIC, build_logic, logic_class
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.adoption import AdoptionHook
 
 REPO = Path(__file__).resolve().parents[5]
 MODULE_UTILS = "ansible_collections.vmanyware.proxmox.plugins.module_utils."
@@ -82,11 +70,11 @@ def test_logic_class_is_a_stage_of_this_kind(spec: StageSpec) -> None:
 
 @pytest.mark.parametrize("spec", [s for s in STAGES if not s.module_stage and s.family != CLEANUP], ids=spec_id)
 def test_single_stage_module_runs_the_registry_logic(spec: StageSpec) -> None:
-    """A module of one stage imports exactly the registry's logic class."""
-    module_name, _sep, class_name = spec.logic.partition(":")
+    """A module of one stage imports exactly the class the logic table binds to its row."""
+    cls = logic_class(spec)
     tree = ast.parse((REPO / "plugins" / "modules" / (spec.module + ".py")).read_text(encoding="utf-8"))
     imported = {(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
-    assert (MODULE_UTILS + module_name, class_name) in imported
+    assert (cls.__module__, cls.__name__) in imported
 
 
 @pytest.mark.parametrize("family", [CONTAINER, TEMPLATE])
@@ -156,10 +144,11 @@ def test_plan_steps_follow_the_registry_conditions() -> None:
     assert "disk" not in [step["kind"] for step in planned_steps(TEMPLATE, {"build": {}})]
 
 
-def test_kind_is_per_instance_so_two_rows_can_share_one_logic_class() -> None:
-    """A parametrised stage (a second disk, say) is a second row on the same class with its own kind and options."""
+def test_kind_is_per_instance_so_two_rows_can_share_one_logic_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parametrised stage (a second disk, say) is a second row bound to the same class, with its own kind and options."""
     disk = stage_spec("disk")
     second = dataclasses.replace(disk, kind="disk2", options={"readiness_timeout": 5.0})
+    monkeypatch.setitem(LOGIC, (VM, "disk2"), LOGIC[(VM, "disk")])
     first_logic, second_logic = build_logic(disk), build_logic(second)
     assert type(first_logic) is type(second_logic) is logic_class(disk)
     assert (first_logic.kind, second_logic.kind) == ("disk", "disk2")
@@ -189,16 +178,11 @@ def test_registry_imports_no_stage_logic() -> None:
     assert all(isinstance(node, ast.Import) or node.module == "__future__" for node in imports)
 
 
-def test_every_logic_module_the_registry_names_is_imported_by_name_for_ansiballz() -> None:
-    """AnsiballZ packages what a module imports by name; the registry loads by string: ``_stages/every.py`` bridges them."""
-    tree = ast.parse((REPO / "plugins" / "module_utils" / "_stages" / "every.py").read_text(encoding="utf-8"))
-    imported: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(MODULE_UTILS.rstrip(".")):
-            package = node.module[len(MODULE_UTILS):] if node.module != MODULE_UTILS.rstrip(".") else ""
-            imported.update(("%s.%s" % (package, alias.name)).lstrip(".") for alias in node.names)
-    named = {spec.logic.partition(":")[0] for spec in STAGES}
-    # vmanyware_cleanup imports _lifecycle (the cleanup steps) itself: the one module that builds them.
-    assert named - {"_lifecycle"} == imported
-    stage_module = (REPO / "plugins" / "module_utils" / "_stage_module.py").read_text(encoding="utf-8")
-    assert "module_utils._stages import every" in stage_module
+def test_the_logic_table_binds_every_row_by_import_and_nothing_else() -> None:
+    """Every registry row has its class in ``_stages/logic.py``, imported by name (AnsiballZ packages what a module imports
+    by name; tools that draw import graphs see it), and the table binds no stage the registry does not have."""
+    assert set(LOGIC) == {(spec.family, spec.kind) for spec in STAGES}
+    tree = ast.parse((REPO / "plugins" / "module_utils" / "_stages" / "logic.py").read_text(encoding="utf-8"))
+    imported = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert {cls.__name__ for cls in LOGIC.values()} <= imported
+    assert not any(isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module" for node in ast.walk(tree))

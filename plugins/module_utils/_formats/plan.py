@@ -1,0 +1,185 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The v1 plan document, its steps, and the plan input options shared by every module.
+
+``build_plan`` is the one entry point: it reads and validates the catalog and the definition,
+selects the image mapping, checks the target VMID and the disk size, and returns a
+``PlannedEnvironment`` with the plan document and both hashes. It never contacts Proxmox:
+``liveVerified`` and ``vmidReserved`` are always false in a plan built here.
+
+This is a private module_utils file: not a public API (but the API other module_utils use).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import typing as t
+
+from .._core.errors import InputError
+from .documents import is_container, parse_catalog, parse_definition
+from .hashing import definition_hash as compute_definition_hash
+from .hashing import plan_hash as compute_plan_hash
+from .schemas import API_VERSION, VMID_MAX, VMID_MIN
+from .._stages.registry import CONTAINER, VM, planned_steps
+
+PROVIDER = "proxmox-ve"
+NETWORK = "ipv4-dhcp"
+
+
+def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
+    """The plan input options (documented by the ``vmanyware.proxmox.plan_inputs`` doc fragment)."""
+    return {
+        "catalog_path": {"type": "path"},
+        "catalog": {"type": "raw"},
+        "definition_path": {"type": "path"},
+        "definition": {"type": "raw"},
+        "target_vmid": {"type": "int", "required": True},
+    }
+
+
+PLAN_INPUT_MUTUALLY_EXCLUSIVE = (("catalog_path", "catalog"), ("definition_path", "definition"))
+PLAN_INPUT_REQUIRED_ONE_OF = (("catalog_path", "catalog"), ("definition_path", "definition"))
+# ``ModuleEntry`` keyword arguments of every module that takes the plan inputs.
+PLAN_INPUT_CONSTRAINTS: dict[str, t.Any] = {"mutually_exclusive": PLAN_INPUT_MUTUALLY_EXCLUSIVE, "required_one_of": PLAN_INPUT_REQUIRED_ONE_OF}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedEnvironment:
+    """A validated definition, its selected mapping, the v1 plan document and both hashes."""
+
+    definition: dict[str, t.Any]
+    mapping: dict[str, t.Any]
+    plan: dict[str, t.Any]
+    definition_hash: str
+    plan_hash: str
+
+
+def plan_steps(definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any]) -> list[dict[str, t.Any]]:
+    """The ordered provisioning steps (1-based ``position``) for a definition and its mapping (the stage registry's conditions)."""
+    family = CONTAINER if is_container(mapping) else VM
+    return planned_steps(family, {"definition": definition, "mapping": mapping})
+
+
+def check_target_vmid(target_vmid: t.Any, template_vmid: int | None = None) -> int:
+    """Refuse (``invalid_target_vmid``) a VMID outside 100-999999999 or equal to the template's."""
+    if isinstance(target_vmid, bool) or not isinstance(target_vmid, int) or not VMID_MIN <= target_vmid <= VMID_MAX:
+        raise InputError(code="invalid_target_vmid", path="target_vmid", details={"rule": "range"})
+    if template_vmid is not None and target_vmid == template_vmid:
+        raise InputError(
+            "The target VMID equals the template VMID of the selected mapping.",
+            code="invalid_target_vmid",
+            path="target_vmid",
+            details={"rule": "equals_template_vmid"},
+        )
+    return int(target_vmid)
+
+
+def select_mapping(catalog: t.Mapping[str, t.Any], image: str) -> dict[str, t.Any]:
+    """The catalog mapping whose ``image`` equals ``image`` exactly (``image_not_mapped`` otherwise)."""
+    for mapping in catalog["images"]:
+        if mapping["image"] == image:
+            return copy.deepcopy(dict(mapping))
+    raise InputError(code="image_not_mapped", path="image", details={"rule": "not_in_catalog"})
+
+
+def check_repeat_mapping(catalog: t.Mapping[str, t.Any], image: str, recorded: t.Mapping[str, t.Any]) -> None:
+    """A repeat plans a recorded operation's definition again (the provision role's ``provision_repeat_operation``): the
+    current catalog must still map ``image``, exactly as the ``recorded`` mapping (``repeat_image_removed``,
+    ``repeat_mapping_changed`` naming the fields that differ, never their values)."""
+    current = next((mapping for mapping in catalog["images"] if mapping["image"] == image), None)
+    if current is None:
+        raise InputError(code="repeat_image_removed", path="image", details={"rule": "in_current_catalog"})
+    changed = sorted(key for key in set(current) | set(recorded) if current.get(key) != recorded.get(key))
+    if changed:
+        raise InputError(code="repeat_mapping_changed", path="catalog", details={"rule": "mapping_as_recorded", "fields": changed})
+
+
+def plan_document(
+    definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], target_vmid: int, definition_hash: str, plan_hash: str
+) -> dict[str, t.Any]:
+    """The v1 plan document (docs/formats.md, "Plan v1")."""
+    resources = definition["resources"]
+    document = {
+        "apiVersion": API_VERSION,
+        "kind": "Plan",
+        "definitionName": definition["name"],
+        "definitionHash": definition_hash,
+        "planHash": plan_hash,
+        "provider": PROVIDER,
+        "source": copy.deepcopy(dict(mapping)),
+        "target": {"node": mapping["node"], "vmid": target_vmid, "name": definition["name"]},
+        "resources": {"cores": resources["cores"], "memoryMiB": resources["memoryMiB"], "diskGiB": resources["diskGiB"]},
+        "storage": mapping["storage"],
+        "bridge": mapping["bridge"],
+        "guestUser": mapping["guestUser"],
+        "network": NETWORK,
+        "access": {"sshPublicKeyCount": len(definition["access"]["sshPublicKeys"])},
+        "packages": [dict(package) for package in definition["packages"]],
+        "snapshotAfterProvisioning": definition["snapshotAfterProvisioning"],
+        "diskExpansion": not is_container(mapping) and resources["diskGiB"] > mapping["sourceDiskGiB"],
+        "steps": plan_steps(definition, mapping),
+        "liveVerified": False,
+        "vmidReserved": False,
+    }
+    if is_container(mapping):  # VM plans keep exactly their v1 fields
+        document["guestType"] = "container"
+    return document
+
+
+def build_plan(
+    *,
+    catalog: str | t.Mapping[str, t.Any] | None = None,
+    catalog_path: str | os.PathLike[str] | None = None,
+    definition: str | t.Mapping[str, t.Any] | None = None,
+    definition_path: str | os.PathLike[str] | None = None,
+    target_vmid: int,
+    repeat_mapping: t.Mapping[str, t.Any] | None = None,
+) -> PlannedEnvironment:
+    """Validate the inputs and build the plan; raise an ``InputError`` with a fixed code otherwise.
+
+    Exactly one of ``catalog``/``catalog_path`` and one of ``definition``/``definition_path``
+    must be given (``invalid_plan`` otherwise). Codes: ``invalid_catalog``,
+    ``invalid_definition``, ``invalid_target_vmid``, ``image_not_mapped``,
+    ``disk_shrink_unsupported``, ``invalid_plan``; with ``repeat_mapping`` (the mapping a repeated operation recorded)
+    ``repeat_image_removed`` and ``repeat_mapping_changed`` (``check_repeat_mapping``).
+    """
+    if (catalog is None) == (catalog_path is None):
+        raise InputError(
+            "Exactly one of catalog and catalog_path must be given.", code="invalid_plan", path="catalog", details={"rule": "one_source"}
+        )
+    if (definition is None) == (definition_path is None):
+        raise InputError(
+            "Exactly one of definition and definition_path must be given.", code="invalid_plan", path="definition", details={"rule": "one_source"}
+        )
+    check_target_vmid(target_vmid)
+    parsed_catalog = parse_catalog(text=catalog, path=catalog_path)
+    parsed_definition = parse_definition(text=definition, path=definition_path)
+    if repeat_mapping is not None:
+        check_repeat_mapping(parsed_catalog, parsed_definition["image"], repeat_mapping)
+    mapping = select_mapping(parsed_catalog, parsed_definition["image"])
+    vmid = check_target_vmid(target_vmid, mapping.get("templateVmid"))
+    if not is_container(mapping) and parsed_definition["resources"]["diskGiB"] < mapping["sourceDiskGiB"]:
+        raise InputError(code="disk_shrink_unsupported", path="resources.diskGiB", details={"rule": "at_least_source_disk"})
+    if parsed_definition["image"] != mapping["image"]:  # pragma: no cover - select_mapping guarantees it
+        raise InputError(code="invalid_plan", path="image", details={"rule": "mapping_mismatch"})
+    def_hash = compute_definition_hash(parsed_definition)
+    hash_of_plan = compute_plan_hash(def_hash, mapping, vmid)
+    return PlannedEnvironment(
+        definition=parsed_definition,
+        mapping=mapping,
+        plan=plan_document(parsed_definition, mapping, vmid, def_hash, hash_of_plan),
+        definition_hash=def_hash,
+        plan_hash=hash_of_plan,
+    )
+
+
+def plan_from_params(params: t.Mapping[str, t.Any]) -> PlannedEnvironment:
+    """``build_plan`` from a module's plan input options (and ``repeat_mapping``, ``vmanyware_plan``'s, when given)."""
+    return build_plan(catalog=params["catalog"], catalog_path=params["catalog_path"], definition=params["definition"],
+                      definition_path=params["definition_path"], target_vmid=params["target_vmid"],
+                      repeat_mapping=params.get("repeat_mapping"))
