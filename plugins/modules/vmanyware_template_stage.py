@@ -214,7 +214,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors imp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage, stage_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import TEMPLATE, stage_kinds
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.stages import GUEST_WRITE_STAGES, PREPARED_BY, stamp_output
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.common import GUEST_WRITE_STAGES, PREPARED_BY
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.stamp import stamp_output
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import template_stage
 
 

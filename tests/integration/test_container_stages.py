@@ -23,7 +23,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client impo
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container.stages import ContainerReadinessStage, container_mac  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container.common import container_mac  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container.readiness import ContainerReadinessStage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import container_stage  # noqa: E402
 
 pytestmark = pytest.mark.integration

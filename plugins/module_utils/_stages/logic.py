@@ -19,29 +19,25 @@ import typing as t
 
 from .cleanup.destroy import DestroyStep
 from .cleanup.stop import StopStep
-from .container.stages import (
-    DEFAULT_READINESS_TIMEOUT,
-    ContainerCreateStage,
-    ContainerPackagesStage,
-    ContainerReadinessStage,
-    ContainerSnapshotStage,
-    ContainerStartStage,
-    ContainerTemplateStage,
-)
+from .container.common import DEFAULT_READINESS_TIMEOUT
+from .container.snapshot import ContainerSnapshotStage
+from .container.packages import ContainerPackagesStage
+from .container.readiness import ContainerReadinessStage
+from .container.start import ContainerStartStage
+from .container.create import ContainerCreateStage
+from .container.template import ContainerTemplateStage
 from .registry import CLEANUP, CONTAINER, TEMPLATE, VM, StageSpec, stage_spec
 from .runner import StageLogic
-from .template.stages import (
-    ConfigureStage,
-    ConvertStage,
-    CreateStage,
-    DownloadStage,
-    GeneralizeStage,
-    PrepareStage,
-    ShutdownStage,
-    StampStage,
-    TemplateStartStage,
-    UnconfigureStage,
-)
+from .template.stamp import StampStage
+from .template.convert import ConvertStage
+from .template.unconfigure import UnconfigureStage
+from .template.shutdown import ShutdownStage
+from .template.generalize import GeneralizeStage
+from .template.prepare import PrepareStage
+from .template.start import TemplateStartStage
+from .template.configure import ConfigureStage
+from .template.create import CreateStage
+from .template.download import DownloadStage
 from .vm.clone import CloneStage
 from .vm.cloudinit import CloudinitStage
 from .vm.disk import DiskStage

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container.stages import container_mac, installed_versions, usable_ipv4
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container.common import container_mac
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container.packages import installed_versions
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container.readiness import usable_ipv4
 
 
 def test_mac_is_stable_per_operation_and_in_the_proxmox_oui() -> None:

@@ -17,7 +17,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageContext, StageError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import build_template_plan, stamp_revision
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.template import journal_snapshots
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.stages import GeneralizeStage, catalog_mapping, mapping_yaml, parse_passwd_status, stamp_description, stamp_output
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.stamp import catalog_mapping, mapping_yaml, stamp_description, stamp_output
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.generalize import GeneralizeStage, parse_passwd_status
 
 GIB = 1024 ** 3
 OPERATION_ID = "op-" + "a" * 26
