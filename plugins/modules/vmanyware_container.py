@@ -191,7 +191,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageLogic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import stage_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import CONTAINER, stage_kinds, stage_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import build_logic

@@ -13,7 +13,8 @@ import yaml
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient, build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageLogic, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageLogic, StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.disk import DiskStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.resources import ResourcesStage

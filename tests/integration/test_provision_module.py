@@ -27,7 +27,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client impo
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import ProvisionStopped, StageOptions, provision, provision_entry, run_stages, stage_logic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.recent_reads import RecentReads
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import wait_task
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from pvesim.packageindex import load_index  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import run_stage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import EXEC_WRAPPER  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.guest_exec import EXEC_WRAPPER  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.cloudinit import CloudinitStage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.packages import PackagesStage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.readiness import ReadinessStage  # noqa: E402

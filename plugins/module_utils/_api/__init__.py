@@ -3,7 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Talking to Proxmox: the client (settings, TLS and pinning, HTTP error classification, transport), tasks, Proxmox configuration parsing, certificate inspection, the connection argument spec, CLI equivalents, recent reads, storage admission.
+"""Talking to Proxmox: the client (settings, TLS and pinning, HTTP error classification, transport), tasks, Proxmox
+configuration parsing, certificate inspection, the connection argument spec, CLI equivalents, recent reads, storage
+admission.
 
 May import: ``_core``. Never the journal.
 

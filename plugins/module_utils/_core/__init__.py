@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Foundations every other package uses: the error hierarchy, atomic files and the file lock, the client and store protocols, redaction, cancellation, text tables.
+"""Foundations every other package uses: the error hierarchy, atomic files and the file lock, the client and store
+protocols, redaction, cancellation, text tables.
 
 May import: nothing of ours (standard library only).
 

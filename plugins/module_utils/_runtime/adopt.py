@@ -40,7 +40,7 @@ from .._journal import JournalError, JournalStore, adopted_operation_document, h
 from .._operation.create import default_idempotency_key, gate_and_confirm, public_view, require_scope
 from .._formats.plan import PlannedEnvironment
 from .._core.protocols import ApiClient, ClientIdentity
-from .._stages.runner import StageContext
+from .._stages.protocol import StageContext
 from .._stages.registry import CONTAINER, VM, stage_spec
 from .._stages.logic import build_logic
 from .._stages.adoption import Decision, Observations, adoption_hook

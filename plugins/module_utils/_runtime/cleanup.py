@@ -43,7 +43,9 @@ from .._operation.create import LIFECYCLE_GATE, bind_scope, public_view, read_ga
 from .._stages.cleanup.destroy import ContainerDestroyStep, DestroyStep
 from .._stages.cleanup.guard import DESTROY_PARAMS, owned_volumes, snapshot_names
 from .._stages.cleanup.stop import ContainerStopStep, StopStep
-from .._stages.runner import Request, StageContext, StageError, StageRunner, StageSettings, guest_api_kind
+from .._stages.runner import StageRunner
+from .._stages.protocol import StageContext, StageSettings, guest_api_kind
+from .._stages.outcomes import Request, StageError
 from .stage_module import cancel_scope, open_store
 
 # The two steps per guest API kind (``_stage.guest_api_kind``: the operation's guest type).

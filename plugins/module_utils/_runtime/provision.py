@@ -50,7 +50,9 @@ from .._formats.plan import PLAN_INPUT_MUTUALLY_EXCLUSIVE, plan_input_argument_s
 from .._checks.preflight import FAIL_ON_CHOICES, PreflightFailed, preflight_of_recorded
 from .progress import report, reporting
 from .._api.recent_reads import ObservingClient, RecentReads
-from .._stages.runner import StageError, StageLogic, StageRunner, StageSettings
+from .._stages.runner import StageRunner
+from .._stages.protocol import StageLogic, StageSettings
+from .._stages.outcomes import StageError
 from .stage_module import cancel_scope, open_store, stage_argument_spec, stage_settings, with_stage_client
 from .._stages.registry import VM, stage_spec
 from .._stages.logic import build_logic

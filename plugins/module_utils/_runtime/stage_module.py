@@ -28,7 +28,8 @@ from .module import ModuleEntry
 from .._formats.documents import parse_catalog
 from .._operation.create import PREVIEW_FACT, PROVISIONING_GATE, SNAPSHOTS_GATE, bind_scope, public_view, require_verified_tls  # noqa: F401  # pylint: disable=unused-import  # PREVIEW_FACT: for plugin_utils (assembly only)
 from .._core.protocols import OperationStore
-from .._stages.runner import OfflineClient, StageLogic, StageRunner, StageSettings
+from .._stages.runner import OfflineClient, StageRunner
+from .._stages.protocol import StageLogic, StageSettings
 
 
 def journal_argument_spec() -> dict[str, dict[str, t.Any]]:

@@ -20,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 import typing as t
 
-from .._core.protocols import ApiClient
 from .._api.pveconfig import pending_keys, read_pending, read_status
-from .runner import StageContext
+from .._core.protocols import ApiClient
 from .common import find_tasks
+from .protocol import StageContext
 
 UNCERTAIN_CODE = "outcome_uncertain"
 NOT_JUDGED = "Adoption does not judge this stage; it runs again."

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import typing as t
 
-from .._core.errors import ProviderError, VmanywareError
-from .._journal import ADOPTED_REQUEST, epoch_seconds
-from .._core.protocols import ApiClient
 from .._api.pveconfig import pending_keys, read_config, read_pending, read_status
-from .runner import StageContext, StageError
 from .._api.tasks import parse_upid
+from .._core.errors import ProviderError, VmanywareError
+from .._core.protocols import ApiClient
+from .._journal import ADOPTED_REQUEST, epoch_seconds
+from .protocol import StageContext
+from .outcomes import StageError
 
 # Tasks started up to this many seconds before the recorded dispatch still count (clock skew between
 # the controller and the Proxmox node; the journal records controller time, tasks carry node time).

@@ -23,8 +23,9 @@ from urllib.parse import quote, unquote
 
 from .._api import pveconfig as _pveconfig
 from .._operation.create import instance_tag
-from .runner import StageContext, StageError
 from . import common
+from .protocol import StageContext
+from .outcomes import StageError
 
 # The clone stage records the clone's net0 MAC (upper-cased) as ``macaddr``.
 MAC_EVIDENCE_KEY = "macaddr"

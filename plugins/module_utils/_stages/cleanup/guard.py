@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""What both cleanup steps check before they send: the gate, the token's privileges, the guest's binding to this operation, no protection, no lock (docs/operations.md, "Lifecycle").
+"""What both cleanup steps check before they send: the gate, the token's privileges, the guest's binding to this
+operation, no protection, no lock (docs/operations.md, "Lifecycle").
 
 This is a private module_utils file: not a public API.
 """
@@ -17,7 +18,8 @@ from ..._api.pveconfig import read_status
 from ..._checks.permissions import effective_privileges
 from ..._core.errors import ProviderError
 from ..._operation.create import LIFECYCLE_GATE, read_gate
-from ..runner import StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import StageError
 from ..common import is_ours, read_config_or_none
 
 # VM drives, and a container's root file system and mount points (``unused`` is both's).

@@ -13,7 +13,8 @@ from __future__ import annotations
 import typing as t
 
 from .guard import GuardedStep
-from ..runner import Request, Resolution, StageContext, StageError
+from ..protocol import StageContext
+from ..outcomes import Request, Resolution, StageError
 from ..common import find_tasks
 
 

@@ -16,7 +16,8 @@ import typing as t
 
 from ..._api.pveconfig import parse_property_string, read_status
 from ..common import is_ours, read_config_or_none
-from ..runner import StageContext, StageError
+from ..protocol import StageContext
+from ..outcomes import StageError
 
 DEFAULT_READINESS_TIMEOUT = 300.0
 

@@ -15,7 +15,8 @@ import typing as t
 from ..._api.pveconfig import parse_property_string
 from ..._core.errors import ProviderError, VmanywareError
 from ..common import binding_description, find_tasks, is_ours, read_config_or_none, refusal_for_taken_vmid
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError
 from .common import container_mac, require_container_plan, require_ours, template_volume
 
 TAG = "vmanyware"

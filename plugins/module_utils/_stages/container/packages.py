@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Container stage ``packages``: install the definition's packages (the role does the work over SSH; the stage records what is installed).
+"""Container stage ``packages``: install the definition's packages (the role does the work over SSH; the stage records
+what is installed).
 
 This is a private module_utils file: not a public API.
 """
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 import typing as t
 
-from ..runner import Request, StageContext, StageError, StageInProgress, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, StageError, StageInProgress
 from .common import power_state, require_ours
 
 

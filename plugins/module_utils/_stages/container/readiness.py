@@ -16,7 +16,8 @@ import time
 import typing as t
 
 from ..._core.errors import ProviderError
-from ..runner import Request, StageContext, StageError, StageInProgress, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, StageError, StageInProgress
 from .common import DEFAULT_READINESS_TIMEOUT, container_mac, power_state, require_ours
 
 _POLL = 2.0

@@ -14,7 +14,8 @@ import typing as t
 
 from ..._operation.create import PROVISIONING_GATE, SNAPSHOTS_GATE
 from ..common import find_tasks
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError
 from ..vm.snapshot import snapshot_name
 from .common import require_ours
 

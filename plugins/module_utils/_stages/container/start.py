@@ -13,7 +13,8 @@ from __future__ import annotations
 import typing as t
 
 from ..common import find_tasks
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError
 from .common import power_state, require_ours
 
 

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Container stage ``template``: the appliance template the container is created from, downloaded into its storage when the node lacks it.
+"""Container stage ``template``: the appliance template the container is created from, downloaded into its storage when
+the node lacks it.
 
 This is a private module_utils file: not a public API.
 """
@@ -16,7 +17,8 @@ from ..._api.tasks import parse_upid
 from ..._checks.container import newest_match
 from ..._core.errors import ProviderError
 from ..common import TASK_SINCE_SLACK, dispatched_epoch, token_identity
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic, accept_task
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError, accept_task
 from .common import require_container_plan
 
 

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The stages of a template build (docs/templates.md, "Stages"), one file per stage kind (the ``disk`` kind is the VM's ``_stages/vm/disk.py``).
+"""The stages of a template build (docs/templates.md, "Stages"), one file per stage kind (the ``disk`` kind is the VM's
+``_stages/vm/disk.py``).
 
 download -> create -> configure -> start -> prepare -> generalize -> shutdown -> unconfigure ->
 convert -> stamp. Every stage follows the protocol of the stage runner (``_stages/runner.py``): preconditions by GET, the

@@ -15,7 +15,8 @@ import typing as t
 
 from .. import common
 from .. import guest as _guest
-from ..runner import Resolution, StageContext, StageError
+from ..protocol import StageContext
+from ..outcomes import Resolution, StageError
 
 GIB = 1024 ** 3
 PREPARED_BY = ("ssh", "stand-in")

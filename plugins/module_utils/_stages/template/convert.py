@@ -13,7 +13,8 @@ from __future__ import annotations
 import typing as t
 
 from ..._api.pveconfig import disk_volume, int_value
-from ..runner import Request, Resolution, StageContext, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution
 from .. import common
 from .common import observation_mismatch, require_build_vm, undecidable_task
 

@@ -16,7 +16,8 @@ from ..._api.pveconfig import disk_volume
 from ..._api.tasks import parse_upid
 from ..._core.errors import ProviderError
 from ..._operation.create import instance_tag
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError
 from .. import common
 from .common import observation_mismatch, undecidable_task
 

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Template-build stage ``download``: the build's cloud image on the node's storage, fetched by Proxmox (``download-url``) and verified by its checksum.
+"""Template-build stage ``download``: the build's cloud image on the node's storage, fetched by Proxmox
+(``download-url``) and verified by its checksum.
 
 This is a private module_utils file: not a public API.
 """
@@ -15,7 +16,8 @@ import typing as t
 from ..._api.tasks import TaskOutcome, parse_upid
 from ..._core.errors import ProviderError
 from ..._formats.template_build import import_file_name
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError
 from .. import common
 from .common import build_of, observation_mismatch
 

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Template-build stage ``generalize``: machine-specific state removed from the guest (machine-id, host keys, the build user's password locked).
+"""Template-build stage ``generalize``: machine-specific state removed from the guest (machine-id, host keys, the build
+user's password locked).
 
 This is a private module_utils file: not a public API.
 """
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 import typing as t
 
-from ..runner import Request, StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, StageError
 from .common import require_build_vm
 
 

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Template-build stage ``prepare``: the guest prepared for templating (packages, the guest agent), by the role over SSH; the stage checks the agent answers.
+"""Template-build stage ``prepare``: the guest prepared for templating (packages, the guest agent), by the role over
+SSH; the stage checks the agent answers.
 
 This is a private module_utils file: not a public API.
 """
@@ -14,7 +15,8 @@ import typing as t
 
 from ..._api.pveconfig import read_status
 from ..._core.errors import ProviderError
-from ..runner import Request, StageContext, StageError, StageInProgress, StageLogic, agent_reason
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, StageError, StageInProgress, agent_reason
 from .. import guest as _guest
 from .common import PREPARED_BY, require_build_vm
 

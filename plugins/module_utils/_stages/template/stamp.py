@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Template-build stage ``stamp``: the template's description and tag record the build; the catalog mapping is derived from it.
+"""Template-build stage ``stamp``: the template's description and tag record the build; the catalog mapping is derived
+from it.
 
 This is a private module_utils file: not a public API.
 """
@@ -16,7 +17,8 @@ from ..._api.pveconfig import int_value, tag_list
 from ..._formats.documents import FormatError, normalize_mapping
 from ..._journal import stage as journal_stage
 from ..._operation.create import instance_tag
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError
 from .. import common
 from .common import GIB, observation_mismatch
 

@@ -10,7 +10,7 @@ This is a private module_utils file: not a public API.
 
 from __future__ import annotations
 
-from ..runner import StageContext
+from ..protocol import StageContext
 from ..vm.start import StartStage
 from .common import require_build_vm
 

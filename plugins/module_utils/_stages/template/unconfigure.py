@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import typing as t
 
-from ..runner import Request, Resolution, StageContext, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution
 from .. import common
 from .. import guest as _guest
 from .common import observation_mismatch

@@ -15,7 +15,8 @@ import typing as t
 
 from ..._core.errors import ProviderError, VmanywareError
 from ..._api.pveconfig import disk_volume, int_value, net_macaddr, read_config, read_status, vm_path
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic, accept_task
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError, accept_task
 from ..adoption import AdoptionHook, Decision, Observations, single_ok
 from ..common import binding_description, find_tasks, is_ours, read_config_or_none, refusal_for_taken_vmid
 from ..._api.tasks import parse_upid, read_log_tail

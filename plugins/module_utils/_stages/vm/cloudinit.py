@@ -22,7 +22,8 @@ import re
 import typing as t
 
 from ..._api.pveconfig import net_macaddr
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError
 from .. import guest as _guest
 from ..adoption import AdoptionHook, Decision, Observations
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import typing as t
 
 from ..._api.pveconfig import GIB, disk_volume, gib_size_string, read_config
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError
 from ..adoption import AdoptionHook, Decision, Observations, single_ok
 from ..common import find_tasks, is_ours, read_config_or_none, require_clone_identity, require_digest
 

@@ -37,7 +37,9 @@ from __future__ import annotations
 import typing as t
 
 from ..._core.errors import ProviderError
-from ..runner import GuestCommand, GuestOutcome, Request, Resolution, StageContext, StageError, StageInProgress, StageLogic, exec_marker_path, exec_marker_state, marker_of_argv, wall_clock, wrap_guest_argv
+from ..guest_exec import exec_marker_path, exec_marker_state, marker_of_argv, wrap_guest_argv
+from ..protocol import StageContext, StageLogic
+from ..outcomes import GuestCommand, GuestOutcome, Request, Resolution, StageError, StageInProgress, wall_clock
 from .. import guest as _guest
 
 DEFAULT_PACKAGES_TIMEOUT = 900.0

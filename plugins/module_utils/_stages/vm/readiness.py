@@ -37,7 +37,9 @@ import typing as t
 
 from ..._core.errors import ProviderError
 from ..._journal import TIMESTAMP_FORMAT
-from ..runner import GuestCommand, Request, Resolution, StageContext, StageError, StageInProgress, StageLogic, agent_reason, exec_marker_state, wall_clock
+from ..guest_exec import exec_marker_state
+from ..protocol import StageContext, StageLogic
+from ..outcomes import GuestCommand, Request, Resolution, StageError, StageInProgress, agent_reason, wall_clock
 from .. import common
 from .. import guest as _guest
 from ..adoption import AdoptionHook, Decision, Observations

@@ -14,7 +14,8 @@ import typing as t
 
 from ..._operation.create import instance_tag
 from ..._api.pveconfig import int_value, memory_mib, read_config, tag_list
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError
 from ..adoption import AdoptionHook, Decision, Observations
 from ..common import is_ours, read_config_or_none, require_clone_identity, require_digest
 

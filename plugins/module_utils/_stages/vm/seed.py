@@ -25,7 +25,8 @@ from __future__ import annotations
 import typing as t
 
 from ..._api.pveconfig import config_of_pending, net_macaddr, read_pending
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError
 from .. import guest as _guest
 from ..adoption import AdoptionHook, Decision, Observations
 from .cloudinit import attested as cloudinit_attested

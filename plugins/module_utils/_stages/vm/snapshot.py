@@ -28,7 +28,8 @@ from __future__ import annotations
 import typing as t
 
 from ..._operation.create import PROVISIONING_GATE, SNAPSHOTS_GATE
-from ..runner import Request, Resolution, StageContext, StageError, StageLogic
+from ..protocol import StageContext, StageLogic
+from ..outcomes import Request, Resolution, StageError
 from .. import common
 from .. import guest as _guest
 from ..adoption import AdoptionHook, Observations

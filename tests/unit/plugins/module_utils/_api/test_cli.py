@@ -17,7 +17,7 @@ import typing as t
 import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.cli import cli_command, with_cli
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import Request
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import Request
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.guest import decode_sshkeys, encode_sshkeys
 
 VM = "/nodes/pve-test/qemu/201"

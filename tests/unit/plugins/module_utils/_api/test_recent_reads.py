@@ -18,7 +18,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors imp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import instance_tag
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.recent_reads import ObservingClient, RecentReads
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageError, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import StageError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import VM as VM_GUEST, stage_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import build_logic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import common

@@ -22,7 +22,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._core import can
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.cancel import CONTROLLER_GONE, ENV_CONTROLLER, RUN_CANCELLED, Cancellation, RunCancelled, cancellable_sleep, parse_identities, process_start
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ERROR_CODES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
 
 ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
 

@@ -14,7 +14,9 @@ from pve_fake import FakeClient, envelope, in_turn
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.protocols import ApiClient, OperationStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import GuestCommand, OfflineClient, StageContext, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import OfflineClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageContext, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import GuestCommand
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import PreviewStore
 
 

@@ -20,7 +20,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.cli import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.redaction import REDACTED, is_secret_key, redact, redact_text
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import Request, StageContext, StageLogic, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageContext, StageLogic, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import Request
 
 from hashed_plan import hashed_plan
 from pve_stubs import Reply, make_settings, stub_server, tls_material  # noqa: F401  pylint: disable=unused-import

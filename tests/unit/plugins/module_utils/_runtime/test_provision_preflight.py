@@ -19,7 +19,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.creat
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.permissions import STAGE_PRIVILEGES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import BEGUN_TEXT, ProvisionStopped, StageOptions, preflight_before_stages, preflight_verdict, provision_argument_spec, run_stages
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.recent_reads import ObservingClient, RecentReads
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
 
 from stage_fakes import TEMPLATE, VM, FakeClient, complete, dispatch, fixture, new_operation, pve_error  # noqa: E402  pylint: disable=C0413
 

@@ -20,7 +20,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client impo
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import expected_confirmation  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageContext  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageContext  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[5]
 FIXTURES = REPO / "tests" / "unit" / "fixtures"

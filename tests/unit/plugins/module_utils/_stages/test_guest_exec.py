@@ -12,11 +12,13 @@ import typing as t
 import pytest
 from hashed_plan import hashed_plan
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import runner as _stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import guest_exec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import PRECHECK_AGENT_REASONS
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import GuestCommand, GuestOutcome, Request, Resolution, StageContext, StageInProgress, StageLogic, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageContext, StageLogic, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import DEFAULT_RESOLVE_WAIT, GuestCommand, GuestOutcome, Request, Resolution, StageInProgress
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import FIRST_INTERVAL
 
 HASH = "b" * 64
@@ -48,7 +50,7 @@ class FakeAgent:
         self.marker_at_status: list[t.Any] = []
 
     def run_wrapper(self, marker: str, exit_text: str | None) -> None:
-        """What ``_stage.EXEC_WRAPPER`` does in the guest (tests/unit/.../test__stage_guest_exec.py runs the real one too)."""
+        """What ``guest_exec.EXEC_WRAPPER`` does in the guest (tests/unit/.../test__stage_guest_exec.py runs the real one too)."""
         if marker + ".started" in self.files:
             return
         self.files[marker + ".started"] = ""
@@ -67,7 +69,7 @@ class FakeAgent:
             return None
         assert path.endswith("/agent/exec")
         self.marker_at_exec.append(self._evidence().get("probe"))
-        marker = _stage.marker_of_argv(params["command"])
+        marker = guest_exec.marker_of_argv(params["command"])
         assert marker is not None, "every guest command runs through the wrapper"
         self.markers.append(marker)
         self.posts.append(list(params["command"][5:]))
@@ -177,7 +179,7 @@ class FakeTime:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.now = time.time()
         self.sleeps: list[float] = []
-        monkeypatch.setattr(_stage, "wall_clock", lambda: self.now)
+        monkeypatch.setattr(guest_exec, "wall_clock", lambda: self.now)
 
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
@@ -260,7 +262,7 @@ def test_an_ambiguous_exec_that_started_is_followed_through_its_marker_never_iss
     # One exec; the outcome came from the marker files (exit code 3), no superseded file was written (it had started).
     assert agent.posts == [["apt-get", "install", "-y", "--", "x; rm -rf /"]] and agent.status_reads == [] and agent.file_writes == []
     assert logic.outcomes == [GuestOutcome("exited", None, 3)]
-    assert marker.startswith(_stage.EXEC_MARKER_PREFIX + operation_id + "-probe-")
+    assert marker.startswith(guest_exec.EXEC_MARKER_PREFIX + operation_id + "-probe-")
     assert agent.marker_at_exec[0]["file"] == marker  # journaled before the exec was sent
     assert _record(store, operation_id)["evidence"]["probe"]["exitcode"] == 3
 
@@ -295,7 +297,7 @@ def test_an_ambiguous_exec_whose_marker_cannot_be_read_is_uncertain_and_never_is
             _run(store, agent, GuestProbe(), operation_id, sleep=clock.sleep)
         assert info.value.code == "outcome_uncertain"
     # The marker was read again for a while (the agent may come back), then given up: never an exec again.
-    assert _stage.DEFAULT_RESOLVE_WAIT <= sum(clock.sleeps) < _stage.DEFAULT_RESOLVE_WAIT + 2
+    assert DEFAULT_RESOLVE_WAIT <= sum(clock.sleeps) < DEFAULT_RESOLVE_WAIT + 2
     record = _record(store, operation_id)
     assert len(agent.posts) == 1 and agent.status_reads == []
     assert record["status"] == "uncertain" and record["request"]["probe"] == "uname" and record["evidence"]["probe"]["pid"] is None
@@ -315,7 +317,7 @@ def test_the_wrapper_in_a_real_posix_shell_runs_once_refuses_when_superseded_and
     import subprocess
     shell = shutil.which("dash") or "/bin/sh"
     marker = str(tmp_path / "m")
-    argv = _stage.wrap_guest_argv(marker, ["sh", "-c", 'printf "%s|" "$@"; exit 4', "x", "a b", "$(touch %s)" % (tmp_path / "pwned"), "'"])
+    argv = guest_exec.wrap_guest_argv(marker, ["sh", "-c", 'printf "%s|" "$@"; exit 4', "x", "a b", "$(touch %s)" % (tmp_path / "pwned"), "'"])
     argv[0] = shell
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert done.returncode == 4 and done.stdout == "a b|$(touch %s)|'|" % (tmp_path / "pwned")
@@ -324,7 +326,7 @@ def test_the_wrapper_in_a_real_posix_shell_runs_once_refuses_when_superseded_and
     assert again.returncode == 125 and again.stdout == ""
     late = str(tmp_path / "late")
     (tmp_path / "late.superseded").write_text("superseded\n")
-    refused = subprocess.run([shell, *_stage.wrap_guest_argv(late, ["touch", str(tmp_path / "ran")])[1:]], capture_output=True, text=True,
+    refused = subprocess.run([shell, *guest_exec.wrap_guest_argv(late, ["touch", str(tmp_path / "ran")])[1:]], capture_output=True, text=True,
                              check=False)
     assert refused.returncode == 125 and not (tmp_path / "ran").exists() and (tmp_path / "late.exit").read_text() == "superseded\n"
 
@@ -398,4 +400,4 @@ def _second_operation(store: JournalStore) -> str:
 
 def test_the_simulated_guest_runs_the_same_wrapper_text() -> None:
     from pvesim.guest.commands import EXEC_WRAPPER  # pylint: disable=import-outside-toplevel
-    assert EXEC_WRAPPER == _stage.EXEC_WRAPPER
+    assert EXEC_WRAPPER == guest_exec.EXEC_WRAPPER

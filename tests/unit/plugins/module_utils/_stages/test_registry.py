@@ -20,7 +20,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks import permissions as _permissions
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.capabilities import STAGE_PURPOSES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import plan_steps
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageLogic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageLogic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import CLEANUP, CONTAINER, FAMILIES, STAGES, TEMPLATE, VM, StageSpec, planned_steps, stage_kinds, stage_spec, stages_in_order
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import LOGIC, build_logic, logic_class
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.adoption import AdoptionHook

@@ -13,7 +13,9 @@ from pve_fake import FakeClient, in_turn
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import map_http_error
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import Request, Resolution, StageContext, StageInProgress, StageLogic, StageRunner, StageSettings, StageUncertain, accept_task
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageContext, StageLogic, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import Request, Resolution, StageInProgress, StageUncertain, accept_task
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import LOG_LINE_MAX, LOG_TAIL_LINES
 
 UPID = "UPID:pve-test:00001234:00005678:65000000:qmclone:9000:vmanyware@pve!full:"

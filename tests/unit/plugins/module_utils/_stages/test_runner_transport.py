@@ -14,7 +14,9 @@ from test_guest_exec import FakeAgent, GuestProbe
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import AMBIGUOUS_CODES, NOT_APPLIED_CODES, GuestCommand, Resolution, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import AMBIGUOUS_CODES, NOT_APPLIED_CODES, GuestCommand, Resolution
 
 
 def test_the_code_tables() -> None:

@@ -14,7 +14,8 @@ from test_template_build import minimal
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import parse_catalog
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import new_operation_document
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageContext, StageError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageContext
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import StageError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import build_template_plan, stamp_revision
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.template import journal_snapshots
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.stamp import catalog_mapping, mapping_yaml, stamp_description, stamp_output

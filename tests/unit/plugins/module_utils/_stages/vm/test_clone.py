@@ -12,7 +12,8 @@ from stage_fakes import PVE, TEMPLATE, VM, FakeClient, assert_valid, context, di
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import admission as _admission
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import TASK_SINCE_SLACK, binding_description, dispatched_epoch
 

@@ -20,11 +20,13 @@ import pytest
 from pvesim.cloudinit import decode_sshkeys as pve_decode_sshkeys
 from pvesim.guest import _fingerprint as pvesim_fingerprint
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import runner as _stage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import guest_exec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import map_http_error
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ERROR_CODES, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import ADOPTED_REQUEST, JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import GuestCommand, GuestOutcome, Request, StageContext, StageError, StageInProgress, StageLogic, StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageContext, StageLogic, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import GuestCommand, GuestOutcome, Request, StageError, StageInProgress
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import guest as _guest
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm import readiness as readiness_module
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.cloudinit import CloudinitStage
@@ -399,8 +401,8 @@ def test_package_commands_are_fixed_arrays_run_as_the_wrappers_positional_parame
     valid(request)
     command = request.params["command"]
     # The fixed wrapper, a marker unique to the operation and this dispatch, then the install argv untouched (never interpolated).
-    assert command[:4] == ["/bin/sh", "-c", _stage.EXEC_WRAPPER, "vmanyware"] and command[5:] == install_argv([{"name": "git"}])
-    assert command[4] == _stage.exec_marker_path(ctx.operation["operationId"], "install", 1) == _stage.marker_of_argv(command)
+    assert command[:4] == ["/bin/sh", "-c", guest_exec.EXEC_WRAPPER, "vmanyware"] and command[5:] == install_argv([{"name": "git"}])
+    assert command[4] == guest_exec.exec_marker_path(ctx.operation["operationId"], "install", 1) == guest_exec.marker_of_argv(command)
     ctx.facts["missing"] = []
     assert PackagesStage().request(ctx) is None
 
@@ -516,7 +518,7 @@ def _install_ctx(files: GuestFiles, dpkg: str = "") -> tuple[StageContext, str]:
     def runner(_ctx: StageContext, command: GuestCommand, _deadline: float, _started: float | None) -> GuestOutcome:
         return GuestOutcome("exited", 7, 0, dpkg)
     ctx.guest_runner = runner
-    return ctx, t.cast(str, _stage.marker_of_argv(request.params["command"]))
+    return ctx, t.cast(str, guest_exec.marker_of_argv(request.params["command"]))
 
 
 def test_a_lost_install_whose_marker_shows_it_started_is_applied_and_followed_through_the_marker() -> None:
@@ -549,7 +551,7 @@ def test_a_lost_install_whose_marker_cannot_be_read_is_decided_by_dpkg_query_onl
 
 
 def test_a_readiness_probe_with_an_unknown_outcome_is_resolved_once_its_marker_can_be_read() -> None:
-    marker = _stage.exec_marker_path(REC["operationId"], "probe", 1)
+    marker = guest_exec.exec_marker_path(REC["operationId"], "probe", 1)
     for files, verdict in ((GuestFiles(unreadable=True), "undecidable"), (GuestFiles({marker + ".started": ""}), "applied"),
                            (GuestFiles(), "applied")):
         ctx = ctx_for("readiness")

@@ -11,7 +11,8 @@ from stage_fakes import PVE, VM, FakeClient, assert_valid, complete, context, di
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import instance_tag
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner, StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import binding_description
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.resources import ResourcesStage
 
