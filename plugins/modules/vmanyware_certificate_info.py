@@ -196,7 +196,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.certificate import inspect_endpoint
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import validate_endpoint
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import validate_endpoint
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
 
 # No credential option at all: the module must never be able to send one.

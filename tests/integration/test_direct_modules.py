@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import expected_confirmation
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 

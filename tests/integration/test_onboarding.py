@@ -17,7 +17,8 @@ import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.capabilities import run_report
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.certificate import inspect_endpoint
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 
 pytestmark = pytest.mark.integration
 

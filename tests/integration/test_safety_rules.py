@@ -23,7 +23,7 @@ import guest_support as gs  # noqa: E402  pylint: disable=wrong-import-position
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime import stage_module as _stage_module  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import certificate_fingerprint, provider_scope_id  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402

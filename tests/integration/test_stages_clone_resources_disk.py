@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient, certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation, instance_tag
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan

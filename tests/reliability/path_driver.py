@@ -29,7 +29,8 @@ for _root in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep):
     if _root and _root not in sys.path:
         sys.path.insert(0, _root)
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import build_settings, certificate_fingerprint, provider_scope_id  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.cleanup import run_cleanup  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import OperationInputs, create_operation, expected_confirmation  # noqa: E402

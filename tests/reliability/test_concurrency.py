@@ -23,7 +23,8 @@ import yaml
 import rel_support as rs
 from test_crash import FAST_GUEST
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import build_settings, certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import expected_confirmation
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 

@@ -39,7 +39,9 @@ from cryptography.x509.oid import NameOID
 import rel_support as rs
 from test_crash import FAST_GUEST
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient, build_settings, certificate_fingerprint
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 
 KEY_COMMENT = "canary-key-" + hashlib.sha256(str(id(object())).encode()).hexdigest()[:12]

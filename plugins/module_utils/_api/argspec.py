@@ -17,7 +17,7 @@ import typing as t
 
 from ansible.module_utils.errors import AnsibleFallbackNotFound
 
-from .client import DEFAULT_PORT, DEFAULT_TIMEOUT, ConnectionSettings, build_settings
+from .settings import DEFAULT_PORT, DEFAULT_TIMEOUT, ConnectionSettings, build_settings
 
 
 def set_env_fallback(*names: str, **kwargs: t.Any) -> str:

@@ -27,7 +27,7 @@ import socket
 import ssl
 import typing as t
 
-from .client import normalize_fingerprint, require_readable_ca
+from .settings import normalize_fingerprint, require_readable_ca
 from .._core.errors import ProviderError
 
 try:

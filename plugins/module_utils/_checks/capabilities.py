@@ -24,7 +24,9 @@ import itertools
 import re
 import typing as t
 
-from .._api.client import ConnectionSettings, ProxmoxClient, mark_tls, require_tls_for_reads
+from .._api.client import ProxmoxClient
+from .._api.tls import mark_tls, require_tls_for_reads
+from .._api.settings import ConnectionSettings
 from .._core.errors import ProviderError
 from .permissions import STAGE_ORDER, STAGE_PRIVILEGES, effective_privileges
 from .preflight import SUPPORTED_MAJORS

@@ -18,7 +18,10 @@ import dataclasses
 import re
 import typing as t
 
-from .._api.client import CONNECT_FAILURE_TEXTS, ConnectionSettings, ProxmoxClient, mark_tls, require_tls_for_reads
+from .._api.client import ProxmoxClient
+from .._api.tls import mark_tls, require_tls_for_reads
+from .._api.http_errors import CONNECT_FAILURE_TEXTS
+from .._api.settings import ConnectionSettings
 from .._core.errors import ERROR_CODES, InputError, ProviderError, VmanywareError, snake_keys
 from .._operation.create import PROVISIONING_GATE, SNAPSHOTS_GATE, creation_blockers, read_gate
 from .permissions import effective_privileges, required_privileges

@@ -19,7 +19,9 @@ from __future__ import annotations
 import typing as t
 
 from .capabilities import TEMPLATE_BUILD_MINIMUM, TEMPLATE_BUILD_NEEDS, Report
-from .._api.client import ConnectionSettings, ProxmoxClient, mark_tls
+from .._api.client import ProxmoxClient
+from .._api.tls import mark_tls
+from .._api.settings import ConnectionSettings
 from .._core.errors import ProviderError, snake_keys
 from .preflight import SUPPORTED_MAJORS, _Preflight, _truthy, capabilities_for, collect_checks, enforce_fail_on, provisioning_enabled, summarize
 from .._core.protocols import ApiClient

@@ -16,7 +16,7 @@ import copy
 import dataclasses
 import typing as t
 
-from .._api.client import bind_certificate, certificate_fingerprint, provider_scope_id, require_verified_connection
+from .._api.tls import bind_certificate, certificate_fingerprint, provider_scope_id, require_verified_connection
 from .._core.errors import ConfigurationError, InputError, VmanywareError, snake_keys
 from .._journal import LIFECYCLE_KEY, JournalStore, hash_idempotency_key, lifecycle_status, new_operation_document, new_operation_id, operation_begun, utc_now, validate_operation_id
 from .._formats.plan import PlannedEnvironment

@@ -81,7 +81,7 @@ def missing_libraries(names: t.Iterable[str]) -> list[str]:
         from .._api.certificate import HAS_CRYPTOGRAPHY  # pylint: disable=import-outside-toplevel
         present["cryptography"] = HAS_CRYPTOGRAPHY
     if "requests" in names:
-        from .._api.client import HAS_REQUESTS  # pylint: disable=import-outside-toplevel
+        from .._api.libraries import HAS_REQUESTS  # pylint: disable=import-outside-toplevel
         present["requests"] = HAS_REQUESTS
     return [name for name in names if not present.get(name, False)]
 

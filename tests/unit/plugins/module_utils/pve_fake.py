@@ -19,7 +19,7 @@ import typing as t
 
 from pvesim.schema import Schema
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ConnectionSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import ConnectionSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.protocols import ApiClient, ApiVerbs
 
 Call = t.Tuple[str, str, t.Dict[str, t.Any]]

@@ -259,7 +259,7 @@ class RecordingAdapter(requests.adapters.BaseAdapter):
 
 
 def _token_settings(port: int, **overrides: t.Any) -> t.Any:
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import build_settings
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 
     values: dict[str, t.Any] = {
         "host": "127.0.0.1", "port": port, "token_id": "automation@pve!vmanyware",

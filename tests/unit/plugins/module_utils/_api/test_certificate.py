@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.certificate import colon_fingerprint, describe, host_matches, inspect_endpoint
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import normalize_fingerprint
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import normalize_fingerprint
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError
 from pve_stubs import CA_KEY_USAGE
 

@@ -13,8 +13,11 @@ import pytest
 import requests
 import urllib3
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import client as _client
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ConnectionSettings, ProxmoxClient, build_settings, map_http_error, normalize_fingerprint, parse_token_id, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import http_errors, libraries, tls
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.http_errors import map_http_error
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import ConnectionSettings, build_settings, normalize_fingerprint, parse_token_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ConfigurationError, ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.redaction import redact
 
@@ -177,7 +180,7 @@ def test_connection_refused_is_transport_lost() -> None:
     err = _raises("transport_lost", lambda: client.get("/version"))
     assert sleeps == [0.2, 0.6]
     assert err.details["reason"] == "connection_refused"
-    err = _raises("transport_lost", lambda: _client.certificate_fingerprint(settings))
+    err = _raises("transport_lost", lambda: tls.certificate_fingerprint(settings))
     assert err.details["reason"] == "connection_refused" and "refused" in err.message
 
 
@@ -186,21 +189,21 @@ def test_connect_failure_reasons() -> None:
     refused = urllib3.exceptions.NewConnectionError(pool, "refused")
     refused.__cause__ = ConnectionRefusedError(111, "Connection refused")
     wrapped = requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", refused))
-    assert _client.connect_failure_reason(wrapped) == "connection_refused"
+    assert http_errors.connect_failure_reason(wrapped) == "connection_refused"
     timeout = urllib3.exceptions.ConnectTimeoutError(pool, "timed out")
-    assert _client.connect_failure_reason(requests.exceptions.ConnectTimeout(urllib3.exceptions.MaxRetryError(pool, "/", timeout))) == (
+    assert http_errors.connect_failure_reason(requests.exceptions.ConnectTimeout(urllib3.exceptions.MaxRetryError(pool, "/", timeout))) == (
         "connect_timeout")
-    assert _client.connect_failure_reason(socket.gaierror(-2, "Name or service not known")) == "name_resolution"
-    assert _client.connect_failure_reason(OSError(101, "Network is unreachable")) == "network_unreachable"
-    assert _client.connect_failure_reason(OSError("other")) == "connect_failed"
+    assert http_errors.connect_failure_reason(socket.gaierror(-2, "Name or service not known")) == "name_resolution"
+    assert http_errors.connect_failure_reason(OSError(101, "Network is unreachable")) == "network_unreachable"
+    assert http_errors.connect_failure_reason(OSError("other")) == "connect_failed"
 
 
 def test_connect_phase_classification() -> None:
     pool: t.Any = None
     new_conn = urllib3.exceptions.NewConnectionError(pool, "refused")
-    assert _client._is_connect_phase(requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", new_conn)))
+    assert http_errors._is_connect_phase(requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", new_conn)))
     protocol = urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError())
-    assert not _client._is_connect_phase(requests.exceptions.ConnectionError(protocol))
+    assert not http_errors._is_connect_phase(requests.exceptions.ConnectionError(protocol))
 
 
 # -- bounds --------------------------------------------------------------------------------------------------------
@@ -279,19 +282,19 @@ def test_system_trust_store_is_used_without_ca_path_or_pin(
 
     A CA added to that store (as update-ca-certificates does) is trusted; certifi and REQUESTS_CA_BUNDLE are not consulted.
     """
-    assert _client.HAS_TRUSTSTORE  # requirements.txt installs it
+    assert libraries.HAS_TRUSTSTORE  # requirements.txt installs it
     server = stub_server()
     monkeypatch.setenv("SSL_CERT_FILE", tls_material.ca_path)
     monkeypatch.setenv("SSL_CERT_DIR", str(tls_material.ca_path) + ".absent")
     client = _client_for(make_settings(server.port))
     assert client.get("/version")["release"] == "9.1"
     assert client.observed_fingerprint == tls_material.fingerprint
-    assert _client.certificate_fingerprint(make_settings(server.port)) == tls_material.fingerprint  # the same trust
+    assert tls.certificate_fingerprint(make_settings(server.port)) == tls_material.fingerprint  # the same trust
     # A store without that CA refuses, whatever REQUESTS_CA_BUNDLE says; ca_path, when given, is the only anchor.
     monkeypatch.setenv("SSL_CERT_FILE", tls_material.other_ca_path)
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", tls_material.ca_path)
     _raises("tls_verification_failed", lambda: _client_for(make_settings(server.port)).get("/version"))
-    _raises("tls_verification_failed", lambda: _client.certificate_fingerprint(make_settings(server.port)))
+    _raises("tls_verification_failed", lambda: tls.certificate_fingerprint(make_settings(server.port)))
     monkeypatch.setenv("SSL_CERT_FILE", tls_material.ca_path)
     _raises("tls_verification_failed", lambda: _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path)).get("/version"))
     assert len(server.requests) == 1
@@ -557,32 +560,32 @@ def test_response_too_large_of_a_mutation_keeps_its_code(stub_server: t.Any, tls
 
 def test_exchange_facts_record_the_connection_and_the_first_write(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
     server = stub_server()
-    adapter = _client.PinnedTLSAdapter()
+    adapter = tls.PinnedTLSAdapter()
     client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path), adapter=adapter)
     client.get("/version")
-    assert adapter.facts == _client.ExchangeFacts(connected=True, leaf_sha256=tls_material.fingerprint, written=True)
+    assert adapter.facts == http_errors.ExchangeFacts(connected=True, leaf_sha256=tls_material.fingerprint, written=True)
     client.get("/version")  # the kept-alive connection: no new handshake
-    assert adapter.facts == _client.ExchangeFacts(connected=False, leaf_sha256=None, written=True)
-    refused = _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path), adapter=_client.PinnedTLSAdapter())
+    assert adapter.facts == http_errors.ExchangeFacts(connected=False, leaf_sha256=None, written=True)
+    refused = _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path), adapter=tls.PinnedTLSAdapter())
     _raises("tls_verification_failed", lambda: refused.post("/nodes/pve/qemu/9000/clone", newid=201))
-    assert refused._adapter.facts == _client.ExchangeFacts()  # pylint: disable=protected-access
+    assert refused._adapter.facts == http_errors.ExchangeFacts()  # pylint: disable=protected-access
 
 
 def test_transport_failure_without_facts_counts_only_proven_pre_send_failures() -> None:
     pool: t.Any = None
     verify = ssl.SSLCertVerificationError(1, "certificate verify failed")
     handshake = requests.exceptions.SSLError(urllib3.exceptions.MaxRetryError(pool, "/", urllib3.exceptions.SSLError(verify)))
-    assert _client.transport_failure(handshake, None, "POST", "/x").code == "tls_verification_failed"
+    assert http_errors.transport_failure(handshake, None, "POST", "/x").code == "tls_verification_failed"
     reading = requests.exceptions.SSLError(urllib3.exceptions.MaxRetryError(pool, "/", urllib3.exceptions.SSLError(
         ssl.SSLError(1, "[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC] decryption failed or bad record mac"))))
-    assert _client.transport_failure(reading, None, "POST", "/x").code == "reply_lost"
+    assert http_errors.transport_failure(reading, None, "POST", "/x").code == "reply_lost"
     refused = urllib3.exceptions.NewConnectionError(pool, "refused")
-    assert _client.transport_failure(requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", refused)), None,
+    assert http_errors.transport_failure(requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", refused)), None,
                                      "POST", "/x").code == "transport_lost"
     # with facts, the fact decides whatever the exception type
-    written = _client.ExchangeFacts(connected=True, written=True)
-    assert _client.transport_failure(handshake, written, "POST", "/x").code == "reply_lost"
-    assert _client.transport_failure(reading, _client.ExchangeFacts(), "POST", "/x").code == "tls_verification_failed"
+    written = http_errors.ExchangeFacts(connected=True, written=True)
+    assert http_errors.transport_failure(handshake, written, "POST", "/x").code == "reply_lost"
+    assert http_errors.transport_failure(reading, http_errors.ExchangeFacts(), "POST", "/x").code == "tls_verification_failed"
 
 
 # -- binding to the certificate the provider scope was computed from ------------------------------------------------
@@ -592,7 +595,7 @@ def test_transport_failure_without_facts_counts_only_proven_pre_send_failures() 
 def test_bound_certificate_mismatch_is_refused_before_any_byte(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any,
                                                                method: str) -> None:
     server = stub_server()
-    settings = _client.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), "AB:" * 31 + "AB")
+    settings = tls.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), "AB:" * 31 + "AB")
     assert settings.bound_certificate == "ab" * 32
     sleeps: list[float] = []
     err = _raises("certificate_changed", lambda: _client_for(settings, sleeps).request(method, "/nodes/pve/qemu/9000/clone", {"newid": 201}))
@@ -606,7 +609,7 @@ def test_every_new_connection_is_compared_with_the_bound_certificate(stub_server
     # Both certificates verify against the configured CA: only the comparison with the bound leaf tells them apart.
     server = stub_server(lambda r: Reply(body=VERSION, headers={"Connection": "close"}))  # every request on a new connection
     server.swap_from = 2
-    settings = _client.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), tls_material.fingerprint)
+    settings = tls.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), tls_material.fingerprint)
     client = _client_for(settings)
     assert client.get("/version")["version"] == "9.1.3"
     assert client.observed_fingerprint == tls_material.fingerprint
@@ -619,7 +622,7 @@ def test_every_new_connection_is_compared_with_the_bound_certificate(stub_server
 
 def test_bound_client_reuses_its_verified_connection(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
     server = stub_server()
-    client = _client_for(_client.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), tls_material.fingerprint))
+    client = _client_for(tls.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), tls_material.fingerprint))
     assert [client.get("/version")["release"] for _attempt in range(3)] == ["9.1"] * 3
     assert server.connections == 1 and len(server.requests) == 3
 
@@ -627,7 +630,7 @@ def test_bound_client_reuses_its_verified_connection(stub_server: t.Any, make_se
 def test_a_pin_and_its_binding_agree(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
     server = stub_server()
     settings = make_settings(server.port, fingerprint=tls_material.fingerprint)
-    bound = _client.bind_certificate(settings, _client.certificate_fingerprint(settings))  # with a pin: the pin, no contact
+    bound = tls.bind_certificate(settings, tls.certificate_fingerprint(settings))  # with a pin: the pin, no contact
     assert _client_for(bound).get("/version")["version"] == "9.1.3"
 
 

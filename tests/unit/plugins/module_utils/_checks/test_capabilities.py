@@ -13,7 +13,9 @@ from pve_fake import FakeClient
 from pve_stubs import RecordingAdapter
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.capabilities import TEMPLATE_BUILD_NEEDS, capabilities, run_report
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import UNVERIFIED_TLS_WARNING, ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import UNVERIFIED_TLS_WARNING
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ConfigurationError, ProviderError
 
 schema_mod = pytest.importorskip("pvesim.schema")

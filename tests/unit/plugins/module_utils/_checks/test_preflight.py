@@ -11,7 +11,9 @@ import pytest
 from format_samples import catalog, definition, dump
 from pve_stubs import RecordingAdapter
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import UNVERIFIED_TLS_WARNING, ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import UNVERIFIED_TLS_WARNING
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ConfigurationError, InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.permissions import STAGE_PRIVILEGES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan

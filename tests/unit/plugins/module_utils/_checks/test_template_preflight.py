@@ -13,7 +13,9 @@ from pve_stubs import RecordingAdapter
 from test_template_build import minimal
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.capabilities import TEMPLATE_BUILD_NEEDS
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import UNVERIFIED_TLS_WARNING, ProxmoxClient, build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import UNVERIFIED_TLS_WARNING
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ConfigurationError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import UNDECIDABLE as PREFLIGHT_UNDECIDABLE
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import PreflightFailed

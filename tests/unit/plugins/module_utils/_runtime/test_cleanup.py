@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import create as _operation
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import build_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.cleanup import owned_volumes, run_cleanup

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pve_fake import FakeClient, assert_valid  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import map_http_error  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.http_errors import map_http_error  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import expected_confirmation  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402

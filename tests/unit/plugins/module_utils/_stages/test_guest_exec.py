@@ -13,7 +13,7 @@ import pytest
 from hashed_plan import hashed_plan
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import guest_exec
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import PRECHECK_AGENT_REASONS
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.http_errors import PRECHECK_AGENT_REASONS
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner

@@ -10,7 +10,7 @@ import pytest
 from hashed_plan import hashed_plan
 from pve_fake import FakeClient, in_turn
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import map_http_error
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.http_errors import map_http_error
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner

@@ -21,7 +21,7 @@ from pvesim.cloudinit import decode_sshkeys as pve_decode_sshkeys
 from pvesim.guest import _fingerprint as pvesim_fingerprint
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import guest_exec
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import map_http_error
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.http_errors import map_http_error
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ERROR_CODES, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import ADOPTED_REQUEST, JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
