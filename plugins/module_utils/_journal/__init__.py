@@ -21,7 +21,7 @@ Guarantees:
 - no secret (``_redaction``), no idempotency key in clear and no guest output is stored.
 
 The parts: ``document`` (the v1 document's rules, builders and readers), ``store`` (locks,
-claims, atomic mutations: ``JournalStore``) and ``layout`` (the directory: where it is and what
+claims, atomic mutations: ``JournalStore``), ``stage_records`` (its stage and status transitions) and ``layout`` (the directory: where it is and what
 lives where). Callers import from here.
 
 This is a private module_utils package: not a public API.

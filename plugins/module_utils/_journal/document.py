@@ -97,6 +97,15 @@ class JournalError(VmanywareError):
     default_code = "journal_corrupt"
 
 
+def journal_conflict(operation_id: str, rule: str) -> JournalError:
+    """``journal_conflict``: the operation is not in the state an update expects (compare-and-set lost)."""
+    return JournalError(
+        "Operation %s is not in the state this update expects (it may have been changed by another process)." % operation_id,
+        code="journal_conflict",
+        details={"operationId": operation_id, "rule": rule},
+    )
+
+
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 

@@ -16,7 +16,6 @@ This is a private module_utils file: not a public API.
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import stat
 import typing as t
@@ -24,9 +23,34 @@ import typing as t
 from .._core import crash as _crash
 from .._core.errors import InputError
 from .._core.files import DEFAULT_LOCK_TIMEOUT, FileLock, LocalFileError, atomic_write_json, create_json_exclusive, read_json_strict, remove_file_durable
-from .document import _MAX_MESSAGE, _OPERATION_FROM, _OPERATION_ID, _STAGE_FROM, _STAGE_KIND, _UPID, CLEANUP_STEPS, LIFECYCLE_KEY, JournalError, _check_key, _check_scope, _check_vmid, _failure_code, _failure_message, _is_int, _mapping_arg, _new_stage, _operation_inputs, _same_inputs, adopted_operation_document, cleanup_view, hash_idempotency_key, new_operation_document, new_operation_id, recorded_hashes_match, require_cleanup_eligible, stage, utc_now, validate_document, validate_operation_id
+from .document import (
+    _MAX_MESSAGE,
+    _OPERATION_ID,
+    CLEANUP_STEPS,
+    LIFECYCLE_KEY,
+    JournalError,
+    _check_key,
+    _check_scope,
+    _check_vmid,
+    _is_int,
+    _new_stage,
+    _operation_inputs,
+    _same_inputs,
+    adopted_operation_document,
+    cleanup_view,
+    hash_idempotency_key,
+    journal_conflict,
+    new_operation_document,
+    new_operation_id,
+    recorded_hashes_match,
+    require_cleanup_eligible,
+    stage,
+    utc_now,
+    validate_document,
+    validate_operation_id,
+)
 from .layout import JournalLayout
-from .._core.redaction import redact
+from .stage_records import StageRecords
 
 CLAIM_KIND = "vmanyware.dev/v1/Claim"
 
@@ -42,14 +66,6 @@ def _corrupt(operation_id: str) -> JournalError:
     )
 
 
-def _conflict(operation_id: str, rule: str) -> JournalError:
-    return JournalError(
-        "Operation %s is not in the state this update expects (it may have been changed by another process)." % operation_id,
-        code="journal_conflict",
-        details={"operationId": operation_id, "rule": rule},
-    )
-
-
 def _is_regular_file(path: str) -> bool:
     """Whether ``path`` itself (not a link's target) is a regular file; ``True`` when it cannot be told (an I/O error stays one)."""
     try:
@@ -62,7 +78,7 @@ def _is_regular_file(path: str) -> bool:
 # the store
 
 
-class JournalStore:
+class JournalStore(StageRecords):
     """The operations of a journal directory (``JournalLayout``: where each file lives).
 
     ``journal_dir`` is created (mode 0700, parents too) if missing; an existing directory must be
@@ -310,9 +326,9 @@ class JournalStore:
         operation_id = document["operationId"]
         self._write(document, "operation", hook_status)
         if key_hash is not None and not self._claim(self.layout.key_path(key_hash), operation_id):  # pragma: no cover - under lock
-            raise _conflict(operation_id, "key_claim_exists")
+            raise journal_conflict(operation_id, "key_claim_exists")
         if not self._claim(target_path, operation_id):  # pragma: no cover - checked under the lock
-            raise _conflict(operation_id, "target_claim_exists")
+            raise journal_conflict(operation_id, "target_claim_exists")
         self._supersede_lease(document["target"])
 
     def _complete_target_claim(self, document: dict[str, t.Any], target_path: str) -> None:
@@ -348,196 +364,16 @@ class JournalStore:
         with self._operation_lock(operation_id):
             document = self.load(operation_id)
             if expected_revision is not None and document["revision"] != expected_revision:
-                raise _conflict(operation_id, "revision")
+                raise journal_conflict(operation_id, "revision")
             if document["release"] is not None:
-                raise _conflict(operation_id, "released")
+                raise journal_conflict(operation_id, "released")
             if (document.get(LIFECYCLE_KEY) or {}).get("cleanup") is not None:
-                raise _conflict(operation_id, "cleanup")  # the guest is being removed: provisioning is over
+                raise journal_conflict(operation_id, "cleanup")  # the guest is being removed: provisioning is over
             hook_kind, hook_status = apply(document)
             document["revision"] += 1
             document["updatedAt"] = utc_now()
             self._write(document, hook_kind, hook_status)
             return document
-
-    def _stage_transition(self, document: dict[str, t.Any], kind: str, new_status: str,
-                          expected_status: str | None) -> dict[str, t.Any]:
-        current = stage(document, kind)
-        if expected_status is not None and current["status"] != expected_status:
-            raise _conflict(document["operationId"], "expected_status")
-        if current["status"] not in _STAGE_FROM[new_status]:
-            raise _conflict(document["operationId"], "stage_transition")
-        if current["status"] == "pending":
-            for earlier in document["stages"][:current["position"] - 1]:
-                if earlier["status"] != "completed":
-                    raise _conflict(document["operationId"], "stage_order")
-        if document["status"] in ("completed", "failed"):
-            raise _conflict(document["operationId"], "operation_finished")
-        return t.cast("dict[str, t.Any]", current)  # the transitions update several keys at once
-
-    def record_dispatch(self, operation_id: str, kind: str, request_summary: t.Mapping[str, t.Any], *,
-                        expected_revision: int | None = None) -> dict[str, t.Any]:
-        """pending -> dispatching, ``submissionStarted: true``: durable before the caller sends the request.
-
-        Only from ``pending``: a submission whose outcome is unknown (``dispatching``, ``uncertain``) is never
-        dispatched again; reads resolve it. ``request_summary`` is stored redacted (``redact``).
-        """
-        summary = redact(_mapping_arg(request_summary, "request_summary"))
-
-        def apply(document: dict[str, t.Any]) -> tuple[str, str]:
-            current = self._stage_transition(document, kind, "dispatching", None)
-            if document["status"] != "open":
-                raise _conflict(operation_id, "operation_not_open")
-            current.update(status="dispatching", submissionStarted=True, attempts=current["attempts"] + 1,
-                           dispatchedAt=utc_now(), request=summary)
-            return kind, "dispatching"
-
-        return self._mutate(operation_id, apply, expected_revision)
-
-    def record_not_sent(self, operation_id: str, kind: str, *, expected_revision: int | None = None) -> dict[str, t.Any]:
-        """dispatching -> pending: the request provably did not take effect.
-
-        Used when nothing reached Proxmox (connection refused, TLS refused) or Proxmox answered with
-        a definite rejection before changing anything (401/403/400, ``VM is locked``, digest
-        mismatch). The attempt count is kept; re-running the stage dispatches afresh.
-        """
-
-        def apply(document: dict[str, t.Any]) -> tuple[str, str]:
-            current = self._stage_transition(document, kind, "pending", "dispatching")
-            current.update(status="pending", submissionStarted=False, dispatchedAt=None, request=None, upid=None)
-            return kind, "pending"
-
-        return self._mutate(operation_id, apply, expected_revision)
-
-    def record_submitted(self, operation_id: str, kind: str, upid: str | None, evidence: t.Mapping[str, t.Any] | None = None, *,
-                         expected_revision: int | None = None) -> dict[str, t.Any]:
-        """dispatching -> submitted: Proxmox accepted the request (``upid`` of its task, if any)."""
-        if upid is not None and (not isinstance(upid, str) or not _UPID.match(upid)):
-            raise InputError("The UPID is not well-formed.", path="upid", details={"rule": "upid_format"})
-        extra = redact(_mapping_arg(evidence or {}, "evidence"))
-
-        def apply(document: dict[str, t.Any]) -> tuple[str, str]:
-            current = self._stage_transition(document, kind, "submitted", None)
-            current.update(status="submitted", upid=upid)
-            current["evidence"].update(extra)
-            return kind, "submitted"
-
-        return self._mutate(operation_id, apply, expected_revision)
-
-    def record_evidence(self, operation_id: str, kind: str, evidence: t.Mapping[str, t.Any], *,
-                        expected_status: str | None = None, expected_revision: int | None = None) -> dict[str, t.Any]:
-        """Merge ``evidence`` (redacted) into the stage's evidence; the status does not change.
-
-        With ``expected_revision`` (the ``revision`` of the document the caller read) this is a
-        compare-and-set: ``journal_conflict`` if any other write happened in between.
-        """
-        extra = redact(_mapping_arg(evidence, "evidence"))
-
-        def apply(document: dict[str, t.Any]) -> tuple[str, str]:
-            current = stage(document, kind)
-            if expected_status is not None and current["status"] != expected_status:
-                raise _conflict(operation_id, "expected_status")
-            current["evidence"].update(extra)
-            return kind, current["status"]
-
-        return self._mutate(operation_id, apply, expected_revision)
-
-    def record_completed(self, operation_id: str, kind: str, evidence: t.Mapping[str, t.Any] | None = None, *,
-                         expected_status: str | None = None, expected_revision: int | None = None) -> dict[str, t.Any]:
-        """dispatching/submitted/uncertain -> completed. Completing the last uncertain stage reopens an uncertain operation."""
-        extra = redact(_mapping_arg(evidence or {}, "evidence"))
-
-        def apply(document: dict[str, t.Any]) -> tuple[str, str]:
-            current = self._stage_transition(document, kind, "completed", expected_status)
-            current.update(status="completed", completedAt=utc_now(), failure=None)
-            current["evidence"].update(extra)
-            if document["status"] == "uncertain" and not any(item["status"] == "uncertain" for item in document["stages"]):
-                document.update(status="open", failure=None)
-            return kind, "completed"
-
-        return self._mutate(operation_id, apply, expected_revision)
-
-    def record_failed(self, operation_id: str, kind: str, code: str, message: str, *,
-                      expected_status: str | None = None, expected_revision: int | None = None) -> dict[str, t.Any]:
-        """-> failed; the operation becomes ``failed`` in the same write. The target stays claimed."""
-        failure = {"code": _failure_code(code), "message": _failure_message(message)}
-
-        def apply(document: dict[str, t.Any]) -> tuple[str, str]:
-            current = self._stage_transition(document, kind, "failed", expected_status)
-            current.update(status="failed", completedAt=utc_now(), failure=dict(failure))
-            document.update(status="failed", failure={"code": failure["code"], "message": failure["message"], "stage": kind})
-            return kind, "failed"
-
-        return self._mutate(operation_id, apply, expected_revision)
-
-    def record_uncertain(self, operation_id: str, kind: str, code: str, message: str, *,
-                         expected_status: str | None = None, expected_revision: int | None = None) -> dict[str, t.Any]:
-        """dispatching/submitted -> uncertain (outcome unknown, e.g. ``reply_lost``); the operation becomes ``uncertain``."""
-        failure = {"code": _failure_code(code), "message": _failure_message(message)}
-
-        def apply(document: dict[str, t.Any]) -> tuple[str, str]:
-            current = self._stage_transition(document, kind, "uncertain", expected_status)
-            current.update(status="uncertain", failure=dict(failure))
-            document.update(status="uncertain", failure={"code": failure["code"], "message": failure["message"], "stage": kind})
-            return kind, "uncertain"
-
-        return self._mutate(operation_id, apply, expected_revision)
-
-    def set_handoff(self, operation_id: str, handoff: t.Mapping[str, t.Any], *,
-                    expected_revision: int | None = None) -> dict[str, t.Any]:
-        """Replace the operation's ``handoff`` (the end result: VM id, addresses, snapshot...), redacted."""
-        value = redact(_mapping_arg(handoff, "handoff"))
-
-        def apply(document: dict[str, t.Any]) -> tuple[str, str]:
-            document["handoff"] = value
-            return "operation", document["status"]
-
-        return self._mutate(operation_id, apply, expected_revision)
-
-    def update_operation_status(
-        self,
-        operation_id: str,
-        status: str,
-        *,
-        failure: t.Mapping[str, t.Any] | None = None,
-        expected_status: str | None = None,
-        expected_revision: int | None = None,
-    ) -> dict[str, t.Any]:
-        """Move the operation to ``status`` (compare-and-set on ``expected_status``).
-
-        Allowed: open -> completed (every stage completed), open -> failed/uncertain (``failure``
-        {code, message[, stage]} required), uncertain -> completed/failed, uncertain -> open (no
-        stage uncertain). ``completed`` and ``failed`` are final.
-        """
-        if status not in _OPERATION_FROM:
-            raise InputError("The operation status is not one of open, completed, failed, uncertain.", path="status",
-                             details={"rule": "enum"})
-        record: dict[str, t.Any] | None = None
-        if status in ("failed", "uncertain"):
-            if not isinstance(failure, t.Mapping):
-                raise InputError("A failed or uncertain operation needs a failure code and message.", path="failure",
-                                 details={"rule": "required"})
-            stage_kind = failure.get("stage")
-            if stage_kind is not None and (not isinstance(stage_kind, str) or not _STAGE_KIND.match(stage_kind)):
-                raise InputError("failure.stage must be a stage kind.", path="failure.stage", details={"rule": "stage_kind"})
-            record = {"code": _failure_code(failure.get("code")), "message": _failure_message(failure.get("message")), "stage": stage_kind}
-
-        def apply(document: dict[str, t.Any]) -> tuple[str, str]:
-            current = document["status"]
-            if expected_status is not None and current != expected_status:
-                raise _conflict(operation_id, "expected_status")
-            if current not in _OPERATION_FROM[status]:
-                raise _conflict(operation_id, "operation_transition")
-            statuses = [item["status"] for item in document["stages"]]
-            if status == "completed" and any(item != "completed" for item in statuses):
-                raise _conflict(operation_id, "stages_not_completed")
-            if status == "open" and any(item in ("failed", "uncertain") for item in statuses):
-                raise _conflict(operation_id, "stages_not_settled")
-            if record is not None and record["stage"] is not None:
-                stage(document, record["stage"])
-            document.update(status=status, failure=copy.deepcopy(record))
-            return "operation", status
-
-        return self._mutate(operation_id, apply, expected_revision)
 
     def release_target(self, operation_id: str, reason: str, *, note: str | None = None) -> dict[str, t.Any]:
         """Release the operation's target (and end the operation's life in the journal).
@@ -558,9 +394,9 @@ class JournalStore:
             with self._operation_lock(operation_id):
                 document = self.load(operation_id)
                 if document["release"] is not None:
-                    raise _conflict(operation_id, "released")
+                    raise journal_conflict(operation_id, "released")
                 if reason == "closed" and document["status"] != "completed":
-                    raise _conflict(operation_id, "not_completed")
+                    raise journal_conflict(operation_id, "not_completed")
                 if note is not None:
                     document.setdefault(LIFECYCLE_KEY, {"abandonment": None, "cleanup": None})
                     document[LIFECYCLE_KEY]["abandonment"] = {"at": utc_now(), "reason": note}
@@ -620,7 +456,7 @@ class JournalStore:
                 document = self.load(operation_id)
                 cleanup = (document.get(LIFECYCLE_KEY) or {}).get("cleanup")
                 if cleanup is None or cleanup["status"] != "completed":
-                    raise _conflict(operation_id, "cleanup_not_completed")
+                    raise journal_conflict(operation_id, "cleanup_not_completed")
                 if document["release"] is not None:
                     return document
                 return self._release(document, "cleaned")
@@ -644,10 +480,10 @@ class _CleanupTrack(JournalStore):
         with self._operation_lock(operation_id):
             document = JournalStore.load(self, operation_id)
             if expected_revision is not None and document["revision"] != expected_revision:
-                raise _conflict(operation_id, "revision")
+                raise journal_conflict(operation_id, "revision")
             cleanup = (document.get(LIFECYCLE_KEY) or {}).get("cleanup")
             if cleanup is None:
-                raise _conflict(operation_id, "no_cleanup")
+                raise journal_conflict(operation_id, "no_cleanup")
             view = cleanup_view(document)
             hook_kind, hook_status = apply(view)
             now = utc_now()
