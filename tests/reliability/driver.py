@@ -22,9 +22,11 @@ import typing as t
 for _root in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep):
     if _root and _root not in sys.path:
         sys.path.insert(0, _root)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "crash_harness"))
+
+import vmanyware_crash_hook as crash_hook  # noqa: E402  # the crash points, injected (tests/crash_harness)
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import client as _client
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._core import crash as _crash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime import provision as _provision
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import runner as _stage  # noqa: E402
@@ -61,9 +63,9 @@ MUTATING = ("POST", "PUT", "DELETE")
 def _arm(config: dict[str, t.Any], kind: str) -> None:
     point = config.get("crash_at")
     if point and config.get("crash_stage") in (None, kind):
-        os.environ[_crash.ENV_CRASH_AT] = point
+        os.environ[crash_hook.ENV_CRASH_AT] = point
     else:
-        os.environ.pop(_crash.ENV_CRASH_AT, None)
+        os.environ.pop(crash_hook.ENV_CRASH_AT, None)
 
 
 def _faults_for(config: dict[str, t.Any], kind: str) -> None:
@@ -84,9 +86,9 @@ def _enumerate(events: list[list[t.Any]]) -> None:
     original_write = _journal.JournalStore._write  # pylint: disable=protected-access
     original_exchange = _client.ProxmoxClient._exchange  # pylint: disable=protected-access
 
-    def write(self: t.Any, document: dict[str, t.Any], hook_kind: str, hook_status: str) -> None:
-        events.append(["journal", os.environ.get("VMANYWARE_RELIABILITY_STAGE"), hook_kind, hook_status])
-        original_write(self, document, hook_kind, hook_status)
+    def write(self: t.Any, document: dict[str, t.Any], change: tuple[str, str]) -> None:
+        events.append(["journal", os.environ.get("VMANYWARE_RELIABILITY_STAGE"), change[0], change[1]])
+        original_write(self, document, change)
 
     def exchange(self: t.Any, method: str, path: str, params: dict[str, t.Any], **kwargs: t.Any) -> t.Any:
         if method in MUTATING:
@@ -104,7 +106,7 @@ def _chained(config: dict[str, t.Any], params: dict[str, t.Any], current: list[s
     """Every stage in one ``vmanyware_provision`` call (the module's whole logic, as the provision role runs it).
 
     Each stage's crash point and fault rules are armed right before its runner starts, like the per-stage mode does
-    before each module call: the chained run shares one client and one journal store, so their hooks are re-read then.
+    before each module call: the chained run shares one client and one journal store, so their crash points are re-read then.
     """
 
     class ArmingRunner(_stage.StageRunner):
@@ -116,8 +118,7 @@ def _chained(config: dict[str, t.Any], params: dict[str, t.Any], current: list[s
             os.environ["VMANYWARE_RELIABILITY_STAGE"] = kind
             _arm(config, kind)
             client = getattr(self.client, "_client", self.client)  # the ObservingClient wraps the ProxmoxClient
-            client._crash_at = _crash.HttpCrashPoint.from_environment(_crash.crash_at())  # pylint: disable=protected-access
-            self.store._crash_at = _crash.crash_at()  # pylint: disable=protected-access
+            crash_hook.rearm(client, self.store)
             return super().run(operation_id)
 
     _provision.StageRunner = ArmingRunner  # type: ignore[misc]
@@ -130,6 +131,7 @@ def main(config_path: str) -> int:
     with open(config_path, encoding="utf-8") as handle:
         config = json.load(handle)
     events: list[list[t.Any]] = []
+    crash_hook.install()
     if config.get("enumerate"):
         _enumerate(events)
     conn = config["conn"]

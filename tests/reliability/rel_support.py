@@ -28,6 +28,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.cancel imp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "crash_harness"))
+import vmanyware_crash_hook as crash_hook  # noqa: E402  pylint: disable=wrong-import-position  # the crash points, injected
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -37,7 +40,7 @@ TEMPLATE = 9000
 FULL = os.environ.get("VMANYWARE_RELIABILITY_FULL") == "1"
 PROFILE = "reliability-full" if FULL else "reliability-ci"  # hypothesis profiles registered in conftest.py
 RESULTS_DIR = Path(os.environ.get("VMANYWARE_RELIABILITY_RESULTS") or (Path(tempfile.gettempdir()) / "vmanyware-reliability"))
-CRASH_ENV = "VMANYWARE_TEST_CRASH_AT"
+CRASH_ENV = crash_hook.ENV_CRASH_AT
 MUTATING = ("POST", "PUT", "DELETE")
 # Statuses with which PVE refuses before its handler runs (auth, permission, parameters, unknown method).
 # Statuses of requests that never reached the handler: PVE's refusals, and the simulator's drop_request fault.
@@ -112,9 +115,9 @@ class Simulator:
                    PROXMOX_TOKEN_ID=token_id, PROXMOX_TOKEN_SECRET=secret, PROXMOX_CA_PATH=self.connection["ca_file"],
                    VMANYWARE_JOURNAL_DIR=str(journal), VMANYWARE_PROVISIONING_ENABLED="true", VMANYWARE_SNAPSHOTS_ENABLED="true",
                    ANSIBLE_NOCOLOR="1")
-        env.pop(CRASH_ENV, None)
         env.update(extra or {})
-        return env
+        # Only a point given here counts (never one of this process); it also puts the harness on PYTHONPATH.
+        return crash_hook.child_env(env, (extra or {}).get(CRASH_ENV))
 
 
 # -- processes -------------------------------------------------------------------------------------------

@@ -51,7 +51,6 @@ import typing as t
 import warnings
 from urllib.parse import quote
 
-from .._core import crash as _crash
 from .._core.errors import ConfigurationError, ProviderError
 from .._core.protocols import ApiVerbs
 from .._core.redaction import redact
@@ -201,8 +200,6 @@ class ProxmoxClient(ApiVerbs):
             settings.fingerprint, settings.bound_certificate, system_trust_context() if system_store else None)
         self._session.mount("https://", self._adapter)
         self._ticket: tuple[str, str] | None = None
-        # Read once per client: the test-only crash hook costs one ``is None`` test per request when unset.
-        self._crash_at = _crash.HttpCrashPoint.from_environment(_crash.crash_at())
         self.observed_fingerprint: str | None = None
         self.api = _Resource(self)
 
@@ -294,8 +291,6 @@ class ProxmoxClient(ApiVerbs):
         # requests/urllib3 (whose ``request`` carries the Authorization header) stays chained as context.
         failure: ProviderError | None = None
         response: t.Any = None
-        if self._crash_at is not None:
-            self._crash_at.check("before_send", method, path)
         begin = getattr(self._adapter, "begin", None)
         facts: ExchangeFacts | None = begin() if begin is not None else None
         try:
@@ -316,8 +311,6 @@ class ProxmoxClient(ApiVerbs):
         finally:
             response.close()
             self._log(method, path, params, response.status_code)
-        if self._crash_at is not None:
-            self._crash_at.check("after_reply", method, path)
         parsed: t.Any = None
         if body:
             try:

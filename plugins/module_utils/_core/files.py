@@ -40,8 +40,6 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 DEFAULT_LOCK_TIMEOUT = 30.0
 _TEMP_SUFFIX = ".tmp"
 
-Hook = t.Optional[t.Callable[[], None]]
-
 
 class LocalFileError(VmanywareError):
     """A local file could not be read, written, parsed or locked.
@@ -107,32 +105,21 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
-def atomic_write_json(
-    path: str,
-    document: t.Any,
-    mode: int = 0o600,
-    *,
-    before_replace: Hook = None,
-    after_replace: Hook = None,
-) -> None:
+def atomic_write_json(path: str, document: t.Any, mode: int = 0o600) -> None:
     """Durably replace ``path`` with ``document`` as JSON (see the module docstring).
 
-    ``before_replace`` runs after the temp file is complete and fsynced but before the rename;
-    ``after_replace`` after the rename and the directory fsync (crash-test hooks).
     Raises ``LocalFileError`` (``io_error``) on any OS failure; a serialization failure
     (``TypeError``/``ValueError``) is raised before any file is created.
     """
-    atomic_write_bytes(path, dumps_document(document), mode, before_replace=before_replace, after_replace=after_replace)
+    atomic_write_bytes(path, dumps_document(document), mode)
 
 
-def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600, *, before_replace: Hook = None, after_replace: Hook = None) -> None:
+def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600) -> None:
     """Durably replace ``path`` with ``data`` (temp file, fsync, rename, directory fsync); ``io_error`` on any OS failure."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
         temp = _write_temp(path, data, mode)
         try:
-            if before_replace is not None:
-                before_replace()
             os.replace(temp, path)
         except BaseException:
             _unlink_quietly(temp)
@@ -140,8 +127,6 @@ def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600, *, before_repl
         fsync_directory(directory)
     except OSError:
         raise _error("io_error", "os_error", "A local file could not be written.") from None
-    if after_replace is not None:
-        after_replace()
 
 
 def create_json_exclusive(path: str, document: t.Any, mode: int = 0o600) -> bool:

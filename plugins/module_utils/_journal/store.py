@@ -20,7 +20,6 @@ import os
 import stat
 import typing as t
 
-from .._core import crash as _crash
 from .._core.errors import InputError
 from .._core.files import DEFAULT_LOCK_TIMEOUT, FileLock, LocalFileError, atomic_write_json, create_json_exclusive, read_json_strict, remove_file_durable
 from .document import (
@@ -91,8 +90,6 @@ class JournalStore(StageRecords):
         self.journal_dir = self.layout.journal_dir
         self.leases_dir = self.layout.leases_dir
         self.lock_timeout = float(lock_timeout)
-        # Read once: the crash hook costs one ``is None`` test per write when unset.
-        self._crash_at = _crash.crash_at()
 
     stage = staticmethod(stage)
 
@@ -200,14 +197,16 @@ class JournalStore(StageRecords):
 
     # -- writing --------------------------------------------------------------------------------
 
-    def _write(self, document: dict[str, t.Any], hook_kind: str, hook_status: str) -> None:
+    def _write(self, document: dict[str, t.Any], change: tuple[str, str]) -> None:
+        """Validate and atomically replace the operation file. ``change`` names what the write records: the stage kind
+        (or ``operation``/``cleanup``) and the status it records, named in the refusal of an invalid document."""
         try:
             validate_document(document, document.get("operationId"))
         except Exception:  # pylint: disable=broad-exception-caught
-            raise JournalError("Refusing to write an invalid operation document.", code="internal_error") from None
-        before, after = _crash.journal_hooks(self._crash_at, hook_kind, hook_status)
+            raise JournalError("Refusing to write an invalid operation document.", code="internal_error",
+                               details={"operationId": document.get("operationId"), "change": "%s:%s" % change}) from None
         try:
-            atomic_write_json(self.operation_path(document["operationId"]), document, 0o600, before_replace=before, after_replace=after)
+            atomic_write_json(self.operation_path(document["operationId"]), document, 0o600)
         except LocalFileError:
             raise JournalError("The journal file of an operation cannot be written.", code="io_error",
                                details={"operationId": document["operationId"]}) from None
@@ -276,7 +275,7 @@ class JournalStore(StageRecords):
         that a crash cut short is completed when the target is the same); a key held by another operation raises
         ``idempotency_key_conflict``, a target held by another unreleased operation
         ``conflicting_operation``. Then the operation file, the key claim and the target claim are
-        written in that order (crash points ``journal:*:operation:adopted``).
+        written in that order (each write records ``operation:adopted``).
         """
         validate_operation_id(operation_id)
         key_hash, target, kinds, snapshots = _operation_inputs(idempotency_key, provider_scope_id, definition, mapping, plan,
@@ -317,14 +316,14 @@ class JournalStore(StageRecords):
                 raise JournalError(code="conflicting_operation", details={"operationId": holder})
             remove_file_durable(target_path)  # stale: released, or its operation file is gone
 
-    def _write_new(self, document: dict[str, t.Any], key_hash: str | None, target_path: str, hook_status: str) -> None:
+    def _write_new(self, document: dict[str, t.Any], key_hash: str | None, target_path: str, status: str) -> None:
         """Write a new operation file, then its key claim, then its target claim (under the journal lock).
 
         A crash in between leaves either an operation nobody refers to (nothing was dispatched), or
         a key claim whose retry completes the target claim (``_complete_target_claim``).
         """
         operation_id = document["operationId"]
-        self._write(document, "operation", hook_status)
+        self._write(document, ("operation", status))
         if key_hash is not None and not self._claim(self.layout.key_path(key_hash), operation_id):  # pragma: no cover - under lock
             raise journal_conflict(operation_id, "key_claim_exists")
         if not self._claim(target_path, operation_id):  # pragma: no cover - checked under the lock
@@ -357,7 +356,7 @@ class JournalStore(StageRecords):
         apply: t.Callable[[dict[str, t.Any]], tuple[str, str]],
         expected_revision: int | None,
     ) -> dict[str, t.Any]:
-        """Lock, re-read, check, apply (which returns the crash-hook kind and status), write."""
+        """Lock, re-read, check, apply (which returns what the write records: the stage kind and its status), write."""
         validate_operation_id(operation_id)
         if expected_revision is not None and not _is_int(expected_revision):
             raise InputError("expected_revision must be an integer.", path="expected_revision", details={"rule": "integer"})
@@ -369,10 +368,10 @@ class JournalStore(StageRecords):
                 raise journal_conflict(operation_id, "released")
             if (document.get(LIFECYCLE_KEY) or {}).get("cleanup") is not None:
                 raise journal_conflict(operation_id, "cleanup")  # the guest is being removed: provisioning is over
-            hook_kind, hook_status = apply(document)
+            change = apply(document)
             document["revision"] += 1
             document["updatedAt"] = utc_now()
-            self._write(document, hook_kind, hook_status)
+            self._write(document, change)
             return document
 
     def release_target(self, operation_id: str, reason: str, *, note: str | None = None) -> dict[str, t.Any]:
@@ -407,7 +406,7 @@ class JournalStore(StageRecords):
         document["release"] = {"reason": reason, "releasedAt": utc_now()}
         document["revision"] += 1
         document["updatedAt"] = document["release"]["releasedAt"]
-        self._write(document, "operation", reason)
+        self._write(document, ("operation", reason))
         target_path = self.layout.target_path(document["target"]["scope"], document["target"]["vmid"])
         if self._read_claim(target_path) == document["operationId"]:
             remove_file_durable(target_path)
@@ -440,7 +439,7 @@ class JournalStore(StageRecords):
                                                   "steps": [_new_stage(index, kind) for index, kind in enumerate(CLEANUP_STEPS, start=1)]}
             document["revision"] += 1
             document["updatedAt"] = now
-            self._write(document, "cleanup", "open")
+            self._write(document, ("cleanup", "open"))
             return document
 
     def cleanup_track(self) -> JournalStore:
@@ -485,11 +484,11 @@ class _CleanupTrack(JournalStore):
             if cleanup is None:
                 raise journal_conflict(operation_id, "no_cleanup")
             view = cleanup_view(document)
-            hook_kind, hook_status = apply(view)
+            change = apply(view)
             now = utc_now()
             cleanup.update(status=view["status"], failure=view["failure"], steps=view["stages"],
                            completedAt=now if view["status"] == "completed" else None)
             document["revision"] += 1
             document["updatedAt"] = now
-            self._write(document, hook_kind, hook_status)
+            self._write(document, change)
             return cleanup_view(document)

@@ -1,15 +1,20 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The test-only HTTP crash hook of the client (VMANYWARE_TEST_CRASH_AT=http:...): where it fires, and that it is inert otherwise."""
+"""The HTTP crash points the crash harness injects into the client (tests/crash_harness, VMANYWARE_TEST_CRASH_AT=http:...):
+where they fire, and that they are inert otherwise. The client itself knows nothing of them."""
 
 from __future__ import annotations
 
 import os
+import sys
 import typing as t
+from pathlib import Path
 
 import pytest
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._core import crash as _crash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "crash_harness"))
+import vmanyware_crash_hook as _crash  # noqa: E402  pylint: disable=wrong-import-position
 
 from pve_stubs import Reply, make_settings, stub_server, tls_material  # noqa: F401  pylint: disable=unused-import
 
@@ -30,6 +35,11 @@ def exits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(os, "_exit", fake_exit)
     return codes
+
+
+@pytest.fixture(autouse=True)
+def harness() -> None:
+    _crash.install()  # idempotent; inert while the variable is unset
 
 
 def _setup(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch,
@@ -76,12 +86,33 @@ def test_inert_when_unset_or_not_an_http_point(stub_server: t.Any, make_settings
     client.get("/version")
     client.post("/nodes/pve/qemu/9000/clone", newid=201)
     assert exits == []
-    assert client._crash_at is None or value == "http:before_send:GET:/nomatch"  # pylint: disable=protected-access
+    assert client.__dict__["_vmanyware_crash_point"] is None or value == "http:before_send:GET:/nomatch"
 
 
 def test_environment_is_read_once_per_client(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any,
                                              monkeypatch: pytest.MonkeyPatch, exits: list[int]) -> None:
     client, _seen = _setup(stub_server, make_settings, tls_material, monkeypatch, None)
+    client.get("/version")  # the first exchange reads the (unset) variable
     monkeypatch.setenv(_crash.ENV_CRASH_AT, "http:before_send:*:/version")
-    client.get("/version")  # created before the variable was set: inert
+    client.get("/version")  # set after the client read it: inert
     assert exits == []
+
+
+def test_rearm_reads_the_variable_again(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any,
+                                        monkeypatch: pytest.MonkeyPatch, exits: list[int]) -> None:
+    client, _seen = _setup(stub_server, make_settings, tls_material, monkeypatch, None)
+    client.get("/version")
+    monkeypatch.setenv(_crash.ENV_CRASH_AT, "http:before_send:*:/version")
+    _crash.rearm(client)  # what the chained reliability driver does before each stage
+    with pytest.raises(Crashed):
+        client.get("/version")
+    assert exits == [137]
+
+
+def test_production_code_does_not_know_the_crash_points() -> None:
+    """The crash points live in the test harness only: nothing under plugins/ names them or offers a hook for them."""
+    plugins = Path(__file__).resolve().parents[5] / "plugins"
+    words = ("VMANYWARE_TEST_CRASH_AT", "crash_at", "before_replace", "after_replace", "before_send", "after_reply", "_crash")
+    found = ["%s: %s" % (path.relative_to(plugins), word) for path in sorted(plugins.rglob("*.py"))
+             for word in words if word in path.read_text(encoding="utf-8")]
+    assert not found

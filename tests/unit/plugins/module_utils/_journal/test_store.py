@@ -23,11 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ansible_collections
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._core import crash as _crash, files as _io
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core import files as _io
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalError, JournalStore, resolve_journal_dir
 from hashed_plan import hashed_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "crash_harness"))
+import vmanyware_crash_hook as crash_hook  # noqa: E402  pylint: disable=wrong-import-position
 
 FORK = multiprocessing.get_context("fork")
 SCOPE = "pve:" + "c" * 64
@@ -852,9 +855,7 @@ _CRASH_SCRIPT = textwrap.dedent(
 
 
 def _run_child(journal_dir: Path, action: str, oid: str, crash_at: str | None, extra: str = "") -> int:
-    env = {key: value for key, value in os.environ.items() if key != _crash.ENV_CRASH_AT}
-    if crash_at:
-        env[_crash.ENV_CRASH_AT] = crash_at
+    env = crash_hook.child_env(os.environ, crash_at)  # the harness's sitecustomize arms the point in the child
     args = [sys.executable, "-c", _CRASH_SCRIPT, _collections_root(), str(journal_dir), action, oid] + ([extra] if extra else [])
     return subprocess.run(args, env=env, timeout=60, check=False).returncode
 
