@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import typing as t
 
-from . import cloudinit, guest
+from . import cloudinit, guest, imagebuild, qemu_launch
 
 AgentNotRunning = guest.AgentNotRunning
 AgentError = guest.AgentCommandError
@@ -66,9 +66,8 @@ def create_guest(sim: t.Any, vm: t.Any) -> guest.GuestBackend:
         seed = render(vm.config, vm.vmid, sim.state.node)
     backend = getattr(sim, "guest_backend", None)
     if backend is not None:
-        from . import imagebuild, realguest  # pylint: disable=import-outside-toplevel,cyclic-import  # imagebuild imports the API
         stop_guest(getattr(vm, "guest", None))  # a reboot replaces a running guest
-        volid = realguest.boot_volume(vm.config)
+        volid = qemu_launch.boot_volume(vm.config)
         source = imagebuild.image_file(sim, volid) if volid else None  # an imported image, or what a template carried on
         real: guest.GuestBackend = backend.start(vm.vmid, vm.config, seed, disk_source=source)
         disk = getattr(real, "disk", None)

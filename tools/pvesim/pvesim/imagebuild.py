@@ -34,7 +34,8 @@ import tempfile
 import urllib.parse
 import urllib.request
 
-from .api import ApiError, Call, Sim, _materialize, _free_volume, param_error, route
+from .api.core import ApiError, Call, Sim, param_error, route
+from .api.qemu_volumes import free_volume, materialize
 from .state import DRIVE_RE, GIB, VM, format_size, is_cdrom, parse_kv
 from .tasks import Task, TaskFailed
 
@@ -182,7 +183,7 @@ def download_url(sim: Sim, call: Call) -> str:
     return sim.start_task(call, "download", filename, body)
 
 
-# ``GET /nodes/{node}/storage/{storage}/content`` (import volumes included) is served by ``lxc.storage_content``:
+# ``GET /nodes/{node}/storage/{storage}/content`` (import volumes included) is served by ``appliances.storage_content``:
 # one listing for every content type.
 
 
@@ -270,7 +271,7 @@ def qemu_create(sim: Sim, call: Call) -> str:
                     elif key == "efidisk0":
                         newconf[key] = _efidisk(sim, vm, value, allocated)
                     else:
-                        newconf[key] = _materialize(sim, vm, key, value)
+                        newconf[key] = materialize(sim, vm, key, value)
                         first = newconf[key].split(",")[0]
                         if DRIVE_RE.fullmatch(key) and first != value.split(",")[0]:
                             allocated.append(first)
@@ -285,7 +286,7 @@ def qemu_create(sim: Sim, call: Call) -> str:
         except BaseException:
             with st.lock:
                 for volid in allocated:
-                    _free_volume(sim, volid)
+                    free_volume(sim, volid)
                     _import_files(sim).pop(volid, None)
                 if st.vms.get(vmid) is vm:
                     del st.vms[vmid]

@@ -48,7 +48,7 @@ import threading
 import time
 import typing as t
 
-from .realguest import _set_pdeathsig
+from .qemu_launch import _set_pdeathsig
 
 __all__ = ["ContainerRootfsError", "RealContainerBackend", "load_rootfs"]
 

@@ -13,7 +13,6 @@ handshake runs in the per-connection thread, never in the accept loop.
 
 from __future__ import annotations
 
-import dataclasses
 import http.server
 import json
 import os
@@ -26,21 +25,23 @@ import time
 import typing as t
 import urllib.parse
 
-from . import api, cluster, guest, guestlink, lxc
-from .api import ApiError, Call, Sim
+from . import cluster, guestlink, lxc
+from .api.core import ApiError, Call, Sim, param_error, perm_error
+from .api.permissions import check_permissions
 from .certs import make_certs
 from .clock import Clock
-from .datafile import load_data_file
 from .faults import DEFAULT_OVERSIZED_BYTES, ERROR_AFTER_EFFECT_MESSAGE, FaultSet, FaultSpecError
+from .requestlog import RequestLog, redact
+from .routes import HANDLERS
 from .schema import NoSuchMethod, NoSuchPath, Schema, errors_to_dict, validate_params
 from .state import State
 from .storagelock import StorageLocks
+from .timings import apply_timings, load_timings_file, timings_dict
 
 API_PREFIX = "/api2/json"
 ADMIN_PREFIX = "/_pvesim"
 ADMIN_HEADER = "X-Pvesim-Admin"
 NO_AUTH = {("GET", "/access/domains"), ("GET", "/access/ticket"), ("POST", "/access/ticket"), ("POST", "/access/vncticket")}
-SECRET_KEY_RE = re.compile(r"password|secret|ticket|otp|tfa-challenge|csrf|token", re.I)
 MAX_BODY = 64 * 1024  # pve-http-server $limit_max_post
 
 
@@ -66,31 +67,8 @@ class AbortTLSReply(DropReply):
 TLS_GARBAGE_HEADER = b"\x17\x03\x03\x00\x40"
 
 
-def redact(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    return {k: ("<redacted>" if SECRET_KEY_RE.search(k) else v) for k, v in params.items()}
 
 
-class RequestLog:
-    """Evidence: one entry per ``/api2`` request."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.entries: list[dict[str, t.Any]] = []
-        self.seq = 0
-
-    def add(self, entry: dict[str, t.Any]) -> None:
-        with self.lock:
-            self.seq += 1
-            entry["seq"] = self.seq
-            self.entries.append(entry)
-
-    def list(self) -> list[dict[str, t.Any]]:
-        with self.lock:
-            return [dict(e) for e in self.entries]
-
-    def clear(self) -> None:
-        with self.lock:
-            self.entries.clear()
 
 
 class Reply:
@@ -113,47 +91,10 @@ def error_reply(err: ApiError) -> Reply:
     return Reply(err.status, body, reason=err.message.split("\n", 1)[0])
 
 
-def apply_timings(sim: Sim, data: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """Change the time model: ``{"tasks": {type: sim. seconds}, "guest": {GuestTiming field: sim. seconds}}``.
-
-    Task keys are those of ``api.DURATIONS`` (``qmclone_full``, ``qmconfig``, ``resize``, ``qmstart``,
-    ``qmsnapshot`` ...); guest keys the fields of ``pvesim.guest.GuestTiming``. Values are simulated
-    seconds (>= 0), divided by the clock speed like every other duration. Guest timing applies to
-    guests started afterwards (per-VM knobs of ``PUT /_pvesim/vms/{vmid}/guest`` still win).
-    Everything is validated before anything changes (``ValueError`` otherwise).
-    """
-    unknown_top = sorted(set(data) - {"tasks", "guest"})
-    if unknown_top:
-        raise ValueError(f"unknown timing sections: {', '.join(unknown_top)} (tasks, guest)")
-    tasks = dict(data.get("tasks") or {})
-    guest_part = dict(data.get("guest") or {})
-    bad = sorted(k for k in tasks if k not in api.DURATIONS)
-    if bad:
-        raise ValueError(f"unknown task durations: {', '.join(bad)} (known: {', '.join(sorted(api.DURATIONS))})")
-    _faults, _timing, unknown = guestlink.split_knobs(guest_part)
-    if unknown or _faults:
-        raise ValueError(f"unknown guest timings: {', '.join(sorted(unknown + list(_faults)))}")
-    values = {**{f"tasks.{k}": v for k, v in tasks.items()}, **{f"guest.{k}": v for k, v in guest_part.items()}}
-    for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ValueError(f"{key} must be a number >= 0")
-    sim.durations.update({k: float(v) for k, v in tasks.items()})
-    sim.guest_timing.update({k: float(v) for k, v in guest_part.items()})
-    return timings_dict(sim)
 
 
-def timings_dict(sim: Sim) -> dict[str, t.Any]:
-    """The effective time model (guest: GuestTiming defaults with the overrides applied)."""
-    defaults = {f.name: f.default for f in dataclasses.fields(guest.GuestTiming)}
-    return {"tasks": dict(sim.durations), "guest": {**defaults, **sim.guest_timing}}
 
 
-def load_timings_file(path: str) -> dict[str, t.Any]:
-    """Read a time model from a JSON or YAML file (``{"tasks": {...}, "guest": {...}}``)."""
-    data = load_data_file(path)
-    if not isinstance(data, dict):
-        raise ValueError("timings file must hold a mapping with 'tasks' and/or 'guest'")
-    return data
 
 
 class App:
@@ -284,7 +225,7 @@ class App:
             entry["implemented"] = False
             return error_reply(ApiError(501, f"Method '{method} {rel}' not implemented"))
         entry["endpoint"] = f"{method} {ep.path}"
-        handler = api.HANDLERS.get((method, ep.path))
+        handler = HANDLERS.get((method, ep.path))
         entry["implemented"] = handler is not None
         merged = dict(params)
         dup: dict[str, str] = {}
@@ -301,13 +242,13 @@ class App:
         call: Call | None = None
         try:
             if dup:
-                raise api.param_error(dup)
+                raise param_error(dup)
             if is_token and not ep.allowtoken:
-                raise api.perm_error(f"URI '{rel}' not available with API token, need proper ticket.\n")
+                raise perm_error(f"URI '{rel}' not available with API token, need proper ticket.\n")
             with sim.state.lock:
-                api.check_permissions(sim, ep.permissions, subject, merged)
+                check_permissions(sim, ep.permissions, subject, merged)
             if schema_errors:
-                raise api.param_error(schema_errors)
+                raise param_error(schema_errors)
             fired = self.faults.match(method, rel)
             call = Call(method, rel, ep.path, merged, subject, fired)
             if any(f.action == "drop_request" for f in fired):

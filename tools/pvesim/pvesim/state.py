@@ -364,7 +364,6 @@ class State:
         self.members = {self.node: Member(self.node, 1, "192.0.2.10", True, self.bridges)}
         self.vnets = {}
         if seed == "cluster":
-            from .cluster import seed_cluster  # pylint: disable=import-outside-toplevel
 
             seed_cluster(self)
 
@@ -451,3 +450,43 @@ class State:
 def _uuid(rng: random.Random) -> str:
     h = f"{rng.getrandbits(128):032x}"
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"
+
+
+CLUSTER_NAME = "vmanyware-lab"
+CLUSTER_NODES = (("pve-test", 1, "192.0.2.10"), ("pve-test2", 2, "192.0.2.11"), ("pve-test3", 3, "192.0.2.12"))
+
+
+def _bridge(name: str, ip: str, ports: str) -> dict[str, t.Any]:
+    return {"iface": name, "type": "bridge", "active": 1, "autostart": 1, "bridge_ports": ports, "bridge_stp": "off",
+            "bridge_fd": "0", "method": "static", "method6": "manual", "families": ["inet"], "cidr": f"{ip}/24",
+            "address": ip, "netmask": "24", "priority": 5}
+
+
+def seed_cluster(state: State) -> None:
+    """The demo seed grown into a three-node cluster ``vmanyware-lab``.
+
+    ``pve-test`` (the node answering, with template 9000), ``pve-test2`` and ``pve-test3``, all online.
+    Every node has ``vmbr0``; ``pve-test2`` also ``vmbr1``. A shared NFS storage ``shared`` holds
+    images, import and snippets on every node; ``local-lvm`` and ``local`` exist on every node.
+    One SDN VNet ``labnet`` in the simple zone ``lab``. The ``full`` token may also audit the cluster
+    (``Sys.Audit`` on ``/``, not propagated), let nodes download (``Sys.AccessNetwork`` on ``/nodes``) and use ``shared``
+    and ``labnet``: enough to build a template from a cloud image over the API.
+    """
+    state.cluster_name = CLUSTER_NAME
+    local = state.members[state.node]
+    local.nodeid, local.ip = CLUSTER_NODES[0][1], CLUSTER_NODES[0][2]
+    for name, nodeid, ip in CLUSTER_NODES[1:]:
+        bridges = {"vmbr0": _bridge("vmbr0", ip, "eno1")}
+        if name == "pve-test2":
+            bridges["vmbr1"] = _bridge("vmbr1", "198.51.100." + ip.rsplit(".", 1)[1], "eno2")
+        state.members[name] = Member(name, nodeid, ip, True, bridges)
+    state.storages["shared"] = Storage("shared", "nfs", ["images", "import", "snippets", "iso"], total=2048 * GIB, used=100 * GIB,
+                                       shared=1)
+    state.vnets = {"labnet": {"vnet": "labnet", "zone": "lab", "type": "vnet", "tag": 100, "alias": "lab network"}}
+    for subject in ("vmanyware@pve", "vmanyware@pve!full"):
+        acl = state.acl.setdefault(subject, {})
+        acl["/"] = (frozenset({"Sys.Audit"}), False)
+        acl["/nodes"] = (frozenset({"Sys.Audit", "Sys.AccessNetwork"}), True)
+        acl["/storage/shared"] = (frozenset({"Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"}), True)
+        acl["/sdn/zones/lab/labnet"] = (frozenset({"SDN.Use", "SDN.Audit"}), True)
+        acl["/sdn/zones/localnetwork"] = (frozenset({"SDN.Use", "SDN.Audit"}), True)

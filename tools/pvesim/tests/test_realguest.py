@@ -349,14 +349,14 @@ def test_guests_real_needs_an_image(tmp_path: Path) -> None:
 
 
 def test_accel_detection_never_trusts_dev_kvm_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pvesim import realguest  # pylint: disable=import-outside-toplevel
+    from pvesim import qemu_launch  # pylint: disable=import-outside-toplevel
 
-    accel, reason = realguest.detect_accel("auto")
+    accel, reason = qemu_launch.detect_accel("auto")
     has_module = any(os.path.isdir(f"/sys/module/{m}") for m in ("kvm_intel", "kvm_amd"))
     assert accel == ("kvm" if has_module and os.access("/dev/kvm", os.R_OK | os.W_OK) else "tcg"), reason
-    assert realguest.detect_accel("tcg")[0] == "tcg"
-    monkeypatch.setattr(realguest.os.path, "isdir", lambda p: False)
-    assert realguest.detect_accel("auto")[0] == "tcg"
+    assert qemu_launch.detect_accel("tcg")[0] == "tcg"
+    monkeypatch.setattr(qemu_launch.os.path, "isdir", lambda p: False)
+    assert qemu_launch.detect_accel("auto")[0] == "tcg"
 
 
 def test_startup_sweep_kills_only_stale_qemu_of_this_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -391,18 +391,18 @@ def test_startup_sweep_kills_only_stale_qemu_of_this_state_dir(tmp_path: Path, m
 
 def test_a_static_ipconfig0_shapes_the_user_mode_network() -> None:
     """The template build's preparation boot: the address, gateway and resolver cloud-init configures must work in slirp."""
-    from pvesim import realguest  # pylint: disable=import-outside-toplevel
+    from pvesim import qemu_launch  # pylint: disable=import-outside-toplevel
 
-    assert realguest.slirp_network({}) == ([], "10.0.2.15")
-    assert realguest.slirp_network({"ipconfig0": "ip=dhcp"}) == ([], "10.0.2.15")
+    assert qemu_launch.slirp_network({}) == ([], "10.0.2.15")
+    assert qemu_launch.slirp_network({"ipconfig0": "ip=dhcp"}) == ([], "10.0.2.15")
     # the node's resolver (pvesim: 10.10.0.1) inside the build network: slirp's DNS forwarder answers there
-    assert realguest.slirp_network({"ipconfig0": "ip=10.10.0.50/24,gw=10.10.0.254"}) == (
+    assert qemu_launch.slirp_network({"ipconfig0": "ip=10.10.0.50/24,gw=10.10.0.254"}) == (
         ["net=10.10.0.0/24", "host=10.10.0.254", "dns=10.10.0.1"], "10.10.0.50")
     # a resolver outside the network, or a gateway outside it, keeps slirp's default there
-    assert realguest.slirp_network({"ipconfig0": "ip=192.0.2.50/24,gw=192.0.2.1"}) == (["net=192.0.2.0/24", "host=192.0.2.1"], "192.0.2.50")
-    assert realguest.slirp_network({"ipconfig0": "ip=192.0.2.50/24,gw=198.51.100.1", "nameserver": "192.0.2.53"}) == (
+    assert qemu_launch.slirp_network({"ipconfig0": "ip=192.0.2.50/24,gw=192.0.2.1"}) == (["net=192.0.2.0/24", "host=192.0.2.1"], "192.0.2.50")
+    assert qemu_launch.slirp_network({"ipconfig0": "ip=192.0.2.50/24,gw=198.51.100.1", "nameserver": "192.0.2.53"}) == (
         ["net=192.0.2.0/24", "dns=192.0.2.53"], "192.0.2.50")
-    assert realguest.boot_volume({"ide2": "local-lvm:vm-1-cloudinit,media=cdrom", "scsi0": "local-lvm:vm-1-disk-0,size=8G"}) == \
+    assert qemu_launch.boot_volume({"ide2": "local-lvm:vm-1-cloudinit,media=cdrom", "scsi0": "local-lvm:vm-1-disk-0,size=8G"}) == \
         "local-lvm:vm-1-disk-0"
 
 

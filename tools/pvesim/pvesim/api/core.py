@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..clock import Clock
 from ..faults import Fault, FaultSet
-from ..state import VM, State
+from ..state import VM, Member, State
 from ..storagelock import StorageLocks
 from ..tasks import Task, TaskFailed, TaskManager
 
@@ -95,12 +95,14 @@ class Call:
 
 
 Handler = t.Callable[["Sim", Call], t.Any]
-HANDLERS: dict[tuple[str, str], Handler] = {}
+ROUTE_ATTRIBUTE = "pvesim_route"
 
 
 def route(method: str, template: str) -> t.Callable[[Handler], Handler]:
+    """Mark ``fn`` as the handler of ``method template``; ``pvesim/routes.py`` collects the marked handlers of every
+    endpoint module into the one route table (nothing registers itself at import)."""
     def deco(fn: Handler) -> Handler:
-        HANDLERS[(method, template)] = fn
+        setattr(fn, ROUTE_ATTRIBUTE, (method, template))
         return fn
     return deco
 
@@ -126,8 +128,7 @@ class Sim:
         """The path's node must be a cluster member; another member is served as pveproxy proxies to it (cluster.py)."""
         node = call.params.get("node")
         if node is not None and node != self.state.node:
-            from .. import cluster  # pylint: disable=import-outside-toplevel,cyclic-import  # cluster.py registers routes here
-            cluster.member(self, str(node))
+            cluster_member(self, str(node))
 
     def call_node(self, call: Call) -> str:
         """The node a node-scoped request is served by (the path's ``{node}``, else the answering node)."""
@@ -173,3 +174,17 @@ class Sim:
                 raise TaskFailed(str(tf.params.get("message", "simulated failure")))
 
         return self.tasks.start(ttype, tid, call.subject, wrapped, on_finish, node=self.call_node(call)).upid
+
+
+# pveproxy's answer when the member it proxies to cannot be reached.
+PROXY_FAILURE = "Errors during connection establishment, proxy handshake: No route to host"
+
+
+def cluster_member(sim: Sim, node: str) -> Member:
+    """The cluster member ``node`` as the proxy finds it: unknown -> 500, offline -> 595 (proxy failure)."""
+    found = sim.state.members.get(node)
+    if found is None:
+        raise ApiError(500, f"no such cluster node '{node}'")
+    if not found.online:
+        raise ApiError(595, PROXY_FAILURE)
+    return found

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import typing as t
 
-from .. import cluster  # pylint: disable=cyclic-import  # cluster.py needs only the core names, bound before this module loads
+from .. import cluster
 from ..state import GIB
 from .core import PVE_VERSION, ApiError, Call, Sim, param_error, route
 

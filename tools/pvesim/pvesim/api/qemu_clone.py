@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 import typing as t
 
-from .. import cluster, guestlink  # pylint: disable=cyclic-import  # cluster.py needs only the core names, bound first
+from .. import guestlink, imagebuild
 from ..state import DRIVE_RE, GIB, VM, format_size, is_cdrom, is_cloudinit_volume, parse_kv, print_kv
 from ..tasks import Task, TaskFailed
-from .core import ApiError, Call, Sim, param_error, perm_error, route
+from .core import ApiError, Call, Sim, cluster_member, param_error, perm_error, route
 from .qemu_volumes import free_volume
 
 
@@ -30,7 +30,7 @@ def qemu_clone(sim: Sim, call: Call) -> str:
     if target == "localhost":
         target = sim.call_node(call)
     if target:
-        cluster.member(sim, target)
+        cluster_member(sim, target)
     with st.lock:
         if pool is not None and pool not in st.pools:  # RPCEnvironment::check_pool_exist
             raise perm_error(f"pool '{pool}' does not exist")
@@ -84,7 +84,6 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             phase.end()
 
     def body(task: Task) -> None:
-        from .. import imagebuild  # pylint: disable=import-outside-toplevel,cyclic-import  # imagebuild imports the API package
         task.log(f"create {'full' if full else 'linked'} clone of VM {src.vmid} ({src_name or src.vmid})")
         newconf: dict[str, str] = {}
         allocated: list[str] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import typing as t
 
-from .. import cluster  # pylint: disable=cyclic-import  # cluster.py needs only the core names, bound before this module loads
+from .. import cluster
 from ..state import VM, Pool, is_cdrom, parse_kv, size_to_bytes
 from .core import ApiError, Call, Sim, route
 

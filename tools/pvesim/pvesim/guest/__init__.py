@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from .hostkeys import host_public_keys, key_fingerprint
 from .model import DEFAULT_PREINSTALLED, AgentCommandError, AgentNotRunning, GuestFaults, GuestTiming
-from .packages import dpkg_version_compare
+from ..debversion import dpkg_version_compare
 from .protocol import GuestBackend
 from .simulated import OSINFO, SimulatedGuest
 
