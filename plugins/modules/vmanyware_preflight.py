@@ -176,7 +176,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec, connection_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import FAIL_ON_CHOICES, provisioning_enabled, run_preflight
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import run_preflight
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.driver import FAIL_ON_CHOICES, provisioning_enabled
 
 
 def argument_spec() -> dict:

@@ -17,7 +17,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client impo
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ConfigurationError, ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import CHECK_CODES, PreflightFailed, run_preflight
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import CHECK_CODES, run_preflight
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.driver import PreflightFailed
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import wait_task
 
 pytestmark = pytest.mark.integration

@@ -158,3 +158,42 @@ def test_a_forbidden_import_is_found() -> None:
         "module_utils/_journal/__init__.py", "module_utils/_api/client.py", "module_utils/_stages/runner.py",
         "module_utils/_stages/runner.py", "module_utils/_core/__init__.py", "module_utils/_journal/store.py",
         "module_utils/_stages/vm/clone.py"]
+
+
+def import_cycles(graph: t.Mapping[str, t.Iterable[str]]) -> list[list[str]]:
+    """The files that import each other, directly or through others (the strongly connected parts of more than one file)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in order:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], order[target])
+        if low[node] == order[node]:
+            part = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(part) > 1:
+                cycles.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in order:
+            visit(node)
+    return cycles
+
+
+def test_an_import_cycle_is_found() -> None:
+    assert import_cycles({"a.py": ["b.py"], "b.py": ["c.py"], "c.py": ["a.py", "d.py"], "d.py": []}) == [["a.py", "b.py", "c.py"]]
+
+
+def test_no_files_import_each_other() -> None:
+    """A cycle (even one a function-local import dodges at load time) means the cut between the files is wrong."""
+    graph = {relative: {target for _line, target in collection_imports(ast.parse((PLUGINS / relative).read_text(encoding="utf-8")), relative)
+                        if target != relative} for relative in FILES}
+    assert not import_cycles(graph), "files under plugins/ that import each other: %s" % import_cycles(graph)

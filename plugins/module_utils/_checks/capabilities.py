@@ -29,7 +29,7 @@ from .._api.tls import mark_tls, require_tls_for_reads
 from .._api.settings import ConnectionSettings
 from .._core.errors import ProviderError
 from .permissions import STAGE_ORDER, STAGE_PRIVILEGES, effective_privileges
-from .preflight import SUPPORTED_MAJORS
+from .driver import SUPPORTED_MAJORS
 from .._core.protocols import ApiClient
 from .._stages.registry import VM, Requirement, stages_in_order
 

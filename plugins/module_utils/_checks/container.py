@@ -23,7 +23,7 @@ import typing as t
 from .capabilities import CONTAINER_NEEDS, Need
 from .._core.errors import ProviderError
 from .permissions import effective_privileges
-from .preflight import SUPPORTED_MAJORS, UNDECIDABLE, Check, _Preflight, capabilities_for
+from .driver import GUEST_UNDECIDABLE, SUPPORTED_MAJORS, Preflight
 from .._core.protocols import ApiClient
 
 CONTAINER_CHECK_CODES = (
@@ -32,7 +32,6 @@ CONTAINER_CHECK_CODES = (
     "bridge_exists", "vmid_free", "privileges",
     "dhcp_available", "guest_readiness", "workflow_permitted",
 )
-_CONTAINER_UNDECIDABLE = {code: UNDECIDABLE[code] for code in ("dhcp_available", "guest_readiness", "workflow_permitted")}
 # "<package>_<version>_<arch>.tar.<compression>", the appliance file names of pveam and aplinfo
 _TEMPLATE_FILE = re.compile(r"^(?P<package>[^_/]+)_(?P<version>[^_/]+)_[^_/]+\.tar\.(?:gz|xz|zst)$")
 DOWNLOAD_NEED = Need("/storage/{vztmpl}", "Datastore.AllocateTemplate", purpose="download the appliance template (aplinfo)")
@@ -66,13 +65,22 @@ def newest_match(package: str, pattern: str, candidates: t.Iterable[str]) -> str
     return best[1] if best else None
 
 
-class ContainerPreflight(_Preflight):
+class ContainerPreflight(Preflight):
+    CHECK_CODES = CONTAINER_CHECK_CODES
+    UNDECIDABLE = GUEST_UNDECIDABLE
     STORAGE_CONTENT = ("storage_rootdir", "rootdir", "The storage accepts container root disks.",
                        "The storage does not accept container root disks (content type rootdir).")
 
     def __init__(self, client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> None:
         super().__init__(client, plan, tls_verified)
         self.resolved: str | None = None
+
+    def read_checks(self) -> None:
+        self.template()
+        self.storage()
+        self.bridge()
+        self.vmid()
+        self.privileges()
 
     def template_storage(self) -> str:
         if "ostemplate" in self.source:
@@ -171,20 +179,3 @@ class ContainerPreflight(_Preflight):
             self.set("privileges", "failed", "The token lacks: " + "; ".join(missing) + ".")
         else:
             self.set("privileges", "passed", "The token holds every privilege the container stages need.")
-
-
-def run_container_checks(client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> tuple[list[Check], dict[str, t.Any]]:
-    """Every container check through ``client`` (GETs only): the ordered checks and the capabilities."""
-    run = ContainerPreflight(client, plan, tls_verified)
-    if run.version():
-        run.template()
-        run.storage()
-        run.bridge()
-        run.vmid()
-        run.privileges()
-    else:
-        run.unknown([c for c in CONTAINER_CHECK_CODES if c not in run.checks and c not in _CONTAINER_UNDECIDABLE],
-                    "Not checked: the API is not reachable with the configured credentials and TLS settings.")
-    for code, message in _CONTAINER_UNDECIDABLE.items():
-        run.set(code, "unknown", message)
-    return [run.checks[code] for code in CONTAINER_CHECK_CODES], capabilities_for(run.major, run.minor)

@@ -5,11 +5,11 @@
 
 """Read-only preflight of a TemplateBuildPlan: what GETs can prove before a template is built.
 
-Same discipline as the VM preflight (``_preflight``): fixed check codes, each ``passed``,
-``failed`` or ``unknown``; nothing unread becomes ``passed``; messages are fixed text. The
-template build needs PVE 8.4 or later (``download-url`` into a storage with content ``import``),
-so the version check is stricter here; the privileges are the template build's
-(``_capabilities.TEMPLATE_BUILD_NEEDS``).
+Same discipline as the VM preflight (``preflight.py``), on the same check driver (``driver.py``):
+fixed check codes, each ``passed``, ``failed`` or ``unknown``; nothing unread becomes ``passed``;
+messages are fixed text. The template build needs PVE 8.4 or later (``download-url`` into a
+storage with content ``import``), so the version check is stricter here; the privileges are the
+template build's (``capabilities.TEMPLATE_BUILD_NEEDS``).
 
 This is a private module_utils file: not a public API.
 """
@@ -20,11 +20,9 @@ import typing as t
 
 from .capabilities import TEMPLATE_BUILD_MINIMUM, TEMPLATE_BUILD_NEEDS, Report
 from .._api.client import ProxmoxClient
-from .._api.tls import mark_tls
 from .._api.settings import ConnectionSettings
-from .._core.errors import ProviderError, snake_keys
-from .preflight import SUPPORTED_MAJORS, _Preflight, _truthy, capabilities_for, collect_checks, enforce_fail_on, provisioning_enabled, summarize
-from .._core.protocols import ApiClient
+from .._core.errors import ProviderError
+from .driver import SUPPORTED_MAJORS, Preflight, collect_checks, preflight_result, provisioning_enabled, truthy
 
 CHECK_CODES = (
     "api_reachable", "version_supported", "template_build_supported",
@@ -41,7 +39,18 @@ UNDECIDABLE = {
 }
 
 
-class _TemplatePreflight(_Preflight):
+class TemplatePreflight(Preflight):
+    CHECK_CODES = CHECK_CODES
+    UNDECIDABLE = UNDECIDABLE
+
+    def read_checks(self) -> None:
+        self.build_version()
+        self.storage_checks(self.plan["importStorage"], "import_storage", "import")
+        self.storage_checks(self.plan["storage"], "storage", "images")
+        self.bridge()
+        self.vmid()
+        self.build_privileges()
+
     def build_version(self) -> None:
         if self.major is None:
             self.set("template_build_supported", "unknown", "The Proxmox VE version could not be read.")
@@ -75,7 +84,7 @@ class _TemplatePreflight(_Preflight):
         enabled, is_active = status.get("enabled"), status.get("active")
         if is_active is None:
             self.set(active, "unknown", f"The {which} status does not say whether it is active.")
-        elif _truthy(is_active) and (enabled is None or _truthy(enabled)):
+        elif truthy(is_active) and (enabled is None or truthy(enabled)):
             self.set(active, "passed", f"The {which} is enabled and active.")
         else:
             self.set(active, "failed", f"The {which} is disabled or not active.")
@@ -111,24 +120,6 @@ class _TemplatePreflight(_Preflight):
             self.set("privileges", "failed", "The token lacks: " + "; ".join(f"{m['privilege']} on {m['path']}" for m in missing) + ".")
 
 
-def run_template_checks(client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> tuple[list[t.Any], dict[str, t.Any]]:
-    """Every template build check through ``client`` (GETs only); the ordered checks and the capabilities."""
-    run = _TemplatePreflight(client, plan, tls_verified)
-    if run.version():
-        run.build_version()
-        run.storage_checks(plan["importStorage"], "import_storage", "import")
-        run.storage_checks(plan["storage"], "storage", "images")
-        run.bridge()
-        run.vmid()
-        run.build_privileges()
-    else:
-        run.unknown([c for c in CHECK_CODES if c not in run.checks and c not in UNDECIDABLE],
-                    "Not checked: the API is not reachable with the configured credentials and TLS settings.")
-    for code, message in UNDECIDABLE.items():
-        run.set(code, "unknown", message)
-    return [run.checks[code] for code in CHECK_CODES], capabilities_for(run.major, run.minor)
-
-
 def run_template_preflight(
     planned: t.Any,
     settings: ConnectionSettings,
@@ -141,18 +132,6 @@ def run_template_preflight(
     checks, capabilities, scope, blockers, tls_verified = collect_checks(
         settings, fail_on=fail_on, client_factory=client_factory,
         blockers_of=lambda: [] if provisioning_enabled(environ) else ["provisioning_disabled"],
-        checks_of=lambda client, verified: run_template_checks(client, planned.plan, verified))
-    result: dict[str, t.Any] = {
-        "changed": False,
-        "plan_hash": planned.plan_hash,
-        "template_build_hash": planned.template_build_hash,
-        "provider_scope_id": scope,
-        "checks": [c.to_result() for c in checks],
-        "summary": summarize(checks),
-        "creation_enabled": not blockers,
-        "creation_blockers": blockers,
-        "tls_verified": tls_verified,
-        "vmid_reserved": False,
-        "capabilities": snake_keys(capabilities),
-    }
-    return enforce_fail_on(mark_tls(result, tls_verified), checks, fail_on, UNDECIDABLE)
+        checks_of=lambda client, verified: TemplatePreflight(client, planned.plan, verified).run())
+    return preflight_result({"plan_hash": planned.plan_hash, "template_build_hash": planned.template_build_hash}, checks, capabilities,
+                            scope=scope, blockers=blockers, tls_verified=tls_verified, fail_on=fail_on, undecidable=UNDECIDABLE)

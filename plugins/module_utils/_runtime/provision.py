@@ -47,7 +47,8 @@ from .module import ModuleEntry
 from .._operation.create import PROVISIONING_GATE, public_view
 from .operation_states import operation_from_params
 from .._formats.plan import PLAN_INPUT_MUTUALLY_EXCLUSIVE, plan_input_argument_spec
-from .._checks.preflight import FAIL_ON_CHOICES, PreflightFailed, preflight_of_recorded
+from .._checks.preflight import preflight_of_recorded
+from .._checks.driver import FAIL_ON_CHOICES, PreflightFailed
 from .progress import report, reporting
 from .._api.recent_reads import ObservingClient, RecentReads
 from .._stages.runner import StageRunner

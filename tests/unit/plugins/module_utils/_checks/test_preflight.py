@@ -17,7 +17,8 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings im
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ConfigurationError, InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.permissions import STAGE_PRIVILEGES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import CHECK_CODES, PreflightFailed, parse_size_bytes, provisioning_enabled, run_preflight
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import CHECK_CODES, parse_size_bytes, run_preflight
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.driver import PreflightFailed, provisioning_enabled
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import poll_once, wait_task
 
 schema_mod = pytest.importorskip("pvesim.schema")

@@ -18,7 +18,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ConfigurationError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import UNDECIDABLE as PREFLIGHT_UNDECIDABLE
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import PreflightFailed
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.driver import PreflightFailed
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import build_template_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.template import CHECK_CODES, UNDECIDABLE, run_template_preflight
 
