@@ -50,7 +50,7 @@ import typing as t
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import InputError, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import normalize_mapping
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import normalize_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import plan_hash as compute_plan_hash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import check_target_vmid
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import hashing as _hashing
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import hashing as _hashing
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 
 pytestmark = pytest.mark.integration

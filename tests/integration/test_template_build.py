@@ -20,7 +20,7 @@ import yaml
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import normalize_mapping
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import normalize_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import TEMPLATE, stage_kinds
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import build_template_plan, read_stamp

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import parse_catalog
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog
 from pvesim.imageserver import ImageServer, qcow2_stub
 from pvesim.state import FULL_TOKEN_ACL
 

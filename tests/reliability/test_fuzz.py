@@ -25,7 +25,8 @@ import rel_support as rs
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ERROR_CODES, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import parse_catalog, parse_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, validate_operation_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import CONFIRMATION_FIELDS, check_confirmation, expected_confirmation, read_gate
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan

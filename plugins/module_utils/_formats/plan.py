@@ -21,7 +21,8 @@ import os
 import typing as t
 
 from .._core.errors import InputError
-from .documents import is_container, parse_catalog, parse_definition
+from .definition import parse_definition
+from .catalog import is_container, parse_catalog
 from .hashing import definition_hash as compute_definition_hash
 from .hashing import plan_hash as compute_plan_hash
 from .schemas import API_VERSION, VMID_MAX, VMID_MIN

@@ -28,7 +28,8 @@ import typing as t
 import urllib.parse
 
 from .._core.errors import InputError
-from .documents import RULE_TEXTS, FormatError, _schema_check, load_strict_yaml, read_source
+from .yaml_strict import load_strict_yaml, read_source
+from .format_errors import RULE_TEXTS, FormatError, check_document_schema
 from .hashing import definition_hash, template_plan_hash
 from .schemas import API_VERSION, BRIDGE_PATTERN, DEFINITION_SCHEMA_V1, GUEST_USER_PATTERN, IMAGE_PATTERN, NODE_PATTERN, STORAGE_PATTERN, TEMPLATE_VERSION_PATTERN, VMID_MAX, VMID_MIN
 from .._stages.registry import TEMPLATE, planned_steps
@@ -184,7 +185,7 @@ def validate_template_build(data: t.Any) -> dict[str, t.Any]:
     Defaults: ``source.format`` qcow2; every ``machine`` field (``MACHINE_DEFAULTS``); ``packages``
     always lists ``qemu-guest-agent`` (first, when not declared).
     """
-    _schema_check(TEMPLATE_BUILD_SCHEMA_V1, data, TEMPLATE_BUILD)
+    check_document_schema(TEMPLATE_BUILD_SCHEMA_V1, data, TEMPLATE_BUILD)
     if data["guestUser"] == "root":
         raise _refuse("guestUser", "default_user_root")
     _check_source(data["source"])

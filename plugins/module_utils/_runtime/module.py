@@ -72,7 +72,7 @@ def missing_libraries(names: t.Iterable[str]) -> list[str]:
     present: dict[str, bool] = {}
     names = list(names)
     if "PyYAML" in names:
-        from .._formats.documents import HAS_YAML  # pylint: disable=import-outside-toplevel
+        from .._formats.yaml_strict import HAS_YAML  # pylint: disable=import-outside-toplevel
         present["PyYAML"] = HAS_YAML
     if "jsonschema" in names:
         from .._formats.schemas import HAS_JSONSCHEMA  # pylint: disable=import-outside-toplevel

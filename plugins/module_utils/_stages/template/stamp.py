@@ -14,7 +14,8 @@ from __future__ import annotations
 import typing as t
 
 from ..._api.pveconfig import int_value, tag_list
-from ..._formats.documents import FormatError, normalize_mapping
+from ..._formats.catalog import normalize_mapping
+from ..._formats.format_errors import FormatError
 from ..._journal import stage as journal_stage
 from ..._operation.create import instance_tag
 from ..protocol import StageContext, StageLogic

@@ -13,7 +13,8 @@ import pytest
 from format_samples import catalog, definition, dump, mapping
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.container import newest_match, version_key
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import FormatError, normalize_mapping, validate_catalog
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import normalize_mapping, validate_catalog
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.format_errors import FormatError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import plan_hash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 

@@ -15,9 +15,11 @@ import typing as t
 import pytest
 from format_samples import DELETE, ED25519_KEY, PLANTED, catalog, definition, dump, ed25519_pool, generated_keys, key_line, mapping, mutated, ssh_string
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import documents as _formats
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import yaml_strict
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ERROR_CODES, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import FormatError, parse_catalog, parse_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition, validate_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog, validate_catalog
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.format_errors import RULE_TEXTS, FormatError
 
 
 def assert_refused(err: VmanywareError, code: str, path: str, rule: str, planted: t.Any = None) -> None:
@@ -114,7 +116,7 @@ def test_catalog_rule(document_path: tuple[t.Any, ...], value: t.Any, path: str,
     assert_refused(info.value, "invalid_catalog", path, rule, None if value is DELETE else value)
     # the same rule applies to an already parsed structure (filters take dicts)
     with pytest.raises(FormatError) as info:
-        _formats.validate_catalog(document)
+        validate_catalog(document)
     assert_refused(info.value, "invalid_catalog", path, rule)
 
 
@@ -258,7 +260,7 @@ def test_yaml_11_booleans_and_numbers_are_not_resolved() -> None:
             parse_catalog(text=text)
         assert_refused(info.value, "invalid_catalog", "images[1].templateVmid", "type")
     # quoted "true" is a string, plain true a boolean; a YAML 1.1 boolean word is a plain string
-    assert _formats.load_strict_yaml(b"a: 'true'\nb: true\nc: no\nd: +12\ne: -0\nf: 2024-01-01\n", code="invalid_catalog") == {
+    assert yaml_strict.load_strict_yaml(b"a: 'true'\nb: true\nc: no\nd: +12\ne: -0\nf: 2024-01-01\n", code="invalid_catalog") == {
         "a": "true", "b": True, "c": "no", "d": 12, "e": 0, "f": "2024-01-01",
     }
 
@@ -336,7 +338,7 @@ def test_exactly_one_source() -> None:
 
 
 def test_missing_pyyaml_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_formats, "HAS_YAML", False)
+    monkeypatch.setattr(yaml_strict, "HAS_YAML", False)
     with pytest.raises(VmanywareError) as info:
         parse_catalog(text=VALID_CATALOG_TEXT)
     assert info.value.code == "configuration_error"
@@ -463,7 +465,7 @@ def test_definition_rule(document_path: tuple[t.Any, ...], value: t.Any, path: s
         # key comments are never echoed, whatever the key's fault
         assert "planted-comment" not in str(info.value)
     with pytest.raises(FormatError) as info:
-        _formats.validate_definition(document)
+        validate_definition(document)
     assert_refused(info.value, "invalid_definition", path, rule)
 
 
@@ -529,7 +531,7 @@ def test_definition_boundaries() -> None:
 
 
 def test_error_codes_used_are_registered() -> None:
-    for rule in _formats.RULE_TEXTS:
+    for rule in RULE_TEXTS:
         assert FormatError("invalid_definition", "$", rule).code in ERROR_CODES
 
 

@@ -15,15 +15,17 @@ from format_samples import PLANTED, catalog, definition, ed25519_pool
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import documents as _formats
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import FormatError, parse_catalog, parse_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition, validate_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog, validate_catalog
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.format_errors import RULE_TEXTS, FormatError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import definition_hash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.schemas import DNS_LABEL_PATTERN, PACKAGE_NAME_PATTERN, PACKAGE_VERSION_PATTERN
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.yaml_strict import _StrictResolver
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KEYS = ed25519_pool()
-_RESOLVER = _formats._StrictResolver()
+_RESOLVER = _StrictResolver()
 
 
 def _comment() -> st.SearchStrategy[str]:
@@ -105,7 +107,7 @@ def render(value: t.Any, rnd: random.Random) -> str:
 def test_definition_hash_is_stable_under_rendering(document: dict[str, t.Any], first: random.Random, second: random.Random) -> None:
     one = parse_definition(text=render(document, first))
     two = parse_definition(text=render(document, second))
-    assert one == two == _formats.validate_definition(document)
+    assert one == two == validate_definition(document)
     assert definition_hash(one) == definition_hash(two)
 
 
@@ -137,10 +139,10 @@ def _declared_changes(document: dict[str, t.Any]) -> list[dict[str, t.Any]]:
 @SETTINGS
 @given(definitions(), st.data())
 def test_definition_hash_changes_with_any_declared_change(document: dict[str, t.Any], data: st.DataObject) -> None:
-    base = definition_hash(_formats.validate_definition(document))
+    base = definition_hash(validate_definition(document))
     changed = data.draw(st.sampled_from(_declared_changes(document)))
     try:
-        normalized = _formats.validate_definition(changed)
+        normalized = validate_definition(changed)
     except FormatError:
         assume(False)  # the change made it invalid (e.g. a name of 64 characters)
     assert definition_hash(normalized) != base
@@ -149,7 +151,7 @@ def test_definition_hash_changes_with_any_declared_change(document: dict[str, t.
 # ---------------------------------------------------------------- malformed input
 
 YAMLISH = st.lists(st.sampled_from(list("abc:-[]{}'\"#&*!|>%@`,?~\n\t \\0123.") + [PLANTED, "\u00e9", "\x00", "\ufeff", "---", "<<"]), max_size=80).map("".join)
-DOCUMENTED_RULES = set(_formats.RULE_TEXTS) | {
+DOCUMENTED_RULES = set(RULE_TEXTS) | {
     "type", "const", "enum", "pattern", "required", "unknown_field", "minimum", "maximum", "min_items", "max_items", "min_length", "max_length",
 }
 
@@ -210,8 +212,8 @@ def _leaf_paths(value: t.Any, prefix: tuple[t.Any, ...] = ()) -> list[tuple[t.An
 @given(st.data())
 def test_wrongly_typed_structures_only_produce_documented_errors(data: st.DataObject) -> None:
     for sample, validate, parse, code in (
-        (catalog, _formats.validate_catalog, parse_catalog, "invalid_catalog"),
-        (definition, _formats.validate_definition, parse_definition, "invalid_definition"),
+        (catalog, validate_catalog, parse_catalog, "invalid_catalog"),
+        (definition, validate_definition, parse_definition, "invalid_definition"),
     ):
         document = sample()
         path = data.draw(st.sampled_from(_leaf_paths(document)))
@@ -231,7 +233,7 @@ def test_wrongly_typed_structures_only_produce_documented_errors(data: st.DataOb
 @SETTINGS
 @given(wrong_values)
 def test_random_structures_only_produce_documented_errors(value: t.Any) -> None:
-    for validate, code in ((_formats.validate_catalog, "invalid_catalog"), (_formats.validate_definition, "invalid_definition")):
+    for validate, code in ((validate_catalog, "invalid_catalog"), (validate_definition, "invalid_definition")):
         try:
             validate(value)
         except FormatError as err:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ERROR_CODES, InputError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import FormatError
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.format_errors import FormatError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import canonical_json, template_plan_hash_bytes
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.schemas import schema_json
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import TEMPLATE, stage_kinds

@@ -12,7 +12,7 @@ import yaml
 from pve_fake import FakeClient
 from test_template_build import minimal
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.documents import parse_catalog
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import new_operation_document
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageContext
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import StageError

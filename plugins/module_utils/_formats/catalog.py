@@ -1,0 +1,109 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Template catalog v1: validation (JSON Schema, then the rules a schema cannot express) and normalization.
+
+A catalog maps image identifiers to templates (VM mappings) or appliance templates (container
+mappings, ``guestType: container``); ``normalize_mapping`` checks one mapping on its own. A
+VM mapping's normalized form has exactly the fields it always had, so its hashes never change.
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import os
+import typing as t
+
+from .format_errors import CATALOG, FormatError, check_document_schema
+from .schemas import API_VERSION, CATALOG_SCHEMA_V1
+from .yaml_strict import load_document
+
+_MAPPING_FIELDS = ("image", "node", "templateVmid", "templateVersion", "storage", "bridge", "diskDevice", "sourceDiskGiB", "guestUser")
+
+
+_INT_FIELDS = frozenset(("templateVmid", "sourceDiskGiB"))
+
+
+_MAPPING_SCHEMA = {"$defs": CATALOG_SCHEMA_V1["$defs"], **CATALOG_SCHEMA_V1["properties"]["images"]["items"]}
+
+
+CONTAINER = "container"
+
+
+def is_container(mapping: t.Mapping[str, t.Any]) -> bool:
+    """Whether a (normalized) mapping declares ``guestType: container``; VM mappings have no guestType."""
+    return mapping.get("guestType") == CONTAINER
+
+
+def _container_rules(mapping: t.Mapping[str, t.Any], path: str, code: str) -> dict[str, t.Any]:
+    """A container mapping in catalog field order, defaults applied (unprivileged, no features)."""
+    if ("ostemplate" in mapping) == ("appliance" in mapping):
+        raise FormatError(code, "ostemplate" if path == "$" else path + ".ostemplate", "container_template_source")
+    result: dict[str, t.Any] = {"image": str(mapping["image"]), "guestType": CONTAINER, "node": str(mapping["node"])}
+    if "ostemplate" in mapping:
+        result["ostemplate"] = str(mapping["ostemplate"])
+    else:
+        appliance = mapping["appliance"]
+        result["appliance"] = {"package": str(appliance["package"]), "version": str(appliance["version"]), "storage": str(appliance["storage"])}
+    result.update({"storage": str(mapping["storage"]), "bridge": str(mapping["bridge"]), "guestUser": str(mapping["guestUser"]),
+                   "unprivileged": bool(mapping.get("unprivileged", True)),
+                   "features": {"nesting": bool((mapping.get("features") or {}).get("nesting", False))}})
+    return result
+
+
+def _mapping_rules(mapping: t.Mapping[str, t.Any], path: str, code: str) -> dict[str, t.Any]:
+    """Semantic rules of one (schema-valid) mapping; returns it in catalog field order.
+
+    A VM mapping's normalized form has exactly the fields it always had, so its hashes never change.
+    """
+    if is_container(mapping):
+        return _container_rules(mapping, path, code)
+    result: dict[str, t.Any] = {}
+    for field in _MAPPING_FIELDS:
+        result[field] = int(mapping[field]) if field in _INT_FIELDS else str(mapping[field])
+    if mapping.get("pool") is not None:  # optional: absent, the mapping (and every hash over it) is as before
+        result["pool"] = str(mapping["pool"])
+    attestation = mapping.get("imageDefaultUser")
+    if attestation is not None:
+        prefix = "imageDefaultUser" if path == "$" else path + ".imageDefaultUser"
+        if attestation["name"] == "root":
+            raise FormatError(code, prefix + ".name", "default_user_root")
+        if attestation["name"] != result["guestUser"]:
+            raise FormatError(code, prefix + ".name", "default_user_mismatch")
+        if attestation["templateVersion"] != result["templateVersion"]:
+            raise FormatError(code, prefix + ".templateVersion", "template_version_mismatch")
+        result["imageDefaultUser"] = {
+            "name": str(attestation["name"]),
+            "templateVersion": str(attestation["templateVersion"]),
+            "passwordLocked": True,
+            "noAuthorizedKeys": True,
+        }
+    return result
+
+
+def validate_catalog(data: t.Any) -> dict[str, t.Any]:
+    """Validate a parsed catalog; return it normalized (plain types, catalog field order)."""
+    check_document_schema(CATALOG_SCHEMA_V1, data, CATALOG)
+    seen: set[str] = set()
+    images: list[dict[str, t.Any]] = []
+    for index, mapping in enumerate(data["images"]):
+        path = "images[%d]" % index
+        if mapping["image"] in seen:
+            raise FormatError(CATALOG, path + ".image", "duplicate_image")
+        seen.add(mapping["image"])
+        images.append(_mapping_rules(mapping, path, CATALOG))
+    return {"apiVersion": API_VERSION, "kind": "TemplateCatalog", "images": images}
+
+
+def normalize_mapping(mapping: t.Any) -> dict[str, t.Any]:
+    """Validate one catalog mapping on its own (code ``invalid_catalog``); return it in field order."""
+    check_document_schema(_MAPPING_SCHEMA, mapping, CATALOG)
+    return _mapping_rules(mapping, "$", CATALOG)
+
+
+def parse_catalog(*, text: str | bytes | t.Mapping[str, t.Any] | None = None, path: str | os.PathLike[str] | None = None) -> dict[str, t.Any]:
+    """Read, parse and validate a v1 TemplateCatalog from inline ``text`` (YAML, or a mapping) or a file ``path``."""
+    return validate_catalog(load_document(text=text, path=path, code=CATALOG))

@@ -1,0 +1,76 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""How a document is refused: ``FormatError``, its codes and the fixed texts of its rules.
+
+Every failure to read a catalog, a definition or a template build document is a ``FormatError``
+with its document's code (``invalid_catalog``, ``invalid_definition``, ...), the *path* of the
+offending field and a fixed *rule* name; no value from the input (not even an unknown key, a
+YAML parser message or an SSH key comment) is ever part of an error.
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from .._core.errors import ERROR_CODES, InputError
+from .schemas import SchemaViolation, check_schema
+
+CATALOG = "invalid_catalog"
+DEFINITION = "invalid_definition"
+
+# Fixed texts of the rules that are not schema keywords (schema rules carry their own text).
+RULE_TEXTS: dict[str, str] = {
+    "source": "exactly one of inline text or a file path must be given",
+    "unreadable": "the file cannot be read as a regular file",
+    "too_large": "the document is larger than 64 KiB",
+    "not_utf8": "the document is not valid UTF-8",
+    "yaml_syntax": "the document is not valid YAML",
+    "multiple_documents": "the stream contains more than one YAML document",
+    "anchor": "YAML anchors are not allowed",
+    "alias": "YAML aliases are not allowed",
+    "explicit_tag": "explicit YAML tags are not allowed",
+    "too_deep": "the document nests deeper than 32 levels",
+    "key_type": "mapping keys must be plain strings",
+    "duplicate_key": "a mapping repeats a key",
+    "duplicate_image": "repeats the image identifier of an earlier mapping",
+    "default_user_root": "must not be root",
+    "default_user_mismatch": "must equal the mapping's guestUser",
+    "template_version_mismatch": "must equal the mapping's templateVersion",
+    "ssh_key_type_unsupported": "uses a key type other than ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa",
+    "ssh_key_encoding": "does not carry valid base64 key data",
+    "ssh_key_type_mismatch": "declares a key type that differs from the type encoded in the key data",
+    "ssh_key_invalid": "does not encode a well-formed public key of its type",
+    "ssh_key_curve_mismatch": "encodes an ECDSA curve that differs from the declared key type",
+    "ssh_key_too_short": "is an RSA key shorter than 2048 bits",
+    "duplicate_ssh_key": "repeats an earlier SSH public key",
+    "duplicate_package": "repeats the name of an earlier package",
+    "container_template_source": "must give exactly one of ostemplate and appliance",
+}
+
+
+class FormatError(InputError):
+    """A catalog or definition refused by a fixed ``rule`` at ``path``; carries no input value."""
+
+    def __init__(self, code: str, path: str, rule: str, text: str | None = None, *, extra: t.Mapping[str, int] | None = None) -> None:
+        details: dict[str, t.Any] = {"rule": rule}
+        details.update(extra or {})
+        text = text if text is not None else RULE_TEXTS[rule]
+        message = "%s At %s: %s." % (ERROR_CODES[code], path, text)
+        super().__init__(message, code=code, path=path, details=details)
+
+    @property
+    def rule(self) -> str:
+        return t.cast(str, self.details["rule"])
+
+
+def check_document_schema(schema: dict[str, t.Any], data: t.Any, code: str) -> None:
+    """A violation of the JSON Schema ``schema`` (``schemas.py``) by ``data`` as a ``FormatError`` of ``code``."""
+    try:
+        check_schema(schema, data)
+    except SchemaViolation as violation:
+        raise FormatError(code, violation.path, violation.rule, violation.text) from None
