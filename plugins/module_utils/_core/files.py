@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Durable local file primitives: atomic JSON writes, strict JSON reads, and a file lock.
+"""Durable local file primitives: atomic JSON writes and strict JSON reads (the file lock: ``lock.py``).
 
 - ``atomic_write_json``: temp file in the same directory (``O_CREAT|O_EXCL``, mode 0600),
   ``fsync`` of the file, ``os.replace`` onto the target, ``fsync`` of the directory. A reader
@@ -13,9 +13,6 @@
   (``os.link`` of the complete temp file: the name appears with its full content or not at all).
 - ``read_json_strict``: bounded size, strict UTF-8, strict JSON (no duplicate keys, no
   NaN/Infinity, no trailing data), optional refusal of symlinks and non-regular files.
-- ``FileLock``: ``fcntl.flock`` on a separate lock file with a bounded, polling wait; safe
-  across threads (one open file description per lock object), separate processes and forks
-  (a forked child never holds or releases its parent's lock).
 
 Errors are typed (``LocalFileError``) with fixed messages; no file content is ever put into
 an error. This is a private module_utils file: not a public API.
@@ -24,20 +21,15 @@ an error. This is a private module_utils file: not a public API.
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import secrets
 import stat
-import threading
-import time
 import typing as t
-import weakref
 
 from .errors import VmanywareError
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
-DEFAULT_LOCK_TIMEOUT = 30.0
 _TEMP_SUFFIX = ".tmp"
 
 
@@ -51,7 +43,8 @@ class LocalFileError(VmanywareError):
     default_code = "io_error"
 
 
-def _error(code: str, reason: str, message: str | None = None) -> LocalFileError:
+def local_file_error(code: str, reason: str, message: str | None = None) -> LocalFileError:
+    """A ``LocalFileError`` of ``code`` whose ``details["reason"]`` is ``reason`` (a fixed ``message``, never file content)."""
     return LocalFileError(message, code=code, details={"reason": reason})
 
 
@@ -126,7 +119,7 @@ def atomic_write_bytes(path: str, data: bytes, mode: int = 0o600) -> None:
             raise
         fsync_directory(directory)
     except OSError:
-        raise _error("io_error", "os_error", "A local file could not be written.") from None
+        raise local_file_error("io_error", "os_error", "A local file could not be written.") from None
 
 
 def create_json_exclusive(path: str, document: t.Any, mode: int = 0o600) -> bool:
@@ -147,7 +140,7 @@ def create_json_exclusive(path: str, document: t.Any, mode: int = 0o600) -> bool
             _unlink_quietly(temp)
         fsync_directory(directory)
     except OSError:
-        raise _error("io_error", "os_error", "A local file could not be written.") from None
+        raise local_file_error("io_error", "os_error", "A local file could not be written.") from None
     return True
 
 
@@ -158,11 +151,11 @@ def remove_file_durable(path: str) -> bool:
     except FileNotFoundError:
         return False
     except OSError:
-        raise _error("io_error", "os_error", "A local file could not be removed.") from None
+        raise local_file_error("io_error", "os_error", "A local file could not be removed.") from None
     try:
         fsync_directory(os.path.dirname(os.path.abspath(path)))
     except OSError:
-        raise _error("io_error", "os_error", "A local directory could not be synced.") from None
+        raise local_file_error("io_error", "os_error", "A local directory could not be synced.") from None
     return True
 
 
@@ -188,13 +181,13 @@ def loads_strict(data: bytes) -> t.Any:
     try:
         text = data.decode("utf-8", errors="strict")
     except UnicodeDecodeError:
-        raise _error("invalid_json", "not_utf8", "A local file is not valid UTF-8.") from None
+        raise local_file_error("invalid_json", "not_utf8", "A local file is not valid UTF-8.") from None
     try:
         return json.loads(text, object_pairs_hook=_pairs_without_duplicates, parse_constant=_reject_constant)
     except _DuplicateKey:
-        raise _error("invalid_json", "duplicate_key", "A local JSON file contains a duplicate object key.") from None
+        raise local_file_error("invalid_json", "duplicate_key", "A local JSON file contains a duplicate object key.") from None
     except (ValueError, RecursionError):
-        raise _error("invalid_json", "invalid_json", "A local file is not valid JSON.") from None
+        raise local_file_error("invalid_json", "invalid_json", "A local file is not valid JSON.") from None
 
 
 def read_json_strict(path: str, max_bytes: int = DEFAULT_MAX_BYTES, *, follow_symlinks: bool = True) -> t.Any:
@@ -210,17 +203,17 @@ def read_json_strict(path: str, max_bytes: int = DEFAULT_MAX_BYTES, *, follow_sy
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        raise _error("not_found", "missing", "A local file does not exist.") from None
+        raise local_file_error("not_found", "missing", "A local file does not exist.") from None
     except OSError as err:
         if err.errno == errno.ELOOP and not follow_symlinks:
-            raise _error("invalid_json", "symlink", "A local file is a symbolic link where a regular file is required.") from None
-        raise _error("io_error", "os_error", "A local file could not be read.") from None
+            raise local_file_error("invalid_json", "symlink", "A local file is a symbolic link where a regular file is required.") from None
+        raise local_file_error("io_error", "os_error", "A local file could not be read.") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise _error("invalid_json", "not_regular_file", "A local path is not a regular file.")
+            raise local_file_error("invalid_json", "not_regular_file", "A local path is not a regular file.")
         if info.st_size > max_bytes:
-            raise _error("invalid_json", "too_large", "A local file exceeds its size bound.")
+            raise local_file_error("invalid_json", "too_large", "A local file exceeds its size bound.")
         chunks: list[bytes] = []
         remaining = max_bytes + 1
         while remaining > 0:
@@ -230,121 +223,10 @@ def read_json_strict(path: str, max_bytes: int = DEFAULT_MAX_BYTES, *, follow_sy
             chunks.append(chunk)
             remaining -= len(chunk)
     except OSError:
-        raise _error("io_error", "os_error", "A local file could not be read.") from None
+        raise local_file_error("io_error", "os_error", "A local file could not be read.") from None
     finally:
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > max_bytes:
-        raise _error("invalid_json", "too_large", "A local file exceeds its size bound.")
+        raise local_file_error("invalid_json", "too_large", "A local file exceeds its size bound.")
     return loads_strict(data)
-
-
-# Locks held by this process; a forked child drops its inherited copies (see _after_fork_in_child).
-_HELD_LOCKS: "weakref.WeakSet[FileLock]" = weakref.WeakSet()
-
-
-class FileLock:
-    """An exclusive ``fcntl.flock`` on ``path`` (a separate, empty lock file, created 0600).
-
-    ``acquire`` polls with ``LOCK_NB`` until ``timeout`` seconds have passed, then raises
-    ``LocalFileError`` with ``code`` (``journal_locked`` by default). Each lock object opens its
-    own file description, so two objects on the same path exclude each other even within one
-    process (threads included). The lock is not re-entrant. After ``fork``, the child closes its
-    inherited descriptor without unlocking, so the parent keeps the lock and the child never
-    holds it by accident; the descriptor is close-on-exec as well. The lock file is never
-    deleted (deleting flock files races with waiters).
-    """
-
-    def __init__(
-        self,
-        path: str,
-        *,
-        timeout: float = DEFAULT_LOCK_TIMEOUT,
-        poll_interval: float = 0.005,
-        max_poll_interval: float = 0.05,
-        code: str = "journal_locked",
-    ) -> None:
-        if timeout < 0 or poll_interval <= 0 or max_poll_interval < poll_interval:
-            raise ValueError("invalid lock timing")
-        self.path = path
-        self.timeout = float(timeout)
-        self.poll_interval = float(poll_interval)
-        self.max_poll_interval = float(max_poll_interval)
-        self.code = code
-        self._fd: int | None = None
-        self._owner_pid: int | None = None
-        self._mutex = threading.Lock()
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None and self._owner_pid == os.getpid()
-
-    def acquire(self) -> None:
-        with self._mutex:
-            if self.held:
-                raise RuntimeError("FileLock is not re-entrant")
-            self._fd = None
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            except OSError:
-                raise _error("io_error", "os_error", "A lock file could not be opened.") from None
-            deadline = time.monotonic() + self.timeout
-            interval = self.poll_interval
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as err:
-                    if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                        os.close(fd)
-                        raise _error("io_error", "os_error", "A lock file could not be locked.") from None
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    os.close(fd)
-                    raise _error(self.code, "timeout")
-                time.sleep(min(interval, remaining))
-                interval = min(interval * 2, self.max_poll_interval)
-            self._fd = fd
-            self._owner_pid = os.getpid()
-            _HELD_LOCKS.add(self)
-
-    def release(self) -> None:
-        with self._mutex:
-            fd, owner = self._fd, self._owner_pid
-            self._fd = None
-            self._owner_pid = None
-            _HELD_LOCKS.discard(self)
-            if fd is None:
-                return
-            try:
-                if owner == os.getpid():
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
-
-    def _forget_in_child(self) -> None:
-        fd = self._fd
-        self._fd = None
-        self._owner_pid = None
-        self._mutex = threading.Lock()
-        if fd is not None:
-            try:
-                os.close(fd)  # no LOCK_UN: the description is shared with the parent
-            except OSError:
-                pass
-
-    def __enter__(self) -> "FileLock":
-        self.acquire()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.release()
-
-
-def _after_fork_in_child() -> None:
-    for lock in list(_HELD_LOCKS):
-        lock._forget_in_child()  # pylint: disable=protected-access
-    _HELD_LOCKS.clear()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

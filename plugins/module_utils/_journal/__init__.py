@@ -12,7 +12,7 @@ never turn into a second VM: the next run finds ``submissionStarted: true`` and 
 instead of re-sending.
 
 Guarantees:
-- every write is atomic and durable (``_io.atomic_write_json``); every mutation takes the
+- every write is atomic and durable (``_core.files.atomic_write_json``); every mutation takes the
   operation's lock, re-reads the file, checks the expected state (compare-and-set) and writes;
 - the whole document is validated on every load and before every write; a file that does not
   validate raises ``journal_corrupt`` and is never repaired, rewritten or removed;

@@ -9,7 +9,7 @@ The block is what ``ansible.builtin.blockinfile`` with ``marker: "# {mark} vmany
 file written by earlier releases of the provision role is updated in place: ``# BEGIN vmanyware <id>``, the lines,
 ``# END vmanyware <id>``. Only that block changes; every other line is kept as it is. A missing block is appended at
 the end of the file (a last line without a newline gets one first), an empty one is removed with its markers.
-The file is written atomically (``_io.atomic_write_bytes``, mode 0600) under a lock next to it, because parallel
+The file is written atomically (``_core.files.atomic_write_bytes``, mode 0600) under a lock next to it, because parallel
 hosts of one play install their blocks in the same file. This is a private module_utils file: not a public API.
 """
 
@@ -19,7 +19,8 @@ import os
 import typing as t
 
 from .._core.errors import InputError
-from .._core.files import FileLock, LocalFileError, atomic_write_bytes
+from .._core.files import LocalFileError, atomic_write_bytes
+from .._core.lock import FileLock
 from . import validate_operation_id
 
 FILE_MODE = 0o600

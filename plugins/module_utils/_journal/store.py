@@ -5,7 +5,7 @@
 
 """The journal store (docs/journal.md): locks, claims and atomic, validated mutations of operation documents.
 
-Every write is atomic and durable (``_io.atomic_write_json``); every mutation takes the
+Every write is atomic and durable (``_core.files.atomic_write_json``); every mutation takes the
 operation's lock, re-reads the file, checks the expected state (compare-and-set), applies one
 change and writes. A target (provider scope + VMID) and an idempotency key are each held by at
 most one operation (claim files created exclusively under the journal-wide lock).
@@ -21,7 +21,8 @@ import stat
 import typing as t
 
 from .._core.errors import InputError
-from .._core.files import DEFAULT_LOCK_TIMEOUT, FileLock, LocalFileError, atomic_write_json, create_json_exclusive, read_json_strict, remove_file_durable
+from .._core.files import LocalFileError, atomic_write_json, create_json_exclusive, read_json_strict, remove_file_durable
+from .._core.lock import DEFAULT_LOCK_TIMEOUT, FileLock
 from .document import (
     _MAX_MESSAGE,
     _OPERATION_ID,

@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ansible_collections
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._core import files as _io
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core import files as _files
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.lock import FileLock
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalError, JournalStore, resolve_journal_dir
@@ -478,11 +479,11 @@ def test_failure_arguments_are_checked(store: JournalStore) -> None:
 def test_lock_timeout_is_journal_locked(journal_dir: Path) -> None:
     store = JournalStore(str(journal_dir), lock_timeout=0.1)
     oid = _create(store)["operationId"]
-    with _io.FileLock(str(journal_dir / "locks" / (oid + ".lock"))):
+    with FileLock(str(journal_dir / "locks" / (oid + ".lock"))):
         with pytest.raises(JournalError) as info:
             store.record_evidence(oid, "clone", {"x": 1})
         assert info.value.code == "journal_locked"
-    with _io.FileLock(str(journal_dir / ".lock")):
+    with FileLock(str(journal_dir / ".lock")):
         with pytest.raises(JournalError) as info:
             store.create_operation(**_inputs(idempotency_key="k2", target_vmid=200))
         assert info.value.code == "journal_locked"
@@ -812,7 +813,7 @@ def test_compare_and_set_counter_loses_no_update(store: JournalStore, journal_di
     assert successes == WORKERS * rounds == evidence["counter"]
     assert document["revision"] == 2 + successes
     assert sorted(v for k, v in evidence.items() if k.startswith("by-")) == [rounds] * WORKERS
-    assert not [name for name in os.listdir(journal_dir) if _io.is_temp_name(name)]
+    assert not [name for name in os.listdir(journal_dir) if _files.is_temp_name(name)]
 
 
 def _merge(directory: str, oid: str, index: int, start: t.Any, results: t.Any) -> None:
@@ -865,7 +866,7 @@ def test_crash_before_replace_leaves_previous_valid_file(store: JournalStore, jo
     before = Path(store.operation_path(oid)).read_bytes()
     assert _run_child(journal_dir, "dispatch", oid, "journal:before_replace:clone:dispatching") == 137
     assert Path(store.operation_path(oid)).read_bytes() == before
-    temps = [name for name in os.listdir(journal_dir) if _io.is_temp_name(name)]
+    temps = [name for name in os.listdir(journal_dir) if _files.is_temp_name(name)]
     assert len(temps) == 1  # the complete temp file of the interrupted write, ignored by everyone
     assert json.loads((journal_dir / temps[0]).read_bytes())["stages"][0]["status"] == "dispatching"
     assert store.list_operations() == [oid]
