@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The container preflight (``_container_preflight``) against the simulator: GETs only, each check decided or unknown."""
+"""The container preflight (``_checks/container.py``) against the simulator: GETs only, each check decided or unknown."""
 
 from __future__ import annotations
 

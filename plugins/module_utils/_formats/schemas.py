@@ -50,7 +50,7 @@ PACKAGE_NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9+.-]{0,126}[a-z0-9+.])$"
 # Debian policy 5.6.12: [epoch:]upstream[-revision]; no colon in upstream, no trailing "-",
 # no "=", "/", "*", spaces or comparison operators.
 PACKAGE_VERSION_PATTERN = r"^(?:[0-9]{1,9}:)?[0-9](?:[A-Za-z0-9.+~-]{0,118}[A-Za-z0-9.+~])?$"
-# "<type> <base64>[ <comment>]": the blob is decoded and checked semantically (_formats.py).
+# "<type> <base64>[ <comment>]": the blob is decoded and checked semantically (ssh_keys.py).
 SSH_KEY_PATTERN = r"^[a-z0-9@.-]{1,64} [A-Za-z0-9+/]{1,16384}={0,2}(?: [^\u0000-\u0020\u007f][^\u0000-\u001f\u007f]{0,1023})?$"
 
 # A container template volume: STORAGE:vztmpl/FILE.tar.{gz,xz,zst} (what pveam and aplinfo store).
