@@ -299,7 +299,6 @@ def collect_checks(settings: ConnectionSettings, *, fail_on: str, client_factory
     return checks, capabilities, scope, blockers, tls_verified
 
 
-
 def preflight_result(hashes: t.Mapping[str, str], checks: t.Sequence[Check], capabilities: t.Mapping[str, t.Any], *, scope: t.Any,
                      blockers: list[str], tls_verified: bool, fail_on: str, undecidable: t.Container[str]) -> dict[str, t.Any]:
     """A preflight's result (its module's return values; ``hashes`` name the checked plan), or ``PreflightFailed`` carrying it

@@ -22,14 +22,8 @@ from .schemas import API_VERSION, CATALOG_SCHEMA_V1
 from .yaml_strict import load_document
 
 _MAPPING_FIELDS = ("image", "node", "templateVmid", "templateVersion", "storage", "bridge", "diskDevice", "sourceDiskGiB", "guestUser")
-
-
 _INT_FIELDS = frozenset(("templateVmid", "sourceDiskGiB"))
-
-
 _MAPPING_SCHEMA = {"$defs": CATALOG_SCHEMA_V1["$defs"], **CATALOG_SCHEMA_V1["properties"]["images"]["items"]}
-
-
 CONTAINER = "container"
 
 

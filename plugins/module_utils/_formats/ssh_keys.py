@@ -55,8 +55,6 @@ _ECDSA_CURVES = {
     "ecdsa-sha2-nistp384": (b"nistp384", 97),
     "ecdsa-sha2-nistp521": (b"nistp521", 133),
 }
-
-
 SSH_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
 
 

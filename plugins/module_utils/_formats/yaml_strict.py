@@ -54,9 +54,6 @@ _TAG_BOOL = "tag:yaml.org,2002:bool"
 _TAG_NULL = "tag:yaml.org,2002:null"
 
 
-
-
-
 class _Refusal(Exception):
     """Internal: a YAML-level refusal with its position (converted to FormatError)."""
 
@@ -266,29 +263,3 @@ def load_strict_yaml(data: bytes, *, code: str) -> t.Any:
     finally:
         if loader is not None:
             loader.dispose()
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -18,6 +18,7 @@ import pytest
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core import files as _files
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.files import LocalFileError, atomic_write_json, create_json_exclusive, read_json_strict, remove_file_durable
 
+
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
