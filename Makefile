@@ -47,7 +47,14 @@ test-dynamic:
 	set -e; for part in pytest acceptance-container; do $(MAKE) --no-print-directory $$part; done
 
 test-static:
-	set -e; for part in typecheck acceptance-vm lint docs-check sanity artifact core-2.18 core-2.20 core-2.21; do $(MAKE) --no-print-directory $$part; done
+	set -e; for part in format-check typecheck acceptance-vm lint docs-check sanity artifact core-2.18 core-2.20 core-2.21; do $(MAKE) --no-print-directory $$part; done
+
+# One formatter for every Python file (ruff format, ruff.toml: 120 columns); CI checks that nothing would change.
+format: setup
+	$(BIN)/ruff format .
+
+format-check: setup
+	$(BIN)/ruff format --check --diff .
 
 # mypy --strict on plugins/module_utils (mypy.ini), imported through build/collections as ansible does,
 # and on the unit tests' fake client, which must implement the client's Protocol.

@@ -40,35 +40,69 @@ def _run(count: int) -> int:
     # pylint: disable=import-outside-toplevel
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import plan_hash
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import Filters, list_operations
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, new_operation_document, new_operation_id
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
+        JournalStore,
+        new_operation_document,
+        new_operation_id,
+    )
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import expected_confirmation
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
 
-    planned = build_plan(catalog_path=REPO / "examples/catalog.yml", definition_path=REPO / "examples/definition.yml", target_vmid=201)
+    planned = build_plan(
+        catalog_path=REPO / "examples/catalog.yml", definition_path=REPO / "examples/definition.yml", target_vmid=201
+    )
     scope = "pve:" + "c" * 64
-    snapshots = {"definition": planned.definition, "mapping": planned.mapping, "plan": planned.plan,
-                 "confirmation": expected_confirmation(planned.plan, scope)}
+    snapshots = {
+        "definition": planned.definition,
+        "mapping": planned.mapping,
+        "plan": planned.plan,
+        "confirmation": expected_confirmation(planned.plan, scope),
+    }
     kinds = [step["kind"] for step in planned.plan["steps"]]
     with tempfile.TemporaryDirectory() as tmp:
         store = JournalStore(os.path.join(tmp, "journal"))
         for index in range(count):
-            created = "2026-%02d-%02dT%02d:%02d:%02d.000000Z" % (1 + index % 12, 1 + index % 28, index % 24, index % 60, index % 60)
+            created = "2026-%02d-%02dT%02d:%02d:%02d.000000Z" % (
+                1 + index % 12,
+                1 + index % 28,
+                index % 24,
+                index % 60,
+                index % 60,
+            )
             vmid = 1000 + index  # the plan's hash binds its VMID (the journal checks it on load)
-            plan = dict(planned.plan, planHash=plan_hash(planned.definition_hash, planned.mapping, vmid),
-                        target=dict(planned.plan["target"], vmid=vmid))
-            document = new_operation_document(new_operation_id(), None, {"scope": scope, "node": "pve", "vmid": vmid},
-                                              dict(snapshots, plan=plan, confirmation=expected_confirmation(plan, scope)), kinds, created)
+            plan = dict(
+                planned.plan,
+                planHash=plan_hash(planned.definition_hash, planned.mapping, vmid),
+                target=dict(planned.plan["target"], vmid=vmid),
+            )
+            document = new_operation_document(
+                new_operation_id(),
+                None,
+                {"scope": scope, "node": "pve", "vmid": vmid},
+                dict(snapshots, plan=plan, confirmation=expected_confirmation(plan, scope)),
+                kinds,
+                created,
+            )
             if index % 3 == 0:
                 document["status"] = "completed"
                 for item in document["stages"]:
-                    item.update(status="completed", submissionStarted=True, attempts=1, dispatchedAt=created, completedAt=created,
-                                request={"noop": True})
+                    item.update(
+                        status="completed",
+                        submissionStarted=True,
+                        attempts=1,
+                        dispatchedAt=created,
+                        completedAt=created,
+                        request={"noop": True},
+                    )
             with open(store.operation_path(document["operationId"]), "w", encoding="utf-8") as handle:
                 json.dump(document, handle)
         size = os.path.getsize(store.operation_path(document["operationId"]))
         timings = {}
-        for name, filters in (("first listing (no cache)", Filters()), ("listing (cache)", Filters()),
-                              ("filtered listing (cache)", Filters(status=("completed",), since="2026-06-01T00:00:00.000000Z"))):
+        for name, filters in (
+            ("first listing (no cache)", Filters()),
+            ("listing (cache)", Filters()),
+            ("filtered listing (cache)", Filters(status=("completed",), since="2026-06-01T00:00:00.000000Z")),
+        ):
             started = time.perf_counter()
             result = list_operations(store, filters, limit=100)
             timings[name] = time.perf_counter() - started

@@ -56,12 +56,23 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.text_table
 
 def _cells(entry: t.Mapping[str, t.Any]) -> list[str]:
     if "operation_id" in entry and "created_at" in entry:
-        return [str(entry["created_at"])[:19].replace("T", " "), str(entry["operation_id"]), str(entry.get("status", "")),
-                "%s/%s" % (entry.get("target_node", ""), entry.get("target_vmid", "")), str(entry.get("definition_name") or ""),
-                str(entry.get("failure_code") or "")]
+        return [
+            str(entry["created_at"])[:19].replace("T", " "),
+            str(entry["operation_id"]),
+            str(entry.get("status", "")),
+            "%s/%s" % (entry.get("target_node", ""), entry.get("target_vmid", "")),
+            str(entry.get("definition_name") or ""),
+            str(entry.get("failure_code") or ""),
+        ]
     if "operation" in entry:
-        reasons = "; ".join(str(reason.get("message", "")) for reason in entry.get("reasons") or [] if isinstance(reason, t.Mapping))
-        return [str(entry.get("status", "")), str(entry.get("operation", "")), "via " + str(entry.get("via", "")) + (": " + reasons if reasons else "")]
+        reasons = "; ".join(
+            str(reason.get("message", "")) for reason in entry.get("reasons") or [] if isinstance(reason, t.Mapping)
+        )
+        return [
+            str(entry.get("status", "")),
+            str(entry.get("operation", "")),
+            "via " + str(entry.get("via", "")) + (": " + reasons if reasons else ""),
+        ]
     if "code" in entry:
         return check_row(entry)
     if "kind" in entry:

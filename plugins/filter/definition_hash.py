@@ -42,8 +42,13 @@ import typing as t
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition, validate_definition
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import definition_hash as compute_definition_hash
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import (
+    parse_definition,
+    validate_definition,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import (
+    definition_hash as compute_definition_hash,
+)
 
 
 def definition_hash(value: t.Any) -> str:

@@ -60,7 +60,9 @@ def plan_hash(definition_hash: t.Any, mapping: t.Any, target_vmid: t.Any) -> str
     try:
         if not isinstance(definition_hash, str) or re.fullmatch(r"[0-9a-f]{64}", definition_hash) is None:
             raise InputError(
-                "The definition hash is not 64 lowercase hexadecimal characters.", code="invalid_plan", path="definition_hash",
+                "The definition hash is not 64 lowercase hexadecimal characters.",
+                code="invalid_plan",
+                path="definition_hash",
                 details={"rule": "pattern"},
             )
         normalized = normalize_mapping(dict(mapping) if isinstance(mapping, t.Mapping) else mapping)

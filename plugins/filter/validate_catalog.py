@@ -42,7 +42,9 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import validate_catalog as _validate_catalog
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import (
+    validate_catalog as _validate_catalog,
+)
 
 
 def validate_catalog(value: t.Any) -> dict[str, t.Any]:

@@ -42,7 +42,9 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import validate_definition as _validate_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import (
+    validate_definition as _validate_definition,
+)
 
 
 def validate_definition(value: t.Any) -> dict[str, t.Any]:

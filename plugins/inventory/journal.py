@@ -82,9 +82,17 @@ from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Constructable
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.history import list_operations, parse_filters, skipped_warning
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.history import (
+    list_operations,
+    parse_filters,
+    skipped_warning,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.files import LocalFileError, atomic_write_bytes
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalError, JournalStore, resolve_journal_dir
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
+    JournalError,
+    JournalStore,
+    resolve_journal_dir,
+)
 
 _NAME = re.compile(r"[^A-Za-z0-9_]")
 
@@ -124,12 +132,18 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
         if not os.path.isdir(journal_dir):
             raise AnsibleParserError("vmanyware journal inventory: the journal directory does not exist.")
         store = JournalStore(journal_dir)
-        filters = parse_filters(self.get_option("status"), self.get_option("target_vmid"), self.get_option("definition_name"),
-                                self.get_option("since"))
+        filters = parse_filters(
+            self.get_option("status"),
+            self.get_option("target_vmid"),
+            self.get_option("definition_name"),
+            self.get_option("since"),
+        )
         known_hosts_dir = self.get_option("known_hosts_dir") or os.path.join(journal_dir, "known_hosts")
         hosts: dict[str, dict[str, t.Any]] = {}
         listed = list_operations(store, filters, self.get_option("limit"))
-        for entry in listed["skipped_files"]:  # one bad operation file never empties the inventory: it is named and skipped
+        for entry in listed[
+            "skipped_files"
+        ]:  # one bad operation file never empties the inventory: it is named and skipped
             self.display.warning(skipped_warning(entry))
         for row in listed["operations"]:  # newest first
             try:
@@ -148,7 +162,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
             known_hosts = self._write_known_hosts(known_hosts_dir, row["operation_id"], known)
             hosts[name] = {
                 "inventory_hostname": name,
-                "groups": [group_name("vmanyware_definition", row["definition_name"]), group_name("vmanyware_status", row["status"])],
+                "groups": [
+                    group_name("vmanyware_definition", row["definition_name"]),
+                    group_name("vmanyware_status", row["status"]),
+                ],
                 "ansible_host": handoff["ipv4"],
                 "ansible_user": document["plan"]["guestUser"],
                 "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o UserKnownHostsFile=%s" % known_hosts,
@@ -178,5 +195,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
                 pass
             atomic_write_bytes(path, content.encode("utf-8"), 0o600)
         except (OSError, LocalFileError):
-            raise AnsibleParserError("vmanyware journal inventory: the known_hosts directory cannot be written.") from None
+            raise AnsibleParserError(
+                "vmanyware journal inventory: the known_hosts directory cannot be written."
+            ) from None
         return path

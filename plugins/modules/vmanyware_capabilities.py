@@ -155,7 +155,10 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec, connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import (
+    connection_argument_spec,
+    connection_settings,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.capabilities import capabilities
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
 

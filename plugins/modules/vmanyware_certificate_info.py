@@ -210,9 +210,13 @@ def argument_spec() -> dict:
 
 
 def action(params, check_mode, diff) -> dict:
-    params = {name: (None if value == "" else value) for name, value in params.items()}  # an empty environment variable is unset
+    params = {
+        name: (None if value == "" else value) for name, value in params.items()
+    }  # an empty environment variable is unset
     host, port, timeout = validate_endpoint(params["api_host"], params["api_port"], params["api_timeout"])
-    return inspect_endpoint(host, port, ca_path=params["ca_path"], timeout=timeout, fingerprint=params["api_fingerprint"])
+    return inspect_endpoint(
+        host, port, ca_path=params["ca_path"], timeout=timeout, fingerprint=params["api_fingerprint"]
+    )
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("cryptography",))

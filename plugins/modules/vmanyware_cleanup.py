@@ -183,15 +183,17 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_m
 def argument_spec() -> dict:
     spec = journal_argument_spec()
     spec.update(connection_argument_spec())
-    spec.update({
-        "operation_id": {"type": "str", "required": True},
-        "stop": {"type": "bool", "default": False},
-        "allow_completed": {"type": "bool", "default": False},
-        "lifecycle_enabled": {"type": "bool"},
-        "wait_budget": {"type": "float"},
-        "timeout": {"type": "float"},
-        "lock_wait": {"type": "float", "default": 60.0},
-    })
+    spec.update(
+        {
+            "operation_id": {"type": "str", "required": True},
+            "stop": {"type": "bool", "default": False},
+            "allow_completed": {"type": "bool", "default": False},
+            "lifecycle_enabled": {"type": "bool"},
+            "wait_budget": {"type": "float"},
+            "timeout": {"type": "float"},
+            "lock_wait": {"type": "float", "default": 60.0},
+        }
+    )
     return spec
 
 

@@ -193,7 +193,11 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors imp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageLogic
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import stage_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import CONTAINER, stage_kinds, stage_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import (
+    CONTAINER,
+    stage_kinds,
+    stage_spec,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import build_logic
 
 
@@ -203,12 +207,16 @@ def _logic(params: dict[str, t.Any]) -> StageLogic:
     return t.cast(StageLogic, build_logic(stage_spec(params["stage"], CONTAINER), params))
 
 
-ENTRY = stage_entry(_logic,
-                    {"stage": {"type": "str", "required": True, "choices": list(stage_kinds(CONTAINER))},
-                     "installed": {"type": "dict"},
-                     "write_check": {"type": "bool", "default": False},
-                     "readiness_timeout": {"type": "float", "default": 300.0},
-                     "snapshots_enabled": {"type": "bool"}})
+ENTRY = stage_entry(
+    _logic,
+    {
+        "stage": {"type": "str", "required": True, "choices": list(stage_kinds(CONTAINER))},
+        "installed": {"type": "dict"},
+        "write_check": {"type": "bool", "default": False},
+        "readiness_timeout": {"type": "float", "default": 300.0},
+        "snapshots_enabled": {"type": "bool"},
+    },
+)
 
 
 def main() -> None:

@@ -116,7 +116,9 @@ def argument_spec() -> dict:
 
 
 def action(params, check_mode, diff) -> dict:
-    return install_block(params["path"], params["operation_id"], params["known_hosts"], check_mode=check_mode, diff=diff)
+    return install_block(
+        params["path"], params["operation_id"], params["known_hosts"], check_mode=check_mode, diff=diff
+    )
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action)

@@ -247,8 +247,15 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.operation_states import STATES, operation_from_params
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import PLAN_INPUT_MUTUALLY_EXCLUSIVE, PLAN_INPUT_REQUIRED_ONE_OF, plan_input_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.operation_states import (
+    STATES,
+    operation_from_params,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import (
+    PLAN_INPUT_MUTUALLY_EXCLUSIVE,
+    PLAN_INPUT_REQUIRED_ONE_OF,
+    plan_input_argument_spec,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import journal_argument_spec
 
 
@@ -268,8 +275,10 @@ def argument_spec() -> dict:
 
 # The plan inputs are required to create or adopt; abandoning needs only the operation and why.
 REQUIRED_IF = tuple(
-    rule for state in ("present", "adopt")
-    for rule in [("state", state, ["target_vmid"])] + [("state", state, list(group), True) for group in PLAN_INPUT_REQUIRED_ONE_OF]
+    rule
+    for state in ("present", "adopt")
+    for rule in [("state", state, ["target_vmid"])]
+    + [("state", state, list(group), True) for group in PLAN_INPUT_REQUIRED_ONE_OF]
 ) + (("state", "abandoned", ["operation_id", "reason"]),)
 
 
@@ -277,8 +286,13 @@ def action(params, check_mode, diff) -> dict:
     return operation_from_params(params, params["state"], check_mode=check_mode, environ=os.environ)
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests"),
-                    mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE, required_if=REQUIRED_IF)
+ENTRY = ModuleEntry(
+    argument_spec=argument_spec,
+    action=action,
+    libraries=("PyYAML", "jsonschema", "requests"),
+    mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE,
+    required_if=REQUIRED_IF,
+)
 
 
 def main() -> None:

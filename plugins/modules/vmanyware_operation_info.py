@@ -278,11 +278,19 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.history import STATUSES, list_operations, parse_filters, skipped_warning
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.history import (
+    STATUSES,
+    list_operations,
+    parse_filters,
+    skipped_warning,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import validate_operation_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import public_view, snapshots_view
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import journal_argument_spec, open_store
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import (
+    journal_argument_spec,
+    open_store,
+)
 
 
 def argument_spec() -> dict:

@@ -151,7 +151,10 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import stage_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.packages import PackagesStage
 
-ENTRY = stage_entry(lambda params: PackagesStage(packages_timeout=params["packages_timeout"]), {"packages_timeout": {"type": "float", "default": 900.0}})
+ENTRY = stage_entry(
+    lambda params: PackagesStage(packages_timeout=params["packages_timeout"]),
+    {"packages_timeout": {"type": "float", "default": 900.0}},
+)
 
 
 def main() -> None:

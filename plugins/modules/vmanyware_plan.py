@@ -212,7 +212,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import creation_blockers
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import (
+    PLAN_INPUT_CONSTRAINTS,
+    plan_from_params,
+    plan_input_argument_spec,
+)
 
 
 def argument_spec() -> dict:
@@ -224,11 +228,19 @@ def argument_spec() -> dict:
 def action(params, check_mode, diff) -> dict:
     planned = plan_from_params(params)
     blockers = creation_blockers(planned.plan, planned.mapping, os.environ)  # the gates and the mapping; no connection
-    return {"changed": False, "plan": planned.plan, "plan_hash": planned.plan_hash, "definition_hash": planned.definition_hash,
-            "creation_enabled": not blockers, "creation_blockers": blockers}
+    return {
+        "changed": False,
+        "plan": planned.plan,
+        "plan_hash": planned.plan_hash,
+        "definition_hash": planned.definition_hash,
+        "creation_enabled": not blockers,
+        "creation_blockers": blockers,
+    }
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema"), **PLAN_INPUT_CONSTRAINTS)
+ENTRY = ModuleEntry(
+    argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema"), **PLAN_INPUT_CONSTRAINTS
+)
 
 
 def main() -> None:

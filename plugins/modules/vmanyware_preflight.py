@@ -173,11 +173,21 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec, connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import (
+    connection_argument_spec,
+    connection_settings,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import PLAN_INPUT_CONSTRAINTS, plan_from_params, plan_input_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import (
+    PLAN_INPUT_CONSTRAINTS,
+    plan_from_params,
+    plan_input_argument_spec,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import run_preflight
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.driver import FAIL_ON_CHOICES, provisioning_enabled
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.driver import (
+    FAIL_ON_CHOICES,
+    provisioning_enabled,
+)
 
 
 def argument_spec() -> dict:
@@ -193,8 +203,9 @@ def action(params, check_mode, diff) -> dict:
     return run_preflight(planned, connection_settings(params), environ=os.environ, fail_on=params["fail_on"])
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests"),
-                    **PLAN_INPUT_CONSTRAINTS)
+ENTRY = ModuleEntry(
+    argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests"), **PLAN_INPUT_CONSTRAINTS
+)
 
 
 def main() -> None:

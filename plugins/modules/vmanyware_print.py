@@ -60,7 +60,9 @@ from ansible.module_utils.basic import AnsibleModule
 def main() -> None:
     # Only reached without the action plugin (never in a normal run): print nothing, fail clearly.
     module = AnsibleModule(argument_spec={"text": {"type": "str", "required": True}}, supports_check_mode=True)
-    module.fail_json(msg="vmanyware_print runs only as its action plugin on the controller.", error_code="invalid_option")
+    module.fail_json(
+        msg="vmanyware_print runs only as its action plugin on the controller.", error_code="invalid_option"
+    )
 
 
 if __name__ == "__main__":

@@ -167,7 +167,10 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import stage_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.readiness import ReadinessStage
 
-ENTRY = stage_entry(lambda params: ReadinessStage(readiness_timeout=params["readiness_timeout"]), {"readiness_timeout": {"type": "float", "default": 300.0}})
+ENTRY = stage_entry(
+    lambda params: ReadinessStage(readiness_timeout=params["readiness_timeout"]),
+    {"readiness_timeout": {"type": "float", "default": 300.0}},
+)
 
 
 def main() -> None:

@@ -124,11 +124,21 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec, connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import (
+    connection_argument_spec,
+    connection_settings,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import OperationInputs
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import journal_argument_spec, open_store
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import TEMPLATE_BUILD_CONSTRAINTS, template_build_argument_spec, template_plan_from_params
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import (
+    journal_argument_spec,
+    open_store,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import (
+    TEMPLATE_BUILD_CONSTRAINTS,
+    template_build_argument_spec,
+    template_plan_from_params,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.template import run_template_operation
 
 
@@ -143,14 +153,27 @@ def argument_spec() -> dict:
 
 
 def action(params, check_mode, diff) -> dict:
-    inputs = OperationInputs(store=lambda: open_store(params["journal_dir"]), planned=lambda: template_plan_from_params(params),
-                             connection=lambda: connection_settings(params))
-    return run_template_operation(inputs, confirmation=params["confirmation"], idempotency_key=params["idempotency_key"],
-                                  provisioning_option=params["provisioning_enabled"], environ=os.environ, check_mode=check_mode)
+    inputs = OperationInputs(
+        store=lambda: open_store(params["journal_dir"]),
+        planned=lambda: template_plan_from_params(params),
+        connection=lambda: connection_settings(params),
+    )
+    return run_template_operation(
+        inputs,
+        confirmation=params["confirmation"],
+        idempotency_key=params["idempotency_key"],
+        provisioning_option=params["provisioning_enabled"],
+        environ=os.environ,
+        check_mode=check_mode,
+    )
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests"),
-                    **TEMPLATE_BUILD_CONSTRAINTS)
+ENTRY = ModuleEntry(
+    argument_spec=argument_spec,
+    action=action,
+    libraries=("PyYAML", "jsonschema", "requests"),
+    **TEMPLATE_BUILD_CONSTRAINTS,
+)
 
 
 def main() -> None:

@@ -69,7 +69,11 @@ error_code:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import TEMPLATE_BUILD_CONSTRAINTS, template_build_argument_spec, template_plan_from_params
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import (
+    TEMPLATE_BUILD_CONSTRAINTS,
+    template_build_argument_spec,
+    template_plan_from_params,
+)
 
 
 def argument_spec() -> dict:
@@ -79,10 +83,17 @@ def argument_spec() -> dict:
 
 def action(params, check_mode, diff) -> dict:
     planned = template_plan_from_params(params)
-    return {"changed": False, "plan": planned.plan, "plan_hash": planned.plan_hash, "template_build_hash": planned.template_build_hash}
+    return {
+        "changed": False,
+        "plan": planned.plan,
+        "plan_hash": planned.plan_hash,
+        "template_build_hash": planned.template_build_hash,
+    }
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema"), **TEMPLATE_BUILD_CONSTRAINTS)
+ENTRY = ModuleEntry(
+    argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema"), **TEMPLATE_BUILD_CONSTRAINTS
+)
 
 
 def main() -> None:

@@ -167,10 +167,20 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec, connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import (
+    connection_argument_spec,
+    connection_settings,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.driver import FAIL_ON_CHOICES, provisioning_enabled
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import TEMPLATE_BUILD_CONSTRAINTS, template_build_argument_spec, template_plan_from_params
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.driver import (
+    FAIL_ON_CHOICES,
+    provisioning_enabled,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import (
+    TEMPLATE_BUILD_CONSTRAINTS,
+    template_build_argument_spec,
+    template_plan_from_params,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.template import run_template_preflight
 
 
@@ -187,8 +197,12 @@ def action(params, check_mode, diff) -> dict:
     return run_template_preflight(planned, connection_settings(params), environ=os.environ, fail_on=params["fail_on"])
 
 
-ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("PyYAML", "jsonschema", "requests"),
-                    **TEMPLATE_BUILD_CONSTRAINTS)
+ENTRY = ModuleEntry(
+    argument_spec=argument_spec,
+    action=action,
+    libraries=("PyYAML", "jsonschema", "requests"),
+    **TEMPLATE_BUILD_CONSTRAINTS,
+)
 
 
 def main() -> None:

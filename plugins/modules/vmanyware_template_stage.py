@@ -212,30 +212,41 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage, stage_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import (
+    open_store,
+    run_stage,
+    stage_argument_spec,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import TEMPLATE, stage_kinds
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.common import GUEST_WRITE_STAGES, PREPARED_BY
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.common import (
+    GUEST_WRITE_STAGES,
+    PREPARED_BY,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.stamp import stamp_output
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import template_stage
 
 
 def argument_spec() -> dict:
     spec = stage_argument_spec()
-    spec.update({
-        "stage": {"type": "str", "required": True, "choices": list(stage_kinds(TEMPLATE))},
-        "build_ssh_public_key": {"type": "str"},
-        "prepared_by": {"type": "str", "choices": list(PREPARED_BY)},
-        "passwd_status": {"type": "str", "no_log": False},  # the status line of passwd -S: no secret
-        "authorized_keys_left": {"type": "int", "no_log": False},
-        "force_stop": {"type": "bool", "default": False},
-        "write_check": {"type": "bool", "default": False},
-    })
+    spec.update(
+        {
+            "stage": {"type": "str", "required": True, "choices": list(stage_kinds(TEMPLATE))},
+            "build_ssh_public_key": {"type": "str"},
+            "prepared_by": {"type": "str", "choices": list(PREPARED_BY)},
+            "passwd_status": {"type": "str", "no_log": False},  # the status line of passwd -S: no secret
+            "authorized_keys_left": {"type": "int", "no_log": False},
+            "force_stop": {"type": "bool", "default": False},
+            "write_check": {"type": "bool", "default": False},
+        }
+    )
     return spec
 
 
 def action(params, check_mode, diff) -> dict:
     if params.get("write_check") and params["stage"] not in GUEST_WRITE_STAGES:
-        raise InputError("write_check is only for stage=prepare and stage=generalize.", code="invalid_option", path="write_check")
+        raise InputError(
+            "write_check is only for stage=prepare and stage=generalize.", code="invalid_option", path="write_check"
+        )
     result = run_stage(params, template_stage(params["stage"], params), check_mode=check_mode, diff=diff)
     if result.get("done") and not check_mode and (result.get("stage") or {}).get("kind") == "stamp":
         # The result is compact (no evidence): the stamp's mapping is read back from the journal record.

@@ -182,25 +182,42 @@ error_code:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_argument_spec, connection_settings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import (
+    connection_argument_spec,
+    connection_settings,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import require_verified_tls, verified_scope
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import journal_argument_spec, open_store
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.vmid import DEFAULT_LEASE_SECONDS, PURPOSES, STATES, release, reserve
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    require_verified_tls,
+    verified_scope,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import (
+    journal_argument_spec,
+    open_store,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.vmid import (
+    DEFAULT_LEASE_SECONDS,
+    PURPOSES,
+    STATES,
+    release,
+    reserve,
+)
 
 
 def argument_spec() -> dict:
     spec = connection_argument_spec()
     spec.update(journal_argument_spec())
-    spec.update({
-        "state": {"type": "str", "choices": list(STATES), "default": "reserved"},
-        "owner": {"type": "str", "required": True},
-        "purpose": {"type": "str", "choices": list(PURPOSES), "default": "vm"},
-        "vmid": {"type": "int"},
-        "vmid_range": {"type": "list", "elements": "int"},
-        "lease_seconds": {"type": "int", "default": DEFAULT_LEASE_SECONDS},
-    })
+    spec.update(
+        {
+            "state": {"type": "str", "choices": list(STATES), "default": "reserved"},
+            "owner": {"type": "str", "required": True},
+            "purpose": {"type": "str", "choices": list(PURPOSES), "default": "vm"},
+            "vmid": {"type": "int"},
+            "vmid_range": {"type": "list", "elements": "int"},
+            "lease_seconds": {"type": "int", "default": DEFAULT_LEASE_SECONDS},
+        }
+    )
     return spec
 
 
@@ -210,10 +227,20 @@ def action(params, check_mode, diff) -> dict:
     require_verified_tls(settings)  # a lease is bound to a verified provider scope; nothing is sent otherwise
     if params["state"] == "released":
         scope = verified_scope(settings)
-        return release(store, scope, owner=params["owner"], purpose=params["purpose"], vmid=params["vmid"], check_mode=check_mode)
+        return release(
+            store, scope, owner=params["owner"], purpose=params["purpose"], vmid=params["vmid"], check_mode=check_mode
+        )
     with ProxmoxClient(settings) as client:
-        return reserve(store, client, owner=params["owner"], purpose=params["purpose"], vmid=params["vmid"],
-                       vmid_range=params["vmid_range"], lease_seconds=params["lease_seconds"], check_mode=check_mode)
+        return reserve(
+            store,
+            client,
+            owner=params["owner"],
+            purpose=params["purpose"],
+            vmid=params["vmid"],
+            vmid_range=params["vmid_range"],
+            lease_seconds=params["lease_seconds"],
+            check_mode=check_mode,
+        )
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests",))

@@ -59,7 +59,12 @@ try:
 except ImportError:  # ansible-core requires PyYAML; the sanity import test loads this file without it
     yaml = None
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, controller_watch, missing_libraries, safe_call
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import (
+    ModuleEntry,
+    controller_watch,
+    missing_libraries,
+    safe_call,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.progress import reporting_to
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import PREVIEW_FACT
 
@@ -92,9 +97,12 @@ def own_action_groups(fqcn: str, runtime_yml: Path = RUNTIME_YML) -> list[str]:
         groups = (yaml.safe_load(runtime_yml.read_text(encoding="utf-8")) or {}).get("action_groups") or {}
     except (OSError, yaml.YAMLError):
         return []
-    short = fqcn[len(prefix):]
-    return [prefix + name for name, members in groups.items()
-            if isinstance(members, list) and (short in members or fqcn in members)]
+    short = fqcn[len(prefix) :]
+    return [
+        prefix + name
+        for name, members in groups.items()
+        if isinstance(members, list) and (short in members or fqcn in members)
+    ]
 
 
 def action_groups(task: t.Any) -> list[str]:
@@ -132,7 +140,9 @@ def task_environment(overrides: t.Mapping[str, t.Any]) -> t.Iterator[None]:
                 os.environ[key] = value
 
 
-def without_foreign_group_defaults(args: t.Mapping[str, t.Any], entry: ModuleEntry, from_group: t.Collection[str]) -> dict[str, t.Any]:
+def without_foreign_group_defaults(
+    args: t.Mapping[str, t.Any], entry: ModuleEntry, from_group: t.Collection[str]
+) -> dict[str, t.Any]:
     """``args`` without the group defaults that do not apply to this module.
 
     One ``module_defaults: group/vmanyware.proxmox.proxmox`` entry serves every module of the group, so an
@@ -144,8 +154,11 @@ def without_foreign_group_defaults(args: t.Mapping[str, t.Any], entry: ModuleEnt
     ``from_group`` names the options that reached the task only through group defaults.
     """
     accepted = entry.argument_spec()
-    kept = {name: value for name, value in args.items()
-            if name not in from_group or (name in accepted and _within_choices(value, accepted[name]))}
+    kept = {
+        name: value
+        for name, value in args.items()
+        if name not in from_group or (name in accepted and _within_choices(value, accepted[name]))
+    }
     for group in entry.mutually_exclusive:
         present = [name for name in group if kept.get(name) is not None]
         if len(present) > 1 and any(name not in from_group for name in present):
@@ -163,7 +176,9 @@ def _within_choices(value: t.Any, spec: t.Mapping[str, t.Any]) -> bool:
     return value in choices or str(value) in [str(choice) for choice in choices]
 
 
-def with_preview_document(args: t.Mapping[str, t.Any], entry: ModuleEntry, facts: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+def with_preview_document(
+    args: t.Mapping[str, t.Any], entry: ModuleEntry, facts: t.Mapping[str, t.Any]
+) -> dict[str, t.Any]:
     """In check mode, a stage task's ``operation_id`` from ``vmanyware_operation``'s preview gets that preview document.
 
     A playbook written for the normal mode (``operation_id: "{{ op.operation_id }}"``) then previews every
@@ -171,8 +186,13 @@ def with_preview_document(args: t.Mapping[str, t.Any], entry: ModuleEntry, facts
     fact ``vmanyware_preview_operation`` the check-mode ``vmanyware_operation`` task set.
     """
     document = facts.get(PREVIEW_FACT)
-    if ("preview_operation" not in entry.argument_spec() or args.get("preview_operation") is not None or not args.get("operation_id")
-            or not isinstance(document, t.Mapping) or document.get("operationId") != args["operation_id"]):
+    if (
+        "preview_operation" not in entry.argument_spec()
+        or args.get("preview_operation") is not None
+        or not args.get("operation_id")
+        or not isinstance(document, t.Mapping)
+        or document.get("operationId") != args["operation_id"]
+    ):
         return dict(args)
     return dict(args, preview_operation=document)
 
@@ -182,8 +202,9 @@ def plain(value: t.Any) -> t.Any:
     return json.loads(json.dumps(value))
 
 
-def run_entry_in_process(entry: ModuleEntry, module_name: str, args: t.Mapping[str, t.Any], *, check_mode: bool,
-                         diff: bool) -> dict[str, t.Any]:
+def run_entry_in_process(
+    entry: ModuleEntry, module_name: str, args: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool
+) -> dict[str, t.Any]:
     """Validate ``args`` like ``AnsibleModule`` does, run the entry, censor ``no_log`` values in the result.
 
     Raises ``NotInProcess`` (before the entry ran) when this ansible-core does not say which values to censor.
@@ -255,7 +276,9 @@ class InProcessModuleAction(ActionBase):
         try:
             self._compute_environment_string(raw_environment_out=environment)
         except (TypeError, AttributeError) as exc:
-            raise NotInProcess("ansible-core internals unavailable: ActionBase._compute_environment_string(raw_environment_out)") from exc
+            raise NotInProcess(
+                "ansible-core internals unavailable: ActionBase._compute_environment_string(raw_environment_out)"
+            ) from exc
         return environment
 
     def _group_default_names(self) -> set[str]:
@@ -300,8 +323,13 @@ class InProcessModuleAction(ActionBase):
             environment = self._task_environment()
             host = (task_vars or {}).get("inventory_hostname", "localhost")
             # Progress lines of a long run (vmanyware_provision) are shown while the task runs, from the worker.
-            with task_environment(dict(environment, **watch)), reporting_to(lambda line: display.display("[%s] %s" % (host, line))):
-                outcome = run_entry_in_process(entry, name, args, check_mode=bool(self._task.check_mode), diff=bool(self._task.diff))
+            with (
+                task_environment(dict(environment, **watch)),
+                reporting_to(lambda line: display.display("[%s] %s" % (host, line))),
+            ):
+                outcome = run_entry_in_process(
+                    entry, name, args, check_mode=bool(self._task.check_mode), diff=bool(self._task.diff)
+                )
         except NotInProcess as reason:
             display.vvv("vmanyware: %s ran as a module process (%s)" % (name, reason))
             # What ansible.builtin.normal does for a module without an action plugin (a local module process inherits the
@@ -309,7 +337,12 @@ class InProcessModuleAction(ActionBase):
             # action, removes the temporary directory of a module that was not async.
             wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
             with task_environment(watch):
-                return t.cast(dict, merge_hash(result, self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async)))
+                return t.cast(
+                    dict,
+                    merge_hash(
+                        result, self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async)
+                    ),
+                )
         display.vvv("vmanyware: %s ran in process" % name)
         result.update(outcome)
         return result

@@ -59,16 +59,25 @@ def _playbook(tmp: Path, env: dict[str, str], extra: list[str], name: str) -> tu
 
 
 def _attach(lxcpath: Path, *argv: str) -> str:
-    res = subprocess.run(["lxc-attach", "-P", str(lxcpath), "-n", f"ct{CTID}", "--", *argv], capture_output=True, text=True,
-                         check=False, timeout=60)
+    res = subprocess.run(
+        ["lxc-attach", "-P", str(lxcpath), "-n", f"ct{CTID}", "--", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     return res.stdout.strip()
 
 
 def test_provision_playbook_on_a_real_container(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     # pylint: disable=too-many-locals,too-many-statements
-    if os.environ.get("PVESIM_REALCONTAINER") != "1" and "realcontainer" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("real-container acceptance is opt-in: tools/dev/acceptance.sh (pytest -m realcontainer, or PVESIM_REALCONTAINER=1)")
+    if os.environ.get("PVESIM_REALCONTAINER") != "1" and "realcontainer" not in (
+        request.config.getoption("markexpr") or ""
+    ):
+        pytest.skip(
+            "real-container acceptance is opt-in: tools/dev/acceptance.sh (pytest -m realcontainer, or PVESIM_REALCONTAINER=1)"
+        )
     t_total = time.monotonic()
     timings: dict[str, t.Any] = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     ensure_realcontainer_tools(_say)
@@ -76,7 +85,9 @@ def test_provision_playbook_on_a_real_container(request: pytest.FixtureRequest, 
     rootfs, timings["rootfs_build_s"] = build_container_rootfs(str(REPO), _say)
 
     key = tmp_path / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vmanyware-ct-acceptance", "-f", str(key)], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vmanyware-ct-acceptance", "-f", str(key)], check=True
+    )
     definition = yaml.safe_load((HERE / "definition-container.yml").read_text(encoding="utf-8"))
     definition["access"]["sshPublicKeys"] = [key.with_suffix(".pub").read_text(encoding="utf-8").strip()]
     definition_file = tmp_path / "definition.yml"
@@ -93,18 +104,44 @@ def test_provision_playbook_on_a_real_container(request: pytest.FixtureRequest, 
         admin = PvesimAdmin(conn)
         from pvesim.state import FULL_TOKEN_ACL  # pylint: disable=import-outside-toplevel
         from pvesim.lxc import TEMPLATE_STORAGE_ACL  # pylint: disable=import-outside-toplevel
+
         admin.set_token(conn["tokens"]["full"]["id"], privileges={**FULL_TOKEN_ACL, **TEMPLATE_STORAGE_ACL})
-        env = dict(os.environ, PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]),
-                   PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"], PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
-                   PROXMOX_CA_PATH=conn["ca_file"], VMANYWARE_JOURNAL_DIR=str(journal), VMANYWARE_PROVISIONING_ENABLED="true",
-                   VMANYWARE_SNAPSHOTS_ENABLED="true", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_PIPELINING="1")
+        env = dict(
+            os.environ,
+            PROXMOX_HOST=conn["host"],
+            PROXMOX_PORT=str(conn["port"]),
+            PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+            PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+            PROXMOX_CA_PATH=conn["ca_file"],
+            VMANYWARE_JOURNAL_DIR=str(journal),
+            VMANYWARE_PROVISIONING_ENABLED="true",
+            VMANYWARE_SNAPSHOTS_ENABLED="true",
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_FORCE_COLOR="0",
+            ANSIBLE_PIPELINING="1",
+        )
         ssh_port = 20000 + CTID % 10000  # pvesim.realcontainer: sshd of CT <vmid> on 127.0.0.1:<20000 + vmid % 10000>
-        extra = ["-e", f"vmanyware_catalog_path={REPO / 'examples' / 'catalog-containers.yml'}",
-                 "-e", f"vmanyware_definition_path={definition_file}", "-e", f"vmanyware_target_vmid={CTID}",
-                 "-e", f"vmanyware_confirmation_file={confirm}", "-e", f"vmanyware_known_hosts_file={known_hosts}",
-                 # the SSH transport to the container: its loopback port; the host key stays keyed on the recorded address
-                 "-e", "provision_container_ssh_host=127.0.0.1", "-e", f"provision_container_ssh_port={ssh_port}",
-                 "-e", f"provision_ssh_private_key_file={key}", "-e", "provision_trust_on_first_use=true"]
+        extra = [
+            "-e",
+            f"vmanyware_catalog_path={REPO / 'examples' / 'catalog-containers.yml'}",
+            "-e",
+            f"vmanyware_definition_path={definition_file}",
+            "-e",
+            f"vmanyware_target_vmid={CTID}",
+            "-e",
+            f"vmanyware_confirmation_file={confirm}",
+            "-e",
+            f"vmanyware_known_hosts_file={known_hosts}",
+            # the SSH transport to the container: its loopback port; the host key stays keyed on the recorded address
+            "-e",
+            "provision_container_ssh_host=127.0.0.1",
+            "-e",
+            f"provision_container_ssh_port={ssh_port}",
+            "-e",
+            f"provision_ssh_private_key_file={key}",
+            "-e",
+            "provision_trust_on_first_use=true",
+        ]
 
         # 1. without confirmation: plan + preflight, the confirmation file, nothing sent
         t0 = time.monotonic()
@@ -122,13 +159,19 @@ def test_provision_playbook_on_a_real_container(request: pytest.FixtureRequest, 
         log = admin.requests()
         sent = [f"{e['method']} {e['path']}" for e in log if e["method"] in MUTATING]
         ct = f"/nodes/{NODE}/lxc/{CTID}"
-        assert sent == [f"POST /nodes/{NODE}/aplinfo", f"POST /nodes/{NODE}/lxc", f"POST {ct}/status/start", f"POST {ct}/snapshot"], sent
+        assert sent == [
+            f"POST /nodes/{NODE}/aplinfo",
+            f"POST /nodes/{NODE}/lxc",
+            f"POST {ct}/status/start",
+            f"POST {ct}/snapshot",
+        ], sent
         assert [e for e in log if e.get("schema_errors")] == []
         (doc_path,) = journal.glob("op-*.json")
         op = json.loads(doc_path.read_text(encoding="utf-8"))
         assert op["status"] == "completed"
         assert [(s["kind"], s["status"]) for s in op["stages"]] == [
-            (kind, "completed") for kind in ("template", "create", "start", "readiness", "packages", "snapshot")]
+            (kind, "completed") for kind in ("template", "create", "start", "readiness", "packages", "snapshot")
+        ]
         address = op["handoff"]["ipv4"]
         packages = next(s for s in op["stages"] if s["kind"] == "packages")["evidence"]
 
@@ -140,10 +183,19 @@ def test_provision_playbook_on_a_real_container(request: pytest.FixtureRequest, 
         # trust was explicit: the fingerprint the role printed is the container's own host key, recorded under the address
         own = _attach(lxcpath, "ssh-keygen", "-lf", "/etc/ssh/ssh_host_ed25519_key.pub").split()[1]
         assert own in out and "trusted on first use (provision_trust_on_first_use: true)" in out
-        recorded = subprocess.run(["ssh-keygen", "-lf", str(known_hosts)], capture_output=True, text=True, check=True).stdout.split()
+        recorded = subprocess.run(
+            ["ssh-keygen", "-lf", str(known_hosts)], capture_output=True, text=True, check=True
+        ).stdout.split()
         assert recorded[1] == own, recorded
-        assert subprocess.run(["ssh-keygen", "-F", address, "-f", str(known_hosts)], capture_output=True, check=False).returncode == 0
-        api = ProxmoxAPI(conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"])
+        assert (
+            subprocess.run(
+                ["ssh-keygen", "-F", address, "-f", str(known_hosts)], capture_output=True, check=False
+            ).returncode
+            == 0
+        )
+        api = ProxmoxAPI(
+            conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"]
+        )
         snapshots = [s["name"] for s in api.nodes(NODE).lxc(CTID).snapshot.get() if s["name"] != "current"]
         assert len(snapshots) == 1 and re.fullmatch(r"vmanyware-[0-9a-z-]+", snapshots[0]), snapshots
 
@@ -166,5 +218,7 @@ def test_provision_playbook_on_a_real_container(request: pytest.FixtureRequest, 
         _say(f"simulator state {state}, playbook logs {tmp_path}/run*.log; destroyed in cleanup: {leftovers}")
         _say(f"timings: {json.dumps(timings)}")
         if os.environ.get("VMANYWARE_ACCEPTANCE_TIMINGS"):
-            Path(os.environ["VMANYWARE_ACCEPTANCE_TIMINGS"] + "-container").write_text(json.dumps(timings, indent=1) + "\n", encoding="utf-8")
+            Path(os.environ["VMANYWARE_ACCEPTANCE_TIMINGS"] + "-container").write_text(
+                json.dumps(timings, indent=1) + "\n", encoding="utf-8"
+            )
     assert leftovers == []

@@ -133,8 +133,11 @@ def patch_store(module: t.Any) -> None:
     @functools.wraps(original)
     def write(self: t.Any, document: t.Any, change: tuple[str, str]) -> None:
         point = _point_of(self, lambda value: value if (value or "").startswith("journal:") else None)
-        phases = [phase for phase in ("before_replace", "after_replace")
-                  if point == "journal:%s:%s:%s" % (phase, change[0], change[1])]
+        phases = [
+            phase
+            for phase in ("before_replace", "after_replace")
+            if point == "journal:%s:%s:%s" % (phase, change[0], change[1])
+        ]
         if not phases:
             return original(self, document, change)
         target = os.path.abspath(self.operation_path(document["operationId"]))
@@ -187,7 +190,9 @@ def install_on_import() -> None:
         if not pending:
             builtins.__import__ = original_import
 
-    def importing(name: str, globals: t.Any = None, locals: t.Any = None, fromlist: t.Any = (), level: int = 0) -> t.Any:  # pylint: disable=redefined-builtin
+    def importing(
+        name: str, globals: t.Any = None, locals: t.Any = None, fromlist: t.Any = (), level: int = 0
+    ) -> t.Any:  # pylint: disable=redefined-builtin
         module = original_import(name, globals, locals, fromlist, level)
         if pending:
             patch_ready()

@@ -29,8 +29,14 @@ EARLY: dict[str, t.Callable[[], StageLogic]] = {"clone": CloneStage, "resources"
 
 
 def settings_for(conn: dict[str, t.Any], token: str = "full") -> t.Any:
-    return build_settings(host=conn["host"], port=conn["port"], token_id=conn["tokens"][token]["id"],
-                          token_secret=conn["tokens"][token]["secret"], ca_path=conn["ca_file"], timeout=10)
+    return build_settings(
+        host=conn["host"],
+        port=conn["port"],
+        token_id=conn["tokens"][token]["id"],
+        token_secret=conn["tokens"][token]["secret"],
+        ca_path=conn["ca_file"],
+        timeout=10,
+    )
 
 
 def catalog_text(attested: bool = True) -> str:
@@ -66,24 +72,39 @@ class Env:
         return self.store.load(self.operation_id)
 
 
-def create(tmp_path: Path, conn: dict[str, t.Any], *, attested: bool = True, packages: list[dict[str, str]] | None = None,
-           snapshot: bool = False) -> Env:
+def create(
+    tmp_path: Path,
+    conn: dict[str, t.Any],
+    *,
+    attested: bool = True,
+    packages: list[dict[str, str]] | None = None,
+    snapshot: bool = False,
+) -> Env:
     """An operation for VM 201 (created in the journal directly, so a non-attested mapping is possible)."""
-    planned = build_plan(catalog=catalog_text(attested), definition=definition_text(packages, snapshot), target_vmid=VMID)
+    planned = build_plan(
+        catalog=catalog_text(attested), definition=definition_text(packages, snapshot), target_vmid=VMID
+    )
     client = ProxmoxClient(settings_for(conn))
     client.get("/version")
     store = JournalStore(str(tmp_path / "journal"))
     kinds = [step["kind"] for step in planned.plan["steps"]]
     document, _created = store.create_operation(
-        idempotency_key="test-%s" % planned.plan_hash, provider_scope_id=client.provider_scope_id, definition=planned.definition,
-        mapping=planned.mapping, plan=planned.plan, confirmation={"confirmed": True}, target_node=NODE, target_vmid=VMID,
-        stage_kinds=kinds)
+        idempotency_key="test-%s" % planned.plan_hash,
+        provider_scope_id=client.provider_scope_id,
+        definition=planned.definition,
+        mapping=planned.mapping,
+        plan=planned.plan,
+        confirmation={"confirmed": True},
+        target_node=NODE,
+        target_vmid=VMID,
+        stage_kinds=kinds,
+    )
     return Env(store, client, document["operationId"], kinds)
 
 
 def run_clone_stages(env: Env) -> None:
     """The real clone, resources and (when planned) disk stages: what the guest stages start from."""
-    for kind in env.kinds[:env.kinds.index("cloudinit")]:
+    for kind in env.kinds[: env.kinds.index("cloudinit")]:
         result = env.run(EARLY[kind]())
         assert result["done"], result
 

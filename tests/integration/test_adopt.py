@@ -22,9 +22,15 @@ import yaml
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.adopt import adopt_operation
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import (
+    certificate_fingerprint,
+    provider_scope_id,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    create_operation,
+    expected_confirmation,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.cloudinit import CloudinitStage
@@ -48,9 +54,17 @@ ORDER = ("clone", "resources", "disk", "cloudinit", "seed", "start", "readiness"
 
 
 def logic_for(kind: str) -> t.Any:
-    return {"clone": CloneStage, "resources": ResourcesStage, "disk": DiskStage, "cloudinit": CloudinitStage, "seed": SeedStage,
-            "start": StartStage, "readiness": ReadinessStage, "packages": PackagesStage,
-            "snapshot": SnapshotStage}[kind]()
+    return {
+        "clone": CloneStage,
+        "resources": ResourcesStage,
+        "disk": DiskStage,
+        "cloudinit": CloudinitStage,
+        "seed": SeedStage,
+        "start": StartStage,
+        "readiness": ReadinessStage,
+        "packages": PackagesStage,
+        "snapshot": SnapshotStage,
+    }[kind]()
 
 
 def planned_for(disk_gib: int = 20, packages: list[dict[str, str]] | None = None, snapshot: bool = True) -> t.Any:
@@ -69,17 +83,30 @@ class Env:
         self.pvesim = pvesim
         self.journal = tmp_path / "journal"
         self.params: dict[str, t.Any] = {
-            "api_host": conn["host"], "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-            "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-            "journal_dir": str(self.journal), "api_timeout": 10.0, "lock_wait": 30.0, "provisioning_enabled": True,
+            "api_host": conn["host"],
+            "api_port": conn["port"],
+            "api_token_id": conn["tokens"]["full"]["id"],
+            "api_token_secret": conn["tokens"]["full"]["secret"],
+            "ca_path": conn["ca_file"],
+            "validate_certs": True,
+            "journal_dir": str(self.journal),
+            "api_timeout": 10.0,
+            "lock_wait": 30.0,
+            "provisioning_enabled": True,
             "snapshots_enabled": True,
         }
         self.settings = connection_settings(self.params)
         self.scope = provider_scope_id(self.settings, certificate_fingerprint(self.settings))
         self.planned = planned_for(**plan_args)
         self.kinds = [step["kind"] for step in self.planned.plan["steps"]]
-        result = create_operation(open_store(str(self.journal)), planned=self.planned, provider_scope_id=self.scope,
-                                  confirmation=expected_confirmation(self.planned.plan, self.scope), idempotency_key=None, environ=GATES)
+        result = create_operation(
+            open_store(str(self.journal)),
+            planned=self.planned,
+            provider_scope_id=self.scope,
+            confirmation=expected_confirmation(self.planned.plan, self.scope),
+            idempotency_key=None,
+            environ=GATES,
+        )
         self.operation_id = result["operation_id"]
         self.params["operation_id"] = self.operation_id
 
@@ -98,9 +125,16 @@ class Env:
     def adopt(self, planned: t.Any = None, check_mode: bool = False) -> dict[str, t.Any]:
         planned = planned or self.planned
         with ProxmoxClient(self.settings) as client:
-            result = adopt_operation(open_store(str(self.journal)), client, planned=planned, provider_scope_id=self.scope,
-                                     confirmation=expected_confirmation(planned.plan, self.scope), idempotency_key=None, environ=GATES,
-                                     check_mode=check_mode)
+            result = adopt_operation(
+                open_store(str(self.journal)),
+                client,
+                planned=planned,
+                provider_scope_id=self.scope,
+                confirmation=expected_confirmation(planned.plan, self.scope),
+                idempotency_key=None,
+                environ=GATES,
+                check_mode=check_mode,
+            )
         assert self.params["api_token_secret"] not in json.dumps(result)
         return result
 
@@ -138,8 +172,16 @@ def test_adopt_after_full_provisioning_then_finish(sim: t.Any, tmp_path: Path) -
     assert result["changed"] and result["adopted"] and result["operation_id"] == env.operation_id
     assert {e["method"] for e in sim.requests()} == {"GET"}  # adoption reads only
     assert [(s["kind"], s["status"]) for s in result["adoption"]] == [
-        ("clone", "completed"), ("resources", "completed"), ("disk", "completed"), ("cloudinit", "completed"), ("seed", "completed"),
-        ("start", "completed"), ("readiness", "pending"), ("packages", "pending"), ("snapshot", "pending")]
+        ("clone", "completed"),
+        ("resources", "completed"),
+        ("disk", "completed"),
+        ("cloudinit", "completed"),
+        ("seed", "completed"),
+        ("start", "completed"),
+        ("readiness", "pending"),
+        ("packages", "pending"),
+        ("snapshot", "pending"),
+    ]
     assert "snapshot is listed" in result["adoption"][-1]["reason"]
     document = env.document
     assert document["status"] == "open" and document["operationId"] == env.operation_id
@@ -148,7 +190,7 @@ def test_adopt_after_full_provisioning_then_finish(sim: t.Any, tmp_path: Path) -
     old = {item["kind"]: item["evidence"] for item in before["stages"]}
     new = {item["kind"]: item["evidence"] for item in document["stages"]}
     assert new["clone"]["volid"] == old["clone"]["volid"] and new["clone"]["macaddr"] == old["clone"]["macaddr"]
-    assert new["clone"]["adopted"] is True and new["disk"]["diskSizeBytes"] == 20 * 1024 ** 3
+    assert new["clone"]["adopted"] is True and new["disk"]["diskSizeBytes"] == 20 * 1024**3
     assert new["seed"]["seedHashes"] == old["seed"]["seedHashes"]
     assert new["cloudinit"]["net0Mac"] == old["cloudinit"]["net0Mac"] and new["start"]["powerState"] == "running"
 
@@ -158,8 +200,14 @@ def test_adopt_after_full_provisioning_then_finish(sim: t.Any, tmp_path: Path) -
     assert env.document["status"] == "completed"
     assert env.document["handoff"]["snapshot"] == before["handoff"]["snapshot"]
     counts = collections.Counter(mutations(sim))
-    for forbidden in [("POST", "/nodes/pve-test/qemu/9000/clone"), ("PUT", VM + "/resize"), ("POST", VM + "/status/start"),
-                      ("POST", VM + "/snapshot"), ("PUT", VM + "/config"), ("PUT", VM + "/cloudinit")]:
+    for forbidden in [
+        ("POST", "/nodes/pve-test/qemu/9000/clone"),
+        ("PUT", VM + "/resize"),
+        ("POST", VM + "/status/start"),
+        ("POST", VM + "/snapshot"),
+        ("PUT", VM + "/config"),
+        ("PUT", VM + "/cloudinit"),
+    ]:
         assert counts[forbidden] == 0, counts
     assert installs(sim) == 0
     assert sim.schema_violations() == []
@@ -180,8 +228,16 @@ def test_adopt_after_start_then_finish(sim: t.Any, tmp_path: Path) -> None:
     sim.clear_requests()
     result = env.adopt()
     assert {e["method"] for e in sim.requests()} == {"GET"}
-    assert env.statuses() == {"clone": "completed", "resources": "completed", "disk": "completed", "cloudinit": "completed",
-                              "seed": "completed", "start": "completed", "readiness": "pending", "packages": "pending"}
+    assert env.statuses() == {
+        "clone": "completed",
+        "resources": "completed",
+        "disk": "completed",
+        "cloudinit": "completed",
+        "seed": "completed",
+        "start": "completed",
+        "readiness": "pending",
+        "packages": "pending",
+    }
     assert result["operation"]["status"] == "open" and result["observed"]["powerState"] == "running"
     sim.clear_requests()
     for kind in ("readiness", "packages"):
@@ -201,8 +257,14 @@ def test_adopt_before_start_leaves_seed_and_start_pending(sim: t.Any, tmp_path: 
     sim.clear_requests()
     result = env.adopt()
     assert {e["method"] for e in sim.requests()} == {"GET"}
-    assert env.statuses() == {"clone": "completed", "resources": "completed", "cloudinit": "completed", "seed": "pending",
-                              "start": "pending", "readiness": "pending"}
+    assert env.statuses() == {
+        "clone": "completed",
+        "resources": "completed",
+        "cloudinit": "completed",
+        "seed": "pending",
+        "start": "pending",
+        "readiness": "pending",
+    }
     assert result["observed"]["qmstartTasks"] == []
     sim.clear_requests()
     for kind in ("seed", "start", "readiness"):
@@ -254,7 +316,13 @@ def test_vm_without_our_description_is_not_found(sim: t.Any, tmp_path: Path) -> 
         env.adopt()
     assert missing.value.code == "not_found"
     with ProxmoxClient(env.settings) as client:
-        client.post("/nodes/pve-test/qemu/9000/clone", newid=201, full=True, storage="local-lvm", description="made by someone else")
+        client.post(
+            "/nodes/pve-test/qemu/9000/clone",
+            newid=201,
+            full=True,
+            storage="local-lvm",
+            description="made by someone else",
+        )
     sim.clear_requests()
     with pytest.raises(VmanywareError) as foreign:
         env.adopt()
@@ -286,8 +354,14 @@ def test_adopt_refuses_a_locked_vm_and_a_held_target(sim: t.Any, tmp_path: Path)
     assert locked.value.code == "locked"
     sim.set_vm_config(201, delete=["lock"])
     # another (unreleased) operation holds the target in the new journal
-    create_operation(open_store(str(env.journal)), planned=planned_for(disk_gib=24), provider_scope_id=env.scope,
-                     confirmation=expected_confirmation(planned_for(disk_gib=24).plan, env.scope), idempotency_key=None, environ=GATES)
+    create_operation(
+        open_store(str(env.journal)),
+        planned=planned_for(disk_gib=24),
+        provider_scope_id=env.scope,
+        confirmation=expected_confirmation(planned_for(disk_gib=24).plan, env.scope),
+        idempotency_key=None,
+        environ=GATES,
+    )
     with pytest.raises(VmanywareError) as held:
         env.adopt()
     assert held.value.code == "conflicting_operation"
@@ -348,15 +422,31 @@ def test_ansible_playbook_adopt(sim: t.Any, tmp_path: Path) -> None:
     definition.write_text(yaml.safe_dump(data), encoding="utf-8")
     out = tmp_path / "out.json"
     playbook = tmp_path / "site.yml"
-    playbook.write_text(PLAYBOOK.format(journal=env.journal, repo=REPO, definition=definition, out=out), encoding="utf-8")
+    playbook.write_text(
+        PLAYBOOK.format(journal=env.journal, repo=REPO, definition=definition, out=out), encoding="utf-8"
+    )
     conn = sim.connection
-    environ = dict(os.environ, ANSIBLE_NOCOLOR="1", VMANYWARE_PROVISIONING_ENABLED="true", PROXMOX_HOST=conn["host"],
-                   PROXMOX_PORT=str(conn["port"]), PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
-                   PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"], PROXMOX_CA_PATH=conn["ca_file"])
+    environ = dict(
+        os.environ,
+        ANSIBLE_NOCOLOR="1",
+        VMANYWARE_PROVISIONING_ENABLED="true",
+        PROXMOX_HOST=conn["host"],
+        PROXMOX_PORT=str(conn["port"]),
+        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+        PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+        PROXMOX_CA_PATH=conn["ca_file"],
+    )
     environ.pop("VMANYWARE_SNAPSHOTS_ENABLED", None)
     sim.clear_requests()
-    completed = subprocess.run([str(BIN / "ansible-playbook"), str(playbook)], cwd=REPO, env=environ, capture_output=True, text=True,
-                               timeout=300, check=False)
+    completed = subprocess.run(
+        [str(BIN / "ansible-playbook"), str(playbook)],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert conn["tokens"]["full"]["secret"] not in completed.stdout + completed.stderr
     results = json.loads(out.read_text(encoding="utf-8"))

@@ -85,7 +85,9 @@ def render_credential(inputs: dict[str, t.Any], private_data_dir: Path) -> dict[
         os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
         setattr(files, label.split(".", 1)[1], path)
     namespace["tower"] = types.SimpleNamespace(filename=files)
-    return {name: env.from_string(template).render(**namespace) for name, template in cred_type["injectors"]["env"].items()}
+    return {
+        name: env.from_string(template).render(**namespace) for name, template in cred_type["injectors"]["env"].items()
+    }
 
 
 def make_private_data_dir(root: Path) -> Path:
@@ -93,8 +95,9 @@ def make_private_data_dir(root: Path) -> Path:
     project = pdd / "project"
     (project / "vmanyware").mkdir(parents=True)
     for name in ("provision", "plan", "preflight"):
-        (project / f"{name}.yml").write_text(PROJECT_PLAYBOOK.replace("vmanyware.proxmox.provision", f"vmanyware.proxmox.{name}"),
-                                             encoding="utf-8")
+        (project / f"{name}.yml").write_text(
+            PROJECT_PLAYBOOK.replace("vmanyware.proxmox.provision", f"vmanyware.proxmox.{name}"), encoding="utf-8"
+        )
     shutil.copy(REPO / "examples" / "catalog.yml", project / "vmanyware" / "catalog.yml")
     shutil.copy(REPO / "examples" / "definition.yml", project / "vmanyware" / "definition.yml")
     (pdd / "inventory").mkdir()
@@ -102,12 +105,21 @@ def make_private_data_dir(root: Path) -> Path:
     return pdd
 
 
-def run_job(pdd: Path, ident: str, extravars: dict[str, t.Any], envvars: dict[str, str], playbook: str = "provision.yml") -> t.Any:
+def run_job(
+    pdd: Path, ident: str, extravars: dict[str, t.Any], envvars: dict[str, str], playbook: str = "provision.yml"
+) -> t.Any:
     for name in ("extravars", "envvars"):  # each job brings its own (ansible-runner keeps an existing env/<name>)
         (pdd / "env" / name).unlink(missing_ok=True)
     return ansible_runner.run(
-        private_data_dir=str(pdd), ident=ident, playbook=playbook, inventory="hosts.yml",
-        extravars=extravars, envvars=envvars, quiet=True, rotate_artifacts=0, timeout=600,
+        private_data_dir=str(pdd),
+        ident=ident,
+        playbook=playbook,
+        inventory="hosts.yml",
+        extravars=extravars,
+        envvars=envvars,
+        quiet=True,
+        rotate_artifacts=0,
+        timeout=600,
     )
 
 
@@ -117,7 +129,11 @@ def events_of(runner: t.Any, event: str) -> list[dict[str, t.Any]]:
 
 def printed_block(runner: t.Any) -> str:
     """The text vmanyware_print showed for the confirmation task (a verbose event of the job output), from its first line on."""
-    text = "".join(e.get("stdout", "") + "\n" for e in runner.events if e.get("event") == "verbose" and "provision_confirmation:" in e.get("stdout", ""))
+    text = "".join(
+        e.get("stdout", "") + "\n"
+        for e in runner.events
+        if e.get("event") == "verbose" and "provision_confirmation:" in e.get("stdout", "")
+    )
     assert text.count("provision_confirmation:") == 1, text
     return text
 
@@ -128,7 +144,13 @@ def stage_oks(runner: t.Any) -> dict[str, dict[str, t.Any]]:
     for ev in events_of(runner, "runner_on_ok"):
         action = ev["event_data"].get("resolved_action") or ev["event_data"].get("task_action")
         if action in ("vmanyware.proxmox.vmanyware_provision", "vmanyware_provision"):
-            found.update({stage["kind"]: ev["event_data"] for stage in ev["event_data"]["res"].get("stages", []) if stage.get("done")})
+            found.update(
+                {
+                    stage["kind"]: ev["event_data"]
+                    for stage in ev["event_data"]["res"].get("stages", [])
+                    if stage.get("done")
+                }
+            )
         for kind, name in STAGE_ACTIONS.items():
             if action in (name, name.rsplit(".", 1)[1]):
                 found[kind] = ev["event_data"]
@@ -144,7 +166,9 @@ def files_containing(root: Path, needle: bytes) -> list[Path]:
 
 
 def test_provision_through_ansible_runner(pvesim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # ansible-playbook, as on the EE's PATH
+    monkeypatch.setenv(
+        "PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+    )  # ansible-playbook, as on the EE's PATH
     conn = pvesim.connection
     pvesim.set_speed(200)
     secret = conn["tokens"]["full"]["secret"]
@@ -153,14 +177,22 @@ def test_provision_through_ansible_runner(pvesim: t.Any, tmp_path: Path, monkeyp
     confirm_file = tmp_path / "confirm.yml"
     known_hosts = tmp_path / "known_hosts"
 
-    envvars = render_credential({
-        "api_host": conn["host"], "api_port": str(conn["port"]), "api_token_id": conn["tokens"]["full"]["id"],
-        "api_token_secret": secret, "ca_certificate": Path(conn["ca_file"]).read_text(encoding="utf-8"),
-        "provisioning_enabled": True,
-    }, pdd)
+    envvars = render_credential(
+        {
+            "api_host": conn["host"],
+            "api_port": str(conn["port"]),
+            "api_token_id": conn["tokens"]["full"]["id"],
+            "api_token_secret": secret,
+            "ca_certificate": Path(conn["ca_file"]).read_text(encoding="utf-8"),
+            "provisioning_enabled": True,
+        },
+        pdd,
+    )
     assert envvars["VMANYWARE_PROVISIONING_ENABLED"] == "true" and envvars["VMANYWARE_SNAPSHOTS_ENABLED"] == "false"
     assert envvars["PROXMOX_FINGERPRINT"] == "" and Path(envvars["PROXMOX_CA_PATH"]).parent == pdd / "env"
-    envvars.update({"VMANYWARE_JOURNAL_DIR": str(journal), "ANSIBLE_COLLECTIONS_PATH": os.environ["ANSIBLE_COLLECTIONS_PATH"]})
+    envvars.update(
+        {"VMANYWARE_JOURNAL_DIR": str(journal), "ANSIBLE_COLLECTIONS_PATH": os.environ["ANSIBLE_COLLECTIONS_PATH"]}
+    )
     extravars: dict[str, t.Any] = {
         # Project files by absolute path (/runner/project/... in an EE): a collection playbook's modules run in the
         # collection's playbooks/ directory, so a relative path would not name the project's file.
@@ -180,7 +212,11 @@ def test_provision_through_ansible_runner(pvesim: t.Any, tmp_path: Path, monkeyp
     assert set(confirmation) == {"provision_confirmation"}
     block = confirmation["provision_confirmation"]
     assert block["confirmed"] is True and block["targetVmid"] == TARGET_VMID
-    printed = [e for e in events_of(first, "runner_on_ok") if e["event_data"].get("task") == "Print the exact confirmation block for this plan"]
+    printed = [
+        e
+        for e in events_of(first, "runner_on_ok")
+        if e["event_data"].get("task") == "Print the exact confirmation block for this plan"
+    ]
     # the block is printed as it is (job output, as AWX shows it): YAML that loads to exactly the file's content
     assert printed and yaml.safe_load(printed_block(first)) == confirmation
     assert not stage_oks(first)
@@ -191,8 +227,11 @@ def test_provision_through_ansible_runner(pvesim: t.Any, tmp_path: Path, monkeyp
     second = run_job(pdd, "2", {**extravars, **confirmation}, envvars)
     assert (second.status, second.rc) == ("successful", 0), second.stdout.read()
     oks = stage_oks(second)
-    final = [e["event_data"]["res"]["ansible_facts"]["provision_operation"] for e in events_of(second, "runner_on_ok")
-             if e["event_data"].get("task") == "Keep the operation for later tasks"]
+    final = [
+        e["event_data"]["res"]["ansible_facts"]["provision_operation"]
+        for e in events_of(second, "runner_on_ok")
+        if e["event_data"].get("task") == "Keep the operation for later tasks"
+    ]
     assert final, "no final operation facts event"
     operation = final[-1]
     assert operation["status"] == "completed"
@@ -200,7 +239,11 @@ def test_provision_through_ansible_runner(pvesim: t.Any, tmp_path: Path, monkeyp
     assert kinds[:3] == ["clone", "resources", "disk"]
     assert all(s["status"] == "completed" for s in operation["stages"]), operation["stages"]
     assert set(oks) == set(kinds), (sorted(oks), kinds)
-    table = [e for e in events_of(second, "runner_on_ok") if e["event_data"].get("task") == "Show the stages, and the handoff once completed"]
+    table = [
+        e
+        for e in events_of(second, "runner_on_ok")
+        if e["event_data"].get("task") == "Show the stages, and the handoff once completed"
+    ]
     assert table and all(f" {kind} " in json.dumps(table[0]["event_data"]["res"]) for kind in kinds)
     clones = pvesim.requests("POST", r"/clone$")
     assert [e["path"] for e in clones] == ["/nodes/pve-test/qemu/9000/clone"]
@@ -237,9 +280,16 @@ def job_inputs(pdd: Path, tmp_path: Path, journal: Path) -> dict[str, t.Any]:
     }
 
 
-def module_results(runner: t.Any, action: str, events: tuple[str, ...] = ("runner_on_ok", "runner_on_failed")) -> list[dict[str, t.Any]]:
-    return [e["event_data"]["res"] for e in runner.events if e.get("event") in events
-            and (e["event_data"].get("resolved_action") or e["event_data"].get("task_action")) in (action, action.rsplit(".", 1)[1])]
+def module_results(
+    runner: t.Any, action: str, events: tuple[str, ...] = ("runner_on_ok", "runner_on_failed")
+) -> list[dict[str, t.Any]]:
+    return [
+        e["event_data"]["res"]
+        for e in runner.events
+        if e.get("event") in events
+        and (e["event_data"].get("resolved_action") or e["event_data"].get("task_action"))
+        in (action, action.rsplit(".", 1)[1])
+    ]
 
 
 def test_review_with_the_read_only_credential(pvesim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -248,10 +298,16 @@ def test_review_with_the_read_only_credential(pvesim: t.Any, tmp_path: Path, mon
     conn = pvesim.connection
     pdd = make_private_data_dir(tmp_path)
     journal = tmp_path / "journal"
-    envvars = render_credential({
-        "api_host": conn["host"], "api_port": str(conn["port"]), "api_token_id": conn["tokens"]["full"]["id"],
-        "api_token_secret": conn["tokens"]["full"]["secret"], "ca_certificate": Path(conn["ca_file"]).read_text(encoding="utf-8"),
-    }, pdd)  # proxmox-readonly: "Allow provisioning" left off
+    envvars = render_credential(
+        {
+            "api_host": conn["host"],
+            "api_port": str(conn["port"]),
+            "api_token_id": conn["tokens"]["full"]["id"],
+            "api_token_secret": conn["tokens"]["full"]["secret"],
+            "ca_certificate": Path(conn["ca_file"]).read_text(encoding="utf-8"),
+        },
+        pdd,
+    )  # proxmox-readonly: "Allow provisioning" left off
     assert envvars["VMANYWARE_PROVISIONING_ENABLED"] == "false"
     envvars["ANSIBLE_COLLECTIONS_PATH"] = os.environ["ANSIBLE_COLLECTIONS_PATH"]
     extravars = job_inputs(pdd, tmp_path, journal)
@@ -262,10 +318,18 @@ def test_review_with_the_read_only_credential(pvesim: t.Any, tmp_path: Path, mon
     tasks = [e["event_data"].get("task") for e in events_of(review, "runner_on_ok")]
     assert "Run the read-only checks" in tasks and "Build the plan (offline)" in tasks
     block = yaml.safe_load((tmp_path / "confirm.yml").read_text(encoding="utf-8"))["provision_confirmation"]
-    printed = [e["event_data"]["res"] for e in events_of(review, "runner_on_ok")
-               if e["event_data"].get("task") == "Print the exact confirmation block for this plan"]
+    printed = [
+        e["event_data"]["res"]
+        for e in events_of(review, "runner_on_ok")
+        if e["event_data"].get("task") == "Print the exact confirmation block for this plan"
+    ]
     text = printed_block(review)
-    assert printed and yaml.safe_load(text)["provision_confirmation"] == block and "# " in text and "it is closed for this run" in text
+    assert (
+        printed
+        and yaml.safe_load(text)["provision_confirmation"] == block
+        and "# " in text
+        and "it is closed for this run" in text
+    )
     assert not list(journal.glob("op-*.json"))
 
     # The approver's template, still with the read-only credential: stopped by the gate before any write or connection.
@@ -284,13 +348,29 @@ def test_every_optional_credential_field_empty(tmp_path: Path, monkeypatch: pyte
     """Optional credential fields left empty are injected as "": every module treats them as unset (port 8006, no CA, no pin)."""
     monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     pdd = make_private_data_dir(tmp_path)
-    envvars = render_credential({"api_host": "127.0.0.1", "api_port": "", "api_token_id": "automation@pve!vmanyware",
-                                 "api_token_secret": "00000000-empty-fields-0000-000000000000", "ca_certificate": "",
-                                 "api_fingerprint": ""}, pdd)
+    envvars = render_credential(
+        {
+            "api_host": "127.0.0.1",
+            "api_port": "",
+            "api_token_id": "automation@pve!vmanyware",
+            "api_token_secret": "00000000-empty-fields-0000-000000000000",
+            "ca_certificate": "",
+            "api_fingerprint": "",
+        },
+        pdd,
+    )
     optional = {"PROXMOX_PORT", "PROXMOX_CA_PATH", "PROXMOX_FINGERPRINT"}
     assert {name: envvars[name] for name in optional} == dict.fromkeys(optional, "")
-    envvars.update({"ANSIBLE_COLLECTIONS_PATH": os.environ["ANSIBLE_COLLECTIONS_PATH"], "PROXMOX_TIMEOUT": "", "PROXMOX_USER": "",
-                    "PROXMOX_PASSWORD": "", "PROXMOX_VALIDATE_CERTS": "", "VMANYWARE_JOURNAL_DIR": ""})
+    envvars.update(
+        {
+            "ANSIBLE_COLLECTIONS_PATH": os.environ["ANSIBLE_COLLECTIONS_PATH"],
+            "PROXMOX_TIMEOUT": "",
+            "PROXMOX_USER": "",
+            "PROXMOX_PASSWORD": "",
+            "PROXMOX_VALIDATE_CERTS": "",
+            "VMANYWARE_JOURNAL_DIR": "",
+        }
+    )
     extravars = job_inputs(pdd, tmp_path, tmp_path / "journal")
 
     plan = run_job(pdd, "plan", extravars, envvars, playbook="plan.yml")

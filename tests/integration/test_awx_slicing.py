@@ -63,16 +63,34 @@ def _slice_dir(root: Path, index: int, hosts: list[str]) -> Path:
     (pdd / "project").mkdir(parents=True)
     (pdd / "project" / "slice.yml").write_text(PLAYBOOK, encoding="utf-8")
     (pdd / "inventory").mkdir()
-    inventory = {"all": {"hosts": {name: {"ansible_connection": "local", "ansible_python_interpreter": str(VENV_BIN / "python")}
-                                   for name in hosts}}}
+    inventory = {
+        "all": {
+            "hosts": {
+                name: {"ansible_connection": "local", "ansible_python_interpreter": str(VENV_BIN / "python")}
+                for name in hosts
+            }
+        }
+    }
     (pdd / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")
     return pdd
 
 
-def _run_slices(pdds: list[Path], extravars: dict[str, t.Any], envvars: dict[str, str], ident: str) -> tuple[list[t.Any], float]:
+def _run_slices(
+    pdds: list[Path], extravars: dict[str, t.Any], envvars: dict[str, str], ident: str
+) -> tuple[list[t.Any], float]:
     def job(pdd: Path) -> t.Any:
-        return ansible_runner.run(private_data_dir=str(pdd), ident=ident, playbook="slice.yml", inventory="hosts.yml",
-                                  extravars=extravars, envvars=envvars, forks=HOSTS, quiet=True, rotate_artifacts=0, timeout=900)
+        return ansible_runner.run(
+            private_data_dir=str(pdd),
+            ident=ident,
+            playbook="slice.yml",
+            inventory="hosts.yml",
+            extravars=extravars,
+            envvars=envvars,
+            forks=HOSTS,
+            quiet=True,
+            rotate_artifacts=0,
+            timeout=900,
+        )
 
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(len(pdds)) as pool:
@@ -93,7 +111,7 @@ def _documents(journal: Path) -> tuple[list[dict[str, t.Any]], int]:
 def test_concurrent_slices_share_one_journal(pvesim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     pvesim.set_speed(100)
-    pvesim.set_storage("local-lvm", total=4096 * 1024 ** 3)
+    pvesim.set_storage("local-lvm", total=4096 * 1024**3)
     conn = pvesim.connection
     names = ["lab-%02d" % i for i in range(HOSTS)]
     definitions, confirm = tmp_path / "definitions", tmp_path / "confirm"
@@ -103,26 +121,44 @@ def test_concurrent_slices_share_one_journal(pvesim: t.Any, tmp_path: Path, monk
     for name in names:
         (definitions / ("%s.yml" % name)).write_text(yaml.safe_dump(dict(base, name=name)), encoding="utf-8")
     journal = tmp_path / "journal"  # the shared storage every execution node mounts
-    envvars = {"PROXMOX_HOST": conn["host"], "PROXMOX_PORT": str(conn["port"]), "PROXMOX_TOKEN_ID": conn["tokens"]["full"]["id"],
-               "PROXMOX_TOKEN_SECRET": conn["tokens"]["full"]["secret"], "PROXMOX_CA_PATH": conn["ca_file"],
-               "VMANYWARE_JOURNAL_DIR": str(journal), "VMANYWARE_PROVISIONING_ENABLED": "true",
-               "ANSIBLE_COLLECTIONS_PATH": os.environ["ANSIBLE_COLLECTIONS_PATH"]}
-    extravars = {"slice_catalog_path": str(REPO / "examples/catalog.yml"), "slice_definition_dir": str(definitions),
-                 "slice_confirm_dir": str(confirm), "slice_vmid_range": VMID_RANGE}
+    envvars = {
+        "PROXMOX_HOST": conn["host"],
+        "PROXMOX_PORT": str(conn["port"]),
+        "PROXMOX_TOKEN_ID": conn["tokens"]["full"]["id"],
+        "PROXMOX_TOKEN_SECRET": conn["tokens"]["full"]["secret"],
+        "PROXMOX_CA_PATH": conn["ca_file"],
+        "VMANYWARE_JOURNAL_DIR": str(journal),
+        "VMANYWARE_PROVISIONING_ENABLED": "true",
+        "ANSIBLE_COLLECTIONS_PATH": os.environ["ANSIBLE_COLLECTIONS_PATH"],
+    }
+    extravars = {
+        "slice_catalog_path": str(REPO / "examples/catalog.yml"),
+        "slice_definition_dir": str(definitions),
+        "slice_confirm_dir": str(confirm),
+        "slice_vmid_range": VMID_RANGE,
+    }
     # AWX's slicing: slice i runs hosts i, i+K, i+2K ... of the inventory
     slices = [names[index::SLICES] for index in range(SLICES)]
     pdds = [_slice_dir(tmp_path, index, hosts) for index, hosts in enumerate(slices)]
 
     reviews, _review_seconds = _run_slices(pdds, extravars, envvars, "review")
-    assert [(run.status, run.rc) for run in reviews] == [("successful", 0)] * SLICES, [run.stdout.read()[-3000:] for run in reviews]
-    reserved = {name: yaml.safe_load((confirm / ("%s.yml" % name)).read_text(encoding="utf-8"))["provision_confirmation"]["targetVmid"]
-                for name in names}
+    assert [(run.status, run.rc) for run in reviews] == [("successful", 0)] * SLICES, [
+        run.stdout.read()[-3000:] for run in reviews
+    ]
+    reserved = {
+        name: yaml.safe_load((confirm / ("%s.yml" % name)).read_text(encoding="utf-8"))["provision_confirmation"][
+            "targetVmid"
+        ]
+        for name in names
+    }
     assert len(set(reserved.values())) == HOSTS, reserved  # concurrent reservations from one range: no VMID twice
     assert all(VMID_RANGE[0] <= vmid <= VMID_RANGE[1] for vmid in reserved.values())
     assert {e["method"] for e in pvesim.requests()} == {"GET"}
 
     applies, seconds = _run_slices(pdds, extravars, envvars, "apply")
-    assert [(run.status, run.rc) for run in applies] == [("successful", 0)] * SLICES, [run.stdout.read()[-3000:] for run in applies]
+    assert [(run.status, run.rc) for run in applies] == [("successful", 0)] * SLICES, [
+        run.stdout.read()[-3000:] for run in applies
+    ]
     # each slice touched only its own hosts
     for run, hosts in zip(applies, slices):
         seen = {e["event_data"].get("host") for e in run.events if e.get("event") == "runner_on_ok"}
@@ -132,8 +168,15 @@ def test_concurrent_slices_share_one_journal(pvesim: t.Any, tmp_path: Path, monk
     completed = [doc for doc in docs if doc["status"] == "completed"]
     assert sorted(doc["plan"]["definitionName"] for doc in completed) == sorted(names) and len(docs) == HOSTS
     assert {doc["plan"]["definitionName"]: doc["target"]["vmid"] for doc in completed} == reserved
-    clones = [e for e in pvesim.requests("POST", r"/qemu/9000/clone$") if isinstance(e.get("status"), int) and e["status"] < 300]
+    clones = [
+        e
+        for e in pvesim.requests("POST", r"/qemu/9000/clone$")
+        if isinstance(e.get("status"), int) and e["status"] < 300
+    ]
     assert sorted(int(e["params"]["newid"]) for e in clones) == sorted(reserved.values())  # each host provisioned once
     assert all(pvesim.vm(vmid)["status"] == "running" for vmid in reserved.values())
     assert pvesim.schema_violations() == []
-    print("\nslicing: %d hosts in %d slices, apply wall %.1f s, load average %.1f" % (HOSTS, SLICES, seconds, os.getloadavg()[0]))
+    print(
+        "\nslicing: %d hosts in %d slices, apply wall %.1f s, load average %.1f"
+        % (HOSTS, SLICES, seconds, os.getloadavg()[0])
+    )

@@ -27,8 +27,14 @@ EX_TEMPFAIL = 75
 @pytest.fixture(scope="module")
 def peer_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("peer-collections")
-    proc = subprocess.run(["bash", str(REPO / "tools/dev/fetch_peer_collection.sh"), str(dest)],
-                          env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=900, check=False)
+    proc = subprocess.run(
+        ["bash", str(REPO / "tools/dev/fetch_peer_collection.sh"), str(dest)],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     if proc.returncode == EX_TEMPFAIL:
         reason = "community.proxmox unavailable: the ansible wheel cannot be downloaded"
         if os.environ.get("CI", "").lower() == "true":
@@ -40,13 +46,30 @@ def peer_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_benchmark_smoke_prints_every_figure(peer_root: Path, tmp_path: Path) -> None:
     out_json = tmp_path / "results.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/run.py"), "--smoke", "--peer-collections", str(peer_root),
-                           "--json", str(out_json)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1800, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks/run.py"),
+            "--smoke",
+            "--peer-collections",
+            str(peer_root),
+            "--json",
+            str(out_json),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     for figure in range(1, 9):
         assert re.search(rf"^\[{figure}\] ", proc.stdout, re.M), f"figure [{figure}] missing:\n{proc.stdout}"
-    m = re.search(r"^\[1\] requests per VM \(N=1\): ours .*total=(\d+(?:\.\d+)?) \| peer .*total=(\d+(?:\.\d+)?) \|", proc.stdout, re.M)
+    m = re.search(
+        r"^\[1\] requests per VM \(N=1\): ours .*total=(\d+(?:\.\d+)?) \| peer .*total=(\d+(?:\.\d+)?) \|",
+        proc.stdout,
+        re.M,
+    )
     assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, proc.stdout
 
     results = json.loads(out_json.read_text(encoding="utf-8"))

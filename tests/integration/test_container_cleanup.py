@@ -32,7 +32,11 @@ from vmid_support import Reserver  # noqa: E402  pylint: disable=wrong-import-po
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import abandon_operation, create_operation, expected_confirmation  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    abandon_operation,
+    create_operation,
+    expected_confirmation,
+)  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import run_stage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import container_stage  # noqa: E402
@@ -45,7 +49,12 @@ CTID = 320
 CT = "/nodes/pve-test/lxc/%d" % CTID
 DESTROY = {"purge": 1, "destroy-unreferenced-disks": 1}
 STOP_REQUEST = {"method": "POST", "path": CT + "/status/stop", "params": {}, "cli": "pct stop 320"}
-DELETE_REQUEST = {"method": "DELETE", "path": CT, "params": DESTROY, "cli": "pct destroy 320 --purge 1 --destroy-unreferenced-disks 1"}
+DELETE_REQUEST = {
+    "method": "DELETE",
+    "path": CT,
+    "params": DESTROY,
+    "cli": "pct destroy 320 --purge 1 --destroy-unreferenced-disks 1",
+}
 NOTHING_REMOVED = {"vmid": None, "volumes": [], "snapshots": []}
 
 
@@ -57,8 +66,11 @@ def container_definition() -> dict[str, t.Any]:
 
 
 def container_plan(vmid: int) -> t.Any:
-    return build_plan(catalog=(REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"),
-                      definition=yaml.safe_dump(container_definition()), target_vmid=vmid)
+    return build_plan(
+        catalog=(REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"),
+        definition=yaml.safe_dump(container_definition()),
+        target_vmid=vmid,
+    )
 
 
 class CtEnv(Env):
@@ -67,8 +79,14 @@ class CtEnv(Env):
     def create(self, key: str | None = None, vmid: int = CTID) -> str:
         planned = container_plan(vmid)
         assert planned.plan["guestType"] == "container"
-        result = create_operation(self.store, planned=planned, provider_scope_id=self.scope,
-                                  confirmation=expected_confirmation(planned.plan, self.scope), idempotency_key=key, environ=ON)
+        result = create_operation(
+            self.store,
+            planned=planned,
+            provider_scope_id=self.scope,
+            confirmation=expected_confirmation(planned.plan, self.scope),
+            idempotency_key=key,
+            environ=ON,
+        )
         return t.cast(str, result["operation_id"])
 
     def run(self, kind: str, operation_id: str | None = None, **options: t.Any) -> dict[str, t.Any]:
@@ -122,16 +140,22 @@ def test_cleanup_stops_and_removes_the_failed_operations_container(ct: CtEnv) ->
     assert preview["changed"] and not preview["done"]
     assert preview["requests"] == [STOP_REQUEST, DELETE_REQUEST]
     assert preview["removed"] == {"vmid": CTID, "volumes": ["local-lvm:vm-320-disk-0"], "snapshots": []}
-    assert mutations(ct.pvesim) == [] and ct.store.load(ct.operation_id).get("lifecycle") is None  # check mode sends and records nothing
-    assert all(entry["path"].startswith((CT, "/access/permissions")) for entry in ct.pvesim.requests())  # it read the lxc paths only
+    assert (
+        mutations(ct.pvesim) == [] and ct.store.load(ct.operation_id).get("lifecycle") is None
+    )  # check mode sends and records nothing
+    assert all(
+        entry["path"].startswith((CT, "/access/permissions")) for entry in ct.pvesim.requests()
+    )  # it read the lxc paths only
 
     result = ct.cleanup(stop=True)
     assert result["changed"] and result["done"] and result["requests"] == preview["requests"]
     assert result["removed"] == preview["removed"]
     assert mutations(ct.pvesim) == [("POST", CT + "/status/stop"), ("DELETE", CT)]
     [delete] = ct.pvesim.requests(method="DELETE")
-    assert {key: str(value) for key, value in delete["params"].items() if key not in ("node", "vmid")} == \
-        {"purge": "1", "destroy-unreferenced-disks": "1"}  # never force
+    assert {key: str(value) for key, value in delete["params"].items() if key not in ("node", "vmid")} == {
+        "purge": "1",
+        "destroy-unreferenced-disks": "1",
+    }  # never force
     assert not ct.container_exists()
     assert "local-lvm:vm-320-disk-0" not in ct.pvesim.set_storage("local-lvm")["volumes"]  # its root disk went with it
     view = result["operation"]
@@ -168,10 +192,16 @@ def test_guards_refuse_with_the_container_untouched(ct: CtEnv, change: dict[str,
 
 def test_missing_power_privilege_refuses_before_anything_is_sent(ct: CtEnv) -> None:  # pylint: disable=redefined-outer-name
     ct.fail_at_readiness()
-    ct.pvesim.set_token(ct.pvesim.connection["tokens"]["full"]["id"], privileges={"/": ["VM.Audit", "VM.Allocate", "Sys.Audit"]})
+    ct.pvesim.set_token(
+        ct.pvesim.connection["tokens"]["full"]["id"], privileges={"/": ["VM.Audit", "VM.Allocate", "Sys.Audit"]}
+    )
     with pytest.raises(VmanywareError) as info:
         ct.cleanup(stop=True)
-    assert info.value.code == "permission_denied" and info.value.details == {"stage": "stop", "path": "/vms/320", "missing": ["VM.PowerMgmt"]}
+    assert info.value.code == "permission_denied" and info.value.details == {
+        "stage": "stop",
+        "path": "/vms/320",
+        "missing": ["VM.PowerMgmt"],
+    }
     assert mutations(ct.pvesim) == [] and ct.container_exists()
 
 
@@ -199,13 +229,17 @@ def test_lost_delete_reply_is_resolved_by_reads_and_never_resent(ct: CtEnv) -> N
     ct.created("template", "create")
     ct.abandon()
     with ProxmoxClient(ct.settings) as client:  # a snapshot someone took: removed with the container, and listed
-        assert wait_task(client, client.request("POST", CT + "/snapshot", {"snapname": "inspect"})["data"], timeout=30).succeeded
+        assert wait_task(
+            client, client.request("POST", CT + "/snapshot", {"snapname": "inspect"})["data"], timeout=30
+        ).succeeded
     ct.pvesim.clear_requests()
     ct.pvesim.add_fault(method="DELETE", path=r"/lxc/320$", action="drop_reply", occurrence=1)
     result = ct.cleanup()
     assert result["done"] and result["operation"]["status"] == "cleaned" and not ct.container_exists()
     assert result["removed"] == {"vmid": CTID, "volumes": ["local-lvm:vm-320-disk-0"], "snapshots": ["inspect"]}
-    assert [entry["status"] for entry in ct.pvesim.requests(method="DELETE")] == ["dropped"]  # sent once, resolved by the vzdestroy task
+    assert [entry["status"] for entry in ct.pvesim.requests(method="DELETE")] == [
+        "dropped"
+    ]  # sent once, resolved by the vzdestroy task
     assert ":vzdestroy:320:" in result["operation"]["cleanup"]["steps"][1]["upid"]
     assert_clean(ct.pvesim)
 
@@ -216,7 +250,9 @@ def test_unresolvable_destroy_stays_uncertain_and_is_never_sent(ct: CtEnv) -> No
     ct.record_interrupted_destroy(CT)  # reads see the container and no vzdestroy task
     with pytest.raises(VmanywareError) as info:
         ct.cleanup(wait_budget=0.0)
-    assert info.value.code == "outcome_uncertain" and "container still exists and no vzdestroy task" in info.value.message
+    assert (
+        info.value.code == "outcome_uncertain" and "container still exists and no vzdestroy task" in info.value.message
+    )
     assert ct.container_exists() and ct.pvesim.requests(method="DELETE") == []
     assert ct.store.load(ct.operation_id)["lifecycle"]["cleanup"]["status"] == "uncertain"
 
@@ -230,20 +266,30 @@ def test_auto_vmid_for_a_container_plan_skips_guests_and_is_held_by_the_containe
     lease = reserver.reserve("/srv/envs/ct.yml", vmid_range=[100, 110])
     assert lease["vmid"] == 101 and lease["changed"]
     planned = container_plan(lease["vmid"])
-    operation = create_operation(reserver.store, planned=planned, provider_scope_id=reserver.scope,
-                                 confirmation=expected_confirmation(planned.plan, reserver.scope), idempotency_key=None, environ=ON)
+    operation = create_operation(
+        reserver.store,
+        planned=planned,
+        provider_scope_id=reserver.scope,
+        confirmation=expected_confirmation(planned.plan, reserver.scope),
+        idempotency_key=None,
+        environ=ON,
+    )
     assert reserver.leases() == []  # the lease became the operation's target claim
     params = dict(reserver.params, operation_id=operation["operation_id"], provisioning_enabled=True, lock_wait=10.0)
     for kind in ("template", "create"):
         assert run_stage(params, container_stage(kind), check_mode=False, diff=False)["done"]
-    assert [entry["params"]["vmid"] for entry in sim.requests(method="POST", path_regex=r"^/nodes/pve-test/lxc$")] == ["101"]
+    assert [entry["params"]["vmid"] for entry in sim.requests(method="POST", path_regex=r"^/nodes/pve-test/lxc$")] == [
+        "101"
+    ]
     # the next reservation skips both containers (ours is also a live claim)
     assert reserver.reserve("/srv/envs/other.yml", vmid_range=[100, 110])["vmid"] == 102
     assert sim.schema_violations() == []
 
 
 @pytest.mark.parametrize("winner", ["container", "vm"])
-def test_a_guest_created_between_preconditions_and_create_fails_vmid_taken(sim: t.Any, tmp_path: Path, winner: str) -> None:  # noqa: W0621
+def test_a_guest_created_between_preconditions_and_create_fails_vmid_taken(
+    sim: t.Any, tmp_path: Path, winner: str
+) -> None:  # noqa: W0621
     ct = CtEnv(sim, tmp_path)  # pylint: disable=redefined-outer-name
     ct.created("template")
 
@@ -252,7 +298,9 @@ def test_a_guest_created_between_preconditions_and_create_fails_vmid_taken(sim: 
             sim.add_container(vmid, name="someone-elses-ct")
         else:
             with ProxmoxClient(ct.settings) as client:
-                upid = client.post("/nodes/pve-test/qemu/9000/clone", newid=vmid, full=1, storage="local-lvm", name="someone-else")
+                upid = client.post(
+                    "/nodes/pve-test/qemu/9000/clone", newid=vmid, full=1, storage="local-lvm", name="someone-else"
+                )
                 wait_task(client, upid, timeout=120)
 
     class RacedClient:
@@ -273,14 +321,22 @@ def test_a_guest_created_between_preconditions_and_create_fails_vmid_taken(sim: 
     raced: list[bool] = []
     params = dict(ct.params, operation_id=ct.operation_id)
     with pytest.raises(VmanywareError) as info:
-        run_stage(params, container_stage("create"), check_mode=False, diff=False, client_factory=lambda s: RacedClient(ProxmoxClient(s)))
+        run_stage(
+            params,
+            container_stage("create"),
+            check_mode=False,
+            diff=False,
+            client_factory=lambda s: RacedClient(ProxmoxClient(s)),
+        )
     assert raced and info.value.code == "vmid_taken" and info.value.details["rule"] == "taken_before_create"
     posts = ct.pvesim.requests(method="POST", path_regex=r"^/nodes/pve-test/lxc$")
     assert len(posts) == 1 and posts[0]["status"] == 500  # refused before it changed anything
     record = ct.store.stage(ct.store.load(ct.operation_id), "create")
     assert record["status"] == "pending" and not record["submissionStarted"] and record["upid"] is None
     holder = ct.client_get("/cluster/resources")
-    assert [guest["type"] for guest in holder if guest.get("vmid") == CTID] == ["lxc" if winner == "container" else "qemu"]
+    assert [guest["type"] for guest in holder if guest.get("vmid") == CTID] == [
+        "lxc" if winner == "container" else "qemu"
+    ]
     assert sim.schema_violations() == []
 
 
@@ -316,6 +372,7 @@ def test_provision_with_auto_then_cleanup_and_status_in_playbooks(sim: t.Any, tm
     import subprocess  # pylint: disable=import-outside-toplevel
 
     from test_provision_role import BIN, Operator  # pylint: disable=import-outside-toplevel
+
     sim.set_speed(200)
     sim.add_container(100, name="someone-elses-ct")  # skipped: an LXC guest holds 100
     definition_path = tmp_path / "definition.yml"
@@ -323,8 +380,14 @@ def test_provision_with_auto_then_cleanup_and_status_in_playbooks(sim: t.Any, tm
     operator = Operator(sim, tmp_path)
 
     def provision(*extra: str) -> str:
-        completed = operator.run("-e", "vmanyware_catalog_path=%s" % (REPO / "examples/catalog-containers.yml"),
-                                 "-e", "vmanyware_target_vmid=auto", *extra, definition=definition_path)
+        completed = operator.run(
+            "-e",
+            "vmanyware_catalog_path=%s" % (REPO / "examples/catalog-containers.yml"),
+            "-e",
+            "vmanyware_target_vmid=auto",
+            *extra,
+            definition=definition_path,
+        )
         assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
         return completed.stdout
 
@@ -333,8 +396,14 @@ def test_provision_with_auto_then_cleanup_and_status_in_playbooks(sim: t.Any, tm
     block = yaml.safe_load(operator.confirm.read_text(encoding="utf-8"))["provision_confirmation"]
     assert block["targetVmid"] == 101
     applied = provision("-e", "@%s" % operator.confirm)
-    assert mutations(sim) == [("POST", "/nodes/pve-test/aplinfo"), ("POST", "/nodes/pve-test/lxc"), ("POST", "/nodes/pve-test/lxc/101/status/start")]
-    assert [entry["params"]["vmid"] for entry in sim.requests(method="POST", path_regex=r"^/nodes/pve-test/lxc$")] == ["101"]
+    assert mutations(sim) == [
+        ("POST", "/nodes/pve-test/aplinfo"),
+        ("POST", "/nodes/pve-test/lxc"),
+        ("POST", "/nodes/pve-test/lxc/101/status/start"),
+    ]
+    assert [entry["params"]["vmid"] for entry in sim.requests(method="POST", path_regex=r"^/nodes/pve-test/lxc$")] == [
+        "101"
+    ]
     assert re.search(r"container 101 '\S+' on pve-test", applied), applied[-3000:]  # the summary names the guest type
     (document_path,) = operator.journal.glob("op-*.json")
     document = json.loads(document_path.read_text(encoding="utf-8"))
@@ -345,14 +414,29 @@ def test_provision_with_auto_then_cleanup_and_status_in_playbooks(sim: t.Any, tm
     play = tmp_path / "cleanup.yml"
     play.write_text(CLEANUP_PLAY, encoding="utf-8")
     results = tmp_path / "cleaned.json"
-    completed = subprocess.run([str(BIN / "ansible-playbook"), str(play), "-e", "op=%s" % document["operationId"], "-e", "results=%s" % results],
-                               env=operator.env, capture_output=True, text=True, timeout=600, check=False, cwd=str(tmp_path))
+    completed = subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            str(play),
+            "-e",
+            "op=%s" % document["operationId"],
+            "-e",
+            "results=%s" % results,
+        ],
+        env=operator.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=str(tmp_path),
+    )
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
     assert operator.env["PROXMOX_TOKEN_SECRET"] not in completed.stdout
     cleaned = json.loads(results.read_text(encoding="utf-8"))
     assert [(item["method"], item["path"], item["cli"]) for item in cleaned["requests"]] == [
         ("POST", "/nodes/pve-test/lxc/101/status/stop", "pct stop 101"),
-        ("DELETE", "/nodes/pve-test/lxc/101", "pct destroy 101 --purge 1 --destroy-unreferenced-disks 1")]
+        ("DELETE", "/nodes/pve-test/lxc/101", "pct destroy 101 --purge 1 --destroy-unreferenced-disks 1"),
+    ]
     assert cleaned["removed"] == {"vmid": 101, "volumes": ["local-lvm:vm-101-disk-0"], "snapshots": []}
     assert cleaned["operation"]["status"] == "cleaned" and cleaned["operation"]["instance"]["guest_type"] == "container"
     assert mutations(sim) == [("POST", "/nodes/pve-test/lxc/101/status/stop"), ("DELETE", "/nodes/pve-test/lxc/101")]

@@ -41,6 +41,7 @@ def _checks(reserver: Reserver, planned: t.Any) -> dict[str, tuple[str, str]]:
 
 def _full_acl(pvesim: t.Any) -> None:
     from pvesim.state import FULL_TOKEN_ACL  # pylint: disable=import-outside-toplevel
+
     pvesim.set_token(pvesim.connection["tokens"]["full"]["id"], privileges={**FULL_TOKEN_ACL, **TEMPLATE_ACL})
 
 
@@ -49,14 +50,29 @@ def test_appliance_resolves_to_the_newest_match_downloadable_then_present(pvesim
     _full_acl(pvesim)
     checks = _checks(reserver, _plan())
     assert checks["container_template"] == (
-        "passed", "Resolved to debian-12-standard_12.12-1_amd64.tar.zst, downloadable from the appliance index (template stage).")
-    for code in ("api_reachable", "version_supported", "storage_exists", "storage_active", "storage_rootdir", "storage_capacity",
-                 "bridge_exists", "vmid_free", "privileges"):
+        "passed",
+        "Resolved to debian-12-standard_12.12-1_amd64.tar.zst, downloadable from the appliance index (template stage).",
+    )
+    for code in (
+        "api_reachable",
+        "version_supported",
+        "storage_exists",
+        "storage_active",
+        "storage_rootdir",
+        "storage_capacity",
+        "bridge_exists",
+        "vmid_free",
+        "privileges",
+    ):
         assert checks[code][0] == "passed", (code, checks[code])
     assert checks["dhcp_available"][0] == "unknown"
-    upid = pvesim.root_call("POST", "/nodes/pve-test/aplinfo", storage="local", template="debian-12-standard_12.12-1_amd64.tar.zst")
+    upid = pvesim.root_call(
+        "POST", "/nodes/pve-test/aplinfo", storage="local", template="debian-12-standard_12.12-1_amd64.tar.zst"
+    )
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not any(task["upid"] == upid and task["status"] == "stopped" for task in pvesim.tasks()):
+    while time.monotonic() < deadline and not any(
+        task["upid"] == upid and task["status"] == "stopped" for task in pvesim.tasks()
+    ):
         time.sleep(0.05)
     assert _checks(reserver, _plan())["container_template"][1].endswith("present on the template storage.")
     token = pvesim.connection["tokens"]["full"]["id"]
@@ -68,13 +84,24 @@ def test_failures_are_definite_and_unreadable_is_unknown(pvesim: t.Any, tmp_path
     # the demo token cannot list the template storage nor download into it
     checks = _checks(reserver, _plan())
     # the index alone resolves the version; whether it is already there stays open
-    assert checks["container_template"] == ("unknown", "Resolved to debian-12-standard_12.12-1_amd64.tar.zst; the token may not list "
-                                                       "the template storage (Datastore.Audit or Datastore.AllocateSpace).")
+    assert checks["container_template"] == (
+        "unknown",
+        "Resolved to debian-12-standard_12.12-1_amd64.tar.zst; the token may not list "
+        "the template storage (Datastore.Audit or Datastore.AllocateSpace).",
+    )
     assert checks["privileges"][0] == "failed"
-    assert "Datastore.AllocateTemplate on /storage/local (download the appliance template (aplinfo))" in checks["privileges"][1]
+    assert (
+        "Datastore.AllocateTemplate on /storage/local (download the appliance template (aplinfo))"
+        in checks["privileges"][1]
+    )
     _full_acl(pvesim)
-    checks = _checks(reserver, _plan(appliance={"package": "debian-12-standard", "version": "11.*", "storage": "local"}))
-    assert checks["container_template"] == ("failed", "No appliance version matches the catalog's package and version glob.")
+    checks = _checks(
+        reserver, _plan(appliance={"package": "debian-12-standard", "version": "11.*", "storage": "local"})
+    )
+    assert checks["container_template"] == (
+        "failed",
+        "No appliance version matches the catalog's package and version glob.",
+    )
     checks = _checks(reserver, _plan(appliance=None, ostemplate="local:vztmpl/debian-13-standard_13.1-2_amd64.tar.zst"))
     assert checks["container_template"][0] == "failed"
     checks = _checks(reserver, _plan(storage="local"))
@@ -100,7 +127,9 @@ def test_unverified_tls_refused_or_read_only_marked(pvesim: t.Any, tmp_path: Pat
     with pytest.raises(ConfigurationError) as info:
         run_preflight(_plan(), unverified, environ={}, fail_on="never")
     assert info.value.code == "tls_unverified" and pvesim.requests() == []
-    result = run_preflight(_plan(), dataclasses.replace(unverified, unverified_tls_read_only=True), environ={}, fail_on="never")
+    result = run_preflight(
+        _plan(), dataclasses.replace(unverified, unverified_tls_read_only=True), environ={}, fail_on="never"
+    )
     assert result["tls_verified"] is False and result["provider_scope_id"] is None and result["warnings"]
     assert "tls_unverified" in result["creation_blockers"]
     assert {c["code"]: c["status"] for c in result["checks"]}["container_template"] == "passed"

@@ -18,8 +18,11 @@ pytestmark = pytest.mark.integration
 
 def test_container_plan_through_the_provision_playbook(pvesim: object, tmp_path: Path) -> None:
     from pvesim.state import FULL_TOKEN_ACL  # pylint: disable=import-outside-toplevel
-    pvesim.set_token(pvesim.connection["tokens"]["full"]["id"],  # type: ignore[attr-defined]
-                     privileges={**FULL_TOKEN_ACL, "/storage/local": ["Datastore.AllocateTemplate", "Datastore.Audit"]})
+
+    pvesim.set_token(
+        pvesim.connection["tokens"]["full"]["id"],  # type: ignore[attr-defined]
+        privileges={**FULL_TOKEN_ACL, "/storage/local": ["Datastore.AllocateTemplate", "Datastore.Audit"]},
+    )
     pvesim.set_speed(200)  # type: ignore[attr-defined]
     definition = yaml.safe_load((REPO / "examples/definition.yml").read_text(encoding="utf-8"))
     definition.update({"image": "debian-12-ct", "packages": []})
@@ -28,8 +31,12 @@ def test_container_plan_through_the_provision_playbook(pvesim: object, tmp_path:
     operator = Operator(pvesim, tmp_path)
 
     def run(*extra: str) -> str:
-        completed = operator.run("-e", "vmanyware_catalog_path=%s" % (REPO / "examples/catalog-containers.yml"), *extra,
-                                 definition=definition_path)
+        completed = operator.run(
+            "-e",
+            "vmanyware_catalog_path=%s" % (REPO / "examples/catalog-containers.yml"),
+            *extra,
+            definition=definition_path,
+        )
         assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
         return completed.stdout
 
@@ -39,7 +46,11 @@ def test_container_plan_through_the_provision_playbook(pvesim: object, tmp_path:
     preview = run("-e", "@%s" % operator.confirm, "--check", "--diff")
     assert "POST /nodes/pve-test/aplinfo" in preview and _mutations(pvesim) == []
     applied = run("-e", "@%s" % operator.confirm)
-    assert _mutations(pvesim) == ["POST /nodes/pve-test/aplinfo", "POST /nodes/pve-test/lxc", "POST /nodes/pve-test/lxc/201/status/start"]
+    assert _mutations(pvesim) == [
+        "POST /nodes/pve-test/aplinfo",
+        "POST /nodes/pve-test/lxc",
+        "POST /nodes/pve-test/lxc/201/status/start",
+    ]
     (document_path,) = operator.journal.glob("op-*.json")
     document = yaml.safe_load(document_path.read_text(encoding="utf-8"))
     assert document["status"] == "completed" and [item["status"] for item in document["stages"]] == ["completed"] * 4
@@ -76,8 +87,11 @@ def test_the_gate_is_reread_right_before_each_package_write_over_ssh(pvesim: obj
 
     from pvesim.state import FULL_TOKEN_ACL  # pylint: disable=import-outside-toplevel
     from test_provision_role import BIN  # pylint: disable=import-outside-toplevel
-    pvesim.set_token(pvesim.connection["tokens"]["full"]["id"],  # type: ignore[attr-defined]
-                     privileges={**FULL_TOKEN_ACL, "/storage/local": ["Datastore.AllocateTemplate", "Datastore.Audit"]})
+
+    pvesim.set_token(
+        pvesim.connection["tokens"]["full"]["id"],  # type: ignore[attr-defined]
+        privileges={**FULL_TOKEN_ACL, "/storage/local": ["Datastore.AllocateTemplate", "Datastore.Audit"]},
+    )
     pvesim.set_speed(200)  # type: ignore[attr-defined]
     definition = yaml.safe_load((REPO / "examples/definition.yml").read_text(encoding="utf-8"))
     definition.update({"image": "debian-12-ct", "packages": [{"name": "jq"}], "snapshotAfterProvisioning": False})
@@ -88,25 +102,54 @@ def test_the_gate_is_reread_right_before_each_package_write_over_ssh(pvesim: obj
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     play = tmp_path / "gate-flip.yml"
-    play.write_text(GATE_FLIP_PLAY % {"catalog": REPO / "examples/catalog-containers.yml", "definition": definition_path,
-                                      "confirm": operator.confirm, "known_hosts": tmp_path / "known_hosts", "port": port},
-                    encoding="utf-8")
+    play.write_text(
+        GATE_FLIP_PLAY
+        % {
+            "catalog": REPO / "examples/catalog-containers.yml",
+            "definition": definition_path,
+            "confirm": operator.confirm,
+            "known_hosts": tmp_path / "known_hosts",
+            "port": port,
+        },
+        encoding="utf-8",
+    )
 
     def run(closes: bool, *extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(BIN / "ansible-playbook"), str(play), "-e", "closes=%s" % closes, *extra], env=operator.env,
-                              capture_output=True, text=True, timeout=600, check=False, cwd=str(tmp_path))
+        return subprocess.run(
+            [str(BIN / "ansible-playbook"), str(play), "-e", "closes=%s" % closes, *extra],
+            env=operator.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            cwd=str(tmp_path),
+        )
 
     review = run(False)
     assert review.returncode == 0 and operator.confirm.exists(), review.stdout[-3000:]
     closed = run(True, "-e", "@%s" % operator.confirm)
     assert closed.returncode != 0
-    assert _mutations(pvesim) == ["POST /nodes/pve-test/aplinfo", "POST /nodes/pve-test/lxc", "POST /nodes/pve-test/lxc/201/status/start"]
+    assert _mutations(pvesim) == [
+        "POST /nodes/pve-test/aplinfo",
+        "POST /nodes/pve-test/lxc",
+        "POST /nodes/pve-test/lxc/201/status/start",
+    ]
     failed_task = closed.stdout.split("fatal:")[0].rsplit("TASK [", 1)[1].split("]", 1)[0]
-    assert failed_task.endswith("Re-read the provisioning gate before updating the package lists"), closed.stdout[-3000:]
+    assert failed_task.endswith("Re-read the provisioning gate before updating the package lists"), closed.stdout[
+        -3000:
+    ]
     assert "provisioning_disabled" in closed.stdout and "Update the package lists with apt" not in closed.stdout
     (document_path,) = operator.journal.glob("op-*.json")
-    stages = {item["kind"]: item["status"] for item in yaml.safe_load(document_path.read_text(encoding="utf-8"))["stages"]}
-    assert stages == {"template": "completed", "create": "completed", "start": "completed", "readiness": "completed", "packages": "pending"}
+    stages = {
+        item["kind"]: item["status"] for item in yaml.safe_load(document_path.read_text(encoding="utf-8"))["stages"]
+    }
+    assert stages == {
+        "template": "completed",
+        "create": "completed",
+        "start": "completed",
+        "readiness": "completed",
+        "packages": "pending",
+    }
 
     # the gate open again: the check passes and the write is attempted (here: SSH to a closed port, unreachable)
     reopened = run(False, "-e", "@%s" % operator.confirm)
@@ -114,4 +157,8 @@ def test_the_gate_is_reread_right_before_each_package_write_over_ssh(pvesim: obj
     failed_task = reopened.stdout.split("UNREACHABLE!")[0].rsplit("TASK [", 1)[1].split("]", 1)[0]
     assert failed_task.endswith("Update the package lists with apt"), reopened.stdout[-3000:]
     assert "no SSH host key answered" in reopened.stdout
-    assert _mutations(pvesim) == ["POST /nodes/pve-test/aplinfo", "POST /nodes/pve-test/lxc", "POST /nodes/pve-test/lxc/201/status/start"]
+    assert _mutations(pvesim) == [
+        "POST /nodes/pve-test/aplinfo",
+        "POST /nodes/pve-test/lxc",
+        "POST /nodes/pve-test/lxc/201/status/start",
+    ]

@@ -24,7 +24,9 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors imp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container.common import container_mac  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container.readiness import ContainerReadinessStage  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container.readiness import (
+    ContainerReadinessStage,
+)  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import container_stage  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -36,8 +38,11 @@ TEMPLATE = "debian-12-standard_12.12-1_amd64.tar.zst"
 @pytest.fixture()
 def sim(pvesim: t.Any) -> t.Any:
     from pvesim.state import FULL_TOKEN_ACL  # pylint: disable=import-outside-toplevel
-    pvesim.set_token(pvesim.connection["tokens"]["full"]["id"],
-                     privileges={**FULL_TOKEN_ACL, "/storage/local": ["Datastore.AllocateTemplate", "Datastore.Audit"]})
+
+    pvesim.set_token(
+        pvesim.connection["tokens"]["full"]["id"],
+        privileges={**FULL_TOKEN_ACL, "/storage/local": ["Datastore.AllocateTemplate", "Datastore.Audit"]},
+    )
     pvesim.set_speed(100.0)
     yield pvesim
     pvesim.set_speed(50.0)
@@ -53,9 +58,16 @@ def _env(tmp_path: Path, conn: dict[str, t.Any]) -> gs.Env:
     store = JournalStore(str(tmp_path / "journal"))
     kinds = [step["kind"] for step in planned.plan["steps"]]
     document, _created = store.create_operation(
-        idempotency_key="test-%s" % planned.plan_hash, provider_scope_id=client.provider_scope_id, definition=planned.definition,
-        mapping=planned.mapping, plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID,
-        stage_kinds=kinds)
+        idempotency_key="test-%s" % planned.plan_hash,
+        provider_scope_id=client.provider_scope_id,
+        definition=planned.definition,
+        mapping=planned.mapping,
+        plan=planned.plan,
+        confirmation={"confirmed": True},
+        target_node=gs.NODE,
+        target_vmid=CTID,
+        stage_kinds=kinds,
+    )
     return gs.Env(store, client, document["operationId"], kinds)
 
 
@@ -70,14 +82,25 @@ def _declared_env(sim: t.Any, tmp_path: Path, key: str, **declared: t.Any) -> gs
     store = JournalStore(str(tmp_path / "journal"))
     kinds = [step["kind"] for step in planned.plan["steps"]]
     document, _created = store.create_operation(
-        idempotency_key=key, provider_scope_id=client.provider_scope_id, definition=planned.definition, mapping=planned.mapping,
-        plan=planned.plan, confirmation={"confirmed": True}, target_node=gs.NODE, target_vmid=CTID, stage_kinds=kinds)
+        idempotency_key=key,
+        provider_scope_id=client.provider_scope_id,
+        definition=planned.definition,
+        mapping=planned.mapping,
+        plan=planned.plan,
+        confirmation={"confirmed": True},
+        target_node=gs.NODE,
+        target_vmid=CTID,
+        stage_kinds=kinds,
+    )
     return gs.Env(store, client, document["operationId"], kinds)
 
 
 def _mutations(sim: t.Any) -> list[tuple[str, str]]:
-    return [(e["method"], e["path"]) for e in sim.requests()
-            if e["method"] != "GET" and e["status"] in (200, "dropped") and e["path"] != "/access/ticket"]  # root_call logins
+    return [
+        (e["method"], e["path"])
+        for e in sim.requests()
+        if e["method"] != "GET" and e["status"] in (200, "dropped") and e["path"] != "/access/ticket"
+    ]  # root_call logins
 
 
 def test_check_mode_previews_then_the_stages_create_start_and_find_the_address(sim: t.Any, tmp_path: Path) -> None:
@@ -106,7 +129,10 @@ def test_check_mode_previews_then_the_stages_create_start_and_find_the_address(s
     assert ":vzcreate:320:" in create["upid"]
     config = sim.root_call("GET", f"/nodes/pve-test/lxc/{CTID}/config")
     assert config["unprivileged"] == 1 and config["tags"] == "vmanyware" and "features" not in config
-    assert config["rootfs"] == "local-lvm:vm-320-disk-0,size=20G" and f"hwaddr={container_mac(env.document)}" in config["net0"]
+    assert (
+        config["rootfs"] == "local-lvm:vm-320-disk-0,size=20G"
+        and f"hwaddr={container_mac(env.document)}" in config["net0"]
+    )
     assert config["description"].startswith("vmanyware operation " + env.operation_id)
 
     result = env.run(ContainerReadinessStage(readiness_timeout=60))
@@ -114,8 +140,11 @@ def test_check_mode_previews_then_the_stages_create_start_and_find_the_address(s
     evidence = env.stage("readiness")["evidence"]
     assert evidence["ipv4"].startswith("192.0.2.") and evidence["hostKeysVerified"] is False and "deadline" in evidence
     assert env.document["status"] == "completed"
-    assert _mutations(sim) == [("POST", "/nodes/pve-test/aplinfo"), ("POST", "/nodes/pve-test/lxc"),
-                               ("POST", f"/nodes/pve-test/lxc/{CTID}/status/start")]
+    assert _mutations(sim) == [
+        ("POST", "/nodes/pve-test/aplinfo"),
+        ("POST", "/nodes/pve-test/lxc"),
+        ("POST", f"/nodes/pve-test/lxc/{CTID}/status/start"),
+    ]
     # a second run of every stage reads only
     sim.clear_requests()
     for kind in env.kinds:
@@ -159,12 +188,23 @@ def test_taken_vmid_fails_create_before_sending(sim: t.Any, tmp_path: Path) -> N
 
 def test_the_module_entry_runs_each_stage_and_refuses_a_vm_plan(sim: t.Any, tmp_path: Path) -> None:
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import run_stage  # pylint: disable=C0415
+
     env = _env(tmp_path, sim.connection)
     conn = sim.connection
-    params = {"operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "api_host": conn["host"],
-              "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-              "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-              "api_timeout": 10.0, "lock_wait": 30.0, "provisioning_enabled": True, "set_operation_fact": True}
+    params = {
+        "operation_id": env.operation_id,
+        "journal_dir": str(tmp_path / "journal"),
+        "api_host": conn["host"],
+        "api_port": conn["port"],
+        "api_token_id": conn["tokens"]["full"]["id"],
+        "api_token_secret": conn["tokens"]["full"]["secret"],
+        "ca_path": conn["ca_file"],
+        "validate_certs": True,
+        "api_timeout": 10.0,
+        "lock_wait": 30.0,
+        "provisioning_enabled": True,
+        "set_operation_fact": True,
+    }
     for kind in ("template", "create", "start", "readiness"):
         result = run_stage(params, container_stage(kind, readiness_timeout=60), check_mode=False, diff=False)
         assert result["done"], result
@@ -192,7 +232,9 @@ def test_the_module_entry_runs_each_stage_and_refuses_a_vm_plan(sim: t.Any, tmp_
 
 
 def test_packages_are_verified_from_package_facts_and_the_snapshot_is_gated(sim: t.Any, tmp_path: Path) -> None:
-    env = _declared_env(sim, tmp_path, "test-pkg", packages=[{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}], snapshot=True)
+    env = _declared_env(
+        sim, tmp_path, "test-pkg", packages=[{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}], snapshot=True
+    )
     assert env.kinds == ["template", "create", "start", "readiness", "packages", "snapshot"]
     for kind in ("template", "create", "start", "readiness"):
         assert env.run(container_stage(kind, readiness_timeout=60))["done"]
@@ -207,21 +249,33 @@ def test_container_snapshot_stage_is_gated_and_takes_one_snapshot(sim: t.Any, tm
     env = _declared_env(sim, tmp_path, "test-snap", packages=[{"name": "git"}], snapshot=True)
     for kind in ("template", "create", "start", "readiness"):
         assert env.run(container_stage(kind, readiness_timeout=60))["done"]
-    assert env.run(container_stage("packages", installed={"git": "1:2.39.5-0+deb12u2"}))["stage"]["evidence"]["installed"] == {
-        "git": "1:2.39.5-0+deb12u2"}
+    assert env.run(container_stage("packages", installed={"git": "1:2.39.5-0+deb12u2"}))["stage"]["evidence"][
+        "installed"
+    ] == {"git": "1:2.39.5-0+deb12u2"}
     sim.clear_requests()
-    with pytest.raises(VmanywareError) as raised:  # both gates are re-read before the write; the environment's false wins
-        env.run(container_stage("snapshot"), environ=dict(gs.ON, VMANYWARE_SNAPSHOTS_ENABLED="false"),
-                gate_options={"VMANYWARE_SNAPSHOTS_ENABLED": True})
+    with pytest.raises(
+        VmanywareError
+    ) as raised:  # both gates are re-read before the write; the environment's false wins
+        env.run(
+            container_stage("snapshot"),
+            environ=dict(gs.ON, VMANYWARE_SNAPSHOTS_ENABLED="false"),
+            gate_options={"VMANYWARE_SNAPSHOTS_ENABLED": True},
+        )
     assert raised.value.code == "snapshot_disabled" and _mutations(sim) == []
     assert env.stage("snapshot")["status"] == "pending"
     with pytest.raises(VmanywareError) as raised:
-        env.run(container_stage("snapshot"), environ={"VMANYWARE_PROVISIONING_ENABLED": "false", "VMANYWARE_SNAPSHOTS_ENABLED": "true"})
+        env.run(
+            container_stage("snapshot"),
+            environ={"VMANYWARE_PROVISIONING_ENABLED": "false", "VMANYWARE_SNAPSHOTS_ENABLED": "true"},
+        )
     assert raised.value.code == "provisioning_disabled" and _mutations(sim) == []
     result = env.run(container_stage("snapshot"), environ=dict(gs.ON, VMANYWARE_SNAPSHOTS_ENABLED="true"))
     assert result["done"] and result["stage"]["evidence"]["snapname"].startswith("vmanyware-")
     assert _mutations(sim) == [("POST", f"/nodes/pve-test/lxc/{CTID}/snapshot")]
-    assert env.document["status"] == "completed" and env.document["handoff"]["snapshot"] == result["stage"]["evidence"]["snapname"]
+    assert (
+        env.document["status"] == "completed"
+        and env.document["handoff"]["snapshot"] == result["stage"]["evidence"]["snapname"]
+    )
 
 
 def test_readiness_fails_at_the_journaled_deadline_without_an_address(sim: t.Any, tmp_path: Path) -> None:
@@ -238,17 +292,22 @@ def test_readiness_fails_at_the_journaled_deadline_without_an_address(sim: t.Any
     assert env.stage("readiness")["status"] == "failed" and env.stage("readiness")["evidence"]["deadline"] == deadline
 
 
-@pytest.mark.parametrize(("environ", "option", "allowed"), [
-    ("false", True, False),  # an environment false wins over the option
-    ("", None, False),       # empty = unset: closed unless the option opens it
-    ("", True, True),
-    ("true", None, True),
-    (None, False, False),
-])
-def test_packages_write_check_rereads_the_provisioning_gate(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                            environ: str | None, option: bool | None, allowed: bool) -> None:
+@pytest.mark.parametrize(
+    ("environ", "option", "allowed"),
+    [
+        ("false", True, False),  # an environment false wins over the option
+        ("", None, False),  # empty = unset: closed unless the option opens it
+        ("", True, True),
+        ("true", None, True),
+        (None, False, False),
+    ],
+)
+def test_packages_write_check_rereads_the_provisioning_gate(
+    sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, environ: str | None, option: bool | None, allowed: bool
+) -> None:
     """The role's apt writes over SSH (Proxmox never sees them) are each preceded by ``write_check``: the gate re-read."""
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import run_stage  # pylint: disable=C0415
+
     env = _declared_env(sim, tmp_path, "test-gate", packages=[{"name": "jq"}])
     for kind in ("template", "create", "start", "readiness"):
         assert env.run(container_stage(kind, readiness_timeout=60))["done"]
@@ -259,8 +318,12 @@ def test_packages_write_check_rereads_the_provisioning_gate(sim: t.Any, tmp_path
     else:
         monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", environ)
     # no connection options at all: the check reads the gate and the journal, never Proxmox
-    params = {"operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "provisioning_enabled": option,
-              "write_check": True}
+    params = {
+        "operation_id": env.operation_id,
+        "journal_dir": str(tmp_path / "journal"),
+        "provisioning_enabled": option,
+        "write_check": True,
+    }
     if allowed:
         result = run_stage(params, container_stage("packages"), check_mode=False, diff=False)
         assert result["write_allowed"] is True and result["changed"] is False and result["done"] is False
@@ -275,6 +338,7 @@ def test_packages_write_check_rereads_the_provisioning_gate(sim: t.Any, tmp_path
 
 def test_write_check_is_only_for_the_packages_stage() -> None:
     from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_container  # pylint: disable=C0415
+
     with pytest.raises(VmanywareError) as raised:
         vmanyware_container._logic({"stage": "start", "write_check": True, "readiness_timeout": 300.0})  # pylint: disable=W0212
     assert raised.value.code == "invalid_option"

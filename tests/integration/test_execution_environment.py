@@ -41,15 +41,23 @@ def load(path: Path) -> t.Any:
 
 
 def requirement_lines(path: Path) -> list[str]:
-    return [ln.split("#", 1)[0].strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.split("#", 1)[0].strip()]
+    return [
+        ln.split("#", 1)[0].strip()
+        for ln in path.read_text(encoding="utf-8").splitlines()
+        if ln.split("#", 1)[0].strip()
+    ]
 
 
 def version() -> str:
     return str(load(REPO / "galaxy.yml")["version"])
 
 
-def run(*cmd: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
+def run(
+    *cmd: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -68,8 +76,17 @@ def ee_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def context(ee_project: Path) -> Path:
     ctx = ee_project / "context"
-    run(BIN / "ansible-builder", "create", "-f", ee_project / "execution-environment.yml", "--context", ctx,
-        "--output-filename", "Containerfile", cwd=ee_project)
+    run(
+        BIN / "ansible-builder",
+        "create",
+        "-f",
+        ee_project / "execution-environment.yml",
+        "--context",
+        ctx,
+        "--output-filename",
+        "Containerfile",
+        cwd=ee_project,
+    )
     return ctx
 
 
@@ -78,8 +95,11 @@ def test_ee_definition_matches_the_collection() -> None:
     assert ee["version"] == 3
     deps = ee["dependencies"]
     assert deps["python"] == "requirements.txt" and deps["system"] == "bindep.txt"
-    tested = {re.split(r"[<>=!~ ]", ln, maxsplit=1)[0]: ln for name in ("requirements-demo.txt", "requirements-test.txt")
-              for ln in requirement_lines(REPO / name)}
+    tested = {
+        re.split(r"[<>=!~ ]", ln, maxsplit=1)[0]: ln
+        for name in ("requirements-demo.txt", "requirements-test.txt")
+        for ln in requirement_lines(REPO / name)
+    }
     assert deps["ansible_core"]["package_pip"] == tested["ansible-core"]
     assert deps["ansible_runner"]["package_pip"] == tested["ansible-runner"]
     tarball = f"vmanyware-proxmox-{version()}.tar.gz"
@@ -104,7 +124,9 @@ def test_builder_create_writes_the_context(context: Path) -> None:
     assert "ansible-galaxy collection install $ANSIBLE_GALAXY_CLI_COLLECTION_OPTS -r requirements.yml" in containerfile
     assert "introspect.py introspect --user-pip=requirements.txt --user-bindep=bindep.txt" in containerfile
     build = context / "_build"
-    assert (build / "requirements.txt").read_text(encoding="utf-8") == (REPO / "requirements.txt").read_text(encoding="utf-8")
+    assert (build / "requirements.txt").read_text(encoding="utf-8") == (REPO / "requirements.txt").read_text(
+        encoding="utf-8"
+    )
     assert (build / "bindep.txt").read_text(encoding="utf-8") == (REPO / "bindep.txt").read_text(encoding="utf-8")
     for name in REQUIREMENT_NAMES:
         assert re.search(rf"^{name}[<>=]", (build / "requirements.txt").read_text(encoding="utf-8"), re.M), name
@@ -116,7 +138,16 @@ def test_tarball_holds_only_the_collection(ee_project: Path) -> None:
     """What the EE installs: the collection, not the working tree's caches or test output."""
     with tarfile.open(ee_project / "build" / "ee" / f"vmanyware-proxmox-{version()}.tar.gz") as tar:
         tops = {name.split("/", 1)[0] for name in tar.getnames()}
-    assert {"MANIFEST.json", "FILES.json", "plugins", "roles", "playbooks", "meta", "requirements.txt", "bindep.txt"} <= tops
+    assert {
+        "MANIFEST.json",
+        "FILES.json",
+        "plugins",
+        "roles",
+        "playbooks",
+        "meta",
+        "requirements.txt",
+        "bindep.txt",
+    } <= tops
     stray = tops & {".ansible", ".hypothesis", ".pytest_cache", ".venv", "build", "context", ".ci", "tools"}
     assert not stray, f"add {sorted(stray)} to build_ignore in galaxy.yml"
 
@@ -126,19 +157,36 @@ def test_galaxy_stage_and_introspection(context: Path, tmp_path: Path) -> None:
     build = context / "_build"
     target = tmp_path / "collections"
     env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(target), "ANSIBLE_GALAXY_DISABLE_GPG_VERIFY": "1"}
-    run(BIN / "ansible-galaxy", "collection", "install", "-r", "requirements.yml", "--collections-path", target, cwd=build, env=env)
+    run(
+        BIN / "ansible-galaxy",
+        "collection",
+        "install",
+        "-r",
+        "requirements.yml",
+        "--collections-path",
+        target,
+        cwd=build,
+        env=env,
+    )
     installed = target / "ansible_collections" / "vmanyware" / "proxmox"
     assert (installed / "MANIFEST.json").is_file() and (installed / "meta" / "execution-environment.yml").is_file()
     out = run(sys.executable, build / "scripts" / "introspect.py", "introspect", target).stdout
     found = yaml.safe_load(out)
-    from_collection = [ln.split("#", 1)[0].strip() for ln in found["python"] if "from collection vmanyware.proxmox" in ln]
+    from_collection = [
+        ln.split("#", 1)[0].strip() for ln in found["python"] if "from collection vmanyware.proxmox" in ln
+    ]
     # ansible-builder drops PyYAML from collection requirements (ansible-core brings it); the EE's own
     # python: requirements.txt keeps the pinned range in the image anyway.
-    assert sorted(re.split(r"[<>=]", ln, maxsplit=1)[0] for ln in from_collection) == ["jsonschema", "requests", "truststore"]
+    assert sorted(re.split(r"[<>=]", ln, maxsplit=1)[0] for ln in from_collection) == [
+        "jsonschema",
+        "requests",
+        "truststore",
+    ]
     assert any("python3-yaml" in ln and "vmanyware.proxmox" in ln for ln in found["system"])
 
 
 # ---- awx/credential_type.yml ------------------------------------------------------------------
+
 
 def credential_type() -> dict[str, t.Any]:
     return dict(load(REPO / "awx" / "credential_type.yml"))
@@ -173,5 +221,7 @@ def test_credential_type_inputs() -> None:
     assert secrets == {"api_token_secret"}
     assert fields["ca_certificate"].get("multiline") is True
     assert set(ct["inputs"]["required"]) == {"api_host", "api_token_id", "api_token_secret"}
-    used = set(re.findall(r"\b([a-z_]+)\b", " ".join(ct["injectors"]["env"].values()) + ct["injectors"]["file"]["template.ca"]))
+    used = set(
+        re.findall(r"\b([a-z_]+)\b", " ".join(ct["injectors"]["env"].values()) + ct["injectors"]["file"]["template.ca"])
+    )
     assert set(fields) <= used

@@ -23,10 +23,17 @@ import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import (
+    certificate_fingerprint,
+    provider_scope_id,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.cleanup import run_cleanup
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import abandon_operation, create_operation, expected_confirmation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    abandon_operation,
+    create_operation,
+    expected_confirmation,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
@@ -56,9 +63,15 @@ class Env:
         conn = pvesim.connection
         self.pvesim = pvesim
         self.params: dict[str, t.Any] = {
-            "api_host": "127.0.0.1", "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-            "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-            "journal_dir": str(tmp_path / "journal"), "api_timeout": 10, "lock_wait": 10.0,
+            "api_host": "127.0.0.1",
+            "api_port": conn["port"],
+            "api_token_id": conn["tokens"]["full"]["id"],
+            "api_token_secret": conn["tokens"]["full"]["secret"],
+            "ca_path": conn["ca_file"],
+            "validate_certs": True,
+            "journal_dir": str(tmp_path / "journal"),
+            "api_timeout": 10,
+            "lock_wait": 10.0,
             "provisioning_enabled": True,  # stages re-read the gate before every write
         }
         self.settings = connection_settings(self.params)
@@ -67,13 +80,25 @@ class Env:
         self.operation_id = self.create()
 
     def create(self, key: str | None = None, vmid: int = 201) -> str:
-        planned = build_plan(catalog_path=REPO / "examples/catalog.yml", definition_path=REPO / "examples/definition.yml", target_vmid=vmid)
-        result = create_operation(self.store, planned=planned, provider_scope_id=self.scope,
-                                  confirmation=expected_confirmation(planned.plan, self.scope), idempotency_key=key, environ=ON)
+        planned = build_plan(
+            catalog_path=REPO / "examples/catalog.yml",
+            definition_path=REPO / "examples/definition.yml",
+            target_vmid=vmid,
+        )
+        result = create_operation(
+            self.store,
+            planned=planned,
+            provider_scope_id=self.scope,
+            confirmation=expected_confirmation(planned.plan, self.scope),
+            idempotency_key=key,
+            environ=ON,
+        )
         return t.cast(str, result["operation_id"])
 
     def stage(self, logic: t.Any, operation_id: str | None = None) -> dict[str, t.Any]:
-        return run_stage(dict(self.params, operation_id=operation_id or self.operation_id), logic, check_mode=False, diff=False)
+        return run_stage(
+            dict(self.params, operation_id=operation_id or self.operation_id), logic, check_mode=False, diff=False
+        )
 
     def fail_at_disk(self) -> None:
         """Clone and resources complete, the disk grow fails: a failed operation whose VM exists."""
@@ -85,9 +110,18 @@ class Env:
         assert self.store.load(self.operation_id)["status"] == "failed"
         self.pvesim.clear_requests()
 
-    def cleanup(self, check_mode: bool = False, environ: t.Mapping[str, str] | None = None, **options: t.Any) -> dict[str, t.Any]:
-        params = dict(self.params, operation_id=self.operation_id, stop=False, allow_completed=False, lifecycle_enabled=None,
-                      wait_budget=None, timeout=None)
+    def cleanup(
+        self, check_mode: bool = False, environ: t.Mapping[str, str] | None = None, **options: t.Any
+    ) -> dict[str, t.Any]:
+        params = dict(
+            self.params,
+            operation_id=self.operation_id,
+            stop=False,
+            allow_completed=False,
+            lifecycle_enabled=None,
+            wait_budget=None,
+            timeout=None,
+        )
         params.update(options)
         result = run_cleanup(params, check_mode=check_mode, environ=GATE if environ is None else environ)
         assert self.params["api_token_secret"] not in json.dumps(result)
@@ -152,9 +186,19 @@ def test_cleanup_needs_the_gate_then_removes_the_failed_operations_vm(env: Env) 
     assert bad.value.code == "configuration_error"
     assert env.pvesim.requests() == []  # the gate is read before any connection
     preview = env.cleanup(check_mode=True, environ={}, lifecycle_enabled=True)
-    assert preview["requests"] == [{"method": "DELETE", "path": VM, "params": {"purge": 1, "destroy-unreferenced-disks": 1},
-                                    "cli": "qm destroy 201 --purge 1 --destroy-unreferenced-disks 1"}]
-    assert preview["removed"] == {"vmid": 201, "volumes": ["local-lvm:vm-201-cloudinit", "local-lvm:vm-201-disk-0"], "snapshots": []}
+    assert preview["requests"] == [
+        {
+            "method": "DELETE",
+            "path": VM,
+            "params": {"purge": 1, "destroy-unreferenced-disks": 1},
+            "cli": "qm destroy 201 --purge 1 --destroy-unreferenced-disks 1",
+        }
+    ]
+    assert preview["removed"] == {
+        "vmid": 201,
+        "volumes": ["local-lvm:vm-201-cloudinit", "local-lvm:vm-201-disk-0"],
+        "snapshots": [],
+    }
     assert mutations(env.pvesim) == [] and env.store.load(env.operation_id).get("lifecycle") is None
     result = env.cleanup()
     assert result["changed"] and result["done"] and result["requests"] == preview["requests"]
@@ -209,11 +253,15 @@ def test_open_and_completed_operations_are_not_eligible(env: Env) -> None:
 def test_lost_delete_reply_is_resolved_by_reads_and_never_resent(env: Env) -> None:
     env.fail_at_disk()
     with ProxmoxClient(env.settings) as client:  # a snapshot someone took: removed with the VM, and listed
-        assert wait_task(client, client.request("POST", VM + "/snapshot", {"snapname": "inspect"})["data"], timeout=30).succeeded
+        assert wait_task(
+            client, client.request("POST", VM + "/snapshot", {"snapname": "inspect"})["data"], timeout=30
+        ).succeeded
     env.pvesim.add_fault(method="DELETE", path=r"/qemu/201$", action="drop_reply", occurrence=1)
     result = env.cleanup()
     assert result["done"] and result["operation"]["status"] == "cleaned" and not env.vm_exists()
-    assert result["removed"]["snapshots"] == ["inspect"] and result["operation"]["cleanup"]["removed"] == result["removed"]
+    assert (
+        result["removed"]["snapshots"] == ["inspect"] and result["operation"]["cleanup"]["removed"] == result["removed"]
+    )
     assert [e["status"] for e in env.pvesim.requests(method="DELETE")] == ["dropped"]
     assert_clean(env.pvesim)
 
@@ -246,7 +294,10 @@ def test_running_vm_is_refused_without_stop(env: Env) -> None:
     result = env.cleanup(stop=True)
     assert result["done"] and not env.vm_exists()
     assert mutations(env.pvesim) == [("POST", VM + "/status/stop"), DELETE]
-    assert result["operation"]["cleanup"]["steps"][0]["upid"] and ":qmstop:201:" in result["operation"]["cleanup"]["steps"][0]["upid"]
+    assert (
+        result["operation"]["cleanup"]["steps"][0]["upid"]
+        and ":qmstop:201:" in result["operation"]["cleanup"]["steps"][0]["upid"]
+    )
     assert_clean(env.pvesim)
 
 
@@ -266,7 +317,11 @@ def test_cleanup_without_a_vm_sends_nothing_and_releases(env: Env) -> None:
         env.stage(CloneStage())
     env.pvesim.clear_requests()
     result = env.cleanup()
-    assert result["done"] and result["requests"] == [] and result["removed"] == {"vmid": None, "volumes": [], "snapshots": []}
+    assert (
+        result["done"]
+        and result["requests"] == []
+        and result["removed"] == {"vmid": None, "volumes": [], "snapshots": []}
+    )
     assert result["operation"]["status"] == "cleaned" and env.store.target_holder(env.scope, 201) is None
     assert mutations(env.pvesim) == []
 
@@ -333,17 +388,43 @@ def test_modules_and_status_role_in_a_playbook(env: Env, tmp_path: Path) -> None
     conn = env.pvesim.connection
     results = tmp_path / "results.json"
     playbook = tmp_path / "play.yml"
-    playbook.write_text(PLAYBOOK.format(port=conn["port"], token_id=conn["tokens"]["full"]["id"], token_secret=conn["tokens"]["full"]["secret"],
-                                        ca=conn["ca_file"], journal=env.params["journal_dir"], other=other, failed=env.operation_id,
-                                        results=results), encoding="utf-8")
-    proc = subprocess.run([str(BIN / "ansible-playbook"), str(playbook)], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ), check=False)
+    playbook.write_text(
+        PLAYBOOK.format(
+            port=conn["port"],
+            token_id=conn["tokens"]["full"]["id"],
+            token_secret=conn["tokens"]["full"]["secret"],
+            ca=conn["ca_file"],
+            journal=env.params["journal_dir"],
+            other=other,
+            failed=env.operation_id,
+            results=results,
+        ),
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), str(playbook)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert conn["tokens"]["full"]["secret"] not in proc.stdout
     out = json.loads(results.read_text())
-    assert out["preview"]["changed"] and out["abandoned"]["changed"] and out["abandoned"]["operation"]["status"] == "abandoned"
-    assert out["cleaned"]["changed"] and out["cleaned"]["operation"]["status"] == "cleaned" and out["cleaned"]["requests"] == []
-    assert [row["operation_id"] for row in out["history"]["operations"]] == [other, env.operation_id] and out["history"]["total"] == 2
+    assert (
+        out["preview"]["changed"]
+        and out["abandoned"]["changed"]
+        and out["abandoned"]["operation"]["status"] == "abandoned"
+    )
+    assert (
+        out["cleaned"]["changed"]
+        and out["cleaned"]["operation"]["status"] == "cleaned"
+        and out["cleaned"]["requests"] == []
+    )
+    assert [row["operation_id"] for row in out["history"]["operations"]] == [other, env.operation_id] and out[
+        "history"
+    ]["total"] == 2
     assert set(out["snapshots"]["snapshots"]) == {"definition", "mapping", "plan"}
     assert out["snapshots"]["snapshots"]["plan"]["target"]["vmid"] == 201
     assert "cleaned" in proc.stdout and env.operation_id in proc.stdout  # the status role's table
@@ -356,7 +437,9 @@ def test_cleanup_refuses_unverified_tls_before_any_request(env: Env, read_only: 
     env.fail_at_disk()
     for check_mode in (True, False):
         with pytest.raises(VmanywareError) as info:
-            env.cleanup(check_mode=check_mode, stop=True, validate_certs=False, ca_path=None, unverified_tls_read_only=read_only)
+            env.cleanup(
+                check_mode=check_mode, stop=True, validate_certs=False, ca_path=None, unverified_tls_read_only=read_only
+            )
         assert info.value.code == "tls_unverified"
     assert env.pvesim.requests() == []
     assert (env.store.load(env.operation_id).get("lifecycle") or {}).get("cleanup") is None

@@ -53,19 +53,28 @@ def _kill(pids: list[int]) -> None:
 def test_molecule_provision_scenario(tmp_path: Path) -> None:
     ephemeral = tmp_path / "molecule"
     env = dict(os.environ)
-    env.update({
-        "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # molecule runs ansible-playbook/ansible-config from PATH
-        # tests/conftest.py points this at a directory with ansible_collections/vmanyware/proxmox -> this checkout.
-        "ANSIBLE_COLLECTIONS_PATH": os.environ["ANSIBLE_COLLECTIONS_PATH"],
-        "MOLECULE_EPHEMERAL_DIRECTORY": str(ephemeral),
-        "NO_COLOR": "1",
-        "ANSIBLE_NOCOLOR": "1",
-    })
+    env.update(
+        {
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # molecule runs ansible-playbook/ansible-config from PATH
+            # tests/conftest.py points this at a directory with ansible_collections/vmanyware/proxmox -> this checkout.
+            "ANSIBLE_COLLECTIONS_PATH": os.environ["ANSIBLE_COLLECTIONS_PATH"],
+            "MOLECULE_EPHEMERAL_DIRECTORY": str(ephemeral),
+            "NO_COLOR": "1",
+            "ANSIBLE_NOCOLOR": "1",
+        }
+    )
     env.pop("ANSIBLE_CONFIG", None)  # molecule writes its own ansible.cfg into the ephemeral directory
     started = time.monotonic()
     try:
-        proc = subprocess.run([str(BIN / "molecule"), "test", "-s", SCENARIO], cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=300, check=False)
+        proc = subprocess.run(
+            [str(BIN / "molecule"), "test", "-s", SCENARIO],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     finally:
         leftovers = _simulators_of(tmp_path)
         _kill(leftovers)

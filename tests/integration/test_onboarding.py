@@ -27,8 +27,14 @@ BIN = Path(sys.executable).parent
 
 
 def report(conn: dict[str, t.Any], token: str = "full", **kwargs: t.Any) -> dict[str, t.Any]:
-    settings = build_settings(host=conn["host"], port=conn["port"], token_id=conn["tokens"][token]["id"],
-                              token_secret=conn["tokens"][token]["secret"], ca_path=conn["ca_file"], timeout=10)
+    settings = build_settings(
+        host=conn["host"],
+        port=conn["port"],
+        token_id=conn["tokens"][token]["id"],
+        token_secret=conn["tokens"][token]["secret"],
+        ca_path=conn["ca_file"],
+        timeout=10,
+    )
     with ProxmoxClient(settings) as client:
         result = run_report(client, **kwargs)
     assert conn["tokens"][token]["secret"] not in json.dumps(result)
@@ -54,7 +60,11 @@ def test_certificate_of_the_simulator(pvesim: t.Any) -> None:
     assert result["pin_candidate"] == conn["fingerprint_sha256"]  # the colon form pvesim (like pvenode) prints
     assert result["verification"]["ca_path"] == {"verified": True, "reason": None}
     assert result["verification"]["system_store"]["verified"] is False
-    assert result["chain"][0]["san_ip"] == ["127.0.0.1"] and result["host_matches"] and result["certificate_warnings"] == []
+    assert (
+        result["chain"][0]["san_ip"] == ["127.0.0.1"]
+        and result["host_matches"]
+        and result["certificate_warnings"] == []
+    )
     assert pvesim.requests() == []  # handshakes only: the simulator saw no HTTP request
 
 
@@ -67,11 +77,20 @@ def test_demo_single_node(pvesim: t.Any) -> None:
     assert [(s["storage"], s["content"]) for s in node["storages"]] == [("local-lvm", ["images", "rootdir"])]
     ops = operations(result)
     assert ops["vm_provisioning"]["reasons"] == [] and ops["vm_provisioning"]["status"] == "available"
-    assert ops["vm_provisioning"]["placement"] == {"node": "pve-test", "template": 9000, "storage": "local-lvm", "bridge": "vmbr0"}
+    assert ops["vm_provisioning"]["placement"] == {
+        "node": "pve-test",
+        "template": 9000,
+        "storage": "local-lvm",
+        "bridge": "vmbr0",
+    }
     # 'local' (with import) is invisible to this token, so no node offers an import storage
     assert ops["template_build"]["status"] == "unavailable"
-    assert {"kind": "storage_content", "node": "pve-test", "content": "import",
-            "message": "Node pve-test has no active storage with content type import."} in ops["template_build"]["reasons"]
+    assert {
+        "kind": "storage_content",
+        "node": "pve-test",
+        "content": "import",
+        "message": "Node pve-test has no active storage with content type import.",
+    } in ops["template_build"]["reasons"]
     assert ops["containers"]["status"] == "unavailable" and ops["containers"]["via"] == "ssh"
     assert ops["cleanup"]["status"] == "available"
     assert result["summary"] == {"available": 2, "unavailable": 2}
@@ -116,8 +135,14 @@ def test_three_node_cluster(pvesim: t.Any) -> None:
 def test_old_version_needs_ssh_for_template_build(pvesim: t.Any) -> None:
     pvesim.reset("cluster")
     conn = pvesim.connection
-    settings = build_settings(host=conn["host"], port=conn["port"], token_id=conn["tokens"]["full"]["id"],
-                              token_secret=conn["tokens"]["full"]["secret"], ca_path=conn["ca_file"], timeout=10)
+    settings = build_settings(
+        host=conn["host"],
+        port=conn["port"],
+        token_id=conn["tokens"]["full"]["id"],
+        token_secret=conn["tokens"]["full"]["secret"],
+        ca_path=conn["ca_file"],
+        timeout=10,
+    )
 
     class OldVersion(ProxmoxClient):
         def get(self, path: str, /, **params: t.Any) -> t.Any:
@@ -136,14 +161,29 @@ def test_old_version_needs_ssh_for_template_build(pvesim: t.Any) -> None:
 
 def test_ansible_module_run(pvesim: t.Any) -> None:
     conn = pvesim.connection
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1",
-               PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]), PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
-               PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"], PROXMOX_CA_PATH=conn["ca_file"])
+    env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_NOCOLOR="1",
+        PROXMOX_HOST=conn["host"],
+        PROXMOX_PORT=str(conn["port"]),
+        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+        PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+        PROXMOX_CA_PATH=conn["ca_file"],
+    )
     for module in ("vmanyware_capabilities", "vmanyware_certificate_info"):
-        completed = subprocess.run([str(BIN / "ansible"), "localhost", "-m", f"vmanyware.proxmox.{module}", "--check"], cwd=REPO, env=env,
-                                   capture_output=True, text=True, timeout=180, check=False)
+        completed = subprocess.run(
+            [str(BIN / "ansible"), "localhost", "-m", f"vmanyware.proxmox.{module}", "--check"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
         assert completed.returncode == 0, completed.stdout + completed.stderr
-        result = json.loads(completed.stdout[completed.stdout.index("=> {") + 3:])
+        result = json.loads(completed.stdout[completed.stdout.index("=> {") + 3 :])
         assert result["changed"] is False
         assert conn["tokens"]["full"]["secret"] not in completed.stdout
         if module == "vmanyware_capabilities":
@@ -155,16 +195,36 @@ def test_ansible_module_run(pvesim: t.Any) -> None:
 def test_capabilities_playbook_prints_a_table(pvesim: t.Any) -> None:
     pvesim.reset("cluster")
     conn = pvesim.connection
-    env = dict(os.environ, PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]), PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
-               PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"], PROXMOX_FINGERPRINT=conn["fingerprint_sha256"], ANSIBLE_NOCOLOR="1")
-    completed = subprocess.run([str(BIN / "ansible-playbook"), "vmanyware.proxmox.capabilities", "-e", "vmanyware_template_vmid=9000"],
-                               env=env, capture_output=True, text=True, timeout=300, check=False)
+    env = dict(
+        os.environ,
+        PROXMOX_HOST=conn["host"],
+        PROXMOX_PORT=str(conn["port"]),
+        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+        PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+        PROXMOX_FINGERPRINT=conn["fingerprint_sha256"],
+        ANSIBLE_NOCOLOR="1",
+    )
+    completed = subprocess.run(
+        [str(BIN / "ansible-playbook"), "vmanyware.proxmox.capabilities", "-e", "vmanyware_template_vmid=9000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     out = completed.stdout
     assert completed.returncode == 0, out + completed.stderr
     assert "Proxmox VE 9.1.3; cluster vmanyware-lab; VNets: labnet" in out
-    assert "pve-test2 online: storages local-lvm=images,rootdir shared=images,import,iso,snippets; bridges vmbr0, vmbr1" in out
-    for line in ("available    vm_provisioning  via api", "available    template_build   via api", "available    cleanup          via api",
-                 "unavailable  containers       via ssh: Proxmox VE has no API to run commands inside a container"):
+    assert (
+        "pve-test2 online: storages local-lvm=images,rootdir shared=images,import,iso,snippets; bridges vmbr0, vmbr1"
+        in out
+    )
+    for line in (
+        "available    vm_provisioning  via api",
+        "available    template_build   via api",
+        "available    cleanup          via api",
+        "unavailable  containers       via ssh: Proxmox VE has no API to run commands inside a container",
+    ):
         assert line in out, out
     assert conn["tokens"]["full"]["secret"] not in out
     assert_reads_only_and_valid(pvesim)
@@ -174,17 +234,32 @@ def test_capabilities_unverified_tls_refused_or_read_only_marked(pvesim: t.Any) 
     """Onboarding before a pin: vmanyware_certificate_info still handshakes only; vmanyware_capabilities sends nothing over
     unverified TLS unless PROXMOX_UNVERIFIED_TLS_READ_ONLY=true, then GETs only, tls_verified false, a warning, no scope."""
     conn = pvesim.connection
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1",
-               PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]), PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
-               PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"], PROXMOX_VALIDATE_CERTS="false")
+    env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_NOCOLOR="1",
+        PROXMOX_HOST=conn["host"],
+        PROXMOX_PORT=str(conn["port"]),
+        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+        PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+        PROXMOX_VALIDATE_CERTS="false",
+    )
     env.pop("PROXMOX_CA_PATH", None)
     env.pop("PROXMOX_FINGERPRINT", None)
 
     def run(module: str, **extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, t.Any]]:
-        completed = subprocess.run([str(BIN / "ansible"), "localhost", "-m", f"vmanyware.proxmox.{module}"], cwd=REPO, env=dict(env, **extra),
-                                   capture_output=True, text=True, timeout=180, check=False)
+        completed = subprocess.run(
+            [str(BIN / "ansible"), "localhost", "-m", f"vmanyware.proxmox.{module}"],
+            cwd=REPO,
+            env=dict(env, **extra),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
         assert conn["tokens"]["full"]["secret"] not in completed.stdout + completed.stderr
-        return completed, json.loads(completed.stdout[completed.stdout.index("=> {") + 3:])
+        return completed, json.loads(completed.stdout[completed.stdout.index("=> {") + 3 :])
 
     completed, result = run("vmanyware_certificate_info")
     assert completed.returncode == 0 and result["pin_candidate"] == conn["fingerprint_sha256"]
@@ -193,5 +268,9 @@ def test_capabilities_unverified_tls_refused_or_read_only_marked(pvesim: t.Any) 
     assert pvesim.requests() == []
     completed, result = run("vmanyware_capabilities", PROXMOX_UNVERIFIED_TLS_READ_ONLY="true")
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert result["tls_verified"] is False and result["provider_scope_id"] is None and "UNVERIFIED TLS" in completed.stdout + completed.stderr
+    assert (
+        result["tls_verified"] is False
+        and result["provider_scope_id"] is None
+        and "UNVERIFIED TLS" in completed.stdout + completed.stderr
+    )
     assert pvesim.requests() and {entry["method"] for entry in pvesim.requests()} == {"GET"}

@@ -25,7 +25,14 @@ from vmid_support import Reserver
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import ProvisionStopped, StageOptions, provision, provision_entry, run_stages, stage_logic
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import (
+    ProvisionStopped,
+    StageOptions,
+    provision,
+    provision_entry,
+    run_stages,
+    stage_logic,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.recent_reads import RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import wait_task
@@ -47,18 +54,34 @@ def _settings(**kwargs: t.Any) -> StageSettings:
     return StageSettings(**kwargs)
 
 
-def _run(env: gs.Env, lines: list[str] | None = None, report: t.Callable[[str], None] | None = None, recent_reads: RecentReads | None = None,
-         **kwargs: t.Any) -> dict[str, t.Any]:
+def _run(
+    env: gs.Env,
+    lines: list[str] | None = None,
+    report: t.Callable[[str], None] | None = None,
+    recent_reads: RecentReads | None = None,
+    **kwargs: t.Any,
+) -> dict[str, t.Any]:
     interval = kwargs.pop("progress_interval", 30.0)
     if report is None:
         report = lines.append if lines is not None else (lambda line: None)
-    return run_stages(env.store, env.client, env.operation_id, _settings(**kwargs), StageOptions(readiness_timeout=60),
-                      progress_interval=interval, report=report, recent_reads=recent_reads)
+    return run_stages(
+        env.store,
+        env.client,
+        env.operation_id,
+        _settings(**kwargs),
+        StageOptions(readiness_timeout=60),
+        progress_interval=interval,
+        report=report,
+        recent_reads=recent_reads,
+    )
 
 
 def _effective(sim: t.Any) -> collections.Counter[tuple[str, str]]:
-    return collections.Counter((e["method"], e["path"]) for e in sim.requests()
-                               if e["method"] != "GET" and (e["status"] == "dropped" or e["status"] < 300))
+    return collections.Counter(
+        (e["method"], e["path"])
+        for e in sim.requests()
+        if e["method"] != "GET" and (e["status"] == "dropped" or e["status"] < 300)
+    )
 
 
 def _reads(sim: t.Any, suffix: str) -> int:
@@ -87,12 +110,17 @@ def test_every_stage_in_one_call(sim: t.Any, tmp_path: Path) -> None:
     assert all(item["status"] == "completed" and item["done"] for item in result["stages"])
     assert env.document["status"] == "completed"
     # One line per stage, in order, naming it.
-    assert [line.split(":")[0] for line in lines] == ["stage %d/%d %s" % (i + 1, len(env.kinds), kind) for i, kind in enumerate(env.kinds)]
+    assert [line.split(":")[0] for line in lines] == [
+        "stage %d/%d %s" % (i + 1, len(env.kinds), kind) for i, kind in enumerate(env.kinds)
+    ]
     # Each mutation exactly once, every request schema-valid.
     effective = _effective(sim)
     assert effective.pop(("PUT", gs.VM + "/config")) == 2, effective  # resources, then cloudinit
     assert all(count == 1 for count in effective.values()), effective
-    assert ("POST", "/nodes/pve-test/qemu/9000/clone") in _effective(sim) and ("POST", gs.VM + "/snapshot") in _effective(sim)
+    assert ("POST", "/nodes/pve-test/qemu/9000/clone") in _effective(sim) and (
+        "POST",
+        gs.VM + "/snapshot",
+    ) in _effective(sim)
     assert sim.schema_violations() == []
     # resources, disk and cloudinit (digest-carrying writes) took the configuration the stage before read back; readiness
     # the power state the start's read-back observed. Seed and start read everything themselves (docs/stages.md).
@@ -133,8 +161,11 @@ def test_fewer_reads_than_stage_by_stage(sim: t.Any, tmp_path: Path) -> None:
     assert aged_counts == single_reads
     # config: resources, disk, cloudinit; power: readiness; pending: resources, disk, cloudinit (digest-bound: a pending
     # change since is in the digest).
-    assert chained_reads == {"/config": single_reads["/config"] - 3, "/status/current": single_reads["/status/current"] - 1,
-                             "/pending": single_reads["/pending"] - 3}, (chained_reads, single_reads)
+    assert chained_reads == {
+        "/config": single_reads["/config"] - 3,
+        "/status/current": single_reads["/status/current"] - 1,
+        "/pending": single_reads["/pending"] - 3,
+    }, (chained_reads, single_reads)
 
 
 def test_another_clients_start_inside_the_window_stops_the_run_at_start(sim: t.Any, tmp_path: Path) -> None:
@@ -157,11 +188,19 @@ def test_another_clients_start_inside_the_window_stops_the_run_at_start(sim: t.A
     assert _effective(sim)[("POST", gs.VM + "/status/start")] == 1  # the other client's, not ours
 
 
-@pytest.mark.parametrize("key, value", [
-    ("sshkeys", "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIOtherClientsKeyOtherClientsKeyOtherCli%20other%40elsewhere"),
-    ("cores", 3),
-])
-def test_another_clients_change_between_seed_and_start_stops_the_run_at_start(sim: t.Any, tmp_path: Path, key: str, value: t.Any) -> None:
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        (
+            "sshkeys",
+            "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIOtherClientsKeyOtherClientsKeyOtherCli%20other%40elsewhere",
+        ),
+        ("cores", 3),
+    ],
+)
+def test_another_clients_change_between_seed_and_start_stops_the_run_at_start(
+    sim: t.Any, tmp_path: Path, key: str, value: t.Any
+) -> None:
     """The seed stage's read-back (its pending list, with the digest) is young when the seed stage ends; another client
     changes the configuration then (``sshkeys``: the guest would boot with a key nobody reviewed). The start stage reads
     the configuration itself: its digest differs from the one the seed was validated at, and nothing is started."""
@@ -184,7 +223,7 @@ def test_another_clients_change_between_seed_and_start_stops_the_run_at_start(si
     # start read the configuration after the other client's PUT (it took no recorded one)
     sent = [(e["method"], e["path"]) for e in sim.requests() if e["path"].startswith(gs.VM)]
     other_put = max(i for i, item in enumerate(sent) if item == ("PUT", gs.VM + "/config"))
-    assert ("GET", gs.VM + "/config") in sent[other_put + 1:]
+    assert ("GET", gs.VM + "/config") in sent[other_put + 1 :]
     assert sim.schema_violations() == []
 
 
@@ -209,7 +248,9 @@ def test_after_a_lost_reply_the_next_stage_reads_the_power_state(sim: t.Any, tmp
     sent = [(e["method"], e["path"], e["status"]) for e in sim.requests() if e["path"].startswith(gs.VM)]
     lost = next(i for i, item in enumerate(sent) if item[:2] == ("PUT", gs.VM + "/config"))
     assert sent[lost][2] == "dropped" and sent[lost + 1][:2] == ("GET", gs.VM + "/config")
-    assert reads.saved["power"] == 0  # no stage before readiness takes a recorded power state (docs/stages.md "Reads reused")
+    assert (
+        reads.saved["power"] == 0
+    )  # no stage before readiness takes a recorded power state (docs/stages.md "Reads reused")
     # resources took the clone's read-back before its PUT; disk the configuration the resolution read after the lost PUT
     assert reads.saved["config"] == 2
 
@@ -261,7 +302,9 @@ def test_progress_line_while_a_stage_runs_long(sim: t.Any, tmp_path: Path) -> No
     assert result["done"]
     running = [line for line in lines if "clone: still running after" in line]
     assert 1 <= len(running) <= 4, lines
-    assert lines.index(running[0]) < next(i for i, line in enumerate(lines) if line.startswith("stage 1/") and "completed" in line)
+    assert lines.index(running[0]) < next(
+        i for i, line in enumerate(lines) if line.startswith("stage 1/") and "completed" in line
+    )
 
 
 def test_wait_budget_returns_not_done_and_a_rerun_continues(sim: t.Any, tmp_path: Path) -> None:
@@ -286,9 +329,18 @@ def test_module_entry_runs_the_chain(sim: t.Any, tmp_path: Path) -> None:
     env = gs.create(tmp_path, sim.connection)
     conn = sim.connection
     params: dict[str, t.Any] = {
-        "operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "api_host": conn["host"], "api_port": conn["port"],
-        "api_token_id": conn["tokens"]["full"]["id"], "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"],
-        "validate_certs": True, "api_timeout": 10, "lock_wait": 10.0, "provisioning_enabled": True, "readiness_timeout": 60.0,
+        "operation_id": env.operation_id,
+        "journal_dir": str(tmp_path / "journal"),
+        "api_host": conn["host"],
+        "api_port": conn["port"],
+        "api_token_id": conn["tokens"]["full"]["id"],
+        "api_token_secret": conn["tokens"]["full"]["secret"],
+        "ca_path": conn["ca_file"],
+        "validate_certs": True,
+        "api_timeout": 10,
+        "lock_wait": 10.0,
+        "provisioning_enabled": True,
+        "readiness_timeout": 60.0,
         "storage_concurrency": 3,
     }
     result = provision(params, check_mode=False, diff=False)
@@ -300,8 +352,14 @@ def test_the_chain_runs_as_a_module_process_too(sim: t.Any, tmp_path: Path) -> N
     # AnsiballZ packages what the module imports by name: every stage logic module the registry loads by string must be in
     # the payload (_stages/every.py), or the run fails with internal_error as a module process (become, remote hosts).
     env = gs.create(tmp_path, sim.connection)
-    completed = tia._playbook(tmp_path, sys.executable, "false", module="vmanyware_provision",  # pylint: disable=protected-access
-                              args=_module_params(sim, env, tmp_path), task_env={"VMANYWARE_PROVISIONING_ENABLED": "true"})
+    completed = tia._playbook(
+        tmp_path,
+        sys.executable,
+        "false",
+        module="vmanyware_provision",  # pylint: disable=protected-access
+        args=_module_params(sim, env, tmp_path),
+        task_env={"VMANYWARE_PROVISIONING_ENABLED": "true"},
+    )
     assert completed.returncode == 0, completed.stdout[-3000:]
     assert "vmanyware: vmanyware_provision ran as a module process (VMANYWARE_IN_PROCESS=false)" in completed.stdout
     result = tia._result(completed)  # pylint: disable=protected-access
@@ -312,9 +370,18 @@ def test_the_chain_runs_as_a_module_process_too(sim: t.Any, tmp_path: Path) -> N
 def _module_params(sim: t.Any, env: gs.Env, tmp_path: Path, token: str = "full", **extra: t.Any) -> dict[str, t.Any]:
     conn = sim.connection
     params: dict[str, t.Any] = {
-        "operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "api_host": conn["host"], "api_port": conn["port"],
-        "api_token_id": conn["tokens"][token]["id"], "api_token_secret": conn["tokens"][token]["secret"], "ca_path": conn["ca_file"],
-        "validate_certs": True, "api_timeout": 10, "lock_wait": 10.0, "provisioning_enabled": True, "readiness_timeout": 60.0,
+        "operation_id": env.operation_id,
+        "journal_dir": str(tmp_path / "journal"),
+        "api_host": conn["host"],
+        "api_port": conn["port"],
+        "api_token_id": conn["tokens"][token]["id"],
+        "api_token_secret": conn["tokens"][token]["secret"],
+        "ca_path": conn["ca_file"],
+        "validate_certs": True,
+        "api_timeout": 10,
+        "lock_wait": 10.0,
+        "provisioning_enabled": True,
+        "readiness_timeout": 60.0,
         "storage_concurrency": 3,
     }
     params.update(extra)
@@ -335,7 +402,9 @@ def test_the_preflight_runs_first_and_the_clone_takes_its_template_and_vmid_read
     result = provision(_module_params(sim, env, tmp_path / "with", preflight=True), check_mode=False, diff=False)
     assert result["done"] and result["preflight"]["summary"]["failed"] == 0 and "warnings" not in result
     assert [check["code"] for check in result["preflight"]["checks"]][0] == "api_reachable"
-    assert result["log"][0].startswith("preflight passed") and result["log"][-1].startswith("stage %d/" % len(env.kinds))
+    assert result["log"][0].startswith("preflight passed") and result["log"][-1].startswith(
+        "stage %d/" % len(env.kinds)
+    )
     # The template configuration and the VMID are read once (by the preflight), before the clone's POST; the clone took both.
     clone_post = next(i for i, e in enumerate(sim.requests()) if e["method"] == "POST" and e["path"].endswith("/clone"))
     assert len(_gets(sim, TEMPLATE_CONFIG)) == 1 and _gets(sim, TEMPLATE_CONFIG)[0] < clone_post
@@ -352,7 +421,9 @@ def test_the_preflight_runs_first_and_the_clone_takes_its_template_and_vmid_read
     assert without["done"] and "preflight" not in without
     assert len(_gets(sim, TEMPLATE_CONFIG)) == 1 and len(_gets(sim, "/cluster/nextid")) == 1
     assert result["reads_saved"] == without["reads_saved"] + 2  # the template configuration and "VMID free"
-    assert with_preflight - len(sim.requests()) == 8  # version, storage, network and 5 permission reads: the 10 minus the 2 taken
+    assert (
+        with_preflight - len(sim.requests()) == 8
+    )  # version, storage, network and 5 permission reads: the 10 minus the 2 taken
 
 
 def test_a_failing_preflight_of_a_new_operation_sends_nothing(sim: t.Any, tmp_path: Path) -> None:
@@ -383,8 +454,14 @@ def test_a_vmid_taken_after_the_preflight_read_it_free_is_refused_never_a_second
             envelope = self.client.request(method, path, params)
             if path == "/cluster/nextid" and not self.raced:
                 self.raced = True
-                upid = other.post("/nodes/pve-test/qemu/9000/clone", newid=gs.VMID, full=1, storage="local-lvm", name="someone-else",
-                                  description="made by another tool")
+                upid = other.post(
+                    "/nodes/pve-test/qemu/9000/clone",
+                    newid=gs.VMID,
+                    full=1,
+                    storage="local-lvm",
+                    name="someone-else",
+                    description="made by another tool",
+                )
                 assert wait_task(other, upid, timeout=60).succeeded
             return envelope
 
@@ -393,10 +470,18 @@ def test_a_vmid_taken_after_the_preflight_read_it_free_is_refused_never_a_second
 
     sim.clear_requests()
     with pytest.raises(ProvisionStopped) as info:
-        provision(_module_params(sim, env, tmp_path, preflight=True), check_mode=False, diff=False,
-                  client_factory=lambda settings: TakenAfterTheRead(ProxmoxClient(settings)))
+        provision(
+            _module_params(sim, env, tmp_path, preflight=True),
+            check_mode=False,
+            diff=False,
+            client_factory=lambda settings: TakenAfterTheRead(ProxmoxClient(settings)),
+        )
     assert info.value.code == "vmid_taken" and info.value.details["rule"] == "taken_before_clone"
-    ours = [e for e in sim.requests(method="POST", path_regex=r"/qemu/9000/clone$") if e["params"].get("name") != "someone-else"]
+    ours = [
+        e
+        for e in sim.requests(method="POST", path_regex=r"/qemu/9000/clone$")
+        if e["params"].get("name") != "someone-else"
+    ]
     assert len(ours) == 1 and ours[0]["status"] == 500
     assert len(_gets(sim, "/cluster/nextid")) == 1  # the clone took the preflight's (now stale) "free"
     assert env.stage("clone")["status"] == "pending" and env.document["status"] == "open"
@@ -406,11 +491,26 @@ def test_a_vmid_taken_after_the_preflight_read_it_free_is_refused_never_a_second
 
 # --- With confirmation: the task records the confirmed operation itself (the provision role's confirmed one-task path) ---
 
-def _record_params(sim: t.Any, tmp_path: Path, confirmation: t.Any, token: str = "full", **extra: t.Any) -> dict[str, t.Any]:
+
+def _record_params(
+    sim: t.Any, tmp_path: Path, confirmation: t.Any, token: str = "full", **extra: t.Any
+) -> dict[str, t.Any]:
     """vmanyware_provision's options with the plan inputs and a confirmation instead of an operation id."""
-    params = _module_params(sim, t.cast(gs.Env, _NoOperation()), tmp_path, token=token, operation_id=None,
-                            catalog=gs.catalog_text(), catalog_path=None, definition=gs.definition_text(), definition_path=None,
-                            target_vmid=gs.VMID, confirmation=confirmation, idempotency_key=None, preflight=True)
+    params = _module_params(
+        sim,
+        t.cast(gs.Env, _NoOperation()),
+        tmp_path,
+        token=token,
+        operation_id=None,
+        catalog=gs.catalog_text(),
+        catalog_path=None,
+        definition=gs.definition_text(),
+        definition_path=None,
+        target_vmid=gs.VMID,
+        confirmation=confirmation,
+        idempotency_key=None,
+        preflight=True,
+    )
     params.update(extra)
     return params
 
@@ -432,20 +532,30 @@ def _expected_confirmation(sim: t.Any, tmp_path: Path) -> dict[str, t.Any]:
 
 
 def test_with_a_confirmation_it_records_the_operation_then_runs_every_stage(
-        sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("VMANYWARE_PROVISIONING_ENABLED", raising=False)
     sim.clear_requests()
     confirmation = _expected_confirmation(sim, tmp_path)
     assert sim.requests() == [] and not _journal_files(tmp_path)  # the review sent nothing and recorded nothing
     assert confirmation["targetVmid"] == gs.VMID and confirmation["confirmed"] is True
     known_hosts = tmp_path / "ssh" / "known_hosts"
-    result = provision(_record_params(sim, tmp_path, confirmation, set_operation_fact=True, known_hosts_path=str(known_hosts)),
-                       check_mode=False, diff=False)
+    result = provision(
+        _record_params(sim, tmp_path, confirmation, set_operation_fact=True, known_hosts_path=str(known_hosts)),
+        check_mode=False,
+        diff=False,
+    )
     assert result["done"] and result["status"] == "completed" and result["created"] and result["changed"]
     # the agent-verified host keys of the hand-off, installed as vmanyware_known_hosts installs them
     handoff = result["ansible_facts"]["vmanyware_operation"]["handoff"]
-    assert result["known_hosts"]["outcome"] == "created" and result["known_hosts"]["lines"] == len(handoff["known_hosts"]) >= 1
-    assert known_hosts.read_text().splitlines()[1:-1] == handoff["known_hosts"] and known_hosts.stat().st_mode & 0o777 == 0o600
+    assert (
+        result["known_hosts"]["outcome"] == "created"
+        and result["known_hosts"]["lines"] == len(handoff["known_hosts"]) >= 1
+    )
+    assert (
+        known_hosts.read_text().splitlines()[1:-1] == handoff["known_hosts"]
+        and known_hosts.stat().st_mode & 0o777 == 0o600
+    )
     [path] = _journal_files(tmp_path)
     assert path.stem == result["operation_id"] == result["ansible_facts"]["vmanyware_operation"]["operation_id"]
     assert result["preflight"]["summary"]["failed"] == 0 and sim.schema_violations() == []
@@ -455,7 +565,9 @@ def test_with_a_confirmation_it_records_the_operation_then_runs_every_stage(
     assert _effective(sim)[("POST", "/nodes/pve-test/qemu/9000/clone")] == 1
     # The same confirmation again finds the same operation (idempotent): nothing recorded, nothing sent but reads.
     sim.clear_requests()
-    again = provision(_record_params(sim, tmp_path, confirmation, known_hosts_path=str(known_hosts)), check_mode=False, diff=False)
+    again = provision(
+        _record_params(sim, tmp_path, confirmation, known_hosts_path=str(known_hosts)), check_mode=False, diff=False
+    )
     assert again["operation_id"] == result["operation_id"] and not again["created"] and not again["changed"]
     assert again["known_hosts"]["outcome"] == "unchanged"
     assert _journal_files(tmp_path) == [path] and all(e["method"] == "GET" for e in sim.requests())
@@ -488,8 +600,17 @@ def test_a_failing_preflight_stops_before_the_operation_is_recorded(sim: t.Any, 
         sim.delete_bridge("vmbr0")
     sim.clear_requests()
     with pytest.raises(ProvisionStopped) as info:
-        provision(_record_params(sim, tmp_path, confirmation, token="limited" if failing == "privileges" else "full",
-                                 known_hosts_path=str(tmp_path / "known_hosts")), check_mode=False, diff=False)
+        provision(
+            _record_params(
+                sim,
+                tmp_path,
+                confirmation,
+                token="limited" if failing == "privileges" else "full",
+                known_hosts_path=str(tmp_path / "known_hosts"),
+            ),
+            check_mode=False,
+            diff=False,
+        )
     result = info.value.to_result()
     assert result["error_code"] == "preflight_failed" and result["stages"] == []
     assert result["error_details"]["failed_checks"] == ["privileges" if failing == "privileges" else "bridge_exists"]
@@ -506,8 +627,11 @@ def test_a_failure_after_recording_names_the_operation(sim: t.Any, tmp_path: Pat
     sim.add_fault(method="PUT", path=r"/qemu/201/resize$", action="task_error", occurrence=1)
     sim.clear_requests()
     with pytest.raises(ProvisionStopped) as info:
-        provision(_record_params(sim, tmp_path, confirmation, known_hosts_path=str(tmp_path / "known_hosts")),
-                  check_mode=False, diff=False)
+        provision(
+            _record_params(sim, tmp_path, confirmation, known_hosts_path=str(tmp_path / "known_hosts")),
+            check_mode=False,
+            diff=False,
+        )
     result = info.value.to_result()
     assert not (tmp_path / "known_hosts").exists()  # keys only once the operation is completed
     [path] = _journal_files(tmp_path)
@@ -535,7 +659,9 @@ def test_check_mode_with_a_confirmation_previews_the_preflight_without_recording
     with pytest.raises(ProvisionStopped) as info:
         provision(_record_params(sim, tmp_path, confirmation), check_mode=True, diff=False)
     stopped = info.value.to_result()
-    assert stopped["error_code"] == "preflight_failed" and stopped["error_details"]["failed_checks"] == ["bridge_exists"]
+    assert stopped["error_code"] == "preflight_failed" and stopped["error_details"]["failed_checks"] == [
+        "bridge_exists"
+    ]
     assert "operation_id" not in stopped and stopped["preflight"]["summary"]["failed"] == 1
     assert all(e["method"] == "GET" for e in sim.requests()) and not _journal_files(tmp_path)
 

@@ -32,17 +32,34 @@ class Operator:
         self.tmp = tmp_path
         self.journal = tmp_path / "journal"
         self.confirm = tmp_path / "confirm.yml"
-        self.env = dict(os.environ, PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]),
-                        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"], PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
-                        PROXMOX_CA_PATH=conn["ca_file"], VMANYWARE_JOURNAL_DIR=str(self.journal),
-                        VMANYWARE_PROVISIONING_ENABLED="true", ANSIBLE_NOCOLOR="1")
+        self.env = dict(
+            os.environ,
+            PROXMOX_HOST=conn["host"],
+            PROXMOX_PORT=str(conn["port"]),
+            PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+            PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+            PROXMOX_CA_PATH=conn["ca_file"],
+            VMANYWARE_JOURNAL_DIR=str(self.journal),
+            VMANYWARE_PROVISIONING_ENABLED="true",
+            ANSIBLE_NOCOLOR="1",
+        )
 
     def run(self, *extra: str, definition: Path | None = None) -> subprocess.CompletedProcess[str]:
-        args = [str(BIN / "ansible-playbook"), "vmanyware.proxmox.provision",
-                "-e", "vmanyware_catalog_path=%s" % (REPO / "examples/catalog.yml"),
-                "-e", "vmanyware_definition_path=%s" % (definition or REPO / "examples/definition.yml"),
-                "-e", "vmanyware_target_vmid=201", "-e", "vmanyware_confirmation_file=%s" % self.confirm,
-                "-e", "vmanyware_known_hosts_file=%s" % (self.tmp / "known_hosts"), *extra]
+        args = [
+            str(BIN / "ansible-playbook"),
+            "vmanyware.proxmox.provision",
+            "-e",
+            "vmanyware_catalog_path=%s" % (REPO / "examples/catalog.yml"),
+            "-e",
+            "vmanyware_definition_path=%s" % (definition or REPO / "examples/definition.yml"),
+            "-e",
+            "vmanyware_target_vmid=201",
+            "-e",
+            "vmanyware_confirmation_file=%s" % self.confirm,
+            "-e",
+            "vmanyware_known_hosts_file=%s" % (self.tmp / "known_hosts"),
+            *extra,
+        ]
         return subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=600, check=False)
 
 
@@ -84,7 +101,10 @@ def test_review_preview_apply_and_rerun(pvesim: t.Any, tmp_path: Path) -> None:
     assert "Preflight against Proxmox" not in applied.stdout  # the preflight role's task did not run
     assert _reads(pvesim, "/nodes/pve-test/qemu/9000/config") == 1
     assert _reads(pvesim, "/cluster/nextid") == 1 and _reads(pvesim, "/version") == 1
-    assert all(str(entry["params"].get("vmid")) == "201" for entry in pvesim.requests(method="GET", path_regex=r"^/cluster/nextid$"))
+    assert all(
+        str(entry["params"].get("vmid")) == "201"
+        for entry in pvesim.requests(method="GET", path_regex=r"^/cluster/nextid$")
+    )
     sent = _mutations(pvesim)
     assert sent.count("POST /nodes/pve-test/qemu/9000/clone") == 1
     assert sent.count("POST /nodes/pve-test/qemu/201/status/start") == 1
@@ -109,14 +129,18 @@ def test_a_changed_plan_stops_with_plan_changed(pvesim: t.Any, tmp_path: Path) -
     assert _mutations(pvesim) == []
 
 
-def test_a_confirmation_with_a_field_missing_prints_the_block_again_and_changes_nothing(pvesim: t.Any, tmp_path: Path) -> None:
+def test_a_confirmation_with_a_field_missing_prints_the_block_again_and_changes_nothing(
+    pvesim: t.Any, tmp_path: Path
+) -> None:
     """On the one-task path the vmanyware_provision task checks the confirmation (as vmanyware_operation does on the
     other paths): confirmed: true with a field missing is no confirmation, so the role prints the block and stops."""
     operator = Operator(pvesim, tmp_path)
     assert operator.run().returncode == 0
     block = yaml.safe_load(operator.confirm.read_text())["provision_confirmation"]
     partial = tmp_path / "partial.yml"
-    partial.write_text(yaml.safe_dump({"provision_confirmation": {key: value for key, value in block.items() if key != "bridge"}}))
+    partial.write_text(
+        yaml.safe_dump({"provision_confirmation": {key: value for key, value in block.items() if key != "bridge"}})
+    )
     operator.confirm.unlink()
     pvesim.clear_requests()
     result = operator.run("-e", "@%s" % partial)
@@ -140,7 +164,9 @@ def test_a_failed_preflight_stops_a_new_operation_before_anything_is_recorded(pv
     assert _mutations(pvesim) == [] and not list(operator.journal.glob("op-*.json"))
 
 
-def test_a_failed_preflight_of_the_one_task_path_records_nothing_and_a_rerun_runs(pvesim: t.Any, tmp_path: Path) -> None:
+def test_a_failed_preflight_of_the_one_task_path_records_nothing_and_a_rerun_runs(
+    pvesim: t.Any, tmp_path: Path
+) -> None:
     pvesim.set_speed(200)
     operator = Operator(pvesim, tmp_path)
     assert operator.run().returncode == 0
@@ -152,7 +178,9 @@ def test_a_failed_preflight_of_the_one_task_path_records_nothing_and_a_rerun_run
     assert failed.returncode != 0
     # the checks were shown as they ran, and the failure names the code; nothing at all was sent
     assert re.search(r"\[localhost\] preflight failed\s+privileges", failed.stdout), failed.stdout[-3000:]
-    assert '"error_code": "preflight_failed"' in failed.stdout and "Nothing was recorded or sent" in failed.stdout, failed.stdout[-3000:]
+    assert '"error_code": "preflight_failed"' in failed.stdout and "Nothing was recorded or sent" in failed.stdout, (
+        failed.stdout[-3000:]
+    )
     assert _mutations(pvesim) == [] and all(entry["method"] == "GET" for entry in pvesim.requests())
     # The preflight ran before the record: no operation to abandon.
     assert not list(operator.journal.glob("op-*.json"))
@@ -174,14 +202,23 @@ def test_long_tasks_show_progress_without_resending(pvesim: t.Any, tmp_path: Pat
     operator = Operator(pvesim, tmp_path)
     assert operator.run().returncode == 0
     pvesim.set_speed(4)  # a full clone now takes about 2 s; the role checks back every second
-    applied = operator.run("-e", "@%s" % operator.confirm, "-e", "provision_wait_budget=1", "-e", "provision_step_by_step=%s" % step_by_step)
+    applied = operator.run(
+        "-e",
+        "@%s" % operator.confirm,
+        "-e",
+        "provision_wait_budget=1",
+        "-e",
+        "provision_step_by_step=%s" % step_by_step,
+    )
     assert applied.returncode == 0, applied.stdout[-3000:]
     if step_by_step:
         assert re.search(r"clone still running", applied.stdout), applied.stdout[-3000:]
         assert "[localhost] stage 1/" not in applied.stdout  # the one task did not run
     else:
         # the one task prints while it runs: a line per stage, and one per second of the clone
-        assert re.search(r"\[localhost\] stage 1/\d+ clone: still running after", applied.stdout), applied.stdout[-3000:]
+        assert re.search(r"\[localhost\] stage 1/\d+ clone: still running after", applied.stdout), applied.stdout[
+            -3000:
+        ]
         assert re.search(r"\[localhost\] stage (\d+)/\1 packages: completed", applied.stdout), applied.stdout[-3000:]
         assert "Follow up until done" not in applied.stdout
     assert _mutations(pvesim).count("POST /nodes/pve-test/qemu/9000/clone") == 1
@@ -201,10 +238,22 @@ def test_repeat_plans_a_recorded_operation_again_for_a_new_vmid(pvesim: t.Any, t
     original = yaml.safe_load(operator.confirm.read_text())["provision_confirmation"]
     pvesim.clear_requests()
 
-    def repeat(*extra: str, vmid: int = 202, catalog: Path | None = REPO / "examples/catalog.yml") -> subprocess.CompletedProcess[str]:
-        args = [str(BIN / "ansible-playbook"), "vmanyware.proxmox.provision", "-e", "vmanyware_repeat_operation=%s" % source,
-                "-e", "vmanyware_target_vmid=%d" % vmid, "-e", "vmanyware_confirmation_file=%s" % operator.confirm,
-                "-e", "vmanyware_known_hosts_file=%s" % (tmp_path / "known_hosts"), *extra]
+    def repeat(
+        *extra: str, vmid: int = 202, catalog: Path | None = REPO / "examples/catalog.yml"
+    ) -> subprocess.CompletedProcess[str]:
+        args = [
+            str(BIN / "ansible-playbook"),
+            "vmanyware.proxmox.provision",
+            "-e",
+            "vmanyware_repeat_operation=%s" % source,
+            "-e",
+            "vmanyware_target_vmid=%d" % vmid,
+            "-e",
+            "vmanyware_confirmation_file=%s" % operator.confirm,
+            "-e",
+            "vmanyware_known_hosts_file=%s" % (tmp_path / "known_hosts"),
+            *extra,
+        ]
         if catalog is not None:
             args += ["-e", "vmanyware_catalog_path=%s" % catalog]
         return subprocess.run(args, env=operator.env, capture_output=True, text=True, timeout=600, check=False)
@@ -220,7 +269,9 @@ def test_repeat_plans_a_recorded_operation_again_for_a_new_vmid(pvesim: t.Any, t
     assert gone.returncode != 0 and '"error_code": "repeat_image_removed"' in gone.stdout, gone.stdout[-3000:]
     # ... exactly as recorded (another template VMID and storage now: refused, the fields named).
     changed = tmp_path / "catalog-changed.yml"
-    changed.write_text(yaml.safe_dump(dict(current, images=[dict(current["images"][0], templateVmid=9001, storage="other-lvm")])))
+    changed.write_text(
+        yaml.safe_dump(dict(current, images=[dict(current["images"][0], templateVmid=9001, storage="other-lvm")]))
+    )
     moved = repeat(catalog=changed)
     assert moved.returncode != 0 and '"error_code": "repeat_mapping_changed"' in moved.stdout, moved.stdout[-3000:]
     assert re.search(r'"fields": \[\s*"storage",\s*"templateVmid"\s*\]', moved.stdout), moved.stdout[-3000:]

@@ -40,15 +40,18 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PAGE = REPO / "docs" / "quickstart.md"
 # Proxmox VE's built-in roles the page uses (PVE 9: pve-access-control, PVE/AccessControl.pm).
-BUILTIN_ROLES = {"PVETemplateUser": {"VM.Audit", "VM.Clone"}, "PVEDatastoreUser": {"Datastore.AllocateSpace", "Datastore.Audit"},
-                 "PVESDNUser": {"SDN.Audit", "SDN.Use"}}
+BUILTIN_ROLES = {
+    "PVETemplateUser": {"VM.Audit", "VM.Clone"},
+    "PVEDatastoreUser": {"Datastore.AllocateSpace", "Datastore.Audit"},
+    "PVESDNUser": {"SDN.Audit", "SDN.Use"},
+}
 
 
 def block(name: str) -> str:
     text = PAGE.read_text(encoding="utf-8")
-    after = text[text.index(f"<!-- quickstart:{name} -->"):]
-    start = after.index("```") + after[after.index("```"):].index("\n") + 1
-    return after[start:after.index("\n```", start)] + "\n"
+    after = text[text.index(f"<!-- quickstart:{name} -->") :]
+    start = after.index("```") + after[after.index("```") :].index("\n") + 1
+    return after[start : after.index("\n```", start)] + "\n"
 
 
 def commands(name: str) -> list[str]:
@@ -111,7 +114,9 @@ def run_line(line: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedP
         key, value = words.pop(0).split("=", 1)
         extra[key] = value
     # PWD as a shell sets it (the playbooks resolve relative paths against it).
-    return subprocess.run(words, env={**env, "PWD": str(cwd), **extra}, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        words, env={**env, "PWD": str(cwd), **extra}, cwd=cwd, capture_output=True, text=True, timeout=600, check=False
+    )
 
 
 def test_quickstart_on_the_simulator(pvesim: t.Any, tmp_path: Path) -> None:
@@ -119,8 +124,12 @@ def test_quickstart_on_the_simulator(pvesim: t.Any, tmp_path: Path) -> None:
     conn = pvesim.connection
     collections = tmp_path / "collections"
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("VMANYWARE_", "PROXMOX_"))}
-    base_env.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", ANSIBLE_COLLECTIONS_PATH=str(collections), ANSIBLE_NOCOLOR="1",
-                    HOME=str(tmp_path / "home"))
+    base_env.update(
+        PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        ANSIBLE_COLLECTIONS_PATH=str(collections),
+        ANSIBLE_NOCOLOR="1",
+        HOME=str(tmp_path / "home"),
+    )
     (tmp_path / "home").mkdir()
 
     # 1. ansible-core into a new virtual environment exactly as written (apt is the host's; its packages are here).
@@ -131,7 +140,9 @@ def test_quickstart_on_the_simulator(pvesim: t.Any, tmp_path: Path) -> None:
     # the range the page installs is the one this repository develops and tests with (requirements-demo.txt)
     core = re.search(r"^ansible-core[^\n#]*", (REPO / "requirements-demo.txt").read_text(encoding="utf-8"), re.M)
     assert core and ansible[3] == "python3 -m pip install '%s'" % core.group(0).strip()
-    done = run_line(ansible[1].replace("~/", str(tmp_path / "home") + "/").replace("python3", sys.executable, 1), base_env, tmp_path)
+    done = run_line(
+        ansible[1].replace("~/", str(tmp_path / "home") + "/").replace("python3", sys.executable, 1), base_env, tmp_path
+    )
     assert done.returncode == 0, done.stderr
     base_env["PATH"] = f"{venv / 'bin'}{os.pathsep}{base_env['PATH']}"  # what activate does
     base_env["VIRTUAL_ENV"] = str(venv)
@@ -141,7 +152,9 @@ def test_quickstart_on_the_simulator(pvesim: t.Any, tmp_path: Path) -> None:
     # Build and install the collection exactly as written (into the temporary collections path), with the venv's tools.
     install = commands("install")
     for line in install[:2]:
-        line = line.replace("--output-path dist", f"--output-path {tmp_path}/dist").replace(" dist/", f" {tmp_path}/dist/")
+        line = line.replace("--output-path dist", f"--output-path {tmp_path}/dist").replace(
+            " dist/", f" {tmp_path}/dist/"
+        )
         done = run_line(line, base_env, REPO)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "[WARNING]" not in done.stdout + done.stderr, done.stdout + done.stderr
@@ -157,7 +170,9 @@ def test_quickstart_on_the_simulator(pvesim: t.Any, tmp_path: Path) -> None:
     pools, roles, acl = acl_from_pveum([on_simulator(line) for line in commands("pveum")])
     assert roles["VmanywareProvisioner"] == set(role_privileges(9)["/vms/{target}"])
     assert [path for path in acl if path.startswith("/vms/")] == ["/vms/9000"]  # nothing per target VMID
-    root = ProxmoxAPI(conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"])
+    root = ProxmoxAPI(
+        conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"]
+    )
     for pool in pools:
         root.pools.post(poolid=pool)
     token = conn["tokens"]["limited"]
@@ -166,15 +181,20 @@ def test_quickstart_on_the_simulator(pvesim: t.Any, tmp_path: Path) -> None:
     pvesim.set_token(token["id"], privileges={path: sorted(privs) for path, privs in acl.items()})
 
     # 3. The pin command, against the simulator: the fingerprint of the certificate the API serves.
-    pin = commands("pin")[0].replace("pve.example.org:8006", f"{conn['host']}:{conn['port']}").replace(
-        "-servername pve.example.org", "-servername localhost")
+    pin = (
+        commands("pin")[0]
+        .replace("pve.example.org:8006", f"{conn['host']}:{conn['port']}")
+        .replace("-servername pve.example.org", "-servername localhost")
+    )
     printed = subprocess.run(pin, shell=True, capture_output=True, text=True, timeout=60, check=False).stdout  # noqa: S602
     assert printed.strip().split("=", 1)[1] == conn["fingerprint_sha256"]
 
     work = tmp_path / "work"
     work.mkdir()
     (work / "inventory.yml").write_text(block("inventory"), encoding="utf-8")
-    assert yaml.safe_load(block("inventory")) == yaml.safe_load((REPO / "examples" / "inventory.yml").read_text(encoding="utf-8"))
+    assert yaml.safe_load(block("inventory")) == yaml.safe_load(
+        (REPO / "examples" / "inventory.yml").read_text(encoding="utf-8")
+    )
 
     # 4. The template, built with the page's commands and an administrator token (the full one here).
     template_build(pvesim, conn, base_env, work, tmp_path)
@@ -189,16 +209,20 @@ def test_quickstart_on_the_simulator(pvesim: t.Any, tmp_path: Path) -> None:
         if line.startswith("export "):
             for word in shlex.split(line)[1:]:
                 key, value = word.split("=", 1)
-                env[key] = {"PROXMOX_HOST": conn["host"], "PROXMOX_TOKEN_ID": token["id"], "PROXMOX_TOKEN_SECRET": token["secret"],
-                            "PROXMOX_CA_PATH": conn["ca_file"]}[key]
+                env[key] = {
+                    "PROXMOX_HOST": conn["host"],
+                    "PROXMOX_TOKEN_ID": token["id"],
+                    "PROXMOX_TOKEN_SECRET": token["secret"],
+                    "PROXMOX_CA_PATH": conn["ca_file"],
+                }[key]
             continue
         done = run_line(line, env, work)
         assert done.returncode == 0, (line, done.stdout[-6000:] + done.stderr[-2000:])
         assert "[WARNING]" not in done.stdout + done.stderr, (line, done.stdout[-3000:] + done.stderr[-2000:])
         if "vmanyware_confirmation_file=confirm.yml" in line:
             # the review run prints the block as YAML to save as is: the printed text loads to exactly what it wrote
-            printed = done.stdout[done.stdout.index("# Nothing was changed"):]
-            printed = printed[:printed.index("\nok: [localhost]")]
+            printed = done.stdout[done.stdout.index("# Nothing was changed") :]
+            printed = printed[: printed.index("\nok: [localhost]")]
             assert yaml.safe_load(printed) == yaml.safe_load((work / "confirm.yml").read_text(encoding="utf-8"))
         if "-e @confirm.yml" in line:  # the preflight table once per run
             assert done.stdout.count("template_guest_agent") == 1, done.stdout[-6000:]
@@ -210,8 +234,12 @@ def test_quickstart_on_the_simulator(pvesim: t.Any, tmp_path: Path) -> None:
     assert pvesim.schema_violations() == []
 
     # Without the pool the same token lacks the VM privileges, and the preflight says where.
-    (work / "catalog.yml").write_text(on_simulator(block("catalog")).replace("    pool: vmanyware\n", ""), encoding="utf-8")
-    preflight = run_line(commands("run")[2].replace("vmanyware_target_vmid=201", "vmanyware_target_vmid=202"), env, work)
+    (work / "catalog.yml").write_text(
+        on_simulator(block("catalog")).replace("    pool: vmanyware\n", ""), encoding="utf-8"
+    )
+    preflight = run_line(
+        commands("run")[2].replace("vmanyware_target_vmid=201", "vmanyware_target_vmid=202"), env, work
+    )
     assert preflight.returncode != 0 and "VM.Allocate on /vms/202 (clone)" in preflight.stdout, preflight.stdout[-3000:]
 
 
@@ -221,7 +249,7 @@ def template_build(pvesim: t.Any, conn: dict[str, t.Any], base_env: dict[str, st
     assert all("tools/guest-image" not in line and "qm " not in line for line in lines)
     runs = [line for line in lines if not line.startswith(("export ", "unset "))]
     assert len(runs) == 2 and all("vmanyware.proxmox.template" in line for line in runs)
-    image = qcow2_stub(3 * 1024 ** 3, b"agent-less cloud image")
+    image = qcow2_stub(3 * 1024**3, b"agent-less cloud image")
     (tmp_path / "images").mkdir()
     (tmp_path / "images" / "debian.qcow2").write_bytes(image)
     images = ImageServer(tmp_path / "images")
@@ -239,13 +267,22 @@ def template_build(pvesim: t.Any, conn: dict[str, t.Any], base_env: dict[str, st
         privileges["/storage/local"] = ["Datastore.AllocateTemplate", "Datastore.Audit"]
         privileges["/nodes/pve-test"] = privileges["/nodes/pve-test"] + ["Sys.AccessNetwork"]
         pvesim.set_token(admin["id"], privileges=privileges)
-        env = {**base_env, "PROXMOX_PORT": str(conn["port"]), "VMANYWARE_JOURNAL_DIR": str(tmp_path / "template-journal")}
+        env = {
+            **base_env,
+            "PROXMOX_PORT": str(conn["port"]),
+            "VMANYWARE_JOURNAL_DIR": str(tmp_path / "template-journal"),
+        }
         for line in lines:
             if line.startswith("export "):
                 for word in shlex.split(line)[1:]:
                     key, _value = word.split("=", 1)
-                    env[key] = {"PROXMOX_HOST": conn["host"], "PROXMOX_TOKEN_ID": admin["id"], "PROXMOX_TOKEN_SECRET": admin["secret"],
-                                "PROXMOX_CA_PATH": conn["ca_file"], "VMANYWARE_PROVISIONING_ENABLED": "true"}[key]
+                    env[key] = {
+                        "PROXMOX_HOST": conn["host"],
+                        "PROXMOX_TOKEN_ID": admin["id"],
+                        "PROXMOX_TOKEN_SECRET": admin["secret"],
+                        "PROXMOX_CA_PATH": conn["ca_file"],
+                        "VMANYWARE_PROVISIONING_ENABLED": "true",
+                    }[key]
                 continue
             if line.startswith("unset "):
                 del env[line.split()[1]]

@@ -23,9 +23,15 @@ import guest_support as gs  # noqa: E402  pylint: disable=wrong-import-position
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime import stage_module as _stage_module  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import (
+    certificate_fingerprint,
+    provider_scope_id,
+)  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    create_operation,
+    expected_confirmation,
+)  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import run_preflight  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage  # noqa: E402
@@ -37,20 +43,34 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.resou
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.seed import SeedStage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.snapshot import SnapshotStage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.start import StartStage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_operation, vmanyware_operation_info, vmanyware_plan  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.modules import (
+    vmanyware_operation,
+    vmanyware_operation_info,
+    vmanyware_plan,
+)  # noqa: E402
 
 pytestmark = pytest.mark.integration
 GATE = "VMANYWARE_PROVISIONING_ENABLED"
 SNAPSHOTS = "VMANYWARE_SNAPSHOTS_ENABLED"
 CLONE = r"/qemu/9000/clone$"
 LOGICS: dict[str, t.Callable[[], t.Any]] = {
-    "clone": CloneStage, "resources": ResourcesStage, "disk": DiskStage, "cloudinit": CloudinitStage, "seed": SeedStage,
-    "start": StartStage, "readiness": ReadinessStage, "snapshot": SnapshotStage,
+    "clone": CloneStage,
+    "resources": ResourcesStage,
+    "disk": DiskStage,
+    "cloudinit": CloudinitStage,
+    "seed": SeedStage,
+    "start": StartStage,
+    "readiness": ReadinessStage,
+    "snapshot": SnapshotStage,
 }
 # stage -> (method, path regex) of its one mutating request
 ENDPOINTS = {
-    "clone": ("POST", CLONE), "resources": ("PUT", gs.VM + "/config$"), "disk": ("PUT", gs.VM + "/resize$"),
-    "cloudinit": ("PUT", gs.VM + "/config$"), "seed": ("PUT", gs.VM + "/cloudinit$"), "start": ("POST", gs.VM + "/status/start$"),
+    "clone": ("POST", CLONE),
+    "resources": ("PUT", gs.VM + "/config$"),
+    "disk": ("PUT", gs.VM + "/resize$"),
+    "cloudinit": ("PUT", gs.VM + "/config$"),
+    "seed": ("PUT", gs.VM + "/cloudinit$"),
+    "start": ("POST", gs.VM + "/status/start$"),
     "snapshot": ("POST", gs.VM + "/snapshot$"),
 }
 
@@ -78,19 +98,33 @@ class Op:
         conn = sim.connection
         self.sim = sim
         self.params: dict[str, t.Any] = {
-            "api_host": conn["host"], "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-            "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-            "journal_dir": str(tmp_path / "journal"), "api_timeout": 10.0, "lock_wait": 10.0, "wait_budget": 3.0,
-            "provisioning_enabled": True, "snapshots_enabled": True, "catalog": gs.catalog_text(),
+            "api_host": conn["host"],
+            "api_port": conn["port"],
+            "api_token_id": conn["tokens"]["full"]["id"],
+            "api_token_secret": conn["tokens"]["full"]["secret"],
+            "ca_path": conn["ca_file"],
+            "validate_certs": True,
+            "journal_dir": str(tmp_path / "journal"),
+            "api_timeout": 10.0,
+            "lock_wait": 10.0,
+            "wait_budget": 3.0,
+            "provisioning_enabled": True,
+            "snapshots_enabled": True,
+            "catalog": gs.catalog_text(),
         }
         self.params.update(extra)
         settings = connection_settings(self.params)
         self.scope = provider_scope_id(settings, certificate_fingerprint(settings))
         self.planned = build_plan(catalog=gs.catalog_text(), definition=definition_text(snapshot), target_vmid=gs.VMID)
         self.store = open_store(self.params["journal_dir"])
-        created = create_operation(self.store, planned=self.planned, provider_scope_id=self.scope,
-                                   confirmation=expected_confirmation(self.planned.plan, self.scope), idempotency_key=None,
-                                   environ={GATE: "true", SNAPSHOTS: "true"})
+        created = create_operation(
+            self.store,
+            planned=self.planned,
+            provider_scope_id=self.scope,
+            confirmation=expected_confirmation(self.planned.plan, self.scope),
+            idempotency_key=None,
+            environ={GATE: "true", SNAPSHOTS: "true"},
+        )
         self.operation_id = created["operation_id"]
         self.params["operation_id"] = self.operation_id
         self.kinds = [step["kind"] for step in self.planned.plan["steps"]]
@@ -106,7 +140,7 @@ class Op:
 
     def run_until(self, last: str) -> None:
         """Every stage before ``last``, each until done."""
-        for kind in self.kinds[:self.kinds.index(last)]:
+        for kind in self.kinds[: self.kinds.index(last)]:
             for _attempt in range(20):
                 if self.run(kind)["done"]:
                     break
@@ -118,16 +152,24 @@ class Op:
 
 
 def mutating(sim: t.Any) -> list[dict[str, t.Any]]:
-    return [e for e in sim.requests() if e["method"] != "GET" and not e["path"].endswith(("/agent/ping", "/agent/exec"))]
+    return [
+        e for e in sim.requests() if e["method"] != "GET" and not e["path"].endswith(("/agent/ping", "/agent/exec"))
+    ]
 
 
 # -- 1 and 2: gates on every new write; the kill switch wins ------------------------------------------------------------
-def test_a_gate_closed_after_creation_stops_every_new_write(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gate_closed_after_creation_stops_every_new_write(
+    sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     op = Op(sim, tmp_path)
     monkeypatch.setenv(GATE, "false")  # the operation exists; the administrator closes the gate afterwards
     sim.clear_requests()
     error = op.fails("clone", "provisioning_disabled")  # the option provisioning_enabled: true cannot override it
-    assert error.details["gate"] == GATE and op.stage("clone")["status"] == "pending" and op.stage("clone")["attempts"] == 0
+    assert (
+        error.details["gate"] == GATE
+        and op.stage("clone")["status"] == "pending"
+        and op.stage("clone")["attempts"] == 0
+    )
     with pytest.raises(VmanywareError) as preview:
         run_stage(op.params, CloneStage(), check_mode=True, diff=False)
     assert preview.value.code == "provisioning_disabled"
@@ -151,7 +193,8 @@ def test_a_gate_closed_after_creation_stops_every_new_write(sim: t.Any, tmp_path
 
 
 def test_the_snapshots_gate_is_reread_before_the_snapshot_and_readiness_may_continue(
-        sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     op = Op(sim, tmp_path)
     op.run_until("readiness")
     monkeypatch.setenv(GATE, "false")  # VM writes disabled: the fixed read-only readiness probes may go on
@@ -181,13 +224,32 @@ def test_a_changed_catalog_mapping_stops_the_write(sim: t.Any, tmp_path: Path) -
     assert op.run("clone", wait_budget=30.0)["done"]  # the unchanged catalog (the role passes it) goes on
 
 
-def test_the_environment_false_wins_when_creating_an_operation(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_environment_false_wins_when_creating_an_operation(
+    sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     conn = sim.connection
-    params = {"catalog": gs.catalog_text(), "catalog_path": None, "definition": definition_text(False), "definition_path": None,
-              "target_vmid": gs.VMID, "api_host": conn["host"], "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-              "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-              "api_password": None, "api_user": None, "api_fingerprint": None, "api_timeout": 10.0, "journal_dir": str(tmp_path / "j"),
-              "confirmation": None, "idempotency_key": None, "provisioning_enabled": True, "state": "present"}
+    params = {
+        "catalog": gs.catalog_text(),
+        "catalog_path": None,
+        "definition": definition_text(False),
+        "definition_path": None,
+        "target_vmid": gs.VMID,
+        "api_host": conn["host"],
+        "api_port": conn["port"],
+        "api_token_id": conn["tokens"]["full"]["id"],
+        "api_token_secret": conn["tokens"]["full"]["secret"],
+        "ca_path": conn["ca_file"],
+        "validate_certs": True,
+        "api_password": None,
+        "api_user": None,
+        "api_fingerprint": None,
+        "api_timeout": 10.0,
+        "journal_dir": str(tmp_path / "j"),
+        "confirmation": None,
+        "idempotency_key": None,
+        "provisioning_enabled": True,
+        "state": "present",
+    }
     monkeypatch.setenv(GATE, "false")
     with pytest.raises(VmanywareError) as review:
         vmanyware_operation.action(params, False, False)
@@ -242,22 +304,32 @@ def test_a_lost_probe_reply_is_never_reissued(sim: t.Any, tmp_path: Path) -> Non
     assert op.run("readiness", wait_budget=30.0)["done"]
     execs = sim.requests("POST", gs.VM + "/agent/exec$")
     # the dropped probe was followed through its marker; the exited read-only probe then ran once more for its output
-    assert execs[0]["status"] == "dropped" and len(execs) == 2 and execs[0]["params"]["command"][4] != execs[1]["params"]["command"][4]
+    assert (
+        execs[0]["status"] == "dropped"
+        and len(execs) == 2
+        and execs[0]["params"]["command"][4] != execs[1]["params"]["command"][4]
+    )
     assert sim.requests("POST", gs.VM + "/agent/file-write$") == []  # it had started: nothing superseded
 
 
-def test_a_lost_probe_reply_with_an_unreadable_marker_is_uncertain_and_never_reissued(sim: t.Any, tmp_path: Path) -> None:
+def test_a_lost_probe_reply_with_an_unreadable_marker_is_uncertain_and_never_reissued(
+    sim: t.Any, tmp_path: Path
+) -> None:
     op = Op(sim, tmp_path, snapshot=False)
     op.run_until("readiness")
     sim.clear_requests()
     sim.add_fault("POST", gs.VM + "/agent/exec$", "drop_reply", occurrence=1)
     sim.add_fault("GET", gs.VM + "/agent/file-read$", "http_error", status=500, message="simulated failure")
-    error = op.fails("readiness", "outcome_uncertain", wait_budget=3.0)  # the marker is read again within the budget, then given up
+    error = op.fails(
+        "readiness", "outcome_uncertain", wait_budget=3.0
+    )  # the marker is read again within the budget, then given up
     assert error.details["cause"] == "reply_lost" and "cloud-init-status" in error.message
     record = op.stage("readiness")
     assert record["status"] == "uncertain" and record["request"]["probe"] == "cloud-init-status"
     marker = record["evidence"]["probe"]
-    assert marker["submissionStarted"] is True and marker["pid"] is None and record["request"]["marker"] == marker["file"]
+    assert (
+        marker["submissionStarted"] is True and marker["pid"] is None and record["request"]["marker"] == marker["file"]
+    )
     deadline = record["evidence"]["deadline"]
     op.fails("readiness", "outcome_uncertain", wait_budget=3.0)
     assert len(sim.requests("POST", gs.VM + "/agent/exec$")) == 1  # no second agent exec
@@ -266,7 +338,9 @@ def test_a_lost_probe_reply_with_an_unreadable_marker_is_uncertain_and_never_rei
     assert op.run("readiness", wait_budget=30.0)["done"]
 
 
-def test_every_exec_is_marked_started_before_it_is_sent(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_exec_is_marked_started_before_it_is_sent(
+    sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     op = Op(sim, tmp_path, snapshot=False)
     op.run_until("readiness")
     execs_seen_at_marker: list[int] = []
@@ -289,8 +363,13 @@ def test_every_exec_is_marked_started_before_it_is_sent(sim: t.Any, tmp_path: Pa
 
 # -- 5 and 6: creation_enabled and TLS honesty --------------------------------------------------------------------------------
 def test_creation_enabled_in_plan_and_preflight(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    plan_params = {"catalog": gs.catalog_text(), "catalog_path": None, "definition": definition_text(True), "definition_path": None,
-                   "target_vmid": gs.VMID}
+    plan_params = {
+        "catalog": gs.catalog_text(),
+        "catalog_path": None,
+        "definition": definition_text(True),
+        "definition_path": None,
+        "target_vmid": gs.VMID,
+    }
     monkeypatch.setenv(GATE, "true")
     result = vmanyware_plan.action(plan_params, False, False)
     assert result["creation_enabled"] is False and result["creation_blockers"] == ["snapshot_disabled"]
@@ -300,19 +379,36 @@ def test_creation_enabled_in_plan_and_preflight(sim: t.Any, tmp_path: Path, monk
     assert vmanyware_plan.action(unattested, False, False)["creation_blockers"] == ["attestation_required"]
     assert sim.requests() == []  # the plan makes no connection
     conn = sim.connection
-    verified = connection_settings({"api_host": conn["host"], "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-                                    "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"]})
+    verified = connection_settings(
+        {
+            "api_host": conn["host"],
+            "api_port": conn["port"],
+            "api_token_id": conn["tokens"]["full"]["id"],
+            "api_token_secret": conn["tokens"]["full"]["secret"],
+            "ca_path": conn["ca_file"],
+        }
+    )
     planned = build_plan(catalog=gs.catalog_text(), definition=definition_text(True), target_vmid=gs.VMID)
     preflight = run_preflight(planned, verified, environ={GATE: "true", SNAPSHOTS: "false"}, fail_on="never")
     assert preflight["creation_enabled"] is False and preflight["creation_blockers"] == ["snapshot_disabled"]
-    assert run_preflight(planned, verified, environ={GATE: "true", SNAPSHOTS: "true"}, fail_on="never")["creation_enabled"] is True
+    assert (
+        run_preflight(planned, verified, environ={GATE: "true", SNAPSHOTS: "true"}, fail_on="never")["creation_enabled"]
+        is True
+    )
 
 
-def test_unverified_tls_is_marked_and_refused_for_writes(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unverified_tls_is_marked_and_refused_for_writes(
+    sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     op = Op(sim, tmp_path)
     conn = sim.connection
-    unverified = {"api_host": conn["host"], "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-                  "api_token_secret": conn["tokens"]["full"]["secret"], "validate_certs": False}
+    unverified = {
+        "api_host": conn["host"],
+        "api_port": conn["port"],
+        "api_token_id": conn["tokens"]["full"]["id"],
+        "api_token_secret": conn["tokens"]["full"]["secret"],
+        "validate_certs": False,
+    }
     planned = build_plan(catalog=gs.catalog_text(), definition=definition_text(False), target_vmid=gs.VMID)
     sim.clear_requests()
     with pytest.raises(VmanywareError) as refused:  # by default not even the preflight sends the token unverified
@@ -321,8 +417,16 @@ def test_unverified_tls_is_marked_and_refused_for_writes(sim: t.Any, tmp_path: P
     read_only = dict(unverified, unverified_tls_read_only=True)
     result = run_preflight(planned, connection_settings(read_only), environ={GATE: "true"}, fail_on="never")
     reachable = result["checks"][0]
-    assert reachable["status"] == "passed" and "UNVERIFIED" in reachable["message"] and "with verified TLS" not in reachable["message"]
-    assert result["tls_verified"] is False and result["creation_blockers"] == ["tls_unverified"] and result["provider_scope_id"] is None
+    assert (
+        reachable["status"] == "passed"
+        and "UNVERIFIED" in reachable["message"]
+        and "with verified TLS" not in reachable["message"]
+    )
+    assert (
+        result["tls_verified"] is False
+        and result["creation_blockers"] == ["tls_unverified"]
+        and result["provider_scope_id"] is None
+    )
     assert result["warnings"] and {entry["method"] for entry in sim.requests()} == {"GET"}
     sim.clear_requests()
     for extra in ({}, {"unverified_tls_read_only": True}):  # the opt-in never reaches a stage
@@ -331,10 +435,24 @@ def test_unverified_tls_is_marked_and_refused_for_writes(sim: t.Any, tmp_path: P
             run_stage(stage_params, CloneStage(), check_mode=False, diff=False)
         assert stage.value.code == "tls_unverified"
     monkeypatch.setenv(GATE, "true")
-    operation_params = dict(unverified, catalog=gs.catalog_text(), catalog_path=None, definition=definition_text(False), definition_path=None,
-                            target_vmid=gs.VMID, ca_path=None, api_password=None, api_user=None, api_fingerprint=None, api_timeout=10.0,
-                            journal_dir=str(tmp_path / "other"), confirmation=None, idempotency_key=None, provisioning_enabled=None,
-                            state="present")
+    operation_params = dict(
+        unverified,
+        catalog=gs.catalog_text(),
+        catalog_path=None,
+        definition=definition_text(False),
+        definition_path=None,
+        target_vmid=gs.VMID,
+        ca_path=None,
+        api_password=None,
+        api_user=None,
+        api_fingerprint=None,
+        api_timeout=10.0,
+        journal_dir=str(tmp_path / "other"),
+        confirmation=None,
+        idempotency_key=None,
+        provisioning_enabled=None,
+        state="present",
+    )
     for extra in ({}, {"unverified_tls_read_only": True}):
         with pytest.raises(VmanywareError) as creation:
             vmanyware_operation.action(dict(operation_params, **extra), False, False)
@@ -345,12 +463,19 @@ def test_unverified_tls_is_marked_and_refused_for_writes(sim: t.Any, tmp_path: P
 # -- 7: snapshots readable -------------------------------------------------------------------------------------------------
 def test_operation_info_returns_the_snapshots_without_keys(sim: t.Any, tmp_path: Path) -> None:
     op = Op(sim, tmp_path)
-    base = {"operation_id": op.operation_id, "journal_dir": op.params["journal_dir"], "evidence": False, "include_public_keys": False}
+    base = {
+        "operation_id": op.operation_id,
+        "journal_dir": op.params["journal_dir"],
+        "evidence": False,
+        "include_public_keys": False,
+    }
     assert "snapshots" not in vmanyware_operation_info.action(dict(base, include_snapshots=False), False, False)
     result = vmanyware_operation_info.action(dict(base, include_snapshots=True), False, False)
     snapshots = result["snapshots"]
     assert snapshots["plan"] == op.planned.plan and snapshots["mapping"] == op.planned.mapping
-    assert snapshots["definition"]["access"] == {"sshPublicKeyCount": len(op.planned.definition["access"]["sshPublicKeys"])}
+    assert snapshots["definition"]["access"] == {
+        "sshPublicKeyCount": len(op.planned.definition["access"]["sshPublicKeys"])
+    }
     assert snapshots["definition"]["name"] == op.planned.definition["name"]
     assert "ssh-ed25519" not in str(result) and "ssh-rsa" not in str(result)
     assert sim.requests() == []

@@ -24,9 +24,16 @@ import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import (
+    certificate_fingerprint,
+    provider_scope_id,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation, instance_tag
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    create_operation,
+    expected_confirmation,
+    instance_tag,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
@@ -38,7 +45,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-GIB = 1024 ** 3
+GIB = 1024**3
 ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
 CLONE = r"/qemu/9000/clone$"
 CONFIG = r"/qemu/201/config$"
@@ -52,16 +59,29 @@ class Env:
         conn = pvesim.connection
         self.pvesim = pvesim
         self.params: dict[str, t.Any] = {
-            "api_host": "127.0.0.1", "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-            "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-            "journal_dir": str(tmp_path / "journal"), "api_timeout": 10, "lock_wait": 10.0, "provisioning_enabled": True,
+            "api_host": "127.0.0.1",
+            "api_port": conn["port"],
+            "api_token_id": conn["tokens"]["full"]["id"],
+            "api_token_secret": conn["tokens"]["full"]["secret"],
+            "ca_path": conn["ca_file"],
+            "validate_certs": True,
+            "journal_dir": str(tmp_path / "journal"),
+            "api_timeout": 10,
+            "lock_wait": 10.0,
+            "provisioning_enabled": True,
         }
         self.settings = connection_settings(self.params)
         self.scope = provider_scope_id(self.settings, certificate_fingerprint(self.settings))
         self.store = open_store(self.params["journal_dir"])
         self.planned = plan(disk_gib)
-        result = create_operation(self.store, planned=self.planned, provider_scope_id=self.scope,
-                                  confirmation=expected_confirmation(self.planned.plan, self.scope), idempotency_key=None, environ=ON)
+        result = create_operation(
+            self.store,
+            planned=self.planned,
+            provider_scope_id=self.scope,
+            confirmation=expected_confirmation(self.planned.plan, self.scope),
+            idempotency_key=None,
+            environ=ON,
+        )
         self.operation_id = result["operation_id"]
         self.params["operation_id"] = self.operation_id
 
@@ -76,13 +96,19 @@ class Env:
 
 
 def plan(disk_gib: int = 20, vmid: int = 201) -> t.Any:
-    definition = (REPO / "examples/definition.yml").read_text(encoding="utf-8").replace("diskGiB: 20", "diskGiB: %d" % disk_gib)
+    definition = (
+        (REPO / "examples/definition.yml").read_text(encoding="utf-8").replace("diskGiB: 20", "diskGiB: %d" % disk_gib)
+    )
     return build_plan(catalog_path=REPO / "examples/catalog.yml", definition=definition, target_vmid=vmid)
 
 
 def effective_mutations(pvesim: t.Any) -> list[tuple[str, str]]:
     """Mutating requests that reached a handler and could have changed something (2xx or reply dropped)."""
-    return [(e["method"], e["path"]) for e in pvesim.requests() if e["method"] != "GET" and (e["status"] == "dropped" or e["status"] < 300)]
+    return [
+        (e["method"], e["path"])
+        for e in pvesim.requests()
+        if e["method"] != "GET" and (e["status"] == "dropped" or e["status"] < 300)
+    ]
 
 
 def assert_clean(pvesim: t.Any) -> None:
@@ -108,8 +134,11 @@ def test_happy_path(pvesim: t.Any, tmp_path: Path, disk_gib: int) -> None:
     preview = env.run(CloneStage(), check_mode=True, diff=True)
     assert preview["changed"] and not preview["done"] and preview["requests"][0]["params"]["full"] == 1
     description = binding_description(env.store.load(env.operation_id))
-    assert preview["requests"][0]["cli"] == "qm clone 9000 201 --name kernel-lab --full 1 --storage local-lvm --description " + \
-        shlex.quote(description)  # the documented syntax: qm clone <vmid> <newid> [OPTIONS]
+    assert preview["requests"][0][
+        "cli"
+    ] == "qm clone 9000 201 --name kernel-lab --full 1 --storage local-lvm --description " + shlex.quote(
+        description
+    )  # the documented syntax: qm clone <vmid> <newid> [OPTIONS]
     assert preview["diff"]["before"]["exists"] is False and effective_mutations(pvesim) == []
     later = env.run(ResourcesStage(), check_mode=True)
     assert later["preview"] == "earlier stages pending" and later["requests"][0]["basis"] == "plan"
@@ -125,7 +154,11 @@ def test_happy_path(pvesim: t.Any, tmp_path: Path, disk_gib: int) -> None:
     assert config["scsi0"].startswith("local-lvm:vm-201-disk-0,") and config["scsi0"].endswith("size=%dG" % disk_gib)
     assert config["name"] == "kernel-lab" and "lock" not in config
     clone = env.stage("clone")["evidence"]
-    assert clone["volid"] == "local-lvm:vm-201-disk-0" and clone["macaddr"].startswith("BC:24:11:") and clone["diskSizeBytes"] == 8 * GIB
+    assert (
+        clone["volid"] == "local-lvm:vm-201-disk-0"
+        and clone["macaddr"].startswith("BC:24:11:")
+        and clone["diskSizeBytes"] == 8 * GIB
+    )
     expected = [("POST", "/nodes/pve-test/qemu/9000/clone"), ("PUT", "/nodes/pve-test/qemu/201/config")]
     if disk_gib == 20:
         expected.append(("PUT", "/nodes/pve-test/qemu/201/resize"))
@@ -148,8 +181,13 @@ def test_check_and_diff_mode_of_resources(env: Env) -> None:
     preview = env.run(ResourcesStage(), check_mode=True, diff=True)
     assert preview["requests"][0]["params"]["tags"] == instance_tag(env.operation_id)
     digest = preview["requests"][0]["params"]["digest"]
-    assert preview["requests"][0]["cli"] == f"qm set 201 --cores 2 --memory 2048 --tags {instance_tag(env.operation_id)} --digest {digest}"
-    assert preview["diff"]["after"]["tags"] == instance_tag(env.operation_id) and preview["diff"]["before"]["tags"] is None
+    assert (
+        preview["requests"][0]["cli"]
+        == f"qm set 201 --cores 2 --memory 2048 --tags {instance_tag(env.operation_id)} --digest {digest}"
+    )
+    assert (
+        preview["diff"]["after"]["tags"] == instance_tag(env.operation_id) and preview["diff"]["before"]["tags"] is None
+    )
     assert env.stage("resources")["status"] == "pending"
     assert effective_mutations(env.pvesim) == [("POST", "/nodes/pve-test/qemu/9000/clone")]
 
@@ -190,7 +228,9 @@ def test_reply_lost_after_commit_is_resolved_by_reads(env: Env, target: str) -> 
 
 
 def test_clone_task_failing_fails_the_stage(env: Env) -> None:
-    env.pvesim.add_fault(method="POST", path=CLONE, action="task_error", message="clone failed: simulated", occurrence=1)
+    env.pvesim.add_fault(
+        method="POST", path=CLONE, action="task_error", message="clone failed: simulated", occurrence=1
+    )
     with pytest.raises(VmanywareError) as info:
         env.run(CloneStage())
     assert info.value.code == "task_failed" and info.value.details["log_tail"]
@@ -222,7 +262,9 @@ def test_task_warnings_complete_with_a_warning(env: Env) -> None:
     assert_clean(env.pvesim)
 
 
-@pytest.mark.parametrize("action,method,path", [("lock_timeout", "POST", CLONE), ("vm_locked", "PUT", CONFIG), ("vm_locked", "PUT", RESIZE)])
+@pytest.mark.parametrize(
+    "action,method,path", [("lock_timeout", "POST", CLONE), ("vm_locked", "PUT", CONFIG), ("vm_locked", "PUT", RESIZE)]
+)
 def test_lock_contention_is_waited_out(env: Env, action: str, method: str, path: str) -> None:
     env.pvesim.add_fault(method=method, path=path, action=action, occurrence=1)
     for logic in (CloneStage(), ResourcesStage(), DiskStage()):
@@ -247,7 +289,13 @@ def test_digest_conflict_sends_nothing(env: Env) -> None:
 
 def test_vmid_taken_between_preflight_and_clone(env: Env) -> None:
     with ProxmoxClient(env.settings) as client:
-        upid = client.post("/nodes/pve-test/qemu/9000/clone", newid=201, full=True, storage="local-lvm", description="made by someone else")
+        upid = client.post(
+            "/nodes/pve-test/qemu/9000/clone",
+            newid=201,
+            full=True,
+            storage="local-lvm",
+            description="made by someone else",
+        )
         # PVE writes the clone's config (with the description) only after allocating its volumes
         while client.get("/nodes/pve-test/tasks/%s/status" % upid)["status"] == "running":
             time.sleep(0.02)
@@ -263,8 +311,14 @@ def test_vmid_taken_between_preflight_and_clone(env: Env) -> None:
 def test_two_operations_on_one_vmid(pvesim: t.Any, tmp_path: Path) -> None:
     env = Env(pvesim, tmp_path)
     with pytest.raises(VmanywareError) as info:
-        create_operation(env.store, planned=plan(24), provider_scope_id=env.scope, confirmation=expected_confirmation(plan(24).plan, env.scope),
-                         idempotency_key=None, environ=ON)
+        create_operation(
+            env.store,
+            planned=plan(24),
+            provider_scope_id=env.scope,
+            confirmation=expected_confirmation(plan(24).plan, env.scope),
+            idempotency_key=None,
+            environ=ON,
+        )
     assert info.value.code == "conflicting_operation" and info.value.details["operationId"] == env.operation_id
     # a thread race on a fresh journal: exactly one wins
     journal = str(tmp_path / "race")
@@ -275,8 +329,16 @@ def test_two_operations_on_one_vmid(pvesim: t.Any, tmp_path: Path) -> None:
         planned = plan(disk)
         barrier.wait()
         try:
-            results.append(create_operation(open_store(journal), planned=planned, provider_scope_id=env.scope,
-                                            confirmation=expected_confirmation(planned.plan, env.scope), idempotency_key=None, environ=ON))
+            results.append(
+                create_operation(
+                    open_store(journal),
+                    planned=planned,
+                    provider_scope_id=env.scope,
+                    confirmation=expected_confirmation(planned.plan, env.scope),
+                    idempotency_key=None,
+                    environ=ON,
+                )
+            )
         except VmanywareError as err:
             results.append(err.code)
 
@@ -293,8 +355,14 @@ def test_confirmation_mismatch_is_plan_changed(pvesim: t.Any, tmp_path: Path) ->
     env = Env(pvesim, tmp_path)
     other = plan(24, vmid=202)
     with pytest.raises(VmanywareError) as info:
-        create_operation(env.store, planned=other, provider_scope_id=env.scope, confirmation=expected_confirmation(plan(20, vmid=202).plan, env.scope),
-                         idempotency_key=None, environ=ON)
+        create_operation(
+            env.store,
+            planned=other,
+            provider_scope_id=env.scope,
+            confirmation=expected_confirmation(plan(20, vmid=202).plan, env.scope),
+            idempotency_key=None,
+            environ=ON,
+        )
     assert info.value.code == "plan_changed" and info.value.details["fields"] == ["definitionHash", "planHash"]
     assert info.value.details["expected_confirmation"] == expected_confirmation(other.plan, env.scope)
     # A stage refuses to act for another provider scope (apiUrl + certificate + user): "localhost" is another apiUrl.
@@ -368,16 +436,38 @@ def test_ansible_playbook_operation_to_info(pvesim: t.Any, tmp_path: Path) -> No
     out = tmp_path / "info.json"
     playbook = tmp_path / "site.yml"
     playbook.write_text(PLAYBOOK.format(journal=tmp_path / "journal", repo=REPO, out=out), encoding="utf-8")
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", VMANYWARE_PROVISIONING_ENABLED="true", PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]),
-               PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"], PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"], PROXMOX_CA_PATH=conn["ca_file"])
+    env = dict(
+        os.environ,
+        ANSIBLE_NOCOLOR="1",
+        VMANYWARE_PROVISIONING_ENABLED="true",
+        PROXMOX_HOST=conn["host"],
+        PROXMOX_PORT=str(conn["port"]),
+        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+        PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+        PROXMOX_CA_PATH=conn["ca_file"],
+    )
     env.pop("VMANYWARE_SNAPSHOTS_ENABLED", None)
-    completed = subprocess.run([str(BIN / "ansible-playbook"), str(playbook)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-                               check=False)
+    completed = subprocess.run(
+        [str(BIN / "ansible-playbook"), str(playbook)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert conn["tokens"]["full"]["secret"] not in completed.stdout + completed.stderr
     view = json.loads(out.read_text(encoding="utf-8"))
-    assert [(s["kind"], s["status"]) for s in view["stages"][:3]] == [("clone", "completed"), ("resources", "completed"), ("disk", "completed")]
+    assert [(s["kind"], s["status"]) for s in view["stages"][:3]] == [
+        ("clone", "completed"),
+        ("resources", "completed"),
+        ("disk", "completed"),
+    ]
     assert view["instance"]["vmid"] == 201 and view["instance"]["tag"] == instance_tag(view["operation_id"])
-    assert effective_mutations(pvesim) == [("POST", "/nodes/pve-test/qemu/9000/clone"), ("PUT", "/nodes/pve-test/qemu/201/config"),
-                                           ("PUT", "/nodes/pve-test/qemu/201/resize")]
+    assert effective_mutations(pvesim) == [
+        ("POST", "/nodes/pve-test/qemu/9000/clone"),
+        ("PUT", "/nodes/pve-test/qemu/201/config"),
+        ("PUT", "/nodes/pve-test/qemu/201/resize"),
+    ]
     assert_clean(pvesim)

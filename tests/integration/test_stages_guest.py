@@ -112,7 +112,11 @@ def test_seed_happy_and_lost_reply(sim: t.Any, tmp_path: Path) -> None:
     sim.add_fault("PUT", r"/qemu/201/cloudinit$", "drop_reply", occurrence=1)
     result = env.run(SeedStage())
     evidence = result["stage"]["evidence"]
-    assert result["done"] and set(evidence["seedHashes"]) == {"user", "network", "meta"} and evidence["seedVerdict"] == "valid"
+    assert (
+        result["done"]
+        and set(evidence["seedHashes"]) == {"user", "network", "meta"}
+        and evidence["seedVerdict"] == "valid"
+    )
     # the lost reply is resolved by GET cloudinit (nothing pending: the drive was regenerated), never re-sent
     assert gs.mutations(sim) == [("PUT", gs.VM + "/cloudinit")]
     assert evidence["seedResolvedBy"] == "cloudinit_pending"
@@ -175,11 +179,18 @@ def test_readiness_happy_rerun_and_handoff(sim: t.Any, tmp_path: Path) -> None:
     assert all(e["params"]["command"][:4] == ["/bin/sh", "-c", EXEC_WRAPPER, "vmanyware"] for e in execs)
     reads = sim.requests("GET", r"/agent/exec-status$")
     assert reads and reads[0]["time"] - execs[0]["time"] >= 0.09
-    assert len(sim.requests("GET", r"/agent/file-read$")) == 3 and len(sim.requests("GET", r"/agent/network-get-interfaces$")) == 1
+    assert (
+        len(sim.requests("GET", r"/agent/file-read$")) == 3
+        and len(sim.requests("GET", r"/agent/network-get-interfaces$")) == 1
+    )
     assert all(line.startswith(evidence["ipv4"] + " ") for line in evidence["knownHosts"])
     assert set(evidence["hostKeyFingerprints"]) == {"ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa"}
     handoff = env.document["handoff"]
-    assert handoff["ipv4"] == evidence["ipv4"] and handoff["guestUser"] == "debian" and "historical" in handoff["readinessNote"]
+    assert (
+        handoff["ipv4"] == evidence["ipv4"]
+        and handoff["guestUser"] == "debian"
+        and "historical" in handoff["readinessNote"]
+    )
     sim.clear_requests()
     assert env.run(ReadinessStage())["done"] and sim.requests() == []
 
@@ -233,7 +244,9 @@ def test_readiness_resumes_a_journaled_probe_and_reissues_a_consumed_one(sim: t.
         pid = env.client.post(gs.VM + "/agent/exec", command=["cloud-init", "status", "--long", "--wait"])["pid"]
         if consumed:
             time.sleep(0.2)
-            assert env.client.get(gs.VM + "/agent/exec-status", pid=pid)["exited"]  # a crashed run read it, never recorded it
+            assert env.client.get(gs.VM + "/agent/exec-status", pid=pid)[
+                "exited"
+            ]  # a crashed run read it, never recorded it
         marker = {"probe": "cloud-init-status", "pid": pid, "issuedAt": time.time()}
         env.store.record_evidence(env.operation_id, "readiness", {"probe": marker})
         sim.clear_requests()
@@ -246,7 +259,9 @@ def test_readiness_resumes_a_journaled_probe_and_reissues_a_consumed_one(sim: t.
 
 # -- packages -----------------------------------------------------------------------------------------
 def test_packages_already_present_sends_no_install(sim: t.Any, tmp_path: Path) -> None:
-    env = gs.prepared(tmp_path, sim.connection, packages=[{"name": "sudo"}, {"name": "openssh-server", "version": "1:10.0p1-7"}])
+    env = gs.prepared(
+        tmp_path, sim.connection, packages=[{"name": "sudo"}, {"name": "openssh-server", "version": "1:10.0p1-7"}]
+    )
     _through(env, "packages")
     sim.clear_requests()
     result = env.run(PackagesStage())
@@ -281,7 +296,9 @@ def test_packages_lost_install_reply_is_never_rerun(sim: t.Any, tmp_path: Path) 
 
 
 @pytest.mark.parametrize("action", ["error_after_effect", "http_error"])
-def test_packages_install_with_a_500_is_resolved_by_its_marker_and_runs_once(sim: t.Any, tmp_path: Path, action: str) -> None:
+def test_packages_install_with_a_500_is_resolved_by_its_marker_and_runs_once(
+    sim: t.Any, tmp_path: Path, action: str
+) -> None:
     """issue 31: ``guest-exec failed - got timeout`` while the install starts (error_after_effect) -> the marker shows it
     started, the run follows it and never sends it again; a 500 before anything ran (http_error) -> the marker proves it
     never started (and refuses a late start), so the same run sends it once more, with a new marker."""
@@ -308,8 +325,13 @@ def test_snapshot_disabled(sim: t.Any, tmp_path: Path) -> None:
     assert env.run(ReadinessStage())["done"]
     sim.clear_requests()
     for environ in (gs.ON, dict(gs.ON, VMANYWARE_SNAPSHOTS_ENABLED="false")):
-        _fails(env, SnapshotStage(), "snapshot_disabled", environ=environ, gate_options={"VMANYWARE_SNAPSHOTS_ENABLED": True}
-               if environ != gs.ON else {})
+        _fails(
+            env,
+            SnapshotStage(),
+            "snapshot_disabled",
+            environ=environ,
+            gate_options={"VMANYWARE_SNAPSHOTS_ENABLED": True} if environ != gs.ON else {},
+        )
     assert gs.mutations(sim) == [] and env.stage("snapshot")["status"] == "pending"
 
 
@@ -322,7 +344,10 @@ def test_snapshot_lost_reply_and_completion(sim: t.Any, tmp_path: Path) -> None:
     result = env.run(SnapshotStage(), environ=dict(gs.ON, **ENABLED))
     assert result["done"] and result["stage"]["evidence"]["snapname"].startswith("vmanyware-")
     assert gs.mutations(sim) == [("POST", gs.VM + "/snapshot")]
-    assert env.document["status"] == "completed" and env.document["handoff"]["snapshot"] == result["stage"]["evidence"]["snapname"]
+    assert (
+        env.document["status"] == "completed"
+        and env.document["handoff"]["snapshot"] == result["stage"]["evidence"]["snapname"]
+    )
 
 
 def test_a_snapshot_taken_outside_under_the_operations_name_fails_the_stage(sim: t.Any, tmp_path: Path) -> None:
@@ -338,20 +363,37 @@ def test_a_snapshot_taken_outside_under_the_operations_name_fails_the_stage(sim:
     error = _fails(env, SnapshotStage(), "task_failed", environ=dict(gs.ON, **ENABLED))
     assert any("already used" in line for line in error.details["log_tail"])
     assert gs.mutations(sim) == [("POST", gs.VM + "/snapshot")]
-    assert [e["path"] for e in sim.requests() if e["method"] == "GET"][:1] == [gs.VM + "/config"]  # no list before the write
+    assert [e["path"] for e in sim.requests() if e["method"] == "GET"][:1] == [
+        gs.VM + "/config"
+    ]  # no list before the write
     assert env.stage("snapshot")["status"] == "failed"
 
 
 # -- the whole operation -----------------------------------------------------------------------------
 def test_full_happy_path_clone_to_snapshot(sim: t.Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    env = gs.create(tmp_path, sim.connection, packages=[{"name": "git"}, {"name": "jq", "version": load_index()["jq"][0]}], snapshot=True)
+    env = gs.create(
+        tmp_path,
+        sim.connection,
+        packages=[{"name": "git"}, {"name": "jq", "version": load_index()["jq"][0]}],
+        snapshot=True,
+    )
     sim.clear_requests()
     gs.run_clone_stages(env)
     conn = sim.connection
-    params = {"operation_id": env.operation_id, "journal_dir": str(tmp_path / "journal"), "api_host": conn["host"],
-              "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-              "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-              "api_timeout": 10.0, "lock_wait": 30.0, "catalog": gs.catalog_text(), "set_operation_fact": True}
+    params = {
+        "operation_id": env.operation_id,
+        "journal_dir": str(tmp_path / "journal"),
+        "api_host": conn["host"],
+        "api_port": conn["port"],
+        "api_token_id": conn["tokens"]["full"]["id"],
+        "api_token_secret": conn["tokens"]["full"]["secret"],
+        "ca_path": conn["ca_file"],
+        "validate_certs": True,
+        "api_timeout": 10.0,
+        "lock_wait": 30.0,
+        "catalog": gs.catalog_text(),
+        "set_operation_fact": True,
+    }
     monkeypatch.setenv("VMANYWARE_SNAPSHOTS_ENABLED", "true")
     monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", "true")
     for logic in (CloudinitStage(), SeedStage(), StartStage(), ReadinessStage(), PackagesStage(), SnapshotStage()):
@@ -364,8 +406,13 @@ def test_full_happy_path_clone_to_snapshot(sim: t.Any, tmp_path: Path, monkeypat
         if entry["method"] != "GET":
             key = (entry["method"], entry["path"].replace(gs.VM, "{vm}"))
             kinds[key] = kinds.get(key, 0) + 1
-    for key in [("POST", "/nodes/pve-test/qemu/9000/clone"), ("PUT", "{vm}/cloudinit"), ("POST", "{vm}/status/start"),
-                ("POST", "{vm}/snapshot"), ("PUT", "{vm}/resize")]:
+    for key in [
+        ("POST", "/nodes/pve-test/qemu/9000/clone"),
+        ("PUT", "{vm}/cloudinit"),
+        ("POST", "{vm}/status/start"),
+        ("POST", "{vm}/snapshot"),
+        ("PUT", "{vm}/resize"),
+    ]:
         assert kinds.get(key) == 1, (key, kinds)
     config_writes = [e for e in sim.requests() if e["method"] in ("PUT", "POST") and e["path"] == gs.VM + "/config"]
     assert len([e for e in config_writes if "sshkeys" in e["params"]]) == 1

@@ -23,8 +23,14 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import (
+    certificate_fingerprint,
+    provider_scope_id,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    create_operation,
+    expected_confirmation,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store
 
@@ -65,14 +71,24 @@ print(json.dumps(report))
 """
 
 
-def run_twenty(pvesim: t.Any, tmp_path: Path, concurrency: int, vmids: t.Sequence[int] = tuple(VMIDS),
-               wait_budget: float = 1.0) -> list[dict[str, t.Any]]:
+def run_twenty(
+    pvesim: t.Any, tmp_path: Path, concurrency: int, vmids: t.Sequence[int] = tuple(VMIDS), wait_budget: float = 1.0
+) -> list[dict[str, t.Any]]:
     conn = pvesim.connection
-    base = {"api_host": "127.0.0.1", "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-            "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-            "journal_dir": str(tmp_path / "journal"), "api_timeout": 30, "lock_wait": 10.0, "wait_budget": wait_budget,
-            "provisioning_enabled": True,  # stages re-read the gate before every write
-            "storage_concurrency": concurrency}
+    base = {
+        "api_host": "127.0.0.1",
+        "api_port": conn["port"],
+        "api_token_id": conn["tokens"]["full"]["id"],
+        "api_token_secret": conn["tokens"]["full"]["secret"],
+        "ca_path": conn["ca_file"],
+        "validate_certs": True,
+        "journal_dir": str(tmp_path / "journal"),
+        "api_timeout": 30,
+        "lock_wait": 10.0,
+        "wait_budget": wait_budget,
+        "provisioning_enabled": True,  # stages re-read the gate before every write
+        "storage_concurrency": concurrency,
+    }
     settings = connection_settings(base)
     scope = provider_scope_id(settings, certificate_fingerprint(settings))
     store = open_store(base["journal_dir"])
@@ -82,12 +98,27 @@ def run_twenty(pvesim: t.Any, tmp_path: Path, concurrency: int, vmids: t.Sequenc
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     for vmid in vmids:
         planned = build_plan(catalog_path=REPO / "examples/catalog.yml", definition=definition, target_vmid=vmid)
-        operation = create_operation(store, planned=planned, provider_scope_id=scope, confirmation=expected_confirmation(planned.plan, scope),
-                                     idempotency_key=None, environ=ON)
+        operation = create_operation(
+            store,
+            planned=planned,
+            provider_scope_id=scope,
+            confirmation=expected_confirmation(planned.plan, scope),
+            idempotency_key=None,
+            environ=ON,
+        )
         params_file = tmp_path / ("params-%d.json" % vmid)
-        params_file.write_text(json.dumps(dict(base, operation_id=operation["operation_id"], vmid=vmid)), encoding="utf-8")
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, str(params_file), str(go)], env=env,  # pylint: disable=consider-using-with
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        params_file.write_text(
+            json.dumps(dict(base, operation_id=operation["operation_id"], vmid=vmid)), encoding="utf-8"
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, str(params_file), str(go)],
+                env=env,  # pylint: disable=consider-using-with
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     time.sleep(1.0)  # let every worker finish its imports
     go.write_text("", encoding="utf-8")
     reports = []
@@ -111,12 +142,16 @@ def contended(pvesim: t.Any) -> t.Any:
 def test_twenty_operations_on_one_storage_with_k3(contended: t.Any, tmp_path: Path) -> None:
     reports = run_twenty(contended, tmp_path, 3)
     done = {"status": "completed"}
-    assert [(r["vmid"], r["clone"], r.get("resources"), r.get("disk")) for r in reports] == [(vmid, done, done, done) for vmid in VMIDS]
+    assert [(r["vmid"], r["clone"], r.get("resources"), r.get("disk")) for r in reports] == [
+        (vmid, done, done, done) for vmid in VMIDS
+    ]
     stats = contended.storage_locks()["storages"]["local-lvm"]
     assert stats["timeouts"] == 0 and 2 <= stats["maxInflight"] <= 3, {k: v for k, v in stats.items() if k != "history"}
     assert stats["maxWait"] < 10
     # each clone and each resize was sent exactly once, and each held a slot with an index below 3
-    sent = collections.Counter((e["method"], e["path"].rsplit("/", 1)[-1]) for e in contended.requests() if e["method"] != "GET")
+    sent = collections.Counter(
+        (e["method"], e["path"].rsplit("/", 1)[-1]) for e in contended.requests() if e["method"] != "GET"
+    )
     assert sent[("POST", "clone")] == 20 and sent[("PUT", "resize")] == 20
     held = [a for r in reports for a in r["admission"]]
     assert len(held) == 40 and {a["slot"] for a in held} <= {0, 1, 2} and {a["storage"] for a in held} == {"local-lvm"}
@@ -129,8 +164,11 @@ def test_twenty_operations_on_one_storage_with_k3(contended: t.Any, tmp_path: Pa
     # runs waited for a slot, so the holders read their clone logs while the clones ran, to hand the slot on at the
     # allocations rather than at the clone's end (when exactly: test__admission.py)
     ended = {task["upid"]: task["ended"] for task in contended.tasks() if task["type"] == "qmclone"}
-    during = [e for e in contended.requests("GET", r"/tasks/[^/]+/log$") if e["path"].split("/")[4] in ended
-              and e["time"] < ended[e["path"].split("/")[4]]]
+    during = [
+        e
+        for e in contended.requests("GET", r"/tasks/[^/]+/log$")
+        if e["path"].split("/")[4] in ended and e["time"] < ended[e["path"].split("/")[4]]
+    ]
     assert during, "no clone log was read while the clone ran, although runs waited for a slot"
     assert contended.schema_violations() == []
 

@@ -18,20 +18,29 @@ import pytest
 import yaml
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import (
+    certificate_fingerprint,
+    provider_scope_id,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import normalize_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import TEMPLATE, stage_kinds
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import build_template_plan, read_stamp
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.template import create_template_operation, expected_template_confirmation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import (
+    build_template_plan,
+    read_stamp,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.template import (
+    create_template_operation,
+    expected_template_confirmation,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import template_stage as stage_logic
 from pvesim.imageserver import ImageServer, qcow2_stub
 from pvesim.state import FULL_TOKEN_ACL
 
 pytestmark = pytest.mark.integration
 
-GIB = 1024 ** 3
+GIB = 1024**3
 ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
 IMAGE = qcow2_stub(3 * GIB, b"agent-less cloud image")
 BUILD_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK42LaKHQ1bNNIG3KlABIQ77kwljfXjfi9bunMkuYAO build@controller"
@@ -39,18 +48,29 @@ EXTRA_PRIVS = {"/storage/local": ["Datastore.AllocateTemplate", "Datastore.Audit
 
 
 def document(url: str, checksum: str, vmid: int = 9100, **extra: t.Any) -> str:
-    return yaml.safe_dump({
-        **extra,
-        "apiVersion": "vmanyware.dev/v1", "kind": "TemplateBuild", "image": "debian-13",
-        "source": {"url": url, "checksum": checksum, "checksumAlgorithm": "sha256"},
-        "node": "pve-test", "storage": "local-lvm", "importStorage": "local", "bridge": "vmbr0", "templateVmid": vmid,
-        "templateVersion": "debian-13-test", "guestUser": "debian",
-        "buildAddress": {"address": "192.0.2.50/24", "gateway": "192.0.2.1"},
-    })
+    return yaml.safe_dump(
+        {
+            **extra,
+            "apiVersion": "vmanyware.dev/v1",
+            "kind": "TemplateBuild",
+            "image": "debian-13",
+            "source": {"url": url, "checksum": checksum, "checksumAlgorithm": "sha256"},
+            "node": "pve-test",
+            "storage": "local-lvm",
+            "importStorage": "local",
+            "bridge": "vmbr0",
+            "templateVmid": vmid,
+            "templateVersion": "debian-13-test",
+            "guestUser": "debian",
+            "buildAddress": {"address": "192.0.2.50/24", "gateway": "192.0.2.1"},
+        }
+    )
 
 
 class Build:
-    def __init__(self, pvesim: t.Any, tmp_path: Path, images: ImageServer, checksum: str | None = None, **extra: t.Any) -> None:
+    def __init__(
+        self, pvesim: t.Any, tmp_path: Path, images: ImageServer, checksum: str | None = None, **extra: t.Any
+    ) -> None:
         conn = pvesim.connection
         privileges = {path: list(privs) for path, privs in FULL_TOKEN_ACL.items()}
         privileges.update(EXTRA_PRIVS)
@@ -58,19 +78,33 @@ class Build:
         pvesim.set_token(conn["tokens"]["full"]["id"], privileges=privileges)
         self.pvesim = pvesim
         self.params: dict[str, t.Any] = {
-            "api_host": "127.0.0.1", "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-            "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-            "journal_dir": str(tmp_path / "journal"), "api_timeout": 10, "lock_wait": 10.0,
-            "build_ssh_public_key": BUILD_KEY, "prepared_by": "stand-in", "provisioning_enabled": True,
+            "api_host": "127.0.0.1",
+            "api_port": conn["port"],
+            "api_token_id": conn["tokens"]["full"]["id"],
+            "api_token_secret": conn["tokens"]["full"]["secret"],
+            "ca_path": conn["ca_file"],
+            "validate_certs": True,
+            "journal_dir": str(tmp_path / "journal"),
+            "api_timeout": 10,
+            "lock_wait": 10.0,
+            "build_ssh_public_key": BUILD_KEY,
+            "prepared_by": "stand-in",
+            "provisioning_enabled": True,
         }
         settings = connection_settings(self.params)
         self.scope = provider_scope_id(settings, certificate_fingerprint(settings))
         self.store = open_store(self.params["journal_dir"])
-        self.planned = build_template_plan(text=document(images.url("debian.qcow2"), checksum or hashlib.sha256(IMAGE).hexdigest(),
-                                                         **extra))
-        result = create_template_operation(self.store, planned=self.planned, provider_scope_id=self.scope,
-                                           confirmation=expected_template_confirmation(self.planned.plan, self.scope),
-                                           idempotency_key=None, environ=ON)
+        self.planned = build_template_plan(
+            text=document(images.url("debian.qcow2"), checksum or hashlib.sha256(IMAGE).hexdigest(), **extra)
+        )
+        result = create_template_operation(
+            self.store,
+            planned=self.planned,
+            provider_scope_id=self.scope,
+            confirmation=expected_template_confirmation(self.planned.plan, self.scope),
+            idempotency_key=None,
+            environ=ON,
+        )
         self.operation_id = result["operation_id"]
         self.params["operation_id"] = self.operation_id
 
@@ -115,21 +149,34 @@ def test_build_every_stage_then_output_the_catalog_mapping(pvesim: t.Any, tmp_pa
     assert set(config["tags"].split(";")) == {"vmanyware-template", "vmanyware-" + build.operation_id}
     assert not {"ipconfig0", "sshkeys", "ciuser"} & set(config)
     stamp = read_stamp(config["description"])
-    assert stamp is not None and stamp["templateVersion"] == "debian-13-test" and stamp["buildOperation"] == build.operation_id
+    assert (
+        stamp is not None
+        and stamp["templateVersion"] == "debian-13-test"
+        and stamp["buildOperation"] == build.operation_id
+    )
     assert stamp["preparedBy"].startswith("stand-in") and stamp["packages"] == "qemu-guest-agent"
     mapping = build.store.load(build.operation_id)["stages"][-1]["evidence"]["catalogMapping"]
     assert normalize_mapping(mapping) == mapping
-    assert mapping["sourceDiskGiB"] == 8 and mapping["templateVmid"] == 9100 and "imageDefaultUser" not in mapping  # stand-in: no attestation
+    assert (
+        mapping["sourceDiskGiB"] == 8 and mapping["templateVmid"] == 9100 and "imageDefaultUser" not in mapping
+    )  # stand-in: no attestation
     # The ephemeral key is in no journal record (only its fingerprint), and every request was schema-valid.
     journal = build.journal_text()
     assert "AAAAC3NzaC1lZDI1NTE5AAAAIOK42LaKHQ1bNNIG3KlABIQ77kwljfXjfi9bunMkuYAO" not in journal
     assert "<ephemeral key SHA256:" in journal
     assert pvesim.schema_violations() == []
     writes = [e["endpoint"] for e in pvesim.requests() if e["method"] != "GET"]
-    assert writes == ["POST /nodes/{node}/storage/{storage}/download-url", "POST /nodes/{node}/qemu", "PUT /nodes/{node}/qemu/{vmid}/resize",
-                      "PUT /nodes/{node}/qemu/{vmid}/config", "POST /nodes/{node}/qemu/{vmid}/status/start",
-                      "POST /nodes/{node}/qemu/{vmid}/status/shutdown", "PUT /nodes/{node}/qemu/{vmid}/config",
-                      "POST /nodes/{node}/qemu/{vmid}/template", "PUT /nodes/{node}/qemu/{vmid}/config"]  # each exactly once
+    assert writes == [
+        "POST /nodes/{node}/storage/{storage}/download-url",
+        "POST /nodes/{node}/qemu",
+        "PUT /nodes/{node}/qemu/{vmid}/resize",
+        "PUT /nodes/{node}/qemu/{vmid}/config",
+        "POST /nodes/{node}/qemu/{vmid}/status/start",
+        "POST /nodes/{node}/qemu/{vmid}/status/shutdown",
+        "PUT /nodes/{node}/qemu/{vmid}/config",
+        "POST /nodes/{node}/qemu/{vmid}/template",
+        "PUT /nodes/{node}/qemu/{vmid}/config",
+    ]  # each exactly once
 
 
 def test_a_template_the_catalog_cannot_hold_is_not_stamped(pvesim: t.Any, tmp_path: Path, images: ImageServer) -> None:
@@ -144,7 +191,9 @@ def test_a_template_the_catalog_cannot_hold_is_not_stamped(pvesim: t.Any, tmp_pa
     assert [e for e in pvesim.requests() if e["method"] != "GET"] == []  # nothing was sent
 
 
-def test_wrong_checksum_fails_with_a_fixed_code_and_leaves_nothing(pvesim: t.Any, tmp_path: Path, images: ImageServer) -> None:
+def test_wrong_checksum_fails_with_a_fixed_code_and_leaves_nothing(
+    pvesim: t.Any, tmp_path: Path, images: ImageServer
+) -> None:
     build = Build(pvesim, tmp_path, images, checksum="0" * 64)
     with pytest.raises(VmanywareError) as info:
         build.until_done("download")
@@ -160,7 +209,9 @@ def test_wrong_checksum_fails_with_a_fixed_code_and_leaves_nothing(pvesim: t.Any
     assert listing == [] or all("vmanyware-debian-13" not in json.dumps(e) for e in listing)
 
 
-def test_lost_create_reply_is_resolved_by_reads_never_resent(pvesim: t.Any, tmp_path: Path, images: ImageServer) -> None:
+def test_lost_create_reply_is_resolved_by_reads_never_resent(
+    pvesim: t.Any, tmp_path: Path, images: ImageServer
+) -> None:
     build = Build(pvesim, tmp_path, images)
     build.until_done("download")
     pvesim.add_fault(method="POST", path=r"/nodes/pve-test/qemu$", action="drop_reply", occurrence=1)
@@ -171,7 +222,9 @@ def test_lost_create_reply_is_resolved_by_reads_never_resent(pvesim: t.Any, tmp_
     assert pvesim.schema_violations() == []
 
 
-def test_a_dropped_create_request_leaves_the_stage_uncertain_and_is_never_resent(pvesim: t.Any, tmp_path: Path, images: ImageServer) -> None:
+def test_a_dropped_create_request_leaves_the_stage_uncertain_and_is_never_resent(
+    pvesim: t.Any, tmp_path: Path, images: ImageServer
+) -> None:
     build = Build(pvesim, tmp_path, images)
     build.until_done("download")
     pvesim.add_fault(method="POST", path=r"/nodes/pve-test/qemu$", action="drop_request", occurrence=1)
@@ -184,11 +237,14 @@ def test_a_dropped_create_request_leaves_the_stage_uncertain_and_is_never_resent
     assert not [task for task in pvesim.tasks() if task.get("type") == "qmcreate"]  # the dropped request never ran
 
 
-def test_the_gate_is_reread_before_every_template_write(pvesim: t.Any, tmp_path: Path, images: ImageServer,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_gate_is_reread_before_every_template_write(
+    pvesim: t.Any, tmp_path: Path, images: ImageServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     build = Build(pvesim, tmp_path, images)
     build.until_done("download")
-    monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", "false")  # the administrator's kill switch wins over the option
+    monkeypatch.setenv(
+        "VMANYWARE_PROVISIONING_ENABLED", "false"
+    )  # the administrator's kill switch wins over the option
     pvesim.clear_requests()
     with pytest.raises(VmanywareError) as info:
         build.run("create")
@@ -199,7 +255,9 @@ def test_the_gate_is_reread_before_every_template_write(pvesim: t.Any, tmp_path:
     assert build.until_done("create")["stage"]["status"] == "completed"
 
 
-def test_template_stages_refuse_unverified_tls_and_number_from_one(pvesim: t.Any, tmp_path: Path, images: ImageServer) -> None:
+def test_template_stages_refuse_unverified_tls_and_number_from_one(
+    pvesim: t.Any, tmp_path: Path, images: ImageServer
+) -> None:
     build = Build(pvesim, tmp_path, images)
     operation = build.store.load(build.operation_id)
     assert [s["position"] for s in operation["stages"]] == [step["position"] for step in build.planned.plan["steps"]]
@@ -209,8 +267,9 @@ def test_template_stages_refuse_unverified_tls_and_number_from_one(pvesim: t.Any
     assert info.value.code == "tls_unverified" and pvesim.requests() == []
 
 
-def test_guest_writes_reread_the_gate_with_the_stages_rule(pvesim: t.Any, tmp_path: Path, images: ImageServer,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_guest_writes_reread_the_gate_with_the_stages_rule(
+    pvesim: t.Any, tmp_path: Path, images: ImageServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The role's SSH writes (prepare: packages, agent start; generalize) each call the module with ``write_check`` first."""
     from ansible_collections.vmanyware.proxmox.plugins.modules.vmanyware_template_stage import action  # pylint: disable=import-outside-toplevel
 
@@ -222,7 +281,9 @@ def test_guest_writes_reread_the_gate_with_the_stages_rule(pvesim: t.Any, tmp_pa
     positions = {step["kind"]: step["position"] for step in build.planned.plan["steps"]}
 
     def guest_write(kind: str, option: bool | None) -> dict[str, t.Any]:
-        return action(dict(build.params, stage=kind, write_check=True, provisioning_enabled=option), check_mode=False, diff=False)
+        return action(
+            dict(build.params, stage=kind, write_check=True, provisioning_enabled=option), check_mode=False, diff=False
+        )
 
     for kind in ("prepare", "generalize"):
         for env, option in (("false", True), ("false", None), ("", None), (None, None)):
@@ -238,7 +299,11 @@ def test_guest_writes_reread_the_gate_with_the_stages_rule(pvesim: t.Any, tmp_pa
             monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", env)
             result = guest_write(kind, option)
             assert result["changed"] is False and result["write_allowed"] is True and result["done"] is False
-            assert (result["stage"]["kind"], result["stage"]["position"], result["stage"]["status"]) == (kind, positions[kind], "pending")
+            assert (result["stage"]["kind"], result["stage"]["position"], result["stage"]["status"]) == (
+                kind,
+                positions[kind],
+                "pending",
+            )
     monkeypatch.setenv("VMANYWARE_PROVISIONING_ENABLED", "yes")
     with pytest.raises(VmanywareError) as info:
         guest_write("prepare", True)
@@ -253,7 +318,9 @@ def test_guest_writes_reread_the_gate_with_the_stages_rule(pvesim: t.Any, tmp_pa
     assert build.until_done("prepare")["stage"]["status"] == "completed"
 
 
-def test_an_ssh_prepared_build_keeps_its_attestation_through_the_journal(pvesim: t.Any, tmp_path: Path, images: ImageServer) -> None:
+def test_an_ssh_prepared_build_keeps_its_attestation_through_the_journal(
+    pvesim: t.Any, tmp_path: Path, images: ImageServer
+) -> None:
     """The stamp reads generalize's evidence back from the journal: ``passwordLocked`` must not be redacted there (found by the
     real-guest acceptance). The guest reports are what the role hands over after its SSH work."""
     build = Build(pvesim, tmp_path, images, diskGiB=8)
@@ -264,6 +331,10 @@ def test_an_ssh_prepared_build_keeps_its_attestation_through_the_journal(pvesim:
     generalized = next(s for s in document["stages"] if s["kind"] == "generalize")["evidence"]
     assert generalized == {"standIn": False, "passwordLocked": True, "noAuthorizedKeys": True}
     mapping = document["stages"][-1]["evidence"]["catalogMapping"]
-    assert mapping["imageDefaultUser"] == {"name": "debian", "templateVersion": "debian-13-test", "passwordLocked": True,
-                                           "noAuthorizedKeys": True}
+    assert mapping["imageDefaultUser"] == {
+        "name": "debian",
+        "templateVersion": "debian-13-test",
+        "passwordLocked": True,
+        "noAuthorizedKeys": True,
+    }
     assert normalize_mapping(mapping) == mapping

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-IMAGE = qcow2_stub(3 * 1024 ** 3, b"agent-less cloud image")
+IMAGE = qcow2_stub(3 * 1024**3, b"agent-less cloud image")
 
 
 def _writes(pvesim: t.Any) -> list[str]:
@@ -46,21 +46,57 @@ def test_review_preview_build_and_rerun(pvesim: t.Any, tmp_path: Path) -> None:
     images = ImageServer(tmp_path / "images")
     try:
         build = tmp_path / "template-build.yml"
-        build.write_text(yaml.safe_dump({
-            "apiVersion": "vmanyware.dev/v1", "kind": "TemplateBuild", "image": "debian-13",
-            "source": {"url": images.url("debian.qcow2"), "checksum": hashlib.sha256(IMAGE).hexdigest(), "checksumAlgorithm": "sha256"},
-            "node": "pve-test", "storage": "local-lvm", "importStorage": "local", "bridge": "vmbr0", "templateVmid": 9100,
-            "templateVersion": "debian-13-test", "diskGiB": 8, "guestUser": "debian",
-            "buildAddress": {"address": "192.0.2.50/24", "gateway": "192.0.2.1"}}), encoding="utf-8")
-        env = dict(os.environ, PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]), PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
-                   PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"], PROXMOX_CA_PATH=conn["ca_file"],
-                   VMANYWARE_JOURNAL_DIR=str(tmp_path / "journal"), VMANYWARE_PROVISIONING_ENABLED="true", ANSIBLE_NOCOLOR="1")
+        build.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "vmanyware.dev/v1",
+                    "kind": "TemplateBuild",
+                    "image": "debian-13",
+                    "source": {
+                        "url": images.url("debian.qcow2"),
+                        "checksum": hashlib.sha256(IMAGE).hexdigest(),
+                        "checksumAlgorithm": "sha256",
+                    },
+                    "node": "pve-test",
+                    "storage": "local-lvm",
+                    "importStorage": "local",
+                    "bridge": "vmbr0",
+                    "templateVmid": 9100,
+                    "templateVersion": "debian-13-test",
+                    "diskGiB": 8,
+                    "guestUser": "debian",
+                    "buildAddress": {"address": "192.0.2.50/24", "gateway": "192.0.2.1"},
+                }
+            ),
+            encoding="utf-8",
+        )
+        env = dict(
+            os.environ,
+            PROXMOX_HOST=conn["host"],
+            PROXMOX_PORT=str(conn["port"]),
+            PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+            PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+            PROXMOX_CA_PATH=conn["ca_file"],
+            VMANYWARE_JOURNAL_DIR=str(tmp_path / "journal"),
+            VMANYWARE_PROVISIONING_ENABLED="true",
+            ANSIBLE_NOCOLOR="1",
+        )
         confirm, mapping_file = tmp_path / "confirm.yml", tmp_path / "mapping.yml"
 
         def run(*extra: str) -> subprocess.CompletedProcess[str]:
-            args = [str(BIN / "ansible-playbook"), "vmanyware.proxmox.template", "-e", "vmanyware_template_build_path=%s" % build,
-                    "-e", "vmanyware_confirmation_file=%s" % confirm, "-e", "vmanyware_catalog_mapping_file=%s" % mapping_file,
-                    "-e", "vmanyware_template_stand_in=true", *extra]
+            args = [
+                str(BIN / "ansible-playbook"),
+                "vmanyware.proxmox.template",
+                "-e",
+                "vmanyware_template_build_path=%s" % build,
+                "-e",
+                "vmanyware_confirmation_file=%s" % confirm,
+                "-e",
+                "vmanyware_catalog_mapping_file=%s" % mapping_file,
+                "-e",
+                "vmanyware_template_stand_in=true",
+                *extra,
+            ]
             return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=False)
 
         review = run()
@@ -72,13 +108,29 @@ def test_review_preview_build_and_rerun(pvesim: t.Any, tmp_path: Path) -> None:
         assert _writes(pvesim) == [] and not list((tmp_path / "journal").glob("op-*.json"))
         applied = run("-e", "@%s" % confirm)
         assert applied.returncode == 0, applied.stdout[-3000:]
-        for position, kind in enumerate(["download", "create", "disk", "configure", "start", "prepare", "generalize", "shutdown",
-                                         "unconfigure", "convert", "stamp"], start=1):
+        for position, kind in enumerate(
+            [
+                "download",
+                "create",
+                "disk",
+                "configure",
+                "start",
+                "prepare",
+                "generalize",
+                "shutdown",
+                "unconfigure",
+                "convert",
+                "stamp",
+            ],
+            start=1,
+        ):
             assert "[%d/11] %s: completed" % (position, kind) in applied.stdout
         assert "STAND-IN: the guest is simulated" in applied.stdout
         assert len(_writes(pvesim)) == 9
         text = mapping_file.read_text(encoding="utf-8")
-        catalog = parse_catalog(text="apiVersion: vmanyware.dev/v1\nkind: TemplateCatalog\nimages:\n" + re.sub(r"(?m)^", "  ", text))
+        catalog = parse_catalog(
+            text="apiVersion: vmanyware.dev/v1\nkind: TemplateCatalog\nimages:\n" + re.sub(r"(?m)^", "  ", text)
+        )
         assert catalog["images"][0]["templateVmid"] == 9100 and catalog["images"][0]["sourceDiskGiB"] == 8
         assert "imageDefaultUser" not in catalog["images"][0]  # a stand-in build attests nothing
         assert "preparedBy stand-in" in pvesim.vm(9100)["config"]["description"]
@@ -94,16 +146,45 @@ def test_review_preview_build_and_rerun(pvesim: t.Any, tmp_path: Path) -> None:
 def test_a_new_build_stops_when_the_preflight_fails(pvesim: t.Any, tmp_path: Path) -> None:
     conn = pvesim.connection
     build = tmp_path / "template-build.yml"
-    build.write_text(yaml.safe_dump({
-        "apiVersion": "vmanyware.dev/v1", "kind": "TemplateBuild", "image": "debian-13",
-        "source": {"url": "http://127.0.0.1:9/x.qcow2", "checksum": "a" * 64, "checksumAlgorithm": "sha256"},
-        "node": "pve-test", "storage": "local-lvm", "importStorage": "local", "bridge": "vmbr0", "templateVmid": 9000,
-        "templateVersion": "debian-13-test", "guestUser": "debian",
-        "buildAddress": {"address": "192.0.2.50/24", "gateway": "192.0.2.1"}}), encoding="utf-8")
-    env = dict(os.environ, PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]), PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
-               PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"], PROXMOX_CA_PATH=conn["ca_file"],
-               VMANYWARE_JOURNAL_DIR=str(tmp_path / "journal"), VMANYWARE_PROVISIONING_ENABLED="true", ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "vmanyware.proxmox.template", "-e", "vmanyware_template_build_path=%s" % build],
-                          env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode != 0 and "check(s) failed (see the table above); nothing was changed" in proc.stdout, proc.stdout[-3000:]
+    build.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "vmanyware.dev/v1",
+                "kind": "TemplateBuild",
+                "image": "debian-13",
+                "source": {"url": "http://127.0.0.1:9/x.qcow2", "checksum": "a" * 64, "checksumAlgorithm": "sha256"},
+                "node": "pve-test",
+                "storage": "local-lvm",
+                "importStorage": "local",
+                "bridge": "vmbr0",
+                "templateVmid": 9000,
+                "templateVersion": "debian-13-test",
+                "guestUser": "debian",
+                "buildAddress": {"address": "192.0.2.50/24", "gateway": "192.0.2.1"},
+            }
+        ),
+        encoding="utf-8",
+    )
+    env = dict(
+        os.environ,
+        PROXMOX_HOST=conn["host"],
+        PROXMOX_PORT=str(conn["port"]),
+        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+        PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+        PROXMOX_CA_PATH=conn["ca_file"],
+        VMANYWARE_JOURNAL_DIR=str(tmp_path / "journal"),
+        VMANYWARE_PROVISIONING_ENABLED="true",
+        ANSIBLE_NOCOLOR="1",
+    )
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), "vmanyware.proxmox.template", "-e", "vmanyware_template_build_path=%s" % build],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode != 0 and "check(s) failed (see the table above); nothing was changed" in proc.stdout, (
+        proc.stdout[-3000:]
+    )
     assert "vmid_free" in proc.stdout and _writes(pvesim) == [] and not list((tmp_path / "journal").glob("op-*.json"))

@@ -20,18 +20,27 @@ pytestmark = pytest.mark.integration
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1")
+    env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_NOCOLOR="1",
+    )
     return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
 def _ad_hoc_result(output: str) -> dict:
     # default callback, ad hoc: "localhost | SUCCESS => {...json...}"
-    return json.loads(output[output.index("=> {") + 3:])
+    return json.loads(output[output.index("=> {") + 3 :])
 
 
 @pytest.mark.parametrize("check", [False, True], ids=["normal", "check"])
 def test_module_ad_hoc(check: bool) -> None:
-    args = {"catalog_path": str(REPO / "examples/catalog.yml"), "definition_path": str(REPO / "examples/definition.yml"), "target_vmid": 201}
+    args = {
+        "catalog_path": str(REPO / "examples/catalog.yml"),
+        "definition_path": str(REPO / "examples/definition.yml"),
+        "target_vmid": 201,
+    }
     command = [str(BIN / "ansible"), "localhost", "-m", "vmanyware.proxmox.vmanyware_plan", "-a", json.dumps(args)]
     completed = _run(*command, *(["--check"] if check else []))
     assert completed.returncode == 0, completed.stdout + completed.stderr
@@ -50,9 +59,16 @@ def test_example_playbook(check: bool) -> None:
 
 
 def test_module_failure_is_safe(tmp_path: Path) -> None:
-    definition = (REPO / "examples/definition.yml").read_text().replace("diskGiB: 20", "diskGiB: 7").replace("alice@laptop", "PLANTEDcomment")
+    definition = (
+        (REPO / "examples/definition.yml")
+        .read_text()
+        .replace("diskGiB: 20", "diskGiB: 7")
+        .replace("alice@laptop", "PLANTEDcomment")
+    )
     args = {"catalog_path": str(REPO / "examples/catalog.yml"), "definition": definition, "target_vmid": 201}
-    completed = _run(str(BIN / "ansible"), "localhost", "-m", "vmanyware.proxmox.vmanyware_plan", "-a", json.dumps(args))
+    completed = _run(
+        str(BIN / "ansible"), "localhost", "-m", "vmanyware.proxmox.vmanyware_plan", "-a", json.dumps(args)
+    )
     assert completed.returncode != 0
     result = _ad_hoc_result(completed.stdout)
     assert "FAILED!" in completed.stdout
@@ -98,13 +114,31 @@ DICT_PLAYBOOK = """\
 def test_catalog_and_definition_as_dicts(tmp_path: Path, in_process: str) -> None:
     """A dict (group_vars) is validated as data: same hashes as the YAML text, booleans stay booleans."""
     playbook = tmp_path / "dicts.yml"
-    playbook.write_text(DICT_PLAYBOOK % {"catalog": REPO / "examples/catalog.yml", "definition": REPO / "examples/definition.yml"})
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-               ANSIBLE_NOCOLOR="1", VMANYWARE_IN_PROCESS=in_process)
-    completed = subprocess.run([str(BIN / "ansible-playbook"), str(playbook)], cwd=REPO, env=env, capture_output=True, text=True,
-                               timeout=120, check=False)
+    playbook.write_text(
+        DICT_PLAYBOOK % {"catalog": REPO / "examples/catalog.yml", "definition": REPO / "examples/definition.yml"}
+    )
+    env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_NOCOLOR="1",
+        VMANYWARE_IN_PROCESS=in_process,
+    )
+    completed = subprocess.run(
+        [str(BIN / "ansible-playbook"), str(playbook)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     line = next(text for text in completed.stdout.splitlines() if '"msg": "REPORT ' in text)
-    report = json.loads(json.loads(line.split('"msg": ', 1)[1])[len("REPORT "):])
-    assert report == {"plan_hash": PLAN_HASH, "snapshot": False, "refused": ["invalid_definition", "resources.cores", "type"]}
+    report = json.loads(json.loads(line.split('"msg": ', 1)[1])[len("REPORT ") :])
+    assert report == {
+        "plan_hash": PLAN_HASH,
+        "snapshot": False,
+        "refused": ["invalid_definition", "resources.cores", "type"],
+    }
     assert "PLANTED" not in completed.stdout.replace("'PLANTEDtwo'", "")  # only the task's own text, never in a result

@@ -28,21 +28,33 @@ BIN = Path(sys.executable).parent
 UNDECIDABLE = {"template_revision", "dhcp_available", "guest_readiness", "workflow_permitted"}
 TEMPLATE_REST = ("template_is_template", "template_disk", "template_cloudinit_drive", "template_guest_agent")
 STORAGE_REST = ("storage_active", "storage_images", "storage_capacity")
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def settings_for(conn: dict[str, t.Any], token: str = "full", **overrides: t.Any) -> t.Any:
-    values: dict[str, t.Any] = {"host": conn["host"], "port": conn["port"], "token_id": conn["tokens"][token]["id"],
-                                "token_secret": conn["tokens"][token]["secret"], "ca_path": conn["ca_file"], "timeout": 10}
+    values: dict[str, t.Any] = {
+        "host": conn["host"],
+        "port": conn["port"],
+        "token_id": conn["tokens"][token]["id"],
+        "token_secret": conn["tokens"][token]["secret"],
+        "ca_path": conn["ca_file"],
+        "timeout": 10,
+    }
     values.update(overrides)
     return build_settings(**values)
 
 
 def planned(target_vmid: int = 201) -> t.Any:
-    return build_plan(catalog_path=REPO / "examples/catalog.yml", definition_path=REPO / "examples/definition.yml", target_vmid=target_vmid)
+    return build_plan(
+        catalog_path=REPO / "examples/catalog.yml",
+        definition_path=REPO / "examples/definition.yml",
+        target_vmid=target_vmid,
+    )
 
 
-def preflight(conn: dict[str, t.Any], token: str = "full", environ: dict[str, str] | None = None, **overrides: t.Any) -> dict[str, t.Any]:
+def preflight(
+    conn: dict[str, t.Any], token: str = "full", environ: dict[str, str] | None = None, **overrides: t.Any
+) -> dict[str, t.Any]:
     result = run_preflight(planned(), settings_for(conn, token, **overrides), environ=environ or {}, fail_on="never")
     text = json.dumps(result)
     for tok in conn["tokens"].values():
@@ -79,13 +91,17 @@ def test_healthy(pvesim: t.Any) -> None:
 
 def test_healthy_with_pin_and_gate(pvesim: t.Any) -> None:
     conn = pvesim.connection
-    result = preflight(conn, environ={"VMANYWARE_PROVISIONING_ENABLED": "true"}, ca_path=None, fingerprint=conn["fingerprint_sha256"])
+    result = preflight(
+        conn, environ={"VMANYWARE_PROVISIONING_ENABLED": "true"}, ca_path=None, fingerprint=conn["fingerprint_sha256"]
+    )
     assert statuses(result) == expect() and result["creation_enabled"] is True
 
 
 def test_missing_template(pvesim: t.Any) -> None:
     pvesim.delete_vm(9000)
-    assert statuses(preflight(pvesim.connection)) == expect(template_exists="failed", **{c: "unknown" for c in TEMPLATE_REST})
+    assert statuses(preflight(pvesim.connection)) == expect(
+        template_exists="failed", **{c: "unknown" for c in TEMPLATE_REST}
+    )
 
 
 def test_wrong_disk_size(pvesim: t.Any) -> None:
@@ -95,8 +111,9 @@ def test_wrong_disk_size(pvesim: t.Any) -> None:
 
 def test_not_a_template_no_cloudinit_no_agent(pvesim: t.Any) -> None:
     pvesim.set_vm_config(9000, delete=["ide2", "template"], set={"agent": "0"})
-    assert statuses(preflight(pvesim.connection)) == expect(template_is_template="failed", template_cloudinit_drive="failed",
-                                                            template_guest_agent="failed")
+    assert statuses(preflight(pvesim.connection)) == expect(
+        template_is_template="failed", template_cloudinit_drive="failed", template_guest_agent="failed"
+    )
 
 
 def test_no_cloudinit_drive(pvesim: t.Any) -> None:
@@ -180,7 +197,9 @@ def test_server_errors(pvesim: t.Any, status: int) -> None:
     pvesim.add_fault("GET", r"/qemu/9000/config$", action="http_error", status=status, message="simulated failure")
     pvesim.add_fault("GET", r"/cluster/nextid", action="http_error", status=status, message="simulated failure")
     result = preflight(pvesim.connection)
-    assert statuses(result) == expect(template_exists="unknown", vmid_free="unknown", **{c: "unknown" for c in TEMPLATE_REST})
+    assert statuses(result) == expect(
+        template_exists="unknown", vmid_free="unknown", **{c: "unknown" for c in TEMPLATE_REST}
+    )
     assert len(pvesim.requests("GET", r"/cluster/nextid")) == 3  # bounded GET retries
     assert "simulated failure" not in json.dumps(result)
 
@@ -224,25 +243,50 @@ def test_client_errors_against_simulator(pvesim: t.Any) -> None:
 # -- real ansible runs ----------------------------------------------------------------------------------------------
 
 
-def _ansible(conn: dict[str, t.Any], args: dict[str, t.Any], *extra: str, token: str = "full",
-             env_extra: dict[str, str | None] | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1",
-               PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]), PROXMOX_TOKEN_ID=conn["tokens"][token]["id"],
-               PROXMOX_TOKEN_SECRET=conn["tokens"][token]["secret"], PROXMOX_CA_PATH=conn["ca_file"])
+def _ansible(
+    conn: dict[str, t.Any],
+    args: dict[str, t.Any],
+    *extra: str,
+    token: str = "full",
+    env_extra: dict[str, str | None] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_NOCOLOR="1",
+        PROXMOX_HOST=conn["host"],
+        PROXMOX_PORT=str(conn["port"]),
+        PROXMOX_TOKEN_ID=conn["tokens"][token]["id"],
+        PROXMOX_TOKEN_SECRET=conn["tokens"][token]["secret"],
+        PROXMOX_CA_PATH=conn["ca_file"],
+    )
     env.pop("VMANYWARE_PROVISIONING_ENABLED", None)
     for key, value in (env_extra or {}).items():
         if value is None:
             env.pop(key, None)
         else:
             env[key] = value
-    base = {"catalog_path": str(REPO / "examples/catalog.yml"), "definition_path": str(REPO / "examples/definition.yml"), "target_vmid": 201}
+    base = {
+        "catalog_path": str(REPO / "examples/catalog.yml"),
+        "definition_path": str(REPO / "examples/definition.yml"),
+        "target_vmid": 201,
+    }
     base.update(args)
-    command = [str(BIN / "ansible"), "localhost", "-m", "vmanyware.proxmox.vmanyware_preflight", "-a", json.dumps(base), *extra]
+    command = [
+        str(BIN / "ansible"),
+        "localhost",
+        "-m",
+        "vmanyware.proxmox.vmanyware_preflight",
+        "-a",
+        json.dumps(base),
+        *extra,
+    ]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
 def _result(output: str) -> dict[str, t.Any]:
-    return json.loads(output[output.index("=> {") + 3:])
+    return json.loads(output[output.index("=> {") + 3 :])
 
 
 @pytest.mark.parametrize("check", [False, True], ids=["normal", "check"])
@@ -260,7 +304,7 @@ def test_ansible_run_failed_and_redacted(pvesim: t.Any) -> None:
     secret = conn["tokens"]["limited"]["secret"]
     completed = _ansible(conn, {"api_token_secret": secret}, "-vvvv", token="limited")
     assert completed.returncode != 0
-    result = _result(completed.stdout[completed.stdout.index("FAILED!"):])
+    result = _result(completed.stdout[completed.stdout.index("FAILED!") :])
     assert result["error_code"] == "preflight_failed" and statuses(result)["privileges"] == "failed"
     assert secret not in completed.stdout and secret not in completed.stderr
 
@@ -275,10 +319,11 @@ def test_ansible_run_bad_gate_before_network(pvesim: t.Any) -> None:
 def test_ansible_run_wrong_pin_redacted(pvesim: t.Any) -> None:
     conn = pvesim.connection
     secret = conn["tokens"]["full"]["secret"]
-    completed = _ansible(conn, {"api_fingerprint": "AA:" * 31 + "AA", "fail_on": "unknown"}, "-vvvv",
-                         env_extra={"PROXMOX_CA_PATH": None})
+    completed = _ansible(
+        conn, {"api_fingerprint": "AA:" * 31 + "AA", "fail_on": "unknown"}, "-vvvv", env_extra={"PROXMOX_CA_PATH": None}
+    )
     assert completed.returncode != 0
-    result = _result(completed.stdout[completed.stdout.index("FAILED!"):])
+    result = _result(completed.stdout[completed.stdout.index("FAILED!") :])
     assert result["error_code"] == "preflight_failed" and statuses(result)["api_reachable"] == "failed"
     assert secret not in completed.stdout + completed.stderr
     assert pvesim.requests() == []

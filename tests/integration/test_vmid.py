@@ -104,7 +104,11 @@ def test_expiry_release_and_given_vmid(reserver: Reserver, pvesim: t.Any) -> Non
     # the apply run of alpha names 100 (its confirmation): beta holds it now
     with pytest.raises(VmanywareError):
         reserver.reserve("alpha", vmid=100)
-    assert reserver.release("beta", check_mode=True) == {"changed": True, "released": [100], "provider_scope_id": reserver.scope}
+    assert reserver.release("beta", check_mode=True) == {
+        "changed": True,
+        "released": [100],
+        "provider_scope_id": reserver.scope,
+    }
     assert reserver.release("beta")["released"] == [100] and reserver.leases() == []
     # free again: alpha's apply run leases its confirmed VMID anew
     renewed = reserver.reserve("alpha", vmid=100)
@@ -127,8 +131,15 @@ def test_lease_becomes_the_target_claim_and_its_release_frees_the_vmid(reserver:
     assert reserver.leases() == []  # the lease is now the operation's target claim
     assert reserver.store.target_holder(reserver.scope, 100) == operation_id
     held = reserver.reserve("alpha", vmid=100)  # an apply run re-run: the claim answers
-    assert held == {"changed": False, "vmid": 100, "reused": True, "claimed_by": operation_id, "lease": None, "vmid_range": None,
-                    "provider_scope_id": reserver.scope}
+    assert held == {
+        "changed": False,
+        "vmid": 100,
+        "reused": True,
+        "claimed_by": operation_id,
+        "lease": None,
+        "vmid_range": None,
+        "provider_scope_id": reserver.scope,
+    }
     assert reserver.reserve("beta")["vmid"] == 101  # the claim keeps 100 from other allocations
     reserver.store.abandon_operation(operation_id)  # releasing the claim is all it takes
     assert reserver.reserve("gamma")["vmid"] == 100
@@ -146,20 +157,45 @@ def test_check_mode_writes_no_lease(reserver: Reserver, pvesim: t.Any) -> None:
 
 def _env(pvesim: t.Any, journal: Path) -> dict[str, str]:
     conn = pvesim.connection
-    return dict(os.environ, PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]), PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
-                PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"], PROXMOX_CA_PATH=conn["ca_file"],
-                VMANYWARE_JOURNAL_DIR=str(journal), ANSIBLE_NOCOLOR="1")
+    return dict(
+        os.environ,
+        PROXMOX_HOST=conn["host"],
+        PROXMOX_PORT=str(conn["port"]),
+        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+        PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+        PROXMOX_CA_PATH=conn["ca_file"],
+        VMANYWARE_JOURNAL_DIR=str(journal),
+        ANSIBLE_NOCOLOR="1",
+    )
 
 
 def _write_playbook(path: Path, hosts: str) -> Path:
-    path.write_text(yaml.safe_dump([{
-        "name": "Reserve a VMID", "hosts": hosts, "gather_facts": False, "connection": "local",
-        "tasks": [
-            {"name": "Reserve", "vmanyware.proxmox.vmanyware_vmid": {"owner": "{{ vmid_owner | default(inventory_hostname) }}"},
-             "register": "reserved"},
-            {"name": "Show", "ansible.builtin.debug": {"msg": "RESERVED {{ inventory_hostname }} {{ reserved.vmid }}"}},
-        ],
-    }], sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Reserve a VMID",
+                    "hosts": hosts,
+                    "gather_facts": False,
+                    "connection": "local",
+                    "tasks": [
+                        {
+                            "name": "Reserve",
+                            "vmanyware.proxmox.vmanyware_vmid": {
+                                "owner": "{{ vmid_owner | default(inventory_hostname) }}"
+                            },
+                            "register": "reserved",
+                        },
+                        {
+                            "name": "Show",
+                            "ansible.builtin.debug": {"msg": "RESERVED {{ inventory_hostname }} {{ reserved.vmid }}"},
+                        },
+                    ],
+                }
+            ],
+            sort_keys=False,
+        )
+    )
     return path
 
 
@@ -176,8 +212,16 @@ def test_ten_concurrent_playbook_processes_get_ten_vmids(pvesim: t.Any, tmp_path
     journal = tmp_path / "journal"
     playbook = _write_playbook(tmp_path / "reserve.yml", "localhost")
     env = _env(pvesim, journal)
-    procs = [subprocess.Popen([str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook), "-e", "vmid_owner=process-%d" % index],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for index in range(10)]
+    procs = [
+        subprocess.Popen(
+            [str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook), "-e", "vmid_owner=process-%d" % index],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for index in range(10)
+    ]
     outputs = [proc.communicate(timeout=600)[0] for proc in procs]
     assert [proc.returncode for proc in procs] == [0] * 10, outputs
     vmids = [_reserved(out)["localhost"] for out in outputs]
@@ -190,8 +234,14 @@ def test_ten_forks_get_ten_vmids(pvesim: t.Any, tmp_path: Path) -> None:
     journal = tmp_path / "journal"
     playbook = _write_playbook(tmp_path / "reserve.yml", "all")
     inventory = ",".join("env%02d" % index for index in range(10)) + ","
-    result = subprocess.run([str(BIN / "ansible-playbook"), "-i", inventory, "--forks", "10", str(playbook)], env=_env(pvesim, journal),
-                            capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", inventory, "--forks", "10", str(playbook)],
+        env=_env(pvesim, journal),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     found = _reserved(result.stdout)
     assert sorted(found) == ["env%02d" % index for index in range(10)]
@@ -200,14 +250,43 @@ def test_ten_forks_get_ten_vmids(pvesim: t.Any, tmp_path: Path) -> None:
     # state: released gives the leases back (no API request: the provider is identified by its certificate)
     pvesim.clear_requests()
     release = tmp_path / "release.yml"
-    release.write_text(yaml.safe_dump([{
-        "name": "Release", "hosts": "all", "gather_facts": False, "connection": "local",
-        "tasks": [{"name": "Release", "vmanyware.proxmox.vmanyware_vmid": {"owner": "{{ inventory_hostname }}", "state": "released"},
-                   "register": "released"},
-                  {"name": "Check", "ansible.builtin.assert": {"that": ["released is changed", "released.released | length == 1"]}}],
-    }], sort_keys=False))
-    result = subprocess.run([str(BIN / "ansible-playbook"), "-i", inventory, "--forks", "10", str(release)], env=_env(pvesim, journal),
-                            capture_output=True, text=True, timeout=600, check=False)
+    release.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Release",
+                    "hosts": "all",
+                    "gather_facts": False,
+                    "connection": "local",
+                    "tasks": [
+                        {
+                            "name": "Release",
+                            "vmanyware.proxmox.vmanyware_vmid": {
+                                "owner": "{{ inventory_hostname }}",
+                                "state": "released",
+                            },
+                            "register": "released",
+                        },
+                        {
+                            "name": "Check",
+                            "ansible.builtin.assert": {
+                                "that": ["released is changed", "released.released | length == 1"]
+                            },
+                        },
+                    ],
+                }
+            ],
+            sort_keys=False,
+        )
+    )
+    result = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", inventory, "--forks", "10", str(release)],
+        env=_env(pvesim, journal),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert list((journal / "leases").iterdir()) == [] and pvesim.requests() == []
 
@@ -217,12 +296,26 @@ def test_unverified_tls_is_refused_and_no_lease_is_written(reserver: Reserver, p
     """A lease is bound to a provider scope computed from the certificate: never from an unverified one, opt-in or not."""
     from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_vmid  # pylint: disable=import-outside-toplevel
 
-    params = dict(reserver.params, validate_certs=False, ca_path=None, unverified_tls_read_only=read_only, api_user=None,
-                  api_password=None, api_fingerprint=None, owner="tls-test", purpose="vm", vmid=None, vmid_range=None, lease_seconds=600)
+    params = dict(
+        reserver.params,
+        validate_certs=False,
+        ca_path=None,
+        unverified_tls_read_only=read_only,
+        api_user=None,
+        api_password=None,
+        api_fingerprint=None,
+        owner="tls-test",
+        purpose="vm",
+        vmid=None,
+        vmid_range=None,
+        lease_seconds=600,
+    )
     pvesim.clear_requests()
     for state in ("reserved", "released"):
         with pytest.raises(VmanywareError) as info:
             vmanyware_vmid.action(dict(params, state=state), False, False)
         assert info.value.code == "tls_unverified"
     assert pvesim.requests() == [] and reserver.leases() == []
-    assert vmanyware_vmid.action(dict(params, state="reserved", validate_certs=True, ca_path=reserver.params["ca_path"]), False, False)["vmid"]
+    assert vmanyware_vmid.action(
+        dict(params, state="reserved", validate_certs=True, ca_path=reserver.params["ca_path"]), False, False
+    )["vmid"]

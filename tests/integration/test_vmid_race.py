@@ -64,7 +64,14 @@ class Setup:
 
     def outside_clone(self, vmid: int) -> None:
         with ProxmoxClient(self.settings) as client:
-            upid = client.post(CLONE_PATH, newid=vmid, full=1, storage="local-lvm", name="someone-else", description="made by another tool")
+            upid = client.post(
+                CLONE_PATH,
+                newid=vmid,
+                full=1,
+                storage="local-lvm",
+                name="someone-else",
+                description="made by another tool",
+            )
             # The other tool's clone holds the VMID at once; its config is complete once its task ended (volumes allocated).
             wait_task(client, upid, timeout=120)
 
@@ -75,8 +82,11 @@ class Setup:
         return t.cast(dict, self.store.stage(self.store.load(self.params["operation_id"]), "clone"))
 
     def our_clone_posts(self) -> list[dict[str, t.Any]]:
-        return [entry for entry in self.pvesim.requests(method="POST", path_regex=r"/qemu/9000/clone$")
-                if entry["params"].get("name") != "someone-else"]
+        return [
+            entry
+            for entry in self.pvesim.requests(method="POST", path_regex=r"/qemu/9000/clone$")
+            if entry["params"].get("name") != "someone-else"
+        ]
 
 
 def assert_no_second_vm(setup: Setup) -> None:

@@ -28,16 +28,31 @@ MUTATING = ("POST", "PUT", "DELETE")
 
 def _env(pvesim: t.Any, journal: Path) -> dict[str, str]:
     conn = pvesim.connection
-    return dict(os.environ, PROXMOX_HOST=conn["host"], PROXMOX_PORT=str(conn["port"]), PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
-                PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"], PROXMOX_CA_PATH=conn["ca_file"],
-                VMANYWARE_JOURNAL_DIR=str(journal), VMANYWARE_PROVISIONING_ENABLED="true", ANSIBLE_NOCOLOR="1")
+    return dict(
+        os.environ,
+        PROXMOX_HOST=conn["host"],
+        PROXMOX_PORT=str(conn["port"]),
+        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+        PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+        PROXMOX_CA_PATH=conn["ca_file"],
+        VMANYWARE_JOURNAL_DIR=str(journal),
+        VMANYWARE_PROVISIONING_ENABLED="true",
+        ANSIBLE_NOCOLOR="1",
+    )
 
 
 def _run(playbook: str, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
-    args = [str(BIN / "ansible-playbook"), "vmanyware.proxmox." + playbook,
-            "-e", "vmanyware_catalog_path=%s" % (REPO / "examples/catalog.yml"),
-            "-e", "vmanyware_definition_path=%s" % (REPO / "examples/definition.yml"),
-            "-e", "vmanyware_target_vmid=auto", *extra]
+    args = [
+        str(BIN / "ansible-playbook"),
+        "vmanyware.proxmox." + playbook,
+        "-e",
+        "vmanyware_catalog_path=%s" % (REPO / "examples/catalog.yml"),
+        "-e",
+        "vmanyware_definition_path=%s" % (REPO / "examples/definition.yml"),
+        "-e",
+        "vmanyware_target_vmid=auto",
+        *extra,
+    ]
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 
@@ -56,7 +71,12 @@ def test_provision_with_auto_from_review_to_apply(pvesim: t.Any, tmp_path: Path)
     journal = tmp_path / "journal"
     confirm = tmp_path / "confirm.yml"
     env = _env(pvesim, journal)
-    extra = ("-e", "vmanyware_confirmation_file=%s" % confirm, "-e", "vmanyware_known_hosts_file=%s" % (tmp_path / "known_hosts"))
+    extra = (
+        "-e",
+        "vmanyware_confirmation_file=%s" % confirm,
+        "-e",
+        "vmanyware_known_hosts_file=%s" % (tmp_path / "known_hosts"),
+    )
 
     review = _run("provision", env, *extra)
     assert review.returncode == 0, review.stdout[-3000:]
@@ -107,6 +127,8 @@ def test_preflight_with_auto_checks_the_reserved_vmid(pvesim: t.Any, tmp_path: P
     assert result.returncode == 0, result.stdout[-3000:]
     assert "VMID 100 is reserved" in result.stdout
     assert [item["vmid"] for item in _leases(journal)] == [100]
-    [nextid] = [entry for entry in pvesim.requests(path_regex=r"^/cluster/nextid$") if entry["params"].get("vmid") == "100"][-1:]
+    [nextid] = [
+        entry for entry in pvesim.requests(path_regex=r"^/cluster/nextid$") if entry["params"].get("vmid") == "100"
+    ][-1:]
     assert nextid["status"] == 200
     assert _mutations(pvesim) == []

@@ -8,8 +8,14 @@ from pathlib import Path
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import connection_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import (
+    certificate_fingerprint,
+    provider_scope_id,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    create_operation,
+    expected_confirmation,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.vmid import release, reserve
@@ -27,9 +33,16 @@ class Reserver:
         self.journal = tmp_path / "journal"
         # module options of the simulator's full token, usable by the stage modules as well
         self.params: dict[str, t.Any] = {
-            "api_host": "127.0.0.1", "api_port": conn["port"], "api_token_id": conn["tokens"]["full"]["id"],
-            "api_token_secret": conn["tokens"]["full"]["secret"], "ca_path": conn["ca_file"], "validate_certs": True,
-            "api_timeout": 10, "journal_dir": str(self.journal), "lock_wait": 0.0}
+            "api_host": "127.0.0.1",
+            "api_port": conn["port"],
+            "api_token_id": conn["tokens"]["full"]["id"],
+            "api_token_secret": conn["tokens"]["full"]["secret"],
+            "ca_path": conn["ca_file"],
+            "validate_certs": True,
+            "api_timeout": 10,
+            "journal_dir": str(self.journal),
+            "lock_wait": 0.0,
+        }
         self.settings = connection_settings(self.params)
         self.scope = provider_scope_id(self.settings, certificate_fingerprint(self.settings))
         self.store = open_store(str(self.journal))
@@ -42,9 +55,19 @@ class Reserver:
         return release(self.store, self.scope, owner=owner, **options)
 
     def create_operation(self, vmid: int) -> dict[str, t.Any]:
-        planned = build_plan(catalog_path=REPO / "examples/catalog.yml", definition_path=REPO / "examples/definition.yml", target_vmid=vmid)
-        return create_operation(self.store, planned=planned, provider_scope_id=self.scope,
-                                confirmation=expected_confirmation(planned.plan, self.scope), idempotency_key=None, environ=ON)
+        planned = build_plan(
+            catalog_path=REPO / "examples/catalog.yml",
+            definition_path=REPO / "examples/definition.yml",
+            target_vmid=vmid,
+        )
+        return create_operation(
+            self.store,
+            planned=planned,
+            provider_scope_id=self.scope,
+            confirmation=expected_confirmation(planned.plan, self.scope),
+            idempotency_key=None,
+            environ=ON,
+        )
 
     def leases(self) -> list[str]:
         leases = self.journal / "leases"

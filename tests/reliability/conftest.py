@@ -18,14 +18,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import rel_support as rs  # noqa: E402  pylint: disable=wrong-import-position
 
-settings.register_profile("reliability-ci", max_examples=60, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-settings.register_profile("reliability-full", max_examples=1500, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+settings.register_profile(
+    "reliability-ci",
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+settings.register_profile(
+    "reliability-full",
+    max_examples=1500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "reliability: crash, fault, concurrency, fuzz and secret checks (docs/reliability.md)")
+    config.addinivalue_line(
+        "markers", "reliability: crash, fault, concurrency, fuzz and secret checks (docs/reliability.md)"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -30,10 +30,16 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import clie
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime import provision as _provision
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import runner as _stage  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import (
+    certificate_fingerprint,
+    provider_scope_id,
+)  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    create_operation,
+    expected_confirmation,
+)  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage  # noqa: E402
@@ -74,10 +80,16 @@ def _faults_for(config: dict[str, t.Any], kind: str) -> None:
     if not rules:
         return
     import requests  # pylint: disable=import-outside-toplevel
+
     admin = config["admin"]
     for rule in rules:
-        resp = requests.post(admin["url"] + "/faults", json=rule, headers={"X-Pvesim-Admin": admin["token"]}, verify=admin["ca_file"],
-                             timeout=30)
+        resp = requests.post(
+            admin["url"] + "/faults",
+            json=rule,
+            headers={"X-Pvesim-Admin": admin["token"]},
+            verify=admin["ca_file"],
+            timeout=30,
+        )
         resp.raise_for_status()
 
 
@@ -122,8 +134,14 @@ def _chained(config: dict[str, t.Any], params: dict[str, t.Any], current: list[s
             return super().run(operation_id)
 
     _provision.StageRunner = ArmingRunner  # type: ignore[misc]
-    chained = dict(params, wait_budget=None, readiness_timeout=config.get("readiness_timeout", 300.0),
-                   packages_timeout=config.get("packages_timeout", 900.0), progress_interval=30.0, storage_concurrency=3)
+    chained = dict(
+        params,
+        wait_budget=None,
+        readiness_timeout=config.get("readiness_timeout", 300.0),
+        packages_timeout=config.get("packages_timeout", 900.0),
+        progress_interval=30.0,
+        storage_concurrency=3,
+    )
     _provision.provision(chained, check_mode=False, diff=False)
 
 
@@ -136,11 +154,20 @@ def main(config_path: str) -> int:
         _enumerate(events)
     conn = config["conn"]
     params: dict[str, t.Any] = {
-        "api_host": conn["host"], "api_port": conn["port"], "api_token_id": conn["token_id"], "api_token_secret": conn["token_secret"],
-        "ca_path": conn.get("ca_file"), "api_fingerprint": conn.get("fingerprint"), "validate_certs": True,
-        "api_timeout": config.get("api_timeout", 10.0), "journal_dir": config["journal_dir"],
-        "wait_budget": config.get("wait_budget", 20.0), "timeout": None, "lock_wait": config.get("lock_wait", 5.0),
-        "provisioning_enabled": None, "catalog": config["catalog"],
+        "api_host": conn["host"],
+        "api_port": conn["port"],
+        "api_token_id": conn["token_id"],
+        "api_token_secret": conn["token_secret"],
+        "ca_path": conn.get("ca_file"),
+        "api_fingerprint": conn.get("fingerprint"),
+        "validate_certs": True,
+        "api_timeout": config.get("api_timeout", 10.0),
+        "journal_dir": config["journal_dir"],
+        "wait_budget": config.get("wait_budget", 20.0),
+        "timeout": None,
+        "lock_wait": config.get("lock_wait", 5.0),
+        "provisioning_enabled": None,
+        "catalog": config["catalog"],
     }
     stage = "operation"
     times: dict[str, float] = {}
@@ -149,13 +176,25 @@ def main(config_path: str) -> int:
         os.environ["VMANYWARE_RELIABILITY_STAGE"] = stage
         _arm(config, stage)
         planned = build_plan(catalog=config["catalog"], definition=config["definition"], target_vmid=config["vmid"])
-        settings = build_settings(host=conn["host"], port=conn["port"], token_id=conn["token_id"], token_secret=conn["token_secret"],
-                                  ca_path=conn.get("ca_file"), fingerprint=conn.get("fingerprint"), timeout=params["api_timeout"])
+        settings = build_settings(
+            host=conn["host"],
+            port=conn["port"],
+            token_id=conn["token_id"],
+            token_secret=conn["token_secret"],
+            ca_path=conn.get("ca_file"),
+            fingerprint=conn.get("fingerprint"),
+            timeout=params["api_timeout"],
+        )
         scope = provider_scope_id(settings, certificate_fingerprint(settings))
         environ = {"VMANYWARE_PROVISIONING_ENABLED": "true", "VMANYWARE_SNAPSHOTS_ENABLED": "true"}
-        created = create_operation(open_store(config["journal_dir"]), planned=planned, provider_scope_id=t.cast(str, scope),
-                                   confirmation=expected_confirmation(planned.plan, t.cast(str, scope)), idempotency_key=None,
-                                   environ=environ)
+        created = create_operation(
+            open_store(config["journal_dir"]),
+            planned=planned,
+            provider_scope_id=t.cast(str, scope),
+            confirmation=expected_confirmation(planned.plan, t.cast(str, scope)),
+            idempotency_key=None,
+            environ=environ,
+        )
         params["operation_id"] = created["operation_id"]
         os.environ["VMANYWARE_PROVISIONING_ENABLED"] = "true"
         os.environ["VMANYWARE_SNAPSHOTS_ENABLED"] = "true"
@@ -166,8 +205,12 @@ def main(config_path: str) -> int:
                 _chained(config, params, current)
             finally:
                 stage = current[0]
-            sys.stdout.write(json.dumps({"result": "completed", "operation_id": params["operation_id"], "events": events,
-                                         "times": times}) + "\n")
+            sys.stdout.write(
+                json.dumps(
+                    {"result": "completed", "operation_id": params["operation_id"], "events": events, "times": times}
+                )
+                + "\n"
+            )
             return 0
         for step in planned.plan["steps"]:
             times[stage] = round(time.monotonic() - mark, 3)
@@ -184,13 +227,21 @@ def main(config_path: str) -> int:
                 raise VmanywareError(code="task_timeout", details={"stage": stage})
         times[stage] = round(time.monotonic() - mark, 3)
     except VmanywareError as err:
-        out = {"result": "error", "code": err.code, "stage": stage, "message": err.message,
-               "details": {k: v for k, v in err.details.items() if k in ("stage", "cause", "operationId", "fields")}}
+        out = {
+            "result": "error",
+            "code": err.code,
+            "stage": stage,
+            "message": err.message,
+            "details": {k: v for k, v in err.details.items() if k in ("stage", "cause", "operationId", "fields")},
+        }
         if config.get("enumerate"):
             out["events"] = events
         sys.stdout.write(json.dumps(out) + "\n")
         return 3
-    sys.stdout.write(json.dumps({"result": "completed", "operation_id": params["operation_id"], "events": events, "times": times}) + "\n")
+    sys.stdout.write(
+        json.dumps({"result": "completed", "operation_id": params["operation_id"], "events": events, "times": times})
+        + "\n"
+    )
     return 0
 
 

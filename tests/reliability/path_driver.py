@@ -29,21 +29,35 @@ for _root in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep):
     if _root and _root not in sys.path:
         sys.path.insert(0, _root)
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import (
+    certificate_fingerprint,
+    provider_scope_id,
+)  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.cleanup import run_cleanup  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import OperationInputs, create_operation, expected_confirmation  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    OperationInputs,
+    create_operation,
+    expected_confirmation,
+)  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.operation_states import run_operation  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import CONTAINER, VM, stage_spec  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import build_logic  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import build_template_plan  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.template import create_template_operation, expected_template_confirmation  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.template import (
+    create_template_operation,
+    expected_template_confirmation,
+)  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import template_stage as template_logic  # noqa: E402
 
-GATES = {"VMANYWARE_PROVISIONING_ENABLED": "true", "VMANYWARE_SNAPSHOTS_ENABLED": "true", "VMANYWARE_LIFECYCLE_ENABLED": "true"}
+GATES = {
+    "VMANYWARE_PROVISIONING_ENABLED": "true",
+    "VMANYWARE_SNAPSHOTS_ENABLED": "true",
+    "VMANYWARE_LIFECYCLE_ENABLED": "true",
+}
 SETUP_UNTIL = "start"  # the cleanup paths' set-up runs the stages up to this one: the guest exists and runs
 
 
@@ -53,10 +67,16 @@ def _arm(config: dict[str, t.Any], kinds: t.Iterable[str]) -> None:
     if not rules:
         return
     import requests  # pylint: disable=import-outside-toplevel
+
     admin = config["admin"]
     for rule in rules:
-        resp = requests.post(admin["url"] + "/faults", json=rule, headers={"X-Pvesim-Admin": admin["token"]}, verify=admin["ca_file"],
-                             timeout=30)
+        resp = requests.post(
+            admin["url"] + "/faults",
+            json=rule,
+            headers={"X-Pvesim-Admin": admin["token"]},
+            verify=admin["ca_file"],
+            timeout=30,
+        )
         resp.raise_for_status()
 
 
@@ -69,17 +89,34 @@ class Path:
         self.conn = conn
         self.stage = "operation"
         self.params: dict[str, t.Any] = {
-            "api_host": conn["host"], "api_port": conn["port"], "api_token_id": conn["token_id"], "api_token_secret": conn["token_secret"],
-            "ca_path": conn.get("ca_file"), "api_fingerprint": conn.get("fingerprint"), "validate_certs": True,
-            "api_timeout": config.get("api_timeout", 10.0), "journal_dir": config["journal_dir"],
-            "wait_budget": config.get("wait_budget", 6.0), "timeout": None, "lock_wait": config.get("lock_wait", 5.0),
-            "provisioning_enabled": None, "snapshots_enabled": None, "lifecycle_enabled": None, "set_operation_fact": False,
+            "api_host": conn["host"],
+            "api_port": conn["port"],
+            "api_token_id": conn["token_id"],
+            "api_token_secret": conn["token_secret"],
+            "ca_path": conn.get("ca_file"),
+            "api_fingerprint": conn.get("fingerprint"),
+            "validate_certs": True,
+            "api_timeout": config.get("api_timeout", 10.0),
+            "journal_dir": config["journal_dir"],
+            "wait_budget": config.get("wait_budget", 6.0),
+            "timeout": None,
+            "lock_wait": config.get("lock_wait", 5.0),
+            "provisioning_enabled": None,
+            "snapshots_enabled": None,
+            "lifecycle_enabled": None,
+            "set_operation_fact": False,
             # container / template stage options (their modules' defaults)
-            "readiness_timeout": config.get("readiness_timeout", 20.0), "installed": None, "write_check": False,
-            "build_ssh_public_key": config.get("build_ssh_public_key"), "prepared_by": "stand-in", "passwd_status": None,
-            "authorized_keys_left": None, "force_stop": False,
+            "readiness_timeout": config.get("readiness_timeout", 20.0),
+            "installed": None,
+            "write_check": False,
+            "build_ssh_public_key": config.get("build_ssh_public_key"),
+            "prepared_by": "stand-in",
+            "passwd_status": None,
+            "authorized_keys_left": None,
+            "force_stop": False,
             # cleanup options
-            "stop": True, "allow_completed": False,
+            "stop": True,
+            "allow_completed": False,
         }
         self.state_file = config["state_file"]
         self.state: dict[str, t.Any] = {}
@@ -93,16 +130,29 @@ class Path:
 
     def scope(self) -> str:
         conn = self.conn
-        settings = build_settings(host=conn["host"], port=conn["port"], token_id=conn["token_id"], token_secret=conn["token_secret"],
-                                  ca_path=conn.get("ca_file"), fingerprint=conn.get("fingerprint"), timeout=self.params["api_timeout"])
+        settings = build_settings(
+            host=conn["host"],
+            port=conn["port"],
+            token_id=conn["token_id"],
+            token_secret=conn["token_secret"],
+            ca_path=conn.get("ca_file"),
+            fingerprint=conn.get("fingerprint"),
+            timeout=self.params["api_timeout"],
+        )
         return t.cast(str, provider_scope_id(settings, certificate_fingerprint(settings)))
 
     # -- operations -------------------------------------------------------------------------------------
     def guest_operation(self, catalog: str, definition: str, vmid: int) -> list[str]:
         planned = build_plan(catalog=catalog, definition=definition, target_vmid=vmid)
         scope = self.scope()
-        created = create_operation(open_store(self.params["journal_dir"]), planned=planned, provider_scope_id=scope,
-                                   confirmation=expected_confirmation(planned.plan, scope), idempotency_key=None, environ=GATES)
+        created = create_operation(
+            open_store(self.params["journal_dir"]),
+            planned=planned,
+            provider_scope_id=scope,
+            confirmation=expected_confirmation(planned.plan, scope),
+            idempotency_key=None,
+            environ=GATES,
+        )
         self.params["operation_id"] = created["operation_id"]
         self.params["catalog"] = catalog
         return [step["kind"] for step in planned.plan["steps"]]
@@ -110,9 +160,14 @@ class Path:
     def template_operation(self) -> list[str]:
         planned = build_template_plan(text=self.config["template_document"])
         scope = self.scope()
-        created = create_template_operation(open_store(self.params["journal_dir"]), planned=planned, provider_scope_id=scope,
-                                            confirmation=expected_template_confirmation(planned.plan, scope), idempotency_key=None,
-                                            environ=GATES)
+        created = create_template_operation(
+            open_store(self.params["journal_dir"]),
+            planned=planned,
+            provider_scope_id=scope,
+            confirmation=expected_template_confirmation(planned.plan, scope),
+            idempotency_key=None,
+            environ=GATES,
+        )
         self.params["operation_id"] = created["operation_id"]
         return [step["kind"] for step in planned.plan["steps"]]
 
@@ -135,10 +190,21 @@ class Path:
         def no_input() -> t.Any:
             raise AssertionError("abandon read plan inputs or the connection")
 
-        inputs = OperationInputs(store=lambda: open_store(self.params["journal_dir"]), planned=no_input, connection=no_input)
-        return run_operation("abandoned", inputs, confirmation=None, idempotency_key=None, provisioning_option=None,
-                             operation_id=self.params["operation_id"], reason="reliability: path faults", environ=GATES,
-                             check_mode=False, client_factory=no_client)
+        inputs = OperationInputs(
+            store=lambda: open_store(self.params["journal_dir"]), planned=no_input, connection=no_input
+        )
+        return run_operation(
+            "abandoned",
+            inputs,
+            confirmation=None,
+            idempotency_key=None,
+            provisioning_option=None,
+            operation_id=self.params["operation_id"],
+            reason="reliability: path faults",
+            environ=GATES,
+            check_mode=False,
+            client_factory=no_client,
+        )
 
     def cleanup(self) -> dict[str, t.Any]:
         self.stage = "stop"
@@ -161,8 +227,12 @@ class Path:
 
         out: dict[str, t.Any] = {}
         if path == "container":
-            self.stages(self.guest_operation(self.config["container_catalog"], self.config["container_definition"], self.config["vmid"]),
-                        ct_logic)
+            self.stages(
+                self.guest_operation(
+                    self.config["container_catalog"], self.config["container_definition"], self.config["vmid"]
+                ),
+                ct_logic,
+            )
         elif path == "template":
             self.stages(self.template_operation(), lambda kind: template_logic(kind, self.params))
         elif path in ("cleanup-vm", "cleanup-container"):
@@ -172,9 +242,11 @@ class Path:
                     kinds = self.guest_operation(self.config["catalog"], self.config["definition"], self.config["vmid"])
                     logic = vm_logic
                 else:
-                    kinds = self.guest_operation(self.config["container_catalog"], self.config["container_definition"], self.config["vmid"])
+                    kinds = self.guest_operation(
+                        self.config["container_catalog"], self.config["container_definition"], self.config["vmid"]
+                    )
                     logic = ct_logic
-                self.stages(kinds[:kinds.index(SETUP_UNTIL) + 1], logic, arm=False)
+                self.stages(kinds[: kinds.index(SETUP_UNTIL) + 1], logic, arm=False)
                 self.abandon()
                 self.state.update(setup=True, operation_id=self.params["operation_id"])
                 self.save()
@@ -209,8 +281,18 @@ def main(config_path: str) -> int:
     try:
         out = path.run()
     except VmanywareError as err:
-        sys.stdout.write(json.dumps({"result": "error", "code": err.code, "stage": path.stage, "message": err.message,
-                                     "operation_id": path.params.get("operation_id")}) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "result": "error",
+                    "code": err.code,
+                    "stage": path.stage,
+                    "message": err.message,
+                    "operation_id": path.params.get("operation_id"),
+                }
+            )
+            + "\n"
+        )
         return 3
     sys.stdout.write(json.dumps(dict(out, result="completed")) + "\n")
     return 0

@@ -39,7 +39,9 @@ NODE = "pve-test"
 TEMPLATE = 9000
 FULL = os.environ.get("VMANYWARE_RELIABILITY_FULL") == "1"
 PROFILE = "reliability-full" if FULL else "reliability-ci"  # hypothesis profiles registered in conftest.py
-RESULTS_DIR = Path(os.environ.get("VMANYWARE_RELIABILITY_RESULTS") or (Path(tempfile.gettempdir()) / "vmanyware-reliability"))
+RESULTS_DIR = Path(
+    os.environ.get("VMANYWARE_RELIABILITY_RESULTS") or (Path(tempfile.gettempdir()) / "vmanyware-reliability")
+)
 CRASH_ENV = crash_hook.ENV_CRASH_AT
 MUTATING = ("POST", "PUT", "DELETE")
 # Statuses with which PVE refuses before its handler runs (auth, permission, parameters, unknown method).
@@ -74,6 +76,7 @@ class Simulator:
 
     def __init__(self, state_dir: Path, speed: float = 1000.0) -> None:
         from pvesim.testing import PvesimAdmin, start_server  # pylint: disable=import-outside-toplevel
+
         state_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir = state_dir
         self.proc, self.connection = start_server(str(state_dir), speed)
@@ -84,6 +87,7 @@ class Simulator:
 
     def stop(self) -> None:
         from pvesim.testing import stop_server  # pylint: disable=import-outside-toplevel
+
         stop_server(self.proc)
 
     @property
@@ -93,8 +97,13 @@ class Simulator:
 
     def api_get(self, path: str, **params: t.Any) -> t.Any:
         token_id, secret = self.token
-        resp = requests.get(self.connection["url"] + path, params=params, verify=self.connection["ca_file"], timeout=30,
-                            headers={"Authorization": "PVEAPIToken=%s=%s" % (token_id, secret)})
+        resp = requests.get(
+            self.connection["url"] + path,
+            params=params,
+            verify=self.connection["ca_file"],
+            timeout=30,
+            headers={"Authorization": "PVEAPIToken=%s=%s" % (token_id, secret)},
+        )
         resp.raise_for_status()
         return resp.json()["data"]
 
@@ -103,18 +112,35 @@ class Simulator:
 
     def driver_conn(self) -> dict[str, t.Any]:
         token_id, secret = self.token
-        return {"host": self.connection["host"], "port": self.connection["port"], "token_id": token_id, "token_secret": secret,
-                "ca_file": self.connection["ca_file"]}
+        return {
+            "host": self.connection["host"],
+            "port": self.connection["port"],
+            "token_id": token_id,
+            "token_secret": secret,
+            "ca_file": self.connection["ca_file"],
+        }
 
     def admin_conf(self) -> dict[str, str]:
-        return {"url": self.connection["admin_url"], "token": self.connection["admin_token"], "ca_file": self.connection["ca_file"]}
+        return {
+            "url": self.connection["admin_url"],
+            "token": self.connection["admin_token"],
+            "ca_file": self.connection["ca_file"],
+        }
 
     def playbook_env(self, journal: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
         token_id, secret = self.token
-        env = dict(os.environ, PROXMOX_HOST=self.connection["host"], PROXMOX_PORT=str(self.connection["port"]),
-                   PROXMOX_TOKEN_ID=token_id, PROXMOX_TOKEN_SECRET=secret, PROXMOX_CA_PATH=self.connection["ca_file"],
-                   VMANYWARE_JOURNAL_DIR=str(journal), VMANYWARE_PROVISIONING_ENABLED="true", VMANYWARE_SNAPSHOTS_ENABLED="true",
-                   ANSIBLE_NOCOLOR="1")
+        env = dict(
+            os.environ,
+            PROXMOX_HOST=self.connection["host"],
+            PROXMOX_PORT=str(self.connection["port"]),
+            PROXMOX_TOKEN_ID=token_id,
+            PROXMOX_TOKEN_SECRET=secret,
+            PROXMOX_CA_PATH=self.connection["ca_file"],
+            VMANYWARE_JOURNAL_DIR=str(journal),
+            VMANYWARE_PROVISIONING_ENABLED="true",
+            VMANYWARE_SNAPSHOTS_ENABLED="true",
+            ANSIBLE_NOCOLOR="1",
+        )
         env.update(extra or {})
         # Only a point given here counts (never one of this process); it also puts the harness on PYTHONPATH.
         return crash_hook.child_env(env, (extra or {}).get(CRASH_ENV))
@@ -153,7 +179,9 @@ class Kill:
     at: float | None = None
 
     def label(self) -> str:
-        when = ("%s %s#%d" % self.request if self.request else "@%.2fs" % (self.at or 0.0)) + ("+%.2fs" % self.delay if self.delay else "")
+        when = ("%s %s#%d" % self.request if self.request else "@%.2fs" % (self.at or 0.0)) + (
+            "+%.2fs" % self.delay if self.delay else ""
+        )
         return "%s:%s:%s" % (signal.Signals(self.sig).name, self.target, when)
 
 
@@ -173,7 +201,7 @@ def _parents() -> dict[int, int]:
                 text = handle.read().decode("ascii", "replace")
         except OSError:
             continue
-        fields = text[text.rfind(")") + 2:].split()
+        fields = text[text.rfind(")") + 2 :].split()
         if len(fields) > 1 and fields[0] not in ("Z", "X"):
             parents[int(name)] = int(fields[1])
     return parents
@@ -230,16 +258,27 @@ def _triggered(kill: Kill, sim: Simulator | None, started: float, seen: dict[str
         if sim is None:
             raise AssertionError("a kill on a request needs the simulator")
         method, regex, occurrence = kill.request
-        matching = [entry for entry in sim.admin.requests(method, regex) if int(entry.get("seq") or 0) > base_seq
-                    and (kill.params is None or re.search(kill.params, json.dumps(entry.get("params") or {}, sort_keys=True)))]
+        matching = [
+            entry
+            for entry in sim.admin.requests(method, regex)
+            if int(entry.get("seq") or 0) > base_seq
+            and (kill.params is None or re.search(kill.params, json.dumps(entry.get("params") or {}, sort_keys=True)))
+        ]
         if len(matching) < occurrence:
             return False
         seen["event"] = now
     return now - seen["event"] >= kill.delay
 
 
-def run_killable(args: list[str], env: dict[str, str], kill_after: float | None = None, timeout: float = 600.0,
-                 cwd: str | None = None, kill: Kill | None = None, sim: Simulator | None = None) -> Run:
+def run_killable(
+    args: list[str],
+    env: dict[str, str],
+    kill_after: float | None = None,
+    timeout: float = 600.0,
+    cwd: str | None = None,
+    kill: Kill | None = None,
+    sim: Simulator | None = None,
+) -> Run:
     """Run ``args`` in its own process group; ``kill`` (or ``kill_after`` seconds: a SIGKILL of the whole tree) as it says.
 
     After a kill, what survived it (ansible's task worker when only the group was killed) must stop by itself within
@@ -254,7 +293,9 @@ def run_killable(args: list[str], env: dict[str, str], kill_after: float | None 
     killed = False
     kill_seq: int | None = None
     lingered: list[int] = []
-    base_seq = _last_seq(sim) if kill is not None and kill.request is not None else 0  # occurrences count from this run's start
+    base_seq = (
+        _last_seq(sim) if kill is not None and kill.request is not None else 0
+    )  # occurrences count from this run's start
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(args, env=env, stdout=out, stderr=err, start_new_session=True, cwd=cwd)  # pylint: disable=consider-using-with
         try:
@@ -297,9 +338,15 @@ def run_killable(args: list[str], env: dict[str, str], kill_after: float | None 
     if OUTPUT_DIR is not None:
         OUTPUT_DIR.mkdir(parents=True, exist_ok=True)
         _OUTPUTS[0] += 1
-        name = "%05d-%d-%s.log" % (_OUTPUTS[0], os.getpid(), Path(args[0]).name if "driver" not in " ".join(args) else "driver")
-        (OUTPUT_DIR / name).write_text("$ %s\n--- stdout\n%s\n--- stderr\n%s" % (" ".join(args[:2]), result.stdout, result.stderr),
-                                       encoding="utf-8")
+        name = "%05d-%d-%s.log" % (
+            _OUTPUTS[0],
+            os.getpid(),
+            Path(args[0]).name if "driver" not in " ".join(args) else "driver",
+        )
+        (OUTPUT_DIR / name).write_text(
+            "$ %s\n--- stdout\n%s\n--- stderr\n%s" % (" ".join(args[:2]), result.stdout, result.stderr),
+            encoding="utf-8",
+        )
     return result
 
 
@@ -310,13 +357,34 @@ def mutations_after(sim: Simulator, seq: int | None) -> list[dict[str, t.Any]]:
     return [entry for entry in sim.admin.requests() if entry["method"] in MUTATING and int(entry.get("seq") or 0) > seq]
 
 
-def driver_run(sim: Simulator, journal: Path, vmid: int, *, crash_at: str | None = None, crash_stage: str | None = None,
-               kill_after: float | None = None, snapshot: bool = True, enumerate_points: bool = False,
-               extra: dict[str, t.Any] | None = None, conn: dict[str, t.Any] | None = None, name: str = "kernel-lab",
-               kill: Kill | None = None) -> Run:
-    config = {"conn": conn or sim.driver_conn(), "admin": sim.admin_conf(), "journal_dir": str(journal), "vmid": vmid, "catalog": catalog_text(),
-              "definition": definition_text(snapshot, name), "crash_at": crash_at, "crash_stage": crash_stage,
-              "enumerate": enumerate_points, "chained": os.environ.get("VMANYWARE_RELIABILITY_CHAINED") == "1", **(extra or {})}
+def driver_run(
+    sim: Simulator,
+    journal: Path,
+    vmid: int,
+    *,
+    crash_at: str | None = None,
+    crash_stage: str | None = None,
+    kill_after: float | None = None,
+    snapshot: bool = True,
+    enumerate_points: bool = False,
+    extra: dict[str, t.Any] | None = None,
+    conn: dict[str, t.Any] | None = None,
+    name: str = "kernel-lab",
+    kill: Kill | None = None,
+) -> Run:
+    config = {
+        "conn": conn or sim.driver_conn(),
+        "admin": sim.admin_conf(),
+        "journal_dir": str(journal),
+        "vmid": vmid,
+        "catalog": catalog_text(),
+        "definition": definition_text(snapshot, name),
+        "crash_at": crash_at,
+        "crash_stage": crash_stage,
+        "enumerate": enumerate_points,
+        "chained": os.environ.get("VMANYWARE_RELIABILITY_CHAINED") == "1",
+        **(extra or {}),
+    }
     fd, path = tempfile.mkstemp(suffix=".json", prefix="vmanyware-driver-")
     with os.fdopen(fd, "w") as handle:
         json.dump(config, handle)
@@ -340,7 +408,9 @@ def driver_result(run: Run) -> dict[str, t.Any]:
 class Playbook:
     """The provision playbook as an operator runs it (two steps: review writes the confirmation, then apply)."""
 
-    def __init__(self, sim: Simulator, workdir: Path, vmid: int, *, snapshot: bool = True, name: str = "kernel-lab") -> None:
+    def __init__(
+        self, sim: Simulator, workdir: Path, vmid: int, *, snapshot: bool = True, name: str = "kernel-lab"
+    ) -> None:
         self.sim = sim
         self.workdir = workdir
         self.vmid = vmid
@@ -351,11 +421,21 @@ class Playbook:
         self.definition.write_text(definition_text(snapshot, name), encoding="utf-8")
 
     def args(self, *extra: str) -> list[str]:
-        return [str(BIN / "ansible-playbook"), "vmanyware.proxmox.provision",
-                "-e", "vmanyware_catalog_path=%s" % (REPO / "examples/catalog.yml"),
-                "-e", "vmanyware_definition_path=%s" % self.definition,
-                "-e", "vmanyware_target_vmid=%d" % self.vmid, "-e", "vmanyware_confirmation_file=%s" % self.confirm,
-                "-e", "vmanyware_known_hosts_file=%s" % (self.workdir / "known_hosts"), *extra]
+        return [
+            str(BIN / "ansible-playbook"),
+            "vmanyware.proxmox.provision",
+            "-e",
+            "vmanyware_catalog_path=%s" % (REPO / "examples/catalog.yml"),
+            "-e",
+            "vmanyware_definition_path=%s" % self.definition,
+            "-e",
+            "vmanyware_target_vmid=%d" % self.vmid,
+            "-e",
+            "vmanyware_confirmation_file=%s" % self.confirm,
+            "-e",
+            "vmanyware_known_hosts_file=%s" % (self.workdir / "known_hosts"),
+            *extra,
+        ]
 
     def review(self) -> Run:
         run = run_killable(self.args(), self.sim.playbook_env(self.journal), cwd=str(self.workdir))
@@ -363,13 +443,26 @@ class Playbook:
             raise AssertionError("review run failed: " + run.stdout[-2000:])
         return run
 
-    def apply(self, *, crash_at: str | None = None, kill_after: float | None = None, extra_args: tuple[str, ...] = (),
-              env_extra: dict[str, str] | None = None, kill: Kill | None = None) -> Run:
+    def apply(
+        self,
+        *,
+        crash_at: str | None = None,
+        kill_after: float | None = None,
+        extra_args: tuple[str, ...] = (),
+        env_extra: dict[str, str] | None = None,
+        kill: Kill | None = None,
+    ) -> Run:
         extra = dict(env_extra or {})
         if crash_at:
             extra[CRASH_ENV] = crash_at
-        return run_killable(self.args("-e", "@%s" % self.confirm, *extra_args), self.sim.playbook_env(self.journal, extra),
-                            kill_after=kill_after, cwd=str(self.workdir), kill=kill, sim=self.sim)
+        return run_killable(
+            self.args("-e", "@%s" % self.confirm, *extra_args),
+            self.sim.playbook_env(self.journal, extra),
+            kill_after=kill_after,
+            cwd=str(self.workdir),
+            kill=kill,
+            sim=self.sim,
+        )
 
 
 # -- evidence ----------------------------------------------------------------------------------------------
@@ -405,33 +498,52 @@ def _command(entry: dict[str, t.Any]) -> str:
 PRE_HANDLER_ACTIONS = ("http_error", "lock_timeout", "vm_locked")
 
 
-def mutation_counts(entries: list[dict[str, t.Any]], vmid: int, faults: list[dict[str, t.Any]] | None = None,
-                    not_run: t.Collection[str] = ()) -> dict[str, int]:
+def mutation_counts(
+    entries: list[dict[str, t.Any]],
+    vmid: int,
+    faults: list[dict[str, t.Any]] | None = None,
+    not_run: t.Collection[str] = (),
+) -> dict[str, int]:
     """Mutating requests for ``vmid`` that reached the simulator's handler.
 
     Not counted: requests PVE refuses before its handler (auth, permission, schema: 400/401/403/501) and, with
     ``faults`` (the simulator's rule list with counters), replies an injected rule produced instead of the handler.
     """
-    injected = [(rule, int(rule.get("fired", 0))) for rule in faults or [] if rule.get("action") in PRE_HANDLER_ACTIONS or (
-        rule.get("action") == "checksum_mismatch" and not re.search(r"resize|config", str(rule.get("path", ""))))]
+    injected = [
+        (rule, int(rule.get("fired", 0)))
+        for rule in faults or []
+        if rule.get("action") in PRE_HANDLER_ACTIONS
+        or (rule.get("action") == "checksum_mismatch" and not re.search(r"resize|config", str(rule.get("path", ""))))
+    ]
     budget = {id(rule): fired for rule, fired in injected}
     vm = "/nodes/%s/qemu/%d" % (NODE, vmid)
     counts = {"clone": 0, "start": 0, "resize": 0, "snapshot": 0, "install": 0}
     other = {"config": 0, "cloudinit": 0}
     for entry in entries:
-        if entry["method"] not in MUTATING or entry.get("status") in REFUSED_BEFORE_HANDLER or entry.get("schema_errors"):
+        if (
+            entry["method"] not in MUTATING
+            or entry.get("status") in REFUSED_BEFORE_HANDLER
+            or entry.get("schema_errors")
+        ):
             continue
         path = entry["path"]
         skip = False
         for rule, _fired in injected:
-            if budget[id(rule)] > 0 and rule.get("method", "*") in ("*", entry["method"]) and re.search(str(rule.get("path", ".*")), path) \
-                    and isinstance(entry.get("status"), int) and entry["status"] >= 500:
+            if (
+                budget[id(rule)] > 0
+                and rule.get("method", "*") in ("*", entry["method"])
+                and re.search(str(rule.get("path", ".*")), path)
+                and isinstance(entry.get("status"), int)
+                and entry["status"] >= 500
+            ):
                 budget[id(rule)] -= 1
                 skip = True
                 break
         if skip:
             continue
-        if path == "/nodes/%s/qemu/%d/clone" % (NODE, TEMPLATE) and str(entry.get("params", {}).get("newid")) == str(vmid):
+        if path == "/nodes/%s/qemu/%d/clone" % (NODE, TEMPLATE) and str(entry.get("params", {}).get("newid")) == str(
+            vmid
+        ):
             counts["clone"] += 1
         elif path == vm + "/status/start":
             counts["start"] += 1
@@ -500,8 +612,14 @@ def resent_submissions(entries: list[dict[str, t.Any]], vmid: int) -> int:
 
 
 # Simulator log statuses after which the client cannot know whether its request took effect.
-UNKNOWN_OUTCOME_STATUSES = ("dropped", "request_dropped", 503, 596,
-                            "tls_aborted", "oversized_reply")  # the transport faults: the request ran, its reply was never read
+UNKNOWN_OUTCOME_STATUSES = (
+    "dropped",
+    "request_dropped",
+    503,
+    596,
+    "tls_aborted",
+    "oversized_reply",
+)  # the transport faults: the request ran, its reply was never read
 
 
 def state_mismatches(sim: Simulator, vmid: int, document: dict[str, t.Any]) -> list[str]:
@@ -533,6 +651,7 @@ def state_mismatches(sim: Simulator, vmid: int, document: dict[str, t.Any]) -> l
 
 
 # -- trials -------------------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class TrialSpec:
@@ -604,11 +723,21 @@ def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook
         kill_after = spec.kill_after if runs == 1 else (spec.rekill_after if runs == 2 else None)
         kill = spec.kill if runs == 1 else (spec.rekill if runs == 2 else None)
         if playbook is not None:
-            run = playbook.apply(crash_at=point, kill_after=kill_after, kill=kill, env_extra=spec.env, extra_args=spec.args)
+            run = playbook.apply(
+                crash_at=point, kill_after=kill_after, kill=kill, env_extra=spec.env, extra_args=spec.args
+            )
         else:
             # A crash leaves no request held at the simulator: 2 s of reads decide whatever reads can decide.
-            run = driver_run(sim, journal, spec.vmid, crash_at=point, crash_stage=spec.stage, kill_after=kill_after,
-                             extra={"wait_budget": CRASH_WAIT_BUDGET}, kill=kill)
+            run = driver_run(
+                sim,
+                journal,
+                spec.vmid,
+                crash_at=point,
+                crash_stage=spec.stage,
+                kill_after=kill_after,
+                extra={"wait_budget": CRASH_WAIT_BUDGET},
+                kill=kill,
+            )
         lingered += len(run.lingered)
         if runs == 1:
             killed = run.killed
@@ -648,13 +777,42 @@ def run_trial(sim: Simulator, spec: TrialSpec, workdir: Path, playbook: Playbook
     extra_vms = [v for v in sim.vmids() if v not in (TEMPLATE, spec.vmid)]
     reached = None
     if outcome == "uncertain" and stage:
-        reached = counts.get({"packages": "install"}.get(stage, stage), 0) > 0 if stage in ("clone", "start", "snapshot", "packages") else None
-    cancelled = [str(item["evidence"]["cancelled"].get("code")) for item in (document or {}).get("stages", [])
-                 if isinstance(item["evidence"].get("cancelled"), dict)]
-    label = spec.point or (spec.kill.label() if spec.kill else ("kill@%.2fs" % spec.kill_after if spec.kill_after else None))
-    return TrialResult(spec.name, spec.mode, label, runs, outcome, code, stage, message, duplicates, torn, mismatch, extra_vms, reached,
-                       time.monotonic() - started, orphans, spec.rekill_after is not None or spec.rekill is not None, resent,
-                       killed, after_kill, lingered, cancelled)
+        reached = (
+            counts.get({"packages": "install"}.get(stage, stage), 0) > 0
+            if stage in ("clone", "start", "snapshot", "packages")
+            else None
+        )
+    cancelled = [
+        str(item["evidence"]["cancelled"].get("code"))
+        for item in (document or {}).get("stages", [])
+        if isinstance(item["evidence"].get("cancelled"), dict)
+    ]
+    label = spec.point or (
+        spec.kill.label() if spec.kill else ("kill@%.2fs" % spec.kill_after if spec.kill_after else None)
+    )
+    return TrialResult(
+        spec.name,
+        spec.mode,
+        label,
+        runs,
+        outcome,
+        code,
+        stage,
+        message,
+        duplicates,
+        torn,
+        mismatch,
+        extra_vms,
+        reached,
+        time.monotonic() - started,
+        orphans,
+        spec.rekill_after is not None or spec.rekill is not None,
+        resent,
+        killed,
+        after_kill,
+        lingered,
+        cancelled,
+    )
 
 
 def write_result(category: str, record: dict[str, t.Any]) -> None:

@@ -34,10 +34,17 @@ def playbook(rel_sim: rs.Simulator, tmp_path_factory: pytest.TempPathFactory) ->
     return book
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGKILL, "controller_gone"), (signal.SIGTERM, "run_cancelled"),
-                                      (signal.SIGINT, "run_cancelled")], ids=["sigkill", "sigterm", "sigint"])
-def test_a_killed_playbook_group_stops_its_worker(rel_sim: rs.Simulator, playbook: rs.Playbook, sig: int, code: str) -> None:
-    spec = rs.TrialSpec("cancel-%s" % signal.Signals(sig).name.lower(), "playbook", kill=rs.Kill("group", sig, request=ON_CLONE))
+@pytest.mark.parametrize(
+    "sig,code",
+    [(signal.SIGKILL, "controller_gone"), (signal.SIGTERM, "run_cancelled"), (signal.SIGINT, "run_cancelled")],
+    ids=["sigkill", "sigterm", "sigint"],
+)
+def test_a_killed_playbook_group_stops_its_worker(
+    rel_sim: rs.Simulator, playbook: rs.Playbook, sig: int, code: str
+) -> None:
+    spec = rs.TrialSpec(
+        "cancel-%s" % signal.Signals(sig).name.lower(), "playbook", kill=rs.Kill("group", sig, request=ON_CLONE)
+    )
     result = _trial(rel_sim, spec, playbook)
     record = result.to_json()
     check_trial(result)
@@ -52,8 +59,13 @@ def test_a_module_process_stops_too(rel_sim: rs.Simulator, playbook: rs.Playbook
     """``VMANYWARE_IN_PROCESS=false``: a stage runs in a module process under the worker; it watches the controller and
     the worker the action plugin named (``$VMANYWARE_CONTROLLER``) and stops as the in-process run does. The packages
     stage's ``apt-get update`` takes 5 s here, so the kill finds the module process polling it."""
-    spec = rs.TrialSpec("cancel-module-process", "playbook", env={"VMANYWARE_IN_PROCESS": "false"}, args=("-e", "provision_step_by_step=true"),
-                        kill=rs.Kill("group", signal.SIGKILL, request=("POST", r"/agent/exec$", 1), params=r"apt-get.*update"))
+    spec = rs.TrialSpec(
+        "cancel-module-process",
+        "playbook",
+        env={"VMANYWARE_IN_PROCESS": "false"},
+        args=("-e", "provision_step_by_step=true"),
+        kill=rs.Kill("group", signal.SIGKILL, request=("POST", r"/agent/exec$", 1), params=r"apt-get.*update"),
+    )
     result = _trial(rel_sim, spec, playbook, apt_update=5000.0)
     record = result.to_json()
     check_trial(result)
@@ -71,7 +83,9 @@ def test_ansible_runner_cancel_stops_the_worker(rel_sim: rs.Simulator, playbook:
             path.unlink()
     pdd = tmp_path / "private"
     (pdd / "project").mkdir(parents=True)
-    (pdd / "project" / "provision.yml").write_text("- ansible.builtin.import_playbook: vmanyware.proxmox.provision\n", encoding="utf-8")
+    (pdd / "project" / "provision.yml").write_text(
+        "- ansible.builtin.import_playbook: vmanyware.proxmox.provision\n", encoding="utf-8"
+    )
     args = playbook.args()
     extravars: dict[str, t.Any] = dict(item.split("=", 1) for item in args[3::2])
     extravars["vmanyware_target_vmid"] = playbook.vmid
@@ -86,16 +100,26 @@ def test_ansible_runner_cancel_stops_the_worker(rel_sim: rs.Simulator, playbook:
         if state["seq"] is not None:
             return True
         clones = rel_sim.admin.requests(*ON_CLONE[:2])
-        state["workers"].update({pid: start for pid, start in rs.descendants(os.getpid()).items() if before.get(pid) != start})
+        state["workers"].update(
+            {pid: start for pid, start in rs.descendants(os.getpid()).items() if before.get(pid) != start}
+        )
         if clones:
             state["seq"] = max(int(entry["seq"]) for entry in rel_sim.admin.requests())
             return True
         return False
 
-    runner = ansible_runner.run(private_data_dir=str(pdd), playbook="provision.yml", extravars=extravars, envvars=envvars,
-                                quiet=True, rotate_artifacts=0, timeout=600, cancel_callback=cancel,
-                                # the callback is asked each time pexpect's read times out (AWX polls its cancel flag too)
-                                settings={"pexpect_timeout": 0.1})
+    runner = ansible_runner.run(
+        private_data_dir=str(pdd),
+        playbook="provision.yml",
+        extravars=extravars,
+        envvars=envvars,
+        quiet=True,
+        rotate_artifacts=0,
+        timeout=600,
+        cancel_callback=cancel,
+        # the callback is asked each time pexpect's read times out (AWX polls its cancel flag too)
+        settings={"pexpect_timeout": 0.1},
+    )
     assert runner.status == "canceled" and state["seq"] is not None
     # the worker (in a session of its own: runner's SIGKILL of the group misses it) stops by itself
     workers = state["workers"]
@@ -108,7 +132,9 @@ def test_ansible_runner_cancel_stops_the_worker(rel_sim: rs.Simulator, playbook:
     assert len(after) <= 1, after
     documents, torn = rs.journal_state(playbook.journal)
     assert torn == 0 and len(documents) == 1
-    cancelled = [item["evidence"]["cancelled"]["code"] for item in documents[0]["stages"] if "cancelled" in item["evidence"]]
+    cancelled = [
+        item["evidence"]["cancelled"]["code"] for item in documents[0]["stages"] if "cancelled" in item["evidence"]
+    ]
     assert cancelled == ["controller_gone"] and documents[0]["status"] == "open", documents[0]["stages"]
     # the re-run completes, with no duplicate
     rerun = playbook.apply()

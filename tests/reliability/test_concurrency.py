@@ -23,7 +23,10 @@ import yaml
 import rel_support as rs
 from test_crash import FAST_GUEST
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import (
+    certificate_fingerprint,
+    provider_scope_id,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import expected_confirmation
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
@@ -38,9 +41,15 @@ def _inventory(path: Path, hosts: dict[str, dict[str, t.Any]]) -> None:
 
 
 def _host(vmid: int, definition: Path, journal: Path, confirm_dir: Path) -> dict[str, t.Any]:
-    return {"ansible_connection": "local", "ansible_python_interpreter": str(rs.BIN / "python"), "fleet_vmid": vmid,
-            "fleet_catalog_path": str(rs.REPO / "examples/catalog.yml"), "fleet_definition_path": str(definition),
-            "fleet_journal_dir": str(journal), "fleet_confirm_dir": str(confirm_dir)}
+    return {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": str(rs.BIN / "python"),
+        "fleet_vmid": vmid,
+        "fleet_catalog_path": str(rs.REPO / "examples/catalog.yml"),
+        "fleet_definition_path": str(definition),
+        "fleet_journal_dir": str(journal),
+        "fleet_confirm_dir": str(confirm_dir),
+    }
 
 
 def _playbook(sim: rs.Simulator, inventory: Path, forks: int, journal: Path) -> list[str]:
@@ -49,11 +58,16 @@ def _playbook(sim: rs.Simulator, inventory: Path, forks: int, journal: Path) -> 
 
 def _confirm(sim: rs.Simulator, path: Path, definition: Path, vmid: int) -> None:
     conn = sim.connection
-    settings = build_settings(host=conn["host"], port=conn["port"], token_id=sim.token[0], token_secret=sim.token[1],
-                              ca_path=conn["ca_file"])
+    settings = build_settings(
+        host=conn["host"], port=conn["port"], token_id=sim.token[0], token_secret=sim.token[1], ca_path=conn["ca_file"]
+    )
     scope = provider_scope_id(settings, certificate_fingerprint(settings))
-    plan = build_plan(catalog_path=str(rs.REPO / "examples/catalog.yml"), definition_path=str(definition), target_vmid=vmid).plan
-    path.write_text(yaml.safe_dump({"provision_confirmation": expected_confirmation(plan, t.cast(str, scope))}), encoding="utf-8")
+    plan = build_plan(
+        catalog_path=str(rs.REPO / "examples/catalog.yml"), definition_path=str(definition), target_vmid=vmid
+    ).plan
+    path.write_text(
+        yaml.safe_dump({"provision_confirmation": expected_confirmation(plan, t.cast(str, scope))}), encoding="utf-8"
+    )
 
 
 def _recap(stdout: str) -> dict[str, dict[str, int]]:
@@ -67,13 +81,20 @@ def _recap(stdout: str) -> dict[str, dict[str, int]]:
 
 def _accepted_clones(entries: list[dict[str, t.Any]], vmid: int) -> int:
     """Clone POSTs for ``vmid`` that Proxmox accepted (a task was started)."""
-    return sum(1 for entry in entries if entry["method"] == "POST" and entry["path"] == "/nodes/%s/qemu/%d/clone" % (rs.NODE, rs.TEMPLATE)
-               and str(entry.get("params", {}).get("newid")) == str(vmid) and isinstance(entry.get("status"), int) and entry["status"] < 300)
+    return sum(
+        1
+        for entry in entries
+        if entry["method"] == "POST"
+        and entry["path"] == "/nodes/%s/qemu/%d/clone" % (rs.NODE, rs.TEMPLATE)
+        and str(entry.get("params", {}).get("newid")) == str(vmid)
+        and isinstance(entry.get("status"), int)
+        and entry["status"] < 300
+    )
 
 
 def test_many_operations_and_racing_pairs(sim: rs.Simulator, tmp_path: Path) -> None:
     # 22 full clones of 8 GiB grown to 20 GiB need more than the demo's 200 GiB local-lvm (else: disk_full at resize).
-    sim.admin.set_storage("local-lvm", total=2048 * 1024 ** 3)
+    sim.admin.set_storage("local-lvm", total=2048 * 1024**3)
     for i in range(HOSTS):
         sim.admin.set_guest(BASE_VMID + i, **FAST_GUEST)
     journal_a = tmp_path / "journal-a"
@@ -87,8 +108,13 @@ def test_many_operations_and_racing_pairs(sim: rs.Simulator, tmp_path: Path) -> 
     definition_b.write_text(rs.definition_text(snapshot=False, name="fleet-b"), encoding="utf-8")
     inv_a, inv_b = tmp_path / "a.yml", tmp_path / "b.yml"
     _inventory(inv_a, {"a%02d" % i: _host(BASE_VMID + i, definition_a, journal_a, confirm_a) for i in range(HOSTS)})
-    _inventory(inv_b, {"b-shared": _host(BASE_VMID, definition_b, journal_a, confirm_b),
-                       "b-second-controller": _host(BASE_VMID + 1, definition_b, journal_b2, confirm_b)})
+    _inventory(
+        inv_b,
+        {
+            "b-shared": _host(BASE_VMID, definition_b, journal_a, confirm_b),
+            "b-second-controller": _host(BASE_VMID + 1, definition_b, journal_b2, confirm_b),
+        },
+    )
     env = sim.playbook_env(journal_a)
     # The confirmation each host's review run would print (computed here: the review step is covered elsewhere),
     # then A and B are applied at the same moment.
@@ -135,10 +161,18 @@ def test_many_operations_and_racing_pairs(sim: rs.Simulator, tmp_path: Path) -> 
         winner = owners[vmid][0]
         b_failed = recap_b.get(host, {}).get("failed", 0) >= 1
         a_failed = recap_a.get("a%02d" % (vmid - BASE_VMID), {}).get("failed", 0) >= 1
-        assert (winner == "fleet-b") == (not b_failed) and (winner == "fleet-a") == (not a_failed), (host, winner, recap_a, recap_b)
+        assert (winner == "fleet-b") == (not b_failed) and (winner == "fleet-a") == (not a_failed), (
+            host,
+            winner,
+            recap_a,
+            recap_b,
+        )
         loser_host = host if winner == "fleet-a" else "a%02d" % (vmid - BASE_VMID)
-        loser_out = "\n".join(line for line in (out_b if winner == "fleet-a" else run_a.stdout).splitlines()
-                              if "[%s]" % loser_host in line)
+        loser_out = "\n".join(
+            line
+            for line in (out_b if winner == "fleet-a" else run_a.stdout).splitlines()
+            if "[%s]" % loser_host in line
+        )
         codes = [c for c in ("conflicting_operation", "vmid_taken") if c in loser_out]
         # The loser's preflight found the VMID taken: the step-by-step path fails a role task ("Preflight: ..."; its
         # table, printed above, shows vmid_free), the confirmed one-task path fails the stage task with preflight_failed.
@@ -148,9 +182,20 @@ def test_many_operations_and_racing_pairs(sim: rs.Simulator, tmp_path: Path) -> 
         assert codes, loser_out[-4000:]
         pair_codes[host] = {"winner": winner, "loser_codes": codes}
     assert sim.admin.schema_violations() == []
-    rs.write_result("concurrency", {"hosts": HOSTS, "pair_processes": 2, "seconds": round(seconds, 1), "completed": len(completed),
-                                    "torn": torn_a + torn_b2, "clones": sum(clones.values()), "pairs": pair_codes,
-                                    "rc_a": run_a.rc, "rc_b": run_b.rc})
+    rs.write_result(
+        "concurrency",
+        {
+            "hosts": HOSTS,
+            "pair_processes": 2,
+            "seconds": round(seconds, 1),
+            "completed": len(completed),
+            "torn": torn_a + torn_b2,
+            "clones": sum(clones.values()),
+            "pairs": pair_codes,
+            "rc_a": run_a.rc,
+            "rc_b": run_b.rc,
+        },
+    )
 
 
 def test_simulator_under_50_clients(sim: rs.Simulator) -> None:
@@ -187,9 +232,16 @@ def test_simulator_under_50_clients(sim: rs.Simulator) -> None:
     seconds = time.monotonic() - started
     total = clients * per_client
     latencies.sort()
-    record = {"clients": clients, "requests": total, "seconds": round(seconds, 2), "requests_per_second": round(total / seconds, 1),
-              "errors": len(errors), "p50_ms": round(latencies[len(latencies) // 2] * 1000, 1),
-              "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 1), "max_ms": round(latencies[-1] * 1000, 1)}
+    record = {
+        "clients": clients,
+        "requests": total,
+        "seconds": round(seconds, 2),
+        "requests_per_second": round(total / seconds, 1),
+        "errors": len(errors),
+        "p50_ms": round(latencies[len(latencies) // 2] * 1000, 1),
+        "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 1),
+        "max_ms": round(latencies[-1] * 1000, 1),
+    }
     rs.write_result("load", record)
     assert errors == [], record
     assert seconds < 120, record

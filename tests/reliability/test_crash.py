@@ -27,8 +27,14 @@ import pytest
 import rel_support as rs
 
 # Guest timings at zero (admin knobs): readiness is immediate, so a trial costs ~3 s in the driver.
-FAST_GUEST = {"agent_up_after": 0.0, "dhcp_after_agent": 0.0, "cloudinit_done_after_boot": 0.0, "cloudinit_apt_window": 0.0,
-              "apt_install": 0.0, "apt_update": 0.0}
+FAST_GUEST = {
+    "agent_up_after": 0.0,
+    "dhcp_after_agent": 0.0,
+    "cloudinit_done_after_boot": 0.0,
+    "cloudinit_apt_window": 0.0,
+    "apt_install": 0.0,
+    "apt_update": 0.0,
+}
 
 # CI: one kill point per stage (and the creation), mixing journal and HTTP boundaries.
 CI_DRIVER_POINTS = [
@@ -49,11 +55,17 @@ PLAYBOOK_TRIALS = [
     # in a session of its own) SIGKILLed together when the disk stage's request reaches the simulator...
     rs.TrialSpec("pb-sigkill-tree-on-resize", "playbook", kill=rs.Kill("tree", request=("PUT", r"/resize$", 1))),
     # ...and the worker alone when the start's request does (ansible-playbook reports it dead and ends).
-    rs.TrialSpec("pb-sigkill-worker-on-start", "playbook", kill=rs.Kill("sender", request=("POST", r"/status/start$", 1))),
+    rs.TrialSpec(
+        "pb-sigkill-worker-on-start", "playbook", kill=rs.Kill("sender", request=("POST", r"/status/start$", 1))
+    ),
     rs.TrialSpec("pb-start-reply", "playbook", point=r"http:after_reply:POST:/status/start$"),
     rs.TrialSpec("pb-packages-submitted", "playbook", point="journal:before_replace:packages:submitted"),
-    rs.TrialSpec("pb-sigkill-worker-on-clone-again-on-config", "playbook", kill=rs.Kill("sender", request=("POST", r"/clone$", 1)),
-                 rekill=rs.Kill("tree", request=("PUT", r"/qemu/\d+/config$", 1))),
+    rs.TrialSpec(
+        "pb-sigkill-worker-on-clone-again-on-config",
+        "playbook",
+        kill=rs.Kill("sender", request=("POST", r"/clone$", 1)),
+        rekill=rs.Kill("tree", request=("PUT", r"/qemu/\d+/config$", 1)),
+    ),
     rs.TrialSpec("pb-resize-before-send", "playbook", point=r"http:before_send:PUT:/resize$"),
 ]
 # CI: a hook kill, and the worker killed on an event (with and without its controller); the full run adds the rest.
@@ -74,7 +86,11 @@ def check_trial(result: rs.TrialResult) -> None:
     if result.outcome == "completed":
         assert result.state_mismatch == [], record
     else:
-        assert result.stage in UNCERTAIN_STAGES and result.code in ("reply_lost", "server_error", "unexpected_response"), record
+        assert result.stage in UNCERTAIN_STAGES and result.code in (
+            "reply_lost",
+            "server_error",
+            "unexpected_response",
+        ), record
         # The message names what to check (the VM, the task list, dpkg-query...).
         assert result.message and re.search(r"check|[Cc]heck|task|dpkg-query|VM \d+", result.message), record
 
@@ -114,7 +130,9 @@ CI_CHAINED_POINTS = [
 
 
 @pytest.mark.parametrize("stage,point", CI_CHAINED_POINTS, ids=[s for s, _p in CI_CHAINED_POINTS])
-def test_crash_point_in_the_chained_run(sim: rs.Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str, point: str) -> None:
+def test_crash_point_in_the_chained_run(
+    sim: rs.Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str, point: str
+) -> None:
     monkeypatch.setenv("VMANYWARE_RELIABILITY_CHAINED", "1")
     spec = rs.TrialSpec("ci-chained-%s" % stage, "driver", point=point, stage=stage)
     result = run_driver_trial(sim, spec, tmp_path)
@@ -123,7 +141,9 @@ def test_crash_point_in_the_chained_run(sim: rs.Simulator, tmp_path: Path, monke
     assert result.runs >= 2, result.to_json()
 
 
-@pytest.mark.parametrize("point", ["journal:after_replace:readiness:dispatching", "journal:before_replace:readiness:completed"])
+@pytest.mark.parametrize(
+    "point", ["journal:after_replace:readiness:dispatching", "journal:before_replace:readiness:completed"]
+)
 def test_readiness_noop_dispatch_crash(sim: rs.Simulator, tmp_path: Path, point: str) -> None:
     spec = rs.TrialSpec("f3-%s" % point.split(":")[1], "driver", point=point, stage="readiness")
     result = run_driver_trial(sim, spec, tmp_path)
@@ -188,7 +208,10 @@ def enumerate_points(sim: rs.Simulator, workdir: Path) -> list[tuple[str, str]]:
             candidates = ["journal:%s:%s:%s" % (side, kind, status) for side in ("before_replace", "after_replace")]
         else:
             _tag, stage, method, path, occurrence = event
-            candidates = ["http:%s:%s:^%s$#%d" % (side, method, re.escape(path), occurrence) for side in ("before_send", "after_reply")]
+            candidates = [
+                "http:%s:%s:^%s$#%d" % (side, method, re.escape(path), occurrence)
+                for side in ("before_send", "after_reply")
+            ]
         for point in candidates:
             if (stage, point) not in points:
                 points.append((stage, point))
@@ -214,25 +237,42 @@ class Calibration:
             return rs.Kill(target, sig, at=round(rand.uniform(0.02, 0.98) * self.seconds, 3))
         index = rand.randrange(len(self.requests))
         method, path = self.requests[index]
-        occurrence = self.requests[:index + 1].count((method, path))
-        return rs.Kill(target, sig, request=(method, "^%s$" % re.escape(path), occurrence), delay=round(rand.uniform(0.0, self.gap), 3))
+        occurrence = self.requests[: index + 1].count((method, path))
+        return rs.Kill(
+            target,
+            sig,
+            request=(method, "^%s$" % re.escape(path), occurrence),
+            delay=round(rand.uniform(0.0, self.gap), 3),
+        )
 
 
 def calibrate(sim: rs.Simulator, run: rs.Run, since_seq: int) -> Calibration:
     """The calibration of ``run`` (uninterrupted, started after simulator log entry ``since_seq``)."""
-    entries = [entry for entry in sim.admin.requests() if int(entry.get("seq") or 0) > since_seq and entry["method"] in rs.MUTATING]
+    entries = [
+        entry
+        for entry in sim.admin.requests()
+        if int(entry.get("seq") or 0) > since_seq and entry["method"] in rs.MUTATING
+    ]
     return Calibration(run.seconds, [(entry["method"], entry["path"]) for entry in entries])
 
 
 def full_trials(points: list[tuple[str, str]], total: int, calibration: Calibration) -> list[rs.TrialSpec]:
     rand = rs.rng("vmanyware-reliability")
     trials = [rs.TrialSpec("pt-%03d" % i, "driver", point=p, stage=s) for i, (s, p) in enumerate(points)]
-    trials += [rs.TrialSpec("pt2-%03d" % i, "driver", point=p, stage=s, rekill=calibration.random_kill(rand))
-               for i, (s, p) in enumerate(points)]
+    trials += [
+        rs.TrialSpec("pt2-%03d" % i, "driver", point=p, stage=s, rekill=calibration.random_kill(rand))
+        for i, (s, p) in enumerate(points)
+    ]
     i = 0
     while len(trials) < total:
-        trials.append(rs.TrialSpec("rnd-%03d" % i, "driver", kill=calibration.random_kill(rand),
-                                   rekill=calibration.random_kill(rand) if i % 3 == 0 else None))
+        trials.append(
+            rs.TrialSpec(
+                "rnd-%03d" % i,
+                "driver",
+                kill=calibration.random_kill(rand),
+                rekill=calibration.random_kill(rand) if i % 3 == 0 else None,
+            )
+        )
         i += 1
     return trials
 
@@ -240,8 +280,14 @@ def full_trials(points: list[tuple[str, str]], total: int, calibration: Calibrat
 # Full run: real playbook runs killed at random points of a measured uninterrupted run: the worker, the process group
 # (the worker must then stop by itself) or both; SIGKILL, and SIGTERM/SIGINT of the group (Ctrl-C, a cancel).
 FULL_PLAYBOOK_RANDOM = 24
-PLAYBOOK_KILLS = [("sender", signal.SIGKILL), ("tree", signal.SIGKILL), ("group", signal.SIGKILL), ("group", signal.SIGTERM),
-                  ("group", signal.SIGINT), ("sender", signal.SIGTERM)]
+PLAYBOOK_KILLS = [
+    ("sender", signal.SIGKILL),
+    ("tree", signal.SIGKILL),
+    ("group", signal.SIGKILL),
+    ("group", signal.SIGTERM),
+    ("group", signal.SIGINT),
+    ("sender", signal.SIGTERM),
+]
 
 
 def playbook_random_trials(calibration: Calibration, count: int) -> list[rs.TrialSpec]:
@@ -250,7 +296,9 @@ def playbook_random_trials(calibration: Calibration, count: int) -> list[rs.Tria
     for i in range(count):
         target, sig = PLAYBOOK_KILLS[i % len(PLAYBOOK_KILLS)]
         rekill = calibration.random_kill(rand, "tree") if i % 4 == 3 else None
-        trials.append(rs.TrialSpec("pb-rnd-%03d" % i, "playbook", kill=calibration.random_kill(rand, target, sig), rekill=rekill))
+        trials.append(
+            rs.TrialSpec("pb-rnd-%03d" % i, "playbook", kill=calibration.random_kill(rand, target, sig), rekill=rekill)
+        )
     return trials
 
 
@@ -260,7 +308,9 @@ def test_full_crash_campaign(rel_sim: rs.Simulator, tmp_path_factory: pytest.Tem
     points = enumerate_points(rel_sim, base)
     rs.write_result("points", {"count": len(points), "points": [p for _s, p in points]})
     calibration = calibrate_driver(rel_sim, base)
-    rs.write_result("calibration", {"mode": "driver", "seconds": calibration.seconds, "requests": len(calibration.requests)})
+    rs.write_result(
+        "calibration", {"mode": "driver", "seconds": calibration.seconds, "requests": len(calibration.requests)}
+    )
     trials = full_trials(points, 300, calibration)
     second = rs.Simulator(base / "sim2", speed=1000.0)
     failures: list[dict[str, t.Any]] = []
@@ -295,7 +345,9 @@ def test_full_playbook_campaign(rel_sim: rs.Simulator, playbook: rs.Playbook) ->
     measured = playbook.apply()
     assert measured.rc == 0, measured.stdout[-2000:]
     calibration = calibrate(rel_sim, measured, 0)
-    rs.write_result("calibration", {"mode": "playbook", "seconds": calibration.seconds, "requests": len(calibration.requests)})
+    rs.write_result(
+        "calibration", {"mode": "playbook", "seconds": calibration.seconds, "requests": len(calibration.requests)}
+    )
     failures: list[dict[str, t.Any]] = []
     for spec in playbook_random_trials(calibration, FULL_PLAYBOOK_RANDOM):
         result = _playbook_trial(rel_sim, spec, playbook)

@@ -39,7 +39,13 @@ def observe(sim: rs.Simulator, case: fm.Case, workdir: Path) -> dict[str, object
     sim.admin.set_guest(fm.VMID, **FAST_GUEST)
     journal = workdir / "journal"
     # wait_budget 6 s: above the largest injected delay (3 s), so a delayed first copy is seen by the same run's reads.
-    extra = {"faults": case.rules, "api_timeout": case.api_timeout, "readiness_timeout": 3.0, "packages_timeout": 20.0, "wait_budget": 6.0}
+    extra = {
+        "faults": case.rules,
+        "api_timeout": case.api_timeout,
+        "readiness_timeout": 3.0,
+        "packages_timeout": 20.0,
+        "wait_budget": 6.0,
+    }
     first = rs.driver_run(sim, journal, fm.VMID, extra=extra)
     kind, code = _summary(first)
     delays = [float(item["rule"].get("seconds", 0)) for item in case.rules if item["rule"]["action"] == "delay"]
@@ -61,7 +67,12 @@ def observe(sim: rs.Simulator, case: fm.Case, workdir: Path) -> dict[str, object
             label = ("uncertain %s" % document["failure"]["code"]) if status == "uncertain" else ("stopped %s" % code)
             final = "still %s" % status
             for _again in range(2):
-                rerun = rs.driver_run(sim, journal, fm.VMID, extra={"readiness_timeout": 3.0, "packages_timeout": 20.0, "wait_budget": 6.0})
+                rerun = rs.driver_run(
+                    sim,
+                    journal,
+                    fm.VMID,
+                    extra={"readiness_timeout": 3.0, "packages_timeout": 20.0, "wait_budget": 6.0},
+                )
                 documents, torn_now = rs.journal_state(journal)
                 torn += torn_now
                 status = documents[0]["status"] if documents else "none"
@@ -75,10 +86,19 @@ def observe(sim: rs.Simulator, case: fm.Case, workdir: Path) -> dict[str, object
     entries = sim.admin.requests()
     counts = rs.mutation_counts(entries, fm.VMID, faults, not_run=rs.wrapper_not_run(sim, fm.VMID))
     other = dict(rs.OTHER_COUNTS or {})
-    return {"config_puts": other.get("config"), "cloudinit_puts": other.get("cloudinit"), "resent": rs.resent_submissions(entries, fm.VMID),
-            "case": fm.case_id(case), "fault": case.fault, "stage": case.stage, "outcome": outcome, "torn": torn,
-            "duplicates": {k: v for k, v in counts.items() if v > 1}, "extra_vms": [v for v in sim.vmids() if v not in (9000, fm.VMID)],
-            "fired": sum(int(f.get("fired", 0)) for f in faults)}
+    return {
+        "config_puts": other.get("config"),
+        "cloudinit_puts": other.get("cloudinit"),
+        "resent": rs.resent_submissions(entries, fm.VMID),
+        "case": fm.case_id(case),
+        "fault": case.fault,
+        "stage": case.stage,
+        "outcome": outcome,
+        "torn": torn,
+        "duplicates": {k: v for k, v in counts.items() if v > 1},
+        "extra_vms": [v for v in sim.vmids() if v not in (9000, fm.VMID)],
+        "fired": sum(int(f.get("fired", 0)) for f in faults),
+    }
 
 
 def _param(case: fm.Case) -> t.Any:

@@ -28,7 +28,12 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors imp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore, validate_operation_id
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import CONFIRMATION_FIELDS, check_confirmation, expected_confirmation, read_gate
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    CONFIRMATION_FIELDS,
+    check_confirmation,
+    expected_confirmation,
+    read_gate,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import PreviewStore, run_stage
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
@@ -67,10 +72,19 @@ def _report() -> t.Iterator[None]:
 
 # -- strategies ----------------------------------------------------------------------------------------------
 planted_text = st.text(max_size=40).map(lambda s: CANARY + s)
-scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70), st.floats(allow_nan=True),
-                    st.text(max_size=30), planted_text)
-json_values = st.recursive(scalars, lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children,
-                                                                                                      max_size=4), max_leaves=20)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=30),
+    planted_text,
+)
+json_values = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=20,
+)
 
 
 def _mutate(base: dict[str, t.Any], path: list[str], value: t.Any) -> dict[str, t.Any]:
@@ -83,8 +97,20 @@ def _mutate(base: dict[str, t.Any], path: list[str], value: t.Any) -> dict[str, 
     return doc
 
 
-DEF_PATHS = [["name"], ["image"], ["apiVersion"], ["kind"], ["resources", "cores"], ["resources", "memoryMiB"], ["resources", "diskGiB"],
-             ["access", "sshPublicKeys"], ["packages"], ["snapshotAfterProvisioning"], ["extra"], ["resources", "extra"]]
+DEF_PATHS = [
+    ["name"],
+    ["image"],
+    ["apiVersion"],
+    ["kind"],
+    ["resources", "cores"],
+    ["resources", "memoryMiB"],
+    ["resources", "diskGiB"],
+    ["access", "sshPublicKeys"],
+    ["packages"],
+    ["snapshotAfterProvisioning"],
+    ["extra"],
+    ["resources", "extra"],
+]
 CAT_DOC = yaml.safe_load(CATALOG)
 
 
@@ -97,8 +123,24 @@ def test_fuzz_definition_fields(path: list[str], value: t.Any) -> None:
 
 
 @PROFILE_SETTINGS
-@given(field=st.sampled_from(["image", "node", "templateVmid", "templateVersion", "storage", "bridge", "diskDevice", "sourceDiskGiB",
-                              "guestUser", "imageDefaultUser", "unknown"]), value=json_values)
+@given(
+    field=st.sampled_from(
+        [
+            "image",
+            "node",
+            "templateVmid",
+            "templateVersion",
+            "storage",
+            "bridge",
+            "diskDevice",
+            "sourceDiskGiB",
+            "guestUser",
+            "imageDefaultUser",
+            "unknown",
+        ]
+    ),
+    value=json_values,
+)
 def test_fuzz_catalog_fields(field: str, value: t.Any) -> None:
     doc = json.loads(json.dumps(CAT_DOC))
     doc["images"][0][field] = value
@@ -114,18 +156,30 @@ def test_fuzz_raw_documents(data: bytes) -> None:
 
 
 @PROFILE_SETTINGS
-@given(vmid=st.one_of(st.integers(min_value=-2**40, max_value=2**40), st.text(max_size=12), st.floats(allow_nan=True), st.none(),
-                      st.booleans()))
+@given(
+    vmid=st.one_of(
+        st.integers(min_value=-(2**40), max_value=2**40),
+        st.text(max_size=12),
+        st.floats(allow_nan=True),
+        st.none(),
+        st.booleans(),
+    )
+)
 def test_fuzz_target_vmid(vmid: t.Any) -> None:
     _safe("target_vmid", lambda: build_plan(catalog=CATALOG, definition=yaml.safe_dump(DEFINITION), target_vmid=vmid))
 
 
-EXPECTED_CONF = expected_confirmation(build_plan(catalog=CATALOG, definition=yaml.safe_dump(DEFINITION), target_vmid=201).plan, SCOPE)
+EXPECTED_CONF = expected_confirmation(
+    build_plan(catalog=CATALOG, definition=yaml.safe_dump(DEFINITION), target_vmid=201).plan, SCOPE
+)
 
 
 @PROFILE_SETTINGS
-@given(changes=st.dictionaries(st.sampled_from(list(CONFIRMATION_FIELDS) + ["extra", CANARY]), json_values, max_size=4),
-       drop=st.lists(st.sampled_from(CONFIRMATION_FIELDS), max_size=2), whole=st.one_of(st.none(), json_values))
+@given(
+    changes=st.dictionaries(st.sampled_from(list(CONFIRMATION_FIELDS) + ["extra", CANARY]), json_values, max_size=4),
+    drop=st.lists(st.sampled_from(CONFIRMATION_FIELDS), max_size=2),
+    whole=st.one_of(st.none(), json_values),
+)
 def test_fuzz_confirmation(changes: dict[str, t.Any], drop: list[str], whole: t.Any) -> None:
     given_conf: t.Any = dict(EXPECTED_CONF)
     given_conf.update(changes)
@@ -143,18 +197,44 @@ def test_fuzz_operation_ids_and_gates(value: str) -> None:
     # The echo rule is checked for planted values only: a random value may be a substring of the fixed text itself.
     planted = [value] if value.startswith(CANARY) else []
     _safe("operation_id", lambda: validate_operation_id(value), planted=planted)
-    _safe("gate", lambda: read_gate({"VMANYWARE_PROVISIONING_ENABLED": value}, "VMANYWARE_PROVISIONING_ENABLED"), planted=planted)
+    _safe(
+        "gate",
+        lambda: read_gate({"VMANYWARE_PROVISIONING_ENABLED": value}, "VMANYWARE_PROVISIONING_ENABLED"),
+        planted=planted,
+    )
 
 
 # Values of the types AnsibleModule delivers after its argument-spec conversion (str/int/bool/float/path), but hostile.
-hostile_text = st.text(max_size=60) | planted_text | st.sampled_from([
-    "", " ", "../..", "/etc/passwd", "a\x00b", "h\nX-Injected: 1", "[::1", "https://pve:8006/api2/json", "\u202epve"])
+hostile_text = (
+    st.text(max_size=60)
+    | planted_text
+    | st.sampled_from(
+        [
+            "",
+            " ",
+            "../..",
+            "/etc/passwd",
+            "a\x00b",
+            "h\nX-Injected: 1",
+            "[::1",
+            "https://pve:8006/api2/json",
+            "\u202epve",
+        ]
+    )
+)
 floats = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))
 CONN_STRATEGIES = {
-    "api_host": hostile_text, "api_port": st.one_of(st.none(), st.integers(min_value=-2**40, max_value=2**40)),
-    "api_user": st.none() | hostile_text, "api_token_id": st.none() | hostile_text, "api_token_secret": st.none() | hostile_text,
-    "api_password": st.none() | hostile_text, "validate_certs": st.booleans(), "ca_path": st.none() | hostile_text,
-    "api_fingerprint": st.none() | hostile_text, "api_timeout": floats, "unverified_tls_read_only": st.booleans(),
+    "api_host": hostile_text,
+    "api_port": st.one_of(st.none(), st.integers(min_value=-(2**40), max_value=2**40)),
+    "api_user": st.none() | hostile_text,
+    "api_token_id": st.none() | hostile_text,
+    "api_token_secret": st.none() | hostile_text,
+    "api_password": st.none() | hostile_text,
+    "validate_certs": st.booleans(),
+    "ca_path": st.none() | hostile_text,
+    "api_fingerprint": st.none() | hostile_text,
+    "api_timeout": floats,
+    "unverified_tls_read_only": st.booleans(),
 }
 
 
@@ -168,20 +248,33 @@ def test_fuzz_connection_options(values: dict[str, t.Any]) -> None:
 
 
 @PROFILE_SETTINGS
-@given(params=st.fixed_dictionaries({}, optional={
-    "operation_id": st.one_of(st.none(), planted_text, st.just("op-" + "a" * 26), st.just("../../etc/passwd")),
-    "preview_operation": st.one_of(st.none(), json_values),
-    "wait_budget": floats, "timeout": floats, "lock_wait": floats,
-    "journal_dir": st.one_of(st.none(), st.just("relative/dir"), planted_text.map(lambda s: "/nonexistent/" + s.replace("\x00", ""))),
-}), check_mode=st.booleans())
+@given(
+    params=st.fixed_dictionaries(
+        {},
+        optional={
+            "operation_id": st.one_of(st.none(), planted_text, st.just("op-" + "a" * 26), st.just("../../etc/passwd")),
+            "preview_operation": st.one_of(st.none(), json_values),
+            "wait_budget": floats,
+            "timeout": floats,
+            "lock_wait": floats,
+            "journal_dir": st.one_of(
+                st.none(), st.just("relative/dir"), planted_text.map(lambda s: "/nonexistent/" + s.replace("\x00", ""))
+            ),
+        },
+    ),
+    check_mode=st.booleans(),
+)
 def test_fuzz_stage_module_params(params: dict[str, t.Any], check_mode: bool) -> None:
     def no_client(_settings: t.Any) -> t.Any:
         raise VmanywareError(code="transport_lost")
 
     full = {"api_host": "127.0.0.1", "api_token_id": "u@pve!t", "api_token_secret": CANARY + "secret", **params}
     planted = [v for v in params.values() if isinstance(v, str) and CANARY in v] + [CANARY + "secret"]
-    _safe("stage_params", lambda: run_stage(full, CloneStage(), check_mode=check_mode, diff=False, client_factory=no_client),
-          planted=planted)
+    _safe(
+        "stage_params",
+        lambda: run_stage(full, CloneStage(), check_mode=check_mode, diff=False, client_factory=no_client),
+        planted=planted,
+    )
     if params.get("preview_operation") is not None:
         _safe("preview", lambda: PreviewStore(params["preview_operation"]), planted=planted)
 
@@ -198,8 +291,12 @@ def test_fuzz_journal_files(data: bytes, tmp_path_factory: pytest.TempPathFactor
 
 
 # -- explicit hostile cases -------------------------------------------------------------------------------------
-BOMB_ALIASES = "a: &a [" + ",".join(["x"] * 10) + "]\n" + "".join(
-    "%s: &%s [%s]\n" % (chr(98 + i), chr(98 + i), ",".join(["*" + chr(97 + i)] * 10)) for i in range(8))
+BOMB_ALIASES = (
+    "a: &a ["
+    + ",".join(["x"] * 10)
+    + "]\n"
+    + "".join("%s: &%s [%s]\n" % (chr(98 + i), chr(98 + i), ",".join(["*" + chr(97 + i)] * 10)) for i in range(8))
+)
 EXPLICIT = {
     "oversized": "name: " + "x" * (70 * 1024),
     "non_utf8": b"name: \xff\xfe\x00kernel",
@@ -231,9 +328,21 @@ def test_explicit_hostile_documents(name: str) -> None:
     _count("explicit")
 
 
-@pytest.mark.parametrize("value", ["../op-aaaaaaaaaaaaaaaaaaaaaaaaaa", "/etc/passwd", "op-aaaaaaaaaaaaaaaaaaaaaaaaaa\x00", "op-" + "a" * 27,
-                                   "op-AAAAAAAAAAAAAAAAAAAAAAAAAA", "op-aaaaaaaaaaaaaaaaaaaaaaaaa/", "op-aaaaaaaaaaaaaaaaaaaaaaaaa1",
-                                   "op-" + "a" * 10000, "", "op-aaaaaaaaaaaaaaaaaaaaaaaaaa\n"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "../op-aaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "/etc/passwd",
+        "op-aaaaaaaaaaaaaaaaaaaaaaaaaa\x00",
+        "op-" + "a" * 27,
+        "op-AAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "op-aaaaaaaaaaaaaaaaaaaaaaaaa/",
+        "op-aaaaaaaaaaaaaaaaaaaaaaaaa1",
+        "op-" + "a" * 10000,
+        "",
+        "op-aaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+    ],
+)
 def test_explicit_hostile_operation_ids(value: str, tmp_path: Path) -> None:
     with pytest.raises(VmanywareError) as info:
         validate_operation_id(value)
@@ -242,5 +351,7 @@ def test_explicit_hostile_operation_ids(value: str, tmp_path: Path) -> None:
     with pytest.raises(VmanywareError) as info:
         store.load(value)
     assert info.value.code == "invalid_option"
-    assert not any(p.name != "locks" and p.name not in ("targets", "keys") for p in (tmp_path / "j").iterdir() if p.is_dir())
+    assert not any(
+        p.name != "locks" and p.name not in ("targets", "keys") for p in (tmp_path / "j").iterdir() if p.is_dir()
+    )
     _count("explicit")

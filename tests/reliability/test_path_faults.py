@@ -30,22 +30,34 @@ CASES = pf.cases() if rs.FULL else [c for c in pf.cases() if c.id in pf.CI_CASES
 RECORD = os.environ.get("VMANYWARE_RELIABILITY_RECORD") == "1"
 DOC = rs.REPO / "docs" / "reliability.md"
 PATH_DRIVER = rs.HERE / "path_driver.py"
-FAST_GUEST = {"agent_up_after": 0.0, "dhcp_after_agent": 0.0, "cloudinit_done_after_boot": 0.0, "cloudinit_apt_window": 0.0,
-              "apt_install": 0.0, "apt_update": 0.0}
-GIB = 1024 ** 3
+FAST_GUEST = {
+    "agent_up_after": 0.0,
+    "dhcp_after_agent": 0.0,
+    "cloudinit_done_after_boot": 0.0,
+    "cloudinit_apt_window": 0.0,
+    "apt_install": 0.0,
+    "apt_update": 0.0,
+}
+GIB = 1024**3
 BUILD_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK42LaKHQ1bNNIG3KlABIQ77kwljfXjfi9bunMkuYAO build@controller"
 # The faulted run reads for 6 s (above the largest injected delay, so a delayed copy is seen by the same run); by the
 # re-runs every delayed copy has landed (observe waits for it), so they read for 2 s.
 FIRST = {"readiness_timeout": 20.0, "wait_budget": 6.0}
 RERUN = {"readiness_timeout": 20.0, "wait_budget": 2.0}
 # The guests a path may leave (besides the simulator's seeded template 9000): qemu VMIDs, lxc VMIDs.
-GUESTS = {"container": ((), (pf.CTID,)), "template": ((pf.TEMPLATE_VMID,), ()), "cleanup-vm": ((pf.VMID,), ()),
-          "cleanup-container": ((), (pf.CTID,)), "abandon": ((pf.VMID,), ())}
+GUESTS = {
+    "container": ((), (pf.CTID,)),
+    "template": ((pf.TEMPLATE_VMID,), ()),
+    "cleanup-vm": ((pf.VMID,), ()),
+    "cleanup-container": ((), (pf.CTID,)),
+    "abandon": ((pf.VMID,), ()),
+}
 
 
 @pytest.fixture(scope="module")
 def image_url(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[tuple[str, str]]:
     from pvesim.imageserver import ImageServer, qcow2_stub  # pylint: disable=import-outside-toplevel
+
     image = qcow2_stub(3 * GIB, b"agent-less cloud image")
     root = tmp_path_factory.mktemp("images")
     (root / "debian.qcow2").write_bytes(image)
@@ -56,8 +68,11 @@ def image_url(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[tuple[str,
 def _prepare(sim: rs.Simulator) -> None:
     """Privileges of every path (container templates, template downloads) and fast simulated guests."""
     from pvesim.state import FULL_TOKEN_ACL  # pylint: disable=import-outside-toplevel
+
     privileges = {path: list(privs) for path, privs in FULL_TOKEN_ACL.items()}
-    privileges["/storage/local"] = sorted(set(privileges.get("/storage/local", [])) | {"Datastore.AllocateTemplate", "Datastore.Audit"})
+    privileges["/storage/local"] = sorted(
+        set(privileges.get("/storage/local", [])) | {"Datastore.AllocateTemplate", "Datastore.Audit"}
+    )
     privileges["/nodes/pve-test"] = sorted(set(privileges.get("/nodes/pve-test", [])) | {"Sys.AccessNetwork"})
     sim.admin.set_token(sim.token[0], privileges=privileges)
     for vmid in (pf.VMID, pf.TEMPLATE_VMID):
@@ -65,13 +80,23 @@ def _prepare(sim: rs.Simulator) -> None:
 
 
 def _template_document(image: tuple[str, str]) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "vmanyware.dev/v1", "kind": "TemplateBuild", "image": "debian-13",
-        "source": {"url": image[0], "checksum": image[1], "checksumAlgorithm": "sha256"},
-        "node": "pve-test", "storage": "local-lvm", "importStorage": "local", "bridge": "vmbr0", "templateVmid": pf.TEMPLATE_VMID,
-        "templateVersion": "debian-13-test", "guestUser": "debian", "diskGiB": 8,
-        "buildAddress": {"address": "192.0.2.50/24", "gateway": "192.0.2.1"},
-    })
+    return yaml.safe_dump(
+        {
+            "apiVersion": "vmanyware.dev/v1",
+            "kind": "TemplateBuild",
+            "image": "debian-13",
+            "source": {"url": image[0], "checksum": image[1], "checksumAlgorithm": "sha256"},
+            "node": "pve-test",
+            "storage": "local-lvm",
+            "importStorage": "local",
+            "bridge": "vmbr0",
+            "templateVmid": pf.TEMPLATE_VMID,
+            "templateVersion": "debian-13-test",
+            "guestUser": "debian",
+            "diskGiB": 8,
+            "buildAddress": {"address": "192.0.2.50/24", "gateway": "192.0.2.1"},
+        }
+    )
 
 
 def _definitions() -> dict[str, str]:
@@ -80,16 +105,31 @@ def _definitions() -> dict[str, str]:
     container = rs.definition_data(snapshot=True)
     container["packages"] = []
     container["image"] = "debian-12-ct"
-    return {"definition": yaml.safe_dump(vm, sort_keys=False), "container_definition": yaml.safe_dump(container, sort_keys=False),
-            "catalog": rs.catalog_text(), "container_catalog": (rs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8")}
+    return {
+        "definition": yaml.safe_dump(vm, sort_keys=False),
+        "container_definition": yaml.safe_dump(container, sort_keys=False),
+        "catalog": rs.catalog_text(),
+        "container_catalog": (rs.REPO / "examples/catalog-containers.yml").read_text(encoding="utf-8"),
+    }
 
 
-def path_run(sim: rs.Simulator, path: str, workdir: Path, image: tuple[str, str], extra: dict[str, t.Any] | None = None) -> rs.Run:
+def path_run(
+    sim: rs.Simulator, path: str, workdir: Path, image: tuple[str, str], extra: dict[str, t.Any] | None = None
+) -> rs.Run:
     """One run of ``path`` (path_driver.py in its own process; state between runs in ``workdir``)."""
     vmid = pf.CTID if path in ("container", "cleanup-container") else pf.VMID
-    config = {"conn": sim.driver_conn(), "admin": sim.admin_conf(), "journal_dir": str(workdir / "journal"), "path": path, "vmid": vmid,
-              "state_file": str(workdir / "state.json"), "template_document": _template_document(image), "build_ssh_public_key": BUILD_KEY,
-              **_definitions(), **(extra or {})}
+    config = {
+        "conn": sim.driver_conn(),
+        "admin": sim.admin_conf(),
+        "journal_dir": str(workdir / "journal"),
+        "path": path,
+        "vmid": vmid,
+        "state_file": str(workdir / "state.json"),
+        "template_document": _template_document(image),
+        "build_ssh_public_key": BUILD_KEY,
+        **_definitions(),
+        **(extra or {}),
+    }
     fd, name = tempfile.mkstemp(suffix=".json", prefix="vmanyware-path-driver-")
     with os.fdopen(fd, "w") as handle:
         json.dump(config, handle)
@@ -121,10 +161,14 @@ def _guests(sim: rs.Simulator) -> tuple[list[int], list[int]]:
 def observe(sim: rs.Simulator, case: pf.Case, workdir: Path, image: tuple[str, str]) -> dict[str, t.Any]:
     _prepare(sim)
     path = case.submission.path
-    first = path_run(sim, path, workdir, image, extra={"faults": case.rules(), "api_timeout": case.fault.api_timeout, **FIRST})
+    first = path_run(
+        sim, path, workdir, image, extra={"faults": case.rules(), "api_timeout": case.fault.api_timeout, **FIRST}
+    )
     result = rs.driver_result(first)
     if case.fault.rule["action"] == "delay":
-        time.sleep(float(case.fault.rule["seconds"]) + 0.5)  # let the delayed copy reach the handler before anything is counted
+        time.sleep(
+            float(case.fault.rule["seconds"]) + 0.5
+        )  # let the delayed copy reach the handler before anything is counted
     faults = sim.admin.faults()
     sim.admin.clear_faults()
     documents, torn = rs.journal_state(workdir / "journal")
@@ -137,7 +181,11 @@ def observe(sim: rs.Simulator, case: pf.Case, workdir: Path, image: tuple[str, s
         if status == "failed":
             outcome = "failed %s" % failure.get("code")
         else:
-            label = ("uncertain %s" % failure.get("code")) if status == "uncertain" else ("stopped %s" % result.get("code", "rc=%s" % first.rc))
+            label = (
+                ("uncertain %s" % failure.get("code"))
+                if status == "uncertain"
+                else ("stopped %s" % result.get("code", "rc=%s" % first.rc))
+            )
             final = "still %s" % status
             for _again in range(2):
                 rerun = path_run(sim, path, workdir, image, extra=RERUN)
@@ -156,12 +204,22 @@ def observe(sim: rs.Simulator, case: pf.Case, workdir: Path, image: tuple[str, s
     reached = pf.reached_handler(entries, faults)
     qemu, lxc = _guests(sim)
     allowed_qemu, allowed_lxc = GUESTS[path]
-    return {"case": case.id, "fault": case.fault.label, "request": case.submission.name, "outcome": outcome, "torn": torn,
-            "operations": len(documents), "twice": {" ".join(k[:2]): v for k, v in reached.items() if v > 1},
-            "resent": pf.resent_after_unknown(entries), "fired": sum(int(f.get("fired", 0)) for f in faults),
-            "extra_guests": [v for v in qemu if v not in (rs.TEMPLATE, *allowed_qemu)] + [v for v in lxc if v not in allowed_lxc],
-            "uncertain_messages": [m for m in messages if m] if "uncertain" in outcome else [], "path_done": outcome.endswith("completes")
-            or outcome == "completed", "left": {"qemu": qemu, "lxc": lxc}}
+    return {
+        "case": case.id,
+        "fault": case.fault.label,
+        "request": case.submission.name,
+        "outcome": outcome,
+        "torn": torn,
+        "operations": len(documents),
+        "twice": {" ".join(k[:2]): v for k, v in reached.items() if v > 1},
+        "resent": pf.resent_after_unknown(entries),
+        "fired": sum(int(f.get("fired", 0)) for f in faults),
+        "extra_guests": [v for v in qemu if v not in (rs.TEMPLATE, *allowed_qemu)]
+        + [v for v in lxc if v not in allowed_lxc],
+        "uncertain_messages": [m for m in messages if m] if "uncertain" in outcome else [],
+        "path_done": outcome.endswith("completes") or outcome == "completed",
+        "left": {"qemu": qemu, "lxc": lxc},
+    }
 
 
 def _param(case: pf.Case) -> t.Any:
@@ -182,13 +240,17 @@ def test_path_fault(sim: rs.Simulator, tmp_path: Path, image_url: tuple[str, str
         assert re.search(r"\bcheck\b", message, re.I), record  # an uncertain stage names what to check
     if record["path_done"] and case.submission.path.startswith("cleanup"):
         target = pf.CTID if case.submission.path == "cleanup-container" else pf.VMID
-        assert target not in record["left"]["qemu"] + record["left"]["lxc"], record  # a completed cleanup removed the guest
+        assert target not in record["left"]["qemu"] + record["left"]["lxc"], (
+            record
+        )  # a completed cleanup removed the guest
     if not RECORD:
         assert record["outcome"] == pf.EXPECTED.get(case.id), record
 
 
 @pytest.mark.parametrize("path", ["container", "template", "cleanup-vm", "cleanup-container"])
-def test_path_completes_without_faults(sim: rs.Simulator, tmp_path: Path, image_url: tuple[str, str], path: str) -> None:
+def test_path_completes_without_faults(
+    sim: rs.Simulator, tmp_path: Path, image_url: tuple[str, str], path: str
+) -> None:
     """The baseline every case starts from: the path completes and sends each of its listed submissions exactly once."""
     _prepare(sim)
     run = path_run(sim, path, tmp_path, image_url, extra=FIRST)
@@ -236,9 +298,15 @@ def test_request_log_evidence_counts_copies() -> None:
     rule = {"method": "PUT", "path": r"/config$", "action": "vm_locked", "fired": 1}
     # an injected refusal did not reach the handler; the later copy is the only one that did
     assert pf.reached_handler([put(200, ciuser="a"), put(500, delete="x"), put(200, delete="x")], [rule]) == {
-        ("PUT", "/nodes/pve-test/qemu/9100/config", '{"ciuser": "a"}'): 1, ("PUT", "/nodes/pve-test/qemu/9100/config", '{"delete": "x"}'): 1}
+        ("PUT", "/nodes/pve-test/qemu/9100/config", '{"ciuser": "a"}'): 1,
+        ("PUT", "/nodes/pve-test/qemu/9100/config", '{"delete": "x"}'): 1,
+    }
     # a copy after a lost reply is a resend, a different request to the same path is not; the digest is not part of the identity
     assert pf.resent_after_unknown([put("dropped", ciuser="a"), put(200, delete="x")]) == []
-    assert len(pf.resent_after_unknown([put("request_dropped", ciuser="a", digest="1"), put(200, ciuser="a", digest="2")])) == 1
+    assert (
+        len(pf.resent_after_unknown([put("request_dropped", ciuser="a", digest="1"), put(200, ciuser="a", digest="2")]))
+        == 1
+    )
     assert pf.reached_handler([put("dropped", ciuser="a"), put(200, ciuser="a")], []) == {
-        ("PUT", "/nodes/pve-test/qemu/9100/config", '{"ciuser": "a"}'): 2}
+        ("PUT", "/nodes/pve-test/qemu/9100/config", '{"ciuser": "a"}'): 2
+    }

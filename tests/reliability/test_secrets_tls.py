@@ -76,6 +76,7 @@ def scan(roots: t.Sequence[Path], needles: t.Sequence[str]) -> list[str]:
 def _key_locations(journal: Path) -> dict[str, int]:
     """Where the key comment sits inside the journal documents (JSON paths)."""
     import json  # pylint: disable=import-outside-toplevel
+
     found: dict[str, int] = {}
 
     def walk(value: t.Any, path: str) -> None:
@@ -105,10 +106,13 @@ def test_secret_and_key_comment_stay_where_they_belong(rel_sim: rs.Simulator, tm
     data = rs.definition_data(snapshot=True)
     data["access"]["sshPublicKeys"] = [KEY]
     import yaml  # pylint: disable=import-outside-toplevel
+
     book.definition.write_text(yaml.safe_dump(data, sort_keys=False, width=100000), encoding="utf-8")
     log = tmp_path / "ansible.log"
     env = {"ANSIBLE_LOG_PATH": str(log)}
-    runs = [rs.run_killable(book.args(), sim.playbook_env(book.journal, env), cwd=str(book.workdir))]  # review, default verbosity
+    runs = [
+        rs.run_killable(book.args(), sim.playbook_env(book.journal, env), cwd=str(book.workdir))
+    ]  # review, default verbosity
     assert runs[0].rc == 0 and book.confirm.exists(), runs[0].stdout[-2000:]
     if rs.FULL:
         runs.append(book.apply(extra_args=("--check", "--diff", "-vvvv"), env_extra=env))
@@ -151,12 +155,28 @@ def test_secret_and_key_comment_stay_where_they_belong(rel_sim: rs.Simulator, tm
     if rs.FULL:
         outputs["default verbosity re-run"] = runs[4]  # review, check, apply, plan_changed, re-run
     quiet_hits = [name for name, run in outputs.items() if KEY_COMMENT in run.stdout + run.stderr]
-    files = sorted({Path(p).name if "/journal/" not in p else "journal/" + Path(p).name[:3] + "*.json" for p in scan([tmp_path], [KEY_COMMENT])})
+    files = sorted(
+        {
+            Path(p).name if "/journal/" not in p else "journal/" + Path(p).name[:3] + "*.json"
+            for p in scan([tmp_path], [KEY_COMMENT])
+        }
+    )
     locations = _key_locations(book.journal)
-    rs.write_result("secrets", {"runs": len(runs), "secret_hits": 0, "key_comment_files": files, "key_comment_detached": detached,
-                                "key_comment_in_default_output": quiet_hits, "key_comment_in_journal": sorted(locations)})
+    rs.write_result(
+        "secrets",
+        {
+            "runs": len(runs),
+            "secret_hits": 0,
+            "key_comment_files": files,
+            "key_comment_detached": detached,
+            "key_comment_in_default_output": quiet_hits,
+            "key_comment_in_journal": sorted(locations),
+        },
+    )
     assert detached == [] and quiet_hits == [], (detached, quiet_hits)
-    assert set(locations) <= {".definition.access.sshPublicKeys[0]", "stages[cloudinit].request.params.sshkeys"}, locations
+    assert set(locations) <= {".definition.access.sshPublicKeys[0]", "stages[cloudinit].request.params.sshkeys"}, (
+        locations
+    )
 
 
 # -- TLS ---------------------------------------------------------------------------------------------------------
@@ -168,21 +188,43 @@ def _leaf(tmp: Path, *, expired: bool, self_signed: bool) -> tuple[str, str, str
     """(cert, key, ca) files: an expired leaf from our own CA, or a self-signed leaf."""
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(_name("reliability CA")).issuer_name(_name("reliability CA"))
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - datetime.timedelta(days=400)).not_valid_after(now + datetime.timedelta(days=400))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True).sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(_name("reliability CA"))
+        .issuer_name(_name("reliability CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=400))
+        .not_valid_after(now + datetime.timedelta(days=400))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
-    before, after = (now - datetime.timedelta(days=60), now - datetime.timedelta(days=1)) if expired else \
-        (now - datetime.timedelta(days=1), now + datetime.timedelta(days=30))
+    before, after = (
+        (now - datetime.timedelta(days=60), now - datetime.timedelta(days=1))
+        if expired
+        else (now - datetime.timedelta(days=1), now + datetime.timedelta(days=30))
+    )
     issuer, signer = (_name("127.0.0.1"), key) if self_signed else (ca.subject, ca_key)
-    cert = (x509.CertificateBuilder().subject_name(_name("127.0.0.1")).issuer_name(issuer).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(before).not_valid_after(after)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False).sign(signer, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name("127.0.0.1"))
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(before)
+        .not_valid_after(after)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(signer, hashes.SHA256())
+    )
     paths = tmp / "cert.pem", tmp / "key.pem", tmp / "ca.pem"
     paths[0].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    paths[1].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     paths[2].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     return str(paths[0]), str(paths[1]), str(paths[2])
 
@@ -250,9 +292,11 @@ def _with_client(settings: t.Any, method: str, path: str, params: dict[str, t.An
 
 def _attempt(settings: t.Any) -> list[str]:
     codes = []
-    for call in (lambda: "pin" if certificate_fingerprint(settings) == settings.fingerprint else "contacted",
-                 lambda: _with_client(settings, "GET", "/version", {}),
-                 lambda: _with_client(settings, "POST", "/nodes/pve-test/qemu/9000/clone", {"newid": 250, "full": 1})):
+    for call in (
+        lambda: "pin" if certificate_fingerprint(settings) == settings.fingerprint else "contacted",
+        lambda: _with_client(settings, "GET", "/version", {}),
+        lambda: _with_client(settings, "POST", "/nodes/pve-test/qemu/9000/clone", {"newid": 250, "full": 1}),
+    ):
         try:
             value = call()
             codes.append(value if value in ("pin", "contacted") else "accepted")
@@ -261,8 +305,19 @@ def _attempt(settings: t.Any) -> list[str]:
     return codes
 
 
-@pytest.mark.parametrize("case", ["wrong_ca", "wrong_fingerprint", "expired", "self_signed_unpinned", "control_relay", "unverified",
-                                  "unverified_read_only", "unverified_read_only_password"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "wrong_ca",
+        "wrong_fingerprint",
+        "expired",
+        "self_signed_unpinned",
+        "control_relay",
+        "unverified",
+        "unverified_read_only",
+        "unverified_read_only_password",
+    ],
+)
 def test_tls_refusals_send_no_token(rel_sim: rs.Simulator, tmp_path: Path, case: str) -> None:
     sim = rel_sim
     sim.admin.reset()
@@ -277,7 +332,9 @@ def test_tls_refusals_send_no_token(rel_sim: rs.Simulator, tmp_path: Path, case:
         kwargs["fingerprint"] = "00" * 32
     else:
         unverified = case.startswith("unverified")
-        cert, key, ca = _leaf(tmp_path, expired=case == "expired", self_signed=case == "self_signed_unpinned" or unverified)
+        cert, key, ca = _leaf(
+            tmp_path, expired=case == "expired", self_signed=case == "self_signed_unpinned" or unverified
+        )
         relay = Relay(cert, key, sim)
         port = relay.port
         kwargs["ca_path"] = None if case == "self_signed_unpinned" or unverified else ca
@@ -295,8 +352,15 @@ def test_tls_refusals_send_no_token(rel_sim: rs.Simulator, tmp_path: Path, case:
         if relay is not None:
             relay.close()
     log = sim.admin.requests()
-    rs.write_result("tls", {"case": case, "codes": codes, "requests_logged": len(log),
-                            "bytes_forwarded": relay.forwarded if relay else None})
+    rs.write_result(
+        "tls",
+        {
+            "case": case,
+            "codes": codes,
+            "requests_logged": len(log),
+            "bytes_forwarded": relay.forwarded if relay else None,
+        },
+    )
     if case == "control_relay":
         # The relay itself works: with its CA trusted, requests do reach the simulator (so the refusals above are real).
         assert codes[:2] == ["contacted", "accepted"] and len(log) >= 1
@@ -326,5 +390,7 @@ def test_zz_no_secret_anywhere_in_the_session(tmp_path_factory: pytest.TempPathF
     roots = [tmp_path_factory.getbasetemp(), rs.RESULTS_DIR]
     hits = scan(roots, rs.CANARY_SECRETS)
     files = sum(1 for root in roots if root.exists() for _p in _files(root))
-    rs.write_result("secrets", {"session_scan_files": files, "session_scan_hits": hits, "canaries": len(rs.CANARY_SECRETS)})
+    rs.write_result(
+        "secrets", {"session_scan_files": files, "session_scan_hits": hits, "canaries": len(rs.CANARY_SECRETS)}
+    )
     assert hits == []

@@ -41,7 +41,13 @@ FILES = sorted(path.relative_to(PLUGINS).as_posix() for path in PLUGINS.rglob("*
 
 def matches(relative: str, pattern: str) -> bool:
     """Glob match where ``*`` stays inside one folder (``_stages/*.py`` is not ``_stages/vm/clone.py``)."""
-    return re.fullmatch(".*".join("[^/]*".join(re.escape(piece) for piece in part.split("*")) for part in pattern.split("**")), relative) is not None
+    return (
+        re.fullmatch(
+            ".*".join("[^/]*".join(re.escape(piece) for piece in part.split("*")) for part in pattern.split("**")),
+            relative,
+        )
+        is not None
+    )
 
 
 def part_of(relative: str) -> str | None:
@@ -52,7 +58,7 @@ def module_file(dotted: str) -> str | None:
     """plugins/-relative path of the collection module ``dotted`` (a file or a package), None when it is not one."""
     if not dotted.startswith(PREFIX):
         return None
-    base = dotted[len(PREFIX):].replace(".", "/")
+    base = dotted[len(PREFIX) :].replace(".", "/")
     for candidate in (base + ".py", base + "/__init__.py"):
         if (PLUGINS / candidate).is_file():
             return candidate
@@ -65,7 +71,7 @@ def absolute_module(node: ast.ImportFrom, importer: str) -> str | None:
         return node.module
     package = (PREFIX + importer).rsplit("/", 1)[0].replace("/", ".").split(".")
     if node.level > 1:
-        package = package[:-(node.level - 1)]
+        package = package[: -(node.level - 1)]
     return ".".join(package + ([node.module] if node.module else []))
 
 
@@ -95,7 +101,9 @@ def test_the_map_names_parts_that_exist() -> None:
 
 @pytest.mark.parametrize("relative", FILES)
 def test_every_file_belongs_to_a_part(relative: str) -> None:
-    assert part_of(relative) is not None, "plugins/%s matches no row of the architecture map in docs/development.md" % relative
+    assert part_of(relative) is not None, (
+        "plugins/%s matches no row of the architecture map in docs/development.md" % relative
+    )
 
 
 @pytest.mark.parametrize("relative", FILES)
@@ -104,18 +112,34 @@ def test_imports_follow_the_map(relative: str) -> None:
     if part is None:
         pytest.fail("plugins/%s has no part" % relative)
     tree = ast.parse((PLUGINS / relative).read_text(encoding="utf-8"))
-    forbidden = ["line %d: %s (%s)" % (line, target, part_of(target)) for line, target in collection_imports(tree, relative)
-                 if part_of(target) not in ALLOWED[part]]
-    assert not forbidden, "plugins/%s (%s) imports what the architecture map forbids: %s" % (relative, part, "; ".join(forbidden))
+    forbidden = [
+        "line %d: %s (%s)" % (line, target, part_of(target))
+        for line, target in collection_imports(tree, relative)
+        if part_of(target) not in ALLOWED[part]
+    ]
+    assert not forbidden, "plugins/%s (%s) imports what the architecture map forbids: %s" % (
+        relative,
+        part,
+        "; ".join(forbidden),
+    )
 
 
-@pytest.mark.parametrize("relative", [f for f in FILES if f.startswith("module_utils/") and f != "module_utils/_runtime/module.py"])
+@pytest.mark.parametrize(
+    "relative", [f for f in FILES if f.startswith("module_utils/") and f != "module_utils/_runtime/module.py"]
+)
 def test_module_utils_never_import_ansible_module_nor_read_params(relative: str) -> None:
     tree = ast.parse((PLUGINS / relative).read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "ansible.module_utils.basic":
-            assert "AnsibleModule" not in [alias.name for alias in node.names], "plugins/%s imports AnsibleModule" % relative
-        if isinstance(node, ast.Attribute) and node.attr == "params" and isinstance(node.value, ast.Name) and node.value.id == "module":
+            assert "AnsibleModule" not in [alias.name for alias in node.names], (
+                "plugins/%s imports AnsibleModule" % relative
+            )
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "params"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "module"
+        ):
             pytest.fail("plugins/%s reads module.params (line %d)" % (relative, node.lineno))
 
 
@@ -147,17 +171,24 @@ def test_the_map_forbids_what_the_rules_say(importer: str, imported: str, allowe
 
 def test_a_forbidden_import_is_found() -> None:
     """The checker sees ``from package import submodule``, plain and relative imports, not only ``from module import name``."""
-    tree = ast.parse("from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal\n"
-                     "import ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client\n"
-                     "from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import runner\n"
-                     "from ..runner import StageContext\n"
-                     "from ... import _core\n"
-                     "from ..._journal.store import JournalStore\n"
-                     "from . import clone\n")
+    tree = ast.parse(
+        "from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal\n"
+        "import ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client\n"
+        "from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import runner\n"
+        "from ..runner import StageContext\n"
+        "from ... import _core\n"
+        "from ..._journal.store import JournalStore\n"
+        "from . import clone\n"
+    )
     assert [target for _line, target in collection_imports(tree, "module_utils/_stages/vm/disk.py")] == [
-        "module_utils/_journal/__init__.py", "module_utils/_api/client.py", "module_utils/_stages/runner.py",
-        "module_utils/_stages/runner.py", "module_utils/_core/__init__.py", "module_utils/_journal/store.py",
-        "module_utils/_stages/vm/clone.py"]
+        "module_utils/_journal/__init__.py",
+        "module_utils/_api/client.py",
+        "module_utils/_stages/runner.py",
+        "module_utils/_stages/runner.py",
+        "module_utils/_core/__init__.py",
+        "module_utils/_journal/store.py",
+        "module_utils/_stages/vm/clone.py",
+    ]
 
 
 def import_cycles(graph: t.Mapping[str, t.Iterable[str]]) -> list[list[str]]:
@@ -177,8 +208,8 @@ def import_cycles(graph: t.Mapping[str, t.Iterable[str]]) -> list[list[str]]:
             elif target in stack:
                 low[node] = min(low[node], order[target])
         if low[node] == order[node]:
-            part = stack[stack.index(node):]
-            del stack[stack.index(node):]
+            part = stack[stack.index(node) :]
+            del stack[stack.index(node) :]
             if len(part) > 1:
                 cycles.append(sorted(part))
 
@@ -189,11 +220,21 @@ def import_cycles(graph: t.Mapping[str, t.Iterable[str]]) -> list[list[str]]:
 
 
 def test_an_import_cycle_is_found() -> None:
-    assert import_cycles({"a.py": ["b.py"], "b.py": ["c.py"], "c.py": ["a.py", "d.py"], "d.py": []}) == [["a.py", "b.py", "c.py"]]
+    assert import_cycles({"a.py": ["b.py"], "b.py": ["c.py"], "c.py": ["a.py", "d.py"], "d.py": []}) == [
+        ["a.py", "b.py", "c.py"]
+    ]
 
 
 def test_no_files_import_each_other() -> None:
     """A cycle (even one a function-local import dodges at load time) means the cut between the files is wrong."""
-    graph = {relative: {target for _line, target in collection_imports(ast.parse((PLUGINS / relative).read_text(encoding="utf-8")), relative)
-                        if target != relative} for relative in FILES}
+    graph = {
+        relative: {
+            target
+            for _line, target in collection_imports(
+                ast.parse((PLUGINS / relative).read_text(encoding="utf-8")), relative
+            )
+            if target != relative
+        }
+        for relative in FILES
+    }
     assert not import_cycles(graph), "files under plugins/ that import each other: %s" % import_cycles(graph)

@@ -46,7 +46,9 @@ def test_return_is_the_generated_text(module: str) -> None:
     assert GEN.current(module) == generated, "run: python tools/dev/gen_return_docs.py"
     assert "${" not in generated
     document = yaml.safe_load(generated)
-    assert list(document) == [(item if isinstance(item, str) else next(iter(item))).split("@")[0] for item in MODULES[module]["return"]]
+    assert list(document) == [
+        (item if isinstance(item, str) else next(iter(item))).split("@")[0] for item in MODULES[module]["return"]
+    ]
     assert all("description" in entry and "returned" in entry and "type" in entry for entry in document.values())
 
 
@@ -61,6 +63,10 @@ def test_a_shared_entry_is_one_edit_for_every_stage_module() -> None:
 
 
 def test_generator_check_mode() -> None:
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "dev" / "gen_return_docs.py"), "--check"], capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "dev" / "gen_return_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr

@@ -41,14 +41,20 @@ class _Dumper(yaml.SafeDumper):
         return super().increase_indent(flow, False)  # list items indented under their key
 
 
-_Dumper.add_representer(_Flow, lambda dumper, value: dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=True))
-_Dumper.add_representer(_FlowDict, lambda dumper, value: dumper.represent_mapping("tag:yaml.org,2002:map", value, flow_style=True))
+_Dumper.add_representer(
+    _Flow, lambda dumper, value: dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=True)
+)
+_Dumper.add_representer(
+    _FlowDict, lambda dumper, value: dumper.represent_mapping("tag:yaml.org,2002:map", value, flow_style=True)
+)
 
 
 @functools.lru_cache(maxsize=None)
 def _registry() -> types.ModuleType:
     # The registry is data only (no collection imports): it loads by file path.
-    spec = importlib.util.spec_from_file_location("vmanyware_stage_registry", REPO / "plugins" / "module_utils" / "_stages" / "registry.py")
+    spec = importlib.util.spec_from_file_location(
+        "vmanyware_stage_registry", REPO / "plugins" / "module_utils" / "_stages" / "registry.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -97,7 +103,9 @@ def modules(source: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     listed = dict(source["modules"])
     registry = _registry()
     for stage in registry.stages_in_order(registry.VM):
-        listed.setdefault(stage.module, {"return": source["stage_returns"], "vars": {"stage_kind": "V(%s)." % stage.kind}})
+        listed.setdefault(
+            stage.module, {"return": source["stage_returns"], "vars": {"stage_kind": "V(%s)." % stage.kind}}
+        )
     return listed
 
 
@@ -117,7 +125,9 @@ def render(source: t.Mapping[str, t.Any], module: str) -> str:
     for key in ("progress", "admission"):  # hand-written samples of shared entries keep one line too
         if isinstance(document.get(key, {}).get("sample"), dict):
             document[key]["sample"] = _flow(document[key]["sample"])
-    return yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=WIDTH, allow_unicode=True, default_flow_style=False)
+    return yaml.dump(
+        document, Dumper=_Dumper, sort_keys=False, width=WIDTH, allow_unicode=True, default_flow_style=False
+    )
 
 
 def module_path(module: str) -> Path:
@@ -127,7 +137,7 @@ def module_path(module: str) -> Path:
 def current(module: str) -> str:
     match = RETURN_BLOCK.search(module_path(module).read_text(encoding="utf-8"))
     if match is None:
-        raise SystemExit("%s has no RETURN = r\"\"\"...\"\"\" block" % module)
+        raise SystemExit('%s has no RETURN = r"""...""" block' % module)
     return match.group("body")
 
 

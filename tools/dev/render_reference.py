@@ -41,7 +41,9 @@ def esc(text: str) -> str:
 
 def anchor(what: str, names: t.Sequence[str], entrypoint: str | None = None) -> str:
     prefix = "parameter" if what == "option" else "return"
-    return "-".join([prefix] + ([entrypoint] if entrypoint else []) + [re.sub(r"[^A-Za-z0-9_]", "_", n) for n in names]).lower()
+    return "-".join(
+        [prefix] + ([entrypoint] if entrypoint else []) + [re.sub(r"[^A-Za-z0-9_]", "_", n) for n in names]
+    ).lower()
 
 
 def page_name(fqcn: str, kind: str) -> str:
@@ -54,8 +56,9 @@ class Links(LinkProvider):
     def plugin_link(self, plugin: dom.PluginIdentifier) -> str | None:
         return page_name(plugin.fqcn, plugin.type) if plugin.fqcn.startswith(COLLECTION + ".") else None
 
-    def plugin_option_like_link(self, plugin: dom.PluginIdentifier, entrypoint: str | None, what: t.Any, name: list[str],
-                                current_plugin: bool) -> str | None:
+    def plugin_option_like_link(
+        self, plugin: dom.PluginIdentifier, entrypoint: str | None, what: t.Any, name: list[str], current_plugin: bool
+    ) -> str | None:
         if not plugin.fqcn.startswith(COLLECTION + "."):
             return None
         target = "" if current_plugin else page_name(plugin.fqcn, plugin.type)
@@ -119,7 +122,11 @@ class Renderer:
         out = []
         for item in items:
             paragraphs = parse(str(item), self.context, errors="exception")
-            out.append(to_md(paragraphs, formatter=Formatter(), link_provider=Links(), current_plugin=self.context.current_plugin))
+            out.append(
+                to_md(
+                    paragraphs, formatter=Formatter(), link_provider=Links(), current_plugin=self.context.current_plugin
+                )
+            )
         return out
 
     @staticmethod
@@ -129,16 +136,30 @@ class Renderer:
             if i:
                 lines.append("")
             lead = first if i == 0 else indent
-            wrapped = textwrap.wrap(paragraph, WIDTH, initial_indent=lead, subsequent_indent=indent, break_long_words=False,
-                                    break_on_hyphens=False) or [lead.rstrip()]
+            wrapped = textwrap.wrap(
+                paragraph,
+                WIDTH,
+                initial_indent=lead,
+                subsequent_indent=indent,
+                break_long_words=False,
+                break_on_hyphens=False,
+            ) or [lead.rstrip()]
             # A continuation line must not start a new block (heading, list item, quote).
             lines += [wrapped[0]] + [_LINE_START.sub(r"\1\\\2", w, count=1) for w in wrapped[1:]]
         return lines
 
-    def options(self, options: t.Mapping[str, t.Any], path: tuple[str, ...] = (), depth: int = 0, positional: t.Sequence[str] = ()) -> list[str]:
+    def options(
+        self,
+        options: t.Mapping[str, t.Any],
+        path: tuple[str, ...] = (),
+        depth: int = 0,
+        positional: t.Sequence[str] = (),
+    ) -> list[str]:
         lines = []
         pad = "  " * depth
-        for name in sorted(options, key=lambda n: (n not in positional, positional.index(n) if n in positional else 0, n)):
+        for name in sorted(
+            options, key=lambda n: (n not in positional, positional.index(n) if n in positional else 0, n)
+        ):
             spec = options[name]
             facts = [self._type(spec)]
             if spec.get("required"):
@@ -151,9 +172,15 @@ class Renderer:
                 facts.append("choices: " + ", ".join(Formatter._code(self._value(c)) for c in spec["choices"]))
             if spec.get("aliases"):
                 facts.append("aliases: " + ", ".join(Formatter._code(a) for a in spec["aliases"]))
-            head = f'<a id="{anchor("option", path + (name,), self.entrypoint)}"></a>**{esc(name)}** ({"; ".join(facts)})'
-            lines += self.wrap([head + " - " + (self.text(spec.get("description")) or [""])[0]] + self.text(spec.get("description"))[1:],
-                               first=pad + "- ", indent=pad + "  ")
+            head = (
+                f'<a id="{anchor("option", path + (name,), self.entrypoint)}"></a>**{esc(name)}** ({"; ".join(facts)})'
+            )
+            lines += self.wrap(
+                [head + " - " + (self.text(spec.get("description")) or [""])[0]]
+                + self.text(spec.get("description"))[1:],
+                first=pad + "- ",
+                indent=pad + "  ",
+            )
             sub = spec.get("suboptions") or spec.get("options")
             if sub:
                 lines += self.options(sub, path + (name,), depth + 1)
@@ -174,7 +201,11 @@ class Renderer:
                     lines += ["", pad + "  Sample: " + Formatter._code(sample)]
                 else:
                     block = json.dumps(spec["sample"], indent=2, sort_keys=True).splitlines()
-                    lines += ["", pad + "  Sample:", "", pad + "  ```json"] + [pad + "  " + b for b in block] + [pad + "  ```"]
+                    lines += (
+                        ["", pad + "  Sample:", "", pad + "  ```json"]
+                        + [pad + "  " + b for b in block]
+                        + [pad + "  ```"]
+                    )
             if spec.get("contains"):
                 lines += self.returns(spec["contains"], path + (name,), depth + 1)
         return lines
@@ -199,22 +230,35 @@ def render_plugin(fqcn: str, kind: str, entry: t.Mapping[str, t.Any]) -> str:
     lines = [HEADER, f"# {fqcn} ({kind})", ""] + r.wrap(r.text(doc.get("short_description")))
     lines += section("Synopsis", r.wrap(r.text(doc.get("description"))))
     lines += section("Requirements", [f"- {esc(str(q))}" for q in doc.get("requirements") or []])
-    lines += section("Parameters" if kind == "module" else "Input and options",
-                     r.options(doc.get("options") or {}, positional=doc.get("positional") or []))
+    lines += section(
+        "Parameters" if kind == "module" else "Input and options",
+        r.options(doc.get("options") or {}, positional=doc.get("positional") or []),
+    )
     attributes = []
     for name in sorted(doc.get("attributes") or {}):
         spec = doc["attributes"][name]
         details = r.text(spec.get("details"))
-        head = f"**{esc(name)}** (support: `{spec.get('support', 'none')}`) - " + " ".join(r.text(spec.get("description")))
+        head = f"**{esc(name)}** (support: `{spec.get('support', 'none')}`) - " + " ".join(
+            r.text(spec.get("description"))
+        )
         attributes += r.wrap([head] + details, first="- ", indent="  ")
     lines += section("Attributes", attributes)
-    lines += section("Notes", [line for note in r.text(doc.get("notes")) for line in r.wrap([note], first="- ", indent="  ")])
+    lines += section(
+        "Notes", [line for note in r.text(doc.get("notes")) for line in r.wrap([note], first="- ", indent="  ")]
+    )
     seealso = []
     for item in doc.get("seealso") or []:
         if "module" in item:
             target = Links().plugin_link(dom.PluginIdentifier(fqcn=item["module"], type="module"))
-            seealso += r.wrap([(f"[{item['module']}]({target})" if target else item["module"]) + " " + " ".join(r.text(item.get("description")))],
-                              first="- ", indent="  ")
+            seealso += r.wrap(
+                [
+                    (f"[{item['module']}]({target})" if target else item["module"])
+                    + " "
+                    + " ".join(r.text(item.get("description")))
+                ],
+                first="- ",
+                indent="  ",
+            )
         elif "link" in item:
             seealso += r.wrap([f"[{esc(item.get('name', item['link']))}]({item['link']})"], first="- ", indent="  ")
     lines += section("See also", seealso)
@@ -249,9 +293,13 @@ def short(entry: t.Mapping[str, t.Any], kind: str) -> str:
 def render(dump: t.Mapping[str, t.Any]) -> dict[str, str]:
     pages: dict[str, str] = {}
     errors = []
-    index = [HEADER, f"# {COLLECTION} reference", "",
-             "Generated from each module's and filter's DOCUMENTATION/EXAMPLES/RETURN and each role's",
-             "`meta/argument_specs.yml`; regenerate with `tools/dev/build_docs.sh`."]
+    index = [
+        HEADER,
+        f"# {COLLECTION} reference",
+        "",
+        "Generated from each module's and filter's DOCUMENTATION/EXAMPLES/RETURN and each role's",
+        "`meta/argument_specs.yml`; regenerate with `tools/dev/build_docs.sh`.",
+    ]
     for kind, title in KINDS:
         entries = {k: v for k, v in (dump.get(kind) or {}).items() if k.startswith(COLLECTION + ".")}
         if not entries:
@@ -264,7 +312,11 @@ def render(dump: t.Mapping[str, t.Any]) -> dict[str, str]:
                 continue
             name = page_name(fqcn, kind)
             pages[name] = render_role(fqcn, entry) if kind == "role" else render_plugin(fqcn, kind, entry)
-            index.append(f"- [{fqcn}]({name}) - {Renderer(fqcn, kind).text(short(entry, kind))[0] if short(entry, kind) else ''}".rstrip(" -"))
+            index.append(
+                f"- [{fqcn}]({name}) - {Renderer(fqcn, kind).text(short(entry, kind))[0] if short(entry, kind) else ''}".rstrip(
+                    " -"
+                )
+            )
     if errors:
         raise SystemExit("documentation could not be loaded:\n" + "\n".join(errors))
     pages["README.md"] = "\n".join(index) + "\n"
@@ -273,8 +325,12 @@ def render(dump: t.Mapping[str, t.Any]) -> dict[str, str]:
 
 def metadata_dump() -> dict[str, t.Any]:
     ansible_doc = Path(sys.executable).parent / "ansible-doc"
-    proc = subprocess.run([str(ansible_doc), "--metadata-dump", "--no-fail-on-errors", COLLECTION], capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [str(ansible_doc), "--metadata-dump", "--no-fail-on-errors", COLLECTION],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode:
         raise SystemExit(f"ansible-doc --metadata-dump failed ({proc.returncode}):\n{proc.stderr}")
     return t.cast(dict, json.loads(proc.stdout)["all"])
@@ -284,13 +340,17 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("dest", type=Path)
     parser.add_argument("--dump", type=Path, help="a saved ansible-doc --metadata-dump (default: run it)")
-    parser.add_argument("--check", action="store_true", help="compare with DEST instead of writing; exit 1 on any difference")
+    parser.add_argument(
+        "--check", action="store_true", help="compare with DEST instead of writing; exit 1 on any difference"
+    )
     args = parser.parse_args(argv)
     dump = json.loads(args.dump.read_text(encoding="utf-8"))["all"] if args.dump else metadata_dump()
     pages = render(dump)
     existing = {p.name for p in args.dest.glob("*.md")} if args.dest.is_dir() else set()
     if args.check:
-        stale = sorted(n for n in pages if not (args.dest / n).is_file() or (args.dest / n).read_text(encoding="utf-8") != pages[n])
+        stale = sorted(
+            n for n in pages if not (args.dest / n).is_file() or (args.dest / n).read_text(encoding="utf-8") != pages[n]
+        )
         extra = sorted(existing - set(pages))
         for name in stale:
             print(f"{args.dest / name}: differs from the generated page")

@@ -69,8 +69,11 @@ class AdmissionWaiting(Exception):
 def check_concurrency(value: t.Any) -> int:
     """``storage_concurrency``: an integer >= 0 (0: no admission control)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError("storage_concurrency must be an integer >= 0 (0 turns admission control off).", path="storage_concurrency",
-                         details={"rule": "non_negative_integer"})
+        raise InputError(
+            "storage_concurrency must be an integer >= 0 (0 turns admission control off).",
+            path="storage_concurrency",
+            details={"rule": "non_negative_integer"},
+        )
     return value
 
 
@@ -124,7 +127,9 @@ def _paths(journal_dir: str, scope: str, storage: str, concurrency: int) -> tupl
     directory = os.path.join(journal_dir, ADMISSION_DIR)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     key = slot_key(scope, storage)
-    return [os.path.join(directory, "%s.%d.slot" % (key, index)) for index in range(concurrency)], waiters_file(journal_dir, scope, storage)
+    return [os.path.join(directory, "%s.%d.slot" % (key, index)) for index in range(concurrency)], waiters_file(
+        journal_dir, scope, storage
+    )
 
 
 def announce_waiting(waiters: str) -> int | None:
@@ -153,8 +158,17 @@ def someone_waits(waiters: str) -> bool:
     return False
 
 
-def acquire(journal_dir: str, scope: str, storage: str, concurrency: int, *, budget: float | None, holder: t.Mapping[str, t.Any],
-            clock: t.Callable[[], float] = time.monotonic, sleep: t.Callable[[float], None] = time.sleep) -> Slot:
+def acquire(
+    journal_dir: str,
+    scope: str,
+    storage: str,
+    concurrency: int,
+    *,
+    budget: float | None,
+    holder: t.Mapping[str, t.Any],
+    clock: t.Callable[[], float] = time.monotonic,
+    sleep: t.Callable[[float], None] = time.sleep,
+) -> Slot:
     """Take a free slot of ``storage``, waiting up to ``budget`` seconds (None: until one is free).
 
     While it waits it is announced as a waiter (``announce_waiting``), so the holders read their task logs to give
@@ -175,8 +189,14 @@ def acquire(journal_dir: str, scope: str, storage: str, concurrency: int, *, bud
                     return Slot(storage, index, path, fd, clock() - start, waiters)
             waited = clock() - start
             if budget is not None and waited >= budget:
-                raise AdmissionWaiting({"waiting": "a free allocation slot on storage %s" % storage, "storage": storage,
-                                        "storageConcurrency": concurrency, "waitedSeconds": round(waited, 1)})
+                raise AdmissionWaiting(
+                    {
+                        "waiting": "a free allocation slot on storage %s" % storage,
+                        "storage": storage,
+                        "storageConcurrency": concurrency,
+                        "waitedSeconds": round(waited, 1),
+                    }
+                )
             if announced is None:
                 announced = announce_waiting(waiters)
             sleep(ACQUIRE_POLL if budget is None else max(0.0, min(ACQUIRE_POLL, budget - waited)))
@@ -207,8 +227,17 @@ class Holding:
     Without a waiter it reads nothing; the slot goes back when the task wait has seen the end (``finish``).
     """
 
-    def __init__(self, slot: Slot, client: ApiClient, upid: str, allocations: int | None, *, limit: float,
-                 clock: t.Callable[[], float] = time.monotonic, sleep: t.Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        slot: Slot,
+        client: ApiClient,
+        upid: str,
+        allocations: int | None,
+        *,
+        limit: float,
+        clock: t.Callable[[], float] = time.monotonic,
+        sleep: t.Callable[[float], None] = time.sleep,
+    ) -> None:
         self.slot = slot
         self._client = client
         self._upid = parse_upid(upid)

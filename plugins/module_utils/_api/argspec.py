@@ -34,8 +34,17 @@ def set_env_fallback(*names: str, **kwargs: t.Any) -> str:
 
 
 CONNECTION_OPTION_NAMES = (
-    "api_host", "api_port", "api_user", "api_token_id", "api_token_secret", "api_password",
-    "validate_certs", "ca_path", "api_fingerprint", "api_timeout", "unverified_tls_read_only",
+    "api_host",
+    "api_port",
+    "api_user",
+    "api_token_id",
+    "api_token_secret",
+    "api_password",
+    "validate_certs",
+    "ca_path",
+    "api_fingerprint",
+    "api_timeout",
+    "unverified_tls_read_only",
 )
 
 
@@ -51,9 +60,16 @@ def connection_argument_spec() -> dict[str, dict[str, t.Any]]:
         "validate_certs": {"type": "bool", "default": True, "fallback": (set_env_fallback, ["PROXMOX_VALIDATE_CERTS"])},
         "ca_path": {"type": "path", "fallback": (set_env_fallback, ["PROXMOX_CA_PATH"])},
         "api_fingerprint": {"type": "str", "fallback": (set_env_fallback, ["PROXMOX_FINGERPRINT"])},
-        "api_timeout": {"type": "float", "default": DEFAULT_TIMEOUT, "fallback": (set_env_fallback, ["PROXMOX_TIMEOUT", "PROXMOX_API_TIMEOUT"])},
-        "unverified_tls_read_only": {"type": "bool", "default": False,
-                                     "fallback": (set_env_fallback, ["PROXMOX_UNVERIFIED_TLS_READ_ONLY"])},
+        "api_timeout": {
+            "type": "float",
+            "default": DEFAULT_TIMEOUT,
+            "fallback": (set_env_fallback, ["PROXMOX_TIMEOUT", "PROXMOX_API_TIMEOUT"]),
+        },
+        "unverified_tls_read_only": {
+            "type": "bool",
+            "default": False,
+            "fallback": (set_env_fallback, ["PROXMOX_UNVERIFIED_TLS_READ_ONLY"]),
+        },
     }
 
 

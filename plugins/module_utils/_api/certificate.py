@@ -39,13 +39,18 @@ else:
     HAS_CRYPTOGRAPHY = True
 
 # OpenSSL X509_V_ERR_* codes -> fixed reasons (the verify message itself is never forwarded).
-_VERIFY_REASONS = {9: "not_yet_valid", 10: "expired", 62: "hostname_mismatch", 64: "hostname_mismatch"}  # 64: IP address mismatch
+_VERIFY_REASONS = {
+    9: "not_yet_valid",
+    10: "expired",
+    62: "hostname_mismatch",
+    64: "hostname_mismatch",
+}  # 64: IP address mismatch
 
 
 def colon_fingerprint(der: bytes) -> str:
     """SHA-256 of a DER certificate as ``AB:CD:...`` (PVE's ``X509_get_fingerprint(cert, 'sha256')`` form)."""
     digest = hashlib.sha256(der).hexdigest().upper()
-    return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
+    return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
 
 
 def _utc(cert: t.Any, name: str) -> datetime.datetime:
@@ -70,7 +75,9 @@ def _is_ca(cert: t.Any) -> bool:
         return False
 
 
-def host_matches(host: str, dns_names: t.Sequence[str], ip_names: t.Sequence[str], common_names: t.Sequence[str] = ()) -> bool:
+def host_matches(
+    host: str, dns_names: t.Sequence[str], ip_names: t.Sequence[str], common_names: t.Sequence[str] = ()
+) -> bool:
     """RFC 6125 matching as TLS clients do it: IPs against IP SANs, names against DNS SANs (one left-most ``*``)."""
     host = host.strip("[]").rstrip(".").lower()
     try:
@@ -79,7 +86,7 @@ def host_matches(host: str, dns_names: t.Sequence[str], ip_names: t.Sequence[str
         address = None
     if address is not None:
         return any(ipaddress.ip_address(ip) == address for ip in ip_names)
-    for pattern in (dns_names or common_names):  # the CN counts only without any DNS SAN
+    for pattern in dns_names or common_names:  # the CN counts only without any DNS SAN
         pattern = pattern.rstrip(".").lower()
         if pattern == host:
             return True
@@ -147,8 +154,15 @@ def verify_with(host: str, port: int, context: ssl.SSLContext, timeout: float) -
     return {"verified": True, "reason": None}
 
 
-def inspect_endpoint(host: str, port: int, *, ca_path: str | None = None, timeout: float = 10.0, fingerprint: str | None = None,
-                     now: datetime.datetime | None = None) -> dict[str, t.Any]:
+def inspect_endpoint(
+    host: str,
+    port: int,
+    *,
+    ca_path: str | None = None,
+    timeout: float = 10.0,
+    fingerprint: str | None = None,
+    now: datetime.datetime | None = None,
+) -> dict[str, t.Any]:
     """The module result of ``vmanyware_certificate_info`` (see its RETURN)."""
     pin = normalize_fingerprint(fingerprint) if fingerprint else None
     require_readable_ca(ca_path)
@@ -161,14 +175,21 @@ def inspect_endpoint(host: str, port: int, *, ca_path: str | None = None, timeou
     try:
         chain = _handshake(address, port, inspect, timeout)
     except ssl.SSLError:
-        failure = ProviderError("The server did not complete a TLS handshake.", code="tls_verification_failed",
-                                details={"method": "CONNECT", "path": "/"})
+        failure = ProviderError(
+            "The server did not complete a TLS handshake.",
+            code="tls_verification_failed",
+            details={"method": "CONNECT", "path": "/"},
+        )
     except OSError:
         failure = ProviderError(code="transport_lost", details={"method": "CONNECT", "path": "/"})
     if failure is not None:
         raise failure
     if not chain:
-        raise ProviderError("The server presented no certificate.", code="tls_verification_failed", details={"method": "CONNECT", "path": "/"})
+        raise ProviderError(
+            "The server presented no certificate.",
+            code="tls_verification_failed",
+            details={"method": "CONNECT", "path": "/"},
+        )
     moment = now or datetime.datetime.now(datetime.timezone.utc)
     described = [describe(der, address, moment) for der in chain]
     leaf = described[0]

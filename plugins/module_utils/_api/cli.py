@@ -51,7 +51,10 @@ _COMMANDS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 _PCT_SUBCOMMANDS = frozenset({"clone", "set", "resize", "start", "stop", "shutdown", "snapshot", "destroy"})
 # (tool, subcommand) -> (parameter the CLI reads from a file, how the API value becomes the file's content)
 _FILE_PARAMETERS: dict[tuple[str, str], tuple[str, t.Callable[[str], str]]] = {
-    ("qm", "set"): ("sshkeys", lambda value: unquote(value, errors="strict")),  # qm URI-escapes the file's content itself
+    ("qm", "set"): (
+        "sshkeys",
+        lambda value: unquote(value, errors="strict"),
+    ),  # qm URI-escapes the file's content itself
     ("pct", "create"): ("ssh-public-keys", lambda value: value),
 }
 _HEREDOC = "VMANYWARE_SSH_KEYS"
@@ -98,8 +101,17 @@ def _node_command(method: str, path: str, params: t.Mapping[str, t.Any]) -> str 
         return None
     if re.fullmatch(r"/nodes/[^/]+/lxc", path) and "vmid" in params and "ostemplate" in params:
         preamble, params = _file_parameter("pct", "create", _value(params["vmid"]), dict(params))
-        rest = [word for key, value in params.items() if key not in ("vmid", "ostemplate") for word in (f"--{key}", _value(value))]
-        return preamble + "pct create " + " ".join(shlex.quote(w) for w in [_value(params["vmid"]), _value(params["ostemplate"]), *rest])
+        rest = [
+            word
+            for key, value in params.items()
+            if key not in ("vmid", "ostemplate")
+            for word in (f"--{key}", _value(value))
+        ]
+        return (
+            preamble
+            + "pct create "
+            + " ".join(shlex.quote(w) for w in [_value(params["vmid"]), _value(params["ostemplate"]), *rest])
+        )
     if re.fullmatch(r"/nodes/[^/]+/aplinfo", path) and "storage" in params and "template" in params:
         return "pveam download " + " ".join(shlex.quote(_value(params[key])) for key in ("storage", "template"))
     return None

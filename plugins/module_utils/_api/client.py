@@ -68,54 +68,6 @@ _CHUNK = 64 * 1024
 RequestLog = t.Callable[[str, str, t.Mapping[str, t.Any], t.Optional[int]], None]
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 class _Resource:
     """proxmoxer-style path builder: ``client.api.nodes("pve").qemu(100).config.get()``."""
 
@@ -147,26 +99,6 @@ class _Resource:
         return self._client.delete(self._path, **params)
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 class ProxmoxClient(ApiVerbs):
     """Typed, bounded access to the PVE API.
 
@@ -196,8 +128,13 @@ class ProxmoxClient(ApiVerbs):
         self._session.verify = self._verify
         self._session.headers["Accept"] = "application/json"
         system_store = settings.validate_certs and not settings.fingerprint and not settings.ca_path
-        self._adapter = adapter if adapter is not None else PinnedTLSAdapter(
-            settings.fingerprint, settings.bound_certificate, system_trust_context() if system_store else None)
+        self._adapter = (
+            adapter
+            if adapter is not None
+            else PinnedTLSAdapter(
+                settings.fingerprint, settings.bound_certificate, system_trust_context() if system_store else None
+            )
+        )
         self._session.mount("https://", self._adapter)
         self._ticket: tuple[str, str] | None = None
         self.observed_fingerprint: str | None = None
@@ -241,7 +178,8 @@ class ProxmoxClient(ApiVerbs):
                 return self._send_once(method, path, params)
             except ProviderError as err:
                 retryable = err.code in ("transport_lost", "reply_lost") or (
-                    err.code == "server_error" and err.details.get("status") != 501)
+                    err.code == "server_error" and err.details.get("status") != 501
+                )
                 if method != "GET" or not retryable or attempt + 1 >= attempts:
                     raise
                 self._sleep(GET_BACKOFF[min(attempt, len(GET_BACKOFF) - 1)])
@@ -255,7 +193,11 @@ class ProxmoxClient(ApiVerbs):
     def _auth(self, method: str) -> tuple[t.Any, dict[str, str], dict[str, str]]:
         settings = self.settings
         if settings.uses_token:
-            return None, {"Authorization": "PVEAPIToken=%s!%s=%s" % (settings.user, settings.token_name, settings.token_secret)}, {}
+            return (
+                None,
+                {"Authorization": "PVEAPIToken=%s!%s=%s" % (settings.user, settings.token_name, settings.token_secret)},
+                {},
+            )
         if self._ticket is None:
             self._login()
         if self._ticket is None:  # pragma: no cover - _login sets it or raises
@@ -267,18 +209,40 @@ class ProxmoxClient(ApiVerbs):
     def _login(self) -> None:
         params = {"username": self.settings.user, "password": self.settings.password}
         data = self._exchange("POST", "/access/ticket", params, auth=None, headers={}, cookies={}).get("data")
-        if not isinstance(data, dict) or not isinstance(data.get("ticket"), str) or not isinstance(data.get("CSRFPreventionToken"), str):
-            raise provider_error("unexpected_response", "Proxmox answered the login with an unexpected body.", method="POST", path="/access/ticket")
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("ticket"), str)
+            or not isinstance(data.get("CSRFPreventionToken"), str)
+        ):
+            raise provider_error(
+                "unexpected_response",
+                "Proxmox answered the login with an unexpected body.",
+                method="POST",
+                path="/access/ticket",
+            )
         if data.get("NeedTFA"):
-            raise provider_error("auth_failed", "The user requires a second factor; use an API token.", method="POST", path="/access/ticket")
+            raise provider_error(
+                "auth_failed",
+                "The user requires a second factor; use an API token.",
+                method="POST",
+                path="/access/ticket",
+            )
         self._ticket = (data["ticket"], data["CSRFPreventionToken"])
 
     def _send_once(self, method: str, path: str, params: dict[str, t.Any]) -> dict[str, t.Any]:
         auth, headers, cookies = self._auth(method)
         return self._exchange(method, path, params, auth=auth, headers=headers, cookies=cookies)
 
-    def _exchange(self, method: str, path: str, params: dict[str, t.Any], *, auth: t.Any, headers: dict[str, str],
-                  cookies: dict[str, str]) -> dict[str, t.Any]:
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, t.Any],
+        *,
+        auth: t.Any,
+        headers: dict[str, str],
+        cookies: dict[str, str],
+    ) -> dict[str, t.Any]:
         refusal = tls_refusal(self.settings, method, path)  # every exchange, the login included
         if refusal is not None:
             raise refusal
@@ -297,8 +261,17 @@ class ProxmoxClient(ApiVerbs):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
                 response = self._session.request(
-                    method, url, params=query, data=form, auth=auth, headers=headers, cookies=cookies,
-                    verify=self._verify, timeout=(timeout, timeout), stream=True, allow_redirects=False,
+                    method,
+                    url,
+                    params=query,
+                    data=form,
+                    auth=auth,
+                    headers=headers,
+                    cookies=cookies,
+                    verify=self._verify,
+                    timeout=(timeout, timeout),
+                    stream=True,
+                    allow_redirects=False,
                 )
         except requests.exceptions.RequestException as exc:
             failure = transport_failure(exc, facts, method, path)
@@ -321,16 +294,27 @@ class ProxmoxClient(ApiVerbs):
         if status >= 300:
             raise map_http_error(method, path, status, response.reason or "", parsed)
         if not isinstance(parsed, dict) or "data" not in parsed:
-            raise provider_error("unexpected_response", "Proxmox answered with a body the collection does not understand.",
-                         method=method, path=path, status=status)
+            raise provider_error(
+                "unexpected_response",
+                "Proxmox answered with a body the collection does not understand.",
+                method=method,
+                path=path,
+                status=status,
+            )
         return parsed
 
     def _read_bounded(self, response: t.Any, method: str, path: str, started: float) -> bytes:
         limit = self.settings.max_response_bytes
         declared = response.headers.get("Content-Length")
         if declared and declared.isdigit() and int(declared) > limit:
-            raise provider_error("response_too_large", "The response exceeded the configured size bound.",
-                         method=method, path=path, status=response.status_code, limit=limit)
+            raise provider_error(
+                "response_too_large",
+                "The response exceeded the configured size bound.",
+                method=method,
+                path=path,
+                status=response.status_code,
+                limit=limit,
+            )
         chunks: list[bytes] = []
         size = 0
         lost = False
@@ -338,12 +322,23 @@ class ProxmoxClient(ApiVerbs):
             for chunk in response.raw.stream(_CHUNK, decode_content=True):
                 size += len(chunk)
                 if size > limit:
-                    raise provider_error("response_too_large", "The response exceeded the configured size bound.",
-                                 method=method, path=path, status=response.status_code, limit=limit)
+                    raise provider_error(
+                        "response_too_large",
+                        "The response exceeded the configured size bound.",
+                        method=method,
+                        path=path,
+                        status=response.status_code,
+                        limit=limit,
+                    )
                 chunks.append(chunk)
                 if self._clock() - started > self.settings.timeout:
-                    raise provider_error("reply_lost", "The reply did not arrive within the timeout; the outcome is unknown.",
-                                 method=method, path=path, status=response.status_code)
+                    raise provider_error(
+                        "reply_lost",
+                        "The reply did not arrive within the timeout; the outcome is unknown.",
+                        method=method,
+                        path=path,
+                        status=response.status_code,
+                    )
         except ProviderError:
             raise
         except (urllib3.exceptions.HTTPError, OSError, requests.exceptions.RequestException):
@@ -356,7 +351,9 @@ class ProxmoxClient(ApiVerbs):
         if self.observed_fingerprint is not None:
             return
         if facts is not None:
-            self.observed_fingerprint = facts.leaf_sha256  # None on a reused connection (its leaf was seen when it was made)
+            self.observed_fingerprint = (
+                facts.leaf_sha256
+            )  # None on a reused connection (its leaf was seen when it was made)
             return
         try:  # a transport that records nothing (tests mount their own adapter)
             sock = response.raw.connection.sock

@@ -46,7 +46,9 @@ _LOCKED = re.compile(r"(?:VM|CT) is locked \(([a-z-]+)\)|can't lock file .* got 
 _NOT_FOUND = re.compile(r"does not exist|no such (vm|task|storage|file|node)", re.IGNORECASE)
 
 
-_CONFLICT = re.compile(r"detected modified configuration|checksum mismatch|digest mismatch|already exists", re.IGNORECASE)
+_CONFLICT = re.compile(
+    r"detected modified configuration|checksum mismatch|digest mismatch|already exists", re.IGNORECASE
+)
 
 
 # Guest agent failures (HTTP 500), classified into fixed tokens for ``details['agent']`` (the text is never forwarded).
@@ -67,7 +69,9 @@ _AGENT_REASONS = (
 PRECHECK_AGENT_REASONS = frozenset({"not_running", "exec_disabled", "not_configured", "exec_failed", "vm_not_running"})
 
 
-def provider_error(code: str, message: str, *, method: str, path: str, status: int | None = None, **details: t.Any) -> ProviderError:
+def provider_error(
+    code: str, message: str, *, method: str, path: str, status: int | None = None, **details: t.Any
+) -> ProviderError:
     """A ProviderError whose details name the request (``method``, ``endpoint``) and status: never a body."""
     info: dict[str, t.Any] = {"method": method, "endpoint": path}
     if status is not None:
@@ -112,9 +116,16 @@ def map_http_error(method: str, path: str, status: int, reason: str, body: t.Any
         return err
     if status == 400:
         if _CONFLICT.search(error_texts) or _CONFLICT.search(text):
-            return provider_error("conflict", "Proxmox reports that the object already exists or changed concurrently.", parameters=names,
-                          precheck=True, **ctx)
-        return provider_error("parameter_invalid", "Proxmox rejected a request parameter.", parameters=names, precheck=True, **ctx)
+            return provider_error(
+                "conflict",
+                "Proxmox reports that the object already exists or changed concurrently.",
+                parameters=names,
+                precheck=True,
+                **ctx,
+            )
+        return provider_error(
+            "parameter_invalid", "Proxmox rejected a request parameter.", parameters=names, precheck=True, **ctx
+        )
     if status == 404:
         return provider_error("not_found", "The requested object does not exist.", precheck=True, **ctx)
     lock = _LOCKED.search(text)
@@ -122,16 +133,25 @@ def map_http_error(method: str, path: str, status: int, reason: str, body: t.Any
         extra_lock: dict[str, t.Any] = {"lock": lock.group(1)} if lock.group(1) else {}
         return provider_error("locked", "The target is locked by another task.", precheck=True, **ctx, **extra_lock)
     if _CONFLICT.search(text):
-        return provider_error("conflict", "Proxmox reports that the object already exists or changed concurrently.", precheck=True, **ctx)
+        return provider_error(
+            "conflict", "Proxmox reports that the object already exists or changed concurrently.", precheck=True, **ctx
+        )
     if status >= 500 and _NOT_FOUND.search(text):
         return provider_error("not_found", "The requested object does not exist.", precheck=True, **ctx)
     if status >= 500:
         for pattern, token in _AGENT_REASONS:
             if pattern.search(text):
-                return provider_error("server_error", "Proxmox answered with a server error.", agent=token,
-                              precheck=token in PRECHECK_AGENT_REASONS, **ctx)
+                return provider_error(
+                    "server_error",
+                    "Proxmox answered with a server error.",
+                    agent=token,
+                    precheck=token in PRECHECK_AGENT_REASONS,
+                    **ctx,
+                )
         return provider_error("server_error", "Proxmox answered with a server error.", precheck=status == 501, **ctx)
-    return provider_error("unexpected_response", "Proxmox answered with an unexpected HTTP status.", precheck=False, **ctx)
+    return provider_error(
+        "unexpected_response", "Proxmox answered with an unexpected HTTP status.", precheck=False, **ctx
+    )
 
 
 def _exception_chain(exc: BaseException) -> t.Iterator[BaseException]:
@@ -169,13 +189,19 @@ def connect_failure_reason(exc: BaseException) -> str:
     if any(isinstance(item, ConnectionRefusedError) for item in chain):
         return "connection_refused"
     if any(isinstance(item, socket.gaierror) for item in chain) or (
-            HAS_REQUESTS and any(isinstance(item, urllib3.exceptions.NameResolutionError) for item in chain)):
+        HAS_REQUESTS and any(isinstance(item, urllib3.exceptions.NameResolutionError) for item in chain)
+    ):
         return "name_resolution"
     if any(isinstance(item, OSError) and item.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH) for item in chain):
         return "network_unreachable"
     if any(isinstance(item, (TimeoutError, socket.timeout)) for item in chain) or (
-            HAS_REQUESTS and any(isinstance(item, urllib3.exceptions.ConnectTimeoutError)
-                                 and not isinstance(item, urllib3.exceptions.NewConnectionError) for item in chain)):
+        HAS_REQUESTS
+        and any(
+            isinstance(item, urllib3.exceptions.ConnectTimeoutError)
+            and not isinstance(item, urllib3.exceptions.NewConnectionError)
+            for item in chain
+        )
+    ):
         return "connect_timeout"
     return "connect_failed"
 
@@ -188,7 +214,11 @@ def connect_failure(exc: BaseException, method: str, path: str) -> ProviderError
 def _is_connect_phase(exc: BaseException) -> bool:
     """True when a requests ConnectionError happened before any request byte was sent (by exception type: only for a
     transport that records no ``ExchangeFacts``)."""
-    connect_errors = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.NameResolutionError)
+    connect_errors = (
+        urllib3.exceptions.NewConnectionError,
+        urllib3.exceptions.ConnectTimeoutError,
+        urllib3.exceptions.NameResolutionError,
+    )
     return any(isinstance(item, connect_errors) for item in _exception_chain(exc))
 
 
@@ -200,8 +230,10 @@ def _is_handshake_refusal(exc: BaseException) -> bool:
 REPLY_LOST_TEXT = "The request was sent but its reply was lost; the outcome is unknown."
 
 
-CERTIFICATE_CHANGED_TEXT = ("The server presented another certificate than the one the operation's provider scope was computed from; "
-                            "nothing was sent.")
+CERTIFICATE_CHANGED_TEXT = (
+    "The server presented another certificate than the one the operation's provider scope was computed from; "
+    "nothing was sent."
+)
 
 
 TLS_REFUSED_TEXT = "The server certificate did not match the configured CA or fingerprint pin."
@@ -226,8 +258,13 @@ def transport_failure(exc: BaseException, facts: ExchangeFacts | None, method: s
         return connect_failure(exc, method, path)
     if HAS_REQUESTS and isinstance(exc, requests.exceptions.SSLError) and _is_handshake_refusal(exc):
         return provider_error("tls_verification_failed", TLS_REFUSED_TEXT, method=method, path=path)
-    if HAS_REQUESTS and (isinstance(exc, requests.exceptions.ConnectTimeout) or (
-            isinstance(exc, requests.exceptions.ConnectionError) and not isinstance(exc, requests.exceptions.SSLError)
-            and _is_connect_phase(exc))):
+    if HAS_REQUESTS and (
+        isinstance(exc, requests.exceptions.ConnectTimeout)
+        or (
+            isinstance(exc, requests.exceptions.ConnectionError)
+            and not isinstance(exc, requests.exceptions.SSLError)
+            and _is_connect_phase(exc)
+        )
+    ):
         return connect_failure(exc, method, path)
     return provider_error("reply_lost", REPLY_LOST_TEXT, method=method, path=path)

@@ -15,8 +15,18 @@ from __future__ import annotations
 
 import typing as t
 
-__all__ = ["HAS_REQUESTS", "HAS_TRUSTSTORE", "BaseAdapter", "BaseConnection", "BasePool", "BasePoolManager", "BaseSSLFailure",
-           "requests", "truststore", "urllib3"]
+__all__ = [
+    "HAS_REQUESTS",
+    "HAS_TRUSTSTORE",
+    "BaseAdapter",
+    "BaseConnection",
+    "BasePool",
+    "BasePoolManager",
+    "BaseSSLFailure",
+    "requests",
+    "truststore",
+    "urllib3",
+]
 
 try:
     import requests

@@ -25,12 +25,24 @@ import typing as t
 from .._core.errors import ProviderError
 from .._core.protocols import ApiClient
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
+GIB = 1024**3
+MIB = 1024**2
 
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)$")
-_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
-_NET_MODELS = ("virtio", "e1000", "e1000e", "rtl8139", "vmxnet3", "i82551", "i82557b", "i82559er", "ne2k_isa", "ne2k_pci", "pcnet")
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_NET_MODELS = (
+    "virtio",
+    "e1000",
+    "e1000e",
+    "rtl8139",
+    "vmxnet3",
+    "i82551",
+    "i82557b",
+    "i82559er",
+    "ne2k_isa",
+    "ne2k_pci",
+    "pcnet",
+)
 
 
 def parse_property_string(value: t.Any, default_key: str) -> dict[str, str]:
@@ -102,7 +114,9 @@ def disk_volume(config: t.Mapping[str, t.Any], device: str) -> DiskVolume | None
     volid = props.get("file", "")
     storage = volid.split(":", 1)[0] if ":" in volid else ""
     size = parse_size_bytes(props["size"]) if "size" in props else None
-    return DiskVolume(device=device, volid=volid, storage=storage, size_bytes=size, is_cdrom=props.get("media") == "cdrom")
+    return DiskVolume(
+        device=device, volid=volid, storage=storage, size_bytes=size, is_cdrom=props.get("media") == "cdrom"
+    )
 
 
 def memory_mib(value: t.Any) -> int | None:
@@ -162,7 +176,9 @@ def read_config(client: ApiClient, path: str) -> dict[str, t.Any]:
     """``GET {vm}/config``: the configuration (pending values applied, as PVE shows it) including ``digest``."""
     data = client.get(path + "/config")
     if not isinstance(data, dict):
-        raise ProviderError("Proxmox answered the VM configuration with an unexpected body.", code="unexpected_response")
+        raise ProviderError(
+            "Proxmox answered the VM configuration with an unexpected body.", code="unexpected_response"
+        )
     return data
 
 

@@ -211,11 +211,11 @@ class ObservingClient(ApiVerbs):
             self.reads.record_free_vmid(params["vmid"], envelope.get("data"))
         elif not params and isinstance(envelope, dict):
             if path.endswith(CONFIG_SUFFIX):
-                self.reads.record(path[:-len(CONFIG_SUFFIX)], envelope.get("data"))
+                self.reads.record(path[: -len(CONFIG_SUFFIX)], envelope.get("data"))
             elif path.endswith(PENDING_SUFFIX):
-                self.reads.record_pending(path[:-len(PENDING_SUFFIX)], envelope.get("data"))
+                self.reads.record_pending(path[: -len(PENDING_SUFFIX)], envelope.get("data"))
             elif path.endswith(STATUS_SUFFIX):
-                self.reads.record_power(path[:-len(STATUS_SUFFIX)], envelope.get("data"))
+                self.reads.record_power(path[: -len(STATUS_SUFFIX)], envelope.get("data"))
         return envelope
 
     def __getattr__(self, name: str) -> t.Any:

@@ -85,8 +85,10 @@ def normalize_fingerprint(value: str) -> str:
     """``AB:CD:...`` or ``abcd...`` (64 hex digits, any case) -> 64 lowercase hex digits."""
     text = value.strip().lower().replace(":", "")
     if not _HEX64.match(text):
-        raise ConfigurationError("api_fingerprint must be a SHA-256 fingerprint: 64 hex digits, optionally colon-separated.",
-                                 path="api_fingerprint")
+        raise ConfigurationError(
+            "api_fingerprint must be a SHA-256 fingerprint: 64 hex digits, optionally colon-separated.",
+            path="api_fingerprint",
+        )
     return text
 
 
@@ -113,10 +115,15 @@ def parse_token_id(token_id: str, user: str | None) -> tuple[str, str]:
 def validate_endpoint(host: str | None, port: int | None, timeout: float | None) -> tuple[str, int, float]:
     """``api_host``, ``api_port``, ``api_timeout`` checked and defaulted (``configuration_error`` otherwise)."""
     if not host or not host.strip():
-        raise ConfigurationError("api_host is not set: give the api_host option or set PROXMOX_HOST.", path="api_host",
-                                 details={"rule": "required", "environment": "PROXMOX_HOST"})
+        raise ConfigurationError(
+            "api_host is not set: give the api_host option or set PROXMOX_HOST.",
+            path="api_host",
+            details={"rule": "required", "environment": "PROXMOX_HOST"},
+        )
     if not _HOST.match(host.strip()):
-        raise ConfigurationError("api_host must be a host name or IP address without scheme, port or path.", path="api_host")
+        raise ConfigurationError(
+            "api_host must be a host name or IP address without scheme, port or path.", path="api_host"
+        )
     port = DEFAULT_PORT if port is None else int(port)
     if not 1 <= port <= 65535:
         raise ConfigurationError("api_port must be between 1 and 65535.", path="api_port")
@@ -149,7 +156,10 @@ def refuse_environment_proxy(host: str, port: int) -> None:
     if proxies.get("https") or proxies.get("all"):
         raise ConfigurationError(
             "A proxy is configured for the Proxmox API (https_proxy or all_proxy); the collection connects directly only: "
-            "add the host to no_proxy.", code="proxy_not_supported", path="api_host")
+            "add the host to no_proxy.",
+            code="proxy_not_supported",
+            path="api_host",
+        )
 
 
 def system_trust_context() -> ssl.SSLContext:
@@ -181,15 +191,19 @@ def build_settings(
     token_name: str | None = None
     if token_id or token_secret:
         if not (token_id and token_secret):
-            raise ConfigurationError("api_token_id and api_token_secret must be given together.", path="api_token_secret")
+            raise ConfigurationError(
+                "api_token_id and api_token_secret must be given together.", path="api_token_secret"
+            )
         token_user, token_name = parse_token_id(token_id, user)
     elif password:
         if not user or not _USERID.match(user.strip()):
             raise ConfigurationError("Password authentication needs api_user of the form user@realm.", path="api_user")
         token_user = user.strip()
     else:
-        raise ConfigurationError("Configure an API token (api_token_id, api_token_secret) or api_user with api_password.",
-                                 path="api_token_id")
+        raise ConfigurationError(
+            "Configure an API token (api_token_id, api_token_secret) or api_user with api_password.",
+            path="api_token_id",
+        )
     require_readable_ca(ca_path)
     refuse_environment_proxy(host.strip().lower(), port)
     return ConnectionSettings(

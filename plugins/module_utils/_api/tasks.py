@@ -79,11 +79,18 @@ class TaskOutcome:
 
     @property
     def error_code(self) -> str | None:
-        return {"failed": "task_failed", "timeout": "task_timeout", "unobservable": "task_unobservable"}.get(self.status)
+        return {"failed": "task_failed", "timeout": "task_timeout", "unobservable": "task_unobservable"}.get(
+            self.status
+        )
 
     def to_result(self) -> dict[str, t.Any]:
-        return {"upid": self.upid, "status": self.status, "exitstatus": self.exitstatus, "warnings": self.warnings,
-                "log_tail": list(self.log_tail)}
+        return {
+            "upid": self.upid,
+            "status": self.status,
+            "exitstatus": self.exitstatus,
+            "warnings": self.warnings,
+            "log_tail": list(self.log_tail),
+        }
 
     def raise_for_outcome(self) -> TaskOutcome:
         """Return self on success; raise ``TaskError`` (task_failed/timeout/unobservable) otherwise."""
@@ -138,7 +145,10 @@ def read_log_tail(client: ApiClient, upid: Upid, lines: int = LOG_TAIL_LINES) ->
         entries = head.get("data") or []
         total = head.get("total")
         if isinstance(total, int) and total > lines:
-            entries = client.request("GET", _status_path(upid, "log"), {"start": total - lines, "limit": lines}).get("data") or []
+            entries = (
+                client.request("GET", _status_path(upid, "log"), {"start": total - lines, "limit": lines}).get("data")
+                or []
+            )
     except ProviderError:
         return ()
     texts = [e.get("t", "") for e in entries if isinstance(e, dict)]

@@ -25,17 +25,19 @@ from .settings import ConnectionSettings, normalize_fingerprint, system_trust_co
 # Fixed texts of ``tls_unverified`` per rule (``details.rule``); the code's own text is the ``verified_tls_required`` one.
 UNVERIFIED_TLS_TEXTS = {
     "verified_tls_required": "TLS is not verified (validate_certs is false and no api_fingerprint pin is set), so no credential is "
-                             "sent: configure a CA file (ca_path), the system CAs or a SHA-256 pin.",
+    "sent: configure a CA file (ca_path), the system CAs or a SHA-256 pin.",
     "read_only": "The connection is unverified (unverified_tls_read_only): only GET requests are sent over it; this request was not sent.",
     "password": "A password is never sent over unverified TLS (the login posts it): use an API token, or verify TLS with a CA file or a pin.",
     "scope": "A provider scope, a VMID lease, an operation or a stage needs verified TLS (a CA file or a SHA-256 pin); "
-             "unverified_tls_read_only covers read-only checks only. Nothing was sent.",
+    "unverified_tls_read_only covers read-only checks only. Nothing was sent.",
 }
 
 
 # The warning every result read under ``unverified_tls_read_only`` carries (with ``tls_verified: false``).
-UNVERIFIED_TLS_WARNING = ("Read over UNVERIFIED TLS (unverified_tls_read_only): the server's identity is not proven, so these results may "
-                          "come from another host; no provider scope was computed. Configure ca_path or api_fingerprint before provisioning.")
+UNVERIFIED_TLS_WARNING = (
+    "Read over UNVERIFIED TLS (unverified_tls_read_only): the server's identity is not proven, so these results may "
+    "come from another host; no provider scope was computed. Configure ca_path or api_fingerprint before provisioning."
+)
 
 
 def _unverified(rule: str, **details: t.Any) -> ConfigurationError:
@@ -138,14 +140,20 @@ def certificate_fingerprint(settings: ConnectionSettings) -> str:
             with context.wrap_socket(raw, server_hostname=host) as tls:
                 der = tls.getpeercert(binary_form=True)
     except (ssl.SSLError, ssl.CertificateError):
-        failure = provider_error("tls_verification_failed", "The server certificate did not match the configured CA or fingerprint pin.",
-                         method="CONNECT", path="/")
+        failure = provider_error(
+            "tls_verification_failed",
+            "The server certificate did not match the configured CA or fingerprint pin.",
+            method="CONNECT",
+            path="/",
+        )
     except OSError as exc:
         failure = connect_failure(exc, "CONNECT", "/")
     if failure is not None:
         raise failure
     if not der:
-        raise provider_error("tls_verification_failed", "The server presented no certificate.", method="CONNECT", path="/")
+        raise provider_error(
+            "tls_verification_failed", "The server presented no certificate.", method="CONNECT", path="/"
+        )
     return hashlib.sha256(der).hexdigest()
 
 
@@ -186,7 +194,10 @@ class _RecordingPoolManager(BasePoolManager):  # type: ignore[misc]
     def __init__(self, recorder: PinnedTLSAdapter, **kwargs: t.Any) -> None:
         super().__init__(**kwargs)
         self.recorder = recorder
-        self.pool_classes_by_scheme: dict[str, t.Any] = {"http": urllib3.connectionpool.HTTPConnectionPool, "https": _RecordingPool}
+        self.pool_classes_by_scheme: dict[str, t.Any] = {
+            "http": urllib3.connectionpool.HTTPConnectionPool,
+            "https": _RecordingPool,
+        }
 
     def _new_pool(self, scheme: str, host: str, port: int, request_context: dict[str, t.Any] | None = None) -> t.Any:
         pool = super()._new_pool(scheme, host, port, request_context)
@@ -205,8 +216,12 @@ class PinnedTLSAdapter(BaseAdapter):  # type: ignore[misc]
     lives in the client.
     """
 
-    def __init__(self, fingerprint: str | None = None, bound_certificate: str | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        fingerprint: str | None = None,
+        bound_certificate: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self._fingerprint = fingerprint
         self._bound = bound_certificate
         self._ssl_context = ssl_context  # the system trust store (no pin, no ca_path)
@@ -221,7 +236,9 @@ class PinnedTLSAdapter(BaseAdapter):  # type: ignore[misc]
         self._pool_connections = connections
         self._pool_maxsize = maxsize
         self._pool_block = block
-        self.poolmanager = _RecordingPoolManager(self, num_pools=connections, maxsize=maxsize, block=block, **pool_kwargs)
+        self.poolmanager = _RecordingPoolManager(
+            self, num_pools=connections, maxsize=maxsize, block=block, **pool_kwargs
+        )
 
     def begin(self) -> ExchangeFacts:
         """Start recording one request attempt."""

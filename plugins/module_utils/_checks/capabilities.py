@@ -37,8 +37,10 @@ TEMPLATE_BUILD_MINIMUM = (8, 4)
 _VERSION = re.compile(r"^(\d+)\.(\d+)")
 
 # Why each stage needs its privileges (the "purpose" of a missing privilege): the registry's, plus the reads every run does.
-STAGE_PURPOSES = {"audit": "read the template, the new VM, the storage and the node's tasks",
-                  **{spec.kind: spec.purpose for spec in stages_in_order(VM)}}
+STAGE_PURPOSES = {
+    "audit": "read the template, the new VM, the storage and the node's tasks",
+    **{spec.kind: spec.purpose for spec in stages_in_order(VM)},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,25 +62,51 @@ def _provisioning_needs() -> tuple[Need, ...]:
         if stage not in STAGE_PURPOSES:
             continue
         for req in STAGE_PRIVILEGES[stage]:
-            needs.append(Need(req.path, req.privilege, req.min_major, req.max_major, purpose=f"{stage}: {STAGE_PURPOSES[stage]}"))
+            needs.append(
+                Need(req.path, req.privilege, req.min_major, req.max_major, purpose=f"{stage}: {STAGE_PURPOSES[stage]}")
+            )
     return tuple(needs)
 
 
-_VM_CONFIG = ("VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk", "VM.Config.Network", "VM.Config.Options", "VM.Config.Cloudinit",
-              "VM.Config.HWType")
+_VM_CONFIG = (
+    "VM.Config.CPU",
+    "VM.Config.Memory",
+    "VM.Config.Disk",
+    "VM.Config.Network",
+    "VM.Config.Options",
+    "VM.Config.Cloudinit",
+    "VM.Config.HWType",
+)
 # Reading an import/ISO/template volume needs "at least read access to storage" (pve-storage check_volume_access).
 _READ_VOLUME = ("Datastore.AllocateSpace",)
 TEMPLATE_BUILD_NEEDS: tuple[Need, ...] = (
-    Need("/storage/{import}", "Datastore.AllocateTemplate", purpose="download the cloud image into the import storage (download-url)"),
-    Need("/nodes/{node}", "Sys.AccessNetwork", purpose="let the node fetch the image URL (download-url)",
-         alternatives=(("/", ("Sys.Audit", "Sys.Modify")),)),
-    Need("/storage/{import}", "Datastore.Audit", purpose="import the downloaded image as the VM disk (import-from)",
-         alternatives=(("/storage/{import}", _READ_VOLUME),)),
+    Need(
+        "/storage/{import}",
+        "Datastore.AllocateTemplate",
+        purpose="download the cloud image into the import storage (download-url)",
+    ),
+    Need(
+        "/nodes/{node}",
+        "Sys.AccessNetwork",
+        purpose="let the node fetch the image URL (download-url)",
+        alternatives=(("/", ("Sys.Audit", "Sys.Modify")),),
+    ),
+    Need(
+        "/storage/{import}",
+        "Datastore.Audit",
+        purpose="import the downloaded image as the VM disk (import-from)",
+        alternatives=(("/storage/{import}", _READ_VOLUME),),
+    ),
     Need("/vms/{target}", "VM.Allocate", purpose="create the template VM and convert it to a template"),
     Need("/vms/{target}", "VM.Audit", purpose="read the template VM's configuration and status"),
     *(Need("/vms/{target}", privilege, purpose="configure the template VM") for privilege in _VM_CONFIG),
     Need("/vms/{target}", "VM.PowerMgmt", purpose="boot the template VM once to install the guest agent"),
-    Need("/vms/{target}", "VM.GuestAgent.Unrestricted", purpose="install the guest agent inside the template VM", min_major=9),
+    Need(
+        "/vms/{target}",
+        "VM.GuestAgent.Unrestricted",
+        purpose="install the guest agent inside the template VM",
+        min_major=9,
+    ),
     Need("/vms/{target}", "VM.Monitor", purpose="install the guest agent inside the template VM", max_major=8),
     Need("/storage/{storage}", "Datastore.AllocateSpace", purpose="allocate the template VM's disk"),
     Need("/sdn/zones/localnetwork/{bridge}", "SDN.Use", purpose="attach the template VM to the bridge"),
@@ -90,7 +118,12 @@ CONTAINER_NEEDS: tuple[Need, ...] = (
     *(Need("/vms/{target}", privilege, purpose="configure the container") for privilege in _CT_CONFIG),
     Need("/vms/{target}", "VM.PowerMgmt", purpose="start the container"),
     Need("/storage/{rootdir}", "Datastore.AllocateSpace", purpose="allocate the container's root disk"),
-    Need("/storage/{vztmpl}", "Datastore.Audit", purpose="read the container template", alternatives=(("/storage/{vztmpl}", _READ_VOLUME),)),
+    Need(
+        "/storage/{vztmpl}",
+        "Datastore.Audit",
+        purpose="read the container template",
+        alternatives=(("/storage/{vztmpl}", _READ_VOLUME),),
+    ),
     Need("/sdn/zones/localnetwork/{bridge}", "SDN.Use", purpose="attach the container to the bridge"),
     Need("/nodes/{node}", "Sys.Audit", purpose="follow the node's tasks"),
 )
@@ -111,8 +144,14 @@ class Operation:
 
 
 OPERATIONS: tuple[Operation, ...] = (
-    Operation("vm_provisioning", _provisioning_needs(), (("template", "template"), ("storage", "images"), ("bridge", "bridge"))),
-    Operation("template_build", TEMPLATE_BUILD_NEEDS, (("import", "import"), ("storage", "images"), ("bridge", "bridge"))),
+    Operation(
+        "vm_provisioning",
+        _provisioning_needs(),
+        (("template", "template"), ("storage", "images"), ("bridge", "bridge")),
+    ),
+    Operation(
+        "template_build", TEMPLATE_BUILD_NEEDS, (("import", "import"), ("storage", "images"), ("bridge", "bridge"))
+    ),
     Operation("containers", CONTAINER_NEEDS, (("rootdir", "rootdir"), ("vztmpl", "vztmpl"), ("bridge", "bridge"))),
     Operation("cleanup", CLEANUP_NEEDS, ()),
 )
@@ -168,7 +207,11 @@ class Report:
                 if entry.get("type") == "cluster":
                     cluster["name"], cluster["quorate"] = entry.get("name"), _truthy(entry.get("quorate"))
                 elif entry.get("type") == "node" and isinstance(entry.get("name"), str):
-                    nodes[entry["name"]] = {"node": entry["name"], "online": _truthy(entry.get("online")), "local": _truthy(entry.get("local"))}
+                    nodes[entry["name"]] = {
+                        "node": entry["name"],
+                        "online": _truthy(entry.get("online")),
+                        "local": _truthy(entry.get("local")),
+                    }
         listed, _error = self._get("/nodes")
         for entry in listed if isinstance(listed, list) else []:
             if isinstance(entry, dict) and isinstance(entry.get("node"), str):
@@ -178,18 +221,37 @@ class Report:
             self._read_node(nodes[name])
         guests, _error = self._get("/cluster/resources", type="vm")
         for entry in guests if isinstance(guests, list) else []:
-            if isinstance(entry, dict) and _truthy(entry.get("template")) and entry.get("type") == "qemu" and entry.get("node") in nodes:
+            if (
+                isinstance(entry, dict)
+                and _truthy(entry.get("template"))
+                and entry.get("type") == "qemu"
+                and entry.get("node") in nodes
+            ):
                 nodes[entry["node"]].setdefault("templates", []).append(int(entry["vmid"]))
         vnets_data, vnet_error = self._get("/cluster/sdn/vnets")
-        vnets = None if vnet_error else [{"vnet": v.get("vnet"), "zone": v.get("zone"), "alias": v.get("alias")}
-                                         for v in (vnets_data or []) if isinstance(v, dict)]
+        vnets = (
+            None
+            if vnet_error
+            else [
+                {"vnet": v.get("vnet"), "zone": v.get("zone"), "alias": v.get("alias")}
+                for v in (vnets_data or [])
+                if isinstance(v, dict)
+            ]
+        )
         perms, perm_error = self._get("/access/permissions")
         self.permissions_readable = perm_error is None and isinstance(perms, dict)
         self.permissions = perms if self.permissions_readable else {}
-        return {"version": {"version": version, "major": major, "minor": minor}, "cluster": cluster,
-                "nodes": [nodes[name] for name in sorted(nodes)], "vnets": vnets,
-                "privileges": {path: sorted(privs) for path, privs in sorted(self.permissions.items()) if isinstance(privs, dict)}
-                if self.permissions_readable else None}
+        return {
+            "version": {"version": version, "major": major, "minor": minor},
+            "cluster": cluster,
+            "nodes": [nodes[name] for name in sorted(nodes)],
+            "vnets": vnets,
+            "privileges": {
+                path: sorted(privs) for path, privs in sorted(self.permissions.items()) if isinstance(privs, dict)
+            }
+            if self.permissions_readable
+            else None,
+        }
 
     def _read_node(self, node: dict[str, t.Any]) -> None:
         node.setdefault("templates", [])
@@ -201,11 +263,20 @@ class Report:
         node["readable"] = storage_error is None and bridge_error is None
         for entry in storages if isinstance(storages, list) else []:
             if isinstance(entry, dict) and isinstance(entry.get("storage"), str):
-                node["storages"].append({"storage": entry["storage"], "type": entry.get("type"), "content": _content(entry.get("content")),
-                                         "shared": _truthy(entry.get("shared")),
-                                         "active": _truthy(entry.get("active")) and entry.get("enabled", 1) not in (0, "0", False)})
-        node["bridges"] = sorted(entry["iface"] for entry in (bridges if isinstance(bridges, list) else [])
-                                 if isinstance(entry, dict) and isinstance(entry.get("iface"), str))
+                node["storages"].append(
+                    {
+                        "storage": entry["storage"],
+                        "type": entry.get("type"),
+                        "content": _content(entry.get("content")),
+                        "shared": _truthy(entry.get("shared")),
+                        "active": _truthy(entry.get("active")) and entry.get("enabled", 1) not in (0, "0", False),
+                    }
+                )
+        node["bridges"] = sorted(
+            entry["iface"]
+            for entry in (bridges if isinstance(bridges, list) else [])
+            if isinstance(entry, dict) and isinstance(entry.get("iface"), str)
+        )
 
     # -- evaluation ------------------------------------------------------------------------------------
     def held(self, path: str) -> set[str]:
@@ -221,7 +292,9 @@ class Report:
                 continue
             same = next((r for r in reasons if (r["path"], r["privilege"]) == (path, need.privilege)), None)
             if same is None:
-                reasons.append({"kind": "privilege", "path": path, "privilege": need.privilege, "purpose": need.purpose})
+                reasons.append(
+                    {"kind": "privilege", "path": path, "privilege": need.privilege, "purpose": need.purpose}
+                )
             elif need.purpose not in same["purpose"].split("; "):
                 same["purpose"] += "; " + need.purpose  # one entry per privilege and path, with every purpose
         for reason in reasons:
@@ -230,22 +303,46 @@ class Report:
 
     def evaluate(self, facts: dict[str, t.Any], operation: Operation) -> dict[str, t.Any]:
         major, minor = facts["version"]["major"], facts["version"]["minor"]
-        result: dict[str, t.Any] = {"operation": operation.name, "status": "unavailable", "via": "api", "placement": None, "reasons": []}
+        result: dict[str, t.Any] = {
+            "operation": operation.name,
+            "status": "unavailable",
+            "via": "api",
+            "placement": None,
+            "reasons": [],
+        }
         reasons = result["reasons"]
         if major is None:
             reasons.append({"kind": "version", "message": "The Proxmox VE version could not be read."})
         elif major not in SUPPORTED_MAJORS:
-            reasons.append({"kind": "version", "message": "The Proxmox VE major version is not supported (supported: 8 or 9)."})
+            reasons.append(
+                {"kind": "version", "message": "The Proxmox VE major version is not supported (supported: 8 or 9)."}
+            )
         if operation.name == "template_build" and major is not None and (major, minor) < TEMPLATE_BUILD_MINIMUM:
             result["via"] = "ssh"
-            reasons.append({"kind": "version", "minimum": "8.4", "message": "Downloading a cloud image into an import storage over the API "
-                            "needs Proxmox VE 8.4 or later; on this version only a shell on the node (SSH) can build the template."})
+            reasons.append(
+                {
+                    "kind": "version",
+                    "minimum": "8.4",
+                    "message": "Downloading a cloud image into an import storage over the API "
+                    "needs Proxmox VE 8.4 or later; on this version only a shell on the node (SSH) can build the template.",
+                }
+            )
         if operation.name == "containers":
             result["via"] = "ssh"
-            reasons.append({"kind": "api", "message": "Proxmox VE has no API to run commands inside a container (pct exec needs SSH to "
-                            "the node); the collection works over the API only."})
+            reasons.append(
+                {
+                    "kind": "api",
+                    "message": "Proxmox VE has no API to run commands inside a container (pct exec needs SSH to "
+                    "the node); the collection works over the API only.",
+                }
+            )
         if not self.permissions_readable:
-            reasons.append({"kind": "privilege", "message": "The token's effective privileges could not be read (GET /access/permissions)."})
+            reasons.append(
+                {
+                    "kind": "privilege",
+                    "message": "The token's effective privileges could not be read (GET /access/permissions).",
+                }
+            )
         major_for_needs = major if major in SUPPORTED_MAJORS else 9
         needs = [need for need in operation.needs if need.applies_to(major_for_needs)]
         base = {"target": ""}
@@ -260,10 +357,15 @@ class Report:
                 if content == "bridge":
                     options = [(slot, bridge) for bridge in node["bridges"]]
                 elif content == "template":
-                    options = [(slot, str(vmid)) for vmid in sorted(node.get("templates", []))
-                               if self.template_vmid is None or vmid == self.template_vmid]
+                    options = [
+                        (slot, str(vmid))
+                        for vmid in sorted(node.get("templates", []))
+                        if self.template_vmid is None or vmid == self.template_vmid
+                    ]
                 else:
-                    options = [(slot, s["storage"]) for s in node["storages"] if s["active"] and content in s["content"]]
+                    options = [
+                        (slot, s["storage"]) for s in node["storages"] if s["active"] and content in s["content"]
+                    ]
                 if not options:
                     slot_failures.append(_slot_failure(node["node"], content, self.template_vmid))
                 choices.append(options)
@@ -281,7 +383,9 @@ class Report:
         if best is None:
             reasons.extend(_unique(slot_failures))
         else:
-            result["placement"] = {key: (int(value) if key == "template" else value) for key, value in best[0].items() if value}
+            result["placement"] = {
+                key: (int(value) if key == "template" else value) for key, value in best[0].items() if value
+            }
             reasons.extend(best[1])
         if not reasons:
             result["status"] = "available"
@@ -293,9 +397,17 @@ def _slot_failure(node: str, content: str, template_vmid: int | None) -> dict[st
         return {"kind": "bridge", "node": node, "message": f"Node {node} has no bridge."}
     if content == "template":
         which = f"template {template_vmid}" if template_vmid is not None else "template"
-        return {"kind": "template", "node": node, "message": f"Node {node} has no VM {which} the token can see (VM.Audit)."}
-    return {"kind": "storage_content", "node": node, "content": content,
-            "message": f"Node {node} has no active storage with content type {content}."}
+        return {
+            "kind": "template",
+            "node": node,
+            "message": f"Node {node} has no VM {which} the token can see (VM.Audit).",
+        }
+    return {
+        "kind": "storage_content",
+        "node": node,
+        "content": content,
+        "message": f"Node {node} has no active storage with content type {content}.",
+    }
 
 
 def _acl_path(template: str, values: t.Mapping[str, str]) -> str:
@@ -316,13 +428,21 @@ def run_report(client: ApiClient, *, template_vmid: int | None = None, tls_verif
     report = Report(client, template_vmid)
     facts = report.read()
     operations = [report.evaluate(facts, operation) for operation in OPERATIONS]
-    summary = {status: sum(1 for item in operations if item["status"] == status) for status in ("available", "unavailable")}
+    summary = {
+        status: sum(1 for item in operations if item["status"] == status) for status in ("available", "unavailable")
+    }
     scope = client.provider_scope_id if tls_verified else None  # never a scope from an unverified certificate
-    return mark_tls(dict(facts, changed=False, operations=operations, summary=summary, provider_scope_id=scope), tls_verified)
+    return mark_tls(
+        dict(facts, changed=False, operations=operations, summary=summary, provider_scope_id=scope), tls_verified
+    )
 
 
-def capabilities(settings: ConnectionSettings, *, template_vmid: int | None = None,
-                 client_factory: t.Callable[[ConnectionSettings], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
+def capabilities(
+    settings: ConnectionSettings,
+    *,
+    template_vmid: int | None = None,
+    client_factory: t.Callable[[ConnectionSettings], t.Any] = ProxmoxClient,
+) -> dict[str, t.Any]:
     """``vmanyware_capabilities``: unverified TLS is refused (``tls_unverified``) before any client is built, unless
     ``unverified_tls_read_only`` with an API token (the client then sends GETs only)."""
     require_tls_for_reads(settings)

@@ -27,14 +27,25 @@ from .driver import GUEST_UNDECIDABLE, SUPPORTED_MAJORS, Preflight
 from .._core.protocols import ApiClient
 
 CONTAINER_CHECK_CODES = (
-    "api_reachable", "version_supported", "container_template",
-    "storage_exists", "storage_active", "storage_rootdir", "storage_capacity",
-    "bridge_exists", "vmid_free", "privileges",
-    "dhcp_available", "guest_readiness", "workflow_permitted",
+    "api_reachable",
+    "version_supported",
+    "container_template",
+    "storage_exists",
+    "storage_active",
+    "storage_rootdir",
+    "storage_capacity",
+    "bridge_exists",
+    "vmid_free",
+    "privileges",
+    "dhcp_available",
+    "guest_readiness",
+    "workflow_permitted",
 )
 # "<package>_<version>_<arch>.tar.<compression>", the appliance file names of pveam and aplinfo
 _TEMPLATE_FILE = re.compile(r"^(?P<package>[^_/]+)_(?P<version>[^_/]+)_[^_/]+\.tar\.(?:gz|xz|zst)$")
-DOWNLOAD_NEED = Need("/storage/{vztmpl}", "Datastore.AllocateTemplate", purpose="download the appliance template (aplinfo)")
+DOWNLOAD_NEED = Need(
+    "/storage/{vztmpl}", "Datastore.AllocateTemplate", purpose="download the appliance template (aplinfo)"
+)
 PRIVILEGED_NEED = Need("/", "Sys.Modify", purpose="create a privileged container (unprivileged: false)")
 
 
@@ -57,7 +68,11 @@ def newest_match(package: str, pattern: str, candidates: t.Iterable[str]) -> str
     best: tuple[tuple[tuple[int, int, str], ...], str] | None = None
     for name in candidates:
         match = _TEMPLATE_FILE.match(name)
-        if match is None or match.group("package") != package or not fnmatch.fnmatchcase(match.group("version"), pattern):
+        if (
+            match is None
+            or match.group("package") != package
+            or not fnmatch.fnmatchcase(match.group("version"), pattern)
+        ):
             continue
         key = (version_key(match.group("version")), name)
         if best is None or key > best:
@@ -68,8 +83,12 @@ def newest_match(package: str, pattern: str, candidates: t.Iterable[str]) -> str
 class ContainerPreflight(Preflight):
     CHECK_CODES = CONTAINER_CHECK_CODES
     UNDECIDABLE = GUEST_UNDECIDABLE
-    STORAGE_CONTENT = ("storage_rootdir", "rootdir", "The storage accepts container root disks.",
-                       "The storage does not accept container root disks (content type rootdir).")
+    STORAGE_CONTENT = (
+        "storage_rootdir",
+        "rootdir",
+        "The storage accepts container root disks.",
+        "The storage does not accept container root disks (content type rootdir).",
+    )
 
     def __init__(self, client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> None:
         super().__init__(client, plan, tls_verified)
@@ -99,7 +118,11 @@ class ContainerPreflight(Preflight):
         if not isinstance(content, list):
             return "The template storage's content could not be understood."
         prefix = f"{storage}:vztmpl/"
-        return [str(e["volid"])[len(prefix):] for e in content if isinstance(e, dict) and str(e.get("volid", "")).startswith(prefix)]
+        return [
+            str(e["volid"])[len(prefix) :]
+            for e in content
+            if isinstance(e, dict) and str(e.get("volid", "")).startswith(prefix)
+        ]
 
     def template(self) -> None:
         files = self._vztmpl_files()
@@ -111,29 +134,48 @@ class ContainerPreflight(Preflight):
                 self.resolved = name
                 self.set("container_template", "passed", "The ostemplate volume is on its storage.")
             else:
-                self.set("container_template", "failed", "The ostemplate volume is not on its storage (an appliance mapping downloads it).")
+                self.set(
+                    "container_template",
+                    "failed",
+                    "The ostemplate volume is not on its storage (an appliance mapping downloads it).",
+                )
             return
         appliance = self.source["appliance"]
         try:
             index = self.client.get(f"/nodes/{self.node}/aplinfo")
         except ProviderError:
             index = None
-        offered = [str(e["template"]) for e in index if isinstance(e, dict) and isinstance(e.get("template"), str)] \
-            if isinstance(index, list) else []
+        offered = (
+            [str(e["template"]) for e in index if isinstance(e, dict) and isinstance(e.get("template"), str)]
+            if isinstance(index, list)
+            else []
+        )
         local = files if isinstance(files, list) else []
         self.resolved = newest_match(appliance["package"], appliance["version"], [*offered, *local])
         if self.resolved is None:
             if index is None or isinstance(files, str):
-                self.set("container_template", "unknown", "No matching template was found, and the appliance index or the template "
-                                                          "storage could not be read.")
+                self.set(
+                    "container_template",
+                    "unknown",
+                    "No matching template was found, and the appliance index or the template "
+                    "storage could not be read.",
+                )
             else:
-                self.set("container_template", "failed", "No appliance version matches the catalog's package and version glob.")
+                self.set(
+                    "container_template",
+                    "failed",
+                    "No appliance version matches the catalog's package and version glob.",
+                )
         elif self.resolved in local:
             self.set("container_template", "passed", f"Resolved to {self.resolved}, present on the template storage.")
         elif isinstance(files, str):
             self.set("container_template", "unknown", f"Resolved to {self.resolved}; " + files[0].lower() + files[1:])
         else:
-            self.set("container_template", "passed", f"Resolved to {self.resolved}, downloadable from the appliance index (template stage).")
+            self.set(
+                "container_template",
+                "passed",
+                f"Resolved to {self.resolved}, downloadable from the appliance index (template stage).",
+            )
 
     def needs(self) -> list[Need]:
         needs = list(CONTAINER_NEEDS)
@@ -144,8 +186,13 @@ class ContainerPreflight(Preflight):
         return needs
 
     def privileges(self) -> None:
-        values = {"target": self.plan["target"]["vmid"], "rootdir": self.plan["storage"], "vztmpl": self.template_storage(),
-                  "bridge": self.plan["bridge"], "node": self.node}
+        values = {
+            "target": self.plan["target"]["vmid"],
+            "rootdir": self.plan["storage"],
+            "vztmpl": self.template_storage(),
+            "bridge": self.plan["bridge"],
+            "node": self.node,
+        }
         held: dict[str, set[str]] = {}
 
         def holds(path: str, privileges: t.Iterable[str]) -> bool | None:

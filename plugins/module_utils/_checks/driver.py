@@ -29,7 +29,7 @@ from .._core.protocols import ApiClient
 from .._operation.create import PROVISIONING_GATE, SNAPSHOTS_GATE, read_gate
 
 SUPPORTED_MAJORS = (8, 9)
-GIB = 1024 ** 3
+GIB = 1024**3
 FAIL_ON_CHOICES = ("failed", "unknown", "never")
 # Checks of a new guest (VM or container) no read can ever decide: always unknown, and not counted by fail_on=unknown.
 GUEST_UNDECIDABLE = {
@@ -62,8 +62,15 @@ class PreflightFailed(VmanywareError):
         parts = ["failed: " + ", ".join(failed)] if failed else []
         parts += ["unknown: " + ", ".join(counted_unknown)] if counted_unknown else []
         message = "%s Checks %s." % (ERROR_CODES["preflight_failed"], "; ".join(parts)) if parts else None
-        super().__init__(message, code="preflight_failed",
-                         details={"failed": result["summary"]["failed"], "unknown": result["summary"]["unknown"], "failed_checks": failed})
+        super().__init__(
+            message,
+            code="preflight_failed",
+            details={
+                "failed": result["summary"]["failed"],
+                "unknown": result["summary"]["unknown"],
+                "failed_checks": failed,
+            },
+        )
         self.result = dict(result)
 
     def to_result(self) -> dict[str, t.Any]:
@@ -85,7 +92,13 @@ def truthy(value: t.Any) -> bool:
 def capabilities_for(major: int | None, minor: int | None) -> dict[str, t.Any]:
     """PVE-version capabilities; ``None`` values when the version is unknown."""
     if major is None:
-        return {"pve_major": None, "pve_minor": None, "resize_returns_upid": None, "agent_exec_array": None, "guest_agent_privileges": None}
+        return {
+            "pve_major": None,
+            "pve_minor": None,
+            "resize_returns_upid": None,
+            "agent_exec_array": None,
+            "guest_agent_privileges": None,
+        }
     return {
         "pve_major": major,
         "pve_minor": minor,
@@ -120,7 +133,9 @@ class Preflight:
         if self.version():
             self.read_checks()
         else:
-            self.unknown([c for c in self.CHECK_CODES if c not in self.checks and c not in self.UNDECIDABLE], NOT_REACHABLE)
+            self.unknown(
+                [c for c in self.CHECK_CODES if c not in self.checks and c not in self.UNDECIDABLE], NOT_REACHABLE
+            )
         self.mark_undecidable()
         return [self.checks[code] for code in self.CHECK_CODES], capabilities_for(self.major, self.minor)
 
@@ -145,13 +160,25 @@ class Preflight:
             data = self.client.get("/version")
         except ProviderError as err:
             if err.code == "tls_verification_failed":
-                self.set("api_reachable", "failed", "TLS verification failed: the server certificate does not match the CA or fingerprint pin.")
+                self.set(
+                    "api_reachable",
+                    "failed",
+                    "TLS verification failed: the server certificate does not match the CA or fingerprint pin.",
+                )
             elif err.code == "auth_failed":
-                self.set("api_reachable", "failed", "The API answered but rejected the credentials (expired, revoked or wrong token).")
+                self.set(
+                    "api_reachable",
+                    "failed",
+                    "The API answered but rejected the credentials (expired, revoked or wrong token).",
+                )
             elif err.code == "transport_lost":
-                self.set("api_reachable", "failed", CONNECT_FAILURE_TEXTS.get(err.details.get("reason", ""), err.message))
+                self.set(
+                    "api_reachable", "failed", CONNECT_FAILURE_TEXTS.get(err.details.get("reason", ""), err.message)
+                )
             elif err.code == "reply_lost":
-                self.set("api_reachable", "failed", "The API accepted the connection but did not answer within the timeout.")
+                self.set(
+                    "api_reachable", "failed", "The API accepted the connection but did not answer within the timeout."
+                )
             else:
                 self.set("api_reachable", "unknown", "The API answered GET /version with an error.")
             self.set("version_supported", "unknown", "The Proxmox VE version could not be read.")
@@ -159,21 +186,31 @@ class Preflight:
         if self.tls_verified:
             self.set("api_reachable", "passed", "The API answered with verified TLS and accepted the credentials.")
         else:
-            self.set("api_reachable", "passed", "The API answered and accepted the credentials over UNVERIFIED TLS (unverified_tls_read_only: "
-                                                "GET requests only): the server's identity is not proven.")
+            self.set(
+                "api_reachable",
+                "passed",
+                "The API answered and accepted the credentials over UNVERIFIED TLS (unverified_tls_read_only: "
+                "GET requests only): the server's identity is not proven.",
+            )
         version = data.get("version") if isinstance(data, dict) else None
         match = _VERSION.match(version) if isinstance(version, str) else None
         if match is None:
             release = data.get("release") if isinstance(data, dict) else None
             match = _VERSION.match(release) if isinstance(release, str) else None
         if match is None:
-            self.set("version_supported", "unknown", "The API did not report a Proxmox VE version the collection understands.")
+            self.set(
+                "version_supported",
+                "unknown",
+                "The API did not report a Proxmox VE version the collection understands.",
+            )
             return True
         self.major, self.minor = int(match.group(1)), int(match.group(2))
         if self.major in SUPPORTED_MAJORS:
             self.set("version_supported", "passed", "The Proxmox VE major version is supported (8 or 9).")
         else:
-            self.set("version_supported", "failed", "The Proxmox VE major version is not supported (supported: 8 or 9).")
+            self.set(
+                "version_supported", "failed", "The Proxmox VE major version is not supported (supported: 8 or 9)."
+            )
         return True
 
     def storage(self) -> None:
@@ -182,7 +219,9 @@ class Preflight:
         try:
             status = self.client.get(f"/nodes/{self.node}/storage/{storage}/status")
         except ProviderError as err:
-            missing = err.code == "not_found" or (err.code == "parameter_invalid" and "storage" in err.details.get("parameters", []))
+            missing = err.code == "not_found" or (
+                err.code == "parameter_invalid" and "storage" in err.details.get("parameters", [])
+            )
             if missing:
                 self.set("storage_exists", "failed", "The storage does not exist on the mapped node.")
                 self.unknown(codes, "Not checked: the storage does not exist.")
@@ -221,7 +260,11 @@ class Preflight:
         avail = status.get("avail")
         needed = self.plan["resources"]["diskGiB"] * GIB
         if self.checks["storage_active"].status != "passed":
-            self.set("storage_capacity", "unknown", "Not checked: the available space of a storage that is not active is not meaningful.")
+            self.set(
+                "storage_capacity",
+                "unknown",
+                "Not checked: the available space of a storage that is not active is not meaningful.",
+            )
         elif isinstance(avail, bool) or not isinstance(avail, (int, float)):
             self.set("storage_capacity", "unknown", "The storage status does not report its available space.")
         elif avail >= needed:
@@ -273,10 +316,14 @@ class Preflight:
             self.set("vmid_free", "unknown", "The API answered the VMID query with an unexpected value.")
 
 
-def collect_checks(settings: ConnectionSettings, *, fail_on: str, client_factory: t.Callable[[ConnectionSettings], t.Any],
-                   blockers_of: t.Callable[[], list[str]],
-                   checks_of: t.Callable[[t.Any, bool], tuple[list[Check], dict[str, t.Any]]]
-                   ) -> tuple[list[Check], dict[str, t.Any], t.Any, list[str], bool]:
+def collect_checks(
+    settings: ConnectionSettings,
+    *,
+    fail_on: str,
+    client_factory: t.Callable[[ConnectionSettings], t.Any],
+    blockers_of: t.Callable[[], list[str]],
+    checks_of: t.Callable[[t.Any, bool], tuple[list[Check], dict[str, t.Any]]],
+) -> tuple[list[Check], dict[str, t.Any], t.Any, list[str], bool]:
     """``fail_on``, then the creation blockers (the gates: before any network use), then one client for ``checks_of``.
 
     Returns (checks, capabilities, provider scope id, creation blockers, TLS verified). Unverified TLS (neither a CA
@@ -286,7 +333,9 @@ def collect_checks(settings: ConnectionSettings, *, fail_on: str, client_factory
     if fail_on not in FAIL_ON_CHOICES:
         raise InputError("fail_on must be one of failed, unknown, never.", path="fail_on")
     blockers = blockers_of()
-    require_tls_for_reads(settings)  # unverified: refused before any client exists, unless the read-only opt-in (GETs, a token)
+    require_tls_for_reads(
+        settings
+    )  # unverified: refused before any client exists, unless the read-only opt-in (GETs, a token)
     tls_verified = settings.tls_verified
     if not tls_verified:
         blockers.append("tls_unverified")
@@ -299,8 +348,17 @@ def collect_checks(settings: ConnectionSettings, *, fail_on: str, client_factory
     return checks, capabilities, scope, blockers, tls_verified
 
 
-def preflight_result(hashes: t.Mapping[str, str], checks: t.Sequence[Check], capabilities: t.Mapping[str, t.Any], *, scope: t.Any,
-                     blockers: list[str], tls_verified: bool, fail_on: str, undecidable: t.Container[str]) -> dict[str, t.Any]:
+def preflight_result(
+    hashes: t.Mapping[str, str],
+    checks: t.Sequence[Check],
+    capabilities: t.Mapping[str, t.Any],
+    *,
+    scope: t.Any,
+    blockers: list[str],
+    tls_verified: bool,
+    fail_on: str,
+    undecidable: t.Container[str],
+) -> dict[str, t.Any]:
     """A preflight's result (its module's return values; ``hashes`` name the checked plan), or ``PreflightFailed`` carrying it
     per ``fail_on``."""
     result: dict[str, t.Any] = {
@@ -322,9 +380,13 @@ def summarize(checks: t.Sequence[Check]) -> dict[str, int]:
     return {s: sum(1 for c in checks if c.status == s) for s in ("passed", "failed", "unknown")}
 
 
-def enforce_fail_on(result: dict[str, t.Any], checks: t.Sequence[Check], fail_on: str, undecidable: t.Container[str]) -> dict[str, t.Any]:
+def enforce_fail_on(
+    result: dict[str, t.Any], checks: t.Sequence[Check], fail_on: str, undecidable: t.Container[str]
+) -> dict[str, t.Any]:
     """``result``, or ``PreflightFailed`` carrying it when ``fail_on`` says the checks do not pass."""
     decidable_unknown = [c.code for c in checks if c.status == "unknown" and c.code not in undecidable]
-    if (fail_on in ("failed", "unknown") and result["summary"]["failed"]) or (fail_on == "unknown" and decidable_unknown):
+    if (fail_on in ("failed", "unknown") and result["summary"]["failed"]) or (
+        fail_on == "unknown" and decidable_unknown
+    ):
         raise PreflightFailed(result, decidable_unknown if fail_on == "unknown" else ())
     return result

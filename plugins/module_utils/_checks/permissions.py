@@ -144,7 +144,11 @@ _ROLE_NAMES = {
     _NODE: "VmanywareNodeAudit",
 }
 _DOC_PLACEHOLDERS = {
-    "node": "<node>", "template": "<template-vmid>", "target": "<target-vmid>", "storage": "<storage>", "bridge": "<bridge>",
+    "node": "<node>",
+    "template": "<template-vmid>",
+    "target": "<target-vmid>",
+    "storage": "<storage>",
+    "bridge": "<bridge>",
 }
 
 
@@ -160,7 +164,9 @@ def _role_add(role: str, privileges: list[str], width: int = 100) -> list[str]:
         current += item
     chunks.append(current)
     first = f'pveum role add {role} --privs "{chunks[0]}"'
-    return [first + ("\\" if len(chunks) > 1 else "")] + [f'"{c}"' + ("\\" if i < len(chunks) - 2 else "") for i, c in enumerate(chunks[1:])]
+    return [first + ("\\" if len(chunks) > 1 else "")] + [
+        f'"{c}"' + ("\\" if i < len(chunks) - 2 else "") for i, c in enumerate(chunks[1:])
+    ]
 
 
 def render_permissions_doc() -> str:
@@ -189,20 +195,40 @@ def render_permissions_doc() -> str:
         lines.append(f"pveum acl modify {concrete} --users '<user@realm>' --roles {_ROLE_NAMES[path]}")
         lines.append(f"pveum acl modify {concrete} --tokens '<user@realm!token>' --roles {_ROLE_NAMES[path]}")
     lines += [
-        "```", "", "## A pool instead of VMIDs", "",
+        "```",
+        "",
+        "## A pool instead of VMIDs",
+        "",
         "When the catalog mapping names a `pool`, the clone puts the VM into that pool, and Proxmox VE",
         "evaluates a pool member's `/vms/<vmid>` with the pool's ACL as well. Grant the",
         f"`{_ROLE_NAMES[_TARGET]}` role once on `/pool/<pool>` instead of on each `/vms/<target-vmid>`;",
         "the preflight's `privileges` check then accepts every `/vms/<target-vmid>` privilege held on",
-        "`/pool/<pool>` (docs/quickstart.md walks through it):", "", "```sh",
+        "`/pool/<pool>` (docs/quickstart.md walks through it):",
+        "",
+        "```sh",
         "pveum pool add <pool>",
         f"pveum acl modify /pool/<pool> --users '<user@realm>' --roles {_ROLE_NAMES[_TARGET]}",
         f"pveum acl modify /pool/<pool> --tokens '<user@realm!token>' --roles {_ROLE_NAMES[_TARGET]}",
     ]
-    lines += ["```", "", "## Proxmox VE 8", "", "On PVE 8 the guest agent stages use `VM.Monitor` instead of `VM.GuestAgent.*`:", "", "```sh"]
+    lines += [
+        "```",
+        "",
+        "## Proxmox VE 8",
+        "",
+        "On PVE 8 the guest agent stages use `VM.Monitor` instead of `VM.GuestAgent.*`:",
+        "",
+        "```sh",
+    ]
     roles8 = role_privileges(8)
     lines += _role_add(_ROLE_NAMES[_TARGET], roles8[_TARGET])
-    lines += ["```", "", "## Privileges by stage", "", "| Stage | ACL path | Privilege | PVE |", "| --- | --- | --- | --- |"]
+    lines += [
+        "```",
+        "",
+        "## Privileges by stage",
+        "",
+        "| Stage | ACL path | Privilege | PVE |",
+        "| --- | --- | --- | --- |",
+    ]
     for stage in STAGE_ORDER:
         for req in STAGE_PRIVILEGES[stage]:
             if req.min_major is None and req.max_major is None:

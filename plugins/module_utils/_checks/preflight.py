@@ -26,15 +26,38 @@ from .._core.protocols import ApiClient
 from .._formats.template_build import stamp_revision
 from .._operation.create import creation_blockers
 from .container import ContainerPreflight
-from .driver import FAIL_ON_CHOICES, GIB, GUEST_UNDECIDABLE, SUPPORTED_MAJORS, Check, Preflight, collect_checks, preflight_result, truthy
+from .driver import (
+    FAIL_ON_CHOICES,
+    GIB,
+    GUEST_UNDECIDABLE,
+    SUPPORTED_MAJORS,
+    Check,
+    Preflight,
+    collect_checks,
+    preflight_result,
+    truthy,
+)
 from .permissions import effective_privileges, required_privileges
 
 CHECK_CODES = (
-    "api_reachable", "version_supported",
-    "template_exists", "template_is_template", "template_disk", "template_cloudinit_drive", "template_guest_agent",
-    "storage_exists", "storage_active", "storage_images", "storage_capacity",
-    "bridge_exists", "vmid_free", "privileges",
-    "template_revision", "dhcp_available", "guest_readiness", "workflow_permitted",
+    "api_reachable",
+    "version_supported",
+    "template_exists",
+    "template_is_template",
+    "template_disk",
+    "template_cloudinit_drive",
+    "template_guest_agent",
+    "storage_exists",
+    "storage_active",
+    "storage_images",
+    "storage_capacity",
+    "bridge_exists",
+    "vmid_free",
+    "privileges",
+    "template_revision",
+    "dhcp_available",
+    "guest_readiness",
+    "workflow_permitted",
 )
 # Checks no read can ever decide: always unknown, and not counted by fail_on=unknown (a container plan's are a subset).
 UNDECIDABLE = {
@@ -48,8 +71,12 @@ _DRIVE_KEY = re.compile(r"^(ide|scsi|sata)\d+$")
 class VmPreflight(Preflight):
     CHECK_CODES = CHECK_CODES
     UNDECIDABLE = UNDECIDABLE
-    STORAGE_CONTENT = ("storage_images", "images", "The storage accepts VM disk images.",
-                       "The storage does not accept VM disk images (content type images).")
+    STORAGE_CONTENT = (
+        "storage_images",
+        "images",
+        "The storage accepts VM disk images.",
+        "The storage does not accept VM disk images (content type images).",
+    )
 
     def __init__(self, client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> None:
         super().__init__(client, plan, tls_verified)
@@ -68,8 +95,13 @@ class VmPreflight(Preflight):
             # Only the two pattern-checked stamp fields are shown; still unknown: a description is not proof of content.
             version, operation = self.stamp
             same = "equals" if version == self.source["templateVersion"] else "differs from"
-            self.set("template_revision", "unknown", "The template's stamp (docs/templates.md) names templateVersion %s, built by operation %s; it "
-                     "%s the catalog's templateVersion. A description is not proof of the template's content." % (version, operation, same))
+            self.set(
+                "template_revision",
+                "unknown",
+                "The template's stamp (docs/templates.md) names templateVersion %s, built by operation %s; it "
+                "%s the catalog's templateVersion. A description is not proof of the template's content."
+                % (version, operation, same),
+            )
 
     def template(self) -> None:
         codes = ("template_is_template", "template_disk", "template_cloudinit_drive", "template_guest_agent")
@@ -81,7 +113,9 @@ class VmPreflight(Preflight):
                 self.set("template_exists", "failed", "The template VMID does not exist on the mapped node.")
                 self.unknown(codes, "Not checked: the template does not exist.")
             elif err.code == "permission_denied":
-                self.set("template_exists", "unknown", "The token may not read the template's configuration (VM.Audit).")
+                self.set(
+                    "template_exists", "unknown", "The token may not read the template's configuration (VM.Audit)."
+                )
                 self.unknown(codes, "Not checked: the template's configuration could not be read.")
             else:
                 self.set("template_exists", "unknown", "The template's configuration could not be read.")
@@ -102,7 +136,11 @@ class VmPreflight(Preflight):
         if drives:
             self.set("template_cloudinit_drive", "passed", "The template has a cloud-init drive.")
         else:
-            self.set("template_cloudinit_drive", "failed", "The template has no cloud-init drive (ideN/scsiN/sataN with a cloudinit volume).")
+            self.set(
+                "template_cloudinit_drive",
+                "failed",
+                "The template has no cloud-init drive (ideN/scsiN/sataN with a cloudinit volume).",
+            )
         agent = config.get("agent")
         if agent is None:
             self.set("template_guest_agent", "failed", "The QEMU guest agent is not enabled in the template.")
@@ -123,18 +161,30 @@ class VmPreflight(Preflight):
             return
         size = parse_size_bytes(props["size"]) if "size" in props else None
         if size is None:
-            self.set("template_disk", "unknown", f"The template's disk on {device} does not record a size the collection understands.")
+            self.set(
+                "template_disk",
+                "unknown",
+                f"The template's disk on {device} does not record a size the collection understands.",
+            )
         elif size == self.source["sourceDiskGiB"] * GIB:
             self.set("template_disk", "passed", f"The template's disk on {device} has the catalog's sourceDiskGiB.")
         else:
-            self.set("template_disk", "failed", f"The template's disk on {device} differs in size from the catalog's sourceDiskGiB.")
+            self.set(
+                "template_disk",
+                "failed",
+                f"The template's disk on {device} differs in size from the catalog's sourceDiskGiB.",
+            )
 
     def privileges(self) -> None:
         stages = ["audit"] + [step["kind"] for step in self.plan["steps"]]
         rows = required_privileges(
-            stages, major=self.major if self.major in SUPPORTED_MAJORS else 9, node=self.node,
-            template_vmid=self.source["templateVmid"], target_vmid=self.plan["target"]["vmid"],
-            storage=self.plan["storage"], bridge=self.plan["bridge"],
+            stages,
+            major=self.major if self.major in SUPPORTED_MAJORS else 9,
+            node=self.node,
+            template_vmid=self.source["templateVmid"],
+            target_vmid=self.plan["target"]["vmid"],
+            storage=self.plan["storage"],
+            bridge=self.plan["bridge"],
         )
         held: dict[str, set[str]] = {}
         target = "/vms/%d" % self.plan["target"]["vmid"]
@@ -167,7 +217,9 @@ class VmPreflight(Preflight):
         self.set("privileges", "failed", "The token lacks: " + "; ".join(seen) + ".")
 
 
-def run_checks(client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> tuple[list[Check], dict[str, t.Any]]:
+def run_checks(
+    client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True
+) -> tuple[list[Check], dict[str, t.Any]]:
     """Run every check of a VM or container plan through ``client`` (GETs only); return the ordered checks and the capabilities."""
     family = ContainerPreflight if plan.get("guestType") == "container" else VmPreflight
     return family(client, plan, tls_verified).run()
@@ -183,14 +235,33 @@ def run_preflight(
 ) -> dict[str, t.Any]:
     """The preflight result for a ``PlannedEnvironment``; raises ``PreflightFailed`` per ``fail_on``."""
     checks, capabilities, scope, blockers, tls_verified = collect_checks(
-        settings, fail_on=fail_on, client_factory=client_factory, blockers_of=lambda: creation_blockers(planned.plan, planned.mapping, environ),
-        checks_of=lambda client, verified: run_checks(client, planned.plan, verified))
-    return preflight_result({"plan_hash": planned.plan["planHash"]}, checks, capabilities, scope=scope, blockers=blockers,
-                            tls_verified=tls_verified, fail_on=fail_on, undecidable=UNDECIDABLE)
+        settings,
+        fail_on=fail_on,
+        client_factory=client_factory,
+        blockers_of=lambda: creation_blockers(planned.plan, planned.mapping, environ),
+        checks_of=lambda client, verified: run_checks(client, planned.plan, verified),
+    )
+    return preflight_result(
+        {"plan_hash": planned.plan["planHash"]},
+        checks,
+        capabilities,
+        scope=scope,
+        blockers=blockers,
+        tls_verified=tls_verified,
+        fail_on=fail_on,
+        undecidable=UNDECIDABLE,
+    )
 
 
-def preflight_of_recorded(client: ApiClient, plan: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], *, environ: t.Mapping[str, str],
-                          provisioning_option: bool | None = None, fail_on: str = "failed") -> dict[str, t.Any]:
+def preflight_of_recorded(
+    client: ApiClient,
+    plan: t.Mapping[str, t.Any],
+    mapping: t.Mapping[str, t.Any],
+    *,
+    environ: t.Mapping[str, str],
+    provisioning_option: bool | None = None,
+    fail_on: str = "failed",
+) -> dict[str, t.Any]:
     """The preflight of a recorded operation's plan and mapping snapshots, through ``client`` (one that already proved
     verified TLS and the operation's provider: ``vmanyware_provision``'s); the same checks and result as ``run_preflight``,
     raising ``PreflightFailed`` per ``fail_on``."""
@@ -198,5 +269,13 @@ def preflight_of_recorded(client: ApiClient, plan: t.Mapping[str, t.Any], mappin
         raise InputError("fail_on must be one of failed, unknown, never.", path="preflight_fail_on")
     blockers = creation_blockers(plan, mapping, environ, provisioning_option)
     checks, capabilities = run_checks(client, plan, True)
-    return preflight_result({"plan_hash": plan["planHash"]}, checks, capabilities, scope=client.provider_scope_id, blockers=blockers,
-                            tls_verified=True, fail_on=fail_on, undecidable=UNDECIDABLE)
+    return preflight_result(
+        {"plan_hash": plan["planHash"]},
+        checks,
+        capabilities,
+        scope=client.provider_scope_id,
+        blockers=blockers,
+        tls_verified=True,
+        fail_on=fail_on,
+        undecidable=UNDECIDABLE,
+    )

@@ -25,11 +25,22 @@ from .._core.errors import ProviderError
 from .driver import SUPPORTED_MAJORS, Preflight, collect_checks, preflight_result, provisioning_enabled, truthy
 
 CHECK_CODES = (
-    "api_reachable", "version_supported", "template_build_supported",
-    "import_storage_exists", "import_storage_active", "import_storage_content",
-    "storage_exists", "storage_active", "storage_images",
-    "bridge_exists", "vmid_free", "privileges",
-    "image_reachable", "image_checksum", "build_network", "package_source",
+    "api_reachable",
+    "version_supported",
+    "template_build_supported",
+    "import_storage_exists",
+    "import_storage_active",
+    "import_storage_content",
+    "storage_exists",
+    "storage_active",
+    "storage_images",
+    "bridge_exists",
+    "vmid_free",
+    "privileges",
+    "image_reachable",
+    "image_checksum",
+    "build_network",
+    "package_source",
 )
 UNDECIDABLE = {
     "image_reachable": "Whether the node can fetch the image URL is only known when the download runs.",
@@ -55,19 +66,32 @@ class TemplatePreflight(Preflight):
         if self.major is None:
             self.set("template_build_supported", "unknown", "The Proxmox VE version could not be read.")
         elif (self.major, self.minor or 0) >= TEMPLATE_BUILD_MINIMUM and self.major in SUPPORTED_MAJORS:
-            self.set("template_build_supported", "passed", "Proxmox VE 8.4 or later can download an image into an import storage.")
+            self.set(
+                "template_build_supported",
+                "passed",
+                "Proxmox VE 8.4 or later can download an image into an import storage.",
+            )
         else:
-            self.set("template_build_supported", "failed", "Building a template over the API needs Proxmox VE 8.4 or later (download-url "
-                     "with content import).")
+            self.set(
+                "template_build_supported",
+                "failed",
+                "Building a template over the API needs Proxmox VE 8.4 or later (download-url with content import).",
+            )
 
     def storage_checks(self, storage: str, prefix: str, content: str) -> None:
-        exists, active, offers = f"{prefix}_exists", f"{prefix}_active", f"{prefix}_{'content' if content == 'import' else content}"
+        exists, active, offers = (
+            f"{prefix}_exists",
+            f"{prefix}_active",
+            f"{prefix}_{'content' if content == 'import' else content}",
+        )
         which = "import storage" if content == "import" else "storage"
         rest = (active, offers)
         try:
             status: t.Any = self.client.get(f"/nodes/{self.node}/storage/{storage}/status")
         except ProviderError as err:
-            if err.code == "not_found" or (err.code == "parameter_invalid" and "storage" in err.details.get("parameters", [])):
+            if err.code == "not_found" or (
+                err.code == "parameter_invalid" and "storage" in err.details.get("parameters", [])
+            ):
                 self.set(exists, "failed", f"The {which} does not exist on the node.")
                 self.unknown(rest, f"Not checked: the {which} does not exist.")
                 return
@@ -98,11 +122,18 @@ class TemplatePreflight(Preflight):
 
     def build_privileges(self) -> None:
         report = Report(self.client)
-        values = {"node": self.node, "storage": self.plan["storage"], "import": self.plan["importStorage"], "bridge": self.plan["bridge"],
-                  "target": str(self.plan["target"]["vmid"])}
+        values = {
+            "node": self.node,
+            "storage": self.plan["storage"],
+            "import": self.plan["importStorage"],
+            "bridge": self.plan["bridge"],
+            "target": str(self.plan["target"]["vmid"]),
+        }
         major = self.major if self.major in SUPPORTED_MAJORS else 9
         needs = [need for need in TEMPLATE_BUILD_NEEDS if need.applies_to(major)]
-        paths = [need.path.format(**values) for need in needs] + [alt.format(**values) for need in needs for alt, _p in need.alternatives]
+        paths = [need.path.format(**values) for need in needs] + [
+            alt.format(**values) for need in needs for alt, _p in need.alternatives
+        ]
         for path in dict.fromkeys(paths):
             try:
                 data = self.client.get("/access/permissions", path=path)
@@ -117,7 +148,11 @@ class TemplatePreflight(Preflight):
         if not missing:
             self.set("privileges", "passed", "The token holds every privilege the template build needs.")
         else:
-            self.set("privileges", "failed", "The token lacks: " + "; ".join(f"{m['privilege']} on {m['path']}" for m in missing) + ".")
+            self.set(
+                "privileges",
+                "failed",
+                "The token lacks: " + "; ".join(f"{m['privilege']} on {m['path']}" for m in missing) + ".",
+            )
 
 
 def run_template_preflight(
@@ -130,8 +165,19 @@ def run_template_preflight(
 ) -> dict[str, t.Any]:
     """The preflight result of a ``PlannedTemplateBuild`` (snake_case keys); raises ``PreflightFailed`` per ``fail_on``."""
     checks, capabilities, scope, blockers, tls_verified = collect_checks(
-        settings, fail_on=fail_on, client_factory=client_factory,
+        settings,
+        fail_on=fail_on,
+        client_factory=client_factory,
         blockers_of=lambda: [] if provisioning_enabled(environ) else ["provisioning_disabled"],
-        checks_of=lambda client, verified: TemplatePreflight(client, planned.plan, verified).run())
-    return preflight_result({"plan_hash": planned.plan_hash, "template_build_hash": planned.template_build_hash}, checks, capabilities,
-                            scope=scope, blockers=blockers, tls_verified=tls_verified, fail_on=fail_on, undecidable=UNDECIDABLE)
+        checks_of=lambda client, verified: TemplatePreflight(client, planned.plan, verified).run(),
+    )
+    return preflight_result(
+        {"plan_hash": planned.plan_hash, "template_build_hash": planned.template_build_hash},
+        checks,
+        capabilities,
+        scope=scope,
+        blockers=blockers,
+        tls_verified=tls_verified,
+        fail_on=fail_on,
+        undecidable=UNDECIDABLE,
+    )

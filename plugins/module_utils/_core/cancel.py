@@ -63,7 +63,7 @@ def process_start(pid: int, proc: str = "/proc") -> int | None:
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses: split after its last ')'.
-    fields = text[text.rfind(")") + 2:].split()
+    fields = text[text.rfind(")") + 2 :].split()
     if len(fields) < 20 or fields[0] in ("Z", "X", "x"):
         return None
     try:
@@ -159,9 +159,11 @@ def raise_if_cancelled(check: t.Callable[[], str | None] | None) -> None:
         details = {"reason": reason}
         if reason == RUN_CANCELLED and signal_name:
             details["signal"] = signal_name
-        message = ("The controller of this run (ansible-playbook) is gone; the run stopped before its next request. Re-run to resume."
-                   if reason == CONTROLLER_GONE else
-                   "The run was asked to stop (SIGTERM or SIGINT); it stopped before its next request. Re-run to resume.")
+        message = (
+            "The controller of this run (ansible-playbook) is gone; the run stopped before its next request. Re-run to resume."
+            if reason == CONTROLLER_GONE
+            else "The run was asked to stop (SIGTERM or SIGINT); it stopped before its next request. Re-run to resume."
+        )
         raise RunCancelled(message, code=reason, details=details)
 
 

@@ -37,7 +37,7 @@ ERROR_CODES: dict[str, str] = {
     # provider access
     "tls_verification_failed": "The server certificate did not match the configured CA or fingerprint pin.",
     "tls_unverified": "TLS is not verified (validate_certs is false and no api_fingerprint pin is set), so no credential is sent: "
-                      "configure a CA file (ca_path), the system CAs or a SHA-256 pin.",
+    "configure a CA file (ca_path), the system CAs or a SHA-256 pin.",
     "certificate_changed": "The server presented another certificate than the one the operation's provider scope was computed from; nothing was sent.",
     "auth_failed": "Proxmox rejected the credentials (HTTP 401).",
     "permission_denied": "The token lacks a privilege on a path (HTTP 403).",
@@ -55,9 +55,11 @@ ERROR_CODES: dict[str, str] = {
     "task_timeout": "A Proxmox task did not finish before the deadline.",
     "task_unobservable": "The task status could not be polled.",
     # gates and operations
-    "provisioning_disabled": ("The provisioning gate is closed: VMANYWARE_PROVISIONING_ENABLED is false, or unset without provisioning_enabled."
-                              " To provision, set it to true in the environment (or use the credential with provisioning enabled in AWX),"
-                              " or, where the environment leaves it unset, pass provisioning_enabled: true to the task."),
+    "provisioning_disabled": (
+        "The provisioning gate is closed: VMANYWARE_PROVISIONING_ENABLED is false, or unset without provisioning_enabled."
+        " To provision, set it to true in the environment (or use the credential with provisioning enabled in AWX),"
+        " or, where the environment leaves it unset, pass provisioning_enabled: true to the task."
+    ),
     "snapshot_disabled": "A snapshot was declared but the snapshots gate is closed (VMANYWARE_SNAPSHOTS_ENABLED false, or unset without snapshots_enabled).",
     "preflight_failed": "At least one preflight check did not pass.",
     "internal_error": "An unexpected internal error occurred.",

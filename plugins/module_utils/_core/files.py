@@ -185,7 +185,9 @@ def loads_strict(data: bytes) -> t.Any:
     try:
         return json.loads(text, object_pairs_hook=_pairs_without_duplicates, parse_constant=_reject_constant)
     except _DuplicateKey:
-        raise local_file_error("invalid_json", "duplicate_key", "A local JSON file contains a duplicate object key.") from None
+        raise local_file_error(
+            "invalid_json", "duplicate_key", "A local JSON file contains a duplicate object key."
+        ) from None
     except (ValueError, RecursionError):
         raise local_file_error("invalid_json", "invalid_json", "A local file is not valid JSON.") from None
 
@@ -206,7 +208,9 @@ def read_json_strict(path: str, max_bytes: int = DEFAULT_MAX_BYTES, *, follow_sy
         raise local_file_error("not_found", "missing", "A local file does not exist.") from None
     except OSError as err:
         if err.errno == errno.ELOOP and not follow_symlinks:
-            raise local_file_error("invalid_json", "symlink", "A local file is a symbolic link where a regular file is required.") from None
+            raise local_file_error(
+                "invalid_json", "symlink", "A local file is a symbolic link where a regular file is required."
+            ) from None
         raise local_file_error("io_error", "os_error", "A local file could not be read.") from None
     try:
         info = os.fstat(fd)

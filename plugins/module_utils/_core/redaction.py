@@ -34,14 +34,34 @@ REDACTED = "<redacted>"
 
 # Matched case-insensitively as substrings of the key.
 SECRET_KEY_MARKERS = (
-    "password", "passwd", "passphrase", "secret", "ticket", "token", "csrf", "cookie", "authorization",
-    "private_key", "privatekey", "private-key",
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "ticket",
+    "token",
+    "csrf",
+    "cookie",
+    "authorization",
+    "private_key",
+    "privatekey",
+    "private-key",
 )
 # Matched case-insensitively as whole keys.
-SECRET_KEY_NAMES = frozenset({
-    "otp", "tfa", "totp",
-    "input-data", "out-data", "err-data", "content", "stdin", "stdout", "stderr",
-})
+SECRET_KEY_NAMES = frozenset(
+    {
+        "otp",
+        "tfa",
+        "totp",
+        "input-data",
+        "out-data",
+        "err-data",
+        "content",
+        "stdin",
+        "stdout",
+        "stderr",
+    }
+)
 
 
 def is_secret_key(key: t.Any) -> bool:
@@ -57,7 +77,10 @@ def redact(value: t.Any) -> t.Any:
     and its stamp reads back from the journal) is not one.
     """
     if isinstance(value, t.Mapping):
-        return {key: REDACTED if is_secret_key(key) and not isinstance(item, bool) else redact(item) for key, item in value.items()}
+        return {
+            key: REDACTED if is_secret_key(key) and not isinstance(item, bool) else redact(item)
+            for key, item in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [redact(item) for item in value]
     return copy.deepcopy(value)
@@ -68,9 +91,15 @@ def redact(value: t.Any) -> t.Any:
 # string), after an optional authentication scheme (``Authorization: Bearer <token>``).
 _KEY_CHARS = r"[A-Za-z0-9_.\-]"
 _TEXT_PAIR = re.compile(
-    r"(?P<key>(?<!%s)(?:%s*(?:%s)%s*|(?:%s))(?!%s))" % (
-        _KEY_CHARS, _KEY_CHARS, "|".join(re.escape(marker) for marker in SECRET_KEY_MARKERS), _KEY_CHARS,
-        "|".join(re.escape(name) for name in sorted(SECRET_KEY_NAMES)), _KEY_CHARS)
+    r"(?P<key>(?<!%s)(?:%s*(?:%s)%s*|(?:%s))(?!%s))"
+    % (
+        _KEY_CHARS,
+        _KEY_CHARS,
+        "|".join(re.escape(marker) for marker in SECRET_KEY_MARKERS),
+        _KEY_CHARS,
+        "|".join(re.escape(name) for name in sorted(SECRET_KEY_NAMES)),
+        _KEY_CHARS,
+    )
     + r"""(?P<sep>["']?\s*[:=]\s*)"""
     + r"""(?P<value>(?:(?:Bearer|Basic|Digest|Negotiate|Token)\s+)?(?:"[^"]*"|'[^']*'|[^\s'",;&]+))""",
     re.IGNORECASE,

@@ -17,7 +17,10 @@ def aligned_lines(rows: t.Sequence[t.Sequence[str]]) -> list[str]:
     """One line per row, every column but the last padded to its widest cell (the last is free text)."""
     columns = max((len(row) for row in rows), default=0)
     widths = [max((len(row[column]) for row in rows if column < len(row)), default=0) for column in range(columns)]
-    return ["  ".join([cell.ljust(widths[column]) for column, cell in enumerate(row[:-1])] + list(row[-1:])).rstrip() for row in rows]
+    return [
+        "  ".join([cell.ljust(widths[column]) for column, cell in enumerate(row[:-1])] + list(row[-1:])).rstrip()
+        for row in rows
+    ]
 
 
 def check_row(check: t.Mapping[str, t.Any]) -> list[str]:

@@ -21,7 +21,17 @@ from .format_errors import CATALOG, FormatError, check_document_schema
 from .schemas import API_VERSION, CATALOG_SCHEMA_V1
 from .yaml_strict import load_document
 
-_MAPPING_FIELDS = ("image", "node", "templateVmid", "templateVersion", "storage", "bridge", "diskDevice", "sourceDiskGiB", "guestUser")
+_MAPPING_FIELDS = (
+    "image",
+    "node",
+    "templateVmid",
+    "templateVersion",
+    "storage",
+    "bridge",
+    "diskDevice",
+    "sourceDiskGiB",
+    "guestUser",
+)
 _INT_FIELDS = frozenset(("templateVmid", "sourceDiskGiB"))
 _MAPPING_SCHEMA = {"$defs": CATALOG_SCHEMA_V1["$defs"], **CATALOG_SCHEMA_V1["properties"]["images"]["items"]}
 CONTAINER = "container"
@@ -41,10 +51,20 @@ def _container_rules(mapping: t.Mapping[str, t.Any], path: str, code: str) -> di
         result["ostemplate"] = str(mapping["ostemplate"])
     else:
         appliance = mapping["appliance"]
-        result["appliance"] = {"package": str(appliance["package"]), "version": str(appliance["version"]), "storage": str(appliance["storage"])}
-    result.update({"storage": str(mapping["storage"]), "bridge": str(mapping["bridge"]), "guestUser": str(mapping["guestUser"]),
-                   "unprivileged": bool(mapping.get("unprivileged", True)),
-                   "features": {"nesting": bool((mapping.get("features") or {}).get("nesting", False))}})
+        result["appliance"] = {
+            "package": str(appliance["package"]),
+            "version": str(appliance["version"]),
+            "storage": str(appliance["storage"]),
+        }
+    result.update(
+        {
+            "storage": str(mapping["storage"]),
+            "bridge": str(mapping["bridge"]),
+            "guestUser": str(mapping["guestUser"]),
+            "unprivileged": bool(mapping.get("unprivileged", True)),
+            "features": {"nesting": bool((mapping.get("features") or {}).get("nesting", False))},
+        }
+    )
     return result
 
 
@@ -98,6 +118,8 @@ def normalize_mapping(mapping: t.Any) -> dict[str, t.Any]:
     return _mapping_rules(mapping, "$", CATALOG)
 
 
-def parse_catalog(*, text: str | bytes | t.Mapping[str, t.Any] | None = None, path: str | os.PathLike[str] | None = None) -> dict[str, t.Any]:
+def parse_catalog(
+    *, text: str | bytes | t.Mapping[str, t.Any] | None = None, path: str | os.PathLike[str] | None = None
+) -> dict[str, t.Any]:
     """Read, parse and validate a v1 TemplateCatalog from inline ``text`` (YAML, or a mapping) or a file ``path``."""
     return validate_catalog(load_document(text=text, path=path, code=CATALOG))

@@ -49,14 +49,19 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
         "kind": "Environment",
         "name": str(data["name"]),
         "image": str(data["image"]),
-        "resources": {"cores": int(resources["cores"]), "memoryMiB": int(resources["memoryMiB"]), "diskGiB": int(resources["diskGiB"])},
+        "resources": {
+            "cores": int(resources["cores"]),
+            "memoryMiB": int(resources["memoryMiB"]),
+            "diskGiB": int(resources["diskGiB"]),
+        },
         "access": {"sshPublicKeys": [str(line) for line in data["access"]["sshPublicKeys"]]},
         "packages": packages,
         "snapshotAfterProvisioning": bool(data.get("snapshotAfterProvisioning", False)),
     }
 
 
-def parse_definition(*, text: str | bytes | t.Mapping[str, t.Any] | None = None,
-                     path: str | os.PathLike[str] | None = None) -> dict[str, t.Any]:
+def parse_definition(
+    *, text: str | bytes | t.Mapping[str, t.Any] | None = None, path: str | os.PathLike[str] | None = None
+) -> dict[str, t.Any]:
     """Read, parse and validate a v1 Environment from inline ``text`` (YAML, or a mapping) or a file ``path``."""
     return validate_definition(load_document(text=text, path=path, code=DEFINITION))

@@ -56,7 +56,9 @@ RULE_TEXTS: dict[str, str] = {
 class FormatError(InputError):
     """A catalog or definition refused by a fixed ``rule`` at ``path``; carries no input value."""
 
-    def __init__(self, code: str, path: str, rule: str, text: str | None = None, *, extra: t.Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self, code: str, path: str, rule: str, text: str | None = None, *, extra: t.Mapping[str, int] | None = None
+    ) -> None:
         details: dict[str, t.Any] = {"rule": rule}
         details.update(extra or {})
         text = text if text is not None else RULE_TEXTS[rule]

@@ -137,5 +137,13 @@ def template_build_mapping(build: t.Mapping[str, t.Any], template_vmid: int, dis
     Not hashed itself: it is derived from the hashed TemplateBuild and VMID, so the journal checks a recorded one
     against this derivation (``_journal.document.recorded_hashes_match``).
     """
-    return {"image": build["image"], "node": build["node"], "templateVmid": template_vmid, "templateVersion": build["templateVersion"],
-            "storage": build["storage"], "bridge": build["bridge"], "diskDevice": disk_device, "guestUser": build["guestUser"]}
+    return {
+        "image": build["image"],
+        "node": build["node"],
+        "templateVmid": template_vmid,
+        "templateVersion": build["templateVersion"],
+        "storage": build["storage"],
+        "bridge": build["bridge"],
+        "diskDevice": disk_device,
+        "guestUser": build["guestUser"],
+    }

@@ -46,7 +46,10 @@ def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
 PLAN_INPUT_MUTUALLY_EXCLUSIVE = (("catalog_path", "catalog"), ("definition_path", "definition"))
 PLAN_INPUT_REQUIRED_ONE_OF = (("catalog_path", "catalog"), ("definition_path", "definition"))
 # ``ModuleEntry`` keyword arguments of every module that takes the plan inputs.
-PLAN_INPUT_CONSTRAINTS: dict[str, t.Any] = {"mutually_exclusive": PLAN_INPUT_MUTUALLY_EXCLUSIVE, "required_one_of": PLAN_INPUT_REQUIRED_ONE_OF}
+PLAN_INPUT_CONSTRAINTS: dict[str, t.Any] = {
+    "mutually_exclusive": PLAN_INPUT_MUTUALLY_EXCLUSIVE,
+    "required_one_of": PLAN_INPUT_REQUIRED_ONE_OF,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,11 +100,17 @@ def check_repeat_mapping(catalog: t.Mapping[str, t.Any], image: str, recorded: t
         raise InputError(code="repeat_image_removed", path="image", details={"rule": "in_current_catalog"})
     changed = sorted(key for key in set(current) | set(recorded) if current.get(key) != recorded.get(key))
     if changed:
-        raise InputError(code="repeat_mapping_changed", path="catalog", details={"rule": "mapping_as_recorded", "fields": changed})
+        raise InputError(
+            code="repeat_mapping_changed", path="catalog", details={"rule": "mapping_as_recorded", "fields": changed}
+        )
 
 
 def plan_document(
-    definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], target_vmid: int, definition_hash: str, plan_hash: str
+    definition: t.Mapping[str, t.Any],
+    mapping: t.Mapping[str, t.Any],
+    target_vmid: int,
+    definition_hash: str,
+    plan_hash: str,
 ) -> dict[str, t.Any]:
     """The v1 plan document (docs/formats.md, "Plan v1")."""
     resources = definition["resources"]
@@ -114,7 +123,11 @@ def plan_document(
         "provider": PROVIDER,
         "source": copy.deepcopy(dict(mapping)),
         "target": {"node": mapping["node"], "vmid": target_vmid, "name": definition["name"]},
-        "resources": {"cores": resources["cores"], "memoryMiB": resources["memoryMiB"], "diskGiB": resources["diskGiB"]},
+        "resources": {
+            "cores": resources["cores"],
+            "memoryMiB": resources["memoryMiB"],
+            "diskGiB": resources["diskGiB"],
+        },
         "storage": mapping["storage"],
         "bridge": mapping["bridge"],
         "guestUser": mapping["guestUser"],
@@ -151,11 +164,17 @@ def build_plan(
     """
     if (catalog is None) == (catalog_path is None):
         raise InputError(
-            "Exactly one of catalog and catalog_path must be given.", code="invalid_plan", path="catalog", details={"rule": "one_source"}
+            "Exactly one of catalog and catalog_path must be given.",
+            code="invalid_plan",
+            path="catalog",
+            details={"rule": "one_source"},
         )
     if (definition is None) == (definition_path is None):
         raise InputError(
-            "Exactly one of definition and definition_path must be given.", code="invalid_plan", path="definition", details={"rule": "one_source"}
+            "Exactly one of definition and definition_path must be given.",
+            code="invalid_plan",
+            path="definition",
+            details={"rule": "one_source"},
         )
     check_target_vmid(target_vmid)
     parsed_catalog = parse_catalog(text=catalog, path=catalog_path)
@@ -165,7 +184,9 @@ def build_plan(
     mapping = select_mapping(parsed_catalog, parsed_definition["image"])
     vmid = check_target_vmid(target_vmid, mapping.get("templateVmid"))
     if not is_container(mapping) and parsed_definition["resources"]["diskGiB"] < mapping["sourceDiskGiB"]:
-        raise InputError(code="disk_shrink_unsupported", path="resources.diskGiB", details={"rule": "at_least_source_disk"})
+        raise InputError(
+            code="disk_shrink_unsupported", path="resources.diskGiB", details={"rule": "at_least_source_disk"}
+        )
     if parsed_definition["image"] != mapping["image"]:  # pragma: no cover - select_mapping guarantees it
         raise InputError(code="invalid_plan", path="image", details={"rule": "mapping_mismatch"})
     def_hash = compute_definition_hash(parsed_definition)
@@ -181,6 +202,11 @@ def build_plan(
 
 def plan_from_params(params: t.Mapping[str, t.Any]) -> PlannedEnvironment:
     """``build_plan`` from a module's plan input options (and ``repeat_mapping``, ``vmanyware_plan``'s, when given)."""
-    return build_plan(catalog=params["catalog"], catalog_path=params["catalog_path"], definition=params["definition"],
-                      definition_path=params["definition_path"], target_vmid=params["target_vmid"],
-                      repeat_mapping=params.get("repeat_mapping"))
+    return build_plan(
+        catalog=params["catalog"],
+        catalog_path=params["catalog_path"],
+        definition=params["definition"],
+        definition_path=params["definition_path"],
+        target_vmid=params["target_vmid"],
+        repeat_mapping=params.get("repeat_mapping"),
+    )

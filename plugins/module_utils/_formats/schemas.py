@@ -30,6 +30,7 @@ from .._core.errors import ConfigurationError
 try:
     import jsonschema
     import jsonschema.validators
+
     HAS_JSONSCHEMA = True
 except ImportError:  # pragma: no cover - reported by the module through missing_required_lib
     HAS_JSONSCHEMA = False
@@ -51,7 +52,9 @@ PACKAGE_NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9+.-]{0,126}[a-z0-9+.])$"
 # no "=", "/", "*", spaces or comparison operators.
 PACKAGE_VERSION_PATTERN = r"^(?:[0-9]{1,9}:)?[0-9](?:[A-Za-z0-9.+~-]{0,118}[A-Za-z0-9.+~])?$"
 # "<type> <base64>[ <comment>]": the blob is decoded and checked semantically (ssh_keys.py).
-SSH_KEY_PATTERN = r"^[a-z0-9@.-]{1,64} [A-Za-z0-9+/]{1,16384}={0,2}(?: [^\u0000-\u0020\u007f][^\u0000-\u001f\u007f]{0,1023})?$"
+SSH_KEY_PATTERN = (
+    r"^[a-z0-9@.-]{1,64} [A-Za-z0-9+/]{1,16384}={0,2}(?: [^\u0000-\u0020\u007f][^\u0000-\u001f\u007f]{0,1023})?$"
+)
 
 # A container template volume: STORAGE:vztmpl/FILE.tar.{gz,xz,zst} (what pveam and aplinfo store).
 OSTEMPLATE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}:vztmpl/[A-Za-z0-9][A-Za-z0-9._+-]{0,199}\.tar\.(?:gz|xz|zst)$"
@@ -91,7 +94,11 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
             "maxItems": 128,
             # guestType: container selects the container mapping; without it a mapping is a VM template's.
             "items": {
-                "if": {"type": "object", "required": ["guestType"], "properties": {"guestType": {"const": "container"}}},
+                "if": {
+                    "type": "object",
+                    "required": ["guestType"],
+                    "properties": {"guestType": {"const": "container"}},
+                },
                 "then": {"$ref": "#/$defs/containerMapping"},
                 "else": {"$ref": "#/$defs/mapping"},
             },
@@ -102,21 +109,47 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
             "type": "object",
             "additionalProperties": False,
             "required": [
-                "image", "node", "templateVmid", "templateVersion", "storage", "bridge", "diskDevice", "sourceDiskGiB", "guestUser",
+                "image",
+                "node",
+                "templateVmid",
+                "templateVersion",
+                "storage",
+                "bridge",
+                "diskDevice",
+                "sourceDiskGiB",
+                "guestUser",
             ],
             "properties": {
                 "image": _string(IMAGE_PATTERN, "1-64 lowercase letters, digits, dots or hyphens."),
-                "node": _string(NODE_PATTERN, "1-63 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
+                "node": _string(
+                    NODE_PATTERN, "1-63 letters, digits, dots, underscores or hyphens, starting with a letter or digit."
+                ),
                 "templateVmid": _integer(VMID_MIN, VMID_MAX, "VMID of the template, 100-999999999."),
-                "templateVersion": _string(TEMPLATE_VERSION_PATTERN, "1-128 letters, digits, dots, underscores, plus signs or hyphens."),
-                "storage": _string(STORAGE_PATTERN, "1-64 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
-                "bridge": _string(BRIDGE_PATTERN, "1-15 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
-                "diskDevice": {"type": "string", "description": "Disk the template boots from.", "enum": ["scsi0", "virtio0", "sata0"]},
+                "templateVersion": _string(
+                    TEMPLATE_VERSION_PATTERN, "1-128 letters, digits, dots, underscores, plus signs or hyphens."
+                ),
+                "storage": _string(
+                    STORAGE_PATTERN,
+                    "1-64 letters, digits, dots, underscores or hyphens, starting with a letter or digit.",
+                ),
+                "bridge": _string(
+                    BRIDGE_PATTERN,
+                    "1-15 letters, digits, dots, underscores or hyphens, starting with a letter or digit.",
+                ),
+                "diskDevice": {
+                    "type": "string",
+                    "description": "Disk the template boots from.",
+                    "enum": ["scsi0", "virtio0", "sata0"],
+                },
                 "sourceDiskGiB": _integer(4, 4096, "Size of the template's disk in GiB, 4-4096."),
                 "guestUser": _string(
-                    GUEST_USER_PATTERN, "1-32 lowercase letters, digits, underscores or hyphens, starting with a lowercase letter or underscore."
+                    GUEST_USER_PATTERN,
+                    "1-32 lowercase letters, digits, underscores or hyphens, starting with a lowercase letter or underscore.",
                 ),
-                "pool": _string(POOL_PATTERN, "Optional resource pool the VM is cloned into (PVE pool id, up to three levels a/b/c)."),
+                "pool": _string(
+                    POOL_PATTERN,
+                    "Optional resource pool the VM is cloned into (PVE pool id, up to three levels a/b/c).",
+                ),
                 "imageDefaultUser": {"$ref": "#/$defs/imageDefaultUser"},
             },
         },
@@ -128,15 +161,29 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
             "properties": {
                 "image": _string(IMAGE_PATTERN, "1-64 lowercase letters, digits, dots or hyphens."),
                 "guestType": {"type": "string", "const": "container"},
-                "node": _string(NODE_PATTERN, "1-63 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
-                "ostemplate": _string(OSTEMPLATE_PATTERN, "A container template volume STORAGE:vztmpl/FILE.tar.gz|xz|zst.", 264),
-                "appliance": {"$ref": "#/$defs/appliance"},
-                "storage": _string(STORAGE_PATTERN, "1-64 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
-                "bridge": _string(BRIDGE_PATTERN, "1-15 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
-                "guestUser": _string(
-                    GUEST_USER_PATTERN, "1-32 lowercase letters, digits, underscores or hyphens, starting with a lowercase letter or underscore."
+                "node": _string(
+                    NODE_PATTERN, "1-63 letters, digits, dots, underscores or hyphens, starting with a letter or digit."
                 ),
-                "unprivileged": {"type": "boolean", "description": "Default true; false needs Sys.Modify on / and root-equivalent trust."},
+                "ostemplate": _string(
+                    OSTEMPLATE_PATTERN, "A container template volume STORAGE:vztmpl/FILE.tar.gz|xz|zst.", 264
+                ),
+                "appliance": {"$ref": "#/$defs/appliance"},
+                "storage": _string(
+                    STORAGE_PATTERN,
+                    "1-64 letters, digits, dots, underscores or hyphens, starting with a letter or digit.",
+                ),
+                "bridge": _string(
+                    BRIDGE_PATTERN,
+                    "1-15 letters, digits, dots, underscores or hyphens, starting with a letter or digit.",
+                ),
+                "guestUser": _string(
+                    GUEST_USER_PATTERN,
+                    "1-32 lowercase letters, digits, underscores or hyphens, starting with a lowercase letter or underscore.",
+                ),
+                "unprivileged": {
+                    "type": "boolean",
+                    "description": "Default true; false needs Sys.Modify on / and root-equivalent trust.",
+                },
                 "features": {
                     "type": "object",
                     "description": "Container features, each explicit; only nesting (for docker and systemd inside).",
@@ -153,7 +200,10 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
             "properties": {
                 "package": _string(APPLIANCE_PATTERN, "An appliance package name such as debian-12-standard."),
                 "version": _string(VERSION_GLOB_PATTERN, "A version or a glob with * such as 12.*, 1-64 characters."),
-                "storage": _string(STORAGE_PATTERN, "1-64 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
+                "storage": _string(
+                    STORAGE_PATTERN,
+                    "1-64 letters, digits, dots, underscores or hyphens, starting with a letter or digit.",
+                ),
             },
         },
         "imageDefaultUser": {
@@ -163,9 +213,12 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
             "required": ["name", "templateVersion", "passwordLocked", "noAuthorizedKeys"],
             "properties": {
                 "name": _string(
-                    GUEST_USER_PATTERN, "1-32 lowercase letters, digits, underscores or hyphens, starting with a lowercase letter or underscore."
+                    GUEST_USER_PATTERN,
+                    "1-32 lowercase letters, digits, underscores or hyphens, starting with a lowercase letter or underscore.",
                 ),
-                "templateVersion": _string(TEMPLATE_VERSION_PATTERN, "1-128 letters, digits, dots, underscores, plus signs or hyphens."),
+                "templateVersion": _string(
+                    TEMPLATE_VERSION_PATTERN, "1-128 letters, digits, dots, underscores, plus signs or hyphens."
+                ),
                 "passwordLocked": {"type": "boolean", "const": True},
                 "noAuthorizedKeys": {"type": "boolean", "const": True},
             },
@@ -220,8 +273,13 @@ DEFINITION_SCHEMA_V1: dict[str, t.Any] = {
                 "additionalProperties": False,
                 "required": ["name"],
                 "properties": {
-                    "name": _string(PACKAGE_NAME_PATTERN, "A Debian package name (2-128 characters, not ending in a hyphen)."),
-                    "version": _string(PACKAGE_VERSION_PATTERN, "An exact Debian version [epoch:]upstream[-revision]; no ranges or selectors."),
+                    "name": _string(
+                        PACKAGE_NAME_PATTERN, "A Debian package name (2-128 characters, not ending in a hyphen)."
+                    ),
+                    "version": _string(
+                        PACKAGE_VERSION_PATTERN,
+                        "An exact Debian version [epoch:]upstream[-revision]; no ranges or selectors.",
+                    ),
                 },
             },
         },
@@ -231,14 +289,45 @@ DEFINITION_SCHEMA_V1: dict[str, t.Any] = {
 
 # A key that may be named in an error: a plain identifier, as a misspelt field name is.
 PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
-_TYPE_NAMES = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer", "boolean": "true or false"}
+_TYPE_NAMES = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "boolean": "true or false",
+}
 # JSON Schema keyword -> the rule name errors report (docs/formats.md).
-_RULES = {"type": "type", "const": "const", "enum": "enum", "pattern": "pattern", "minLength": "min_length", "maxLength": "max_length",
-          "minimum": "minimum", "maximum": "maximum", "minItems": "min_items", "maxItems": "max_items", "required": "required",
-          "additionalProperties": "unknown_field", "anyOf": "any_of"}
+_RULES = {
+    "type": "type",
+    "const": "const",
+    "enum": "enum",
+    "pattern": "pattern",
+    "minLength": "min_length",
+    "maxLength": "max_length",
+    "minimum": "minimum",
+    "maximum": "maximum",
+    "minItems": "min_items",
+    "maxItems": "max_items",
+    "required": "required",
+    "additionalProperties": "unknown_field",
+    "anyOf": "any_of",
+}
 # Within one field, violations are reported in this order (type first: nothing else is meaningful then).
-_KEYWORD_ORDER = ("anyOf", "type", "const", "enum", "minLength", "maxLength", "pattern", "minimum", "maximum", "minItems", "maxItems",
-                  "additionalProperties", "required")
+_KEYWORD_ORDER = (
+    "anyOf",
+    "type",
+    "const",
+    "enum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minimum",
+    "maximum",
+    "minItems",
+    "maxItems",
+    "additionalProperties",
+    "required",
+)
 
 
 class SchemaViolation(Exception):
@@ -260,7 +349,8 @@ def join_path(parent: str, key: str | int) -> str:
 def _validator_class() -> t.Any:
     """Draft 2020-12, with ``integer`` meaning a Python int that is not a bool (``2.0`` is refused)."""
     checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
+    )
     return jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
 
 
@@ -282,9 +372,14 @@ def _text(error: t.Any, schema: dict[str, t.Any]) -> str:
         return "contains a field that is not part of the v1 format"
     if keyword == "required":
         return "is required"
-    bounds = {"minLength": "must have at least %d characters", "maxLength": "must have at most %d characters",
-              "minimum": "must be at least %d", "maximum": "must be at most %d",
-              "minItems": "must have at least %d entries", "maxItems": "must have at most %d entries"}
+    bounds = {
+        "minLength": "must have at least %d characters",
+        "maxLength": "must have at most %d characters",
+        "minimum": "must be at least %d",
+        "maximum": "must be at most %d",
+        "minItems": "must have at least %d entries",
+        "maxItems": "must have at most %d entries",
+    }
     text: str = bounds[keyword] % expected
     return text
 
@@ -324,7 +419,9 @@ def check_schema(schema: dict[str, t.Any], value: t.Any) -> None:
     never its message, which quotes the input.
     """
     if not HAS_JSONSCHEMA:
-        raise ConfigurationError("The Python library jsonschema is required on the controller.", details={"rule": "missing_library"})
+        raise ConfigurationError(
+            "The Python library jsonschema is required on the controller.", details={"rule": "missing_library"}
+        )
     errors = list(_validator_class()(schema).iter_errors(value))
     if not errors:
         return

@@ -30,12 +30,12 @@ class _SshReader:
     def string(self) -> bytes:
         if len(self._blob) - self._offset < 4:
             raise ValueError("truncated")
-        length = int.from_bytes(self._blob[self._offset:self._offset + 4], "big")
+        length = int.from_bytes(self._blob[self._offset : self._offset + 4], "big")
         start = self._offset + 4
         if length > len(self._blob) - start:
             raise ValueError("truncated")
         self._offset = start + length
-        return self._blob[start:self._offset]
+        return self._blob[start : self._offset]
 
     def mpint(self) -> int:
         raw = self.string()

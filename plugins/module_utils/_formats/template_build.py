@@ -31,7 +31,18 @@ from .._core.errors import InputError
 from .yaml_strict import load_strict_yaml, read_source
 from .format_errors import RULE_TEXTS, FormatError, check_document_schema
 from .hashing import definition_hash, template_plan_hash
-from .schemas import API_VERSION, BRIDGE_PATTERN, DEFINITION_SCHEMA_V1, GUEST_USER_PATTERN, IMAGE_PATTERN, NODE_PATTERN, STORAGE_PATTERN, TEMPLATE_VERSION_PATTERN, VMID_MAX, VMID_MIN
+from .schemas import (
+    API_VERSION,
+    BRIDGE_PATTERN,
+    DEFINITION_SCHEMA_V1,
+    GUEST_USER_PATTERN,
+    IMAGE_PATTERN,
+    NODE_PATTERN,
+    STORAGE_PATTERN,
+    TEMPLATE_VERSION_PATTERN,
+    VMID_MAX,
+    VMID_MIN,
+)
 from .._stages.registry import TEMPLATE, planned_steps
 
 TEMPLATE_BUILD = "invalid_template_build"
@@ -40,8 +51,14 @@ PROVIDER = "proxmox-ve"
 DISK_DEVICE = "scsi0"
 CHECKSUM_LENGTHS = {"sha256": 64, "sha512": 128}
 IMAGE_FORMATS = ("qcow2", "raw", "vmdk")
-MACHINE_DEFAULTS: dict[str, t.Any] = {"type": "q35", "bios": "ovmf", "scsihw": "virtio-scsi-single", "serialConsole": True,
-                                      "cores": 2, "memoryMiB": 2048}
+MACHINE_DEFAULTS: dict[str, t.Any] = {
+    "type": "q35",
+    "bios": "ovmf",
+    "scsihw": "virtio-scsi-single",
+    "serialConsole": True,
+    "cores": 2,
+    "memoryMiB": 2048,
+}
 
 URL_PATTERN = r"^https?://[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]{1,2040}$"
 CHECKSUM_PATTERN = r"^(?:[0-9a-f]{64}|[0-9a-f]{128})$"
@@ -56,7 +73,7 @@ _RULE_TEXTS = {
     "gateway_outside_network": "is not inside the build address's network",
     "gateway_equals_address": "must differ from the build address",
     "auto_needs_allocation": "auto needs VMID allocation (vmanyware_vmid), which this collection version does not include; "
-                             "declare the template VMID",
+    "declare the template VMID",
 }
 
 
@@ -78,56 +95,122 @@ TEMPLATE_BUILD_SCHEMA_V1: dict[str, t.Any] = {
     "description": "How to build a Proxmox VE template from a cloud image. See docs/templates.md for the rules a schema cannot express.",
     "type": "object",
     "additionalProperties": False,
-    "required": ["apiVersion", "kind", "image", "source", "node", "storage", "importStorage", "bridge", "templateVmid",
-                 "templateVersion", "guestUser", "buildAddress"],
+    "required": [
+        "apiVersion",
+        "kind",
+        "image",
+        "source",
+        "node",
+        "storage",
+        "importStorage",
+        "bridge",
+        "templateVmid",
+        "templateVersion",
+        "guestUser",
+        "buildAddress",
+    ],
     "properties": {
         "apiVersion": {"type": "string", "const": API_VERSION},
         "kind": {"type": "string", "const": "TemplateBuild"},
-        "image": _string(IMAGE_PATTERN, "1-64 lowercase letters, digits, dots or hyphens; the catalog image identifier."),
+        "image": _string(
+            IMAGE_PATTERN, "1-64 lowercase letters, digits, dots or hyphens; the catalog image identifier."
+        ),
         "source": {
             "type": "object",
             "additionalProperties": False,
             "required": ["url", "checksum", "checksumAlgorithm"],
             "properties": {
-                "url": _string(URL_PATTERN, "An http or https URL of the cloud image, at most 2048 characters, without credentials."),
-                "checksum": _string(CHECKSUM_PATTERN, "The image's checksum as lowercase hex (64 digits for sha256, 128 for sha512)."),
-                "checksumAlgorithm": {"type": "string", "description": "The checksum algorithm.", "enum": ["sha256", "sha512"]},
-                "format": {"type": "string", "description": "The image's disk format (default qcow2).", "enum": list(IMAGE_FORMATS)},
+                "url": _string(
+                    URL_PATTERN,
+                    "An http or https URL of the cloud image, at most 2048 characters, without credentials.",
+                ),
+                "checksum": _string(
+                    CHECKSUM_PATTERN, "The image's checksum as lowercase hex (64 digits for sha256, 128 for sha512)."
+                ),
+                "checksumAlgorithm": {
+                    "type": "string",
+                    "description": "The checksum algorithm.",
+                    "enum": ["sha256", "sha512"],
+                },
+                "format": {
+                    "type": "string",
+                    "description": "The image's disk format (default qcow2).",
+                    "enum": list(IMAGE_FORMATS),
+                },
             },
         },
-        "node": _string(NODE_PATTERN, "1-63 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
+        "node": _string(
+            NODE_PATTERN, "1-63 letters, digits, dots, underscores or hyphens, starting with a letter or digit."
+        ),
         "storage": _string(STORAGE_PATTERN, "The storage of the template's disks (content images)."),
-        "importStorage": _string(STORAGE_PATTERN, "The storage the image is downloaded into (content import, PVE 8.4 or later)."),
-        "bridge": _string(BRIDGE_PATTERN, "1-15 letters, digits, dots, underscores or hyphens, starting with a letter or digit."),
+        "importStorage": _string(
+            STORAGE_PATTERN, "The storage the image is downloaded into (content import, PVE 8.4 or later)."
+        ),
+        "bridge": _string(
+            BRIDGE_PATTERN, "1-15 letters, digits, dots, underscores or hyphens, starting with a letter or digit."
+        ),
         "templateVmid": {
             "description": "VMID of the template, 100-999999999, or auto (needs VMID allocation).",
-            "anyOf": [{"type": "integer", "minimum": VMID_MIN, "maximum": VMID_MAX}, {"type": "string", "const": "auto"}],
+            "anyOf": [
+                {"type": "integer", "minimum": VMID_MIN, "maximum": VMID_MAX},
+                {"type": "string", "const": "auto"},
+            ],
         },
-        "templateVersion": _string(TEMPLATE_VERSION_PATTERN, "1-128 letters, digits, dots, underscores, plus signs or hyphens."),
-        "diskGiB": {"type": "integer", "description": "Grow the imported disk to this size in GiB, 4-4096 (catalogs need at least 4; "
-                    "stock cloud images are often 2-3 GiB). Absent: the image's own size.", "minimum": 4, "maximum": 4096},
+        "templateVersion": _string(
+            TEMPLATE_VERSION_PATTERN, "1-128 letters, digits, dots, underscores, plus signs or hyphens."
+        ),
+        "diskGiB": {
+            "type": "integer",
+            "description": "Grow the imported disk to this size in GiB, 4-4096 (catalogs need at least 4; "
+            "stock cloud images are often 2-3 GiB). Absent: the image's own size.",
+            "minimum": 4,
+            "maximum": 4096,
+        },
         "machine": {
             "type": "object",
             "additionalProperties": False,
             "properties": {
                 "type": {"type": "string", "description": "Machine type (only q35).", "const": "q35"},
                 "bios": {"type": "string", "description": "Firmware (only ovmf, with an EFI disk).", "const": "ovmf"},
-                "scsihw": {"type": "string", "description": "SCSI controller (only virtio-scsi-single).", "const": "virtio-scsi-single"},
-                "serialConsole": {"type": "boolean", "description": "Add serial0 and use it as the display (default true)."},
-                "cores": {"type": "integer", "description": "Cores of the preparation boot, 1-128.", "minimum": 1, "maximum": 128},
-                "memoryMiB": {"type": "integer", "description": "Memory of the preparation boot in MiB, 512-65536.", "minimum": 512,
-                              "maximum": 65536},
+                "scsihw": {
+                    "type": "string",
+                    "description": "SCSI controller (only virtio-scsi-single).",
+                    "const": "virtio-scsi-single",
+                },
+                "serialConsole": {
+                    "type": "boolean",
+                    "description": "Add serial0 and use it as the display (default true).",
+                },
+                "cores": {
+                    "type": "integer",
+                    "description": "Cores of the preparation boot, 1-128.",
+                    "minimum": 1,
+                    "maximum": 128,
+                },
+                "memoryMiB": {
+                    "type": "integer",
+                    "description": "Memory of the preparation boot in MiB, 512-65536.",
+                    "minimum": 512,
+                    "maximum": 65536,
+                },
             },
         },
-        "guestUser": _string(GUEST_USER_PATTERN, "The image's default user (not root); the build logs in as this user."),
+        "guestUser": _string(
+            GUEST_USER_PATTERN, "The image's default user (not root); the build logs in as this user."
+        ),
         "packages": _PACKAGES_SCHEMA,
         "buildAddress": {
             "type": "object",
             "additionalProperties": False,
             "required": ["address", "gateway"],
             "properties": {
-                "address": _string(IPV4_PREFIX_PATTERN, "The IPv4 address with prefix length of the preparation boot, e.g. 192.0.2.50/24."),
-                "gateway": _string(IPV4_PATTERN, "The IPv4 gateway of the preparation boot, inside the address's network."),
+                "address": _string(
+                    IPV4_PREFIX_PATTERN,
+                    "The IPv4 address with prefix length of the preparation boot, e.g. 192.0.2.50/24.",
+                ),
+                "gateway": _string(
+                    IPV4_PATTERN, "The IPv4 gateway of the preparation boot, inside the address's network."
+                ),
             },
         },
     },
@@ -198,8 +281,12 @@ def validate_template_build(data: t.Any) -> dict[str, t.Any]:
         "apiVersion": API_VERSION,
         "kind": "TemplateBuild",
         "image": str(data["image"]),
-        "source": {"url": str(source["url"]), "checksum": str(source["checksum"]), "checksumAlgorithm": str(source["checksumAlgorithm"]),
-                   "format": str(source.get("format", "qcow2"))},
+        "source": {
+            "url": str(source["url"]),
+            "checksum": str(source["checksum"]),
+            "checksumAlgorithm": str(source["checksumAlgorithm"]),
+            "format": str(source.get("format", "qcow2")),
+        },
         "node": str(data["node"]),
         "storage": str(data["storage"]),
         "importStorage": str(data["importStorage"]),
@@ -207,17 +294,30 @@ def validate_template_build(data: t.Any) -> dict[str, t.Any]:
         "templateVmid": vmid if vmid == "auto" else int(vmid),
         "templateVersion": str(data["templateVersion"]),
         **({"diskGiB": int(data["diskGiB"])} if "diskGiB" in data else {}),
-        "machine": {"type": str(machine["type"]), "bios": str(machine["bios"]), "scsihw": str(machine["scsihw"]),
-                    "serialConsole": bool(machine["serialConsole"]), "cores": int(machine["cores"]), "memoryMiB": int(machine["memoryMiB"])},
+        "machine": {
+            "type": str(machine["type"]),
+            "bios": str(machine["bios"]),
+            "scsihw": str(machine["scsihw"]),
+            "serialConsole": bool(machine["serialConsole"]),
+            "cores": int(machine["cores"]),
+            "memoryMiB": int(machine["memoryMiB"]),
+        },
         "guestUser": str(data["guestUser"]),
         "packages": _packages(data.get("packages", [])),
-        "buildAddress": {"address": str(data["buildAddress"]["address"]), "gateway": str(data["buildAddress"]["gateway"])},
+        "buildAddress": {
+            "address": str(data["buildAddress"]["address"]),
+            "gateway": str(data["buildAddress"]["gateway"]),
+        },
     }
 
 
-def parse_template_build(*, text: str | bytes | None = None, path: str | os.PathLike[str] | None = None) -> dict[str, t.Any]:
+def parse_template_build(
+    *, text: str | bytes | None = None, path: str | os.PathLike[str] | None = None
+) -> dict[str, t.Any]:
     """Read, parse and validate a v1 TemplateBuild from inline ``text`` or a file ``path``."""
-    return validate_template_build(load_strict_yaml(read_source(text=text, path=path, code=TEMPLATE_BUILD), code=TEMPLATE_BUILD))
+    return validate_template_build(
+        load_strict_yaml(read_source(text=text, path=path, code=TEMPLATE_BUILD), code=TEMPLATE_BUILD)
+    )
 
 
 def template_build_hash(build: t.Mapping[str, t.Any]) -> str:
@@ -285,7 +385,9 @@ class PlannedTemplateBuild:
         return int(self.plan["target"]["vmid"])
 
 
-def template_plan_document(build: t.Mapping[str, t.Any], vmid: int, build_hash: str, plan_hash: str) -> dict[str, t.Any]:
+def template_plan_document(
+    build: t.Mapping[str, t.Any], vmid: int, build_hash: str, plan_hash: str
+) -> dict[str, t.Any]:
     """The TemplateBuildPlan v1 document (docs/templates.md, "Plan")."""
     return {
         "apiVersion": API_VERSION,
@@ -313,23 +415,33 @@ def template_plan_document(build: t.Mapping[str, t.Any], vmid: int, build_hash: 
     }
 
 
-def build_template_plan(*, text: str | bytes | None = None, path: str | os.PathLike[str] | None = None) -> PlannedTemplateBuild:
+def build_template_plan(
+    *, text: str | bytes | None = None, path: str | os.PathLike[str] | None = None
+) -> PlannedTemplateBuild:
     """Validate a TemplateBuild and plan it offline; ``invalid_template_build`` for every refusal.
 
     ``templateVmid: auto`` is valid in the document but cannot be planned before VMID allocation
     exists (rule ``auto_needs_allocation``).
     """
     if (text is None) == (path is None):
-        raise InputError("Exactly one of template_build and template_build_path must be given.", code="invalid_plan",
-                         path="template_build", details={"rule": "one_source"})
+        raise InputError(
+            "Exactly one of template_build and template_build_path must be given.",
+            code="invalid_plan",
+            path="template_build",
+            details={"rule": "one_source"},
+        )
     build = parse_template_build(text=text, path=path)
     if build["templateVmid"] == "auto":
         raise _refuse("templateVmid", "auto_needs_allocation")
     vmid = int(build["templateVmid"])
     build_hash = template_build_hash(build)
     plan_hash = template_plan_hash(build_hash, vmid)
-    return PlannedTemplateBuild(build=build, plan=template_plan_document(build, vmid, build_hash, plan_hash),
-                                template_build_hash=build_hash, plan_hash=plan_hash)
+    return PlannedTemplateBuild(
+        build=build,
+        plan=template_plan_document(build, vmid, build_hash, plan_hash),
+        template_build_hash=build_hash,
+        plan_hash=plan_hash,
+    )
 
 
 def template_build_argument_spec() -> dict[str, dict[str, t.Any]]:
@@ -337,8 +449,10 @@ def template_build_argument_spec() -> dict[str, dict[str, t.Any]]:
     return {"template_build_path": {"type": "path"}, "template_build": {"type": "str"}}
 
 
-TEMPLATE_BUILD_CONSTRAINTS: dict[str, t.Any] = {"mutually_exclusive": (("template_build_path", "template_build"),),
-                                                "required_one_of": (("template_build_path", "template_build"),)}
+TEMPLATE_BUILD_CONSTRAINTS: dict[str, t.Any] = {
+    "mutually_exclusive": (("template_build_path", "template_build"),),
+    "required_one_of": (("template_build_path", "template_build"),),
+}
 
 
 def template_plan_from_params(params: t.Mapping[str, t.Any]) -> PlannedTemplateBuild:

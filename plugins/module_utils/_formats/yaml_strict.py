@@ -163,7 +163,9 @@ def read_source(*, text: str | bytes | None, path: str | os.PathLike[str] | None
             raise FormatError(code, "$", "too_large")
         return data
     try:
-        fd = os.open(os.fspath(t.cast(t.Any, path)), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(
+            os.fspath(t.cast(t.Any, path)), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+        )
     except (OSError, TypeError, ValueError):
         # The OS error text repeats the path and says nothing the rule does not.
         raise FormatError(code, "$", "unreadable") from None
@@ -218,7 +220,9 @@ def plain_document(value: t.Any, *, code: str) -> t.Any:
     try:
         size = len(json.dumps(document, ensure_ascii=False, allow_nan=True).encode("utf-8"))
     except (TypeError, ValueError, RecursionError):
-        raise FormatError(code, "$", "type", "must hold only mappings, lists, strings, numbers, booleans and nulls") from None
+        raise FormatError(
+            code, "$", "type", "must hold only mappings, lists, strings, numbers, booleans and nulls"
+        ) from None
     if size > MAX_DOCUMENT_BYTES:
         raise FormatError(code, "$", "too_large")
     return document

@@ -60,8 +60,24 @@ _VMID_MIN = 100
 _VMID_MAX = 999999999
 
 _TOP_KEYS = (
-    "schemaVersion", "kind", "operationId", "revision", "idempotencyKeyHash", "providerScopeId", "createdAt", "updatedAt",
-    "target", "definition", "mapping", "plan", "confirmation", "status", "failure", "release", "stages", "handoff",
+    "schemaVersion",
+    "kind",
+    "operationId",
+    "revision",
+    "idempotencyKeyHash",
+    "providerScopeId",
+    "createdAt",
+    "updatedAt",
+    "target",
+    "definition",
+    "mapping",
+    "plan",
+    "confirmation",
+    "status",
+    "failure",
+    "release",
+    "stages",
+    "handoff",
 )
 # Optional last key (absent in documents written before lifecycle actions existed).
 LIFECYCLE_KEY = "lifecycle"
@@ -69,8 +85,17 @@ _LIFECYCLE_KEYS = ("abandonment", "cleanup")
 _ABANDONMENT_KEYS = ("at", "reason")
 _CLEANUP_KEYS = ("startedAt", "completedAt", "status", "failure", "steps")
 _STAGE_KEYS = (
-    "position", "kind", "status", "submissionStarted", "attempts", "dispatchedAt", "completedAt", "upid", "request",
-    "evidence", "failure",
+    "position",
+    "kind",
+    "status",
+    "submissionStarted",
+    "attempts",
+    "dispatchedAt",
+    "completedAt",
+    "upid",
+    "request",
+    "evidence",
+    "failure",
 )
 
 # Stage transitions: new status -> statuses it may be reached from.
@@ -100,7 +125,8 @@ class JournalError(VmanywareError):
 def journal_conflict(operation_id: str, rule: str) -> JournalError:
     """``journal_conflict``: the operation is not in the state an update expects (compare-and-set lost)."""
     return JournalError(
-        "Operation %s is not in the state this update expects (it may have been changed by another process)." % operation_id,
+        "Operation %s is not in the state this update expects (it may have been changed by another process)."
+        % operation_id,
         code="journal_conflict",
         details={"operationId": operation_id, "rule": rule},
     )
@@ -127,8 +153,11 @@ def new_operation_id() -> str:
 def validate_operation_id(value: t.Any, path: str = "operation_id") -> str:
     """Return ``value`` if it is a well-formed operation id; ``invalid_option`` (value never echoed) otherwise."""
     if not isinstance(value, str) or not _OPERATION_ID.match(value):
-        raise InputError("The operation id is not of the form op- followed by 26 base32 characters.", path=path,
-                         details={"rule": "operation_id_format"})
+        raise InputError(
+            "The operation id is not of the form op- followed by 26 base32 characters.",
+            path=path,
+            details={"rule": "operation_id_format"},
+        )
     return value
 
 
@@ -167,13 +196,17 @@ def _mapping_arg(value: t.Any, path: str) -> dict[str, t.Any]:
 
 def _failure_code(code: t.Any) -> str:
     if not isinstance(code, str) or code not in ERROR_CODES:
-        raise InputError("The failure code is not a registered error code.", path="code", details={"rule": "error_code"})
+        raise InputError(
+            "The failure code is not a registered error code.", path="code", details={"rule": "error_code"}
+        )
     return code
 
 
 def _failure_message(message: t.Any) -> str:
     if not isinstance(message, str) or not 0 < len(message) <= _MAX_MESSAGE:
-        raise InputError("The failure message must be 1-1024 characters of fixed text.", path="message", details={"rule": "length"})
+        raise InputError(
+            "The failure message must be 1-1024 characters of fixed text.", path="message", details={"rule": "length"}
+        )
     return message
 
 
@@ -212,7 +245,10 @@ def _check_failure(value: t.Any, with_stage: bool, rule: str) -> None:
     _check(isinstance(value["code"], str) and bool(_CODE.match(value["code"])), rule)
     _check(isinstance(value["message"], str) and 0 < len(value["message"]) <= _MAX_MESSAGE, rule)
     if with_stage:
-        _check(value["stage"] is None or (isinstance(value["stage"], str) and bool(_STAGE_KIND.match(value["stage"]))), rule)
+        _check(
+            value["stage"] is None or (isinstance(value["stage"], str) and bool(_STAGE_KIND.match(value["stage"]))),
+            rule,
+        )
 
 
 def _check_stage(stage: t.Any, index: int, previous_completed: bool) -> None:
@@ -233,12 +269,21 @@ def _check_stage(stage: t.Any, index: int, previous_completed: bool) -> None:
     # state invariants
     if status == "pending":
         # attempts may be > 0: a request that provably never took effect returns the stage to pending.
-        _check(not stage["submissionStarted"] and stage["dispatchedAt"] is None
-               and stage["upid"] is None and stage["request"] is None and stage["completedAt"] is None, "stage_pending")
+        _check(
+            not stage["submissionStarted"]
+            and stage["dispatchedAt"] is None
+            and stage["upid"] is None
+            and stage["request"] is None
+            and stage["completedAt"] is None,
+            "stage_pending",
+        )
     else:
         _check(previous_completed, "stage_order")
     if status in ("dispatching", "submitted", "completed", "uncertain"):
-        _check(stage["submissionStarted"] and stage["attempts"] >= 1 and stage["dispatchedAt"] is not None, "stage_dispatched")
+        _check(
+            stage["submissionStarted"] and stage["attempts"] >= 1 and stage["dispatchedAt"] is not None,
+            "stage_dispatched",
+        )
     if stage["submissionStarted"]:
         _check(stage["dispatchedAt"] is not None and stage["request"] is not None, "stage_submission_record")
     _check((stage["failure"] is not None) == (status in ("failed", "uncertain")), "stage_failure_presence")
@@ -251,13 +296,18 @@ def validate_document(document: t.Any, operation_id: str | None = None) -> None:
     _check(document.get("schemaVersion") == SCHEMA_VERSION and _is_int(document.get("schemaVersion")), "schema_version")
     _check(tuple(document) in (_TOP_KEYS, _TOP_KEYS + (LIFECYCLE_KEY,)), "top_keys")
     _check(document["kind"] == KIND, "kind")
-    _check(isinstance(document["operationId"], str) and bool(_OPERATION_ID.match(document["operationId"])), "operation_id")
+    _check(
+        isinstance(document["operationId"], str) and bool(_OPERATION_ID.match(document["operationId"])), "operation_id"
+    )
     if operation_id is not None:
         _check(document["operationId"] == operation_id, "operation_id_matches_file")
     _check(_is_int(document["revision"]) and document["revision"] >= 1, "revision")
     key_hash = document["idempotencyKeyHash"]
     _check(key_hash is None or (isinstance(key_hash, str) and bool(_HEX64.match(key_hash))), "idempotency_key_hash")
-    _check(isinstance(document["providerScopeId"], str) and bool(_SCOPE.match(document["providerScopeId"])), "provider_scope")
+    _check(
+        isinstance(document["providerScopeId"], str) and bool(_SCOPE.match(document["providerScopeId"])),
+        "provider_scope",
+    )
     _check_timestamp(document["createdAt"], "created_at")
     _check_timestamp(document["updatedAt"], "updated_at")
     target = document["target"]
@@ -268,7 +318,9 @@ def validate_document(document: t.Any, operation_id: str | None = None) -> None:
     for name in ("definition", "mapping", "plan", "confirmation", "handoff"):
         _check_json_object(document[name], name)
     for name in ("definitionHash", "planHash"):
-        _check(isinstance(document["plan"].get(name), str) and bool(_HEX64.match(document["plan"][name])), "plan_hashes")
+        _check(
+            isinstance(document["plan"].get(name), str) and bool(_HEX64.match(document["plan"][name])), "plan_hashes"
+        )
     status = document["status"]
     _check(status in OPERATION_STATUSES, "status")
     _check_failure(document["failure"], True, "failure")
@@ -318,17 +370,24 @@ def recorded_hashes_match(document: t.Mapping[str, t.Any]) -> bool:
         recorded_definition = definition_hash(document["definition"])
         if plan.get("kind") == TEMPLATE_PLAN_KIND:
             if plan.get("templateBuildHash") != recorded_definition or document["mapping"] != template_build_mapping(
-                    document["definition"], vmid, plan.get("diskDevice")):
+                document["definition"], vmid, plan.get("diskDevice")
+            ):
                 return False
             recorded_plan = template_plan_hash(recorded_definition, vmid)
         else:
             recorded_plan = plan_hash(recorded_definition, document["mapping"], vmid)
-    except (TypeError, ValueError, KeyError, RecursionError):  # a value the formats never produce (a float, an unsafe integer, a lone surrogate)
+    except (
+        TypeError,
+        ValueError,
+        KeyError,
+        RecursionError,
+    ):  # a value the formats never produce (a float, an unsafe integer, a lone surrogate)
         return False
     if plan["definitionHash"] != recorded_definition or plan["planHash"] != recorded_plan:
         return False
     return all(confirmation.get(name, plan[name]) == plan[name] for name in ("definitionHash", "planHash")) and (
-        confirmation.get("templateBuildHash", recorded_definition) == recorded_definition)
+        confirmation.get("templateBuildHash", recorded_definition) == recorded_definition
+    )
 
 
 def _check_lifecycle(document: t.Mapping[str, t.Any]) -> None:
@@ -344,7 +403,10 @@ def _check_lifecycle(document: t.Mapping[str, t.Any]) -> None:
     if abandonment is not None:
         _check(isinstance(abandonment, dict) and tuple(abandonment) == _ABANDONMENT_KEYS, "abandonment")
         _check_timestamp(abandonment["at"], "abandoned_at")
-        _check(isinstance(abandonment["reason"], str) and 0 < len(abandonment["reason"]) <= _MAX_MESSAGE, "abandonment_reason")
+        _check(
+            isinstance(abandonment["reason"], str) and 0 < len(abandonment["reason"]) <= _MAX_MESSAGE,
+            "abandonment_reason",
+        )
         _check(release is not None and release["reason"] == "abandoned", "abandonment_release")
     cleanup = lifecycle["cleanup"]
     if cleanup is None:
@@ -354,7 +416,11 @@ def _check_lifecycle(document: t.Mapping[str, t.Any]) -> None:
     _check_timestamp(cleanup["startedAt"], "cleanup_started_at")
     _check_timestamp(cleanup["completedAt"], "cleanup_completed_at", nullable=True)
     _check((cleanup["completedAt"] is not None) == (cleanup["status"] == "completed"), "cleanup_completed_at")
-    kinds = tuple(item.get("kind") if isinstance(item, dict) else None for item in cleanup["steps"]) if isinstance(cleanup["steps"], list) else ()
+    kinds = (
+        tuple(item.get("kind") if isinstance(item, dict) else None for item in cleanup["steps"])
+        if isinstance(cleanup["steps"], list)
+        else ()
+    )
     _check(kinds == CLEANUP_STEPS, "cleanup_steps")
     if release is not None and release["reason"] == "cleaned":
         _check(cleanup["status"] == "completed", "cleanup_release")
@@ -369,8 +435,13 @@ def cleanup_view(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """
     cleanup = document[LIFECYCLE_KEY]["cleanup"]
     view = {key: copy.deepcopy(document[key]) for key in _TOP_KEYS if key not in ("stages", "handoff")}
-    view.update(status=cleanup["status"], failure=copy.deepcopy(cleanup["failure"]), release=None,
-                stages=copy.deepcopy(cleanup["steps"]), handoff={})
+    view.update(
+        status=cleanup["status"],
+        failure=copy.deepcopy(cleanup["failure"]),
+        release=None,
+        stages=copy.deepcopy(cleanup["steps"]),
+        handoff={},
+    )
     return {key: view[key] for key in _TOP_KEYS}
 
 
@@ -397,8 +468,14 @@ def lifecycle_status(document: t.Mapping[str, t.Any]) -> str:
     return t.cast(str, document["status"])
 
 
-def new_operation_document(operation_id: str, key_hash: str | None, target: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any],
-                           stage_kinds: list[str], now: str) -> dict[str, t.Any]:
+def new_operation_document(
+    operation_id: str,
+    key_hash: str | None,
+    target: t.Mapping[str, t.Any],
+    snapshots: t.Mapping[str, t.Any],
+    stage_kinds: list[str],
+    now: str,
+) -> dict[str, t.Any]:
     """A fresh v1 operation document: what ``create_operation`` writes, and what check mode previews."""
     return {
         "schemaVersion": SCHEMA_VERSION,
@@ -426,8 +503,15 @@ ADOPTED_REQUEST = {"adopted": True}
 _ADOPTED_STATUSES = ("completed", "uncertain", "pending")
 
 
-def adopted_operation_document(operation_id: str, key_hash: str | None, target: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any],
-                               stage_kinds: list[str], observed: list[t.Mapping[str, t.Any]], now: str) -> dict[str, t.Any]:
+def adopted_operation_document(
+    operation_id: str,
+    key_hash: str | None,
+    target: t.Mapping[str, t.Any],
+    snapshots: t.Mapping[str, t.Any],
+    stage_kinds: list[str],
+    observed: list[t.Mapping[str, t.Any]],
+    now: str,
+) -> dict[str, t.Any]:
     """The document ``adopt_operation`` writes (and check mode previews): a fresh document whose stages carry what reads proved.
 
     ``observed``: one ``{status, evidence, upid, failure}`` per stage, in order; ``status`` is
@@ -444,20 +528,31 @@ def adopted_operation_document(operation_id: str, key_hash: str | None, target: 
     for record, seen in zip(document["stages"], observed):
         status = seen.get("status") if isinstance(seen, t.Mapping) else None
         if status not in _ADOPTED_STATUSES:
-            raise InputError("An adopted stage is completed, uncertain or pending.", path="observed", details={"rule": "enum"})
+            raise InputError(
+                "An adopted stage is completed, uncertain or pending.", path="observed", details={"rule": "enum"}
+            )
         if status == "pending":
             continue
         upid = seen.get("upid")
         if upid is not None and (not isinstance(upid, str) or not _UPID.match(upid)):
             raise InputError("The UPID is not well-formed.", path="upid", details={"rule": "upid_format"})
-        record.update(status=status, submissionStarted=True, attempts=1, dispatchedAt=now, request=dict(ADOPTED_REQUEST),
-                      upid=upid if status == "completed" else None,
-                      evidence=redact(_mapping_arg(seen.get("evidence") or {}, "evidence")))
+        record.update(
+            status=status,
+            submissionStarted=True,
+            attempts=1,
+            dispatchedAt=now,
+            request=dict(ADOPTED_REQUEST),
+            upid=upid if status == "completed" else None,
+            evidence=redact(_mapping_arg(seen.get("evidence") or {}, "evidence")),
+        )
         if status == "completed":
             record["completedAt"] = now
         else:
             failure = seen.get("failure") or {}
-            record["failure"] = {"code": _failure_code(failure.get("code")), "message": _failure_message(failure.get("message"))}
+            record["failure"] = {
+                "code": _failure_code(failure.get("code")),
+                "message": _failure_message(failure.get("message")),
+            }
             if document["status"] != "uncertain":
                 document.update(status="uncertain", failure=dict(record["failure"], stage=record["kind"]))
     if all(item["status"] == "completed" for item in document["stages"]):
@@ -469,20 +564,37 @@ def adopted_operation_document(operation_id: str, key_hash: str | None, target: 
     return document
 
 
-def _operation_inputs(idempotency_key: str | None, provider_scope_id: str, definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any],
-                      plan: t.Mapping[str, t.Any], confirmation: t.Mapping[str, t.Any], target_node: str, target_vmid: int,
-                      stage_kinds: list[str]) -> tuple[str | None, dict[str, t.Any], list[str], dict[str, t.Any]]:
+def _operation_inputs(
+    idempotency_key: str | None,
+    provider_scope_id: str,
+    definition: t.Mapping[str, t.Any],
+    mapping: t.Mapping[str, t.Any],
+    plan: t.Mapping[str, t.Any],
+    confirmation: t.Mapping[str, t.Any],
+    target_node: str,
+    target_vmid: int,
+    stage_kinds: list[str],
+) -> tuple[str | None, dict[str, t.Any], list[str], dict[str, t.Any]]:
     """Checked arguments of a new operation: ``(key_hash, target, stage_kinds, snapshots)``."""
     key_hash = hash_idempotency_key(_check_key(idempotency_key)) if idempotency_key is not None else None
     scope = _check_scope(provider_scope_id)
     node = _check_node(target_node)
     vmid = _check_vmid(target_vmid)
     kinds = _check_stage_kinds(stage_kinds)
-    snapshots = {name: _mapping_arg(value, name) for name, value in
-                 (("definition", definition), ("mapping", mapping), ("plan", plan), ("confirmation", confirmation))}
+    snapshots = {
+        name: _mapping_arg(value, name)
+        for name, value in (
+            ("definition", definition),
+            ("mapping", mapping),
+            ("plan", plan),
+            ("confirmation", confirmation),
+        )
+    }
     for name in ("definitionHash", "planHash"):
         if not isinstance(snapshots["plan"].get(name), str) or not _HEX64.match(snapshots["plan"][name]):
-            raise InputError("The plan must carry definitionHash and planHash.", path="plan." + name, details={"rule": "sha256_hex"})
+            raise InputError(
+                "The plan must carry definitionHash and planHash.", path="plan." + name, details={"rule": "sha256_hex"}
+            )
     return key_hash, {"scope": scope, "node": node, "vmid": vmid}, kinds, snapshots
 
 
@@ -491,7 +603,9 @@ def stage(document: t.Mapping[str, t.Any], kind: str) -> StageRecord:
     for item in document["stages"]:
         if item["kind"] == kind:
             return t.cast(StageRecord, item)
-    raise JournalError("The operation has no stage of this kind.", code="not_found", path="kind", details={"rule": "unknown_stage"})
+    raise JournalError(
+        "The operation has no stage of this kind.", code="not_found", path="kind", details={"rule": "unknown_stage"}
+    )
 
 
 def require_cleanup_eligible(document: t.Mapping[str, t.Any], allow_completed: bool) -> None:
@@ -499,7 +613,9 @@ def require_cleanup_eligible(document: t.Mapping[str, t.Any], allow_completed: b
     status = lifecycle_status(document)
     if status in ("failed", "uncertain", "abandoned") or (status == "completed" and allow_completed):
         return
-    raise VmanywareError(code="cleanup_not_eligible", details={"operationId": document["operationId"], "status": status})
+    raise VmanywareError(
+        code="cleanup_not_eligible", details={"operationId": document["operationId"], "status": status}
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,14 +624,19 @@ def require_cleanup_eligible(document: t.Mapping[str, t.Any], allow_completed: b
 
 def _check_key(key: t.Any) -> str:
     if not isinstance(key, str) or not 0 < len(key) <= _MAX_KEY or "\x00" in key:
-        raise InputError("The idempotency key must be 1-1024 characters.", path="idempotency_key", details={"rule": "length"})
+        raise InputError(
+            "The idempotency key must be 1-1024 characters.", path="idempotency_key", details={"rule": "length"}
+        )
     return key
 
 
 def _check_scope(scope: t.Any) -> str:
     if not isinstance(scope, str) or not _SCOPE.match(scope):
-        raise InputError("The provider scope id must be 1-256 printable ASCII characters without spaces.", path="provider_scope_id",
-                         details={"rule": "format"})
+        raise InputError(
+            "The provider scope id must be 1-256 printable ASCII characters without spaces.",
+            path="provider_scope_id",
+            details={"rule": "format"},
+        )
     return scope
 
 
@@ -537,8 +658,11 @@ def _check_stage_kinds(kinds: t.Any) -> list[str]:
     seen: set[str] = set()
     for index, kind in enumerate(kinds):
         if not isinstance(kind, str) or not _STAGE_KIND.match(kind) or kind == "operation" or kind in seen:
-            raise InputError("Stage kinds must be unique lowercase names (not 'operation').", path="stage_kinds[%d]" % index,
-                             details={"rule": "format"})
+            raise InputError(
+                "Stage kinds must be unique lowercase names (not 'operation').",
+                path="stage_kinds[%d]" % index,
+                details={"rule": "format"},
+            )
         seen.add(kind)
     return list(kinds)
 
@@ -559,8 +683,9 @@ def _new_stage(position: int, kind: str) -> dict[str, t.Any]:
     }
 
 
-def _same_inputs(existing: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any], target: t.Mapping[str, t.Any],
-                 kinds: list[str]) -> bool:
+def _same_inputs(
+    existing: t.Mapping[str, t.Any], snapshots: t.Mapping[str, t.Any], target: t.Mapping[str, t.Any], kinds: list[str]
+) -> bool:
     plan = existing["plan"]
     return (
         plan["definitionHash"] == snapshots["plan"]["definitionHash"]

@@ -42,9 +42,23 @@ DEFAULT_LIMIT = 100
 
 # The listing row, stored in the cache as a list in this order (compact: the cache of 10,000 operations parses fast).
 # Keys in snake_case, as every module return key (the journal documents keep their camelCase).
-ROW_KEYS = ("operation_id", "status", "provisioning_status", "failure_code", "released", "provider_scope_id", "created_at", "updated_at",
-            "definition_name", "target_node", "target_vmid", "ipv4")
-_STATUS, _CREATED, _NAME, _VMID = (ROW_KEYS.index(key) for key in ("status", "created_at", "definition_name", "target_vmid"))
+ROW_KEYS = (
+    "operation_id",
+    "status",
+    "provisioning_status",
+    "failure_code",
+    "released",
+    "provider_scope_id",
+    "created_at",
+    "updated_at",
+    "definition_name",
+    "target_node",
+    "target_vmid",
+    "ipv4",
+)
+_STATUS, _CREATED, _NAME, _VMID = (
+    ROW_KEYS.index(key) for key in ("status", "created_at", "definition_name", "target_vmid")
+)
 
 
 def summarize(document: t.Mapping[str, t.Any]) -> list[t.Any]:
@@ -52,10 +66,20 @@ def summarize(document: t.Mapping[str, t.Any]) -> list[t.Any]:
     plan = document["plan"]
     failure = document["failure"]
     name = plan.get("definitionName")
-    return [document["operationId"], lifecycle_status(document), document["status"], failure["code"] if failure else None,
-            document["release"] is not None, document["providerScopeId"], document["createdAt"], document["updatedAt"],
-            name if isinstance(name, str) else None, document["target"]["node"], document["target"]["vmid"],
-            (document.get("handoff") or {}).get("ipv4")]
+    return [
+        document["operationId"],
+        lifecycle_status(document),
+        document["status"],
+        failure["code"] if failure else None,
+        document["release"] is not None,
+        document["providerScopeId"],
+        document["createdAt"],
+        document["updatedAt"],
+        name if isinstance(name, str) else None,
+        document["target"]["node"],
+        document["target"]["vmid"],
+        (document.get("handoff") or {}).get("ipv4"),
+    ]
 
 
 class Filters(t.NamedTuple):
@@ -67,19 +91,26 @@ class Filters(t.NamedTuple):
     since: str | None = None  # a journal timestamp (createdAt at or after)
 
     def keep(self, row: t.Sequence[t.Any]) -> bool:
-        return ((not self.status or row[_STATUS] in self.status)
-                and (self.target_vmid is None or row[_VMID] == self.target_vmid)
-                and (self.definition_name is None or row[_NAME] == self.definition_name)
-                and (self.since is None or row[_CREATED] >= self.since))
+        return (
+            (not self.status or row[_STATUS] in self.status)
+            and (self.target_vmid is None or row[_VMID] == self.target_vmid)
+            and (self.definition_name is None or row[_NAME] == self.definition_name)
+            and (self.since is None or row[_CREATED] >= self.since)
+        )
 
 
-def parse_filters(status: t.Any = None, target_vmid: t.Any = None, definition_name: t.Any = None, since: t.Any = None) -> Filters:
+def parse_filters(
+    status: t.Any = None, target_vmid: t.Any = None, definition_name: t.Any = None, since: t.Any = None
+) -> Filters:
     """Checked filters; ``since`` is ISO 8601 UTC (``2026-01-31``, ``2026-01-31T12:00:00Z`` or the journal's own format)."""
     statuses = [status] if isinstance(status, str) else list(status or [])
     for index, value in enumerate(statuses):
         if value not in STATUSES:
-            raise InputError("status must name operation statuses: %s." % ", ".join(STATUSES), path="status[%d]" % index,
-                             details={"rule": "enum"})
+            raise InputError(
+                "status must name operation statuses: %s." % ", ".join(STATUSES),
+                path="status[%d]" % index,
+                details={"rule": "enum"},
+            )
     if target_vmid is not None and (isinstance(target_vmid, bool) or not isinstance(target_vmid, int)):
         raise InputError("target_vmid must be an integer.", path="target_vmid", details={"rule": "integer"})
     return Filters(tuple(statuses), target_vmid, definition_name or None, _since(since) if since else None)
@@ -93,8 +124,11 @@ def _since(value: t.Any) -> str:
         except ValueError:
             continue
         return parsed.strftime(TIMESTAMP_FORMAT)
-    raise InputError("since must be an ISO 8601 UTC date or time (2026-01-31 or 2026-01-31T12:00:00Z).", path="since",
-                     details={"rule": "timestamp"})
+    raise InputError(
+        "since must be an ISO 8601 UTC date or time (2026-01-31 or 2026-01-31T12:00:00Z).",
+        path="since",
+        details={"rule": "timestamp"},
+    )
 
 
 def _read_cache(path: str) -> dict[str, t.Any]:
@@ -105,16 +139,22 @@ def _read_cache(path: str) -> dict[str, t.Any]:
         cache = json.loads(data) if len(data) <= MAX_CACHE_BYTES else None
     except (OSError, ValueError):
         return {}
-    if (not isinstance(cache, dict) or cache.get("kind") != CACHE_KIND or cache.get("version") != CACHE_VERSION
-            or not isinstance(cache.get("entries"), dict)):
+    if (
+        not isinstance(cache, dict)
+        or cache.get("kind") != CACHE_KIND
+        or cache.get("version") != CACHE_VERSION
+        or not isinstance(cache.get("entries"), dict)
+    ):
         return {}
     return t.cast("dict[str, t.Any]", cache["entries"])
 
 
 def skipped_warning(entry: t.Mapping[str, t.Any]) -> str:
     """The warning shown for an operation file a listing skipped (fixed text: the file name and the code, no content)."""
-    return ("vmanyware journal: %s was skipped (%s): it is not a valid, readable operation document and was left untouched; "
-            "the other operations are listed." % (entry["file"], entry["code"]))
+    return (
+        "vmanyware journal: %s was skipped (%s): it is not a valid, readable operation document and was left untouched; "
+        "the other operations are listed." % (entry["file"], entry["code"])
+    )
 
 
 def summaries(store: JournalStore) -> tuple[list[list[t.Any]], list[dict[str, str]]]:
@@ -141,8 +181,13 @@ def summaries(store: JournalStore) -> tuple[list[list[t.Any]], list[dict[str, st
             except JournalError as err:
                 if err.code == "not_found":  # removed while listing
                     continue
-                skipped.append({"file": operation_id + ".json", "operation_id": operation_id,
-                                "code": err.code if err.code == "io_error" else "journal_corrupt"})
+                skipped.append(
+                    {
+                        "file": operation_id + ".json",
+                        "operation_id": operation_id,
+                        "code": err.code if err.code == "io_error" else "journal_corrupt",
+                    }
+                )
                 continue
             changed = True
         fresh[operation_id] = entry
@@ -154,7 +199,9 @@ def summaries(store: JournalStore) -> tuple[list[list[t.Any]], list[dict[str, st
     return [entry[3:] for entry in fresh.values()], skipped
 
 
-def list_operations(store: JournalStore, filters: Filters = Filters(), limit: int | None = DEFAULT_LIMIT) -> dict[str, t.Any]:
+def list_operations(
+    store: JournalStore, filters: Filters = Filters(), limit: int | None = DEFAULT_LIMIT
+) -> dict[str, t.Any]:
     """``{'operations': rows newest first (created_at, then id), 'total': matches before the limit,
     'skipped_files': bad files}`` (not ``skipped``: Ansible reads a result's ``skipped`` as a skipped task).
 

@@ -38,10 +38,18 @@ def validate_lines(lines: t.Sequence[t.Any]) -> list[str]:
     """The known_hosts lines as given; ``invalid_option`` for a line that is not one known_hosts entry (value never echoed)."""
     checked = []
     for index, line in enumerate(lines):
-        if not isinstance(line, str) or not line.strip() or any(char in line for char in "\r\n\0") or line.lstrip().startswith("#") \
-                or len(line.split()) < 3:
-            raise InputError("Each known_hosts line must be one '<host> <key type> <base64 key>' entry on a single line.",
-                             path="known_hosts[%d]" % index, details={"rule": "known_hosts_line"})
+        if (
+            not isinstance(line, str)
+            or not line.strip()
+            or any(char in line for char in "\r\n\0")
+            or line.lstrip().startswith("#")
+            or len(line.split()) < 3
+        ):
+            raise InputError(
+                "Each known_hosts line must be one '<host> <key type> <base64 key>' entry on a single line.",
+                path="known_hosts[%d]" % index,
+                details={"rule": "known_hosts_line"},
+            )
         checked.append(line)
     return checked
 
@@ -64,7 +72,7 @@ def with_block(text: str, operation_id: str, lines: t.Sequence[str]) -> str:
             kept[-1] += "\n"
         return "".join(kept + block)
     low, high = min(first, last), max(first, last)
-    return "".join(kept[:low] + block + kept[high + 1:])
+    return "".join(kept[:low] + block + kept[high + 1 :])
 
 
 def _read_text(path: str) -> str | None:
@@ -75,16 +83,24 @@ def _read_text(path: str) -> str | None:
     except FileNotFoundError:
         return None
     except OSError:
-        raise LocalFileError("The known_hosts file could not be read.", code="io_error", details={"reason": "os_error"}) from None
+        raise LocalFileError(
+            "The known_hosts file could not be read.", code="io_error", details={"reason": "os_error"}
+        ) from None
     if len(data) > MAX_FILE_BYTES:
-        raise LocalFileError("The known_hosts file exceeds its size bound.", code="io_error", details={"reason": "too_large"})
+        raise LocalFileError(
+            "The known_hosts file exceeds its size bound.", code="io_error", details={"reason": "too_large"}
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise LocalFileError("The known_hosts file is not valid UTF-8.", code="io_error", details={"reason": "not_utf8"}) from None
+        raise LocalFileError(
+            "The known_hosts file is not valid UTF-8.", code="io_error", details={"reason": "not_utf8"}
+        ) from None
 
 
-def install_block(path: str, operation_id: str, lines: t.Sequence[t.Any], *, check_mode: bool, diff: bool) -> dict[str, t.Any]:
+def install_block(
+    path: str, operation_id: str, lines: t.Sequence[t.Any], *, check_mode: bool, diff: bool
+) -> dict[str, t.Any]:
     """Set the operation's block in the known_hosts file at ``path``: changed only when the text or the mode changes.
 
     Creates the file (mode 0600) and its missing directories (mode 0700) when there is a block to write; a symbolic link
@@ -95,14 +111,22 @@ def install_block(path: str, operation_id: str, lines: t.Sequence[t.Any], *, che
     target = os.path.realpath(path)
     directory = os.path.dirname(target)
     if os.path.isdir(target):
-        raise LocalFileError("The known_hosts path is a directory.", code="io_error", details={"reason": "not_regular_file"})
+        raise LocalFileError(
+            "The known_hosts path is a directory.", code="io_error", details={"reason": "not_regular_file"}
+        )
     if not check_mode and wanted and not os.path.isdir(directory):
         try:
             os.makedirs(directory, mode=DIRECTORY_MODE, exist_ok=True)
         except OSError:
-            raise LocalFileError("The known_hosts directory could not be created.", code="io_error", details={"reason": "os_error"}) from None
+            raise LocalFileError(
+                "The known_hosts directory could not be created.", code="io_error", details={"reason": "os_error"}
+            ) from None
     # parallel hosts of one play write their blocks into the same file: one read-modify-write at a time
-    lock = FileLock(target + ".lock", timeout=LOCK_WAIT, code="io_error") if not check_mode and os.path.isdir(directory) else None
+    lock = (
+        FileLock(target + ".lock", timeout=LOCK_WAIT, code="io_error")
+        if not check_mode and os.path.isdir(directory)
+        else None
+    )
     if lock is not None:
         lock.acquire()
     try:
@@ -124,10 +148,19 @@ def install_block(path: str, operation_id: str, lines: t.Sequence[t.Any], *, che
     finally:
         if lock is not None:
             lock.release()
-    result: dict[str, t.Any] = {"changed": outcome != "unchanged", "path": path, "outcome": outcome, "lines": len(wanted)}
+    result: dict[str, t.Any] = {
+        "changed": outcome != "unchanged",
+        "path": path,
+        "outcome": outcome,
+        "lines": len(wanted),
+    }
     if diff:
-        result["diff"] = {"before": before or "", "after": after,
-                          "before_header": "%s (content)" % path, "after_header": "%s (content)" % path}
+        result["diff"] = {
+            "before": before or "",
+            "after": after,
+            "before_header": "%s (content)" % path,
+            "after_header": "%s (content)" % path,
+        }
     return result
 
 
@@ -138,4 +171,6 @@ def _write(target: str, text: str, *, text_changed: bool) -> None:
     try:
         os.chmod(target, FILE_MODE)
     except OSError:
-        raise LocalFileError("The known_hosts file could not be written.", code="io_error", details={"reason": "os_error"}) from None
+        raise LocalFileError(
+            "The known_hosts file could not be written.", code="io_error", details={"reason": "os_error"}
+        ) from None

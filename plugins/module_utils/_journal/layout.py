@@ -46,21 +46,29 @@ def resolve_journal_dir(option: str | None, environ: t.Mapping[str, str]) -> str
     """
     if option:
         if "\x00" in option or not os.path.isabs(option):
-            raise InputError("journal_dir must be an absolute path.", path="journal_dir", details={"rule": "absolute_path"})
+            raise InputError(
+                "journal_dir must be an absolute path.", path="journal_dir", details={"rule": "absolute_path"}
+            )
         return os.path.normpath(option)
     from_env = environ.get(ENV_JOURNAL_DIR)
     if from_env:
         if "\x00" in from_env or not os.path.isabs(from_env):
-            raise ConfigurationError("VMANYWARE_JOURNAL_DIR must be an absolute path.", path=ENV_JOURNAL_DIR,
-                                     details={"rule": "absolute_path"})
+            raise ConfigurationError(
+                "VMANYWARE_JOURNAL_DIR must be an absolute path.",
+                path=ENV_JOURNAL_DIR,
+                details={"rule": "absolute_path"},
+            )
         return os.path.normpath(from_env)
     state_home = environ.get("XDG_STATE_HOME")
     if state_home and "\x00" not in state_home and os.path.isabs(state_home):
         return os.path.join(os.path.normpath(state_home), "vmanyware", "journal")
     home = environ.get("HOME") or os.path.expanduser("~")
     if not home or "\x00" in home or not os.path.isabs(home):
-        raise ConfigurationError("No journal directory: set journal_dir or VMANYWARE_JOURNAL_DIR.", path="journal_dir",
-                                 details={"rule": "no_home"})
+        raise ConfigurationError(
+            "No journal directory: set journal_dir or VMANYWARE_JOURNAL_DIR.",
+            path="journal_dir",
+            details={"rule": "no_home"},
+        )
     return os.path.join(os.path.normpath(home), ".local", "state", "vmanyware", "journal")
 
 
@@ -69,7 +77,9 @@ class JournalLayout:
 
     def __init__(self, journal_dir: str) -> None:
         if not isinstance(journal_dir, str) or "\x00" in journal_dir or not os.path.isabs(journal_dir):
-            raise InputError("journal_dir must be an absolute path.", path="journal_dir", details={"rule": "absolute_path"})
+            raise InputError(
+                "journal_dir must be an absolute path.", path="journal_dir", details={"rule": "absolute_path"}
+            )
         self.journal_dir = os.path.normpath(journal_dir)
         self.targets_dir = os.path.join(self.journal_dir, "targets")
         self.keys_dir = os.path.join(self.journal_dir, "keys")
@@ -115,10 +125,16 @@ def _ensure_private_directory(directory: str) -> None:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         info = os.lstat(directory)
     except OSError:
-        raise ConfigurationError("The journal directory cannot be created or read.", path="journal_dir",
-                                 details={"rule": "usable_directory"}) from None
+        raise ConfigurationError(
+            "The journal directory cannot be created or read.", path="journal_dir", details={"rule": "usable_directory"}
+        ) from None
     if not stat.S_ISDIR(info.st_mode):
-        raise ConfigurationError("The journal path is not a directory.", path="journal_dir", details={"rule": "directory"})
+        raise ConfigurationError(
+            "The journal path is not a directory.", path="journal_dir", details={"rule": "directory"}
+        )
     if info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise ConfigurationError("The journal directory must be owned by the current user and not writable by others.",
-                                 path="journal_dir", details={"rule": "private_directory"})
+        raise ConfigurationError(
+            "The journal directory must be owned by the current user and not writable by others.",
+            path="journal_dir",
+            details={"rule": "private_directory"},
+        )

@@ -21,7 +21,13 @@ import stat
 import typing as t
 
 from .._core.errors import InputError
-from .._core.files import LocalFileError, atomic_write_json, create_json_exclusive, read_json_strict, remove_file_durable
+from .._core.files import (
+    LocalFileError,
+    atomic_write_json,
+    create_json_exclusive,
+    read_json_strict,
+    remove_file_durable,
+)
 from .._core.lock import DEFAULT_LOCK_TIMEOUT, FileLock
 from .document import (
     _MAX_MESSAGE,
@@ -109,8 +115,10 @@ class JournalStore(StageRecords):
         try:
             lock.acquire()
         except LocalFileError as err:
-            raise JournalError("A journal lock could not be acquired in time; another run may be using this operation.",
-                               code=err.code if err.code == "journal_locked" else "io_error") from None
+            raise JournalError(
+                "A journal lock could not be acquired in time; another run may be using this operation.",
+                code=err.code if err.code == "journal_locked" else "io_error",
+            ) from None
         try:
             yield
         finally:
@@ -142,11 +150,19 @@ class JournalStore(StageRecords):
             document = read_json_strict(path, MAX_DOCUMENT_BYTES, follow_symlinks=False)
         except LocalFileError as err:
             if err.code == "not_found":
-                raise JournalError("The operation does not exist in the journal.", code="not_found",
-                                   details={"operationId": operation_id}) from None
-            if err.code == "io_error" and _is_regular_file(path):  # a socket or a device cannot be opened: not a regular file
-                raise JournalError("The journal file of an operation cannot be read.", code="io_error",
-                                   details={"operationId": operation_id}) from None
+                raise JournalError(
+                    "The operation does not exist in the journal.",
+                    code="not_found",
+                    details={"operationId": operation_id},
+                ) from None
+            if err.code == "io_error" and _is_regular_file(
+                path
+            ):  # a socket or a device cannot be opened: not a regular file
+                raise JournalError(
+                    "The journal file of an operation cannot be read.",
+                    code="io_error",
+                    details={"operationId": operation_id},
+                ) from None
             raise _corrupt(operation_id) from None
         try:
             validate_document(document, operation_id)
@@ -163,12 +179,23 @@ class JournalStore(StageRecords):
         except LocalFileError as err:
             if err.code == "not_found":
                 return None
-            raise JournalError("A journal claim file is not valid; it was left untouched.", code="journal_corrupt",
-                               details={"claim": os.path.basename(os.path.dirname(path))}) from None
-        if (not isinstance(claim, dict) or tuple(claim) != ("kind", "operationId") or claim["kind"] != CLAIM_KIND
-                or not isinstance(claim["operationId"], str) or not _OPERATION_ID.match(claim["operationId"])):
-            raise JournalError("A journal claim file is not valid; it was left untouched.", code="journal_corrupt",
-                               details={"claim": os.path.basename(os.path.dirname(path))})
+            raise JournalError(
+                "A journal claim file is not valid; it was left untouched.",
+                code="journal_corrupt",
+                details={"claim": os.path.basename(os.path.dirname(path))},
+            ) from None
+        if (
+            not isinstance(claim, dict)
+            or tuple(claim) != ("kind", "operationId")
+            or claim["kind"] != CLAIM_KIND
+            or not isinstance(claim["operationId"], str)
+            or not _OPERATION_ID.match(claim["operationId"])
+        ):
+            raise JournalError(
+                "A journal claim file is not valid; it was left untouched.",
+                code="journal_corrupt",
+                details={"claim": os.path.basename(os.path.dirname(path))},
+            )
         return claim["operationId"]
 
     def _claim(self, path: str, operation_id: str) -> bool:
@@ -204,13 +231,19 @@ class JournalStore(StageRecords):
         try:
             validate_document(document, document.get("operationId"))
         except Exception:  # pylint: disable=broad-exception-caught
-            raise JournalError("Refusing to write an invalid operation document.", code="internal_error",
-                               details={"operationId": document.get("operationId"), "change": "%s:%s" % change}) from None
+            raise JournalError(
+                "Refusing to write an invalid operation document.",
+                code="internal_error",
+                details={"operationId": document.get("operationId"), "change": "%s:%s" % change},
+            ) from None
         try:
             atomic_write_json(self.operation_path(document["operationId"]), document, 0o600)
         except LocalFileError:
-            raise JournalError("The journal file of an operation cannot be written.", code="io_error",
-                               details={"operationId": document["operationId"]}) from None
+            raise JournalError(
+                "The journal file of an operation cannot be written.",
+                code="io_error",
+                details={"operationId": document["operationId"]},
+            ) from None
 
     def create_operation(
         self,
@@ -231,8 +264,17 @@ class JournalStore(StageRecords):
         with ``created=False``; different inputs raise ``idempotency_key_conflict``. A target
         held by another unreleased operation raises ``conflicting_operation`` (its id in details).
         """
-        key_hash, target, kinds, snapshots = _operation_inputs(idempotency_key, provider_scope_id, definition, mapping, plan,
-                                                               confirmation, target_node, target_vmid, stage_kinds)
+        key_hash, target, kinds, snapshots = _operation_inputs(
+            idempotency_key,
+            provider_scope_id,
+            definition,
+            mapping,
+            plan,
+            confirmation,
+            target_node,
+            target_vmid,
+            stage_kinds,
+        )
         target_path = self.layout.target_path(target["scope"], target["vmid"])
 
         with self._journal_lock():
@@ -240,8 +282,11 @@ class JournalStore(StageRecords):
                 existing = self._key_holder(key_hash)
                 if existing is not None:
                     if not _same_inputs(existing, snapshots, target, kinds):
-                        raise JournalError(code="idempotency_key_conflict", path="idempotency_key",
-                                           details={"operationId": existing["operationId"]})
+                        raise JournalError(
+                            code="idempotency_key_conflict",
+                            path="idempotency_key",
+                            details={"operationId": existing["operationId"]},
+                        )
                     self._complete_target_claim(existing, target_path)
                     return existing, False
             self._free_target(target_path)
@@ -279,8 +324,17 @@ class JournalStore(StageRecords):
         written in that order (each write records ``operation:adopted``).
         """
         validate_operation_id(operation_id)
-        key_hash, target, kinds, snapshots = _operation_inputs(idempotency_key, provider_scope_id, definition, mapping, plan,
-                                                               confirmation, target_node, target_vmid, stage_kinds)
+        key_hash, target, kinds, snapshots = _operation_inputs(
+            idempotency_key,
+            provider_scope_id,
+            definition,
+            mapping,
+            plan,
+            confirmation,
+            target_node,
+            target_vmid,
+            stage_kinds,
+        )
         target_path = self.layout.target_path(target["scope"], target["vmid"])
         with self._journal_lock():
             existing = self._load_or_none(operation_id)
@@ -291,8 +345,11 @@ class JournalStore(StageRecords):
             if key_hash is not None:
                 holder = self._key_holder(key_hash)
                 if holder is not None:
-                    raise JournalError(code="idempotency_key_conflict", path="idempotency_key",
-                                       details={"operationId": holder["operationId"]})
+                    raise JournalError(
+                        code="idempotency_key_conflict",
+                        path="idempotency_key",
+                        details={"operationId": holder["operationId"]},
+                    )
             self._free_target(target_path)
             document = adopted_operation_document(operation_id, key_hash, target, snapshots, kinds, observed, utc_now())
             self._write_new(document, key_hash, target_path, "adopted")
@@ -325,7 +382,9 @@ class JournalStore(StageRecords):
         """
         operation_id = document["operationId"]
         self._write(document, ("operation", status))
-        if key_hash is not None and not self._claim(self.layout.key_path(key_hash), operation_id):  # pragma: no cover - under lock
+        if key_hash is not None and not self._claim(
+            self.layout.key_path(key_hash), operation_id
+        ):  # pragma: no cover - under lock
             raise journal_conflict(operation_id, "key_claim_exists")
         if not self._claim(target_path, operation_id):  # pragma: no cover - checked under the lock
             raise journal_conflict(operation_id, "target_claim_exists")
@@ -360,7 +419,9 @@ class JournalStore(StageRecords):
         """Lock, re-read, check, apply (which returns what the write records: the stage kind and its status), write."""
         validate_operation_id(operation_id)
         if expected_revision is not None and not _is_int(expected_revision):
-            raise InputError("expected_revision must be an integer.", path="expected_revision", details={"rule": "integer"})
+            raise InputError(
+                "expected_revision must be an integer.", path="expected_revision", details={"rule": "integer"}
+            )
         with self._operation_lock(operation_id):
             document = self.load(operation_id)
             if expected_revision is not None and document["revision"] != expected_revision:
@@ -388,7 +449,9 @@ class JournalStore(StageRecords):
         validate_operation_id(operation_id)
         if reason not in ("closed", "abandoned"):
             raise InputError("The release reason is not closed or abandoned.", path="reason", details={"rule": "enum"})
-        if note is not None and (not isinstance(note, str) or not 0 < len(note.strip()) <= _MAX_MESSAGE or "\x00" in note):
+        if note is not None and (
+            not isinstance(note, str) or not 0 < len(note.strip()) <= _MAX_MESSAGE or "\x00" in note
+        ):
             raise InputError("The reason must be 1-1024 characters.", path="reason", details={"rule": "length"})
         with self._journal_lock():
             with self._operation_lock(operation_id):
@@ -436,8 +499,13 @@ class JournalStore(StageRecords):
             require_cleanup_eligible(document, allow_completed)
             now = utc_now()
             document.setdefault(LIFECYCLE_KEY, {"abandonment": None, "cleanup": None})
-            document[LIFECYCLE_KEY]["cleanup"] = {"startedAt": now, "completedAt": None, "status": "open", "failure": None,
-                                                  "steps": [_new_stage(index, kind) for index, kind in enumerate(CLEANUP_STEPS, start=1)]}
+            document[LIFECYCLE_KEY]["cleanup"] = {
+                "startedAt": now,
+                "completedAt": None,
+                "status": "open",
+                "failure": None,
+                "steps": [_new_stage(index, kind) for index, kind in enumerate(CLEANUP_STEPS, start=1)],
+            }
             document["revision"] += 1
             document["updatedAt"] = now
             self._write(document, ("cleanup", "open"))
@@ -471,11 +539,14 @@ class _CleanupTrack(JournalStore):
     def load(self, operation_id: str) -> dict[str, t.Any]:
         document = JournalStore.load(self, operation_id)
         if (document.get(LIFECYCLE_KEY) or {}).get("cleanup") is None:
-            raise JournalError("The operation has no cleanup in progress.", code="not_found", details={"operationId": operation_id})
+            raise JournalError(
+                "The operation has no cleanup in progress.", code="not_found", details={"operationId": operation_id}
+            )
         return cleanup_view(document)
 
-    def _mutate(self, operation_id: str, apply: t.Callable[[dict[str, t.Any]], tuple[str, str]],
-                expected_revision: int | None) -> dict[str, t.Any]:
+    def _mutate(
+        self, operation_id: str, apply: t.Callable[[dict[str, t.Any]], tuple[str, str]], expected_revision: int | None
+    ) -> dict[str, t.Any]:
         validate_operation_id(operation_id)
         with self._operation_lock(operation_id):
             document = JournalStore.load(self, operation_id)
@@ -487,8 +558,12 @@ class _CleanupTrack(JournalStore):
             view = cleanup_view(document)
             change = apply(view)
             now = utc_now()
-            cleanup.update(status=view["status"], failure=view["failure"], steps=view["stages"],
-                           completedAt=now if view["status"] == "completed" else None)
+            cleanup.update(
+                status=view["status"],
+                failure=view["failure"],
+                steps=view["stages"],
+                completedAt=now if view["status"] == "completed" else None,
+            )
             document["revision"] += 1
             document["updatedAt"] = now
             self._write(document, change)

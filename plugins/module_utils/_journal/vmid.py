@@ -58,7 +58,9 @@ _OWNER = re.compile(r"\A[^\x00-\x1f\x7f]{1,512}\Z")
 def check_owner(owner: t.Any) -> str:
     """The lease owner: 1-512 characters without control characters (a label, never a secret)."""
     if not isinstance(owner, str) or not _OWNER.match(owner):
-        raise InputError("owner must be 1-512 characters without control characters.", path="owner", details={"rule": "format"})
+        raise InputError(
+            "owner must be 1-512 characters without control characters.", path="owner", details={"rule": "format"}
+        )
     return owner
 
 
@@ -107,8 +109,11 @@ def _as_int(value: t.Any) -> int | None:
 
 
 def _unexpected(path: str) -> ProviderError:
-    return ProviderError("Proxmox answered with a body the collection does not understand.", code="unexpected_response",
-                         details={"method": "GET", "path": path})
+    return ProviderError(
+        "Proxmox answered with a body the collection does not understand.",
+        code="unexpected_response",
+        details={"method": "GET", "path": path},
+    )
 
 
 def used_vmids(client: ApiClient) -> set[int]:
@@ -179,8 +184,11 @@ def _timestamp(epoch: float) -> str:
 
 
 def _corrupt_lease(path: str) -> JournalError:
-    return JournalError("A VMID lease file is not valid; it was left untouched.", code="journal_corrupt",
-                        details={"lease": os.path.basename(path)})
+    return JournalError(
+        "A VMID lease file is not valid; it was left untouched.",
+        code="journal_corrupt",
+        details={"lease": os.path.basename(path)},
+    )
 
 
 class LeaseBook:
@@ -201,9 +209,15 @@ class LeaseBook:
             if err.code == "not_found":
                 return None
             raise _corrupt_lease(path) from None
-        if (not isinstance(lease, dict) or tuple(lease) != LEASE_KEYS or lease["kind"] != LEASE_KIND
-                or not isinstance(lease["providerScopeId"], str) or _as_int(lease["vmid"]) is None
-                or not isinstance(lease["owner"], str) or lease["purpose"] not in PURPOSES):
+        if (
+            not isinstance(lease, dict)
+            or tuple(lease) != LEASE_KEYS
+            or lease["kind"] != LEASE_KIND
+            or not isinstance(lease["providerScopeId"], str)
+            or _as_int(lease["vmid"]) is None
+            or not isinstance(lease["owner"], str)
+            or lease["purpose"] not in PURPOSES
+        ):
             raise _corrupt_lease(path)
         try:
             epoch_seconds(lease["createdAt"])
@@ -224,7 +238,11 @@ class LeaseBook:
     def owned(self, owner: str, purpose: str) -> list[dict[str, t.Any]]:
         """This scope's leases of ``owner`` for ``purpose`` (expired ones too), lowest VMID first."""
         try:
-            names = sorted(name for name in os.listdir(self.store.leases_dir) if name.endswith(".json") and not name.startswith("."))
+            names = sorted(
+                name
+                for name in os.listdir(self.store.leases_dir)
+                if name.endswith(".json") and not name.startswith(".")
+            )
         except FileNotFoundError:
             return []
         except OSError:
@@ -232,14 +250,26 @@ class LeaseBook:
         found = []
         for name in names:
             lease = self.read_file(os.path.join(self.store.leases_dir, name))
-            if lease is not None and lease["providerScopeId"] == self.scope and lease["owner"] == owner and lease["purpose"] == purpose:
+            if (
+                lease is not None
+                and lease["providerScopeId"] == self.scope
+                and lease["owner"] == owner
+                and lease["purpose"] == purpose
+            ):
                 found.append(lease)
         return sorted(found, key=lambda item: item["vmid"])
 
     def new(self, vmid: int, owner: str, purpose: str, seconds: int) -> dict[str, t.Any]:
         now = self.clock()
-        return {"kind": LEASE_KIND, "providerScopeId": self.scope, "vmid": vmid, "owner": owner, "purpose": purpose,
-                "createdAt": _timestamp(now), "expiresAt": _timestamp(now + seconds)}
+        return {
+            "kind": LEASE_KIND,
+            "providerScopeId": self.scope,
+            "vmid": vmid,
+            "owner": owner,
+            "purpose": purpose,
+            "createdAt": _timestamp(now),
+            "expiresAt": _timestamp(now + seconds),
+        }
 
     def create(self, lease: t.Mapping[str, t.Any]) -> bool:
         try:
@@ -258,24 +288,50 @@ class LeaseBook:
 # reserve and release
 
 
-def _result(scope: str, vmid: int, *, lease: t.Mapping[str, t.Any] | None, changed: bool, reused: bool,
-            claimed_by: str | None = None, vmid_range: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+def _result(
+    scope: str,
+    vmid: int,
+    *,
+    lease: t.Mapping[str, t.Any] | None,
+    changed: bool,
+    reused: bool,
+    claimed_by: str | None = None,
+    vmid_range: t.Mapping[str, t.Any] | None = None,
+) -> dict[str, t.Any]:
     # The lease file keeps its camelCase fields; the module returns them in snake_case like every return key.
-    return {"changed": changed, "vmid": vmid, "reused": reused, "claimed_by": claimed_by,
-            "lease": snake_keys(dict(lease)) if lease is not None else None, "vmid_range": dict(vmid_range) if vmid_range else None,
-            "provider_scope_id": scope}
+    return {
+        "changed": changed,
+        "vmid": vmid,
+        "reused": reused,
+        "claimed_by": claimed_by,
+        "lease": snake_keys(dict(lease)) if lease is not None else None,
+        "vmid_range": dict(vmid_range) if vmid_range else None,
+        "provider_scope_id": scope,
+    }
 
 
 def _taken(vmid: int, rule: str, **details: t.Any) -> VmanywareError:
-    return VmanywareError("VMID %d is taken (%s); nothing was reserved." % (vmid, rule.replace("_", " ")), code="vmid_taken",
-                          details=dict(details, vmid=vmid, rule=rule))
+    return VmanywareError(
+        "VMID %d is taken (%s); nothing was reserved." % (vmid, rule.replace("_", " ")),
+        code="vmid_taken",
+        details=dict(details, vmid=vmid, rule=rule),
+    )
 
 
 class Reservation:
     """One ``reserve`` call: the reads, the lease book and the caller's options."""
 
-    def __init__(self, store: JournalStore, client: ApiClient, *, owner: str, purpose: str, lease_seconds: int, check_mode: bool,
-                 clock: t.Callable[[], float]) -> None:
+    def __init__(
+        self,
+        store: JournalStore,
+        client: ApiClient,
+        *,
+        owner: str,
+        purpose: str,
+        lease_seconds: int,
+        check_mode: bool,
+        clock: t.Callable[[], float],
+    ) -> None:
         self.store = store
         self.client = client
         self.owner = owner
@@ -361,7 +417,9 @@ class Reservation:
             self.retract(lease)  # another client took it: this lease protects nothing any more
         return None
 
-    def lowest_free(self, vmid_range: t.Mapping[str, t.Any], refused: set[int]) -> tuple[int, dict[str, t.Any] | None] | None:
+    def lowest_free(
+        self, vmid_range: t.Mapping[str, t.Any], refused: set[int]
+    ) -> tuple[int, dict[str, t.Any] | None] | None:
         """Under the lock: the lowest VMID that no guest, live operation or live lease holds (and its expired lease)."""
         for vmid in range(vmid_range["lower"], vmid_range["upper"] + 1):
             if vmid in self.used or vmid in refused or self.store.target_holder(self.scope, vmid) is not None:
@@ -380,15 +438,26 @@ class Reservation:
                     break
                 lease = self.take(*found)
             if self.verified(lease):
-                return _result(self.scope, lease["vmid"], lease=lease, changed=True, reused=False, vmid_range=vmid_range)
+                return _result(
+                    self.scope, lease["vmid"], lease=lease, changed=True, reused=False, vmid_range=vmid_range
+                )
             refused.add(lease["vmid"])
         details = {"lower": vmid_range["lower"], "upper": vmid_range["upper"], "refusedByProxmox": len(refused)}
         raise VmanywareError(code="no_free_vmid", details=details)
 
 
-def reserve(store: JournalStore, client: ApiClient, *, owner: str, purpose: str = "vm", vmid: int | None = None,
-            vmid_range: t.Any = None, lease_seconds: int = DEFAULT_LEASE_SECONDS, check_mode: bool = False,
-            clock: t.Callable[[], float] = time.time) -> dict[str, t.Any]:
+def reserve(
+    store: JournalStore,
+    client: ApiClient,
+    *,
+    owner: str,
+    purpose: str = "vm",
+    vmid: int | None = None,
+    vmid_range: t.Any = None,
+    lease_seconds: int = DEFAULT_LEASE_SECONDS,
+    check_mode: bool = False,
+    clock: t.Callable[[], float] = time.time,
+) -> dict[str, t.Any]:
     """Reserve a VMID for ``owner`` and return the module result (Proxmox is only read).
 
     With ``vmid`` (the apply run: the confirmation names it): this owner's live lease is reused; a VMID that
@@ -398,7 +467,15 @@ def reserve(store: JournalStore, client: ApiClient, *, owner: str, purpose: str 
     """
     checked = (check_owner(owner), check_purpose(purpose), check_lease_seconds(lease_seconds), check_range(vmid_range))
     wanted = check_vmid(vmid) if vmid is not None else None
-    run = Reservation(store, client, owner=checked[0], purpose=checked[1], lease_seconds=checked[2], check_mode=check_mode, clock=clock)
+    run = Reservation(
+        store,
+        client,
+        owner=checked[0],
+        purpose=checked[1],
+        lease_seconds=checked[2],
+        check_mode=check_mode,
+        clock=clock,
+    )
     if wanted is not None:
         return run.given(wanted)
     existing = run.reuse()
@@ -407,8 +484,16 @@ def reserve(store: JournalStore, client: ApiClient, *, owner: str, purpose: str 
     return run.lowest(resolve_range(client, checked[1], checked[3]))
 
 
-def release(store: JournalStore, scope: str, *, owner: str, purpose: str = "vm", vmid: int | None = None, check_mode: bool = False,
-            clock: t.Callable[[], float] = time.time) -> dict[str, t.Any]:
+def release(
+    store: JournalStore,
+    scope: str,
+    *,
+    owner: str,
+    purpose: str = "vm",
+    vmid: int | None = None,
+    check_mode: bool = False,
+    clock: t.Callable[[], float] = time.time,
+) -> dict[str, t.Any]:
     """Remove ``owner``'s leases for ``purpose`` in ``scope`` (only ``vmid``'s when given); operation claims are never touched."""
     book = LeaseBook(store, scope, clock)
     owner, purpose = check_owner(owner), check_purpose(purpose)

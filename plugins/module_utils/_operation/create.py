@@ -18,7 +18,17 @@ import typing as t
 
 from .._api.tls import bind_certificate, certificate_fingerprint, provider_scope_id, require_verified_connection
 from .._core.errors import ConfigurationError, InputError, VmanywareError, snake_keys
-from .._journal import LIFECYCLE_KEY, JournalStore, hash_idempotency_key, lifecycle_status, new_operation_document, new_operation_id, operation_begun, utc_now, validate_operation_id
+from .._journal import (
+    LIFECYCLE_KEY,
+    JournalStore,
+    hash_idempotency_key,
+    lifecycle_status,
+    new_operation_document,
+    new_operation_id,
+    operation_begun,
+    utc_now,
+    validate_operation_id,
+)
 from .._formats.plan import PlannedEnvironment
 
 # The fact vmanyware_operation sets in check mode: the document an apply run would record (never written). A check-mode
@@ -30,7 +40,15 @@ SNAPSHOTS_GATE = "VMANYWARE_SNAPSHOTS_ENABLED"
 LIFECYCLE_GATE = "VMANYWARE_LIFECYCLE_ENABLED"
 
 CONFIRMATION_FIELDS = (
-    "definitionName", "definitionHash", "providerScopeId", "planHash", "targetNode", "targetVmid", "sourceVmid", "storage", "bridge",
+    "definitionName",
+    "definitionHash",
+    "providerScopeId",
+    "planHash",
+    "targetNode",
+    "targetVmid",
+    "sourceVmid",
+    "storage",
+    "bridge",
     "confirmed",
 )
 
@@ -45,7 +63,9 @@ def read_gate(environ: t.Mapping[str, str], name: str, option: bool | None = Non
     """
     value = environ.get(name) or None
     if value not in (None, "true", "false"):
-        raise ConfigurationError("%s must be exactly true or false." % name, path=name, details={"rule": "exact_boolean"})
+        raise ConfigurationError(
+            "%s must be exactly true or false." % name, path=name, details={"rule": "exact_boolean"}
+        )
     if value == "false":
         return False
     if option is not None:
@@ -53,8 +73,12 @@ def read_gate(environ: t.Mapping[str, str], name: str, option: bool | None = Non
     return value == "true"
 
 
-def creation_blockers(plan: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], environ: t.Mapping[str, str],
-                      provisioning_option: bool | None = None) -> list[str]:
+def creation_blockers(
+    plan: t.Mapping[str, t.Any],
+    mapping: t.Mapping[str, t.Any],
+    environ: t.Mapping[str, str],
+    provisioning_option: bool | None = None,
+) -> list[str]:
     """Why an operation for ``plan`` cannot be created now (error codes, in the order they are raised); empty when it can.
 
     Reads both gates (a bad value raises first) and the mapping's attestation; never the network.
@@ -86,8 +110,11 @@ def require_verified_tls(settings: t.Any) -> None:
 def require_scope(observed: str | None, expected: str) -> None:
     """``plan_changed`` unless the provider actually reached is the one the operation was confirmed for."""
     if observed != expected:
-        raise VmanywareError("The configured Proxmox provider is not the one this operation was confirmed for.",
-                             code="plan_changed", details={"fields": ["providerScopeId"]})
+        raise VmanywareError(
+            "The configured Proxmox provider is not the one this operation was confirmed for.",
+            code="plan_changed",
+            details={"fields": ["providerScopeId"]},
+        )
 
 
 def verified_scope(settings: t.Any) -> str:
@@ -163,7 +190,9 @@ def confirmation_complete(given: t.Any, fields: t.Sequence[str] = CONFIRMATION_F
     return isinstance(given, t.Mapping) and all(name in given for name in fields) and given.get("confirmed") is True
 
 
-def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any], fields: t.Sequence[str] = CONFIRMATION_FIELDS) -> dict[str, t.Any]:
+def check_confirmation(
+    given: t.Any, expected: t.Mapping[str, t.Any], fields: t.Sequence[str] = CONFIRMATION_FIELDS
+) -> dict[str, t.Any]:
     """``confirmation_required`` when missing/incomplete, ``plan_changed`` when it confirms something else.
 
     Both failures carry the expected block (hashes, names and ids: nothing secret) so the operator
@@ -174,16 +203,26 @@ def check_confirmation(given: t.Any, expected: t.Mapping[str, t.Any], fields: t.
     unknown = sorted(str(name) for name in given if name not in fields)
     if unknown:
         # Not named: the block is copied from the printout, not typed, so a stray key is no misspelling to point at.
-        raise InputError("The confirmation holds fields that are not part of it.", path="confirmation",
-                         details={"rule": "unknown_field"})
-    changed = [name for name in fields if given[name] != expected[name] or type(given[name]) is not type(expected[name])]
+        raise InputError(
+            "The confirmation holds fields that are not part of it.",
+            path="confirmation",
+            details={"rule": "unknown_field"},
+        )
+    changed = [
+        name for name in fields if given[name] != expected[name] or type(given[name]) is not type(expected[name])
+    ]
     if changed:
         raise VmanywareError(code="plan_changed", details={"fields": changed, "expected_confirmation": dict(expected)})
     return dict(given)
 
 
-def gate_and_confirm(planned: PlannedEnvironment, provider_scope_id: str, confirmation: t.Any, environ: t.Mapping[str, str],
-                     provisioning_option: bool | None = None) -> dict[str, t.Any]:
+def gate_and_confirm(
+    planned: PlannedEnvironment,
+    provider_scope_id: str,
+    confirmation: t.Any,
+    environ: t.Mapping[str, str],
+    provisioning_option: bool | None = None,
+) -> dict[str, t.Any]:
     """The gates, the attestation and the operator's confirmation of exactly this plan; returns the confirmation.
 
     Shared by creating an operation and adopting one (``_adopt``): both record an operation that stages
@@ -199,9 +238,14 @@ def gate_and_confirm(planned: PlannedEnvironment, provider_scope_id: str, confir
     expected = expected_confirmation(plan, provider_scope_id)
     if not confirmation_complete(confirmation):
         # A review run gets the block it must confirm whatever the gates say; only the apply run needs them open.
-        raise VmanywareError(code="confirmation_required", details={
-            "expected_confirmation": expected, "provisioning_enabled": "provisioning_disabled" not in blockers,
-            "snapshots_enabled": "snapshot_disabled" not in blockers})
+        raise VmanywareError(
+            code="confirmation_required",
+            details={
+                "expected_confirmation": expected,
+                "provisioning_enabled": "provisioning_disabled" not in blockers,
+                "snapshots_enabled": "snapshot_disabled" not in blockers,
+            },
+        )
     if blockers:
         raise VmanywareError(code=blockers[0])
     return check_confirmation(confirmation, expected)
@@ -227,13 +271,33 @@ def create_operation(
     confirmed = gate_and_confirm(planned, provider_scope_id, confirmation, environ, provisioning_option)
     plan = planned.plan
     key = idempotency_key if idempotency_key else default_idempotency_key(plan, provider_scope_id)
-    snapshots = {"definition": dict(planned.definition), "mapping": dict(planned.mapping), "plan": dict(plan), "confirmation": confirmed}
-    return record_operation(store, key=key, provider_scope_id=provider_scope_id, snapshots=snapshots,
-                            stage_kinds=[step["kind"] for step in plan["steps"]], target=plan["target"], check_mode=check_mode)
+    snapshots = {
+        "definition": dict(planned.definition),
+        "mapping": dict(planned.mapping),
+        "plan": dict(plan),
+        "confirmation": confirmed,
+    }
+    return record_operation(
+        store,
+        key=key,
+        provider_scope_id=provider_scope_id,
+        snapshots=snapshots,
+        stage_kinds=[step["kind"] for step in plan["steps"]],
+        target=plan["target"],
+        check_mode=check_mode,
+    )
 
 
-def record_operation(store: JournalStore, *, key: str, provider_scope_id: str, snapshots: t.Mapping[str, t.Any], stage_kinds: list[str],
-                     target: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
+def record_operation(
+    store: JournalStore,
+    *,
+    key: str,
+    provider_scope_id: str,
+    snapshots: t.Mapping[str, t.Any],
+    stage_kinds: list[str],
+    target: t.Mapping[str, t.Any],
+    check_mode: bool,
+) -> dict[str, t.Any]:
     """Record a confirmed operation (or, in check mode, return the document an apply run would record); the module result.
 
     Shared by the VM path and the template build (``_template_operation``); ``snapshots``: definition, mapping, plan, confirmation.
@@ -248,11 +312,21 @@ def record_operation(store: JournalStore, *, key: str, provider_scope_id: str, s
             raise VmanywareError(code="conflicting_operation", details={"operationId": holder})
         # The document an apply run would record, never written: stage modules preview against it.
         preview = new_operation_document(
-            new_operation_id(), hash_idempotency_key(key),
-            {"scope": provider_scope_id, "node": target["node"], "vmid": target["vmid"]}, dict(snapshots), stage_kinds, utc_now())
+            new_operation_id(),
+            hash_idempotency_key(key),
+            {"scope": provider_scope_id, "node": target["node"], "vmid": target["vmid"]},
+            dict(snapshots),
+            stage_kinds,
+            utc_now(),
+        )
         # operation_id is the preview's own id, so a playbook that passes it on to the stages previews them unchanged.
-        return {"changed": True, "operation_id": preview["operationId"], "created": False, "operation": public_view(preview),
-                "preview_document": preview}
+        return {
+            "changed": True,
+            "operation_id": preview["operationId"],
+            "created": False,
+            "operation": public_view(preview),
+            "preview_document": preview,
+        }
     document, created = store.create_operation(
         idempotency_key=key,
         provider_scope_id=provider_scope_id,
@@ -264,7 +338,12 @@ def record_operation(store: JournalStore, *, key: str, provider_scope_id: str, s
         target_vmid=target["vmid"],
         stage_kinds=stage_kinds,
     )
-    return {"changed": created, "operation_id": document["operationId"], "created": created, "operation": public_view(document)}
+    return {
+        "changed": created,
+        "operation_id": document["operationId"],
+        "created": created,
+        "operation": public_view(document),
+    }
 
 
 def public_view(document: t.Mapping[str, t.Any], evidence: bool = False) -> dict[str, t.Any]:
@@ -299,14 +378,34 @@ def _public_fields(document: t.Mapping[str, t.Any], evidence: bool) -> dict[str,
         "definitionName": plan["definitionName"],
         "definitionHash": plan["definitionHash"],
         "planHash": plan["planHash"],
-        "source": {"image": mapping["image"], "node": mapping["node"], "templateVmid": mapping.get("templateVmid"),
-                   "templateVersion": mapping.get("templateVersion")},  # None for a container mapping
-        "instance": {"node": document["target"]["node"], "vmid": document["target"]["vmid"], "name": plan["target"]["name"],
-                     "tag": instance_tag(document["operationId"]), "guestType": plan.get("guestType", "vm")},
+        "source": {
+            "image": mapping["image"],
+            "node": mapping["node"],
+            "templateVmid": mapping.get("templateVmid"),
+            "templateVersion": mapping.get("templateVersion"),
+        },  # None for a container mapping
+        "instance": {
+            "node": document["target"]["node"],
+            "vmid": document["target"]["vmid"],
+            "name": plan["target"]["name"],
+            "tag": instance_tag(document["operationId"]),
+            "guestType": plan.get("guestType", "vm"),
+        },
         "guestUser": plan["guestUser"],
-        "stages": [dict({"position": item["position"], "kind": item["kind"], "status": item["status"],
-                         "submissionStarted": item["submissionStarted"], "upid": item["upid"], "failure": item["failure"]},
-                        **({"evidence": dict(item["evidence"])} if evidence else {})) for item in document["stages"]],
+        "stages": [
+            dict(
+                {
+                    "position": item["position"],
+                    "kind": item["kind"],
+                    "status": item["status"],
+                    "submissionStarted": item["submissionStarted"],
+                    "upid": item["upid"],
+                    "failure": item["failure"],
+                },
+                **({"evidence": dict(item["evidence"])} if evidence else {}),
+            )
+            for item in document["stages"]
+        ],
         "handoff": handoff,
     }
 
@@ -315,13 +414,22 @@ def cleanup_summary(cleanup: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """The public part of a cleanup track: status, times, steps and what was removed."""
     steps = cleanup["steps"]
     removed = next((item["evidence"].get("removed") for item in steps if item["kind"] == "destroy"), None)
-    return {"status": cleanup["status"], "startedAt": cleanup["startedAt"], "completedAt": cleanup["completedAt"],
-            "failure": cleanup["failure"],
-            "steps": [{"kind": item["kind"], "status": item["status"], "upid": item["upid"], "failure": item["failure"]} for item in steps],
-            "removed": removed}
+    return {
+        "status": cleanup["status"],
+        "startedAt": cleanup["startedAt"],
+        "completedAt": cleanup["completedAt"],
+        "failure": cleanup["failure"],
+        "steps": [
+            {"kind": item["kind"], "status": item["status"], "upid": item["upid"], "failure": item["failure"]}
+            for item in steps
+        ],
+        "removed": removed,
+    }
 
 
-def abandon_operation(store: JournalStore, operation_id: str, reason: t.Any, *, check_mode: bool = False) -> dict[str, t.Any]:
+def abandon_operation(
+    store: JournalStore, operation_id: str, reason: t.Any, *, check_mode: bool = False
+) -> dict[str, t.Any]:
     """The operator abandons ``operation_id``: record when and why, release its target; no provider request.
 
     Idempotent: an operation already abandoned is returned unchanged (``changed: false``). One that
@@ -330,17 +438,28 @@ def abandon_operation(store: JournalStore, operation_id: str, reason: t.Any, *, 
     """
     validate_operation_id(operation_id)
     if not isinstance(reason, str) or not reason.strip():
-        raise InputError("state=abandoned needs a reason (why the operation is abandoned).", path="reason", details={"rule": "required"})
+        raise InputError(
+            "state=abandoned needs a reason (why the operation is abandoned).",
+            path="reason",
+            details={"rule": "required"},
+        )
     document = store.load(operation_id)
     release = document["release"]
     if release is not None and release["reason"] == "abandoned":
         return {"changed": False, "operation_id": operation_id, "operation": public_view(document)}
     if release is not None:
-        raise VmanywareError("The operation already released its target (%s); there is nothing to abandon." % release["reason"],
-                             code="journal_conflict", details={"operationId": operation_id, "rule": "released"})
+        raise VmanywareError(
+            "The operation already released its target (%s); there is nothing to abandon." % release["reason"],
+            code="journal_conflict",
+            details={"operationId": operation_id, "rule": "released"},
+        )
     if check_mode:
         return {"changed": True, "operation_id": operation_id, "operation": public_view(document)}
-    return {"changed": True, "operation_id": operation_id, "operation": public_view(store.abandon_operation(operation_id, reason))}
+    return {
+        "changed": True,
+        "operation_id": operation_id,
+        "operation": public_view(store.abandon_operation(operation_id, reason)),
+    }
 
 
 def snapshots_view(document: t.Mapping[str, t.Any], with_public_keys: bool = False) -> dict[str, t.Any]:
@@ -355,4 +474,8 @@ def snapshots_view(document: t.Mapping[str, t.Any], with_public_keys: bool = Fal
     if not with_public_keys and isinstance(access, dict) and "sshPublicKeys" in access:
         keys = access.pop("sshPublicKeys")
         access["sshPublicKeyCount"] = len(keys) if isinstance(keys, list) else 0
-    return {"definition": definition, "mapping": copy.deepcopy(dict(document["mapping"])), "plan": copy.deepcopy(dict(document["plan"]))}
+    return {
+        "definition": definition,
+        "mapping": copy.deepcopy(dict(document["mapping"])),
+        "plan": copy.deepcopy(dict(document["plan"])),
+    }

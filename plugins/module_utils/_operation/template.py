@@ -23,12 +23,29 @@ import typing as t
 from .._core.errors import VmanywareError
 from .._formats.hashing import template_build_mapping
 from .._journal import JournalStore
-from .create import PROVISIONING_GATE, OperationInputs, check_confirmation, default_idempotency_key, read_gate, record_operation, verified_scope, with_operation_facts
+from .create import (
+    PROVISIONING_GATE,
+    OperationInputs,
+    check_confirmation,
+    default_idempotency_key,
+    read_gate,
+    record_operation,
+    verified_scope,
+    with_operation_facts,
+)
 from .._formats.template_build import PlannedTemplateBuild
 
 TEMPLATE_CONFIRMATION_FIELDS = (
-    "templateBuildHash", "planHash", "providerScopeId", "targetNode", "templateVmid", "storage", "importStorage", "bridge",
-    "imageUrl", "confirmed",
+    "templateBuildHash",
+    "planHash",
+    "providerScopeId",
+    "targetNode",
+    "templateVmid",
+    "storage",
+    "importStorage",
+    "bridge",
+    "imageUrl",
+    "confirmed",
 )
 
 
@@ -70,17 +87,34 @@ def create_template_operation(
     """Gate, confirm and record a template build operation; the module result (no provider request)."""
     if not read_gate(environ, PROVISIONING_GATE, provisioning_option):
         raise VmanywareError(code="provisioning_disabled")
-    confirmed = check_confirmation(confirmation, expected_template_confirmation(planned.plan, provider_scope_id),
-                                   fields=TEMPLATE_CONFIRMATION_FIELDS)
+    confirmed = check_confirmation(
+        confirmation,
+        expected_template_confirmation(planned.plan, provider_scope_id),
+        fields=TEMPLATE_CONFIRMATION_FIELDS,
+    )
     definition, mapping, plan = journal_snapshots(planned)
     key = idempotency_key if idempotency_key else default_idempotency_key(plan, provider_scope_id)
     snapshots = {"definition": definition, "mapping": mapping, "plan": plan, "confirmation": confirmed}
-    return record_operation(store, key=key, provider_scope_id=provider_scope_id, snapshots=snapshots,
-                            stage_kinds=[step["kind"] for step in plan["steps"]], target=plan["target"], check_mode=check_mode)
+    return record_operation(
+        store,
+        key=key,
+        provider_scope_id=provider_scope_id,
+        snapshots=snapshots,
+        stage_kinds=[step["kind"] for step in plan["steps"]],
+        target=plan["target"],
+        check_mode=check_mode,
+    )
 
 
-def run_template_operation(inputs: OperationInputs, *, confirmation: t.Any, idempotency_key: str | None, provisioning_option: bool | None,
-                           environ: t.Mapping[str, str], check_mode: bool) -> dict[str, t.Any]:
+def run_template_operation(
+    inputs: OperationInputs,
+    *,
+    confirmation: t.Any,
+    idempotency_key: str | None,
+    provisioning_option: bool | None,
+    environ: t.Mapping[str, str],
+    check_mode: bool,
+) -> dict[str, t.Any]:
     """The whole of ``vmanyware_template_operation``; the result carries ``ansible_facts``.
 
     The gate first: a bad value is a configuration error before anything else; disabled means no connection at all.
@@ -90,6 +124,15 @@ def run_template_operation(inputs: OperationInputs, *, confirmation: t.Any, idem
     store = inputs.store()
     planned = inputs.planned()
     scope = verified_scope(inputs.connection())  # the confirmed provider is only known over verified TLS
-    return with_operation_facts(create_template_operation(store, planned=planned, provider_scope_id=scope, confirmation=confirmation,
-                                                          idempotency_key=idempotency_key, environ=environ,
-                                                          provisioning_option=provisioning_option, check_mode=check_mode))
+    return with_operation_facts(
+        create_template_operation(
+            store,
+            planned=planned,
+            provider_scope_id=scope,
+            confirmation=confirmation,
+            idempotency_key=idempotency_key,
+            environ=environ,
+            provisioning_option=provisioning_option,
+            check_mode=check_mode,
+        )
+    )

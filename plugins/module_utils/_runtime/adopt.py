@@ -36,7 +36,14 @@ import re
 import typing as t
 
 from .._core.errors import VmanywareError
-from .._journal import JournalError, JournalStore, adopted_operation_document, hash_idempotency_key, new_operation_document, utc_now
+from .._journal import (
+    JournalError,
+    JournalStore,
+    adopted_operation_document,
+    hash_idempotency_key,
+    new_operation_document,
+    utc_now,
+)
 from .._operation.create import default_idempotency_key, gate_and_confirm, public_view, require_scope
 from .._formats.plan import PlannedEnvironment
 from .._core.protocols import ApiClient, ClientIdentity
@@ -46,7 +53,9 @@ from .._stages.logic import build_logic
 from .._stages.adoption import Decision, Observations, adoption_hook
 from .._stages.common import binding_description, read_config_or_none
 
-_BINDING = re.compile(r"\Avmanyware operation (op-[a-z2-7]{26})\ndefinitionHash ([0-9a-f]{64})\nplanHash ([0-9a-f]{64})\Z")
+_BINDING = re.compile(
+    r"\Avmanyware operation (op-[a-z2-7]{26})\ndefinitionHash ([0-9a-f]{64})\nplanHash ([0-9a-f]{64})\Z"
+)
 
 
 class ReadOnlyClient:
@@ -99,7 +108,14 @@ def decide(obs: Observations, kinds: list[str], family: str = VM) -> list[tuple[
     for kind in kinds:
         hook = adoption_hook(build_logic(stage_spec(kind, family)))
         if blocked is not None:
-            decisions.append((kind, Decision("pending", "Stages complete in order: %s is not completed." % blocked + hook.adoption_note(obs))))
+            decisions.append(
+                (
+                    kind,
+                    Decision(
+                        "pending", "Stages complete in order: %s is not completed." % blocked + hook.adoption_note(obs)
+                    ),
+                )
+            )
             continue
         decision = hook.adopt(obs)
         decisions.append((kind, decision))
@@ -143,7 +159,12 @@ def adopt_operation(
     key = idempotency_key if idempotency_key else default_idempotency_key(plan, provider_scope_id)
     kinds = [step["kind"] for step in plan["steps"]]
     target = {"scope": provider_scope_id, "node": plan["target"]["node"], "vmid": plan["target"]["vmid"]}
-    snapshots = {"definition": dict(planned.definition), "mapping": dict(planned.mapping), "plan": dict(plan), "confirmation": confirmed}
+    snapshots = {
+        "definition": dict(planned.definition),
+        "mapping": dict(planned.mapping),
+        "plan": dict(plan),
+        "confirmation": confirmed,
+    }
     reader = ReadOnlyClient(client)
     # One cheap GET makes the client observe the certificate the scope id includes: the reads that
     # decide the stages must come from the provider the operator confirmed.
@@ -156,14 +177,21 @@ def adopt_operation(
     config = read_config_or_none(StageContext(operation=scratch, client=reader, kind=kinds[0]))
     binding = parse_binding(config.get("description")) if config is not None else None
     if config is None or binding is None:
-        raise VmanywareError("No VM at the target carries an operation's binding description; there is nothing to adopt.", code="not_found",
-                             details={"vmid": target["vmid"], "node": target["node"]})
+        raise VmanywareError(
+            "No VM at the target carries an operation's binding description; there is nothing to adopt.",
+            code="not_found",
+            details={"vmid": target["vmid"], "node": target["node"]},
+        )
     operation_id, definition_hash, plan_hash = binding
-    fields = [name for name, seen in (("definitionHash", definition_hash), ("planHash", plan_hash)) if plan[name] != seen]
+    fields = [
+        name for name, seen in (("definitionHash", definition_hash), ("planHash", plan_hash)) if plan[name] != seen
+    ]
     if fields:
         raise VmanywareError(code="plan_changed", details={"fields": fields, "operationId": operation_id})
     scratch["operationId"] = operation_id
-    if binding_description(scratch) != config.get("description"):  # pragma: no cover - the pattern is the description's format
+    if binding_description(scratch) != config.get(
+        "description"
+    ):  # pragma: no cover - the pattern is the description's format
         raise VmanywareError(code="not_found", details={"vmid": target["vmid"], "node": target["node"]})
 
     existing = _load_existing(store, operation_id)
@@ -171,21 +199,42 @@ def adopt_operation(
         if not check_mode:
             # Returned unchanged; under the journal lock a target claim cut short by a crash is completed (no stage is decided).
             existing, _adopted = store.adopt_operation(
-                operation_id=operation_id, idempotency_key=key, provider_scope_id=provider_scope_id, definition=planned.definition,
-                mapping=planned.mapping, plan=plan, confirmation=confirmed, target_node=target["node"], target_vmid=target["vmid"],
-                stage_kinds=kinds, observed=[])
-        return {"changed": False, "adopted": False, "created": False, "operation_id": operation_id, "operation": public_view(existing),
-                "adoption": []}
+                operation_id=operation_id,
+                idempotency_key=key,
+                provider_scope_id=provider_scope_id,
+                definition=planned.definition,
+                mapping=planned.mapping,
+                plan=plan,
+                confirmation=confirmed,
+                target_node=target["node"],
+                target_vmid=target["vmid"],
+                stage_kinds=kinds,
+                observed=[],
+            )
+        return {
+            "changed": False,
+            "adopted": False,
+            "created": False,
+            "operation_id": operation_id,
+            "operation": public_view(existing),
+            "adoption": [],
+        }
     if config.get("lock"):
-        raise VmanywareError("The VM bound to this operation is locked (a task is still running); re-run the adoption later.", code="locked",
-                             details={"vmid": target["vmid"], "lock": str(config["lock"]), "operationId": operation_id})
+        raise VmanywareError(
+            "The VM bound to this operation is locked (a task is still running); re-run the adoption later.",
+            code="locked",
+            details={"vmid": target["vmid"], "lock": str(config["lock"]), "operationId": operation_id},
+        )
 
     obs = Observations(scratch, reader, config)
     decisions = decide(obs, kinds, CONTAINER if plan.get("guestType") == "container" else VM)
     observed: list[t.Mapping[str, t.Any]] = [decision.observed() for _kind, decision in decisions]
     report = [{"kind": kind, "status": decision.status, "reason": decision.reason} for kind, decision in decisions]
-    facts = {"powerState": obs.power, "pendingKeys": obs.pending_keys,
-             "qmstartTasks": [item["upid"] for item in obs.tasks("start", "qmstart", target["vmid"])]}
+    facts = {
+        "powerState": obs.power,
+        "pendingKeys": obs.pending_keys,
+        "qmstartTasks": [item["upid"] for item in obs.tasks("start", "qmstart", target["vmid"])],
+    }
 
     if check_mode:
         holder = store.target_holder(provider_scope_id, target["vmid"])
@@ -193,17 +242,51 @@ def adopt_operation(
             raise VmanywareError(code="conflicting_operation", details={"operationId": holder})
         key_holder = store.find_by_idempotency_key(key)
         if key_holder is not None and key_holder != operation_id:
-            raise VmanywareError(code="idempotency_key_conflict", path="idempotency_key", details={"operationId": key_holder})
-        preview = adopted_operation_document(operation_id, hash_idempotency_key(key), target, snapshots, kinds, observed, now)
-        return {"changed": True, "adopted": True, "created": False, "operation_id": operation_id, "operation": public_view(preview),
-                "preview_document": preview, "adoption": report, "observed": facts}
+            raise VmanywareError(
+                code="idempotency_key_conflict", path="idempotency_key", details={"operationId": key_holder}
+            )
+        preview = adopted_operation_document(
+            operation_id, hash_idempotency_key(key), target, snapshots, kinds, observed, now
+        )
+        return {
+            "changed": True,
+            "adopted": True,
+            "created": False,
+            "operation_id": operation_id,
+            "operation": public_view(preview),
+            "preview_document": preview,
+            "adoption": report,
+            "observed": facts,
+        }
 
     document, adopted = store.adopt_operation(
-        operation_id=operation_id, idempotency_key=key, provider_scope_id=provider_scope_id, definition=planned.definition,
-        mapping=planned.mapping, plan=plan, confirmation=confirmed, target_node=target["node"], target_vmid=target["vmid"],
-        stage_kinds=kinds, observed=observed)
+        operation_id=operation_id,
+        idempotency_key=key,
+        provider_scope_id=provider_scope_id,
+        definition=planned.definition,
+        mapping=planned.mapping,
+        plan=plan,
+        confirmation=confirmed,
+        target_node=target["node"],
+        target_vmid=target["vmid"],
+        stage_kinds=kinds,
+        observed=observed,
+    )
     if not adopted:  # another run adopted it meanwhile: returned unchanged
-        return {"changed": False, "adopted": False, "created": False, "operation_id": operation_id, "operation": public_view(document),
-                "adoption": []}
-    return {"changed": True, "adopted": True, "created": False, "operation_id": operation_id, "operation": public_view(document),
-            "adoption": report, "observed": facts}
+        return {
+            "changed": False,
+            "adopted": False,
+            "created": False,
+            "operation_id": operation_id,
+            "operation": public_view(document),
+            "adoption": [],
+        }
+    return {
+        "changed": True,
+        "adopted": True,
+        "created": False,
+        "operation_id": operation_id,
+        "operation": public_view(document),
+        "adoption": report,
+        "observed": facts,
+    }

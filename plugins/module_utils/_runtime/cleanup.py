@@ -49,13 +49,20 @@ from .._stages.outcomes import Request, StageError
 from .stage_module import cancel_scope, open_store
 
 # The two steps per guest API kind (``_stage.guest_api_kind``: the operation's guest type).
-STEPS: dict[str, tuple[type[StopStep], type[DestroyStep]]] = {"qemu": (StopStep, DestroyStep), "lxc": (ContainerStopStep, ContainerDestroyStep)}
+STEPS: dict[str, tuple[type[StopStep], type[DestroyStep]]] = {
+    "qemu": (StopStep, DestroyStep),
+    "lxc": (ContainerStopStep, ContainerDestroyStep),
+}
 
 
-def _steps(params: t.Mapping[str, t.Any], environ: t.Mapping[str, str], document: t.Mapping[str, t.Any]) -> tuple[StopStep, DestroyStep]:
+def _steps(
+    params: t.Mapping[str, t.Any], environ: t.Mapping[str, str], document: t.Mapping[str, t.Any]
+) -> tuple[StopStep, DestroyStep]:
     stop, destroy = STEPS[guest_api_kind(document)]
-    return (stop(environ, params.get("lifecycle_enabled"), bool(params.get("stop"))),
-            destroy(environ, params.get("lifecycle_enabled"), bool(params.get("stop"))))
+    return (
+        stop(environ, params.get("lifecycle_enabled"), bool(params.get("stop"))),
+        destroy(environ, params.get("lifecycle_enabled"), bool(params.get("stop"))),
+    )
 
 
 def _preview(document: dict[str, t.Any], client: ApiClient, stop: StopStep) -> dict[str, t.Any]:
@@ -75,8 +82,13 @@ def _preview(document: dict[str, t.Any], client: ApiClient, stop: StopStep) -> d
     return {"requests": requests, "removed": inventory or {"vmid": None, "volumes": [], "snapshots": []}}
 
 
-def run_cleanup(params: t.Mapping[str, t.Any], *, check_mode: bool, environ: t.Mapping[str, str] | None = None,
-                client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
+def run_cleanup(
+    params: t.Mapping[str, t.Any],
+    *,
+    check_mode: bool,
+    environ: t.Mapping[str, str] | None = None,
+    client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient,
+) -> dict[str, t.Any]:
     """The whole of ``vmanyware_cleanup``: eligibility, gate, scope, guards, then the two steps (module docstring)."""
     environ = os.environ if environ is None else environ
     store = open_store(params.get("journal_dir"))
@@ -91,20 +103,30 @@ def run_cleanup(params: t.Mapping[str, t.Any], *, check_mode: bool, environ: t.M
         require_cleanup_eligible(document, bool(params.get("allow_completed")))
     elif cleanup["status"] == "failed":
         failure = cleanup["failure"] or {}
-        raise StageError("The cleanup failed earlier; the guest was kept. Inspect it in Proxmox.", code="stage_failed",
-                         details={"stage": failure.get("stage"), "cause": failure.get("code")})
+        raise StageError(
+            "The cleanup failed earlier; the guest was kept. Inspect it in Proxmox.",
+            code="stage_failed",
+            details={"stage": failure.get("stage"), "cause": failure.get("code")},
+        )
     if not read_gate(environ, LIFECYCLE_GATE, params.get("lifecycle_enabled")):
         raise VmanywareError(code="lifecycle_disabled")
     connection = connection_settings(params)
     require_verified_tls(connection)  # as every stage: no credential over unverified TLS, before the scope handshake
-    connection = bind_scope(connection, document)  # every connection of the client: the certificate the scope was computed from
+    connection = bind_scope(
+        connection, document
+    )  # every connection of the client: the certificate the scope was computed from
     steps = _steps(params, environ, document)
     client = client_factory(connection)
     try:
         if check_mode:
             if cleanup is not None:
-                return _result(document, changed=True, requests=[], done=False,
-                               preview="a cleanup is in progress; run without check mode to continue it")
+                return _result(
+                    document,
+                    changed=True,
+                    requests=[],
+                    done=False,
+                    preview="a cleanup is in progress; run without check mode to continue it",
+                )
             preview = _preview(document, client, steps[0])
             return _result(document, changed=True, requests=preview["requests"], done=False, removed=preview["removed"])
         if cleanup is None:
@@ -112,10 +134,14 @@ def run_cleanup(params: t.Mapping[str, t.Any], *, check_mode: bool, environ: t.M
             store.begin_cleanup(operation_id, allow_completed=bool(params.get("allow_completed")))
         # The cancel check of the stages (_cancel): a cleanup whose controller is gone, or that got SIGTERM/SIGINT, stops
         # at the next safe point (never between its DELETE's dispatch record and the send), as provisioning does.
-        settings = StageSettings(wait_budget=params.get("wait_budget"), timeout=params.get("timeout"),
-                                 lock_wait=params.get("lock_wait") or 0.0, environ=environ,
-                                 gate_options={LIFECYCLE_GATE: params.get("lifecycle_enabled")},
-                                 cancel_check=Cancellation.from_environment())
+        settings = StageSettings(
+            wait_budget=params.get("wait_budget"),
+            timeout=params.get("timeout"),
+            lock_wait=params.get("lock_wait") or 0.0,
+            environ=environ,
+            gate_options={LIFECYCLE_GATE: params.get("lifecycle_enabled")},
+            cancel_check=Cancellation.from_environment(),
+        )
         track = store.cleanup_track()
         requests: list[dict[str, t.Any]] = []
         with cancel_scope(settings):
@@ -123,19 +149,38 @@ def run_cleanup(params: t.Mapping[str, t.Any], *, check_mode: bool, environ: t.M
                 outcome = StageRunner(track, client, logic, settings).run(operation_id)
                 requests.extend(outcome["requests"])
                 if not outcome["done"]:
-                    return _result(store.load(operation_id), changed=True, requests=requests, done=False,
-                                   progress=dict(outcome.get("progress") or {}, step=logic.kind))
+                    return _result(
+                        store.load(operation_id),
+                        changed=True,
+                        requests=requests,
+                        done=False,
+                        progress=dict(outcome.get("progress") or {}, step=logic.kind),
+                    )
     finally:
         client.close()
     return _result(store.finish_cleanup(operation_id), changed=True, requests=requests)
 
 
-def _result(document: dict[str, t.Any], *, changed: bool, requests: list[dict[str, t.Any]], done: bool = True,
-            removed: dict[str, t.Any] | None = None, **extra: t.Any) -> dict[str, t.Any]:
+def _result(
+    document: dict[str, t.Any],
+    *,
+    changed: bool,
+    requests: list[dict[str, t.Any]],
+    done: bool = True,
+    removed: dict[str, t.Any] | None = None,
+    **extra: t.Any,
+) -> dict[str, t.Any]:
     view = public_view(document)
     if removed is None:
         removed = (view["cleanup"] or {}).get("removed") or {"vmid": None, "volumes": [], "snapshots": []}
-    result = {"changed": changed, "done": done, "operation_id": document["operationId"], "requests": requests, "removed": removed,
-              "operation": view, "ansible_facts": {"vmanyware_operation": view}}
+    result = {
+        "changed": changed,
+        "done": done,
+        "operation_id": document["operationId"],
+        "requests": requests,
+        "removed": removed,
+        "operation": view,
+        "ansible_facts": {"vmanyware_operation": view},
+    }
     result.update(extra)
     return result

@@ -73,15 +73,19 @@ def missing_libraries(names: t.Iterable[str]) -> list[str]:
     names = list(names)
     if "PyYAML" in names:
         from .._formats.yaml_strict import HAS_YAML  # pylint: disable=import-outside-toplevel
+
         present["PyYAML"] = HAS_YAML
     if "jsonschema" in names:
         from .._formats.schemas import HAS_JSONSCHEMA  # pylint: disable=import-outside-toplevel
+
         present["jsonschema"] = HAS_JSONSCHEMA
     if "cryptography" in names:
         from .._api.certificate import HAS_CRYPTOGRAPHY  # pylint: disable=import-outside-toplevel
+
         present["cryptography"] = HAS_CRYPTOGRAPHY
     if "requests" in names:
         from .._api.libraries import HAS_REQUESTS  # pylint: disable=import-outside-toplevel
+
         present["requests"] = HAS_REQUESTS
     return [name for name in names if not present.get(name, False)]
 

@@ -17,7 +17,9 @@ import contextlib
 import contextvars
 import typing as t
 
-_REPORTER: contextvars.ContextVar[t.Callable[[str], None] | None] = contextvars.ContextVar("vmanyware_progress", default=None)
+_REPORTER: contextvars.ContextVar[t.Callable[[str], None] | None] = contextvars.ContextVar(
+    "vmanyware_progress", default=None
+)
 
 
 @contextlib.contextmanager

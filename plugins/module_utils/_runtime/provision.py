@@ -78,9 +78,13 @@ def stage_logic(kind: str, options: StageOptions) -> StageLogic:
     try:
         spec = stage_spec(kind, VM)
     except KeyError:
-        raise InputError("vmanyware_provision runs the stages of a VM operation; stage '%s' is run by its own module "
-                         "(containers: vmanyware_container)." % kind, code="invalid_option", path="operation_id",
-                         details={"stage": kind, "rule": "vm_stage"}) from None
+        raise InputError(
+            "vmanyware_provision runs the stages of a VM operation; stage '%s' is run by its own module "
+            "(containers: vmanyware_container)." % kind,
+            code="invalid_option",
+            path="operation_id",
+            details={"stage": kind, "rule": "vm_stage"},
+        ) from None
     return build_logic(spec, dataclasses.asdict(options))
 
 
@@ -109,11 +113,15 @@ class ProvisionStopped(VmanywareError):
 # Added to preflight_failed's message when the preflight stops a confirmed operation before it is recorded.
 NOT_RECORDED_TEXT = "Nothing was recorded or sent: fix what the checks name, then run again with the same confirmation."
 # Added to preflight_failed's message when the preflight stops an operation that has not begun.
-NOT_BEGUN_TEXT = ("Nothing was sent: the operation stays recorded with every stage pending. A re-run resumes it and checks again; "
-                  "to plan differently, abandon it first (vmanyware_operation state=abandoned).")
+NOT_BEGUN_TEXT = (
+    "Nothing was sent: the operation stays recorded with every stage pending. A re-run resumes it and checks again; "
+    "to plan differently, abandon it first (vmanyware_operation state=abandoned)."
+)
 # The warning (and progress line) when checks did not pass but the operation has begun.
-BEGUN_TEXT = ("The preflight did not pass, but the operation has begun (a stage was dispatched), so it resumes: its VM may exist "
-              "already, and each stage checks its own preconditions before it writes.")
+BEGUN_TEXT = (
+    "The preflight did not pass, but the operation has begun (a stage was dispatched), so it resumes: its VM may exist "
+    "already, and each stage checks its own preconditions before it writes."
+)
 
 
 def preflight_verdict(document: t.Mapping[str, t.Any], failed: PreflightFailed | None) -> str:
@@ -125,9 +133,16 @@ def preflight_verdict(document: t.Mapping[str, t.Any], failed: PreflightFailed |
     return "resume" if operation_begun(document) else "stop"
 
 
-def preflight_before_stages(store: t.Any, client: t.Any, operation_id: str, settings: StageSettings, fail_on: str, *,
-                            report: t.Callable[[str], None] = lambda line: None, recorded: bool = True
-                            ) -> tuple[dict[str, t.Any] | None, list[str]]:
+def preflight_before_stages(
+    store: t.Any,
+    client: t.Any,
+    operation_id: str,
+    settings: StageSettings,
+    fail_on: str,
+    *,
+    report: t.Callable[[str], None] = lambda line: None,
+    recorded: bool = True,
+) -> tuple[dict[str, t.Any] | None, list[str]]:
     """The preflight of ``operation_id``'s plan and mapping through ``client`` (GETs only), one ``report`` line per
     check; returns (its result, warnings), or (None, []) when no stage remains to run (completed or released).
     ``recorded``: false when ``store`` holds the document a confirmed run is about to record (not in the journal yet).
@@ -142,8 +157,14 @@ def preflight_before_stages(store: t.Any, client: t.Any, operation_id: str, sett
     environ = os.environ if settings.environ is None else settings.environ
     failed: PreflightFailed | None = None
     try:
-        result = preflight_of_recorded(client, document["plan"], document["mapping"], environ=environ, fail_on=fail_on,
-                                       provisioning_option=settings.gate_options.get(PROVISIONING_GATE))
+        result = preflight_of_recorded(
+            client,
+            document["plan"],
+            document["mapping"],
+            environ=environ,
+            fail_on=fail_on,
+            provisioning_option=settings.gate_options.get(PROVISIONING_GATE),
+        )
     except PreflightFailed as err:
         failed, result = err, err.result
     result = {key: value for key, value in result.items() if key != "changed"}
@@ -153,12 +174,17 @@ def preflight_before_stages(store: t.Any, client: t.Any, operation_id: str, sett
     report("preflight: %d passed, %d failed, %d unknown" % (summary["passed"], summary["failed"], summary["unknown"]))
     verdict = preflight_verdict(document, failed)
     if verdict == "stop" and failed is not None:
-        stopped = ProvisionStopped(failed, [], message="%s %s" % (failed.message, NOT_BEGUN_TEXT if recorded else NOT_RECORDED_TEXT))
+        stopped = ProvisionStopped(
+            failed, [], message="%s %s" % (failed.message, NOT_BEGUN_TEXT if recorded else NOT_RECORDED_TEXT)
+        )
         if recorded:
             stopped.details["operationId"] = operation_id
         stopped.preflight = result
-        report("preflight: stopped before the first stage; nothing was sent" if recorded else
-               "preflight: stopped before the operation was recorded; nothing was recorded or sent")
+        report(
+            "preflight: stopped before the first stage; nothing was sent"
+            if recorded
+            else "preflight: stopped before the operation was recorded; nothing was recorded or sent"
+        )
         raise stopped
     if verdict == "resume":
         report("preflight: " + BEGUN_TEXT)
@@ -166,13 +192,19 @@ def preflight_before_stages(store: t.Any, client: t.Any, operation_id: str, sett
     return result, []
 
 
-def _stage_summary(kind: str, position: int, result: dict[str, t.Any] | None, seconds: float,
-                   error: VmanywareError | None = None) -> dict[str, t.Any]:
+def _stage_summary(
+    kind: str, position: int, result: dict[str, t.Any] | None, seconds: float, error: VmanywareError | None = None
+) -> dict[str, t.Any]:
     summary: dict[str, t.Any] = {"kind": kind, "position": position, "seconds": round(seconds, 2)}
     if result is not None:
         stage = result["stage"]
-        summary.update(status=stage["status"], changed=bool(result["changed"]), done=bool(result["done"]),
-                       upid=stage.get("upid"), requests=result.get("requests", []))
+        summary.update(
+            status=stage["status"],
+            changed=bool(result["changed"]),
+            done=bool(result["done"]),
+            upid=stage.get("upid"),
+            requests=result.get("requests", []),
+        )
         for key in ("preview", "task", "warnings", "diff"):
             if key in result:
                 summary[key] = result[key]
@@ -185,9 +217,17 @@ def _line(kind: str, position: int, total: int, text: str) -> str:
     return "stage %d/%d %s: %s" % (position, total, kind, text)
 
 
-def run_stages(store: t.Any, client: t.Any, operation_id: str, settings: StageSettings, options: StageOptions, *,
-               progress_interval: float = DEFAULT_PROGRESS_INTERVAL, report: t.Callable[[str], None] = lambda line: None,
-               recent_reads: RecentReads | None = None) -> dict[str, t.Any]:
+def run_stages(
+    store: t.Any,
+    client: t.Any,
+    operation_id: str,
+    settings: StageSettings,
+    options: StageOptions,
+    *,
+    progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+    report: t.Callable[[str], None] = lambda line: None,
+    recent_reads: RecentReads | None = None,
+) -> dict[str, t.Any]:
     """Run every declared stage of ``operation_id`` in order until all are completed (check mode: one preview each).
 
     Raises ``ProvisionStopped`` (the failing stage's code, the stage results so far) at the first failure.
@@ -216,12 +256,29 @@ def run_stages(store: t.Any, client: t.Any, operation_id: str, settings: StageSe
                     break
                 if call_deadline is not None and settings.clock() >= call_deadline:
                     summaries.append(_stage_summary(kind, position, result, settings.clock() - started))
-                    report(_line(kind, position, total, "still running %s; re-run to keep following it" % _progress_text(result)))
+                    report(
+                        _line(
+                            kind,
+                            position,
+                            total,
+                            "still running %s; re-run to keep following it" % _progress_text(result),
+                        )
+                    )
                     return _provision_result(store, operation_id, summaries, reads, result.get("progress"))
                 if settings.clock() >= deadline:
-                    raise StageError("The stage did not finish before its deadline; re-run to keep following it.", code="task_timeout",
-                                     details={"stage": kind, "seconds": round(settings.clock() - started, 1)})
-                report(_line(kind, position, total, "still running after %d s %s" % (settings.clock() - started, _progress_text(result))))
+                    raise StageError(
+                        "The stage did not finish before its deadline; re-run to keep following it.",
+                        code="task_timeout",
+                        details={"stage": kind, "seconds": round(settings.clock() - started, 1)},
+                    )
+                report(
+                    _line(
+                        kind,
+                        position,
+                        total,
+                        "still running after %d s %s" % (settings.clock() - started, _progress_text(result)),
+                    )
+                )
                 spent = settings.clock() - round_started
                 if spent < MIN_ROUND:
                     settings.sleep(MIN_ROUND - spent)
@@ -235,8 +292,13 @@ def run_stages(store: t.Any, client: t.Any, operation_id: str, settings: StageSe
     return _provision_result(store, operation_id, summaries, reads)
 
 
-def _provision_result(store: t.Any, operation_id: str, summaries: list[dict[str, t.Any]], reads: RecentReads,
-                      progress: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+def _provision_result(
+    store: t.Any,
+    operation_id: str,
+    summaries: list[dict[str, t.Any]],
+    reads: RecentReads,
+    progress: t.Mapping[str, t.Any] | None = None,
+) -> dict[str, t.Any]:
     document = store.load(operation_id)
     result: dict[str, t.Any] = {
         "changed": any(item["changed"] for item in summaries),
@@ -277,22 +339,26 @@ RECORD_OPTIONS = ("definition_path", "definition", "target_vmid", "confirmation"
 def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
     """The stage options plus the per-stage ones, ``progress_interval``, the preflight's and those recording the operation."""
     spec = stage_argument_spec()
-    spec.update({
-        "readiness_timeout": {"type": "float", "default": 300.0},
-        "packages_timeout": {"type": "float", "default": 900.0},
-        "snapshots_enabled": {"type": "bool"},
-        "progress_interval": {"type": "float", "default": DEFAULT_PROGRESS_INTERVAL},
-        "preflight": {"type": "bool", "default": False},
-        "preflight_fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "failed"},
-    })
+    spec.update(
+        {
+            "readiness_timeout": {"type": "float", "default": 300.0},
+            "packages_timeout": {"type": "float", "default": 900.0},
+            "snapshots_enabled": {"type": "bool"},
+            "progress_interval": {"type": "float", "default": DEFAULT_PROGRESS_INTERVAL},
+            "preflight": {"type": "bool", "default": False},
+            "preflight_fail_on": {"type": "str", "choices": list(FAIL_ON_CHOICES), "default": "failed"},
+        }
+    )
     plan_inputs = plan_input_argument_spec()
-    spec.update({
-        "definition_path": plan_inputs["definition_path"],
-        "definition": plan_inputs["definition"],
-        "target_vmid": dict(plan_inputs["target_vmid"], required=False),
-        "confirmation": {"type": "dict"},
-        "idempotency_key": {"type": "str", "no_log": False},
-    })
+    spec.update(
+        {
+            "definition_path": plan_inputs["definition_path"],
+            "definition": plan_inputs["definition"],
+            "target_vmid": dict(plan_inputs["target_vmid"], required=False),
+            "confirmation": {"type": "dict"},
+            "idempotency_key": {"type": "str", "no_log": False},
+        }
+    )
     spec["known_hosts_path"] = {"type": "path"}
     return spec
 
@@ -310,15 +376,27 @@ def install_known_hosts(store: t.Any, operation_id: str, path: str, check_mode: 
 def record_confirmed(params: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
     """``vmanyware_operation`` (state ``present``) with this task's options: the confirmed operation recorded, or found
     again by its idempotency key; in check mode the document an apply run would record. Nothing is sent to Proxmox."""
-    if params.get("target_vmid") is None or not (params.get("definition") or params.get("definition_path")) \
-            or not (params.get("catalog") or params.get("catalog_path")):
-        raise InputError("With confirmation, target_vmid, definition_path or definition, and catalog_path or catalog are required "
-                         "(the plan the operation is recorded from).", path="confirmation", details={"rule": "plan_inputs_required"})
+    if (
+        params.get("target_vmid") is None
+        or not (params.get("definition") or params.get("definition_path"))
+        or not (params.get("catalog") or params.get("catalog_path"))
+    ):
+        raise InputError(
+            "With confirmation, target_vmid, definition_path or definition, and catalog_path or catalog are required "
+            "(the plan the operation is recorded from).",
+            path="confirmation",
+            details={"rule": "plan_inputs_required"},
+        )
     return operation_from_params(params, "present", check_mode=check_mode)
 
 
-def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
-              client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
+def provision(
+    params: t.Mapping[str, t.Any],
+    *,
+    check_mode: bool,
+    diff: bool,
+    client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient,
+) -> dict[str, t.Any]:
     """``vmanyware_provision``: every remaining stage of ``params['operation_id']`` (or, with ``confirmation``, of the
     operation it records first); progress lines shown as they come (``_progress``) and returned in ``log``.
 
@@ -326,16 +404,23 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
     preflight on the document the record would write, then the record, then the stages: a preflight that stops a new
     operation leaves nothing recorded. Check mode previews the preflight and the stages and records nothing."""
     if params.get("progress_interval") is not None and params["progress_interval"] <= 0:
-        raise InputError("progress_interval must be greater than 0.", path="progress_interval", details={"rule": "positive"})
+        raise InputError(
+            "progress_interval must be greater than 0.", path="progress_interval", details={"rule": "positive"}
+        )
     settings = stage_settings(params, check_mode=check_mode, diff=diff)
-    options = StageOptions(readiness_timeout=params.get("readiness_timeout") or 300.0, packages_timeout=params.get("packages_timeout") or 900.0)
+    options = StageOptions(
+        readiness_timeout=params.get("readiness_timeout") or 300.0,
+        packages_timeout=params.get("packages_timeout") or 900.0,
+    )
     record_params = params
     confirmed: dict[str, t.Any] | None = None
     if params.get("confirmation") is not None:
         # Everything the record checks, without recording: the document an apply run would record (never written), or
         # the operation found again by its idempotency key. The preflight and check mode's stages run on it.
         confirmed = record_confirmed(params, True)
-        params = dict(params, operation_id=confirmed["operation_id"], preview_operation=confirmed.get("preview_document"))
+        params = dict(
+            params, operation_id=confirmed["operation_id"], preview_operation=confirmed.get("preview_document")
+        )
     # A new operation (not in the journal yet): an apply run records it only once the preflight let it through (``run``).
     new_operation = confirmed is not None and confirmed.get("preview_document") is not None
     to_record = new_operation and not check_mode
@@ -355,17 +440,31 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
         warnings: list[str] = []
         try:
             if params.get("preflight"):
-                preflight, warnings = preflight_before_stages(store, ObservingClient(client, reads), operation_id, settings,
-                                                              params.get("preflight_fail_on") or "failed", report=say,
-                                                              recorded=not new_operation)
+                preflight, warnings = preflight_before_stages(
+                    store,
+                    ObservingClient(client, reads),
+                    operation_id,
+                    settings,
+                    params.get("preflight_fail_on") or "failed",
+                    report=say,
+                    recorded=not new_operation,
+                )
             if confirmed is not None:
                 # After the preflight: a stop above left nothing recorded. Found again (idempotent) when it exists.
                 recorded = confirmed if check_mode else record_confirmed(record_params, False)
                 if to_record:
                     store, operation_id = open_store(params.get("journal_dir")), recorded["operation_id"]
             with cancel_scope(settings):
-                result = run_stages(store, client, operation_id, settings, options, report=say, recent_reads=reads,
-                                    progress_interval=params.get("progress_interval") or DEFAULT_PROGRESS_INTERVAL)
+                result = run_stages(
+                    store,
+                    client,
+                    operation_id,
+                    settings,
+                    options,
+                    report=say,
+                    recent_reads=reads,
+                    progress_interval=params.get("progress_interval") or DEFAULT_PROGRESS_INTERVAL,
+                )
         except ProvisionStopped as stopped:
             stopped.log = lines
             if stopped.preflight is None:
@@ -388,8 +487,12 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
 
     try:
         # A new operation not recorded yet is read from its preview document (the store of check mode) until it is.
-        result = with_stage_client(dict(params, set_operation_fact=False) if to_record else params, check_mode or to_record, run,
-                                   client_factory)
+        result = with_stage_client(
+            dict(params, set_operation_fact=False) if to_record else params,
+            check_mode or to_record,
+            run,
+            client_factory,
+        )
     except VmanywareError as err:
         if recorded is None:
             raise
@@ -405,7 +508,10 @@ def provision(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool,
 
 
 def provision_entry() -> ModuleEntry:
-    return ModuleEntry(argument_spec=provision_argument_spec,
-                       action=lambda params, check_mode, diff: provision(params, check_mode=check_mode, diff=diff),
-                       libraries=("PyYAML", "jsonschema", "requests"),
-                       mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE + (("operation_id", "confirmation"), ("preview_operation", "confirmation")))
+    return ModuleEntry(
+        argument_spec=provision_argument_spec,
+        action=lambda params, check_mode, diff: provision(params, check_mode=check_mode, diff=diff),
+        libraries=("PyYAML", "jsonschema", "requests"),
+        mutually_exclusive=PLAN_INPUT_MUTUALLY_EXCLUSIVE
+        + (("operation_id", "confirmation"), ("preview_operation", "confirmation")),
+    )

@@ -26,7 +26,14 @@ from .._core.errors import InputError, VmanywareError
 from .._journal import JournalStore, resolve_journal_dir, validate_document
 from .module import ModuleEntry
 from .._formats.catalog import parse_catalog
-from .._operation.create import PREVIEW_FACT, PROVISIONING_GATE, SNAPSHOTS_GATE, bind_scope, public_view, require_verified_tls  # noqa: F401  # pylint: disable=unused-import  # PREVIEW_FACT: for plugin_utils (assembly only)
+from .._operation.create import (
+    PREVIEW_FACT,
+    PROVISIONING_GATE,
+    SNAPSHOTS_GATE,
+    bind_scope,
+    public_view,
+    require_verified_tls,
+)  # noqa: F401  # pylint: disable=unused-import  # PREVIEW_FACT: for plugin_utils (assembly only)
 from .._core.protocols import OperationStore
 from .._stages.runner import OfflineClient, StageRunner
 from .._stages.protocol import StageLogic, StageSettings
@@ -46,7 +53,11 @@ def stage_argument_spec() -> dict[str, dict[str, t.Any]]:
         "timeout": {"type": "float"},
         "lock_wait": {"type": "float", "default": 60.0},
         "set_operation_fact": {"type": "bool", "default": False},
-        "storage_concurrency": {"type": "int", "default": DEFAULT_STORAGE_CONCURRENCY, "fallback": (env_fallback, [ENV_STORAGE_CONCURRENCY])},
+        "storage_concurrency": {
+            "type": "int",
+            "default": DEFAULT_STORAGE_CONCURRENCY,
+            "fallback": (env_fallback, [ENV_STORAGE_CONCURRENCY]),
+        },
         "provisioning_enabled": {"type": "bool"},
         "catalog_path": {"type": "path"},
         "catalog": {"type": "raw"},  # YAML text or a mapping, as for the plan inputs
@@ -70,8 +81,11 @@ class PreviewStore:
         try:
             validate_document(document)
         except Exception:  # pylint: disable=broad-exception-caught  # any rule violation: not a preview document
-            raise InputError("preview_operation is not an operation document from vmanyware_operation in check mode.",
-                             path="preview_operation", details={"rule": "operation_document"}) from None
+            raise InputError(
+                "preview_operation is not an operation document from vmanyware_operation in check mode.",
+                path="preview_operation",
+                details={"rule": "operation_document"},
+            ) from None
         self.document = copy.deepcopy(dict(document))
 
     def load(self, operation_id: str) -> dict[str, t.Any]:
@@ -88,13 +102,17 @@ class PreviewStore:
     def record_not_sent(self, operation_id: str, kind: str) -> dict[str, t.Any]:
         _refuse_write()
 
-    def record_submitted(self, operation_id: str, kind: str, upid: str | None, evidence: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+    def record_submitted(
+        self, operation_id: str, kind: str, upid: str | None, evidence: t.Mapping[str, t.Any] | None = None
+    ) -> dict[str, t.Any]:
         _refuse_write()
 
     def record_evidence(self, operation_id: str, kind: str, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         _refuse_write()
 
-    def record_completed(self, operation_id: str, kind: str, evidence: t.Mapping[str, t.Any] | None = None) -> dict[str, t.Any]:
+    def record_completed(
+        self, operation_id: str, kind: str, evidence: t.Mapping[str, t.Any] | None = None
+    ) -> dict[str, t.Any]:
         _refuse_write()
 
     def record_failed(self, operation_id: str, kind: str, code: str, message: str) -> dict[str, t.Any]:
@@ -106,7 +124,9 @@ class PreviewStore:
     def set_handoff(self, operation_id: str, handoff: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         _refuse_write()
 
-    def update_operation_status(self, operation_id: str, status: str, *, expected_status: str | None = None) -> dict[str, t.Any]:
+    def update_operation_status(
+        self, operation_id: str, status: str, *, expected_status: str | None = None
+    ) -> dict[str, t.Any]:
         _refuse_write()
 
 
@@ -124,8 +144,11 @@ def _store_and_operation(params: t.Mapping[str, t.Any], check_mode: bool) -> tup
             return store, store.document["operationId"]
     if operation_id:
         return open_store(params.get("journal_dir")), operation_id
-    raise InputError("operation_id is required (preview_operation is accepted in check mode only).", path="operation_id",
-                     details={"rule": "required"})
+    raise InputError(
+        "operation_id is required (preview_operation is accepted in check mode only).",
+        path="operation_id",
+        details={"rule": "required"},
+    )
 
 
 def stage_settings(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: bool) -> StageSettings:
@@ -133,13 +156,23 @@ def stage_settings(params: t.Mapping[str, t.Any], *, check_mode: bool, diff: boo
     controller the action plugin named (``_cancel``)."""
     catalog = None
     if params.get("catalog") or params.get("catalog_path"):
-        catalog = parse_catalog(text=params.get("catalog") or None, path=None if params.get("catalog") else params["catalog_path"])
-    return StageSettings(check_mode=check_mode, diff=diff, wait_budget=params.get("wait_budget"),
-                         timeout=params.get("timeout"), lock_wait=params.get("lock_wait") or 0.0,
-                         storage_concurrency=check_concurrency(params.get("storage_concurrency", DEFAULT_STORAGE_CONCURRENCY)),
-                         gate_options={PROVISIONING_GATE: params.get("provisioning_enabled"),
-                                       SNAPSHOTS_GATE: params.get("snapshots_enabled")},
-                         catalog=catalog, cancel_check=Cancellation.from_environment())
+        catalog = parse_catalog(
+            text=params.get("catalog") or None, path=None if params.get("catalog") else params["catalog_path"]
+        )
+    return StageSettings(
+        check_mode=check_mode,
+        diff=diff,
+        wait_budget=params.get("wait_budget"),
+        timeout=params.get("timeout"),
+        lock_wait=params.get("lock_wait") or 0.0,
+        storage_concurrency=check_concurrency(params.get("storage_concurrency", DEFAULT_STORAGE_CONCURRENCY)),
+        gate_options={
+            PROVISIONING_GATE: params.get("provisioning_enabled"),
+            SNAPSHOTS_GATE: params.get("snapshots_enabled"),
+        },
+        catalog=catalog,
+        cancel_check=Cancellation.from_environment(),
+    )
 
 
 @contextlib.contextmanager
@@ -152,8 +185,12 @@ def cancel_scope(settings: StageSettings) -> t.Iterator[None]:
         yield
 
 
-def with_stage_client(params: t.Mapping[str, t.Any], check_mode: bool, run: t.Callable[[t.Any, str, t.Any], dict[str, t.Any]],
-                      client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
+def with_stage_client(
+    params: t.Mapping[str, t.Any],
+    check_mode: bool,
+    run: t.Callable[[t.Any, str, t.Any], dict[str, t.Any]],
+    client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient,
+) -> dict[str, t.Any]:
     """``run(store, operation_id, client)`` once the provider is proven to be the operation's; the client closed after.
 
     A compact result (no evidence), facts only with ``set_operation_fact``.
@@ -162,7 +199,9 @@ def with_stage_client(params: t.Mapping[str, t.Any], check_mode: bool, run: t.Ca
     operation = store.load(operation_id)
     connection = connection_settings(params)
     require_verified_tls(connection)
-    connection = bind_scope(connection, operation)  # every connection of the client: the certificate the scope was computed from
+    connection = bind_scope(
+        connection, operation
+    )  # every connection of the client: the certificate the scope was computed from
     client = client_factory(connection)
     try:
         result = run(store, operation_id, client)
@@ -173,8 +212,14 @@ def with_stage_client(params: t.Mapping[str, t.Any], check_mode: bool, run: t.Ca
     return result
 
 
-def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: bool, diff: bool,
-              client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient) -> dict[str, t.Any]:
+def run_stage(
+    params: t.Mapping[str, t.Any],
+    logic: StageLogic,
+    *,
+    check_mode: bool,
+    diff: bool,
+    client_factory: t.Callable[[t.Any], t.Any] = ProxmoxClient,
+) -> dict[str, t.Any]:
     """Run ``logic`` for ``params['operation_id']``; a compact result (no evidence), facts only with ``set_operation_fact``.
 
     The full record, evidence included, is the journal's (``vmanyware_operation_info`` with ``evidence: true``).
@@ -196,8 +241,9 @@ def run_stage(params: t.Mapping[str, t.Any], logic: StageLogic, *, check_mode: b
     return with_stage_client(params, check_mode, run, client_factory)
 
 
-def stage_entry(logic: t.Callable[[t.Mapping[str, t.Any]], StageLogic],
-                extra_options: dict[str, dict[str, t.Any]] | None = None) -> ModuleEntry:
+def stage_entry(
+    logic: t.Callable[[t.Mapping[str, t.Any]], StageLogic], extra_options: dict[str, dict[str, t.Any]] | None = None
+) -> ModuleEntry:
     """A stage module: the shared stage options (plus ``extra_options``) and ``run_stage`` of ``logic(params)``."""
 
     def argument_spec() -> dict[str, dict[str, t.Any]]:
@@ -208,5 +254,9 @@ def stage_entry(logic: t.Callable[[t.Mapping[str, t.Any]], StageLogic],
     def action(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool) -> dict[str, t.Any]:
         return run_stage(params, logic(params), check_mode=check_mode, diff=diff)
 
-    return ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests",),
-                       mutually_exclusive=(("catalog_path", "catalog"),))
+    return ModuleEntry(
+        argument_spec=argument_spec,
+        action=action,
+        libraries=("requests",),
+        mutually_exclusive=(("catalog_path", "catalog"),),
+    )

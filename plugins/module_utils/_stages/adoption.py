@@ -40,8 +40,11 @@ class Decision:
 
     def observed(self) -> dict[str, t.Any]:
         """The entry ``adopted_operation_document`` takes."""
-        entry: dict[str, t.Any] = {"status": self.status, "evidence": dict(self.evidence, adopted=True) if self.status == "completed" else {},
-                                   "upid": self.upid}
+        entry: dict[str, t.Any] = {
+            "status": self.status,
+            "evidence": dict(self.evidence, adopted=True) if self.status == "completed" else {},
+            "upid": self.upid,
+        }
         if self.status == "uncertain":
             entry["failure"] = {"code": UNCERTAIN_CODE, "message": self.reason}
         return entry
@@ -78,7 +81,10 @@ class Observations:
 
     def tasks(self, kind: str, task_type: str, task_vmid: int) -> list[dict[str, t.Any]]:
         """Our tasks (exactly our token) of ``task_type`` on ``task_vmid``, newest first."""
-        return t.cast("list[dict[str, t.Any]]", self.once(("tasks", task_type, task_vmid), lambda: find_tasks(self.context(kind), task_type, task_vmid)))
+        return t.cast(
+            "list[dict[str, t.Any]]",
+            self.once(("tasks", task_type, task_vmid), lambda: find_tasks(self.context(kind), task_type, task_vmid)),
+        )
 
     @property
     def start_evidenced(self) -> bool:

@@ -34,7 +34,11 @@ def binding_description(operation: t.Mapping[str, t.Any]) -> str:
     it exactly (PVE strips trailing whitespace from descriptions, so it has none).
     """
     plan = operation["plan"]
-    return "vmanyware operation %s\ndefinitionHash %s\nplanHash %s" % (operation["operationId"], plan["definitionHash"], plan["planHash"])
+    return "vmanyware operation %s\ndefinitionHash %s\nplanHash %s" % (
+        operation["operationId"],
+        plan["definitionHash"],
+        plan["planHash"],
+    )
 
 
 def adopted_operation(ctx: StageContext) -> bool:
@@ -105,19 +109,31 @@ def require_clone_identity(ctx: StageContext, *, stopped: bool = True, no_pendin
     recent = ctx.recent_reads.take(ctx.vm_path) if ctx.recent_reads is not None else None
     config = recent if recent is not None else read_config_or_none(ctx)
     if config is None:
-        raise StageError("The target VM does not exist.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "exists"})
+        raise StageError(
+            "The target VM does not exist.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "exists"}
+        )
     if not is_ours(ctx, config):
-        raise StageError("The target VM's description does not bind it to this operation.",
-                         details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "description"})
+        raise StageError(
+            "The target VM's description does not bind it to this operation.",
+            details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "description"},
+        )
     if config.get("lock"):
-        raise StageError("The target VM is locked.", code="locked", details={"stage": ctx.kind, "vmid": ctx.vmid, "lock": str(config["lock"])})
+        raise StageError(
+            "The target VM is locked.",
+            code="locked",
+            details={"stage": ctx.kind, "vmid": ctx.vmid, "lock": str(config["lock"])},
+        )
     if stopped and precondition_power(ctx) != "stopped":
-        raise StageError("The target VM is not stopped.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "stopped"})
+        raise StageError(
+            "The target VM is not stopped.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "stopped"}
+        )
     if no_pending and recent is None:
         keys = pending_keys(read_pending(ctx.client, ctx.vm_path))
         if keys:
-            raise StageError("The target VM has pending configuration changes.",
-                             details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "no_pending", "keys": keys})
+            raise StageError(
+                "The target VM has pending configuration changes.",
+                details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "no_pending", "keys": keys},
+            )
     return config
 
 
@@ -126,8 +142,11 @@ def require_digest(ctx: StageContext, config: t.Mapping[str, t.Any]) -> str:
     expected = ctx.earlier_evidence("digest")
     digest = config.get("digest")
     if not isinstance(expected, str) or digest != expected:
-        raise StageError("The VM configuration changed since the earlier stages observed it (digest differs); nothing was sent.",
-                         code="conflict", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "digest_unchanged"})
+        raise StageError(
+            "The VM configuration changed since the earlier stages observed it (digest differs); nothing was sent.",
+            code="conflict",
+            details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "digest_unchanged"},
+        )
     return expected
 
 
@@ -150,7 +169,12 @@ def dispatched_epoch(ctx: StageContext) -> int | None:
 
 def task_list_params(ctx: StageContext, task_type: str, task_vmid: int) -> dict[str, t.Any]:
     """The query of ``GET /nodes/{node}/tasks`` for our tasks of ``task_type`` on ``task_vmid`` since the dispatch."""
-    params: dict[str, t.Any] = {"typefilter": task_type, "vmid": int(task_vmid), "source": "all", "limit": TASK_LIST_LIMIT}
+    params: dict[str, t.Any] = {
+        "typefilter": task_type,
+        "vmid": int(task_vmid),
+        "source": "all",
+        "limit": TASK_LIST_LIMIT,
+    }
     since = dispatched_epoch(ctx)
     if since is not None:
         params["since"] = max(0, since - TASK_SINCE_SLACK)

@@ -84,9 +84,13 @@ def cloudinit_drive(config: t.Mapping[str, t.Any], vmid: int) -> str | None:
 
 def check_identity(ctx: StageContext, config: t.Mapping[str, t.Any]) -> None:
     """The VM is the clone of this operation: its description binds it exactly and it carries the instance tag."""
-    if not common.is_ours(ctx, config) or instance_tag(ctx.operation["operationId"]) not in _pveconfig.tag_list(config.get("tags")):
-        raise StageError("The target VM is not the clone of this operation (description or tag differs); nothing was sent.",
-                         details={"stage": ctx.kind, "rule": "clone_identity"})
+    if not common.is_ours(ctx, config) or instance_tag(ctx.operation["operationId"]) not in _pveconfig.tag_list(
+        config.get("tags")
+    ):
+        raise StageError(
+            "The target VM is not the clone of this operation (description or tag differs); nothing was sent.",
+            details={"stage": ctx.kind, "rule": "clone_identity"},
+        )
 
 
 def require_stopped_settled(ctx: StageContext) -> dict[str, t.Any]:

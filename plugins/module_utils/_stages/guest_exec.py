@@ -43,7 +43,7 @@ EXEC_WRAPPER_NAME = "vmanyware"
 
 
 EXEC_WRAPPER = (
-    'm=$1; shift\n'
+    "m=$1; shift\n"
     '(set -C; : >"$m.started") 2>/dev/null || exit 125\n'
     'if [ -e "$m.superseded" ]; then c=superseded; else "$@"; c=$?; fi\n'
     'printf \'%s\\n\' "$c" >"$m.exit.tmp" && mv -f "$m.exit.tmp" "$m.exit"\n'
@@ -64,8 +64,13 @@ def wrap_guest_argv(marker: str, argv: t.Sequence[str]) -> list[str]:
 
 def marker_of_argv(argv: t.Any) -> str | None:
     """The marker of a wrapped argument array (``wrap_guest_argv``); None for any other."""
-    if (isinstance(argv, (list, tuple)) and len(argv) >= 5 and list(argv[:4]) == ["/bin/sh", "-c", EXEC_WRAPPER, EXEC_WRAPPER_NAME]
-            and isinstance(argv[4], str) and argv[4].startswith(EXEC_MARKER_PREFIX)):
+    if (
+        isinstance(argv, (list, tuple))
+        and len(argv) >= 5
+        and list(argv[:4]) == ["/bin/sh", "-c", EXEC_WRAPPER, EXEC_WRAPPER_NAME]
+        and isinstance(argv[4], str)
+        and argv[4].startswith(EXEC_MARKER_PREFIX)
+    ):
         return argv[4]
     return None
 
@@ -126,13 +131,21 @@ def exec_marker_state(ctx: StageContext, path: str) -> tuple[str, int | None]:
 
 def _exec_lost(ctx: StageContext, command: GuestCommand, marker: str | None = None) -> StageUncertain:
     """The stage's uncertainty about an exec that may have started in the guest: it is never issued again."""
-    request: dict[str, t.Any] = {"method": "POST", "path": ctx.vm_path + "/agent/exec", "params": {"command": list(command.argv)},
-                                 "probe": command.name}
+    request: dict[str, t.Any] = {
+        "method": "POST",
+        "path": ctx.vm_path + "/agent/exec",
+        "params": {"command": list(command.argv)},
+        "probe": command.name,
+    }
     if marker is not None:
         request["marker"] = marker
-    return StageUncertain("reply_lost", "The reply to the guest-agent exec of %s was lost and its marker in the guest could not be read, "
-                          "so whether it ran is unknown; it is not repeated. Check the guest (the files %s.*), then re-run, or abandon "
-                          "the operation." % (command.name, marker or "vmanyware-exec"), request)
+    return StageUncertain(
+        "reply_lost",
+        "The reply to the guest-agent exec of %s was lost and its marker in the guest could not be read, "
+        "so whether it ran is unknown; it is not repeated. Check the guest (the files %s.*), then re-run, or abandon "
+        "the operation." % (command.name, marker or "vmanyware-exec"),
+        request,
+    )
 
 
 def _exec_status(ctx: StageContext, pid: int) -> dict[str, t.Any] | None:
@@ -147,8 +160,11 @@ def _exec_status(ctx: StageContext, pid: int) -> dict[str, t.Any] | None:
     if not data["exited"]:
         return None
     exitcode = data.get("exitcode")
-    return {"exitcode": exitcode if isinstance(exitcode, int) else -1, "out": str(data.get("out-data") or ""),
-            "err": str(data.get("err-data") or "")}
+    return {
+        "exitcode": exitcode if isinstance(exitcode, int) else -1,
+        "out": str(data.get("out-data") or ""),
+        "err": str(data.get("err-data") or ""),
+    }
 
 
 class GuestExecution:
@@ -174,7 +190,9 @@ class GuestExecution:
     def _stop_if_cancelled(self) -> None:
         raise NotImplementedError
 
-    def guest_exec(self, ctx: StageContext, command: GuestCommand, deadline: float, started: float | None = None) -> GuestOutcome:
+    def guest_exec(
+        self, ctx: StageContext, command: GuestCommand, deadline: float, started: float | None = None
+    ) -> GuestOutcome:
         """The one way a stage runs a command in the guest (``StageContext.guest_exec``).
 
         Resume the PID journaled in ``command.slot`` by GET; else (the write checks first for a ``write`` command) journal
@@ -200,7 +218,9 @@ class GuestExecution:
                     return GuestOutcome("running", None)
                 sent = True
                 marker = self._start_exec(ctx, command)
-                self._pause(marker, since, deadline, budget_end)  # it has hardly started: read its status after the first pause
+                self._pause(
+                    marker, since, deadline, budget_end
+                )  # it has hardly started: read its status after the first pause
             if marker.get("pid") is None:
                 followed = self._follow_marker(ctx, command, marker, since, deadline, budget_end)
                 if followed is None:
@@ -223,7 +243,9 @@ class GuestExecution:
                 self._record_evidence(ctx, {command.slot: dict(marker, exitcode=exitcode)})
                 return GuestOutcome("exited", pid, exitcode)
             if status is not None:
-                self._record_evidence(ctx, {command.slot: None if command.repeatable else dict(marker, exitcode=status["exitcode"])})
+                self._record_evidence(
+                    ctx, {command.slot: None if command.repeatable else dict(marker, exitcode=status["exitcode"])}
+                )
                 return GuestOutcome("exited", pid, status["exitcode"], status["out"], status["err"])
             now = wall_clock()
             if now >= deadline:
@@ -232,8 +254,15 @@ class GuestExecution:
                 return GuestOutcome("running", pid)
             self._pause(marker, since, deadline, budget_end)
 
-    def _follow_marker(self, ctx: StageContext, command: GuestCommand, marker: dict[str, t.Any], since: float, deadline: float,
-                       budget_end: float | None) -> GuestOutcome | None:
+    def _follow_marker(
+        self,
+        ctx: StageContext,
+        command: GuestCommand,
+        marker: dict[str, t.Any],
+        since: float,
+        deadline: float,
+        budget_end: float | None,
+    ) -> GuestOutcome | None:
         """A command whose PID is unknown, followed through its marker files in the guest (``exec_marker_state``).
 
         None: it never started (its journaled marker is cleared, so the caller sends it afresh), or a repeatable command
@@ -248,7 +277,11 @@ class GuestExecution:
                 # The agent may be back in a moment (a busy or restarting agent): read again for a while, never exec again.
                 now = wall_clock()
                 unreadable_since = now if unreadable_since is None else unreadable_since
-                if now >= deadline or (budget_end is not None and now >= budget_end) or now - unreadable_since >= DEFAULT_RESOLVE_WAIT:
+                if (
+                    now >= deadline
+                    or (budget_end is not None and now >= budget_end)
+                    or now - unreadable_since >= DEFAULT_RESOLVE_WAIT
+                ):
                     raise _exec_lost(ctx, command, path)
                 self._pause(marker, since, deadline, budget_end)
                 continue
@@ -279,7 +312,9 @@ class GuestExecution:
         1 s after. A resumed PID (read at once) so goes on at the pace its running time gives, not from the start again."""
         now = wall_clock()
         issued = marker.get("issuedAt")
-        ran = max(0.0, now - (float(issued) if isinstance(issued, (int, float)) and not isinstance(issued, bool) else since))
+        ran = max(
+            0.0, now - (float(issued) if isinstance(issued, (int, float)) and not isinstance(issued, bool) else since)
+        )
         interval = next_pause(ran, ran)
         until = deadline if budget_end is None else min(deadline, budget_end)
         self.settings.sleep(min(interval, max(0.0, until - now)))
@@ -310,7 +345,13 @@ class GuestExecution:
         self._stop_if_cancelled()
         issued = round(wall_clock(), 3)
         path = exec_marker_path(ctx.operation["operationId"], command.slot, int(issued * 1000))
-        marker: dict[str, t.Any] = {"probe": command.name, "pid": None, "submissionStarted": True, "issuedAt": issued, "file": path}
+        marker: dict[str, t.Any] = {
+            "probe": command.name,
+            "pid": None,
+            "submissionStarted": True,
+            "issuedAt": issued,
+            "file": path,
+        }
         self._record_evidence(ctx, {command.slot: marker})
         try:
             data = self.client.post(ctx.vm_path + "/agent/exec", command=wrap_guest_argv(path, command.argv))
@@ -319,8 +360,11 @@ class GuestExecution:
                 return marker  # it may run in the guest (``guest-exec failed - got timeout``): the marker decides
             self._record_evidence(ctx, {command.slot: None})  # a pre-check refusal: nothing started in the guest
             if agent_reason(err) == "exec_disabled":
-                raise StageError("The guest agent refuses guest-exec; enable it in the guest's qemu-guest-agent configuration.",
-                                 code="guest_exec_unavailable", details={"stage": ctx.kind}) from None
+                raise StageError(
+                    "The guest agent refuses guest-exec; enable it in the guest's qemu-guest-agent configuration.",
+                    code="guest_exec_unavailable",
+                    details={"stage": ctx.kind},
+                ) from None
             raise
         pid = data.get("pid") if isinstance(data, dict) else None
         if not isinstance(pid, int) or isinstance(pid, bool):

@@ -94,7 +94,9 @@ def build_logic(spec: StageSpec, options: t.Mapping[str, t.Any] | None = None) -
     return logic
 
 
-def container_stage(kind: str, readiness_timeout: float = DEFAULT_READINESS_TIMEOUT, installed: t.Mapping[str, t.Any] | None = None) -> StageLogic:
+def container_stage(
+    kind: str, readiness_timeout: float = DEFAULT_READINESS_TIMEOUT, installed: t.Mapping[str, t.Any] | None = None
+) -> StageLogic:
     """The logic of container stage ``kind`` (the ``stage`` option of ``vmanyware_container``)."""
     return build_logic(stage_spec(kind, CONTAINER), {"readiness_timeout": readiness_timeout, "installed": installed})
 

@@ -26,8 +26,19 @@ DEFAULT_RESOLVE_WAIT = 30.0
 
 # Codes with which Proxmox (or the transport) proves the request changed nothing. The transport's three are raised only
 # when no byte of the request was written (``_client.transport_failure``); a failure after the first byte is ambiguous.
-NOT_APPLIED_CODES = frozenset({"transport_lost", "tls_verification_failed", "certificate_changed", "auth_failed", "permission_denied",
-                               "parameter_invalid", "conflict", "not_found", "locked"})
+NOT_APPLIED_CODES = frozenset(
+    {
+        "transport_lost",
+        "tls_verification_failed",
+        "certificate_changed",
+        "auth_failed",
+        "permission_denied",
+        "parameter_invalid",
+        "conflict",
+        "not_found",
+        "locked",
+    }
+)
 
 
 # Journaled as the "request" of a stage that needed none, so completing it never passes for a lost reply.
@@ -40,7 +51,11 @@ AMBIGUOUS_CODES = frozenset({"reply_lost", "server_error", "unexpected_response"
 
 
 # The error code of each write gate when it is closed.
-GATE_CODES = {PROVISIONING_GATE: "provisioning_disabled", SNAPSHOTS_GATE: "snapshot_disabled", LIFECYCLE_GATE: "lifecycle_disabled"}
+GATE_CODES = {
+    PROVISIONING_GATE: "provisioning_disabled",
+    SNAPSHOTS_GATE: "snapshot_disabled",
+    LIFECYCLE_GATE: "lifecycle_disabled",
+}
 
 
 class StageInProgress(Exception):
@@ -50,7 +65,9 @@ class StageInProgress(Exception):
     the runner journals it (never in check mode).
     """
 
-    def __init__(self, progress: t.Mapping[str, t.Any] | None = None, evidence: t.Mapping[str, t.Any] | None = None) -> None:
+    def __init__(
+        self, progress: t.Mapping[str, t.Any] | None = None, evidence: t.Mapping[str, t.Any] | None = None
+    ) -> None:
         self.progress = dict(progress or {})
         self.evidence = dict(evidence or {})
         super().__init__("in progress")

@@ -185,7 +185,13 @@ class StageLogic:
         """The stage built from its module's options (``_stages.build_logic``): the constructor's keyword parameters that
         ``options`` names and sets (``readiness_timeout=...``); a stage whose options need more overrides it."""
         parameters = inspect.signature(cls.__init__).parameters
-        return cls(**{name: value for name, value in options.items() if name in parameters and name != "self" and value is not None})
+        return cls(
+            **{
+                name: value
+                for name, value in options.items()
+                if name in parameters and name != "self" and value is not None
+            }
+        )
 
     def preconditions(self, ctx: StageContext) -> None:
         """Read the current state (GETs) and raise ``StageError`` if the request must not be sent."""
@@ -233,8 +239,11 @@ class StageLogic:
 
     def task_error(self, ctx: StageContext, upid: str, outcome: TaskOutcome) -> StageError:
         """The failure recorded when the stage's task ended with an error (a stage may give it a more precise code)."""
-        return StageError("The Proxmox task ended with an error.", code="task_failed",
-                          details={"stage": ctx.kind, "upid": upid, "log_tail": list(outcome.log_tail)})
+        return StageError(
+            "The Proxmox task ended with an error.",
+            code="task_failed",
+            details={"stage": ctx.kind, "upid": upid, "log_tail": list(outcome.log_tail)},
+        )
 
     def checkpoint(self, ctx: StageContext) -> dict[str, t.Any] | None:
         """Evidence the runner journals once ``preconditions`` passed, before anything is sent or probed (never in check

@@ -51,7 +51,9 @@ class Requirement:
     max_major: int | None = None
 
     def applies_to(self, major: int) -> bool:
-        return (self.min_major is None or major >= self.min_major) and (self.max_major is None or major <= self.max_major)
+        return (self.min_major is None or major >= self.min_major) and (
+            self.max_major is None or major <= self.max_major
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,50 +136,112 @@ GUEST_AGENT = (
 _QEMU = "/nodes/{node}/qemu/{vmid}"
 # A guest command runs through the exec-marker wrapper (docs/stages.md, "Guest commands"): its marker files are read with
 # file-read and a late start is refused with file-write; VM.GuestAgent.Unrestricted (exec) covers both.
-_AGENT_EXEC = (Endpoint("POST", _QEMU + "/agent/exec"), Endpoint("GET", _QEMU + "/agent/exec-status"),
-               Endpoint("GET", _QEMU + "/agent/file-read"), Endpoint("POST", _QEMU + "/agent/file-write"))
+_AGENT_EXEC = (
+    Endpoint("POST", _QEMU + "/agent/exec"),
+    Endpoint("GET", _QEMU + "/agent/exec-status"),
+    Endpoint("GET", _QEMU + "/agent/file-read"),
+    Endpoint("POST", _QEMU + "/agent/file-write"),
+)
 
 
 def _vm(kind: str, **fields: t.Any) -> StageSpec:
-    return StageSpec(kind, VM, "vmanyware_" + kind,
-                     role_file="roles/provision/tasks/stages/%s.yml" % kind, **fields)
+    return StageSpec(kind, VM, "vmanyware_" + kind, role_file="roles/provision/tasks/stages/%s.yml" % kind, **fields)
 
 
 def _container(kind: str, **fields: t.Any) -> StageSpec:
-    return StageSpec(kind, CONTAINER, "vmanyware_container", module_stage=True,
-                     role_file="roles/provision/tasks/stages/container_%s.yml" % kind, **fields)
+    return StageSpec(
+        kind,
+        CONTAINER,
+        "vmanyware_container",
+        module_stage=True,
+        role_file="roles/provision/tasks/stages/container_%s.yml" % kind,
+        **fields,
+    )
 
 
 def _template(kind: str, **fields: t.Any) -> StageSpec:
-    return StageSpec(kind, TEMPLATE, "vmanyware_template_stage",
-                     module_stage=True, role_file="roles/template/tasks/stage.yml", **fields)
+    return StageSpec(
+        kind,
+        TEMPLATE,
+        "vmanyware_template_stage",
+        module_stage=True,
+        role_file="roles/template/tasks/stage.yml",
+        **fields,
+    )
 
 
 STAGES: tuple[StageSpec, ...] = (
     # VM provisioning (docs/stages.md)
-    _vm("clone", purpose="clone the template into the new VM",
-        privileges=(Requirement(TEMPLATE_VM, "VM.Clone"), Requirement(TARGET, "VM.Allocate"),
-                    Requirement(STORAGE, "Datastore.AllocateSpace"), Requirement(BRIDGE, "SDN.Use")),
-        endpoints=(Endpoint("POST", _QEMU + "/clone", vmid="template"),)),
-    _vm("resources", purpose="set cores, memory and the instance tag",
-        privileges=(Requirement(TARGET, "VM.Config.CPU"), Requirement(TARGET, "VM.Config.Memory"), Requirement(TARGET, "VM.Config.Options")),
-        endpoints=(Endpoint("POST", _QEMU + "/config"), Endpoint("PUT", _QEMU + "/config"))),
-    _vm("disk", when=disk_grows, purpose="grow the VM's disk",
+    _vm(
+        "clone",
+        purpose="clone the template into the new VM",
+        privileges=(
+            Requirement(TEMPLATE_VM, "VM.Clone"),
+            Requirement(TARGET, "VM.Allocate"),
+            Requirement(STORAGE, "Datastore.AllocateSpace"),
+            Requirement(BRIDGE, "SDN.Use"),
+        ),
+        endpoints=(Endpoint("POST", _QEMU + "/clone", vmid="template"),),
+    ),
+    _vm(
+        "resources",
+        purpose="set cores, memory and the instance tag",
+        privileges=(
+            Requirement(TARGET, "VM.Config.CPU"),
+            Requirement(TARGET, "VM.Config.Memory"),
+            Requirement(TARGET, "VM.Config.Options"),
+        ),
+        endpoints=(Endpoint("POST", _QEMU + "/config"), Endpoint("PUT", _QEMU + "/config")),
+    ),
+    _vm(
+        "disk",
+        when=disk_grows,
+        purpose="grow the VM's disk",
         privileges=(Requirement(TARGET, "VM.Config.Disk"), Requirement(STORAGE, "Datastore.AllocateSpace")),
-        endpoints=(Endpoint("PUT", _QEMU + "/resize"),)),
-    _vm("cloudinit", purpose="write the Cloud-Init user, keys and network",
+        endpoints=(Endpoint("PUT", _QEMU + "/resize"),),
+    ),
+    _vm(
+        "cloudinit",
+        purpose="write the Cloud-Init user, keys and network",
         privileges=(Requirement(TARGET, "VM.Config.Cloudinit"), Requirement(TARGET, "VM.Config.Network")),
-        endpoints=(Endpoint("PUT", _QEMU + "/config"),)),
-    _vm("seed", purpose="regenerate the Cloud-Init drive",
-        privileges=(Requirement(TARGET, "VM.Config.Cloudinit"),), endpoints=(Endpoint("PUT", _QEMU + "/cloudinit"),)),
-    _vm("start", purpose="start the VM",
-        privileges=(Requirement(TARGET, "VM.PowerMgmt"),), endpoints=(Endpoint("POST", _QEMU + "/status/start"),)),
-    _vm("readiness", purpose="wait for the guest agent and cloud-init", privileges=GUEST_AGENT,
-        endpoints=(Endpoint("POST", _QEMU + "/agent/ping"), Endpoint("GET", _QEMU + "/agent/network-get-interfaces"), *_AGENT_EXEC)),
-    _vm("packages", when=has_packages, purpose="install packages through the guest agent", privileges=GUEST_AGENT,
-        endpoints=_AGENT_EXEC),
-    _vm("snapshot", when=wants_snapshot, purpose="take the final snapshot",
-        privileges=(Requirement(TARGET, "VM.Snapshot"),), endpoints=(Endpoint("POST", _QEMU + "/snapshot"),)),
+        endpoints=(Endpoint("PUT", _QEMU + "/config"),),
+    ),
+    _vm(
+        "seed",
+        purpose="regenerate the Cloud-Init drive",
+        privileges=(Requirement(TARGET, "VM.Config.Cloudinit"),),
+        endpoints=(Endpoint("PUT", _QEMU + "/cloudinit"),),
+    ),
+    _vm(
+        "start",
+        purpose="start the VM",
+        privileges=(Requirement(TARGET, "VM.PowerMgmt"),),
+        endpoints=(Endpoint("POST", _QEMU + "/status/start"),),
+    ),
+    _vm(
+        "readiness",
+        purpose="wait for the guest agent and cloud-init",
+        privileges=GUEST_AGENT,
+        endpoints=(
+            Endpoint("POST", _QEMU + "/agent/ping"),
+            Endpoint("GET", _QEMU + "/agent/network-get-interfaces"),
+            *_AGENT_EXEC,
+        ),
+    ),
+    _vm(
+        "packages",
+        when=has_packages,
+        purpose="install packages through the guest agent",
+        privileges=GUEST_AGENT,
+        endpoints=_AGENT_EXEC,
+    ),
+    _vm(
+        "snapshot",
+        when=wants_snapshot,
+        purpose="take the final snapshot",
+        privileges=(Requirement(TARGET, "VM.Snapshot"),),
+        endpoints=(Endpoint("POST", _QEMU + "/snapshot"),),
+    ),
     # Containers (guestType: container, docs/containers.md); their privileges are the operation's (_capabilities.CONTAINER_NEEDS).
     _container("template", when=downloads_appliance),
     _container("create"),

@@ -62,37 +62,22 @@ from .protocol import StageContext, StageLogic, StageSettings
 # Without a wait budget, reads resolving an unknown outcome are repeated for at most this long (seconds).
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-def _result(ctx: StageContext, *, changed: bool, done: bool, requests: list[dict[str, t.Any]] | None = None,
-            **extra: t.Any) -> dict[str, t.Any]:
+def _result(
+    ctx: StageContext, *, changed: bool, done: bool, requests: list[dict[str, t.Any]] | None = None, **extra: t.Any
+) -> dict[str, t.Any]:
     record = ctx.record
     result: dict[str, t.Any] = {
         "changed": changed,
         "done": done,
         "operation_id": ctx.operation["operationId"],
-        "stage": {"kind": ctx.kind, "position": record["position"], "status": record["status"], "upid": record["upid"],
-                  "attempts": record["attempts"], "evidence": dict(record["evidence"])},
+        "stage": {
+            "kind": ctx.kind,
+            "position": record["position"],
+            "status": record["status"],
+            "upid": record["upid"],
+            "attempts": record["attempts"],
+            "evidence": dict(record["evidence"]),
+        },
         "requests": [with_cli(summary) for summary in requests or []],  # each with its qm/pct equivalent (_cli.py)
     }
     if ctx.diff is not None:
@@ -101,42 +86,20 @@ def _result(ctx: StageContext, *, changed: bool, done: bool, requests: list[dict
     return result
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _require_not_ended(operation: t.Mapping[str, t.Any]) -> None:
     """No stage runs on an operation the operator abandoned or whose guest cleanup started (docs/operations.md, "Lifecycle")."""
     if (operation.get("lifecycle") or {}).get("cleanup") is not None:
-        raise StageError("The operation's guest is being or was removed; no stage runs on it.", code="operation_cleaned",
-                         details={"operationId": operation["operationId"]})
+        raise StageError(
+            "The operation's guest is being or was removed; no stage runs on it.",
+            code="operation_cleaned",
+            details={"operationId": operation["operationId"]},
+        )
     if (operation.get("release") or {}).get("reason") == "abandoned":
-        raise StageError("The operation was abandoned; no stage runs on it.", code="operation_abandoned",
-                         details={"operationId": operation["operationId"]})
+        raise StageError(
+            "The operation was abandoned; no stage runs on it.",
+            code="operation_abandoned",
+            details={"operationId": operation["operationId"]},
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,23 +121,33 @@ class OfflineClient(ApiVerbs):
 class StageRunner(GuestExecution):
     """Runs one ``StageLogic`` against one operation (docs/stages.md)."""
 
-    def __init__(self, store: OperationStore, client: ApiClient, logic: StageLogic, settings: StageSettings | None = None) -> None:
+    def __init__(
+        self, store: OperationStore, client: ApiClient, logic: StageLogic, settings: StageSettings | None = None
+    ) -> None:
         self.store = store
         self.client = client
         self.logic = logic
         self.settings = settings or StageSettings()
         if self.settings.cancel_check is not None:  # every pause of the run (polls, lock waits) is a safe point to stop
-            self.settings = dataclasses.replace(self.settings, sleep=cancellable_sleep(self.settings.sleep, self.settings.cancel_check))
+            self.settings = dataclasses.replace(
+                self.settings, sleep=cancellable_sleep(self.settings.sleep, self.settings.cancel_check)
+            )
 
     # -- helpers -------------------------------------------------------------------------------------
     def _context(self, operation_id: str) -> StageContext:
         operation = self.store.load(operation_id)
-        return StageContext(operation=operation, client=self.client, kind=self.logic.kind, check_mode=self.settings.check_mode,
-                            settings=self.settings, guest_runner=self.guest_exec,
-                            recent_reads=self.settings.recent_reads if self.logic.trusts_recent_config else None,
-                            recent_power=self.settings.recent_reads if self.logic.trusts_recent_power else None,
-                            recent_template=self.settings.recent_reads if self.logic.trusts_recent_template else None,
-                            recent_vmid=self.settings.recent_reads if self.logic.trusts_recent_vmid_free else None)
+        return StageContext(
+            operation=operation,
+            client=self.client,
+            kind=self.logic.kind,
+            check_mode=self.settings.check_mode,
+            settings=self.settings,
+            guest_runner=self.guest_exec,
+            recent_reads=self.settings.recent_reads if self.logic.trusts_recent_config else None,
+            recent_power=self.settings.recent_reads if self.logic.trusts_recent_power else None,
+            recent_template=self.settings.recent_reads if self.logic.trusts_recent_template else None,
+            recent_vmid=self.settings.recent_reads if self.logic.trusts_recent_vmid_free else None,
+        )
 
     def _require_write_allowed(self, ctx: StageContext) -> None:
         """Before every new mutating request: each gate of the stage re-read (an environment ``false`` wins over an
@@ -192,8 +165,11 @@ class StageRunner(GuestExecution):
             except InputError:
                 mapping = None
             if mapping != ctx.mapping:
-                raise StageError("The catalog's mapping for the image is not the one this operation was confirmed with; nothing was sent.",
-                                 code="plan_changed", details={"stage": ctx.kind, "fields": ["mapping"]})
+                raise StageError(
+                    "The catalog's mapping for the image is not the one this operation was confirmed with; nothing was sent.",
+                    code="plan_changed",
+                    details={"stage": ctx.kind, "fields": ["mapping"]},
+                )
 
     def check_write_allowed(self, operation_id: str) -> dict[str, t.Any]:
         """Only the write checks, for a write the role makes outside Proxmox (the container's apt over SSH): the gates of
@@ -216,8 +192,14 @@ class StageRunner(GuestExecution):
         if handoff is not None:
             self._refresh(ctx, self.store.set_handoff(ctx.operation["operationId"], handoff))
 
-    def _in_progress(self, ctx: StageContext, running: StageInProgress, *, changed: bool,
-                     requests: list[dict[str, t.Any]] | None = None) -> dict[str, t.Any]:
+    def _in_progress(
+        self,
+        ctx: StageContext,
+        running: StageInProgress,
+        *,
+        changed: bool,
+        requests: list[dict[str, t.Any]] | None = None,
+    ) -> dict[str, t.Any]:
         """``done: false``: the work goes on; what the run established (``running.evidence``) is journaled for the next run."""
         if running.evidence and not self.settings.check_mode:
             self._record_evidence(ctx, running.evidence)
@@ -239,15 +221,23 @@ class StageRunner(GuestExecution):
     def _close_if_last(self, ctx: StageContext) -> None:
         """The operation is ``completed`` once every declared stage completed (whichever stage is last)."""
         document = ctx.operation
-        if document["status"] == "open" and document.get("release") is None and all(
-                item["status"] == "completed" for item in document["stages"]):
-            self._refresh(ctx, self.store.update_operation_status(document["operationId"], "completed", expected_status="open"))
+        if (
+            document["status"] == "open"
+            and document.get("release") is None
+            and all(item["status"] == "completed" for item in document["stages"])
+        ):
+            self._refresh(
+                ctx, self.store.update_operation_status(document["operationId"], "completed", expected_status="open")
+            )
 
     def _uncertain(self, ctx: StageContext, code: str, message: str) -> t.NoReturn:
         if ctx.record["status"] != "uncertain":
             self._refresh(ctx, self.store.record_uncertain(ctx.operation["operationId"], ctx.kind, code, message))
-        raise StageError(message, code="outcome_uncertain",
-                         details={"stage": ctx.kind, "cause": code, "operationId": ctx.operation["operationId"]})
+        raise StageError(
+            message,
+            code="outcome_uncertain",
+            details={"stage": ctx.kind, "cause": code, "operationId": ctx.operation["operationId"]},
+        )
 
     # -- protocol ------------------------------------------------------------------------------------
     def run(self, operation_id: str) -> dict[str, t.Any]:
@@ -260,7 +250,9 @@ class StageRunner(GuestExecution):
             raise
         except StageUncertain as lost:
             if self.settings.check_mode:
-                raise StageError(lost.message, code="outcome_uncertain", details={"stage": ctx.kind, "cause": lost.cause}) from None
+                raise StageError(
+                    lost.message, code="outcome_uncertain", details={"stage": ctx.kind, "cause": lost.cause}
+                ) from None
             if ctx.record["status"] == "pending":
                 self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, lost.request))
             self._uncertain(ctx, lost.cause, lost.message)
@@ -290,14 +282,20 @@ class StageRunner(GuestExecution):
             return _result(ctx, changed=False, done=True)
         if record["status"] == "failed":
             failure = record["failure"]
-            raise StageError("The stage failed earlier; the operation keeps the target for the operator.",
-                             code="stage_failed", details={"stage": ctx.kind, "cause": failure["code"] if failure else None})
-        for earlier in ctx.operation["stages"][:record["position"] - 1]:
+            raise StageError(
+                "The stage failed earlier; the operation keeps the target for the operator.",
+                code="stage_failed",
+                details={"stage": ctx.kind, "cause": failure["code"] if failure else None},
+            )
+        for earlier in ctx.operation["stages"][: record["position"] - 1]:
             if earlier["status"] != "completed":
                 if self.settings.check_mode:
                     return self._preview_from_plan(ctx)
-                raise StageError("An earlier stage has not completed.", code="stage_out_of_order",
-                                 details={"stage": ctx.kind, "waiting_for": earlier["kind"]})
+                raise StageError(
+                    "An earlier stage has not completed.",
+                    code="stage_out_of_order",
+                    details={"stage": ctx.kind, "waiting_for": earlier["kind"]},
+                )
         self._stop_if_cancelled()
         if record["upid"]:
             return self._reconcile(ctx, record["upid"])
@@ -323,14 +321,23 @@ class StageRunner(GuestExecution):
 
     def _dispatch(self, ctx: StageContext) -> dict[str, t.Any]:
         """Dispatch, first taking an allocation slot of the storage when the stage allocates (``_admission``)."""
-        storage = None if self.settings.check_mode or not self.settings.storage_concurrency else self.logic.allocates_on(ctx)
+        storage = (
+            None if self.settings.check_mode or not self.settings.storage_concurrency else self.logic.allocates_on(ctx)
+        )
         if storage is None or ctx.facts.get("admission") is not None:
             return self._dispatch_admitted(ctx)
         budget = self.settings.wait_budget
         try:
-            slot = _admission.acquire(self.store.journal_dir, ctx.operation["providerScopeId"], storage, self.settings.storage_concurrency,
-                                      budget=self._timeout if budget is None else budget, clock=self.settings.clock, sleep=self.settings.sleep,
-                                      holder={"operationId": ctx.operation["operationId"], "stage": ctx.kind})
+            slot = _admission.acquire(
+                self.store.journal_dir,
+                ctx.operation["providerScopeId"],
+                storage,
+                self.settings.storage_concurrency,
+                budget=self._timeout if budget is None else budget,
+                clock=self.settings.clock,
+                sleep=self.settings.sleep,
+                holder={"operationId": ctx.operation["operationId"], "stage": ctx.kind},
+            )
         except _admission.AdmissionWaiting as waiting:
             return _result(ctx, changed=False, done=False, progress=waiting.progress)
         ctx.facts["admission"] = slot
@@ -370,7 +377,9 @@ class StageRunner(GuestExecution):
                     self._fail_if_final(ctx, err)
                 self._record_handoff(ctx, evidence)
                 self._stop_if_cancelled()
-                self._refresh(ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, dict(NOOP_REQUEST)))
+                self._refresh(
+                    ctx, self.store.record_dispatch(ctx.operation["operationId"], ctx.kind, dict(NOOP_REQUEST))
+                )
                 self._refresh(ctx, self.store.record_completed(ctx.operation["operationId"], ctx.kind, evidence))
                 self._close_if_last(ctx)
                 return _result(ctx, changed=False, done=True)
@@ -399,39 +408,64 @@ class StageRunner(GuestExecution):
                 return self._complete(ctx, requests=[request.summary()])
             return self._reconcile(ctx, upid, requests=[request.summary()], changed=True)
 
-    def _reconcile(self, ctx: StageContext, upid: str, requests: list[dict[str, t.Any]] | None = None,
-                   changed: bool = False) -> dict[str, t.Any]:
+    def _reconcile(
+        self, ctx: StageContext, upid: str, requests: list[dict[str, t.Any]] | None = None, changed: bool = False
+    ) -> dict[str, t.Any]:
         """Follow a known task by GET only, within this run's wait budget and the stage deadline."""
         slot = ctx.facts.get("admission")
         holding = None
         if slot is not None and not slot.released:  # keep the storage slot while the new task may still allocate
-            holding = _admission.Holding(slot, self.client, upid, self.logic.allocations(ctx), limit=self._timeout,
-                                         clock=self.settings.clock, sleep=self.settings.sleep)
+            holding = _admission.Holding(
+                slot,
+                self.client,
+                upid,
+                self.logic.allocations(ctx),
+                limit=self._timeout,
+                clock=self.settings.clock,
+                sleep=self.settings.sleep,
+            )
         budget = self.settings.wait_budget
         wait = self._timeout if budget is None else budget
         if self.settings.check_mode:
             outcome = poll_once(self.client, upid)
         else:
-            outcome = wait_task(self.client, upid, timeout=wait, clock=self.settings.clock,
-                                sleep=self.settings.sleep if holding is None else holding.sleep)
+            outcome = wait_task(
+                self.client,
+                upid,
+                timeout=wait,
+                clock=self.settings.clock,
+                sleep=self.settings.sleep if holding is None else holding.sleep,
+            )
         if holding is not None:
             holding.finish(ended=outcome.status not in ("running", "timeout", "unobservable"))
         if outcome.status in ("running", "timeout"):
             dispatched = ctx.record["dispatchedAt"]
             if outcome.status == "timeout" and budget is None:
-                raise StageError("The Proxmox task did not finish before the stage deadline; re-run to keep following it.",
-                                 code="task_timeout", details={"stage": ctx.kind, "upid": upid, "dispatchedAt": dispatched})
+                raise StageError(
+                    "The Proxmox task did not finish before the stage deadline; re-run to keep following it.",
+                    code="task_timeout",
+                    details={"stage": ctx.kind, "upid": upid, "dispatchedAt": dispatched},
+                )
             return _result(ctx, changed=changed, done=False, requests=requests, progress=self.logic.progress(ctx, upid))
         if outcome.status == "unobservable":
-            raise StageError("The task status could not be polled; re-run to reconcile it by reads.", code="task_unobservable",
-                             details={"stage": ctx.kind, "upid": upid})
+            raise StageError(
+                "The task status could not be polled; re-run to reconcile it by reads.",
+                code="task_unobservable",
+                details={"stage": ctx.kind, "upid": upid},
+            )
         if not outcome.succeeded:
             self._fail(ctx, self.logic.task_error(ctx, upid, outcome))
         warnings = {"taskWarnings": outcome.warnings} if outcome.warnings else {}
         return self._complete(ctx, requests=requests, task=outcome, extra_evidence=warnings)
 
-    def _complete(self, ctx: StageContext, *, requests: list[dict[str, t.Any]] | None = None, task: TaskOutcome | None = None,
-                  extra_evidence: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+    def _complete(
+        self,
+        ctx: StageContext,
+        *,
+        requests: list[dict[str, t.Any]] | None = None,
+        task: TaskOutcome | None = None,
+        extra_evidence: dict[str, t.Any] | None = None,
+    ) -> dict[str, t.Any]:
         try:
             evidence = self.logic.observe(ctx)
         except StageInProgress as running:
@@ -451,17 +485,25 @@ class StageRunner(GuestExecution):
                 extra["warnings"] = ["The Proxmox task ended with %d warning(s)." % task.warnings]
         return _result(ctx, changed=True, done=True, requests=requests, **extra)
 
-    def _resolve(self, ctx: StageContext, cause: str = "reply_lost", error: ProviderError | None = None) -> dict[str, t.Any]:
+    def _resolve(
+        self, ctx: StageContext, cause: str = "reply_lost", error: ProviderError | None = None
+    ) -> dict[str, t.Any]:
         """A submission started but its outcome is unknown: decide by reads only."""
         if self.settings.check_mode:
             return _result(ctx, changed=False, done=False, preview="outcome of an earlier submission is being resolved")
         return self._resolve_by(ctx, self.logic.resolve_lost_reply(ctx), cause, error)
 
-    def _resolve_by(self, ctx: StageContext, resolution: Resolution, cause: str, error: ProviderError | None = None) -> dict[str, t.Any]:
+    def _resolve_by(
+        self, ctx: StageContext, resolution: Resolution, cause: str, error: ProviderError | None = None
+    ) -> dict[str, t.Any]:
         """Reads only: applied -> follow/observe it; proven never started (``Resolution.never_started``) -> pending and sent
         once more in this run; otherwise read again within this run's wait budget, then ``uncertain`` (a later run reads
         again). An HTTP error alone never proves anything here: a pre-check refusal was handled before (``proves_not_applied``)."""
-        wait = self.settings.wait_budget if self.settings.wait_budget is not None else min(self._timeout, DEFAULT_RESOLVE_WAIT)
+        wait = (
+            self.settings.wait_budget
+            if self.settings.wait_budget is not None
+            else min(self._timeout, DEFAULT_RESOLVE_WAIT)
+        )
         deadline = self.settings.clock() + max(0.0, wait)
         interval = 0.5
         while True:
@@ -475,8 +517,11 @@ class StageRunner(GuestExecution):
                     return self._dispatch(ctx)
                 if error is not None:
                     raise self.logic.refused(ctx, error) from None
-                raise StageError("The request did not start; re-run to send it again.", code="outcome_uncertain",
-                                 details={"stage": ctx.kind, "cause": cause})
+                raise StageError(
+                    "The request did not start; re-run to send it again.",
+                    code="outcome_uncertain",
+                    details={"stage": ctx.kind, "cause": cause},
+                )
             remaining = deadline - self.settings.clock()
             if remaining <= 0 or resolution.final:
                 break
@@ -486,25 +531,38 @@ class StageRunner(GuestExecution):
         request = ctx.record.get("request") or {}
         message = resolution.message or (
             "Reads do not show the effect of %s %s, whose outcome is unknown; it is never sent again. Check the VM and the node's "
-            "task list in Proxmox: re-run when the effect shows, or abandon the operation." % (request.get("method"), request.get("path")))
+            "task list in Proxmox: re-run when the effect shows, or abandon the operation."
+            % (request.get("method"), request.get("path"))
+        )
         if resolution.proven:
             message = resolution.message or (
                 "The guest command of %s %s provably never started (its marker in the guest says so and a late start is refused), "
-                "but the journal keeps the stage uncertain once it was; abandon the operation and provision again." % (
-                    request.get("method"), request.get("path")))
+                "but the journal keeps the stage uncertain once it was; abandon the operation and provision again."
+                % (request.get("method"), request.get("path"))
+            )
         self._uncertain(ctx, cause if cause in AMBIGUOUS_CODES else "reply_lost", message)
 
     def _applied(self, ctx: StageContext, resolution: Resolution) -> dict[str, t.Any]:
         if ctx.record["status"] == "uncertain" and resolution.upid is None and resolution.evidence:
-            self._refresh(ctx, self.store.record_evidence(ctx.operation["operationId"], ctx.kind, dict(resolution.evidence)))
+            self._refresh(
+                ctx, self.store.record_evidence(ctx.operation["operationId"], ctx.kind, dict(resolution.evidence))
+            )
         elif ctx.record["status"] == "dispatching" or resolution.upid is not None:
             if ctx.record["status"] == "uncertain":
                 # The journal allows uncertain -> completed only; record the task through evidence.
-                self._refresh(ctx, self.store.record_evidence(ctx.operation["operationId"], ctx.kind,
-                                                              dict(resolution.evidence, resolvedUpid=resolution.upid)))
+                self._refresh(
+                    ctx,
+                    self.store.record_evidence(
+                        ctx.operation["operationId"], ctx.kind, dict(resolution.evidence, resolvedUpid=resolution.upid)
+                    ),
+                )
             else:
-                self._refresh(ctx, self.store.record_submitted(ctx.operation["operationId"], ctx.kind, resolution.upid,
-                                                               resolution.evidence))
+                self._refresh(
+                    ctx,
+                    self.store.record_submitted(
+                        ctx.operation["operationId"], ctx.kind, resolution.upid, resolution.evidence
+                    ),
+                )
         if resolution.upid is not None:
             return self._reconcile(ctx, resolution.upid, changed=True)
         return self._complete(ctx)

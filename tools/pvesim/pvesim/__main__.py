@@ -22,22 +22,51 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the HTTPS simulator on 127.0.0.1")
     serve.add_argument("--port", type=int, default=0, help="TCP port (0: pick a free one)")
     serve.add_argument("--state-dir", required=True, help="directory for certificates and connection.json")
-    serve.add_argument("--seed", default="demo", help="initial state: demo (one node) or cluster (three nodes, docs/simulator.md)")
-    serve.add_argument("--speed", type=float, default=1.0, help="simulated clock speed factor (task durations are divided by it)")
+    serve.add_argument(
+        "--seed", default="demo", help="initial state: demo (one node) or cluster (three nodes, docs/simulator.md)"
+    )
+    serve.add_argument(
+        "--speed", type=float, default=1.0, help="simulated clock speed factor (task durations are divided by it)"
+    )
     serve.add_argument("--schema", default=None, help="API schema JSON (default: the bundled pve-9.1.3 schema)")
     serve.add_argument("--faults", default=None, help="JSON/YAML file with fault rules to install at start")
-    serve.add_argument("--timings", default=None,
-                       help="JSON/YAML time model: {tasks: {qmclone_full: 20, ...}, guest: {agent_up_after: 8, ...}} (simulated seconds)")
-    serve.add_argument("--storage-lock", choices=("on", "off"), default="on",
-                       help="model Proxmox's per-storage allocation lock (10 s waiter timeout; docs/simulator.md)")
-    serve.add_argument("--guests", choices=("simulated", "real"), default="simulated",
-                       help="guest backend: simulated (default) or real QEMU VMs (docs/real-guest.md)")
-    serve.add_argument("--guest-image", default=None, help="with --guests real: image directory from tools/guest-image/build.sh")
-    serve.add_argument("--guest-accel", choices=("auto", "kvm", "tcg"), default="auto",
-                       help="with --guests real: QEMU accelerator (auto: KVM only with kvm_intel/kvm_amd loaded)")
-    serve.add_argument("--containers", choices=("simulated", "real"), default="simulated",
-                       help="container backend: simulated (default) or real LXC containers (docs/containers.md)")
-    serve.add_argument("--container-rootfs", default=None, help="with --containers real: directory from tools/container-rootfs/build.sh")
+    serve.add_argument(
+        "--timings",
+        default=None,
+        help="JSON/YAML time model: {tasks: {qmclone_full: 20, ...}, guest: {agent_up_after: 8, ...}} (simulated seconds)",
+    )
+    serve.add_argument(
+        "--storage-lock",
+        choices=("on", "off"),
+        default="on",
+        help="model Proxmox's per-storage allocation lock (10 s waiter timeout; docs/simulator.md)",
+    )
+    serve.add_argument(
+        "--guests",
+        choices=("simulated", "real"),
+        default="simulated",
+        help="guest backend: simulated (default) or real QEMU VMs (docs/real-guest.md)",
+    )
+    serve.add_argument(
+        "--guest-image", default=None, help="with --guests real: image directory from tools/guest-image/build.sh"
+    )
+    serve.add_argument(
+        "--guest-accel",
+        choices=("auto", "kvm", "tcg"),
+        default="auto",
+        help="with --guests real: QEMU accelerator (auto: KVM only with kvm_intel/kvm_amd loaded)",
+    )
+    serve.add_argument(
+        "--containers",
+        choices=("simulated", "real"),
+        default="simulated",
+        help="container backend: simulated (default) or real LXC containers (docs/containers.md)",
+    )
+    serve.add_argument(
+        "--container-rootfs",
+        default=None,
+        help="with --containers real: directory from tools/container-rootfs/build.sh",
+    )
     args = parser.parse_args(argv)
 
     from .realcontainer import ContainerRootfsError  # pylint: disable=import-outside-toplevel
@@ -49,10 +78,21 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     if args.containers == "real" and not args.container_rootfs:
         parser.error("--containers real needs --container-rootfs DIR (build it with tools/container-rootfs/build.sh)")
     try:
-        server = PvesimServer(args.state_dir, port=args.port, seed=args.seed, speed=args.speed, schema_path=args.schema,
-                              faults_file=args.faults, guests=args.guests, guest_image=args.guest_image, guest_accel=args.guest_accel,
-                              timings_file=args.timings, storage_lock=args.storage_lock == "on",
-                              containers=args.containers, container_rootfs=args.container_rootfs)
+        server = PvesimServer(
+            args.state_dir,
+            port=args.port,
+            seed=args.seed,
+            speed=args.speed,
+            schema_path=args.schema,
+            faults_file=args.faults,
+            guests=args.guests,
+            guest_image=args.guest_image,
+            guest_accel=args.guest_accel,
+            timings_file=args.timings,
+            storage_lock=args.storage_lock == "on",
+            containers=args.containers,
+            container_rootfs=args.container_rootfs,
+        )
     except GuestImageError as exc:
         sys.stderr.write(f"pvesim: cannot use real guests: {exc}\n")
         return 2

@@ -18,19 +18,31 @@ from .tasks import Task, TaskFailed
 
 # The appliance index (``pveam available``): a fixed subset with real names and versions.
 APPLIANCES: tuple[dict[str, str], ...] = tuple(
-    {"template": f"{package}_{version}_amd64.{ext}", "package": package, "version": version, "os": os_name,
-     "section": section, "type": "lxc", "architecture": "amd64", "maintainer": "Proxmox Support Team <support@proxmox.com>",
-     "headline": headline, "description": headline, "infopage": "https://pve.proxmox.com/wiki/Linux_Container#pct_supported_distributions",
-     "location": f"http://download.proxmox.com/images/system/{package}_{version}_amd64.{ext}",
-     "source": f"http://download.proxmox.com/images/system/{package}_{version}_amd64.{ext}",
-     "sha512sum": hashlib.sha512(f"{package}_{version}".encode()).hexdigest(), "manageurl": ""}
+    {
+        "template": f"{package}_{version}_amd64.{ext}",
+        "package": package,
+        "version": version,
+        "os": os_name,
+        "section": section,
+        "type": "lxc",
+        "architecture": "amd64",
+        "maintainer": "Proxmox Support Team <support@proxmox.com>",
+        "headline": headline,
+        "description": headline,
+        "infopage": "https://pve.proxmox.com/wiki/Linux_Container#pct_supported_distributions",
+        "location": f"http://download.proxmox.com/images/system/{package}_{version}_amd64.{ext}",
+        "source": f"http://download.proxmox.com/images/system/{package}_{version}_amd64.{ext}",
+        "sha512sum": hashlib.sha512(f"{package}_{version}".encode()).hexdigest(),
+        "manageurl": "",
+    }
     for package, version, ext, os_name, section, headline in (
         ("debian-12-standard", "12.7-1", "tar.zst", "debian-12", "system", "Debian 12 Bookworm (standard)"),
         ("debian-12-standard", "12.12-1", "tar.zst", "debian-12", "system", "Debian 12 Bookworm (standard)"),
         ("debian-13-standard", "13.1-2", "tar.zst", "debian-13", "system", "Debian 13 Trixie (standard)"),
         ("ubuntu-24.04-standard", "24.04-2", "tar.zst", "ubuntu-24.04", "system", "Ubuntu 24.04 Noble (standard)"),
         ("alpine-3.22-default", "20250617", "tar.xz", "alpine-3.22", "system", "Alpine Linux 3.22 (default)"),
-    ))
+    )
+)
 
 
 TEMPLATE_SIZE = 128 * MB

@@ -35,16 +35,35 @@ def make_certs(directory: str, node: str = "pve-test") -> dict[str, str]:
     """
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "PVE Cluster Manager CA (pvesim)"),
-                         x509.NameAttribute(NameOID.COMMON_NAME, "Proxmox Virtual Environment (pvesim)")])
+    ca_name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "PVE Cluster Manager CA (pvesim)"),
+            x509.NameAttribute(NameOID.COMMON_NAME, "Proxmox Virtual Environment (pvesim)"),
+        ]
+    )
     ca_cert = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=30))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -55,14 +74,26 @@ def make_certs(directory: str, node: str = "pve-test") -> dict[str, str]:
     # The server certificate, and an alternate one for the same names from the same CA (fault ``cert_swap``).
     for prefix, name in (("", "pve-ssl"), ("alt_", "pve-ssl-alt")):
         key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "PVE Cluster Node"),
-                             x509.NameAttribute(NameOID.COMMON_NAME, f"{node}.local")])
+        subject = x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "PVE Cluster Node"),
+                x509.NameAttribute(NameOID.COMMON_NAME, f"{node}.local"),
+            ]
+        )
         cert = (
-            x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=30))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost"),
-                                                        x509.DNSName(node)]), critical=False)
+            .add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost"), x509.DNSName(node)]
+                ),
+                critical=False,
+            )
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
@@ -71,9 +102,19 @@ def make_certs(directory: str, node: str = "pve-test") -> dict[str, str]:
         cert_file = os.path.join(directory, name + ".pem")
         key_file = os.path.join(directory, name + ".key")
         _write(cert_file, cert.public_bytes(serialization.Encoding.PEM))
-        _write(key_file, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()), 0o600)
+        _write(
+            key_file,
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            ),
+            0o600,
+        )
         fp = cert.fingerprint(hashes.SHA256()).hex().upper()
-        out.update({prefix + "cert_file": cert_file, prefix + "key_file": key_file,
-                    prefix + "fingerprint_sha256": ":".join(fp[i:i + 2] for i in range(0, len(fp), 2))})
+        out.update(
+            {
+                prefix + "cert_file": cert_file,
+                prefix + "key_file": key_file,
+                prefix + "fingerprint_sha256": ":".join(fp[i : i + 2] for i in range(0, len(fp), 2)),
+            }
+        )
     return out

@@ -56,16 +56,37 @@ MASKED_PASSWORD = "**********"
 
 # PVE::API2::Qemu $cloudinitoptions: the only keys GET .../cloudinit reports as existing values.
 CLOUDINIT_OPTIONS: tuple[str, ...] = (
-    "cicustom", "cipassword", "citype", "ciuser", "ciupgrade", "nameserver", "searchdomain", "sshkeys",
+    "cicustom",
+    "cipassword",
+    "citype",
+    "ciuser",
+    "ciupgrade",
+    "nameserver",
+    "searchdomain",
+    "sshkeys",
 )
 
 # The node's /etc/resolv.conf as PVE::INotify reads it (same keys as GET /nodes/{node}/dns).
 DEFAULT_HOST_DNS: dict[str, str] = {"search": "pvesim.lan", "dns1": "10.10.0.1"}
 
-NIC_MODELS: frozenset[str] = frozenset({
-    "e1000", "e1000-82540em", "e1000-82544gc", "e1000-82545em", "e1000e", "i82551", "i82557b", "i82559er",
-    "ne2k_isa", "ne2k_pci", "pcnet", "rtl8139", "virtio", "vmxnet3",
-})
+NIC_MODELS: frozenset[str] = frozenset(
+    {
+        "e1000",
+        "e1000-82540em",
+        "e1000-82544gc",
+        "e1000-82545em",
+        "e1000e",
+        "i82551",
+        "i82557b",
+        "i82559er",
+        "ne2k_isa",
+        "ne2k_pci",
+        "pcnet",
+        "rtl8139",
+        "virtio",
+        "vmxnet3",
+    }
+)
 
 WINDOWS_OSTYPES: frozenset[str] = frozenset({"wxp", "w2k", "w2k3", "w2k8", "wvista", "win7", "win8", "win10", "win11"})
 
@@ -279,7 +300,11 @@ def network_config(config: Mapping[str, str], *, host_dns: Mapping[str, str] | N
                 out.append(f"{sub}- type: dhcp4")
             else:
                 addr, _sep, prefix = ip.partition("/")
-                out += [f"{sub}- type: static", f"{sub}  address: '{addr}'", f"{sub}  netmask: '{_ipv4_netmask(prefix)}'"]
+                out += [
+                    f"{sub}- type: static",
+                    f"{sub}  address: '{addr}'",
+                    f"{sub}  netmask: '{_ipv4_netmask(prefix)}'",
+                ]
                 if ipconfig.get("gw") is not None:
                     out.append(f"{sub}  gateway: '{ipconfig['gw']}'")
         ip6 = ipconfig.get("ip6")

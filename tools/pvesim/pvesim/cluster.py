@@ -19,14 +19,29 @@ import typing as t
 from .api.core import Call, Sim, route
 from .state import GIB, Member
 
+
 def node_entry(sim: Sim, node: Member) -> dict[str, t.Any]:
     """One ``GET /nodes`` / ``cluster/resources`` node entry; an offline node reports no usage."""
-    entry: dict[str, t.Any] = {"node": node.name, "status": "online" if node.online else "offline", "type": "node",
-                               "id": f"node/{node.name}", "level": ""}
+    entry: dict[str, t.Any] = {
+        "node": node.name,
+        "status": "online" if node.online else "offline",
+        "type": "node",
+        "id": f"node/{node.name}",
+        "level": "",
+    }
     if node.online:
         uptime = sim.clock.now() if hasattr(sim.clock, "now") else 0
-        entry.update({"cpu": 0.03, "maxcpu": 16, "mem": 8 * GIB, "maxmem": 64 * GIB, "disk": 10 * GIB, "maxdisk": 100 * GIB,
-                      "uptime": int(uptime)})
+        entry.update(
+            {
+                "cpu": 0.03,
+                "maxcpu": 16,
+                "mem": 8 * GIB,
+                "maxmem": 64 * GIB,
+                "disk": 10 * GIB,
+                "maxdisk": 100 * GIB,
+                "uptime": int(uptime),
+            }
+        )
     return entry
 
 
@@ -38,12 +53,30 @@ def cluster_status(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     res: list[dict[str, t.Any]] = []
     if st.cluster_name:
         online = sum(1 for m in st.members.values() if m.online)
-        res.append({"id": "cluster", "type": "cluster", "name": st.cluster_name, "nodes": len(st.members),
-                    "quorate": 1 if online * 2 > len(st.members) else 0, "version": len(st.members)})
+        res.append(
+            {
+                "id": "cluster",
+                "type": "cluster",
+                "name": st.cluster_name,
+                "nodes": len(st.members),
+                "quorate": 1 if online * 2 > len(st.members) else 0,
+                "version": len(st.members),
+            }
+        )
     for name in sorted(st.members):
         m = st.members[name]
-        res.append({"id": f"node/{name}", "type": "node", "name": name, "ip": m.ip, "level": "",
-                    "local": 1 if name == st.node else 0, "nodeid": m.nodeid if st.cluster_name else 0, "online": 1 if m.online else 0})
+        res.append(
+            {
+                "id": f"node/{name}",
+                "type": "node",
+                "name": name,
+                "ip": m.ip,
+                "level": "",
+                "local": 1 if name == st.node else 0,
+                "nodeid": m.nodeid if st.cluster_name else 0,
+                "online": 1 if m.online else 0,
+            }
+        )
     return res
 
 
@@ -63,7 +96,7 @@ def admin(sim: Sim, method: str, path: str, data: t.Mapping[str, t.Any]) -> t.An
     """``PUT /_pvesim/nodes/{node}`` ``{"online": bool}``; ``NotImplemented`` for every other admin path."""
     if method != "PUT" or not path.startswith("/nodes/"):
         return NotImplemented
-    name = path[len("/nodes/"):]
+    name = path[len("/nodes/") :]
     online = data.get("online")
     if not isinstance(online, bool):
         raise ValueError("online must be true or false")

@@ -9,7 +9,6 @@ package database compares with it."""
 from __future__ import annotations
 
 
-
 def _order(ch: str) -> int:
     if ch == "~":
         return -1

@@ -43,9 +43,27 @@ import typing as t
 
 from .datafile import load_data_file
 
-ACTIONS = frozenset({"drop_reply", "drop_request", "delay", "http_error", "task_error", "task_warnings", "lock_timeout", "vm_locked",
-                     "checksum_mismatch", "agent_not_running", "dhcp_never", "cloudinit_error", "exec_disabled", "disk_full"})
-ACTIONS = ACTIONS | {"error_after_effect"}  # its own line: a 500 (or ``status``) after the handler ran (see the module docstring)
+ACTIONS = frozenset(
+    {
+        "drop_reply",
+        "drop_request",
+        "delay",
+        "http_error",
+        "task_error",
+        "task_warnings",
+        "lock_timeout",
+        "vm_locked",
+        "checksum_mismatch",
+        "agent_not_running",
+        "dhcp_never",
+        "cloudinit_error",
+        "exec_disabled",
+        "disk_full",
+    }
+)
+ACTIONS = ACTIONS | {
+    "error_after_effect"
+}  # its own line: a 500 (or ``status``) after the handler ran (see the module docstring)
 # ``error_after_effect``'s reply when the rule names none: what PVE answers when the agent is busy (the command may run).
 ERROR_AFTER_EFFECT_MESSAGE = "guest-exec failed - got timeout"
 GUEST_ACTIONS = frozenset({"agent_not_running", "dhcp_never", "cloudinit_error", "exec_disabled"})
@@ -83,7 +101,9 @@ class Fault:
         self.method = str(spec.get("method", "*")).upper()
         self.occurrence: int | str = occ
         self.action: str = action
-        self.params: dict[str, t.Any] = {k: v for k, v in spec.items() if k not in ("method", "path", "occurrence", "action")}
+        self.params: dict[str, t.Any] = {
+            k: v for k, v in spec.items() if k not in ("method", "path", "occurrence", "action")
+        }
         self.spec = dict(spec)
         self.matches = 0
         self.fired = 0

@@ -58,7 +58,10 @@ def create_guest(sim: t.Any, vm: t.Any) -> guest.GuestBackend:
     With a real-guest backend (``sim.guest_backend``, ``--guests real``) this boots a QEMU VM
     (:class:`pvesim.realguest.RealGuest`) instead of creating a ``SimulatedGuest``.
     """
-    knobs = {**getattr(sim, "guest_timing", {}), **(sim.guest_knobs.get(vm.vmid, {}) if hasattr(sim, "guest_knobs") else {})}
+    knobs = {
+        **getattr(sim, "guest_timing", {}),
+        **(sim.guest_knobs.get(vm.vmid, {}) if hasattr(sim, "guest_knobs") else {}),
+    }
     faults, timing, _unknown = split_knobs(knobs)
     try:
         seed = cloudinit.drive_files(vm.config, vm.vmid, sim.state.node)
@@ -68,7 +71,9 @@ def create_guest(sim: t.Any, vm: t.Any) -> guest.GuestBackend:
     if backend is not None:
         stop_guest(getattr(vm, "guest", None))  # a reboot replaces a running guest
         volid = qemu_launch.boot_volume(vm.config)
-        source = imagebuild.image_file(sim, volid) if volid else None  # an imported image, or what a template carried on
+        source = (
+            imagebuild.image_file(sim, volid) if volid else None
+        )  # an imported image, or what a template carried on
         real: guest.GuestBackend = backend.start(vm.vmid, vm.config, seed, disk_source=source)
         disk = getattr(real, "disk", None)
         if volid and source and disk:

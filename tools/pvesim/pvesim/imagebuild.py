@@ -225,8 +225,19 @@ def _efidisk(sim: Sim, vm: VM, value: str, allocated: list[str]) -> str:
     return ",".join([volid, *(f"{k}={v}" for k, v in data.items()), f"size={format_size(EFIDISK_BYTES)}"])
 
 
-_CREATE_SKIP = {"node", "vmid", "start", "unique", "force", "pool", "storage", "archive", "live-restore", "bwlimit",
-                "import-working-storage"}
+_CREATE_SKIP = {
+    "node",
+    "vmid",
+    "start",
+    "unique",
+    "force",
+    "pool",
+    "storage",
+    "archive",
+    "live-restore",
+    "bwlimit",
+    "import-working-storage",
+}
 
 
 @route("POST", "/nodes/{node}/qemu")
@@ -239,7 +250,9 @@ def qemu_create(sim: Sim, call: Call) -> str:
     conf = {key: call.str(key) or "" for key in call.params if key not in _CREATE_SKIP}
     # The schema says "user: all": qemu-server checks VM.Allocate on the VM (or its pool) itself.
     pool = call.str("pool")
-    if not sim.has(call.subject, f"/vms/{vmid}", ["VM.Allocate"]) and not (pool and sim.has(call.subject, f"/pool/{pool}", ["VM.Allocate"])):
+    if not sim.has(call.subject, f"/vms/{vmid}", ["VM.Allocate"]) and not (
+        pool and sim.has(call.subject, f"/pool/{pool}", ["VM.Allocate"])
+    ):
         sim.require(call.subject, f"/vms/{vmid}", ["VM.Allocate"])
     for key, value in sorted(conf.items()):  # the storage, import source and bridge checks of qemu-server's create
         if DRIVE_RE.fullmatch(key):
@@ -248,7 +261,9 @@ def qemu_create(sim: Sim, call: Call) -> str:
                 sim.require(call.subject, f"/storage/{data['file'].split(':', 1)[0]}", ["Datastore.AllocateSpace"])
             if "import-from" in data:
                 source_sid = data["import-from"].split(":", 1)[0]
-                sim.require(call.subject, f"/storage/{source_sid}", ["Datastore.Audit", "Datastore.AllocateSpace"], any_of=True)
+                sim.require(
+                    call.subject, f"/storage/{source_sid}", ["Datastore.Audit", "Datastore.AllocateSpace"], any_of=True
+                )
         elif re.fullmatch(r"net\d+", key):
             bridge = parse_kv(value, "model").get("bridge")
             if bridge:

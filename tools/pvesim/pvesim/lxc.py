@@ -47,8 +47,19 @@ from .state import GIB, Snapshot, format_size, parse_kv
 from .tasks import Task, TaskFailed
 
 # simulated task durations (seconds of simulated time), tunable like the qemu ones (PUT /_pvesim/timings)
-DURATIONS.update({"vzcreate": 6.0, "vzstart": 1.5, "vzstop": 1.0, "vzshutdown": 2.0, "vzdestroy": 1.5,
-                      "vzsnapshot": 1.0, "vzdelsnapshot": 1.0, "download": 4.0, "ct_dhcp": 3.0})
+DURATIONS.update(
+    {
+        "vzcreate": 6.0,
+        "vzstart": 1.5,
+        "vzstop": 1.0,
+        "vzshutdown": 2.0,
+        "vzdestroy": 1.5,
+        "vzsnapshot": 1.0,
+        "vzdelsnapshot": 1.0,
+        "download": 4.0,
+        "ct_dhcp": 3.0,
+    }
+)
 
 TEMPLATE_CACHE = "/var/lib/vz/template/cache"
 # What the demo ``full`` token lacks for containers: the template storage ``local`` (list its ``vztmpl``
@@ -59,14 +70,34 @@ MB = 1 << 20
 
 
 _FORMATS = {".tar.zst": "tzst", ".tar.gz": "tgz", ".tar.xz": "txz", ".tar.bz2": "tbz2"}
-_INT_KEYS = frozenset({"cores", "memory", "swap", "cpuunits", "onboot", "unprivileged", "protection", "template", "tty", "snaptime"})
+_INT_KEYS = frozenset(
+    {"cores", "memory", "swap", "cpuunits", "onboot", "unprivileged", "protection", "template", "tty", "snaptime"}
+)
 # create parameters that are not config keys (pve-container extracts them first)
-_NOT_CONFIG = frozenset({"node", "vmid", "ostemplate", "password", "ssh-public-keys", "storage", "pool", "start", "force",
-                         "restore", "unique", "bwlimit", "ignore-unpack-errors", "ha-managed", "unprivileged"})
+_NOT_CONFIG = frozenset(
+    {
+        "node",
+        "vmid",
+        "ostemplate",
+        "password",
+        "ssh-public-keys",
+        "storage",
+        "pool",
+        "start",
+        "force",
+        "restore",
+        "unique",
+        "bwlimit",
+        "ignore-unpack-errors",
+        "ha-managed",
+        "unprivileged",
+    }
+)
 
 
 # ------------------------------------------------------------------------------------------
 # the record
+
 
 def _backend(sim: Sim) -> t.Any:
     """The real container runtime (``--containers real``) or None."""
@@ -82,8 +113,17 @@ def _real(what: str, action: t.Callable[[], None]) -> None:
 
 
 def new_record(vmid: int, node: str, config: dict[str, str], status: str = "stopped") -> dict[str, t.Any]:
-    return {"name": config.get("hostname", f"CT{vmid}"), "template": config.get("template") == "1", "status": status,
-            "node": node, "config": config, "snapshots": {}, "started_at": None, "ssh_keys": "", "pool": None}
+    return {
+        "name": config.get("hostname", f"CT{vmid}"),
+        "template": config.get("template") == "1",
+        "status": status,
+        "node": node,
+        "config": config,
+        "snapshots": {},
+        "started_at": None,
+        "ssh_keys": "",
+        "pool": None,
+    }
 
 
 def record(sim: Sim, call: Call) -> dict[str, t.Any]:
@@ -99,9 +139,21 @@ def record(sim: Sim, call: Call) -> dict[str, t.Any]:
 def complete(vmid: int, ct: dict[str, t.Any], node: str) -> dict[str, t.Any]:
     """Records made by the admin API (``PUT /_pvesim/containers/{vmid}``) carry only name/template/status: fill in a config."""
     if "config" not in ct:
-        ct.update(new_record(vmid, node, {"hostname": ct.get("name", f"CT{vmid}"), "arch": "amd64", "ostype": "debian",
-                                          "memory": "512", "swap": "512", **({"template": "1"} if ct.get("template") else {})},
-                             ct.get("status", "stopped")))
+        ct.update(
+            new_record(
+                vmid,
+                node,
+                {
+                    "hostname": ct.get("name", f"CT{vmid}"),
+                    "arch": "amd64",
+                    "ostype": "debian",
+                    "memory": "512",
+                    "swap": "512",
+                    **({"template": "1"} if ct.get("template") else {}),
+                },
+                ct.get("status", "stopped"),
+            )
+        )
     return ct
 
 
@@ -109,6 +161,7 @@ def raw_config(ct: dict[str, t.Any]) -> str:
     def section(conf: dict[str, str]) -> str:
         text = "".join(f"#{line}\n" for line in conf["description"].split("\n")) if conf.get("description") else ""
         return text + "".join(f"{key}: {conf[key]}\n" for key in sorted(conf) if key != "description")
+
     raw = section(ct["config"])
     for name in sorted(ct["snapshots"]):
         snap = ct["snapshots"][name]
@@ -121,7 +174,9 @@ def digest(ct: dict[str, t.Any]) -> str:
 
 
 def _typed(conf: dict[str, t.Any]) -> dict[str, t.Any]:
-    return {k: int(v) if k in _INT_KEYS and isinstance(v, str) and re.fullmatch(r"-?\d+", v) else v for k, v in conf.items()}
+    return {
+        k: int(v) if k in _INT_KEYS and isinstance(v, str) and re.fullmatch(r"-?\d+", v) else v for k, v in conf.items()
+    }
 
 
 def _volume_size(ct: dict[str, t.Any]) -> int:
@@ -138,11 +193,25 @@ def _uptime(sim: Sim, ct: dict[str, t.Any]) -> int:
 
 def _status_entry(sim: Sim, vmid: int, ct: dict[str, t.Any]) -> dict[str, t.Any]:
     conf = ct["config"]
-    res: dict[str, t.Any] = {"vmid": vmid, "name": conf.get("hostname", f"CT{vmid}"), "status": ct["status"], "type": "lxc",
-                             "cpus": int(conf.get("cores", "1")), "maxmem": int(conf.get("memory", "512")) * MB,
-                             "maxswap": int(conf.get("swap", "512")) * MB, "maxdisk": _volume_size(ct), "mem": 0, "swap": 0,
-                             "disk": 0, "cpu": 0.01 if ct["status"] == "running" else 0, "uptime": _uptime(sim, ct),
-                             "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0}
+    res: dict[str, t.Any] = {
+        "vmid": vmid,
+        "name": conf.get("hostname", f"CT{vmid}"),
+        "status": ct["status"],
+        "type": "lxc",
+        "cpus": int(conf.get("cores", "1")),
+        "maxmem": int(conf.get("memory", "512")) * MB,
+        "maxswap": int(conf.get("swap", "512")) * MB,
+        "maxdisk": _volume_size(ct),
+        "mem": 0,
+        "swap": 0,
+        "disk": 0,
+        "cpu": 0.01 if ct["status"] == "running" else 0,
+        "uptime": _uptime(sim, ct),
+        "netin": 0,
+        "netout": 0,
+        "diskread": 0,
+        "diskwrite": 0,
+    }
     for key in ("tags", "lock"):
         if conf.get(key):
             res[key] = conf[key]
@@ -156,20 +225,38 @@ def _status_entry(sim: Sim, vmid: int, ct: dict[str, t.Any]) -> dict[str, t.Any]
 # ------------------------------------------------------------------------------------------
 # listing, config, status
 
+
 @route("GET", "/nodes/{node}/lxc")
 def lxc_list(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     sim.check_node(call)
     node = sim.call_node(call)
-    return [_status_entry(sim, vmid, complete(vmid, ct, node)) for vmid, ct in sorted(sim.state.containers.items())
-            if ct.get("node", sim.state.node) == node and sim.has(call.subject, f"/vms/{vmid}", ["VM.Audit"])]
+    return [
+        _status_entry(sim, vmid, complete(vmid, ct, node))
+        for vmid, ct in sorted(sim.state.containers.items())
+        if ct.get("node", sim.state.node) == node and sim.has(call.subject, f"/vms/{vmid}", ["VM.Audit"])
+    ]
 
 
 @route("GET", "/nodes/{node}/lxc/{vmid}")
 def lxc_index(sim: Sim, call: Call) -> list[dict[str, str]]:
     sim.check_node(call)
     record(sim, call)
-    return [{"subdir": s} for s in ("config", "status", "snapshot", "interfaces", "pending", "rrd", "rrddata", "firewall",
-                                    "clone", "migrate", "resize")]
+    return [
+        {"subdir": s}
+        for s in (
+            "config",
+            "status",
+            "snapshot",
+            "interfaces",
+            "pending",
+            "rrd",
+            "rrddata",
+            "firewall",
+            "clone",
+            "migrate",
+            "resize",
+        )
+    ]
 
 
 @route("GET", "/nodes/{node}/lxc/{vmid}/config")
@@ -206,6 +293,7 @@ def lxc_status_current(sim: Sim, call: Call) -> dict[str, t.Any]:
 
 # ------------------------------------------------------------------------------------------
 # create
+
 
 def _check_modify_perm(sim: Sim, call: Call, vmid: int, unprivileged: bool) -> None:
     """``PVE::LXC::check_ct_modify_config_perm`` for the create parameters."""
@@ -281,8 +369,12 @@ def _network(sim: Sim, value: str) -> str:
 
 def _ostype(template: str) -> str:
     distro = template.split("-", 1)[0].lower()
-    return distro if distro in ("debian", "ubuntu", "centos", "fedora", "opensuse", "archlinux", "alpine", "gentoo", "nixos",
-                                "devuan") else "unmanaged"
+    return (
+        distro
+        if distro
+        in ("debian", "ubuntu", "centos", "fedora", "opensuse", "archlinux", "alpine", "gentoo", "nixos", "devuan")
+        else "unmanaged"
+    )
 
 
 @route("POST", "/nodes/{node}/lxc")
@@ -325,23 +417,36 @@ def lxc_create(sim: Sim, call: Call) -> str:
                 storage = st.storages[sid]
                 disk = st.next_disk_name(sid, vmid)
                 if call.fault("disk_full") or size > storage.avail:
-                    raise TaskFailed(f"lvcreate 'pve/{disk}' error:   Volume group \"pve\" has insufficient free space "
-                                     f"({storage.avail >> 22} extents): {size >> 22} required.")
+                    raise TaskFailed(
+                        f"lvcreate 'pve/{disk}' error:   Volume group \"pve\" has insufficient free space "
+                        f"({storage.avail >> 22} extents): {size >> 22} required."
+                    )
                 volid = f"{sid}:{disk}"
                 storage.volumes[volid] = size
-                task.log(f"  Logical volume \"{disk}\" created.")
+                task.log(f'  Logical volume "{disk}" created.')
                 task.log(f"extracting archive '{TEMPLATE_CACHE}/{template}'")
             sim.sleep("vzcreate")
             backend = _backend(sim)
             if backend is not None:
-                _real("creating the real container", lambda: backend.create(
-                    vmid, config.get("hostname", f"CT{vmid}"), str(call.params.get("ssh-public-keys") or "")))
+                _real(
+                    "creating the real container",
+                    lambda: backend.create(
+                        vmid, config.get("hostname", f"CT{vmid}"), str(call.params.get("ssh-public-keys") or "")
+                    ),
+                )
             with st.lock:
                 task.log("Total bytes read: 524288000 (500MiB, 250MiB/s)")
                 ostype = _ostype(template)
                 task.log("Detected container architecture: amd64")
-                final = {"arch": "amd64", "ostype": ostype, "hostname": f"CT{vmid}", "memory": "512", "swap": "512", **config,
-                         "rootfs": ",".join(p for p in (volid, rootfs_rest, f"size={format_size(size)}") if p)}
+                final = {
+                    "arch": "amd64",
+                    "ostype": ostype,
+                    "hostname": f"CT{vmid}",
+                    "memory": "512",
+                    "swap": "512",
+                    **config,
+                    "rootfs": ",".join(p for p in (volid, rootfs_rest, f"size={format_size(size)}") if p),
+                }
                 if unprivileged:
                     final["unprivileged"] = "1"
                 if call.params.get("ssh-public-keys"):
@@ -364,6 +469,7 @@ def lxc_create(sim: Sim, call: Call) -> str:
 
 # ------------------------------------------------------------------------------------------
 # power state, destroy
+
 
 def _check_lock(ct: dict[str, t.Any]) -> None:
     lock = ct["config"].get("lock")
@@ -465,11 +571,13 @@ def lxc_destroy(sim: Sim, call: Call) -> str:
             _real(f"destroying CT {vmid}", lambda: backend.destroy(vmid))
         with st.lock:
             volumes = [parse_kv(ct["config"].get("rootfs", ""), "volume").get("volume", "")]
-            volumes += [parse_kv(v, "volume").get("volume", "") for k, v in ct["config"].items() if re.fullmatch(r"mp\d+", k)]
+            volumes += [
+                parse_kv(v, "volume").get("volume", "") for k, v in ct["config"].items() if re.fullmatch(r"mp\d+", k)
+            ]
             for volid in volumes:
                 storage = st.storages.get(volid.split(":", 1)[0])
                 if storage is not None and storage.volumes.pop(volid, None) is not None:
-                    task.log(f"  Logical volume \"{volid.split(':', 1)[1]}\" successfully removed.")
+                    task.log(f'  Logical volume "{volid.split(":", 1)[1]}" successfully removed.')
             st.containers.pop(vmid, None)
         sim.guest_knobs.pop(vmid, None)
 
@@ -478,6 +586,7 @@ def lxc_destroy(sim: Sim, call: Call) -> str:
 
 # ------------------------------------------------------------------------------------------
 # interfaces
+
 
 def _address(sim: Sim, vmid: int, ct: dict[str, t.Any], index: int, net: dict[str, str]) -> tuple[str, int] | None:
     ip = net.get("ip")
@@ -504,14 +613,28 @@ def lxc_interfaces(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     vmid = int(call.params["vmid"])
     if ct["status"] != "running":
         raise ApiError(500, f"CT {vmid} is not running")
-    res: list[dict[str, t.Any]] = [{"name": "lo", "hwaddr": "00:00:00:00:00:00", "hardware-address": "00:00:00:00:00:00",
-                                    "inet": "127.0.0.1/8", "inet6": "::1/128",
-                                    "ip-addresses": [{"ip-address": "127.0.0.1", "ip-address-type": "inet", "prefix": 8},
-                                                     {"ip-address": "::1", "ip-address-type": "inet6", "prefix": 128}]}]
+    res: list[dict[str, t.Any]] = [
+        {
+            "name": "lo",
+            "hwaddr": "00:00:00:00:00:00",
+            "hardware-address": "00:00:00:00:00:00",
+            "inet": "127.0.0.1/8",
+            "inet6": "::1/128",
+            "ip-addresses": [
+                {"ip-address": "127.0.0.1", "ip-address-type": "inet", "prefix": 8},
+                {"ip-address": "::1", "ip-address-type": "inet6", "prefix": 128},
+            ],
+        }
+    ]
     for key in sorted(k for k in ct["config"] if re.fullmatch(r"net\d+", k)):
         net = parse_kv(ct["config"][key], "name")
         mac = net.get("hwaddr", "").lower()
-        entry: dict[str, t.Any] = {"name": net.get("name", "eth0"), "hwaddr": mac, "hardware-address": mac, "ip-addresses": []}
+        entry: dict[str, t.Any] = {
+            "name": net.get("name", "eth0"),
+            "hwaddr": mac,
+            "hardware-address": mac,
+            "ip-addresses": [],
+        }
         address = _address(sim, vmid, ct, int(key[3:]), net)
         if address is not None:
             entry["inet"] = f"{address[0]}/{address[1]}"
@@ -523,6 +646,7 @@ def lxc_interfaces(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
 # ------------------------------------------------------------------------------------------
 # snapshots
 
+
 @route("GET", "/nodes/{node}/lxc/{vmid}/snapshot")
 def lxc_snapshot_list(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     sim.check_node(call)
@@ -533,7 +657,11 @@ def lxc_snapshot_list(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
         if snap.parent:
             entry["parent"] = snap.parent
         res.append(entry)
-    current: dict[str, t.Any] = {"name": "current", "description": "You are here!", "running": 1 if ct["status"] == "running" else 0}
+    current: dict[str, t.Any] = {
+        "name": "current",
+        "description": "You are here!",
+        "running": 1 if ct["status"] == "running" else 0,
+    }
     if ct["config"].get("parent"):
         current["parent"] = ct["config"]["parent"]
     res.append(current)
@@ -563,8 +691,9 @@ def lxc_snapshot_create(sim: Sim, call: Call) -> str:
             with st.lock:
                 conf = {k: v for k, v in ct["config"].items() if k not in ("lock", "parent", "description")}
                 task.log(f"snapshotting 'rootfs' ({parse_kv(conf.get('rootfs', ''), 'volume').get('volume', '')})")
-                ct["snapshots"][snapname] = Snapshot(snapname, conf, int(time.time()), description, False,
-                                                     ct["config"].get("parent"))
+                ct["snapshots"][snapname] = Snapshot(
+                    snapname, conf, int(time.time()), description, False, ct["config"].get("parent")
+                )
                 ct["config"]["parent"] = snapname
         finally:
             with st.lock:
@@ -606,12 +735,3 @@ def lxc_snapshot_delete(sim: Sim, call: Call) -> str:
 
 # ------------------------------------------------------------------------------------------
 # appliance templates and storage content
-
-
-
-
-
-
-
-
-

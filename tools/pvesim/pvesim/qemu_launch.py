@@ -47,7 +47,9 @@ def detect_accel(requested: str = "auto") -> tuple[str, str]:
     if usable and modules:
         return "kvm", f"/dev/kvm with {modules[0]}"
     if usable:
-        others = sorted(m for m in os.listdir("/sys/module") if m.startswith("kvm")) if os.path.isdir("/sys/module") else []
+        others = (
+            sorted(m for m in os.listdir("/sys/module") if m.startswith("kvm")) if os.path.isdir("/sys/module") else []
+        )
         return "tcg", f"/dev/kvm present but no kvm_intel/kvm_amd module (found: {', '.join(others) or 'none'})"
     return "tcg", "no usable /dev/kvm"
 
@@ -57,13 +59,17 @@ def load_image(image_dir: str) -> dict[str, t.Any]:
     path = os.path.abspath(image_dir)
     meta_file = os.path.join(path, "image.json")
     if not os.path.isfile(meta_file):
-        raise GuestImageError(f"guest image directory {path} has no image.json; build it with tools/guest-image/build.sh")
+        raise GuestImageError(
+            f"guest image directory {path} has no image.json; build it with tools/guest-image/build.sh"
+        )
     with open(meta_file, encoding="utf-8") as fh:
         meta = json.load(fh)
     for key in ("disk", "kernel", "initrd"):
         file = os.path.join(path, str(meta.get(key, "")))
         if not meta.get(key) or not os.path.isfile(file):
-            raise GuestImageError(f"guest image {path}: {key} file missing ({meta.get(key)!r}); rebuild with tools/guest-image/build.sh")
+            raise GuestImageError(
+                f"guest image {path}: {key} file missing ({meta.get(key)!r}); rebuild with tools/guest-image/build.sh"
+            )
         meta[f"{key}_path"] = file
     meta["dir"] = path
     return meta

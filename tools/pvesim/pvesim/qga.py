@@ -41,7 +41,9 @@ class _QgaSession:
         sync_id = secrets.randbelow(1 << 31) + 1
         try:
             # 0xFF resets the agent's JSON parser; the reply to -delimited starts with 0xFF too.
-            self._send(b"\xff" + json.dumps({"execute": "guest-sync-delimited", "arguments": {"id": sync_id}}).encode() + b"\n")
+            self._send(
+                b"\xff" + json.dumps({"execute": "guest-sync-delimited", "arguments": {"id": sync_id}}).encode() + b"\n"
+            )
             deadline = time.monotonic() + self.sync_timeout
             while True:
                 reply = self._read_reply(deadline)
@@ -102,11 +104,15 @@ class _QgaSession:
         self._send(json.dumps(msg).encode() + b"\n")
         reply = self._read_reply(time.monotonic() + (timeout or self.timeout))
         if reply is None:
-            raise AgentCommandError(f"VM {self.vmid} qga command '{execute}' failed - got timeout", desc="got timeout", command=execute)
+            raise AgentCommandError(
+                f"VM {self.vmid} qga command '{execute}' failed - got timeout", desc="got timeout", command=execute
+            )
         if "error" in reply:
             err = reply["error"] if isinstance(reply["error"], dict) else {}
             desc = str(err.get("desc", "unknown error"))
-            raise AgentCommandError(f"VM {self.vmid} qga command '{execute}' failed - {desc}", desc=desc, command=execute)
+            raise AgentCommandError(
+                f"VM {self.vmid} qga command '{execute}' failed - {desc}", desc=desc, command=execute
+            )
         return reply.get("return")
 
 

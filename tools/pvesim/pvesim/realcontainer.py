@@ -71,12 +71,16 @@ def load_rootfs(rootfs_dir: str) -> dict[str, t.Any]:
     path = os.path.abspath(rootfs_dir)
     meta_file = os.path.join(path, "rootfs.json")
     if not os.path.isfile(meta_file):
-        raise ContainerRootfsError(f"container rootfs directory {path} has no rootfs.json; build it with tools/container-rootfs/build.sh")
+        raise ContainerRootfsError(
+            f"container rootfs directory {path} has no rootfs.json; build it with tools/container-rootfs/build.sh"
+        )
     with open(meta_file, encoding="utf-8") as fh:
         meta = dict(json.load(fh))
     tar = os.path.join(path, str(meta.get("tar", "rootfs.tar")))
     if not os.path.isfile(tar):
-        raise ContainerRootfsError(f"container rootfs {path}: {tar} missing; rebuild with tools/container-rootfs/build.sh")
+        raise ContainerRootfsError(
+            f"container rootfs {path}: {tar} missing; rebuild with tools/container-rootfs/build.sh"
+        )
     meta["dir"], meta["tar_path"] = path, tar
     return meta
 
@@ -84,7 +88,9 @@ def load_rootfs(rootfs_dir: str) -> dict[str, t.Any]:
 def _run(argv: t.Sequence[str], timeout: float = 120) -> str:
     res = subprocess.run(list(argv), capture_output=True, check=False, timeout=timeout)
     if res.returncode != 0:
-        raise ContainerRootfsError(f"{argv[0]} failed ({res.returncode}): {res.stderr.decode(errors='replace').strip()[-500:]}")
+        raise ContainerRootfsError(
+            f"{argv[0]} failed ({res.returncode}): {res.stderr.decode(errors='replace').strip()[-500:]}"
+        )
     return res.stdout.decode(errors="replace")
 
 
@@ -98,8 +104,14 @@ def _write(path: str, text: str, mode: int) -> None:
 class RealContainerBackend:
     """Owns every LXC container of one simulator; ``pvesim.lxc`` calls it as ``sim.container_backend``."""
 
-    def __init__(self, rootfs_dir: str, state_dir: str, ssh_port_base: int = DEFAULT_SSH_PORT_BASE,
-                 shutdown_timeout: float = 30.0, start_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        rootfs_dir: str,
+        state_dir: str,
+        ssh_port_base: int = DEFAULT_SSH_PORT_BASE,
+        shutdown_timeout: float = 30.0,
+        start_timeout: float = 60.0,
+    ) -> None:
         self.rootfs = load_rootfs(rootfs_dir)
         missing = [tool for tool in LXC_TOOLS if shutil.which(tool) is None]
         if missing:
@@ -140,7 +152,9 @@ class RealContainerBackend:
         """``RUNNING``, ``STOPPED`` ... as ``lxc-info -s`` says (``STOPPED`` for an unknown container)."""
         if not self.exists(vmid):
             return "STOPPED"
-        res = subprocess.run(self._lxc("lxc-info", vmid, "-s", "-H"), capture_output=True, text=True, check=False, timeout=30)
+        res = subprocess.run(
+            self._lxc("lxc-info", vmid, "-s", "-H"), capture_output=True, text=True, check=False, timeout=30
+        )
         return res.stdout.strip() or "STOPPED"
 
     # create
@@ -153,33 +167,58 @@ class RealContainerBackend:
         os.makedirs(rootfs)
         try:
             # GNU tar: several times faster than tarfile for the ~20,000 files; owners, modes and capabilities as built
-            _run(["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-xpf", self.rootfs["tar_path"], "-C", rootfs], timeout=600)
+            _run(
+                [
+                    "tar",
+                    "--numeric-owner",
+                    "--xattrs",
+                    "--xattrs-include=*",
+                    "-xpf",
+                    self.rootfs["tar_path"],
+                    "-C",
+                    rootfs,
+                ],
+                timeout=600,
+            )
             _run(["ssh-keygen", "-q", "-A", "-f", rootfs])  # new host keys for this container only
             ssh_dir = os.path.join(rootfs, "root", ".ssh")
             os.makedirs(ssh_dir, mode=0o700, exist_ok=True)
             os.chmod(ssh_dir, 0o700)
-            _write(os.path.join(ssh_dir, "authorized_keys"), ssh_public_keys.strip() + "\n" if ssh_public_keys.strip() else "", 0o600)
+            _write(
+                os.path.join(ssh_dir, "authorized_keys"),
+                ssh_public_keys.strip() + "\n" if ssh_public_keys.strip() else "",
+                0o600,
+            )
             _write(os.path.join(rootfs, "etc", "hostname"), hostname + "\n", 0o644)
             if os.path.isfile("/etc/resolv.conf"):
                 shutil.copyfile("/etc/resolv.conf", os.path.join(rootfs, "etc", "resolv.conf"))
             # LXC splits lxc.init.cmd on spaces without shell quoting: a script in the tree
-            _write(os.path.join(rootfs, INIT_PATH),
-                   "#!/bin/sh\n# pvesim real container: sshd on the host's loopback only (shared network namespace)\n"
-                   f"mkdir -p /run/sshd\nexec /usr/sbin/sshd -D -e -p {self.ssh_port(vmid)} -o ListenAddress=127.0.0.1\n", 0o755)
-            _write(os.path.join(ct_dir, "config"), "\n".join([
-                "# pvesim real container (pvesim/realcontainer.py)",
-                "lxc.include = /usr/share/lxc/config/common.conf",
-                "lxc.arch = linux64",
-                f"lxc.uts.name = {hostname}",
-                f"lxc.rootfs.path = dir:{rootfs}",
-                "lxc.net.0.type = none",
-                "lxc.apparmor.profile = unconfined",
-                f"lxc.init.cmd = /{INIT_PATH}",
-                "lxc.signal.halt = SIGTERM",  # sshd as init handles SIGTERM; the default SIGPWR would be ignored
-                "lxc.console.path = none",
-                "lxc.tty.max = 0",
-                "",
-            ]), 0o644)
+            _write(
+                os.path.join(rootfs, INIT_PATH),
+                "#!/bin/sh\n# pvesim real container: sshd on the host's loopback only (shared network namespace)\n"
+                f"mkdir -p /run/sshd\nexec /usr/sbin/sshd -D -e -p {self.ssh_port(vmid)} -o ListenAddress=127.0.0.1\n",
+                0o755,
+            )
+            _write(
+                os.path.join(ct_dir, "config"),
+                "\n".join(
+                    [
+                        "# pvesim real container (pvesim/realcontainer.py)",
+                        "lxc.include = /usr/share/lxc/config/common.conf",
+                        "lxc.arch = linux64",
+                        f"lxc.uts.name = {hostname}",
+                        f"lxc.rootfs.path = dir:{rootfs}",
+                        "lxc.net.0.type = none",
+                        "lxc.apparmor.profile = unconfined",
+                        f"lxc.init.cmd = /{INIT_PATH}",
+                        "lxc.signal.halt = SIGTERM",  # sshd as init handles SIGTERM; the default SIGPWR would be ignored
+                        "lxc.console.path = none",
+                        "lxc.tty.max = 0",
+                        "",
+                    ]
+                ),
+                0o644,
+            )
         except BaseException:
             shutil.rmtree(ct_dir, ignore_errors=True)
             raise
@@ -193,22 +232,32 @@ class RealContainerBackend:
 
         def spawn() -> subprocess.Popen[bytes]:
             with open(log_file, "ab") as out:
-                return subprocess.Popen(self._lxc("lxc-start", vmid, "-F", "-o", log_file, "-l", "INFO"),  # pylint: disable=consider-using-with
-                                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        preexec_fn=_set_pdeathsig, close_fds=True)
+                return subprocess.Popen(
+                    self._lxc("lxc-start", vmid, "-F", "-o", log_file, "-l", "INFO"),  # pylint: disable=consider-using-with
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=_set_pdeathsig,
+                    close_fds=True,
+                )
+
         proc = self._spawner.submit(spawn).result()
         with self._lock:
             self._procs[vmid] = proc
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise ContainerRootfsError(f"CT {vmid}: lxc-start exited with {proc.returncode}: {self._log_tail(log_file)}")
+                raise ContainerRootfsError(
+                    f"CT {vmid}: lxc-start exited with {proc.returncode}: {self._log_tail(log_file)}"
+                )
             if self.state(vmid) == "RUNNING":
                 log(f"CT {vmid}: running (lxc-start pid {proc.pid}), sshd 127.0.0.1:{self.ssh_port(vmid)}")
                 return
             time.sleep(0.2)
         self.stop(vmid, graceful=False)
-        raise ContainerRootfsError(f"CT {vmid}: not RUNNING after {self.start_timeout:.0f} s: {self._log_tail(log_file)}")
+        raise ContainerRootfsError(
+            f"CT {vmid}: not RUNNING after {self.start_timeout:.0f} s: {self._log_tail(log_file)}"
+        )
 
     @staticmethod
     def _log_tail(path: str) -> str:
@@ -222,7 +271,9 @@ class RealContainerBackend:
         """``status/shutdown`` (SIGTERM to init, killed after the timeout) or ``status/stop`` (killed at once)."""
         if self.exists(vmid) and self.state(vmid) != "STOPPED":
             args = ["-t", str(int(self.shutdown_timeout))] if graceful else ["-k"]
-            subprocess.run(self._lxc("lxc-stop", vmid, *args), capture_output=True, check=False, timeout=self.shutdown_timeout + 30)
+            subprocess.run(
+                self._lxc("lxc-stop", vmid, *args), capture_output=True, check=False, timeout=self.shutdown_timeout + 30
+            )
         with self._lock:
             proc = self._procs.pop(vmid, None)
         if proc is not None:
@@ -252,13 +303,21 @@ class RealContainerBackend:
             return False
 
     def admin_info(self, vmid: int) -> dict[str, t.Any]:
-        return {"container_backend": "real", "lxc_name": self.name(vmid), "lxcpath": self.lxcpath,
-                "lxc_state": self.state(vmid), "ssh_host": "127.0.0.1", "ssh_forward_port": self.ssh_port(vmid),
-                "rootfs": os.path.join(self.ct_dir(vmid), "rootfs")}
+        return {
+            "container_backend": "real",
+            "lxc_name": self.name(vmid),
+            "lxcpath": self.lxcpath,
+            "lxc_state": self.state(vmid),
+            "ssh_host": "127.0.0.1",
+            "ssh_forward_port": self.ssh_port(vmid),
+            "rootfs": os.path.join(self.ct_dir(vmid), "rootfs"),
+        }
 
     # lifecycle of the backend
     def vmids(self) -> list[int]:
-        return sorted(int(name[2:]) for name in os.listdir(self.lxcpath) if name.startswith("ct") and name[2:].isdigit())
+        return sorted(
+            int(name[2:]) for name in os.listdir(self.lxcpath) if name.startswith("ct") and name[2:].isdigit()
+        )
 
     def sweep_stale(self) -> None:
         """Stop containers that a previous simulator on this state dir left running."""

@@ -66,10 +66,30 @@ import typing as t
 from collections.abc import Mapping, Sequence
 
 from . import guest
-from .qemu_launch import GuestImageError, _boot_disk, _cmdline, _free_port, _kv, _pid_alive, _set_pdeathsig, detect_accel, load_image, parse_size, slirp_network
+from .qemu_launch import (
+    GuestImageError,
+    _boot_disk,
+    _cmdline,
+    _free_port,
+    _kv,
+    _pid_alive,
+    _set_pdeathsig,
+    detect_accel,
+    load_image,
+    parse_size,
+    slirp_network,
+)
 from .qga import _decode, _QgaSession
 
-__all__ = ["GuestImageError", "RealGuest", "RealGuestBackend", "boot_volume", "detect_accel", "load_image", "slirp_network"]
+__all__ = [
+    "GuestImageError",
+    "RealGuest",
+    "RealGuestBackend",
+    "boot_volume",
+    "detect_accel",
+    "load_image",
+    "slirp_network",
+]
 
 AgentNotRunning = guest.AgentNotRunning
 AgentCommandError = guest.AgentCommandError
@@ -82,8 +102,6 @@ KVM_MEMORY_CAP_MIB = 2048
 MIN_MEMORY_MIB = 512
 
 
-
-
 def log(msg: str) -> None:
     sys.stderr.write(f"pvesim realguest: {msg}\n")
     sys.stderr.flush()
@@ -93,51 +111,34 @@ def log(msg: str) -> None:
 # host checks
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------------------------------------
 # the agent socket
 
 
-
-
-
 # ---------------------------------------------------------------------------------------------
 # one VM
+
 
 class RealGuest:
     """A running QEMU VM with a real guest agent; created by :meth:`RealGuestBackend.start`."""
 
     backend_name = "real"
 
-    def __init__(self, backend: RealGuestBackend, vmid: int, config: Mapping[str, str], seed: Mapping[str, str],
-                 disk_source: str | None = None) -> None:
+    def __init__(
+        self,
+        backend: RealGuestBackend,
+        vmid: int,
+        config: Mapping[str, str],
+        seed: Mapping[str, str],
+        disk_source: str | None = None,
+    ) -> None:
         self.backend = backend
         self.vmid = vmid
         self.config = dict(config)
         self.seed = dict(seed)
-        self.disk_source = disk_source  # the file the boot disk's volume holds (an imported image), else the image's disk
+        self.disk_source = (
+            disk_source  # the file the boot disk's volume holds (an imported image), else the image's disk
+        )
         self.netdev_options, self.guest_address = slirp_network(self.config)
         self.faults = guest.GuestFaults()  # admin knobs: only exec_disabled and agent_never are honoured
         self.timing = guest.GuestTiming()  # accepted for the admin API, not used
@@ -166,7 +167,10 @@ class RealGuest:
         want = self._disk_size()
         if not os.path.exists(self.disk):
             if self.disk_source:
-                base, base_format = self.disk_source, str(json.loads(_run(["qemu-img", "info", "--output=json", "-U", self.disk_source]))["format"])
+                base, base_format = (
+                    self.disk_source,
+                    str(json.loads(_run(["qemu-img", "info", "--output=json", "-U", self.disk_source]))["format"]),
+                )
             else:
                 base, base_format = img["disk_path"], str(img.get("disk_format", "qcow2"))
             _run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", base_format, "-b", base, self.disk])
@@ -196,8 +200,22 @@ class RealGuest:
         tool = shutil.which("genisoimage") or shutil.which("mkisofs") or shutil.which("xorrisofs")
         if tool is None:
             raise GuestImageError("genisoimage (or xorriso's xorrisofs) is needed to build the cloud-init seed ISO")
-        _run([tool, "-quiet", "-iso-level", "3", "-R", "-V", "cidata", "-input-charset", "utf-8", "-o", self.seed_iso,
-              *[os.path.join(src, n) for n in names.values()]])
+        _run(
+            [
+                tool,
+                "-quiet",
+                "-iso-level",
+                "3",
+                "-R",
+                "-V",
+                "cidata",
+                "-input-charset",
+                "utf-8",
+                "-o",
+                self.seed_iso,
+                *[os.path.join(src, n) for n in names.values()],
+            ]
+        )
 
     def _memory(self) -> int:
         try:
@@ -210,30 +228,76 @@ class RealGuest:
     def _mac(self) -> str:
         net0 = self.config.get("net0", "")
         mac = _kv(net0, "model").get("macaddr", "") if net0 else ""
-        return mac.lower() if re.fullmatch(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}", mac) else "bc:24:11:00:00:%02x" % (self.vmid % 256)
+        return (
+            mac.lower()
+            if re.fullmatch(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}", mac)
+            else "bc:24:11:00:00:%02x" % (self.vmid % 256)
+        )
 
     def argv(self) -> list[str]:
         img = self.backend.image
         accel = self.accel
         argv = [
-            self.backend.qemu, "-name", f"pvesim-vm-{self.vmid},debug-threads=on", "-nodefaults", "-no-user-config",
-            "-machine", f"q35,accel={accel}", "-cpu", "host" if accel == "kvm" else "max", "-smp", "1", "-m", str(self.memory_mib),
-            "-display", "none", "-serial", f"file:{self.console_log}",
-            "-qmp", f"unix:{self.qmp_socket},server=on,wait=off", "-pidfile", self.pidfile,
-            "-kernel", img["kernel_path"], "-initrd", img["initrd_path"], "-append", str(img.get("cmdline", "root=/dev/vda rw console=ttyS0")),
+            self.backend.qemu,
+            "-name",
+            f"pvesim-vm-{self.vmid},debug-threads=on",
+            "-nodefaults",
+            "-no-user-config",
+            "-machine",
+            f"q35,accel={accel}",
+            "-cpu",
+            "host" if accel == "kvm" else "max",
+            "-smp",
+            "1",
+            "-m",
+            str(self.memory_mib),
+            "-display",
+            "none",
+            "-serial",
+            f"file:{self.console_log}",
+            "-qmp",
+            f"unix:{self.qmp_socket},server=on,wait=off",
+            "-pidfile",
+            self.pidfile,
+            "-kernel",
+            img["kernel_path"],
+            "-initrd",
+            img["initrd_path"],
+            "-append",
+            str(img.get("cmdline", "root=/dev/vda rw console=ttyS0")),
             # root disk on virtio-blk (/dev/vda); the seed as a SCSI CD on virtio-scsi: q35's AHCI CD
             # is invisible to Debian's cloud kernel.
-            "-drive", f"file={self.disk},format=qcow2,if=none,id=drive-scsi0,discard=unmap,cache=unsafe",
-            "-device", "virtio-blk-pci,drive=drive-scsi0,id=scsi0",
-            "-device", "virtio-scsi-pci,id=scsihw0",
-            "-drive", f"file={self.seed_iso},format=raw,if=none,id=drive-ide2,media=cdrom,readonly=on",
-            "-device", "scsi-cd,drive=drive-ide2,bus=scsihw0.0,id=ide2",
-            "-netdev", ",".join(["user", "id=net0", *self.netdev_options, f"hostfwd=tcp:127.0.0.1:{self.ssh_forward_port}-{self.guest_address}:22"]),
-            "-device", f"virtio-net-pci,netdev=net0,mac={self._mac()},id=net0dev",
-            "-chardev", f"socket,path={self.qga_socket},server=on,wait=off,id=qga0",
-            "-device", "virtio-serial-pci,id=qgaserial0",
-            "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
-            "-object", "rng-random,filename=/dev/urandom,id=rng0", "-device", "virtio-rng-pci,rng=rng0",
+            "-drive",
+            f"file={self.disk},format=qcow2,if=none,id=drive-scsi0,discard=unmap,cache=unsafe",
+            "-device",
+            "virtio-blk-pci,drive=drive-scsi0,id=scsi0",
+            "-device",
+            "virtio-scsi-pci,id=scsihw0",
+            "-drive",
+            f"file={self.seed_iso},format=raw,if=none,id=drive-ide2,media=cdrom,readonly=on",
+            "-device",
+            "scsi-cd,drive=drive-ide2,bus=scsihw0.0,id=ide2",
+            "-netdev",
+            ",".join(
+                [
+                    "user",
+                    "id=net0",
+                    *self.netdev_options,
+                    f"hostfwd=tcp:127.0.0.1:{self.ssh_forward_port}-{self.guest_address}:22",
+                ]
+            ),
+            "-device",
+            f"virtio-net-pci,netdev=net0,mac={self._mac()},id=net0dev",
+            "-chardev",
+            f"socket,path={self.qga_socket},server=on,wait=off,id=qga0",
+            "-device",
+            "virtio-serial-pci,id=qgaserial0",
+            "-device",
+            "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
+            "-object",
+            "rng-random,filename=/dev/urandom,id=rng0",
+            "-device",
+            "virtio-rng-pci,rng=rng0",
         ]
         return argv
 
@@ -250,13 +314,17 @@ class RealGuest:
         for _attempt in range(3):
             self.ssh_forward_port = _free_port()
             with open(self.console_log, "ab") as fh:
-                fh.write(f"\n==== pvesim: starting VM {self.vmid} ({self.accel}) at {time.strftime('%Y-%m-%dT%H:%M:%S')} ====\n".encode())
+                fh.write(
+                    f"\n==== pvesim: starting VM {self.vmid} ({self.accel}) at {time.strftime('%Y-%m-%dT%H:%M:%S')} ====\n".encode()
+                )
             self.proc = self.backend.spawn(self.argv(), self.qemu_log)
             self.started_monotonic = time.monotonic()
             err = self._wait_started()
             if err is None:
-                log(f"VM {self.vmid}: QEMU pid {self.proc.pid} ({self.accel}, {self.memory_mib} MiB), ssh 127.0.0.1:{self.ssh_forward_port}, "
-                    f"console {self.console_log}")
+                log(
+                    f"VM {self.vmid}: QEMU pid {self.proc.pid} ({self.accel}, {self.memory_mib} MiB), ssh 127.0.0.1:{self.ssh_forward_port}, "
+                    f"console {self.console_log}"
+                )
                 return
             last_error = err
             if "hostfwd" not in err and "forwarding" not in err:
@@ -343,10 +411,18 @@ class RealGuest:
 
     def admin_info(self) -> dict[str, t.Any]:
         return {
-            "guest_backend": "real", "accel": self.accel, "qemu_pid": self.proc.pid if self.proc else None,
-            "qemu_running": self.running(), "ssh_forward_port": self.ssh_forward_port, "guest_address": self.guest_address,
-            "disk_source": self.disk_source, "memory_mib": self.memory_mib,
-            "console_log": self.console_log, "qga_socket": self.qga_socket, "disk": self.disk, "seed_iso": self.seed_iso,
+            "guest_backend": "real",
+            "accel": self.accel,
+            "qemu_pid": self.proc.pid if self.proc else None,
+            "qemu_running": self.running(),
+            "ssh_forward_port": self.ssh_forward_port,
+            "guest_address": self.guest_address,
+            "disk_source": self.disk_source,
+            "memory_mib": self.memory_mib,
+            "console_log": self.console_log,
+            "qga_socket": self.qga_socket,
+            "disk": self.disk,
+            "seed_iso": self.seed_iso,
             "uptime": round(time.monotonic() - self.started_monotonic, 1) if self.started_monotonic else None,
         }
 
@@ -384,7 +460,9 @@ class RealGuest:
             with self._qga_lock, self._session():
                 pass  # the agent must be up for this error, as in the simulated guest
             desc = "The command guest-exec has been disabled for this instance"
-            raise AgentCommandError(f"VM {self.vmid} qga command 'guest-exec' failed - {desc}", desc=desc, command="guest-exec")
+            raise AgentCommandError(
+                f"VM {self.vmid} qga command 'guest-exec' failed - {desc}", desc=desc, command="guest-exec"
+            )
         args: dict[str, t.Any] = {"path": argv[0] if argv else "", "arg": argv[1:], "capture-output": True}
         if input_data is not None:
             args["input-data"] = base64.b64encode(input_data.encode("utf-8")).decode()
@@ -396,7 +474,10 @@ class RealGuest:
         with self._qga_lock, self._session() as session:
             handle = session.call("guest-file-open", {"path": path, "mode": "w"})
             try:
-                session.call("guest-file-write", {"handle": handle, "buf-b64": base64.b64encode(content.encode("utf-8")).decode()})
+                session.call(
+                    "guest-file-write",
+                    {"handle": handle, "buf-b64": base64.b64encode(content.encode("utf-8")).decode()},
+                )
             finally:
                 try:
                     session.call("guest-file-close", {"handle": handle})
@@ -443,18 +524,28 @@ class RealGuest:
 def _run(argv: Sequence[str]) -> str:
     res = subprocess.run(list(argv), capture_output=True, check=False)
     if res.returncode != 0:
-        raise GuestImageError(f"{argv[0]} failed ({res.returncode}): {res.stderr.decode(errors='replace').strip()[-500:]}")
+        raise GuestImageError(
+            f"{argv[0]} failed ({res.returncode}): {res.stderr.decode(errors='replace').strip()[-500:]}"
+        )
     return res.stdout.decode(errors="replace")
 
 
 # ---------------------------------------------------------------------------------------------
 # the backend
 
+
 class RealGuestBackend:
     """Owns every QEMU process of one simulator; pass it to ``guestlink`` as ``sim.guest_backend``."""
 
-    def __init__(self, image_dir: str, state_dir: str, accel: str = "auto", sync_timeout: float = 3.0,
-                 command_timeout: float = 30.0, shutdown_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        image_dir: str,
+        state_dir: str,
+        accel: str = "auto",
+        sync_timeout: float = 3.0,
+        command_timeout: float = 30.0,
+        shutdown_timeout: float = 60.0,
+    ) -> None:
         self.image = load_image(image_dir)
         qemu = shutil.which(QEMU_BINARY)
         if qemu is None:
@@ -478,7 +569,9 @@ class RealGuestBackend:
         self._spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pvesim-qemu-spawner")
         self.sweep_stale()
         atexit.register(self.stop_all)
-        log(f"real guests from {self.image['dir']} (key {self.image.get('key')}); accel {self.accel.upper()} ({self.accel_reason})")
+        log(
+            f"real guests from {self.image['dir']} (key {self.image.get('key')}); accel {self.accel.upper()} ({self.accel_reason})"
+        )
 
     # paths
     def vm_dir(self, vmid: int) -> str:
@@ -497,8 +590,15 @@ class RealGuestBackend:
     def spawn(self, argv: list[str], log_file: str) -> subprocess.Popen[bytes]:
         def run() -> subprocess.Popen[bytes]:
             with open(log_file, "ab") as out:
-                return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
-                                        preexec_fn=_set_pdeathsig, close_fds=True)
+                return subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
+                    preexec_fn=_set_pdeathsig,
+                    close_fds=True,
+                )
+
         return self._spawner.submit(run).result()
 
     def sweep_stale(self) -> list[int]:
@@ -527,7 +627,9 @@ class RealGuestBackend:
             log(f"killed stale QEMU processes {killed} from {self.guests_dir}")
         return killed
 
-    def start(self, vmid: int, config: Mapping[str, str], seed: Mapping[str, str], disk_source: str | None = None) -> RealGuest:
+    def start(
+        self, vmid: int, config: Mapping[str, str], seed: Mapping[str, str], disk_source: str | None = None
+    ) -> RealGuest:
         with self._lock:
             old = self._guests.pop(vmid, None)
         if old is not None:

@@ -13,12 +13,35 @@ import types
 import typing as t
 
 from . import appliances, cluster, imagebuild, lxc
-from .api import access, node_tasks, nodes, qemu_agent, qemu_clone, qemu_cloudinit, qemu_config, qemu_power, qemu_snapshot, resources
+from .api import (
+    access,
+    node_tasks,
+    nodes,
+    qemu_agent,
+    qemu_clone,
+    qemu_cloudinit,
+    qemu_config,
+    qemu_power,
+    qemu_snapshot,
+    resources,
+)
 from .api.core import ROUTE_ATTRIBUTE, Handler
 
 ENDPOINT_MODULES: tuple[types.ModuleType, ...] = (
-    access, nodes, resources, qemu_config, qemu_clone, qemu_power, qemu_snapshot, qemu_cloudinit, qemu_agent, node_tasks,
-    cluster, imagebuild, lxc, appliances,
+    access,
+    nodes,
+    resources,
+    qemu_config,
+    qemu_clone,
+    qemu_power,
+    qemu_snapshot,
+    qemu_cloudinit,
+    qemu_agent,
+    node_tasks,
+    cluster,
+    imagebuild,
+    lxc,
+    appliances,
 )
 
 

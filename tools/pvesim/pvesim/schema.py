@@ -55,9 +55,23 @@ API_PREFIX = "/api2/json"
 
 # Upper bounds (exclusive) of indexed properties, from qemu-server / pve-container / pve-manager.
 INDEX_MAX: dict[str, int] = {
-    "net": 32, "ipconfig": 32, "hostpci": 16, "usb": 14, "numa": 8, "unused": 256, "virtiofs": 10,
-    "mp": 256, "dev": 256, "link": 8, "acmedomain": 5, "ide": 4, "sata": 6, "scsi": 31, "virtio": 16,
-    "serial": 4, "parallel": 3,
+    "net": 32,
+    "ipconfig": 32,
+    "hostpci": 16,
+    "usb": 14,
+    "numa": 8,
+    "unused": 256,
+    "virtiofs": 10,
+    "mp": 256,
+    "dev": 256,
+    "link": 8,
+    "acmedomain": 5,
+    "ide": 4,
+    "sata": 6,
+    "scsi": 31,
+    "virtio": 16,
+    "serial": 4,
+    "parallel": 3,
 }
 
 _CONFIGID_RE = re.compile(r"[a-z][a-z0-9_-]+", re.I)
@@ -173,6 +187,7 @@ def _parse_size(value: str) -> int | None:
 # ---------------------------------------------------------------------------------------------
 # named formats (pve-common JSONSchema.pm, qemu-server, pve-access-control, pve-storage)
 
+
 def _fail(msg: str) -> t.NoReturn:
     raise FormatError(msg + "\n")
 
@@ -209,6 +224,7 @@ def _id_check(kind: str) -> t.Callable[[str], None]:
             _fail(f"{kind} ID '{v}' cannot be shorter than 2 characters")
         if not re.fullmatch(r"[a-z][a-z0-9\-_.]*[a-z0-9]", v, re.I):
             _fail(f"{kind} ID '{v}' contains illegal characters")
+
     return check
 
 
@@ -218,6 +234,7 @@ def _re_check(regex: str, msg: str, flags: int = 0) -> t.Callable[[str], None]:
     def check(v: str) -> None:
         if not compiled.fullmatch(v):
             _fail(msg.replace("{v}", v))
+
     return check
 
 
@@ -225,6 +242,7 @@ def _pred_check(pred: t.Callable[[str], bool], msg: str) -> t.Callable[[str], No
     def check(v: str) -> None:
         if not pred(v):
             _fail(msg.replace("{v}", v))
+
     return check
 
 
@@ -279,32 +297,45 @@ FORMAT_CHECKS: dict[str, t.Callable[[str], None]] = {
     "pve-sdn-zone-id": _id_check("zone"),
     "pve-sdn-vnet-id": _id_check("vnet"),
     "pve-iface": _re_check(r"[a-zA-Z][a-zA-Z0-9_]{1,20}([:.]\d+)?", "invalid network interface name '{v}'"),
-    "mac-addr": _re_check(r"[a-f0-9][02468ace](?::[a-f0-9]{2}){5}", "value does not look like a valid unicast MAC address", re.I),
+    "mac-addr": _re_check(
+        r"[a-f0-9][02468ace](?::[a-f0-9]{2}){5}", "value does not look like a valid unicast MAC address", re.I
+    ),
     "ipv4": _pred_check(_is_ipv4, "value does not look like a valid IPv4 address"),
     "ipv6": _pred_check(_is_ipv6, "value does not look like a valid IPv6 address"),
     "ip": _pred_check(lambda v: _is_ipv4(v) or _is_ipv6(v), "value does not look like a valid IP address"),
     "CIDRv4": _pred_check(lambda v: _cidr(v, 4), "value does not look like a valid IPv4 CIDR network"),
     "CIDRv6": _pred_check(lambda v: _cidr(v, 6), "value does not look like a valid IPv6 CIDR network"),
     "CIDR": _pred_check(lambda v: _cidr(v, 4) or _cidr(v, 6), "value does not look like a valid CIDR network"),
-    "IPorCIDR": _pred_check(lambda v: _is_ipv4(v) or _is_ipv6(v) or _cidr(v, 4) or _cidr(v, 6),
-                            "value does not look like a valid IP address or CIDR network"),
-    "pve-ipv4-config": _pred_check(lambda v: v in ("dhcp", "manual") or _cidr(v, 4),
-                                   "value does not look like a valid ipv4 network configuration"),
-    "pve-ipv6-config": _pred_check(lambda v: v in ("auto", "dhcp", "manual") or _cidr(v, 6),
-                                   "value does not look like a valid ipv6 network configuration"),
+    "IPorCIDR": _pred_check(
+        lambda v: _is_ipv4(v) or _is_ipv6(v) or _cidr(v, 4) or _cidr(v, 6),
+        "value does not look like a valid IP address or CIDR network",
+    ),
+    "pve-ipv4-config": _pred_check(
+        lambda v: v in ("dhcp", "manual") or _cidr(v, 4), "value does not look like a valid ipv4 network configuration"
+    ),
+    "pve-ipv6-config": _pred_check(
+        lambda v: v in ("auto", "dhcp", "manual") or _cidr(v, 6),
+        "value does not look like a valid ipv6 network configuration",
+    ),
     "email": _re_check(_EMAIL_RE.pattern, "value does not look like a valid email address"),
-    "email-or-username": _pred_check(lambda v: bool(_EMAIL_RE.fullmatch(v) or re.fullmatch(_EMAIL_USER, v)),
-                                     "value does not look like a valid email address or user name"),
+    "email-or-username": _pred_check(
+        lambda v: bool(_EMAIL_RE.fullmatch(v) or re.fullmatch(_EMAIL_USER, v)),
+        "value does not look like a valid email address or user name",
+    ),
     "dns-name": _re_check(_DNS_RE.pattern, "value does not look like a valid DNS name"),
-    "address": _pred_check(lambda v: _is_ipv4(v) or _is_ipv6(v) or bool(_DNS_RE.fullmatch(v)),
-                           "value does not look like a valid address: {v}"),
+    "address": _pred_check(
+        lambda v: _is_ipv4(v) or _is_ipv6(v) or bool(_DNS_RE.fullmatch(v)),
+        "value does not look like a valid address: {v}",
+    ),
     "disk-size": _pred_check(lambda v: _parse_size(v) is not None, "value does not look like a valid disk size: {v}"),
     "pve-volume-id": _check_volume_id,
     "pve-volume-id-or-qm-path": _check_volume_or_path,
     "pve-volume-id-or-absolute-path": _check_volume_or_path,
     "pve-qm-bootdev": _check_bootdev,
     "pve-qm-bootdisk": _pred_check(lambda v: bool(_DRIVE_RE.fullmatch(v)), "invalid drive name '{v}'"),
-    "pve-storage-content": _re_check(r"images|rootdir|vztmpl|iso|backup|snippets|import|none", "invalid content type '{v}'"),
+    "pve-storage-content": _re_check(
+        r"images|rootdir|vztmpl|iso|backup|snippets|import|none", "invalid content type '{v}'"
+    ),
     "pve-task-status-type": _re_check(r"ok|error|warning|unknown", "invalid status '{v}'"),
 }
 
@@ -321,7 +352,8 @@ NAMED_HASH_FORMATS: dict[str, dict[str, dict[str, t.Any]]] = {
         "order": {"type": "string", "format": "pve-qm-bootdev-list", "optional": 1},
     },
     "pve-qm-cicustom": {
-        key: {"type": "string", "format": "pve-volume-id", "optional": 1} for key in ("meta", "network", "user", "vendor")
+        key: {"type": "string", "format": "pve-volume-id", "optional": 1}
+        for key in ("meta", "network", "user", "vendor")
     },
     "pve-vm-cpu-conf": {
         "cputype": {"type": "string", "default_key": 1, "optional": 1, "pattern": r"[\w\-.+]+"},
@@ -360,7 +392,10 @@ class Schema:
             for method, info in (node.get("info") or {}).items():
                 params = info.get("parameters") or {}
                 methods[method.upper()] = Endpoint(
-                    path=path, method=method.upper(), info=info, properties=params.get("properties") or {},
+                    path=path,
+                    method=method.upper(),
+                    info=info,
+                    properties=params.get("properties") or {},
                     additional_properties=bool(params.get("additionalProperties", 1)),
                 )
             self.paths[path] = methods
@@ -405,7 +440,7 @@ class Schema:
     def relative_path(path: str) -> str:
         path = path.split("?", 1)[0]
         if path.startswith(API_PREFIX):
-            path = path[len(API_PREFIX):]
+            path = path[len(API_PREFIX) :]
         path = "/" + "/".join(s for s in path.split("/") if s)
         return path
 
@@ -418,7 +453,9 @@ class Schema:
             raise NoSuchPath(rel)
         return found
 
-    def _walk(self, node: dict[str, t.Any], segs: list[str], params: dict[str, str]) -> tuple[str, dict[str, str]] | None:
+    def _walk(
+        self, node: dict[str, t.Any], segs: list[str], params: dict[str, str]
+    ) -> tuple[str, dict[str, str]] | None:
         if not segs:
             return (node["path"], dict(params)) if node["path"] else None
         head, rest = segs[0], segs[1:]
@@ -474,7 +511,11 @@ def validate_params(ep: Endpoint, params: t.Mapping[str, t.Any]) -> list[ParamEr
         prop = ep.property_schema(key)
         if prop is None:
             if not ep.additional_properties:
-                errors.append(ParamError(key, "property is not defined in schema and the schema does not allow additional properties"))
+                errors.append(
+                    ParamError(
+                        key, "property is not defined in schema and the schema does not allow additional properties"
+                    )
+                )
             continue
         if value is None:
             continue
@@ -573,7 +614,11 @@ def check_prop(path: str, schema: dict[str, t.Any], value: t.Any) -> list[ParamE
             return [ParamError(path, f"value must have a minimum value of {schema['minimum']}")]
     enum = schema.get("enum")
     if enum and sval not in [str(e) for e in enum]:
-        return [ParamError(path, f"value '{sval}' does not have a value in the enumeration '{', '.join(str(e) for e in enum)}'")]
+        return [
+            ParamError(
+                path, f"value '{sval}' does not have a value in the enumeration '{', '.join(str(e) for e in enum)}'"
+            )
+        ]
     return []
 
 
@@ -674,6 +719,7 @@ def _check_property_string(fmt: dict[str, dict[str, t.Any]], value: str, path: s
         if key not in fmt:  # keyAlias targets such as net's "model"
             continue
     if errs:
-        return "format error\n" + "".join(f"{e.param}: {e.message}\n" if not e.message.endswith("\n") else f"{e.param}: {e.message}"
-                                          for e in errs)
+        return "format error\n" + "".join(
+            f"{e.param}: {e.message}\n" if not e.message.endswith("\n") else f"{e.param}: {e.message}" for e in errs
+        )
     return None

@@ -41,7 +41,12 @@ from .timings import apply_timings, load_timings_file, timings_dict
 API_PREFIX = "/api2/json"
 ADMIN_PREFIX = "/_pvesim"
 ADMIN_HEADER = "X-Pvesim-Admin"
-NO_AUTH = {("GET", "/access/domains"), ("GET", "/access/ticket"), ("POST", "/access/ticket"), ("POST", "/access/vncticket")}
+NO_AUTH = {
+    ("GET", "/access/domains"),
+    ("GET", "/access/ticket"),
+    ("POST", "/access/ticket"),
+    ("POST", "/access/vncticket"),
+}
 MAX_BODY = 64 * 1024  # pve-http-server $limit_max_post
 
 
@@ -67,15 +72,18 @@ class AbortTLSReply(DropReply):
 TLS_GARBAGE_HEADER = b"\x17\x03\x03\x00\x40"
 
 
-
-
-
-
 class Reply:
     """What goes back on the wire."""
 
-    def __init__(self, status: int, body: t.Any, reason: str | None = None, headers: dict[str, str] | None = None,
-                 raw: bytes | None = None, log_status: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        body: t.Any,
+        reason: str | None = None,
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+        log_status: str | None = None,
+    ) -> None:
         self.status = status
         self.body = body
         self.reason = reason
@@ -89,12 +97,6 @@ def error_reply(err: ApiError) -> Reply:
     if err.errors:
         body["errors"] = err.errors
     return Reply(err.status, body, reason=err.message.split("\n", 1)[0])
-
-
-
-
-
-
 
 
 class App:
@@ -117,7 +119,7 @@ class App:
         url = urllib.parse.urlsplit(raw_path)
         path = urllib.parse.unquote(url.path)
         if path.startswith(ADMIN_PREFIX + "/") or path == ADMIN_PREFIX:
-            return self.handle_admin(method, path[len(ADMIN_PREFIX):], headers, body)
+            return self.handle_admin(method, path[len(ADMIN_PREFIX) :], headers, body)
         if not path.startswith("/api2/"):
             return Reply(501, None, reason="no such uri", raw=b"no such uri")
         if not path.startswith(API_PREFIX + "/") and path != API_PREFIX:
@@ -125,8 +127,17 @@ class App:
             fmt = m.group(1) if m else ""
             return Reply(501, None, reason=f"no formatter for uri {path}, {fmt}", raw=b"")
         rel = Schema.relative_path(path)
-        entry: dict[str, t.Any] = {"time": time.time(), "method": method, "path": rel, "params": {}, "status": None,
-                                   "token": None, "schema_errors": {}, "endpoint": None, "implemented": None}
+        entry: dict[str, t.Any] = {
+            "time": time.time(),
+            "method": method,
+            "path": rel,
+            "params": {},
+            "status": None,
+            "token": None,
+            "schema_errors": {},
+            "endpoint": None,
+            "implemented": None,
+        }
         try:
             reply = self._handle_api(method, rel, url.query, headers, body, entry)
         except DropReply as drop:
@@ -146,6 +157,7 @@ class App:
                 params[k] = (prev if isinstance(prev, list) else [prev]) + [v]
             else:
                 params[k] = v
+
         for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True):
             add(k, v)
         if method in ("POST", "PUT") and body:
@@ -187,8 +199,14 @@ class App:
                     tokenid, sep, secret = api_token.rpartition(":")
                 token = st.tokens.get(tokenid)
                 user = st.users.get(tokenid.split("!")[0])
-                ok = token is not None and user is not None and user.enable and secrets.compare_digest(token.secret, secret) \
-                    and not (token.expire and token.expire < time.time()) and not (user.expire and user.expire < time.time())
+                ok = (
+                    token is not None
+                    and user is not None
+                    and user.enable
+                    and secrets.compare_digest(token.secret, secret)
+                    and not (token.expire and token.expire < time.time())
+                    and not (user.expire and user.expire < time.time())
+                )
                 if not ok:
                     raise ApiError(401, "Authentication failed!")
                 return tokenid, True
@@ -203,8 +221,9 @@ class App:
                     raise ApiError(401, "Permission denied - invalid csrf token")
             return info[0], False
 
-    def _handle_api(self, method: str, rel: str, query: str, headers: t.Mapping[str, str], body: bytes,
-                    entry: dict[str, t.Any]) -> Reply:
+    def _handle_api(
+        self, method: str, rel: str, query: str, headers: t.Mapping[str, str], body: bytes, entry: dict[str, t.Any]
+    ) -> Reply:
         sim = self.sim
         try:
             params = self._parse_params(method, query, headers, body)
@@ -271,7 +290,9 @@ class App:
             raise AbortTLSReply()
         for f in call.faults:
             if f.action == "error_after_effect":  # the effect happened above; the reply says it failed
-                return error_reply(ApiError(int(f.params.get("status", 500)), str(f.params.get("message", ERROR_AFTER_EFFECT_MESSAGE))))
+                return error_reply(
+                    ApiError(int(f.params.get("status", 500)), str(f.params.get("message", ERROR_AFTER_EFFECT_MESSAGE)))
+                )
         out: dict[str, t.Any] = {"data": data}
         if call.extra.get("total"):
             out["total"] = call.extra["total"]
@@ -296,10 +317,17 @@ class App:
             if f.action == "vm_locked":
                 raise ApiError(500, f"VM is locked ({f.params.get('lock', 'backup')})")
             if f.action == "checksum_mismatch" and (call.method, call.template) not in (
-                    ("POST", "/nodes/{node}/qemu/{vmid}/config"), ("PUT", "/nodes/{node}/qemu/{vmid}/resize")):
+                ("POST", "/nodes/{node}/qemu/{vmid}/config"),
+                ("PUT", "/nodes/{node}/qemu/{vmid}/resize"),
+            ):
                 raise ApiError(500, "checksum mismatch (file change by other user?)")
-            if f.action in ("dhcp_never", "cloudinit_error") and vmid is not None and "/agent/" not in call.template \
-                    and not call.template.endswith("/cloudinit/dump") and not call.template.endswith("/cloudinit"):
+            if (
+                f.action in ("dhcp_never", "cloudinit_error")
+                and vmid is not None
+                and "/agent/" not in call.template
+                and not call.template.endswith("/cloudinit/dump")
+                and not call.template.endswith("/cloudinit")
+            ):
                 knobs = self.sim.guest_knobs.setdefault(int(vmid), {})
                 knobs[f.action] = True
                 with self.sim.state.lock:
@@ -418,9 +446,18 @@ class App:
                     guestlink.forget_vm(sim, vmid)
                     return None
                 if m.group(2) is None and method == "GET":
-                    return {"vmid": vmid, "status": vm.status, "config": dict(vm.config), "pending": dict(vm.pending),
-                            "pending_delete": list(vm.pending_delete), "snapshots": sorted(vm.snapshots), "digest": vm.digest(),
-                            "raw": vm.raw_config(), "pool": vm.pool, **guestlink.admin_info(vm.guest)}
+                    return {
+                        "vmid": vmid,
+                        "status": vm.status,
+                        "config": dict(vm.config),
+                        "pending": dict(vm.pending),
+                        "pending_delete": list(vm.pending_delete),
+                        "snapshots": sorted(vm.snapshots),
+                        "digest": vm.digest(),
+                        "raw": vm.raw_config(),
+                        "pool": vm.pool,
+                        **guestlink.admin_info(vm.guest),
+                    }
         m = re.fullmatch(r"/storage/([^/]+)", path)
         if m and method in ("PUT", "GET"):
             with st.lock:
@@ -438,10 +475,19 @@ class App:
                         s.content = content.split(",") if isinstance(content, str) else list(content)
                     if "total" in data:
                         s.total = int(data["total"])
-                return {"storage": s.storage, "total": s.total, "avail": s.avail, "enabled": s.enabled, "active": s.active,
-                        "content": s.content, "volumes": dict(s.volumes)}
+                return {
+                    "storage": s.storage,
+                    "total": s.total,
+                    "avail": s.avail,
+                    "enabled": s.enabled,
+                    "active": s.active,
+                    "content": s.content,
+                    "volumes": dict(s.volumes),
+                }
         m = re.fullmatch(r"/containers/(\d+)/config", path)
-        if m and method == "PUT":  # set/delete config keys by hand (protection, lock, template, description), as for VMs
+        if (
+            m and method == "PUT"
+        ):  # set/delete config keys by hand (protection, lock, template, description), as for VMs
             vmid = int(m.group(1))
             with st.lock:
                 if vmid not in st.containers:
@@ -459,7 +505,12 @@ class App:
                 if vmid not in st.containers:
                     raise LookupError(f"CT {vmid} does not exist")
                 ct = st.containers[vmid]
-                info = {"vmid": vmid, "name": ct.get("name"), "status": ct.get("status"), "config": dict(ct.get("config") or {})}
+                info = {
+                    "vmid": vmid,
+                    "name": ct.get("name"),
+                    "status": ct.get("status"),
+                    "config": dict(ct.get("config") or {}),
+                }
             backend = getattr(sim, "container_backend", None)
             return {**info, **(backend.admin_info(vmid) if backend is not None else {"container_backend": "simulated"})}
         if m and method in ("PUT", "DELETE"):
@@ -471,8 +522,11 @@ class App:
                     return None
                 if vmid in st.vms:
                     raise ValueError(f"VM {vmid} already exists")
-                st.containers[vmid] = {"name": str(data.get("name", f"CT{vmid}")), "template": bool(data.get("template", False)),
-                                       "status": "stopped"}
+                st.containers[vmid] = {
+                    "name": str(data.get("name", f"CT{vmid}")),
+                    "template": bool(data.get("template", False)),
+                    "status": "stopped",
+                }
                 return dict(st.containers[vmid], vmid=vmid)
         m = re.fullmatch(r"/bridges/([^/]+)", path)
         if m and method == "DELETE":
@@ -492,14 +546,20 @@ class App:
                 if "privsep" in data:
                     token.privsep = bool(data["privsep"])
                 if "privileges" in data:
-                    st.acl[tokenid] = {str(p): (frozenset(str(x) for x in privs), True)
-                                       for p, privs in (data["privileges"] or {}).items()}
+                    st.acl[tokenid] = {
+                        str(p): (frozenset(str(x) for x in privs), True)
+                        for p, privs in (data["privileges"] or {}).items()
+                    }
                     user_acl = st.acl.setdefault(token.userid, {})
                     for p, (privs, prop) in st.acl[tokenid].items():
                         cur = user_acl.get(p, (frozenset(), True))[0]
                         user_acl[p] = (cur | privs, prop)
-                return {"tokenid": tokenid, "expire": token.expire, "privsep": int(token.privsep),
-                        "privileges": {p: sorted(v[0]) for p, v in st.acl.get(tokenid, {}).items()}}
+                return {
+                    "tokenid": tokenid,
+                    "expire": token.expire,
+                    "privsep": int(token.privsep),
+                    "privileges": {p: sorted(v[0]) for p, v in st.acl.get(tokenid, {}).items()},
+                }
         return NotImplemented
 
 
@@ -579,7 +639,9 @@ class _TLSServer(http.server.ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, addr: tuple[str, int], ctx: ssl.SSLContext, app: App, alt_ctx: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, addr: tuple[str, int], ctx: ssl.SSLContext, app: App, alt_ctx: ssl.SSLContext | None = None
+    ) -> None:
         super().__init__(addr, _Handler)
         self.ctx = ctx
         self.alt_ctx = alt_ctx or ctx  # the alternate certificate, presented under the ``cert_swap`` fault
@@ -606,10 +668,22 @@ class _TLSServer(http.server.ThreadingHTTPServer):
 class PvesimServer:
     """Start/stop wrapper used by ``__main__`` and tests."""
 
-    def __init__(self, state_dir: str, port: int = 0, seed: str = "demo", speed: float = 1.0, schema_path: str | None = None,
-                 faults_file: str | None = None, guests: str = "simulated", guest_image: str | None = None,
-                 guest_accel: str = "auto", timings_file: str | None = None, storage_lock: bool = True,
-                 containers: str = "simulated", container_rootfs: str | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: str,
+        port: int = 0,
+        seed: str = "demo",
+        speed: float = 1.0,
+        schema_path: str | None = None,
+        faults_file: str | None = None,
+        guests: str = "simulated",
+        guest_image: str | None = None,
+        guest_accel: str = "auto",
+        timings_file: str | None = None,
+        storage_lock: bool = True,
+        containers: str = "simulated",
+        container_rootfs: str | None = None,
+    ) -> None:
         self.state_dir = os.path.abspath(state_dir)
         os.makedirs(self.state_dir, exist_ok=True)
         self.app = App(Schema.load(schema_path), seed=seed, speed=speed)
@@ -618,6 +692,7 @@ class PvesimServer:
         if guests == "real":
             # real QEMU guests (pvesim.realguest, docs/real-guest.md); fails here when the image or QEMU is missing
             from .realguest import RealGuestBackend  # pylint: disable=import-outside-toplevel
+
             if not guest_image:
                 raise ValueError("--guests real needs --guest-image DIR (built by tools/guest-image/build.sh)")
             self.guest_backend = RealGuestBackend(guest_image, self.state_dir, accel=guest_accel)
@@ -628,8 +703,11 @@ class PvesimServer:
         if containers == "real":
             # real LXC containers (pvesim.realcontainer, docs/containers.md); fails here when the rootfs or lxc is missing
             from .realcontainer import RealContainerBackend  # pylint: disable=import-outside-toplevel
+
             if not container_rootfs:
-                raise ValueError("--containers real needs --container-rootfs DIR (built by tools/container-rootfs/build.sh)")
+                raise ValueError(
+                    "--containers real needs --container-rootfs DIR (built by tools/container-rootfs/build.sh)"
+                )
             self.container_backend = RealContainerBackend(container_rootfs, self.state_dir)
         elif containers != "simulated":
             raise ValueError(f"unknown container backend {containers!r} (simulated or real)")
@@ -640,6 +718,7 @@ class PvesimServer:
             self.app.start_guest_timing = dict(self.app.sim.guest_timing)
         if faults_file:
             from .faults import load_fault_file  # pylint: disable=import-outside-toplevel
+
             for spec in load_fault_file(faults_file):
                 self.app.faults.add(spec)
         self.certs = make_certs(self.state_dir, self.app.sim.state.node)
@@ -655,15 +734,26 @@ class PvesimServer:
 
     def connection_info(self) -> dict[str, t.Any]:
         st = self.app.sim.state
-        tokens = {name: {"id": f"vmanyware@pve!{name}", "secret": st.tokens[f"vmanyware@pve!{name}"].secret}
-                  for name in ("full", "limited")}
+        tokens = {
+            name: {"id": f"vmanyware@pve!{name}", "secret": st.tokens[f"vmanyware@pve!{name}"].secret}
+            for name in ("full", "limited")
+        }
         return {
-            "url": f"https://127.0.0.1:{self.port}/api2/json", "host": "127.0.0.1", "port": self.port,
-            "ca_file": self.certs["ca_file"], "fingerprint_sha256": self.certs["fingerprint_sha256"],
-            "alt_fingerprint_sha256": self.certs["alt_fingerprint_sha256"], "node": st.node,
-            "template_vmid": 9000, "storage": "local-lvm", "bridge": "vmbr0", "tokens": tokens,
-            "root_password": st.users["root@pam"].password, "admin_token": self.app.admin_token,
-            "admin_url": f"https://127.0.0.1:{self.port}{ADMIN_PREFIX}", "pid": os.getpid(),
+            "url": f"https://127.0.0.1:{self.port}/api2/json",
+            "host": "127.0.0.1",
+            "port": self.port,
+            "ca_file": self.certs["ca_file"],
+            "fingerprint_sha256": self.certs["fingerprint_sha256"],
+            "alt_fingerprint_sha256": self.certs["alt_fingerprint_sha256"],
+            "node": st.node,
+            "template_vmid": 9000,
+            "storage": "local-lvm",
+            "bridge": "vmbr0",
+            "tokens": tokens,
+            "root_password": st.users["root@pam"].password,
+            "admin_token": self.app.admin_token,
+            "admin_url": f"https://127.0.0.1:{self.port}{ADMIN_PREFIX}",
+            "pid": os.getpid(),
             "guests": "real" if self.guest_backend is not None else "simulated",
             **({"guest_accel": self.guest_backend.accel} if self.guest_backend is not None else {}),
             "containers": "real" if self.container_backend is not None else "simulated",
@@ -679,8 +769,9 @@ class PvesimServer:
         return path
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="pvesim-http",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="pvesim-http", daemon=True
+        )
         self.thread.start()
         self.write_connection_file()
 

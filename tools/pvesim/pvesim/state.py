@@ -26,7 +26,8 @@ if t.TYPE_CHECKING:
 GIB = 1 << 30
 
 # Privileges of PVE 9 (pve-access-control PVE::AccessControl $privgroups + specials)
-ALL_PRIVS: frozenset[str] = frozenset("""
+ALL_PRIVS: frozenset[str] = frozenset(
+    """
 Datastore.Allocate Datastore.AllocateSpace Datastore.AllocateTemplate Datastore.Audit Group.Allocate Mapping.Audit
 Mapping.Modify Mapping.Use Permissions.Modify Pool.Allocate Pool.Audit Realm.Allocate Realm.AllocateUser SDN.Allocate
 SDN.Audit SDN.Use Sys.AccessNetwork Sys.Audit Sys.Console Sys.Incoming Sys.Modify Sys.PowerMgmt Sys.Syslog User.Modify
@@ -34,14 +35,30 @@ VM.Allocate VM.Audit VM.Backup VM.Clone VM.Config.CDROM VM.Config.CPU VM.Config.
 VM.Config.Memory VM.Config.Network VM.Config.Options VM.Console VM.GuestAgent.Audit VM.GuestAgent.FileRead
 VM.GuestAgent.FileSystemMgmt VM.GuestAgent.FileWrite VM.GuestAgent.Unrestricted VM.Migrate VM.PowerMgmt VM.Replicate
 VM.Snapshot VM.Snapshot.Rollback
-""".split())
+""".split()
+)
 
-VM_CONFIG_PRIVS = ["VM.Config.Disk", "VM.Config.CDROM", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Network",
-                   "VM.Config.HWType", "VM.Config.Options", "VM.Config.Cloudinit"]
+VM_CONFIG_PRIVS = [
+    "VM.Config.Disk",
+    "VM.Config.CDROM",
+    "VM.Config.CPU",
+    "VM.Config.Memory",
+    "VM.Config.Network",
+    "VM.Config.HWType",
+    "VM.Config.Options",
+    "VM.Config.Cloudinit",
+]
 
 FULL_TOKEN_ACL: dict[str, list[str]] = {
-    "/vms": ["VM.Allocate", *VM_CONFIG_PRIVS, "VM.PowerMgmt", "VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted",
-             "VM.Snapshot", "VM.Audit"],
+    "/vms": [
+        "VM.Allocate",
+        *VM_CONFIG_PRIVS,
+        "VM.PowerMgmt",
+        "VM.GuestAgent.Audit",
+        "VM.GuestAgent.Unrestricted",
+        "VM.Snapshot",
+        "VM.Audit",
+    ],
     "/vms/9000": ["VM.Clone", "VM.Audit"],
     "/storage/local-lvm": ["Datastore.AllocateSpace", "Datastore.Audit"],
     "/sdn/zones/localnetwork/vmbr0": ["SDN.Use"],
@@ -55,9 +72,28 @@ LIMITED_TOKEN_ACL: dict[str, list[str]] = {
     "/nodes/pve-test": ["Sys.Audit"],
 }
 
-CLOUDINIT_KEYS = frozenset({"cicustom", "cipassword", "citype", "ciupgrade", "ciuser", "nameserver", "searchdomain", "sshkeys"})
-FAST_PLUG = frozenset({"description", "hookscript", "lock", "migrate_downtime", "migrate_speed", "name", "onboot", "protection",
-                       "shares", "startup", "tags", "vmstatestorage"}) | CLOUDINIT_KEYS
+CLOUDINIT_KEYS = frozenset(
+    {"cicustom", "cipassword", "citype", "ciupgrade", "ciuser", "nameserver", "searchdomain", "sshkeys"}
+)
+FAST_PLUG = (
+    frozenset(
+        {
+            "description",
+            "hookscript",
+            "lock",
+            "migrate_downtime",
+            "migrate_speed",
+            "name",
+            "onboot",
+            "protection",
+            "shares",
+            "startup",
+            "tags",
+            "vmstatestorage",
+        }
+    )
+    | CLOUDINIT_KEYS
+)
 DRIVE_RE = re.compile(r"(ide|sata|scsi|virtio)\d+|efidisk0|tpmstate0")
 
 
@@ -305,38 +341,58 @@ class State:
         self.seed_name = seed
         self.storages = {
             "local-lvm": Storage("local-lvm", "lvmthin", ["images", "rootdir"], total=200 * GIB, used=0),
-            "local": Storage("local", "dir", ["iso", "vztmpl", "backup", "snippets", "import"], total=100 * GIB, used=12 * GIB),
+            "local": Storage(
+                "local", "dir", ["iso", "vztmpl", "backup", "snippets", "import"], total=100 * GIB, used=12 * GIB
+            ),
         }
         self.bridges = {
-            "vmbr0": {"iface": "vmbr0", "type": "bridge", "active": 1, "autostart": 1, "bridge_ports": "eno1", "bridge_stp": "off",
-                      "bridge_fd": "0", "method": "static", "method6": "manual", "families": ["inet"], "cidr": "192.0.2.10/24",
-                      "address": "192.0.2.10", "netmask": "24", "gateway": "192.0.2.1", "priority": 5},
+            "vmbr0": {
+                "iface": "vmbr0",
+                "type": "bridge",
+                "active": 1,
+                "autostart": 1,
+                "bridge_ports": "eno1",
+                "bridge_stp": "off",
+                "bridge_fd": "0",
+                "method": "static",
+                "method6": "manual",
+                "families": ["inet"],
+                "cidr": "192.0.2.10/24",
+                "address": "192.0.2.10",
+                "netmask": "24",
+                "gateway": "192.0.2.1",
+                "priority": 5,
+            },
         }
         self.vms = {}
         self.containers = {}
         self.datacenter = {}
         self.pools = {}
-        template = VM(9000, self.node, {
-            "agent": "1",
-            "boot": "order=scsi0",
-            "cores": "2",
-            "cpu": "x86-64-v2-AES",
-            "ide2": "local-lvm:vm-9000-cloudinit,media=cdrom",
-            "memory": "2048",
-            "meta": "creation-qemu=10.0.2,ctime=1760000000",
-            "name": "debian-13",
-            "net0": f"virtio={random_mac(self.rng)},bridge=vmbr0",
-            "ostype": "l26",
-            "scsi0": "local-lvm:base-9000-disk-0,size=8G",
-            "scsihw": "virtio-scsi-single",
-            "serial0": "socket",
-            "smbios1": "uuid=5f0c8a4e-3d55-4d6e-9a0e-2b1f3c4d5e6f",
-            "sockets": "1",
-            "template": "1",
-            "vga": "serial0",
-            "vmgenid": "0d2f8c1e-6a3b-4f5e-8d7c-1b2a3c4d5e6f",
-            "description": "Debian 13 (trixie) cloud image template",
-        })
+        template = VM(
+            9000,
+            self.node,
+            {
+                "agent": "1",
+                "boot": "order=scsi0",
+                "cores": "2",
+                "cpu": "x86-64-v2-AES",
+                "ide2": "local-lvm:vm-9000-cloudinit,media=cdrom",
+                "memory": "2048",
+                "meta": "creation-qemu=10.0.2,ctime=1760000000",
+                "name": "debian-13",
+                "net0": f"virtio={random_mac(self.rng)},bridge=vmbr0",
+                "ostype": "l26",
+                "scsi0": "local-lvm:base-9000-disk-0,size=8G",
+                "scsihw": "virtio-scsi-single",
+                "serial0": "socket",
+                "smbios1": "uuid=5f0c8a4e-3d55-4d6e-9a0e-2b1f3c4d5e6f",
+                "sockets": "1",
+                "template": "1",
+                "vga": "serial0",
+                "vmgenid": "0d2f8c1e-6a3b-4f5e-8d7c-1b2a3c4d5e6f",
+                "description": "Debian 13 (trixie) cloud image template",
+            },
+        )
         self.vms[9000] = template
         lvm = self.storages["local-lvm"]
         lvm.volumes = {"local-lvm:base-9000-disk-0": 8 * GIB, "local-lvm:vm-9000-cloudinit": 4 << 20}
@@ -364,7 +420,6 @@ class State:
         self.members = {self.node: Member(self.node, 1, "192.0.2.10", True, self.bridges)}
         self.vnets = {}
         if seed == "cluster":
-
             seed_cluster(self)
 
     # ------------------------------------------------------------------------------------
@@ -457,9 +512,22 @@ CLUSTER_NODES = (("pve-test", 1, "192.0.2.10"), ("pve-test2", 2, "192.0.2.11"), 
 
 
 def _bridge(name: str, ip: str, ports: str) -> dict[str, t.Any]:
-    return {"iface": name, "type": "bridge", "active": 1, "autostart": 1, "bridge_ports": ports, "bridge_stp": "off",
-            "bridge_fd": "0", "method": "static", "method6": "manual", "families": ["inet"], "cidr": f"{ip}/24",
-            "address": ip, "netmask": "24", "priority": 5}
+    return {
+        "iface": name,
+        "type": "bridge",
+        "active": 1,
+        "autostart": 1,
+        "bridge_ports": ports,
+        "bridge_stp": "off",
+        "bridge_fd": "0",
+        "method": "static",
+        "method6": "manual",
+        "families": ["inet"],
+        "cidr": f"{ip}/24",
+        "address": ip,
+        "netmask": "24",
+        "priority": 5,
+    }
 
 
 def seed_cluster(state: State) -> None:
@@ -480,13 +548,17 @@ def seed_cluster(state: State) -> None:
         if name == "pve-test2":
             bridges["vmbr1"] = _bridge("vmbr1", "198.51.100." + ip.rsplit(".", 1)[1], "eno2")
         state.members[name] = Member(name, nodeid, ip, True, bridges)
-    state.storages["shared"] = Storage("shared", "nfs", ["images", "import", "snippets", "iso"], total=2048 * GIB, used=100 * GIB,
-                                       shared=1)
+    state.storages["shared"] = Storage(
+        "shared", "nfs", ["images", "import", "snippets", "iso"], total=2048 * GIB, used=100 * GIB, shared=1
+    )
     state.vnets = {"labnet": {"vnet": "labnet", "zone": "lab", "type": "vnet", "tag": 100, "alias": "lab network"}}
     for subject in ("vmanyware@pve", "vmanyware@pve!full"):
         acl = state.acl.setdefault(subject, {})
         acl["/"] = (frozenset({"Sys.Audit"}), False)
         acl["/nodes"] = (frozenset({"Sys.Audit", "Sys.AccessNetwork"}), True)
-        acl["/storage/shared"] = (frozenset({"Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"}), True)
+        acl["/storage/shared"] = (
+            frozenset({"Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"}),
+            True,
+        )
         acl["/sdn/zones/lab/labnet"] = (frozenset({"SDN.Use", "SDN.Audit"}), True)
         acl["/sdn/zones/localnetwork"] = (frozenset({"SDN.Use", "SDN.Audit"}), True)

@@ -138,7 +138,9 @@ class StorageLocks:
             with self.meta:
                 entry.timeouts += 1
                 entry.max_wait = max(entry.max_wait, waited)
-                self._record(entry, {"operation": operation, "volume": volume, "asked": asked, "timeout": True, "waited": waited})
+                self._record(
+                    entry, {"operation": operation, "volume": volume, "asked": asked, "timeout": True, "waited": waited}
+                )
             raise TaskFailed(lock_error(storage))
         try:
             start = self.clock.now()
@@ -148,8 +150,17 @@ class StorageLocks:
             self.clock.sleep(self.durations.get(f"storage_{operation}", 1.0), self.stop_event)
             yield
             with self.meta:
-                self._record(entry, {"operation": operation, "volume": volume, "asked": asked, "start": start,
-                                     "end": self.clock.now(), "waited": start - asked})
+                self._record(
+                    entry,
+                    {
+                        "operation": operation,
+                        "volume": volume,
+                        "asked": asked,
+                        "start": start,
+                        "end": self.clock.now(),
+                        "waited": start - asked,
+                    },
+                )
         finally:
             entry.lock.release()
 
@@ -161,7 +172,18 @@ class StorageLocks:
     def stats(self) -> dict[str, t.Any]:
         """``GET /_pvesim/storage-locks``: per storage, simulated seconds."""
         with self.meta:
-            return {"enabled": self.enabled, "lockTimeout": LOCK_TIMEOUT, "storages": {
-                sid: {"inflight": e.inflight, "maxInflight": e.max_inflight, "acquired": e.acquired, "timeouts": e.timeouts,
-                      "maxWait": round(e.max_wait, 3), "history": [dict(h) for h in e.history]}
-                for sid, e in sorted(self._storages.items())}}
+            return {
+                "enabled": self.enabled,
+                "lockTimeout": LOCK_TIMEOUT,
+                "storages": {
+                    sid: {
+                        "inflight": e.inflight,
+                        "maxInflight": e.max_inflight,
+                        "acquired": e.acquired,
+                        "timeouts": e.timeouts,
+                        "maxWait": round(e.max_wait, 3),
+                        "history": [dict(h) for h in e.history],
+                    }
+                    for sid, e in sorted(self._storages.items())
+                },
+            }

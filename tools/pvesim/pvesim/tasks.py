@@ -50,9 +50,17 @@ class Task:
 
     def status_dict(self) -> dict[str, t.Any]:
         user, _sep, token = self.user.partition("!")
-        res: dict[str, t.Any] = {"upid": self.upid, "node": self.node, "pid": self.pid, "pstart": self.pstart,
-                                 "starttime": self.starttime, "type": self.type, "id": self.id, "user": user,
-                                 "status": self.status}
+        res: dict[str, t.Any] = {
+            "upid": self.upid,
+            "node": self.node,
+            "pid": self.pid,
+            "pstart": self.pstart,
+            "starttime": self.starttime,
+            "type": self.type,
+            "id": self.id,
+            "user": user,
+            "status": self.status,
+        }
         if token:
             res["tokenid"] = token
         if self.status == "stopped":
@@ -61,8 +69,16 @@ class Task:
 
     def list_dict(self) -> dict[str, t.Any]:
         user, _sep, token = self.user.partition("!")
-        res: dict[str, t.Any] = {"upid": self.upid, "node": self.node, "pid": self.pid, "pstart": self.pstart,
-                                 "starttime": self.starttime, "type": self.type, "id": self.id, "user": user}
+        res: dict[str, t.Any] = {
+            "upid": self.upid,
+            "node": self.node,
+            "pid": self.pid,
+            "pstart": self.pstart,
+            "starttime": self.starttime,
+            "type": self.type,
+            "id": self.id,
+            "user": user,
+        }
         if token:
             res["tokenid"] = token
         if self.status == "stopped":
@@ -104,8 +120,15 @@ class TaskManager:
         with self.lock:
             return self.tasks.get(upid)
 
-    def start(self, ttype: str, tid: str, user: str, body: t.Callable[[Task], None],
-              on_finish: t.Callable[[Task], None] | None = None, node: str | None = None) -> Task:
+    def start(
+        self,
+        ttype: str,
+        tid: str,
+        user: str,
+        body: t.Callable[[Task], None],
+        on_finish: t.Callable[[Task], None] | None = None,
+        node: str | None = None,
+    ) -> Task:
         """Create a task and run ``body(task)`` in a thread. ``body`` raises ``TaskFailed``/any
         exception to fail; ``task.exitstatus`` may be preset (fault injection)."""
         with self.lock:
@@ -158,8 +181,18 @@ class TaskManager:
         """Every task, oldest first, with the real (float) creation and end times."""
         with self.lock:
             tasks = [self.tasks[u] for u in self.order]
-            return [{"upid": task.upid, "type": task.type, "id": task.id, "status": task.status, "exitstatus": task.exitstatus,
-                     "created": task.created_real, "ended": task.ended_real} for task in tasks]
+            return [
+                {
+                    "upid": task.upid,
+                    "type": task.type,
+                    "id": task.id,
+                    "status": task.status,
+                    "exitstatus": task.exitstatus,
+                    "created": task.created_real,
+                    "ended": task.ended_real,
+                }
+                for task in tasks
+            ]
 
     def list(self, params: dict[str, t.Any], visible: t.Callable[[Task], bool]) -> tuple[list[dict[str, t.Any]], int]:
         """``GET /nodes/{node}/tasks`` with PVE's filters; returns (entries, total)."""

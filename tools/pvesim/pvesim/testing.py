@@ -73,7 +73,9 @@ class PvesimAdmin:
         """The effective time model: ``{"tasks": {type: s}, "guest": {GuestTiming field: s}}``."""
         return dict(self._call("GET", "/timings"))
 
-    def set_timings(self, tasks: dict[str, float] | None = None, guest: dict[str, float] | None = None) -> dict[str, t.Any]:
+    def set_timings(
+        self, tasks: dict[str, float] | None = None, guest: dict[str, float] | None = None
+    ) -> dict[str, t.Any]:
         """Change task durations / default guest timing until the next reset (simulated seconds)."""
         return dict(self._call("PUT", "/timings", {"tasks": tasks or {}, "guest": guest or {}}))
 
@@ -92,8 +94,14 @@ class PvesimAdmin:
     def schema_violations(self) -> list[dict[str, t.Any]]:
         return [e for e in self.requests() if e.get("schema_errors")]
 
-    def add_fault(self, method: str = "*", path: str = ".*", action: str = "http_error", occurrence: int | str = "every",
-                  **params: t.Any) -> str:
+    def add_fault(
+        self,
+        method: str = "*",
+        path: str = ".*",
+        action: str = "http_error",
+        occurrence: int | str = "every",
+        **params: t.Any,
+    ) -> str:
         spec = {"method": method, "path": path, "occurrence": occurrence, "action": action, **params}
         return str(self._call("POST", "/faults", spec)["id"])
 
@@ -106,8 +114,12 @@ class PvesimAdmin:
     def set_speed(self, speed: float) -> None:
         self._call("POST", "/clock", {"speed": speed})
 
-    def set_vm_config(self, vmid: int, set: dict[str, t.Any] | None = None,  # pylint: disable=redefined-builtin
-                      delete: list[str] | None = None) -> dict[str, t.Any]:
+    def set_vm_config(
+        self,
+        vmid: int,
+        set: dict[str, t.Any] | None = None,  # pylint: disable=redefined-builtin
+        delete: list[str] | None = None,
+    ) -> dict[str, t.Any]:
         return dict(self._call("PUT", f"/vms/{vmid}/config", {"set": set or {}, "delete": delete or []}))
 
     def vm(self, vmid: int) -> dict[str, t.Any]:
@@ -122,13 +134,24 @@ class PvesimAdmin:
     def root_call(self, method: str, path: str, **params: t.Any) -> t.Any:
         """One API call as root@pam (ticket and CSRF token), for what the test tokens may not do (``PUT /cluster/options``)."""
         conn = self.connection
-        login = requests.post(conn["url"] + "/access/ticket", data={"username": "root@pam", "password": conn["root_password"]},
-                              verify=conn["ca_file"], timeout=30)
+        login = requests.post(
+            conn["url"] + "/access/ticket",
+            data={"username": "root@pam", "password": conn["root_password"]},
+            verify=conn["ca_file"],
+            timeout=30,
+        )
         login.raise_for_status()
         ticket = login.json()["data"]
-        resp = requests.request(method, conn["url"] + path, data=params if method != "GET" else None,
-                                params=params if method == "GET" else None, cookies={"PVEAuthCookie": ticket["ticket"]},
-                                headers={"CSRFPreventionToken": ticket["CSRFPreventionToken"]}, verify=conn["ca_file"], timeout=30)
+        resp = requests.request(
+            method,
+            conn["url"] + path,
+            data=params if method != "GET" else None,
+            params=params if method == "GET" else None,
+            cookies={"PVEAuthCookie": ticket["ticket"]},
+            headers={"CSRFPreventionToken": ticket["CSRFPreventionToken"]},
+            verify=conn["ca_file"],
+            timeout=30,
+        )
         if resp.status_code != 200:
             raise RuntimeError(f"pvesim {method} {path} as root: HTTP {resp.status_code} {resp.reason}")
         return resp.json()["data"]
@@ -140,8 +163,12 @@ class PvesimAdmin:
             body["name"] = name
         return dict(self._call("PUT", f"/containers/{vmid}", body))
 
-    def set_container_config(self, vmid: int, set: dict[str, t.Any] | None = None,  # pylint: disable=redefined-builtin
-                             delete: list[str] | None = None) -> dict[str, t.Any]:
+    def set_container_config(
+        self,
+        vmid: int,
+        set: dict[str, t.Any] | None = None,  # pylint: disable=redefined-builtin
+        delete: list[str] | None = None,
+    ) -> dict[str, t.Any]:
         """Change a container's config by hand (``protection``, ``lock``, ``template``, ``description``): what an operator might do."""
         return dict(self._call("PUT", f"/containers/{vmid}/config", {"set": set or {}, "delete": delete or []}))
 
@@ -155,8 +182,9 @@ class PvesimAdmin:
         """Take a cluster member offline (requests for it then fail like a failed proxy connection) or back online."""
         return dict(self._call("PUT", f"/nodes/{node}", {"online": online}))
 
-    def set_token(self, tokenid: str, expire: int | None = None, privileges: dict[str, list[str]] | None = None,
-                  **fields: t.Any) -> dict[str, t.Any]:
+    def set_token(
+        self, tokenid: str, expire: int | None = None, privileges: dict[str, list[str]] | None = None, **fields: t.Any
+    ) -> dict[str, t.Any]:
         body: dict[str, t.Any] = dict(fields)
         if expire is not None:
             body["expire"] = expire
@@ -169,8 +197,15 @@ class PvesimAdmin:
 
 
 # tool -> Debian package, for the real-guest tests (pvesim --guests real and the acceptance test).
-REALGUEST_TOOLS = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils", "genisoimage": "genisoimage",
-                   "mmdebstrap": "mmdebstrap", "mkfs.ext4": "e2fsprogs", "ssh": "openssh-client", "ssh-keygen": "openssh-client"}
+REALGUEST_TOOLS = {
+    "qemu-system-x86_64": "qemu-system-x86",
+    "qemu-img": "qemu-utils",
+    "genisoimage": "genisoimage",
+    "mmdebstrap": "mmdebstrap",
+    "mkfs.ext4": "e2fsprogs",
+    "ssh": "openssh-client",
+    "ssh-keygen": "openssh-client",
+}
 
 
 def apt_install_missing(tools: t.Mapping[str, str], say: t.Callable[[str], None]) -> None:
@@ -207,7 +242,9 @@ def ensure_realguest_tools(say: t.Callable[[str], None]) -> None:
     if shutil.which("qemu-system-x86_64") is None:
         reason = "qemu-system-x86_64 is not installed and could not be installed (apt-get install qemu-system-x86)"
     else:
-        probe = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True, check=False, timeout=60)
+        probe = subprocess.run(
+            ["qemu-system-x86_64", "--version"], capture_output=True, text=True, check=False, timeout=60
+        )
         if probe.returncode != 0:
             reason = f"qemu-system-x86_64 cannot run here: {(probe.stderr or probe.stdout).strip()[:300]}"
     if reason is not None:
@@ -218,8 +255,14 @@ def ensure_realguest_tools(say: t.Callable[[str], None]) -> None:
 
 
 # tool -> Debian package, for the real-container tests (pvesim --containers real and the container acceptance).
-REALCONTAINER_TOOLS = {"lxc-start": "lxc", "lxc-attach": "lxc", "mmdebstrap": "mmdebstrap", "ssh": "openssh-client",
-                       "ssh-keygen": "openssh-client", "ssh-keyscan": "openssh-client"}
+REALCONTAINER_TOOLS = {
+    "lxc-start": "lxc",
+    "lxc-attach": "lxc",
+    "mmdebstrap": "mmdebstrap",
+    "ssh": "openssh-client",
+    "ssh-keygen": "openssh-client",
+    "ssh-keyscan": "openssh-client",
+}
 
 
 def ensure_realcontainer_tools(say: t.Callable[[str], None]) -> None:
@@ -240,8 +283,13 @@ def ensure_realcontainer_tools(say: t.Callable[[str], None]) -> None:
 def build_container_rootfs(repo: str, say: t.Callable[[str], None]) -> tuple[str, float]:
     """``tools/container-rootfs/build.sh`` (a cache hit when built before): (its output directory, seconds it took)."""
     t0 = time.monotonic()
-    res = subprocess.run([os.path.join(repo, "tools", "container-rootfs", "build.sh")], capture_output=True, text=True, check=False,
-                         timeout=1800)
+    res = subprocess.run(
+        [os.path.join(repo, "tools", "container-rootfs", "build.sh")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
     seconds = round(time.monotonic() - t0, 1)
     assert res.returncode == 0, f"tools/container-rootfs/build.sh failed:\n{res.stderr[-4000:]}"
     rootfs = res.stdout.strip().splitlines()[-1]
@@ -258,16 +306,31 @@ def lxc_cleanup(lxcpath: str) -> list[str]:
     return names
 
 
-def start_server(state_dir: str, speed: float = DEFAULT_SPEED, extra: t.Sequence[str] = (),
-                 timeout: float = 20.0) -> tuple[subprocess.Popen[bytes], dict[str, t.Any]]:
+def start_server(
+    state_dir: str, speed: float = DEFAULT_SPEED, extra: t.Sequence[str] = (), timeout: float = 20.0
+) -> tuple[subprocess.Popen[bytes], dict[str, t.Any]]:
     """Start ``python -m pvesim serve`` and wait for its ``connection.json``."""
     conn_file = os.path.join(state_dir, "connection.json")
     if os.path.exists(conn_file):
         os.unlink(conn_file)
     proc = subprocess.Popen(  # pylint: disable=consider-using-with
-        [sys.executable, "-m", "pvesim", "serve", "--port", "0", "--state-dir", state_dir, "--seed", "demo",
-         "--speed", str(speed), *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "pvesim",
+            "serve",
+            "--port",
+            "0",
+            "--state-dir",
+            state_dir,
+            "--seed",
+            "demo",
+            "--speed",
+            str(speed),
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -74,8 +74,14 @@ def limited(pvesim: PvesimAdmin) -> Api:  # noqa: F811  pylint: disable=redefine
 def prox(pvesim: PvesimAdmin) -> ProxmoxAPI:  # noqa: F811  pylint: disable=redefined-outer-name
     conn = pvesim.connection
     user, name = conn["tokens"]["full"]["id"].split("!")
-    return ProxmoxAPI(conn["host"], port=conn["port"], user=user, token_name=name, token_value=conn["tokens"]["full"]["secret"],
-                      verify_ssl=conn["ca_file"])
+    return ProxmoxAPI(
+        conn["host"],
+        port=conn["port"],
+        user=user,
+        token_name=name,
+        token_value=conn["tokens"]["full"]["secret"],
+        verify_ssl=conn["ca_file"],
+    )
 
 
 @pytest.fixture()

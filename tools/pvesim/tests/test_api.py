@@ -28,6 +28,7 @@ def err(resp: requests.Response) -> tuple[int, str]:
 
 # --- envelope, version, inventory ---------------------------------------------------------
 
+
 def test_version_and_envelope(api: Api) -> None:
     resp = api.get("/version")
     assert resp.status_code == 200
@@ -55,6 +56,7 @@ def test_template_config_and_digest(api: Api, pvesim: PvesimAdmin) -> None:
     assert conf["net0"].startswith("virtio=BC:24:11:") and conf["net0"].endswith(",bridge=vmbr0")
     assert conf["agent"] == "1" and conf["ostype"] == "l26" and conf["scsihw"] == "virtio-scsi-single"
     import hashlib
+
     raw = pvesim.vm(9000)["raw"]
     assert conf["digest"] == hashlib.sha1(raw.encode()).hexdigest()
     assert raw.startswith("#Debian 13 (trixie) cloud image template\nagent: 1\n")
@@ -67,7 +69,11 @@ def test_cluster_resources_and_nextid(api: Api) -> None:
     assert api.data(api.get("/cluster/nextid", vmid=201)) == 201
     resp = api.get("/cluster/nextid", vmid=9000)
     assert resp.status_code == 400
-    assert resp.json() == {"data": None, "message": "Parameter verification failed.\n", "errors": {"vmid": "VM 9000 already exists"}}
+    assert resp.json() == {
+        "data": None,
+        "message": "Parameter verification failed.\n",
+        "errors": {"vmid": "VM 9000 already exists"},
+    }
 
 
 def test_containers_options_and_nextid_range(api: Api, pvesim: PvesimAdmin) -> None:
@@ -99,6 +105,7 @@ def test_containers_options_and_nextid_range(api: Api, pvesim: PvesimAdmin) -> N
 
 
 # --- errors: 501, 400, 401, 403 ---------------------------------------------------------------
+
 
 def test_unknown_path_and_unimplemented(api: Api, pvesim: PvesimAdmin) -> None:
     resp = api.get("/foo/bar")
@@ -144,10 +151,16 @@ def test_auth_401(pvesim: PvesimAdmin) -> None:
 def test_ticket_login_and_csrf(pvesim: PvesimAdmin) -> None:
     conn = pvesim.connection
     base = conn["url"]
-    resp = requests.post(base + "/access/ticket", data={"username": "root@pam", "password": "nope"}, verify=conn["ca_file"], timeout=10)
+    resp = requests.post(
+        base + "/access/ticket", data={"username": "root@pam", "password": "nope"}, verify=conn["ca_file"], timeout=10
+    )
     assert resp.status_code == 401 and resp.json()["message"] == "authentication failure\n"
-    resp = requests.post(base + "/access/ticket", data={"username": "root@pam", "password": conn["root_password"]},
-                         verify=conn["ca_file"], timeout=10)
+    resp = requests.post(
+        base + "/access/ticket",
+        data={"username": "root@pam", "password": conn["root_password"]},
+        verify=conn["ca_file"],
+        timeout=10,
+    )
     data = resp.json()["data"]
     assert data["username"] == "root@pam" and data["ticket"].startswith("PVE:root@pam:")
     cookies = {"PVEAuthCookie": data["ticket"]}
@@ -155,8 +168,14 @@ def test_ticket_login_and_csrf(pvesim: PvesimAdmin) -> None:
     path = base + f"{N}/qemu/9000/config"
     resp = requests.put(path, data={"description": "x"}, cookies=cookies, verify=conn["ca_file"], timeout=10)
     assert resp.status_code == 401 and resp.reason == "Permission denied - invalid csrf token"
-    resp = requests.put(path, data={"description": "x"}, cookies=cookies, headers={"CSRFPreventionToken": data["CSRFPreventionToken"]},
-                        verify=conn["ca_file"], timeout=10)
+    resp = requests.put(
+        path,
+        data={"description": "x"},
+        cookies=cookies,
+        headers={"CSRFPreventionToken": data["CSRFPreventionToken"]},
+        verify=conn["ca_file"],
+        timeout=10,
+    )
     assert resp.status_code == 200 and resp.json() == {"data": None}
     log = pvesim.requests(path_regex="access/ticket")
     assert log and all(e["params"]["password"] == "<redacted>" for e in log)
@@ -168,10 +187,13 @@ def test_permissions_403(limited: Api, api: Api, pvesim: PvesimAdmin) -> None:
     assert resp.status_code == 403
     assert resp.json()["message"] == "Permission check failed (/vms/9000, VM.Clone)\n"
     resp = api.post(f"{N}/qemu/9000/clone", newid=201, pool="nopool")  # RPCEnvironment::check_pool_exist
-    assert resp.status_code == 403 and resp.json()["message"] == "Permission check failed (pool 'nopool' does not exist)\n"
+    assert (
+        resp.status_code == 403 and resp.json()["message"] == "Permission check failed (pool 'nopool' does not exist)\n"
+    )
     conn = pvesim.connection
-    ProxmoxAPI(conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"]).pools.post(
-        poolid="nopriv")
+    ProxmoxAPI(
+        conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"]
+    ).pools.post(poolid="nopriv")
     resp = api.post(f"{N}/qemu/9000/clone", newid=201, pool="nopriv")  # and/or form: VM.Allocate on /vms/201 is enough
     assert resp.status_code != 403
 
@@ -194,6 +216,7 @@ def test_access_permissions(api: Api) -> None:
 
 # --- clone, locks, concurrency ----------------------------------------------------------------
 
+
 def test_clone_full_lifecycle(api: Api, pvesim: PvesimAdmin) -> None:
     pvesim.set_speed(2)  # slow enough to observe the lock
     upid = api.data(api.post(f"{N}/qemu/9000/clone", newid=201, name="web-1", full=1))
@@ -206,7 +229,12 @@ def test_clone_full_lifecycle(api: Api, pvesim: PvesimAdmin) -> None:
     assert resp.status_code == 500 and resp.json()["message"] == "VM is locked (clone)\n"
     pvesim.set_speed(50)
     st = api.wait(upid)
-    assert st["exitstatus"] == "OK" and st["type"] == "qmclone" and st["user"] == "vmanyware@pve" and st["tokenid"] == "full"
+    assert (
+        st["exitstatus"] == "OK"
+        and st["type"] == "qmclone"
+        and st["user"] == "vmanyware@pve"
+        and st["tokenid"] == "full"
+    )
     conf = api.data(api.get(f"{N}/qemu/201/config"))
     assert "lock" not in conf and "template" not in conf and conf["name"] == "web-1"
     assert conf["scsi0"] == "local-lvm:vm-201-disk-0,size=8G"
@@ -215,7 +243,12 @@ def test_clone_full_lifecycle(api: Api, pvesim: PvesimAdmin) -> None:
     assert conf["net0"] != tmpl["net0"] and conf["net0"].startswith("virtio=BC:24:11:")
     assert conf["smbios1"] != tmpl["smbios1"]
     status = api.data(api.get(f"{N}/qemu/201/status/current"))
-    assert status["status"] == "stopped" and status["qmpstatus"] == "stopped" and status["agent"] == 1 and status["name"] == "web-1"
+    assert (
+        status["status"] == "stopped"
+        and status["qmpstatus"] == "stopped"
+        and status["agent"] == 1
+        and status["name"] == "web-1"
+    )
 
 
 def test_linked_clone_default_for_template(api: Api) -> None:
@@ -270,6 +303,7 @@ def test_clone_disk_full(api: Api, pvesim: PvesimAdmin) -> None:
 
 # --- config updates -------------------------------------------------------------------------
 
+
 def test_config_put_post_digest_delete(api: Api, clone201: dict[str, t.Any]) -> None:
     del clone201
     conf = api.data(api.get(f"{N}/qemu/201/config"))
@@ -278,8 +312,14 @@ def test_config_put_post_digest_delete(api: Api, clone201: dict[str, t.Any]) -> 
     assert api.data(api.put(f"{N}/qemu/201/config", digest=conf["digest"], cores=4, delete="vga")) is None
     new = api.data(api.get(f"{N}/qemu/201/config"))
     assert new["cores"] == 4 and "vga" not in new and new["digest"] != conf["digest"]
-    upid = api.data(api.post(f"{N}/qemu/201/config", memory="4096", sshkeys="ssh-ed25519%20AAAAC3Nz%20me%40host",
-                             ipconfig0="ip=10.0.0.5/24,gw=10.0.0.1"))
+    upid = api.data(
+        api.post(
+            f"{N}/qemu/201/config",
+            memory="4096",
+            sshkeys="ssh-ed25519%20AAAAC3Nz%20me%40host",
+            ipconfig0="ip=10.0.0.5/24,gw=10.0.0.1",
+        )
+    )
     assert ":qmconfig:201:" in upid and api.wait(upid)["exitstatus"] == "OK"
     new = api.data(api.get(f"{N}/qemu/201/config"))
     assert new["memory"] == "4096" and new["sshkeys"] == "ssh-ed25519%20AAAAC3Nz%20me%40host"
@@ -316,6 +356,7 @@ def test_pending_on_running_vm(api: Api, clone201: dict[str, t.Any]) -> None:
 
 # --- power state ----------------------------------------------------------------------------
 
+
 def test_start_stop_state_machine(api: Api, clone201: dict[str, t.Any], pvesim: PvesimAdmin) -> None:
     del clone201
     resp = api.post(f"{N}/qemu/9000/status/start")  # the token only has VM.Clone + VM.Audit on /vms/9000 (ACL override)
@@ -343,20 +384,27 @@ def test_start_missing_bridge(api: Api, pvesim: PvesimAdmin, clone201: dict[str,
 
 # --- resize ---------------------------------------------------------------------------------
 
+
 def test_resize(api: Api, clone201: dict[str, t.Any]) -> None:
     del clone201
     st = api.run("PUT", f"{N}/qemu/201/resize", disk="scsi0", size="+2G")
     assert st["type"] == "resize" and st["exitstatus"] == "OK"
     assert api.data(api.get(f"{N}/qemu/201/config"))["scsi0"] == "local-lvm:vm-201-disk-0,size=10G"
     assert api.run("PUT", f"{N}/qemu/201/resize", disk="scsi0", size="12G")["exitstatus"] == "OK"
-    assert api.run("PUT", f"{N}/qemu/201/resize", disk="scsi0", size="4G")["exitstatus"] == "shrinking disks is not supported"
-    assert api.run("PUT", f"{N}/qemu/201/resize", disk="scsi5", size="4G")["exitstatus"] == "disk 'scsi5' does not exist"
+    assert (
+        api.run("PUT", f"{N}/qemu/201/resize", disk="scsi0", size="4G")["exitstatus"]
+        == "shrinking disks is not supported"
+    )
+    assert (
+        api.run("PUT", f"{N}/qemu/201/resize", disk="scsi5", size="4G")["exitstatus"] == "disk 'scsi5' does not exist"
+    )
     assert api.run("PUT", f"{N}/qemu/201/resize", disk="ide2", size="+1G")["exitstatus"] == "you can't resize a cdrom"
     st = api.run("PUT", f"{N}/qemu/201/resize", disk="scsi0", size="+1G", digest="0" * 40)
     assert st["exitstatus"] == "checksum mismatch (file change by other user?)"
 
 
 # --- tasks ----------------------------------------------------------------------------------
+
 
 def test_task_log_paging_and_list_filters(api: Api, clone201: dict[str, t.Any]) -> None:
     upid = clone201["upid"]
@@ -368,7 +416,11 @@ def test_task_log_paging_and_list_filters(api: Api, clone201: dict[str, t.Any]) 
     failed = api.run("POST", f"{N}/qemu/201/status/start")
     assert failed["exitstatus"] == "VM 201 already running"
     tasks = api.get(f"{N}/tasks").json()
-    assert tasks["total"] == 3 and [t_["type"] for t_ in tasks["data"]] == ["qmstart", "qmstart", "qmclone"]  # newest first
+    assert tasks["total"] == 3 and [t_["type"] for t_ in tasks["data"]] == [
+        "qmstart",
+        "qmstart",
+        "qmclone",
+    ]  # newest first
     assert tasks["data"][0]["status"] == "VM 201 already running" and "endtime" in tasks["data"][0]
     assert [x["type"] for x in api.data(api.get(f"{N}/tasks", typefilter="qmclone"))] == ["qmclone"]
     assert [x["id"] for x in api.data(api.get(f"{N}/tasks", vmid=201))] == ["201", "201"]
@@ -397,6 +449,7 @@ def test_task_unknown_upid(api: Api) -> None:
 
 # --- snapshots ------------------------------------------------------------------------------
 
+
 def test_snapshots(api: Api, clone201: dict[str, t.Any]) -> None:
     del clone201
     for name in ("current", "pending", "PENDING"):
@@ -405,7 +458,10 @@ def test_snapshots(api: Api, clone201: dict[str, t.Any]) -> None:
         assert resp.json()["message"] == f"unable to use snapshot name '{name.lower()}' (reserved name)\n"
     st = api.run("POST", f"{N}/qemu/201/snapshot", snapname="before", description="pre-change")
     assert st["type"] == "qmsnapshot" and st["exitstatus"] == "OK"
-    assert api.run("POST", f"{N}/qemu/201/snapshot", snapname="before")["exitstatus"] == "snapshot name 'before' already used"
+    assert (
+        api.run("POST", f"{N}/qemu/201/snapshot", snapname="before")["exitstatus"]
+        == "snapshot name 'before' already used"
+    )
     snaps = api.data(api.get(f"{N}/qemu/201/snapshot"))
     assert [s["name"] for s in snaps] == ["before", "current"]
     assert snaps[1]["parent"] == "before" and snaps[1]["description"] == "You are here!"
@@ -419,7 +475,9 @@ def test_snapshots(api: Api, clone201: dict[str, t.Any]) -> None:
     api.run("POST", f"{N}/qemu/201/status/start")
     assert api.run("POST", f"{N}/qemu/201/snapshot", snapname="withram", vmstate=1)["exitstatus"] == "OK"
     snaps = {s["name"]: s for s in api.data(api.get(f"{N}/qemu/201/snapshot"))}
-    assert snaps["withram"]["vmstate"] == 1 and snaps["withram"]["parent"] == "before" and snaps["current"]["running"] == 1
+    assert (
+        snaps["withram"]["vmstate"] == 1 and snaps["withram"]["parent"] == "before" and snaps["current"]["running"] == 1
+    )
     assert api.run("DELETE", f"{N}/qemu/201/snapshot/before")["exitstatus"] == "OK"
     assert api.run("DELETE", f"{N}/qemu/201/snapshot/nope")["exitstatus"] == "snapshot 'nope' does not exist"
     assert [s["name"] for s in api.data(api.get(f"{N}/qemu/201/snapshot"))] == ["withram", "current"]
@@ -454,7 +512,9 @@ def test_destroy_refusals_like_pve(api: Api, clone201: dict[str, t.Any], pvesim:
 
 
 @pytest.mark.parametrize("unreferenced", [0, 1])
-def test_destroy_unreferenced_disks(api: Api, clone201: dict[str, t.Any], pvesim: PvesimAdmin, unreferenced: int) -> None:
+def test_destroy_unreferenced_disks(
+    api: Api, clone201: dict[str, t.Any], pvesim: PvesimAdmin, unreferenced: int
+) -> None:
     del clone201
     assert api.run("POST", f"{N}/qemu/201/config", scsi1="local-lvm:1")["exitstatus"] == "OK"
     api.data(api.put(f"{N}/qemu/201/config", delete="scsi1"))  # detached: unused0
@@ -470,10 +530,17 @@ def test_destroy_unreferenced_disks(api: Api, clone201: dict[str, t.Any], pvesim
 
 # --- cloud-init and agent -------------------------------------------------------------------
 
+
 def test_cloudinit_dump_and_pending(api: Api, clone201: dict[str, t.Any]) -> None:
     del clone201
-    api.data(api.put(f"{N}/qemu/201/config", ciuser="admin", ipconfig0="ip=10.0.0.5/24,gw=10.0.0.1",
-                     sshkeys="ssh-ed25519%20AAAAC3Nz%20me"))
+    api.data(
+        api.put(
+            f"{N}/qemu/201/config",
+            ciuser="admin",
+            ipconfig0="ip=10.0.0.5/24,gw=10.0.0.1",
+            sshkeys="ssh-ed25519%20AAAAC3Nz%20me",
+        )
+    )
     user = api.data(api.get(f"{N}/qemu/201/cloudinit/dump", type="user"))
     assert user.startswith("#cloud-config") and "admin" in user and "ssh-ed25519 AAAAC3Nz me" in user
     net = api.data(api.get(f"{N}/qemu/201/cloudinit/dump", type="network"))
@@ -532,8 +599,10 @@ def test_agent_call_waits_the_availability_ping(api: Api, clone201: dict[str, t.
 
 # --- proxmoxer as an independent client -----------------------------------------------------
 
+
 def test_proxmoxer_flow(prox: t.Any, pvesim: PvesimAdmin) -> None:
     from proxmoxer.core import ResourceException
+
     assert prox.version.get()["version"] == "9.1.3"
     node = prox.nodes("pve-test")
     upid = node.qemu(9000).clone.post(newid=300, name="px", full=1)

@@ -103,7 +103,10 @@ class TestGoldenUserData:
         raw = "ssh-ed25519%20AAAA%2Bplus+literal%20me%40host%0A%0A%20%20%0Assh-rsa%20BBB%3D%3D%20x%20y%0A"
         user = render({"sshkeys": raw}, 100, "n")["user"]
         assert "  - ssh-ed25519 AAAA+plus+literal me@host\n  - ssh-rsa BBB== x y\n" in user
-        assert yaml.safe_load(user)["ssh_authorized_keys"] == ["ssh-ed25519 AAAA+plus+literal me@host", "ssh-rsa BBB== x y"]
+        assert yaml.safe_load(user)["ssh_authorized_keys"] == [
+            "ssh-ed25519 AAAA+plus+literal me@host",
+            "ssh-rsa BBB== x y",
+        ]
 
     def test_password_masked_but_meta_unchanged(self) -> None:
         config = {"cipassword": "secret"}
@@ -144,7 +147,9 @@ class TestGoldenNetwork:
 
     def test_host_dns_and_skips(self) -> None:
         config = {"net0": NET0, "net1": "virtio=BC:24:11:00:00:09", "ipconfig5": "ip=dhcp", "ipconfig1": "gw=10.0.0.1"}
-        out = render(config, 100, "n", host_dns={"search": "a.lan b.lan", "dns1": "10.0.0.53", "dns2": "", "dns3": "10.0.0.54"})
+        out = render(
+            config, 100, "n", host_dns={"search": "a.lan b.lan", "dns1": "10.0.0.53", "dns2": "", "dns3": "10.0.0.54"}
+        )
         assert out["network"] == (
             "version: 1\nconfig:\n"
             "    - type: physical\n      name: eth1\n      mac_address: 'bc:24:11:00:00:09'\n      subnets:\n"
@@ -167,7 +172,9 @@ class TestGoldenNetwork:
         assert cloudinit.parse_ipconfig("ip=dhcp,gw=1.2.3.4") is None
 
     def test_windows_defaults_to_configdrive2(self) -> None:
-        out = render({"ostype": "win11", "net0": NET0, "ipconfig0": "ip=10.0.0.5/24,gw=10.0.0.1"}, 100, "n", host_dns={})
+        out = render(
+            {"ostype": "win11", "net0": NET0, "ipconfig0": "ip=10.0.0.5/24,gw=10.0.0.1"}, 100, "n", host_dns={}
+        )
         assert out["network"] == (
             "auto lo\niface lo inet loopback\n\nauto eth0\niface eth0 inet static\n"
             "        address 10.0.0.5\n        netmask 255.255.255.0\n        gateway 10.0.0.1\n"
@@ -225,7 +232,9 @@ class TestPending:
         assert "memory" not in snap and "net31" in snap and "name" in snap
 
 
-SAFE = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@.-_+=/% ", min_size=1, max_size=30)
+SAFE = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@.-_+=/% ", min_size=1, max_size=30
+)
 B64 = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=", min_size=4, max_size=60)
 KEYTYPE = st.sampled_from(["ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "sk-ssh-ed25519@openssh.com"])
 KEYLINE = st.builds(lambda t, b, c: f"{t} {b} {c}".strip(), KEYTYPE, B64, SAFE)
@@ -234,9 +243,15 @@ MAC = st.lists(st.integers(0, 255), min_size=6, max_size=6).map(lambda b: ":".jo
 
 class TestProperties:
     @settings(max_examples=60, deadline=None)
-    @given(keys=st.lists(KEYLINE, min_size=1, max_size=4), name=st.from_regex(r"[a-z][a-z0-9-]{0,14}", fullmatch=True),
-           upgrade=st.sampled_from([None, "0", "1"]), user=st.one_of(st.none(), st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True)))
-    def test_user_data_is_yaml_and_keys_round_trip(self, keys: list[str], name: str, upgrade: str | None, user: str | None) -> None:
+    @given(
+        keys=st.lists(KEYLINE, min_size=1, max_size=4),
+        name=st.from_regex(r"[a-z][a-z0-9-]{0,14}", fullmatch=True),
+        upgrade=st.sampled_from([None, "0", "1"]),
+        user=st.one_of(st.none(), st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True)),
+    )
+    def test_user_data_is_yaml_and_keys_round_trip(
+        self, keys: list[str], name: str, upgrade: str | None, user: str | None
+    ) -> None:
         config = {"name": name, "sshkeys": encode(keys)}
         if upgrade is not None:
             config["ciupgrade"] = upgrade

@@ -46,8 +46,12 @@ def return_errors(schema: dict[str, t.Any], value: t.Any, where: str = "data") -
             errors += return_errors(schema.get("items", {}), item, f"{where}[{index}]")
     if kind == "object" and "properties" in schema:
         props = schema["properties"]
-        errors += [f"{where}.{key}: unknown" for key in value if key not in props and not schema.get("additionalProperties")]
-        errors += [f"{where}.{key}: missing" for key, sub in props.items() if key not in value and not sub.get("optional")]
+        errors += [
+            f"{where}.{key}: unknown" for key in value if key not in props and not schema.get("additionalProperties")
+        ]
+        errors += [
+            f"{where}.{key}: missing" for key, sub in props.items() if key not in value and not sub.get("optional")
+        ]
         for key, item in value.items():
             if key in props:
                 errors += return_errors(props[key], item, f"{where}.{key}")
@@ -60,9 +64,13 @@ def returns_ok(method: str, path: str, data: t.Any) -> list[str]:
 
 
 def test_return_checker_finds_errors() -> None:
-    assert returns_ok("GET", "/cluster/status", [{"type": "bogus", "id": "x", "name": "n"}]) == ["data[0].type: not in enum"]
+    assert returns_ok("GET", "/cluster/status", [{"type": "bogus", "id": "x", "name": "n"}]) == [
+        "data[0].type: not in enum"
+    ]
     assert returns_ok("GET", "/cluster/status", [{"type": "node", "name": "n", "extra": 1}]) == [
-        "data[0].extra: unknown", "data[0].id: missing"]
+        "data[0].extra: unknown",
+        "data[0].id: missing",
+    ]
 
 
 def test_cluster_status_lists_three_nodes(cluster: PvesimAdmin, api: Api) -> None:
@@ -71,7 +79,10 @@ def test_cluster_status_lists_three_nodes(cluster: PvesimAdmin, api: Api) -> Non
     head, *nodes = status
     assert head == {"id": "cluster", "type": "cluster", "name": "vmanyware-lab", "nodes": 3, "quorate": 1, "version": 3}
     assert [(n["name"], n["nodeid"], n["online"], n["local"]) for n in nodes] == [
-        ("pve-test", 1, 1, 1), ("pve-test2", 2, 1, 0), ("pve-test3", 3, 1, 0)]
+        ("pve-test", 1, 1, 1),
+        ("pve-test2", 2, 1, 0),
+        ("pve-test3", 3, 1, 0),
+    ]
     assert [n["node"] for n in api.data(api.get("/nodes"))] == ["pve-test", "pve-test2", "pve-test3"]
     assert api.data(api.get("/nodes/pve-test3/status"))["pveversion"].startswith("pve-manager/9.1")
     assert cluster.schema_violations() == []
@@ -94,7 +105,9 @@ def test_requests_for_another_member_are_served_by_that_node(cluster: PvesimAdmi
 
 
 def test_clone_to_another_node_and_its_tasks(cluster: PvesimAdmin, api: Api) -> None:
-    upid = api.data(api.post("/nodes/pve-test/qemu/9000/clone", newid=301, name="far", full=1, storage="shared", target="pve-test2"))
+    upid = api.data(
+        api.post("/nodes/pve-test/qemu/9000/clone", newid=301, name="far", full=1, storage="shared", target="pve-test2")
+    )
     assert upid.startswith("UPID:pve-test:")  # the clone worker runs on the source node
     assert api.wait(upid)["exitstatus"] == "OK"
     assert api.get(f"/nodes/pve-test2/tasks/{upid}/status").status_code == 500  # each node keeps its own task log

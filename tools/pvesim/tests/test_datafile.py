@@ -24,8 +24,12 @@ FAULTS = [{"action": "task_error", "path": "/nodes/.*/qemu/.*/clone"}]
 def test_yaml_and_json_give_the_same_data(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     # JSON is valid YAML, so the YAML files carry YAML block syntax to show they are parsed as YAML
-    path.write_text(json.dumps(TIMINGS) if name.endswith(".json") else
-                    "tasks:\n  qmclone_full: 3\n  qmstart: 0.5\nguest:\n  agent_up_after: 2\n", encoding="utf-8")
+    path.write_text(
+        json.dumps(TIMINGS)
+        if name.endswith(".json")
+        else "tasks:\n  qmclone_full: 3\n  qmstart: 0.5\nguest:\n  agent_up_after: 2\n",
+        encoding="utf-8",
+    )
     assert load_data_file(str(path)) == TIMINGS
     assert load_timings_file(str(path)) == TIMINGS
 

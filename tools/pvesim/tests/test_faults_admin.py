@@ -24,7 +24,9 @@ N = "/nodes/pve-test"
 
 
 def test_http_error_nth_occurrence(api: Api, pvesim: PvesimAdmin) -> None:
-    fid = pvesim.add_fault(method="GET", path=r"^/version$", action="http_error", occurrence=2, status=596, message="Connection timed out")
+    fid = pvesim.add_fault(
+        method="GET", path=r"^/version$", action="http_error", occurrence=2, status=596, message="Connection timed out"
+    )
     assert fid.startswith("fault-")
     assert api.get("/version").status_code == 200
     resp = api.get("/version")
@@ -70,7 +72,9 @@ def test_delay(api: Api, pvesim: PvesimAdmin) -> None:
 
 
 def test_task_error_and_warnings(api: Api, pvesim: PvesimAdmin) -> None:
-    pvesim.add_fault(method="POST", path="/clone$", action="task_error", occurrence=1, message="clone failed: simulated")
+    pvesim.add_fault(
+        method="POST", path="/clone$", action="task_error", occurrence=1, message="clone failed: simulated"
+    )
     st = api.run("POST", f"{N}/qemu/9000/clone", newid=201, full=1)
     assert st["exitstatus"] == "clone failed: simulated"
     assert api.get(f"{N}/qemu/201/config").status_code == 500
@@ -119,7 +123,13 @@ def test_guest_knob_dhcp_never(api: Api, pvesim: PvesimAdmin) -> None:
     api.run("POST", f"{N}/qemu/201/status/start")
     time.sleep(0.3)
     ifaces = api.data(api.get(f"{N}/qemu/201/agent/network-get-interfaces"))["result"]
-    addrs = [a["ip-address"] for i in ifaces if i["name"] != "lo" for a in i.get("ip-addresses", []) if a["ip-address-type"] == "ipv4"]
+    addrs = [
+        a["ip-address"]
+        for i in ifaces
+        if i["name"] != "lo"
+        for a in i.get("ip-addresses", [])
+        if a["ip-address-type"] == "ipv4"
+    ]
     assert addrs == []
     with pytest.raises(RuntimeError):
         pvesim.set_guest(201, no_such_knob=True)
@@ -167,7 +177,9 @@ def test_faults_file_and_startup_time() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ffile = os.path.join(tmp, "faults.yaml")
         with open(ffile, "w", encoding="utf-8") as fh:
-            fh.write("- {method: GET, path: ^/version$, occurrence: every, action: http_error, status: 503, message: busy}\n")
+            fh.write(
+                "- {method: GET, path: ^/version$, occurrence: every, action: http_error, status: 503, message: busy}\n"
+            )
         start = time.monotonic()
         proc, conn = start_server(os.path.join(tmp, "state"), extra=["--faults", ffile])
         elapsed = time.monotonic() - start
@@ -178,8 +190,19 @@ def test_faults_file_and_startup_time() -> None:
             assert resp.status_code == 503 and resp.json()["message"] == "busy\n"
             with open(os.path.join(tmp, "state", "connection.json"), encoding="utf-8") as fh:
                 data = json.load(fh)
-            assert set(data) >= {"url", "host", "port", "ca_file", "fingerprint_sha256", "node", "template_vmid", "storage", "bridge",
-                                 "tokens", "admin_token"}
+            assert set(data) >= {
+                "url",
+                "host",
+                "port",
+                "ca_file",
+                "fingerprint_sha256",
+                "node",
+                "template_vmid",
+                "storage",
+                "bridge",
+                "tokens",
+                "admin_token",
+            }
             assert len(data["fingerprint_sha256"].split(":")) == 32
         finally:
             stop_server(proc)
@@ -216,10 +239,14 @@ def test_error_after_effect_runs_the_handler_then_answers_500(api: Api, pvesim: 
     resp = api.post(f"{N}/qemu/9000/clone", newid=201, full=1)
     assert resp.status_code == 500 and resp.json()["message"] == "guest-exec failed - got timeout\n"
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not [t for t in pvesim.tasks() if t.get("type") == "qmclone" and t.get("status") == "OK"]:
+    while time.monotonic() < deadline and not [
+        t for t in pvesim.tasks() if t.get("type") == "qmclone" and t.get("status") == "OK"
+    ]:
         time.sleep(0.05)
     assert api.get(f"{N}/qemu/201/config").status_code == 200  # the clone happened although the reply said it failed
-    pvesim.add_fault(method="POST", path=r"/status/start$", action="error_after_effect", occurrence=1, status=503, message="busy")
+    pvesim.add_fault(
+        method="POST", path=r"/status/start$", action="error_after_effect", occurrence=1, status=503, message="busy"
+    )
     resp = api.post(f"{N}/qemu/201/status/start")
     assert resp.status_code == 503 and resp.json()["message"] == "busy\n"
 
@@ -237,12 +264,19 @@ def _guest_file(api: Api, path: str) -> str | None:
     return t.cast(str, resp.json()["data"]["content"]) if resp.status_code == 200 else None
 
 
-def test_error_after_effect_on_agent_exec_starts_the_wrapped_command_in_the_guest(api: Api, pvesim: PvesimAdmin) -> None:
+def test_error_after_effect_on_agent_exec_starts_the_wrapped_command_in_the_guest(
+    api: Api, pvesim: PvesimAdmin
+) -> None:
     from pvesim.guest.commands import EXEC_WRAPPER  # pylint: disable=import-outside-toplevel
+
     _booted(api)
     marker = "/var/lib/vmanyware-exec-test-1"
     pvesim.add_fault(method="POST", path=r"/agent/exec$", action="error_after_effect", occurrence=1)
-    resp = api.req("POST", f"{N}/qemu/201/agent/exec", data={"command": ["/bin/sh", "-c", EXEC_WRAPPER, "vmanyware", marker, "/bin/false"]})
+    resp = api.req(
+        "POST",
+        f"{N}/qemu/201/agent/exec",
+        data={"command": ["/bin/sh", "-c", EXEC_WRAPPER, "vmanyware", marker, "/bin/false"]},
+    )
     assert resp.status_code == 500 and resp.json()["message"] == "guest-exec failed - got timeout\n"
     # The command started all the same: the wrapper's marker shows it, and its exit code once it ended.
     assert _guest_file(api, marker + ".started") == ""
@@ -256,9 +290,15 @@ def test_error_after_effect_on_agent_exec_starts_the_wrapped_command_in_the_gues
     time.sleep(0.3)
     assert api.data(api.get(f"{N}/qemu/201/agent/exec-status", pid=again))["exitcode"] == 125
     late = "/var/lib/vmanyware-exec-test-2"
-    assert api.post(f"{N}/qemu/201/agent/file-write", file=late + ".superseded", content="superseded\n").status_code == 200
+    assert (
+        api.post(f"{N}/qemu/201/agent/file-write", file=late + ".superseded", content="superseded\n").status_code == 200
+    )
     assert _guest_file(api, late + ".started") is None
-    api.req("POST", f"{N}/qemu/201/agent/exec", data={"command": ["/bin/sh", "-c", EXEC_WRAPPER, "vmanyware", late, "/bin/true"]})
+    api.req(
+        "POST",
+        f"{N}/qemu/201/agent/exec",
+        data={"command": ["/bin/sh", "-c", EXEC_WRAPPER, "vmanyware", late, "/bin/true"]},
+    )
     assert _guest_file(api, late + ".exit") == "superseded\n"
     # Any other sh script is refused by the simulated guest (it runs only the wrapper).
     other = api.data(api.req("POST", f"{N}/qemu/201/agent/exec", data={"command": ["/bin/sh", "-c", "true"]}))["pid"]

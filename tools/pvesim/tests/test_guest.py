@@ -56,18 +56,27 @@ def make(
     up: bool = True,
     **overrides: str,
 ) -> tuple[SimulatedGuest, FakeClock]:
-    config = {"name": "web1", "net0": f"virtio={MAC},bridge=vmbr0", "ipconfig0": "ip=dhcp", "agent": "1",
-              "sshkeys": quote(KEY + "\n", safe="")}
+    config = {
+        "name": "web1",
+        "net0": f"virtio={MAC},bridge=vmbr0",
+        "ipconfig0": "ip=dhcp",
+        "agent": "1",
+        "sshkeys": quote(KEY + "\n", safe=""),
+    }
     config.update(overrides)
     config = {k: v for k, v in config.items() if v != ""}
     clock = FakeClock()
-    guest = SimulatedGuest(vmid, config, drive_files(config, vmid, "pve1"), clock, timing or GuestTiming(), faults or GuestFaults())
+    guest = SimulatedGuest(
+        vmid, config, drive_files(config, vmid, "pve1"), clock, timing or GuestTiming(), faults or GuestFaults()
+    )
     if up:
         clock.advance(8.0)
     return guest, clock
 
 
-def run(guest: SimulatedGuest, clock: FakeClock, argv: list[str], input_data: str | None = None, wait: float = 30.0) -> dict[str, Any]:
+def run(
+    guest: SimulatedGuest, clock: FakeClock, argv: list[str], input_data: str | None = None, wait: float = 30.0
+) -> dict[str, Any]:
     pid = guest.exec(argv, input_data)
     clock.advance(wait)
     return guest.exec_status(pid)
@@ -87,7 +96,12 @@ class TestAgentTimeline:
     def test_agent_never(self) -> None:
         guest, clock = make(faults=GuestFaults(agent_never=True))
         clock.advance(3600)
-        for call in (guest.ping, guest.network_get_interfaces, lambda: guest.exec(["true"]), lambda: guest.file_read("/etc/hostname")):
+        for call in (
+            guest.ping,
+            guest.network_get_interfaces,
+            lambda: guest.exec(["true"]),
+            lambda: guest.file_read("/etc/hostname"),
+        ):
             with pytest.raises(AgentNotRunning):
                 call()
 
@@ -108,8 +122,12 @@ class TestNetwork:
             {"ip-address-type": "ipv6", "ip-address": "::1", "prefix": 128},
         ]
         assert eth0["hardware-address"] == MAC.lower()
-        assert eth0["ip-addresses"] == [{"ip-address-type": "ipv6", "ip-address": "fe80::be24:11ff:feaa:bbcc", "prefix": 64}]
-        assert set(eth0["statistics"]) == {f"{d}-{k}" for d in ("rx", "tx") for k in ("bytes", "packets", "errs", "dropped")}
+        assert eth0["ip-addresses"] == [
+            {"ip-address-type": "ipv6", "ip-address": "fe80::be24:11ff:feaa:bbcc", "prefix": 64}
+        ]
+        assert set(eth0["statistics"]) == {
+            f"{d}-{k}" for d in ("rx", "tx") for k in ("bytes", "packets", "errs", "dropped")
+        }
         clock.advance(2.0)
         addrs = guest.network_get_interfaces()[1]["ip-addresses"]
         assert addrs[0] == {"ip-address-type": "ipv4", "ip-address": "10.10.0.102", "prefix": 24}
@@ -122,7 +140,11 @@ class TestNetwork:
 
     def test_static_address_is_there_when_agent_is(self) -> None:
         guest, _clock = make(ipconfig0="ip=192.0.2.7/26,gw=192.0.2.1")
-        assert guest.network_get_interfaces()[1]["ip-addresses"][0] == {"ip-address-type": "ipv4", "ip-address": "192.0.2.7", "prefix": 26}
+        assert guest.network_get_interfaces()[1]["ip-addresses"][0] == {
+            "ip-address-type": "ipv4",
+            "ip-address": "192.0.2.7",
+            "prefix": 26,
+        }
 
     def test_nic_without_ipconfig_keeps_predictable_name(self) -> None:
         guest, clock = make(net1="virtio=BC:24:11:00:00:01,bridge=vmbr1")
@@ -168,15 +190,24 @@ class TestExec:
         guest, clock = make()
         with pytest.raises(AgentCommandError) as err:
             guest.exec(["/usr/bin/nope", "x"])
-        assert err.value.desc == "Guest agent command failed, error was 'Failed to execute child process \u201c/usr/bin/nope\u201d (No such file or directory)'"
+        assert (
+            err.value.desc
+            == "Guest agent command failed, error was 'Failed to execute child process \u201c/usr/bin/nope\u201d (No such file or directory)'"
+        )
         res = run(guest, clock, ["/usr/bin/env", "A=1", "nope"])
-        assert res["exitcode"] == 127 and res["err-data"] == "/usr/bin/env: \u2018nope\u2019: No such file or directory\n"
+        assert (
+            res["exitcode"] == 127 and res["err-data"] == "/usr/bin/env: \u2018nope\u2019: No such file or directory\n"
+        )
 
     def test_cat_and_stdin(self) -> None:
         guest, clock = make()
         assert run(guest, clock, ["cat"], input_data="hello")["out-data"] == "hello"
         res = run(guest, clock, ["cat", "/etc/hostname", "/nope"])
-        assert res["out-data"] == "web1\n" and res["exitcode"] == 1 and res["err-data"] == "cat: /nope: No such file or directory\n"
+        assert (
+            res["out-data"] == "web1\n"
+            and res["exitcode"] == 1
+            and res["err-data"] == "cat: /nope: No such file or directory\n"
+        )
 
 
 LONG_DONE = (
@@ -213,10 +244,13 @@ class TestCloudInitStatus:
         res = run(guest, clock, ["cloud-init", "status", "--long", "--wait"], wait=0.2)
         assert res["exitcode"] == 0 and res["out-data"] == "\n" + LONG_DONE
 
-    @pytest.mark.parametrize(("faults", "exitcode", "head"), [
-        (GuestFaults(cloudinit_error=True), 1, "status: error\nextended_status: error - done\n"),
-        (GuestFaults(cloudinit_recoverable_error=True), 2, "status: done\nextended_status: degraded done\n"),
-    ])
+    @pytest.mark.parametrize(
+        ("faults", "exitcode", "head"),
+        [
+            (GuestFaults(cloudinit_error=True), 1, "status: error\nextended_status: error - done\n"),
+            (GuestFaults(cloudinit_recoverable_error=True), 2, "status: done\nextended_status: degraded done\n"),
+        ],
+    )
     def test_wait_ends_when_cloudinit_fails(self, faults: GuestFaults, exitcode: int, head: str) -> None:
         guest, clock = make(faults=faults)
         pid = guest.exec(["cloud-init", "status", "--long", "--wait"])
@@ -287,7 +321,15 @@ class TestPackages:
     def test_install_flow(self) -> None:
         guest, clock = make()
         clock.advance(10)  # cloud-init (package_upgrade) done: lists fresh, lock free
-        apt = ["/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "--no-install-recommends", "--"]
+        apt = [
+            "/usr/bin/env",
+            "DEBIAN_FRONTEND=noninteractive",
+            "apt-get",
+            "install",
+            "-y",
+            "--no-install-recommends",
+            "--",
+        ]
         res = run(guest, clock, apt + ["jq", "nosuch", "curl=0.1"])
         assert res["exitcode"] == 100
         assert res["err-data"] == "E: Unable to locate package nosuch\nE: Version '0.1' for 'curl' was not found\n"
@@ -299,7 +341,12 @@ class TestPackages:
         res = guest.exec_status(pid)
         assert res["exitcode"] == 0 and f"Setting up jq ({jq}) ...\n" in res["out-data"]
         res = run(guest, clock, ["dpkg-query", "-W", "-f", DPKG_FMT, "jq", "curl"])
-        assert res == {"exited": 1, "exitcode": 0, "out-data": f"curl\t{curl}\tii \njq\t{jq}\tii \n", "out-truncated": 0}
+        assert res == {
+            "exited": 1,
+            "exitcode": 0,
+            "out-data": f"curl\t{curl}\tii \njq\t{jq}\tii \n",
+            "out-truncated": 0,
+        }
         res = run(guest, clock, apt + ["jq"])
         assert res["exitcode"] == 0 and f"jq is already the newest version ({jq}).\n" in res["out-data"]
         assert guest.installed_packages()["jq"] == jq
@@ -317,11 +364,18 @@ class TestPackages:
         index = load_index()
         assert len(index) > 60000 and all(versions for versions in index.values())
         sources = [line for line in provenance() if line.startswith("# source: ")]
-        assert [line.split()[2].split("/dists/")[1].split("/")[0] for line in sources] == ["trixie", "trixie-updates", "trixie-security"]
+        assert [line.split()[2].split("/dists/")[1].split("/")[0] for line in sources] == [
+            "trixie",
+            "trixie-updates",
+            "trixie-security",
+        ]
         assert all(" sha256=" in line and " release-date=" in line for line in sources)
         guest, clock = make()
         clock.advance(10)
-        assert run(guest, clock, ["apt-get", "install", "-y", "tmux-nosuch"])["err-data"] == "E: Unable to locate package tmux-nosuch\n"
+        assert (
+            run(guest, clock, ["apt-get", "install", "-y", "tmux-nosuch"])["err-data"]
+            == "E: Unable to locate package tmux-nosuch\n"
+        )
 
     def test_lists_empty_without_ciupgrade(self) -> None:
         guest, clock = make(ciupgrade="0")
@@ -335,7 +389,9 @@ class TestPackages:
         guest, clock = make()
         clock.advance(3)  # uptime 11: inside cloud-init's apt window
         res = run(guest, clock, ["apt-get", "install", "-y", "jq"], wait=1)
-        assert res["exitcode"] == 100 and res["err-data"].startswith("E: Could not get lock /var/lib/dpkg/lock-frontend.")
+        assert res["exitcode"] == 100 and res["err-data"].startswith(
+            "E: Could not get lock /var/lib/dpkg/lock-frontend."
+        )
 
     def test_repository_fault_and_downgrade(self) -> None:
         faults = GuestFaults(package_versions={"jq": ("1.7.1-6", "1.7.1-7")}, apt_lists_empty_at_boot=False)
@@ -344,10 +400,17 @@ class TestPackages:
         res = run(guest, clock, ["apt-get", "install", "-y", "jq=1.7.1-6"])
         assert res["exitcode"] == 100 and "without --allow-downgrades" in res["err-data"]
 
-    @pytest.mark.parametrize(("a", "b", "sign"), [
-        ("1:2.47.2-0.2", "2.50", 1), ("1.0~rc1", "1.0", -1), ("2:9.1.1230-2", "2:9.1.1230-10", -1),
-        ("12.10", "12.9", 1), ("1.7.1-6", "1.7.1-6", 0), ("1.0+deb13u1", "1.0", 1),
-    ])
+    @pytest.mark.parametrize(
+        ("a", "b", "sign"),
+        [
+            ("1:2.47.2-0.2", "2.50", 1),
+            ("1.0~rc1", "1.0", -1),
+            ("2:9.1.1230-2", "2:9.1.1230-10", -1),
+            ("12.10", "12.9", 1),
+            ("1.7.1-6", "1.7.1-6", 0),
+            ("1.0+deb13u1", "1.0", 1),
+        ],
+    )
     def test_version_compare(self, a: str, b: str, sign: int) -> None:
         result = dpkg_version_compare(a, b)
         assert (result > 0) - (result < 0) == sign
@@ -411,17 +474,29 @@ class TestUsers:
     def test_default_image_user(self) -> None:
         guest, _clock = make()
         assert guest.users() == [
-            {"name": "debian", "default": True, "ssh_authorized_keys": [KEY], "password_set": False, "home": "/home/debian"}
+            {
+                "name": "debian",
+                "default": True,
+                "ssh_authorized_keys": [KEY],
+                "password_set": False,
+                "home": "/home/debian",
+            }
         ]
 
     def test_ciuser(self) -> None:
         guest, clock = make(ciuser="ops", cipassword="$5$a$b")
         users = guest.users()
-        assert users[0]["name"] == "ops" and users[0]["password_set"] is True and users[0]["ssh_authorized_keys"] == [KEY]
+        assert (
+            users[0]["name"] == "ops" and users[0]["password_set"] is True and users[0]["ssh_authorized_keys"] == [KEY]
+        )
         clock.advance(10)
         assert guest.file_read("/home/ops/.ssh/authorized_keys")["content"] == KEY + "\n"
 
     def test_follows_given_seed(self) -> None:
-        seed = {"user": "#cloud-config\nusers:\n  - default\n  - name: extra\n    ssh_authorized_keys: [k1]\n", "network": "", "meta": ""}
+        seed = {
+            "user": "#cloud-config\nusers:\n  - default\n  - name: extra\n    ssh_authorized_keys: [k1]\n",
+            "network": "",
+            "meta": "",
+        }
         guest = SimulatedGuest(7, {"net0": f"virtio={MAC}"}, seed, FakeClock(), GuestTiming(), GuestFaults())
         assert [(u["name"], u["ssh_authorized_keys"]) for u in guest.users()] == [("debian", []), ("extra", ["k1"])]

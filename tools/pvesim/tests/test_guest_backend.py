@@ -23,8 +23,11 @@ IMPLEMENTATIONS = (SimulatedGuest, RealGuest)
 
 
 def _protocol_methods() -> dict[str, inspect.Signature]:
-    return {name: inspect.signature(fn) for name, fn in vars(GuestBackend).items()
-            if inspect.isfunction(fn) and not name.startswith("_")}
+    return {
+        name: inspect.signature(fn)
+        for name, fn in vars(GuestBackend).items()
+        if inspect.isfunction(fn) and not name.startswith("_")
+    }
 
 
 def _annotation(text: t.Any) -> str:
@@ -49,17 +52,29 @@ def mismatches(cls: type) -> list[str]:
                 problems.append(f"{cls.__name__}.{name}: parameter {i} is {got}, the protocol has {param}")
             elif param.name != "self" and _annotation(got.annotation) != _annotation(param.annotation):
                 problems.append(f"{cls.__name__}.{name}({param.name}): {got.annotation} != {param.annotation}")
-        for extra in have[len(want):]:
+        for extra in have[len(want) :]:
             if extra.default is inspect.Parameter.empty:
                 problems.append(f"{cls.__name__}.{name}: extra required parameter {extra.name}")
         if _annotation(impl.return_annotation) != _annotation(proto.return_annotation):
-            problems.append(f"{cls.__name__}.{name} returns {impl.return_annotation}, the protocol {proto.return_annotation}")
+            problems.append(
+                f"{cls.__name__}.{name} returns {impl.return_annotation}, the protocol {proto.return_annotation}"
+            )
     return problems
 
 
 def test_protocol_names_what_the_api_layer_calls() -> None:
-    assert set(_protocol_methods()) == {"ping", "network_get_interfaces", "get_osinfo", "get_info", "exec", "exec_status", "file_read", "file_write",
-                                        "stop", "admin_info"}
+    assert set(_protocol_methods()) == {
+        "ping",
+        "network_get_interfaces",
+        "get_osinfo",
+        "get_info",
+        "exec",
+        "exec_status",
+        "file_read",
+        "file_write",
+        "stop",
+        "admin_info",
+    }
     assert set(t.get_type_hints(GuestBackend)) == {"vmid", "faults", "timing"}
 
 
@@ -82,8 +97,12 @@ def test_the_check_fails_for_a_guest_without_a_method_or_with_another_signature(
 
 def test_instances_carry_the_attributes_the_api_reads(tmp_path: Path) -> None:
     simulated = SimulatedGuest(301, {"net0": "virtio=BC:24:11:AA:BB:CC,bridge=vmbr0"}, {}, lambda: 0.0)
-    backend = types.SimpleNamespace(vm_dir=lambda vmid: str(tmp_path / f"vm-{vmid}"), run_dir=lambda vmid: str(tmp_path / f"run-{vmid}"),
-                                    state_dir=str(tmp_path), accel="tcg")
+    backend = types.SimpleNamespace(
+        vm_dir=lambda vmid: str(tmp_path / f"vm-{vmid}"),
+        run_dir=lambda vmid: str(tmp_path / f"run-{vmid}"),
+        state_dir=str(tmp_path),
+        accel="tcg",
+    )
     real = RealGuest(backend, 302, {}, {})  # type: ignore[arg-type]  # only paths are computed; nothing starts
     for guest, vmid in ((simulated, 301), (real, 302)):
         assert isinstance(guest, GuestBackend)

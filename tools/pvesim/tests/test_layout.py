@@ -36,7 +36,7 @@ def imports_of(name: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
@@ -94,8 +94,11 @@ def test_no_import_cycle() -> None:
     assert not found, "import cycles in pvesim: %s" % found
 
 
-@pytest.mark.parametrize("path", sorted(path for path in ROOT.rglob("*.py") if "build" not in path.relative_to(ROOT).parts),
-                         ids=lambda path: str(path.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path",
+    sorted(path for path in ROOT.rglob("*.py") if "build" not in path.relative_to(ROOT).parts),
+    ids=lambda path: str(path.relative_to(ROOT)),
+)
 def test_no_file_over_the_limit(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, "%s has %d lines (at most %d)" % (path.relative_to(ROOT), lines, MAX_LINES)

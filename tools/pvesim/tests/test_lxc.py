@@ -46,9 +46,20 @@ def _download(api: Api) -> dict[str, t.Any]:
 
 
 def _create(api: Api, vmid: int = 310, **extra: t.Any) -> dict[str, t.Any]:
-    params = {"vmid": vmid, "ostemplate": OSTEMPLATE, "hostname": f"ct-{vmid}", "rootfs": "local-lvm:8", "cores": 2,
-              "memory": 1024, "swap": 0, "net0": "name=eth0,bridge=vmbr0,ip=dhcp", "ssh-public-keys": KEY,
-              "description": "vmanyware binding", "tags": "vmanyware", **extra}
+    params = {
+        "vmid": vmid,
+        "ostemplate": OSTEMPLATE,
+        "hostname": f"ct-{vmid}",
+        "rootfs": "local-lvm:8",
+        "cores": 2,
+        "memory": 1024,
+        "swap": 0,
+        "net0": "name=eth0,bridge=vmbr0,ip=dhcp",
+        "ssh-public-keys": KEY,
+        "description": "vmanyware binding",
+        "tags": "vmanyware",
+        **extra,
+    }
     return api.run("POST", f"{N}/lxc", **params)
 
 
@@ -67,7 +78,9 @@ def test_aplinfo_lists_and_downloads_into_vztmpl(api: Api, fast: PvesimAdmin) ->
     assert err(api.post(f"{N}/aplinfo", storage="local", template="nope_1.0_amd64.tar.zst"))[0] == 400
     # the permission check comes first (schema: Datastore.AllocateTemplate on the storage)
     assert err(api.post(f"{N}/aplinfo", storage="local-lvm", template=TEMPLATE)) == (
-        403, "Permission check failed (/storage/local-lvm, Datastore.AllocateTemplate)")
+        403,
+        "Permission check failed (/storage/local-lvm, Datastore.AllocateTemplate)",
+    )
     # the limited token has no privilege on /storage/local
     assert Api(fast.connection, "limited").post(f"{N}/aplinfo", storage="local", template=TEMPLATE).status_code == 403
 
@@ -80,7 +93,12 @@ def test_create_start_interfaces_snapshot_stop_destroy(api: Api, fast: PvesimAdm
     task = next(task for task in fast.tasks() if task["upid"] == st["upid"])
     assert (task["type"], task["id"]) == ("vzcreate", "310")
     conf = api.data(api.get(f"{N}/lxc/310/config"))
-    assert conf["hostname"] == "ct-310" and conf["unprivileged"] == 1 and conf["ostype"] == "debian" and conf["arch"] == "amd64"
+    assert (
+        conf["hostname"] == "ct-310"
+        and conf["unprivileged"] == 1
+        and conf["ostype"] == "debian"
+        and conf["arch"] == "amd64"
+    )
     assert conf["cores"] == 2 and conf["memory"] == 1024 and conf["swap"] == 0
     assert conf["rootfs"] == "local-lvm:vm-310-disk-0,size=8G"
     mac = re.fullmatch(r"name=eth0,bridge=vmbr0,hwaddr=(BC:24:11:[0-9A-F:]{8}),ip=dhcp,type=veth", conf["net0"])
@@ -88,9 +106,14 @@ def test_create_start_interfaces_snapshot_stop_destroy(api: Api, fast: PvesimAdm
     assert "ssh-public-keys" not in conf and conf["description"] == "vmanyware binding" and conf["tags"] == "vmanyware"
     assert fast.set_storage("local-lvm")["volumes"]["local-lvm:vm-310-disk-0"] == 8 << 30
     resources = {r["vmid"]: r for r in api.data(api.get("/cluster/resources", type="vm"))}
-    assert resources[310]["type"] == "lxc" and resources[310]["name"] == "ct-310" and resources[310]["tags"] == "vmanyware"
+    assert (
+        resources[310]["type"] == "lxc" and resources[310]["name"] == "ct-310" and resources[310]["tags"] == "vmanyware"
+    )
     assert api.get("/cluster/nextid", vmid=310).status_code == 400
-    assert err(api.post(f"{N}/lxc", vmid=310, ostemplate=OSTEMPLATE, rootfs="local-lvm:4"))[1] == "CT 310 already exists on node 'pve-test'"
+    assert (
+        err(api.post(f"{N}/lxc", vmid=310, ostemplate=OSTEMPLATE, rootfs="local-lvm:4"))[1]
+        == "CT 310 already exists on node 'pve-test'"
+    )
     assert err(api.get(f"{N}/lxc/310/interfaces")) == (500, "CT 310 is not running")
 
     assert api.run("POST", f"{N}/lxc/310/status/start")["exitstatus"] == "OK"
@@ -103,9 +126,13 @@ def test_create_start_interfaces_snapshot_stop_destroy(api: Api, fast: PvesimAdm
         assert ifaces[0]["name"] == "lo"
         eth0 = next(i for i in ifaces if i["name"] == "eth0")
         time.sleep(0.05)
-    assert eth0["hwaddr"] == mac.group(1).lower() and eth0["inet"].startswith("192.0.2.") and eth0["inet"].endswith("/24")
+    assert (
+        eth0["hwaddr"] == mac.group(1).lower() and eth0["inet"].startswith("192.0.2.") and eth0["inet"].endswith("/24")
+    )
 
-    assert api.run("POST", f"{N}/lxc/310/snapshot", snapname="ready", description="after packages")["exitstatus"] == "OK"
+    assert (
+        api.run("POST", f"{N}/lxc/310/snapshot", snapname="ready", description="after packages")["exitstatus"] == "OK"
+    )
     snaps = {s["name"]: s for s in api.data(api.get(f"{N}/lxc/310/snapshot"))}
     assert set(snaps) == {"ready", "current"} and snaps["current"]["parent"] == "ready"
     assert err(api.delete(f"{N}/lxc/310")) == (500, "unable to destroy CT 310 - container is running")
@@ -113,17 +140,28 @@ def test_create_start_interfaces_snapshot_stop_destroy(api: Api, fast: PvesimAdm
     assert err(api.post(f"{N}/lxc/310/status/stop")) == (500, "CT 310 not running")
     assert api.run("DELETE", f"{N}/lxc/310", purge=1)["exitstatus"] == "OK"
     assert "local-lvm:vm-310-disk-0" not in fast.set_storage("local-lvm")["volumes"]
-    assert err(api.get(f"{N}/lxc/310/config")) == (500, "Configuration file 'nodes/pve-test/lxc/310.conf' does not exist")
+    assert err(api.get(f"{N}/lxc/310/config")) == (
+        500,
+        "Configuration file 'nodes/pve-test/lxc/310.conf' does not exist",
+    )
     assert not fast.schema_violations()
 
 
 def test_create_rules_privileges_and_failures(api: Api, limited: Api, fast: PvesimAdmin) -> None:
     _download(api)
     # rootfs must be on a storage with rootdir content
-    assert err(api.post(f"{N}/lxc", vmid=311, ostemplate=OSTEMPLATE, rootfs="local:8")) == (400, "Parameter verification failed.")
+    assert err(api.post(f"{N}/lxc", vmid=311, ostemplate=OSTEMPLATE, rootfs="local:8")) == (
+        400,
+        "Parameter verification failed.",
+    )
     # privileged containers need Sys.Modify on /; features other than nesting are root@pam's
-    assert api.post(f"{N}/lxc", vmid=311, ostemplate=OSTEMPLATE, rootfs="local-lvm:4", unprivileged=0).status_code == 403
-    assert api.post(f"{N}/lxc", vmid=311, ostemplate=OSTEMPLATE, rootfs="local-lvm:4", features="keyctl=1").status_code == 403
+    assert (
+        api.post(f"{N}/lxc", vmid=311, ostemplate=OSTEMPLATE, rootfs="local-lvm:4", unprivileged=0).status_code == 403
+    )
+    assert (
+        api.post(f"{N}/lxc", vmid=311, ostemplate=OSTEMPLATE, rootfs="local-lvm:4", features="keyctl=1").status_code
+        == 403
+    )
     st = _create(api, 311, features="nesting=1")
     assert st["exitstatus"] == "OK" and api.data(api.get(f"{N}/lxc/311/config"))["features"] == "nesting=1"
     # the limited token cannot allocate space on local-lvm
@@ -149,7 +187,9 @@ def test_template_storage_needs_its_privileges(api: Api, pvesim: PvesimAdmin) ->
     """The demo full token alone may not read or fill the template storage (its ACL has no /storage/local)."""
     assert api.get(f"{N}/storage/local/content").status_code == 403
     assert err(api.post(f"{N}/aplinfo", storage="local", template=TEMPLATE)) == (
-        403, "Permission check failed (/storage/local, Datastore.AllocateTemplate)")
+        403,
+        "Permission check failed (/storage/local, Datastore.AllocateTemplate)",
+    )
     pvesim.set_token("vmanyware@pve!full", privileges={**FULL_TOKEN_ACL, **TEMPLATE_STORAGE_ACL})
     assert api.get(f"{N}/storage/local/content").status_code == 200
 
@@ -164,7 +204,10 @@ def test_admin_container_stub_is_served(api: Api, pvesim: PvesimAdmin) -> None:
 def test_admin_config_edit_and_the_destroy_refusals(api: Api, pvesim: PvesimAdmin) -> None:
     """``PUT /_pvesim/containers/{vmid}/config`` (what an operator might set by hand) and what DELETE then refuses."""
     pvesim.add_container(330, name="legacy")
-    assert pvesim.set_container_config(330, set={"protection": "1", "description": "by hand"})["config"]["protection"] == "1"
+    assert (
+        pvesim.set_container_config(330, set={"protection": "1", "description": "by hand"})["config"]["protection"]
+        == "1"
+    )
     assert api.data(api.get(f"{N}/lxc/330/config"))["protection"] == 1
     assert err(api.delete(f"{N}/lxc/330", purge=1)) == (500, "can't remove CT 330 - protection mode enabled")
     pvesim.set_container_config(330, set={"lock": "backup"}, delete=["protection"])

@@ -54,7 +54,7 @@ EX_TEMPFAIL = 75  # fetch_peer_collection.sh: the wheel could not be downloaded
 PEER_VMID = 301
 PEER_NAME = "peer-301"
 PEER_TEMPLATE_VMID = 302
-PEER_IMAGE = qcow2_stub(2 * 1024 ** 3, b"peer image")
+PEER_IMAGE = qcow2_stub(2 * 1024**3, b"peer image")
 PEER_CT_VMID = 303
 PEER_CT_TEMPLATE = "debian-12-standard_12.12-1_amd64.tar.zst"
 PEER_SPEED = 200.0  # simulated task/boot durations / 200; the modules' own 1 s polls dominate the runtime
@@ -114,8 +114,14 @@ def _ansible_playbook() -> str:
 def peer_collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A collections root holding community.proxmox (downloaded wheel, cached)."""
     dest = tmp_path_factory.mktemp("peer-collections")
-    proc = subprocess.run(["bash", str(FETCH_SCRIPT), str(dest)], env={**os.environ, "PYTHON": sys.executable},
-                          capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        ["bash", str(FETCH_SCRIPT), str(dest)],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if proc.returncode == EX_TEMPFAIL:
         reason = f"community.proxmox unavailable: the ansible wheel cannot be downloaded: {proc.stderr.strip()[-500:]}"
         if os.environ.get("CI", "").lower() == "true":
@@ -146,8 +152,12 @@ def _assert_clean_log(entries: t.Sequence[dict[str, t.Any]]) -> None:
     assert not unimplemented, f"requests the simulator does not implement: {unimplemented}"
     # The only tolerated error: the guest agent not up yet when proxmox_vm_info asks for the network
     # (PVE answers 500 'QEMU guest agent is not running' too; the playbook retries).
-    errors = [e for e in entries if e["status"] != 200
-              and not (e["status"] == 500 and e["endpoint"] == "GET /nodes/{node}/qemu/{vmid}/agent/network-get-interfaces")]
+    errors = [
+        e
+        for e in entries
+        if e["status"] != 200
+        and not (e["status"] == 500 and e["endpoint"] == "GET /nodes/{node}/qemu/{vmid}/agent/network-get-interfaces")
+    ]
     assert not errors, f"requests that failed: {errors}"
 
 
@@ -160,7 +170,9 @@ def fast_pvesim(pvesim: PvesimAdmin) -> t.Iterator[PvesimAdmin]:
         pvesim.set_speed(DEFAULT_SPEED)
 
 
-def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_community_proxmox_playbook(
+    fast_pvesim: PvesimAdmin, peer_collections: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     pvesim = fast_pvesim
     conn = pvesim.connection
     token_user, token_name = conn["tokens"]["full"]["id"].split("!")
@@ -178,12 +190,21 @@ def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: 
     images = ImageServer(tmp_path / "images")
     request.addfinalizer(images.close)
     extra_vars = {
-        "pve_port": conn["port"], "pve_ca_file": conn["ca_file"], "pve_node": conn["node"], "pve_storage": conn["storage"],
-        "pve_template_vmid": conn["template_vmid"], "pve_token_user": token_user, "pve_token_name": token_name,
-        "pve_token_secret": conn["tokens"]["full"]["secret"], "peer_vmid": PEER_VMID, "peer_name": PEER_NAME,
-        "peer_ct_vmid": PEER_CT_VMID, "peer_ct_template": PEER_CT_TEMPLATE,
+        "pve_port": conn["port"],
+        "pve_ca_file": conn["ca_file"],
+        "pve_node": conn["node"],
+        "pve_storage": conn["storage"],
+        "pve_template_vmid": conn["template_vmid"],
+        "pve_token_user": token_user,
+        "pve_token_name": token_name,
+        "pve_token_secret": conn["tokens"]["full"]["secret"],
+        "peer_vmid": PEER_VMID,
+        "peer_name": PEER_NAME,
+        "peer_ct_vmid": PEER_CT_VMID,
+        "peer_ct_template": PEER_CT_TEMPLATE,
         "peer_results_file": str(tmp_path / "results.json"),
-        "peer_image_url": images.url("peer-image.qcow2"), "peer_image_sha256": hashlib.sha256(PEER_IMAGE).hexdigest(),
+        "peer_image_url": images.url("peer-image.qcow2"),
+        "peer_image_sha256": hashlib.sha256(PEER_IMAGE).hexdigest(),
         "peer_template_vmid": PEER_TEMPLATE_VMID,
         "ansible_python_interpreter": sys.executable,
     }
@@ -201,8 +222,14 @@ def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: 
         "ANSIBLE_DEPRECATION_WARNINGS": "false",
     }
     started = time.monotonic()
-    proc = subprocess.run([_ansible_playbook(), "-i", "localhost,", "-e", f"@{vars_file}", str(PLAYBOOK)],
-                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [_ansible_playbook(), "-i", "localhost,", "-e", f"@{vars_file}", str(PLAYBOOK)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     assert re.search(r"localhost\s*: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", proc.stdout), proc.stdout
@@ -233,25 +260,47 @@ def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: 
     assert not vm.get("pending"), vm.get("pending")
     template = pvesim.vm(PEER_TEMPLATE_VMID)["config"]
     assert str(template["template"]) == "1" and template["tags"] == "vmanyware-template"
-    assert template["scsi0"].startswith("local-lvm:base-302-disk-") and template["scsi0"].endswith("size=2G"), template["scsi0"]
+    assert template["scsi0"].startswith("local-lvm:base-302-disk-") and template["scsi0"].endswith("size=2G"), template[
+        "scsi0"
+    ]
     assert template["efidisk0"].startswith("local-lvm:base-302-disk-") and template["serial0"] == "socket"
 
     # The container: created from the downloaded template exactly as asked, then removed with its volume.
     creates = [e for e in playbook_log if e["endpoint"] == "POST /nodes/{node}/lxc"]
     assert len(creates) == 1, creates
     sent = creates[0]["params"]
-    assert sent["ostemplate"] == f"local:vztmpl/{PEER_CT_TEMPLATE}" and sent["rootfs"] == "8" and sent["storage"] == conn["storage"]
-    assert sent["unprivileged"] in (1, "1") and sent["features"] == "nesting=1" and sent["net0"] == "name=eth0,bridge=vmbr0,ip=dhcp"
+    assert (
+        sent["ostemplate"] == f"local:vztmpl/{PEER_CT_TEMPLATE}"
+        and sent["rootfs"] == "8"
+        and sent["storage"] == conn["storage"]
+    )
+    assert (
+        sent["unprivileged"] in (1, "1")
+        and sent["features"] == "nesting=1"
+        and sent["net0"] == "name=eth0,bridge=vmbr0,ip=dhcp"
+    )
     assert sent["ssh-public-keys"].startswith("ssh-ed25519 ")
     assert f"local:vztmpl/{PEER_CT_TEMPLATE}" in pvesim.set_storage("local")["volumes"]
     assert f"{conn['storage']}:vm-{PEER_CT_VMID}-disk-0" not in pvesim.set_storage(conn["storage"])["volumes"]
-    ct_tasks = [(task["type"], task["id"], task["status"]) for task in pvesim.tasks() if task["id"] in (str(PEER_CT_VMID), PEER_CT_TEMPLATE)]
-    assert [kind for kind, _id, _st in ct_tasks] == ["download", "vzcreate", "vzstart", "vzshutdown", "vzdestroy"], ct_tasks
+    ct_tasks = [
+        (task["type"], task["id"], task["status"])
+        for task in pvesim.tasks()
+        if task["id"] in (str(PEER_CT_VMID), PEER_CT_TEMPLATE)
+    ]
+    assert [kind for kind, _id, _st in ct_tasks] == ["download", "vzcreate", "vzstart", "vzshutdown", "vzdestroy"], (
+        ct_tasks
+    )
 
     # --- plain proxmoxer (token auth, verify_ssl = the simulator CA) ---------------------------------
     pvesim.clear_requests()
-    prox = ProxmoxAPI(conn["host"], port=conn["port"], user=token_user, token_name=token_name,
-                      token_value=conn["tokens"]["full"]["secret"], verify_ssl=conn["ca_file"])
+    prox = ProxmoxAPI(
+        conn["host"],
+        port=conn["port"],
+        user=token_user,
+        token_name=token_name,
+        token_value=conn["tokens"]["full"]["secret"],
+        verify_ssl=conn["ca_file"],
+    )
     assert prox.version.get()["version"].startswith("9.")
     assert [n["node"] for n in prox.nodes.get()] == [conn["node"]]
     node = prox.nodes(conn["node"])
@@ -270,8 +319,14 @@ def test_community_proxmox_playbook(fast_pvesim: PvesimAdmin, peer_collections: 
 
     # --- community.proxmox stops and removes the VM ---------------------------------------------------
     pvesim.clear_requests()
-    proc = subprocess.run([_ansible_playbook(), "-i", "localhost,", "-e", f"@{vars_file}", str(ABSENT_PLAYBOOK)],
-                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [_ansible_playbook(), "-i", "localhost,", "-e", f"@{vars_file}", str(ABSENT_PLAYBOOK)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     absent_log = pvesim.requests()
     _assert_clean_log(absent_log)

@@ -15,14 +15,22 @@ POOL_PRIVS = ["VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Memory", "V
 
 def root(pvesim: PvesimAdmin) -> ProxmoxAPI:
     conn = pvesim.connection
-    return ProxmoxAPI(conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"])
+    return ProxmoxAPI(
+        conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"]
+    )
 
 
 def pool_only_token(pvesim: PvesimAdmin) -> Api:
     """The limited token with nothing on /vms: only the pool (and the template, storage, bridge) are granted."""
-    pvesim.set_token("vmanyware@pve!limited", privileges={
-        "/pool/lab": POOL_PRIVS, "/vms/9000": ["VM.Clone", "VM.Audit"], "/storage/local-lvm": ["Datastore.AllocateSpace"],
-        "/sdn/zones/localnetwork/vmbr0": ["SDN.Use"]})
+    pvesim.set_token(
+        "vmanyware@pve!limited",
+        privileges={
+            "/pool/lab": POOL_PRIVS,
+            "/vms/9000": ["VM.Clone", "VM.Audit"],
+            "/storage/local-lvm": ["Datastore.AllocateSpace"],
+            "/sdn/zones/localnetwork/vmbr0": ["SDN.Use"],
+        },
+    )
     return Api(pvesim.connection, "limited")
 
 
@@ -55,14 +63,19 @@ def test_clone_into_a_pool_and_inherit_its_acl(pvesim: PvesimAdmin) -> None:
     perms = token.data(token.req("GET", "/access/permissions", params={"path": "/vms/201"}))
     assert set(perms["/vms/201"]) >= {"VM.Allocate", "VM.Config.CPU", "VM.PowerMgmt"}
     assert token.req("PUT", "/nodes/pve-test/qemu/201/config", data={"cores": 4}).status_code == 200
-    assert token.req("PUT", "/nodes/pve-test/qemu/201/config", data={"cores": 4, "agent": "1"}).status_code == 403  # no VM.Config.Options
+    assert (
+        token.req("PUT", "/nodes/pve-test/qemu/201/config", data={"cores": 4, "agent": "1"}).status_code == 403
+    )  # no VM.Config.Options
     vm = next(r for r in token.data(token.get("/cluster/resources", type="vm")) if r["vmid"] == 201)
     assert vm["pool"] == "lab"
     assert pvesim.schema_violations() == []
 
 
 def test_clone_into_a_missing_pool(pvesim: PvesimAdmin, api: Api) -> None:
-    pvesim.set_token("vmanyware@pve!full", privileges={"/": ["VM.Allocate", "VM.Clone", "VM.Audit", "Datastore.AllocateSpace", "SDN.Use"]})
+    pvesim.set_token(
+        "vmanyware@pve!full",
+        privileges={"/": ["VM.Allocate", "VM.Clone", "VM.Audit", "Datastore.AllocateSpace", "SDN.Use"]},
+    )
     reply = api.req("POST", "/nodes/pve-test/qemu/9000/clone", data={"newid": 202, "full": 1, "pool": "nosuch"})
     assert reply.status_code == 403 and "pool 'nosuch' does not exist" in reply.reason
     assert 202 not in [r["vmid"] for r in api.data(api.get("/cluster/resources", type="vm"))]

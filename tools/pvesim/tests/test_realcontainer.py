@@ -39,13 +39,19 @@ def _say(msg: str) -> None:
 
 
 def _lxc_state(lxcpath: Path) -> str:
-    res = subprocess.run(["lxc-info", "-P", str(lxcpath), "-n", f"ct{CTID}", "-s", "-H"], capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        ["lxc-info", "-P", str(lxcpath), "-n", f"ct{CTID}", "-s", "-H"], capture_output=True, text=True, check=False
+    )
     return res.stdout.strip()
 
 
 def test_lxc_endpoints_drive_a_real_container(request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    if os.environ.get("PVESIM_REALCONTAINER") != "1" and "realcontainer" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("real-container tests are opt-in: pytest -m realcontainer (or PVESIM_REALCONTAINER=1); tools/dev/acceptance.sh")
+    if os.environ.get("PVESIM_REALCONTAINER") != "1" and "realcontainer" not in (
+        request.config.getoption("markexpr") or ""
+    ):
+        pytest.skip(
+            "real-container tests are opt-in: pytest -m realcontainer (or PVESIM_REALCONTAINER=1); tools/dev/acceptance.sh"
+        )
     ensure_realcontainer_tools(_say)
     rootfs, _seconds = build_container_rootfs(str(REPO), _say)
     key = tmp_path / "id"
@@ -56,7 +62,9 @@ def test_lxc_endpoints_drive_a_real_container(request: pytest.FixtureRequest, tm
     proc, conn = start_server(str(state), speed=50, extra=["--containers", "real", "--container-rootfs", rootfs])
     try:
         assert conn["containers"] == "real"
-        api = ProxmoxAPI(conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"])
+        api = ProxmoxAPI(
+            conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"]
+        )
         node = api.nodes(NODE)
 
         def wait(upid: str) -> dict[str, t.Any]:
@@ -69,11 +77,20 @@ def test_lxc_endpoints_drive_a_real_container(request: pytest.FixtureRequest, tm
             raise AssertionError(f"task {upid} did not finish")
 
         assert wait(node.aplinfo.post(storage="local", template=TEMPLATE.split("/", 1)[1]))["exitstatus"] == "OK"
-        upid = node.lxc.post(vmid=CTID, ostemplate=TEMPLATE, hostname="realct", rootfs="local-lvm:4",
-                             net0=f"name=eth0,bridge=vmbr0,hwaddr={MAC},ip=dhcp", **{"ssh-public-keys": key.with_suffix(".pub").read_text()})
+        upid = node.lxc.post(
+            vmid=CTID,
+            ostemplate=TEMPLATE,
+            hostname="realct",
+            rootfs="local-lvm:4",
+            net0=f"name=eth0,bridge=vmbr0,hwaddr={MAC},ip=dhcp",
+            **{"ssh-public-keys": key.with_suffix(".pub").read_text()},
+        )
         assert wait(upid)["exitstatus"] == "OK"
-        assert _lxc_state(lxcpath) == "STOPPED" and (lxcpath / f"ct{CTID}" / "rootfs" / "root" / ".ssh" / "authorized_keys").read_text() \
+        assert (
+            _lxc_state(lxcpath) == "STOPPED"
+            and (lxcpath / f"ct{CTID}" / "rootfs" / "root" / ".ssh" / "authorized_keys").read_text()
             == key.with_suffix(".pub").read_text()
+        )
         with pytest.raises(Exception, match="is not running"):
             node.lxc(CTID).interfaces.get()
         assert wait(node.lxc(CTID).status.start.post())["exitstatus"] == "OK"
@@ -88,13 +105,31 @@ def test_lxc_endpoints_drive_a_real_container(request: pytest.FixtureRequest, tm
             eth0 = next(i for i in node.lxc(CTID).interfaces.get() if i["name"] == "eth0")
             time.sleep(0.3)
         assert eth0["hwaddr"] == MAC.lower() and eth0["inet"].startswith("192.0.2."), eth0
-        ssh = ["ssh", "-p", str(info["ssh_forward_port"]), "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-               "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={tmp_path / 'known_hosts'}"]
+        ssh = [
+            "ssh",
+            "-p",
+            str(info["ssh_forward_port"]),
+            "-i",
+            str(key),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            f"UserKnownHostsFile={tmp_path / 'known_hosts'}",
+        ]
         # the host key pvesim generated for this container, trusted explicitly from its file (no trust on first use)
         host_key = (lxcpath / f"ct{CTID}" / "rootfs" / "etc" / "ssh" / "ssh_host_ed25519_key.pub").read_text().split()
         (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{info['ssh_forward_port']} {host_key[0]} {host_key[1]}\n")
-        res = subprocess.run([*ssh, "root@127.0.0.1", "hostname; id -un; python3 -c 'import apt'"], capture_output=True, text=True,
-                             check=False, timeout=60)
+        res = subprocess.run(
+            [*ssh, "root@127.0.0.1", "hostname; id -un; python3 -c 'import apt'"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
         assert res.returncode == 0 and res.stdout.split() == ["realct", "root"], res.stderr
 
         assert wait(node.lxc(CTID).status.shutdown.post())["exitstatus"] == "OK"
@@ -103,7 +138,9 @@ def test_lxc_endpoints_drive_a_real_container(request: pytest.FixtureRequest, tm
         assert wait(node.lxc(CTID).status.stop.post())["exitstatus"] == "OK"
         assert _lxc_state(lxcpath) == "STOPPED"
         assert wait(node.lxc(CTID).status.start.post())["exitstatus"] == "OK"
-        assert PvesimAdmin(conn).requests() and [e for e in PvesimAdmin(conn).requests() if e.get("schema_errors")] == []
+        assert (
+            PvesimAdmin(conn).requests() and [e for e in PvesimAdmin(conn).requests() if e.get("schema_errors")] == []
+        )
 
         # the simulator killed outright: the running container dies with it (PR_SET_PDEATHSIG on lxc-start and its init)
         proc.send_signal(signal.SIGKILL)

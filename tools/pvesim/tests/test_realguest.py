@@ -66,7 +66,9 @@ def guest_image(request: pytest.FixtureRequest) -> str:
     assert res.returncode == 0, f"build.sh failed:\n{res.stderr[-4000:]}"
     image_dir = res.stdout.strip().splitlines()[-1]
     meta = json.loads(Path(image_dir, "image.json").read_text(encoding="utf-8"))
-    _say(f"guest image {image_dir} (key {meta['key']}, built in {meta['timings_s']['total']} s; this run {TIMINGS['image_build_or_cache_s']} s)")
+    _say(
+        f"guest image {image_dir} (key {meta['key']}, built in {meta['timings_s']['total']} s; this run {TIMINGS['image_build_or_cache_s']} s)"
+    )
     return image_dir
 
 
@@ -75,10 +77,19 @@ class Server:
         self.proc, self.conn, self.state_dir, self.log = proc, conn, state_dir, log
         self.admin = PvesimAdmin(conn)
         user, name = conn["tokens"]["full"]["id"].split("!")
-        self.prox = ProxmoxAPI(conn["host"], port=conn["port"], user=user, token_name=name,
-                               token_value=conn["tokens"]["full"]["secret"], verify_ssl=conn["ca_file"], timeout=60)
+        self.prox = ProxmoxAPI(
+            conn["host"],
+            port=conn["port"],
+            user=user,
+            token_name=name,
+            token_value=conn["tokens"]["full"]["secret"],
+            verify_ssl=conn["ca_file"],
+            timeout=60,
+        )
         self.session = requests.Session()
-        self.session.headers["Authorization"] = f"PVEAPIToken={conn['tokens']['full']['id']}={conn['tokens']['full']['secret']}"
+        self.session.headers["Authorization"] = (
+            f"PVEAPIToken={conn['tokens']['full']['id']}={conn['tokens']['full']['secret']}"
+        )
 
     def raw(self, method: str, path: str, **kw: t.Any) -> requests.Response:
         return self.session.request(method, self.conn["url"] + path, verify=self.conn["ca_file"], timeout=90, **kw)
@@ -109,9 +120,24 @@ def _start_server(state_dir: Path, image_dir: str) -> Server:
     conn_file = state_dir / "connection.json"
     with open(log, "ab") as err:
         proc = subprocess.Popen(  # pylint: disable=consider-using-with
-            [sys.executable, "-m", "pvesim", "serve", "--port", "0", "--state-dir", str(state_dir), "--speed", "50",
-             "--guests", "real", "--guest-image", image_dir],
-            stdout=subprocess.DEVNULL, stderr=err,
+            [
+                sys.executable,
+                "-m",
+                "pvesim",
+                "serve",
+                "--port",
+                "0",
+                "--state-dir",
+                str(state_dir),
+                "--speed",
+                "50",
+                "--guests",
+                "real",
+                "--guest-image",
+                image_dir,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
         )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -153,8 +179,9 @@ def _clone_and_configure(srv: Server, pubkey: str) -> None:
     upid = srv.prox.nodes(NODE).qemu(9000).clone.post(newid=VMID, name=f"rg-{VMID}", full=1)
     assert srv.wait_task(upid)["exitstatus"] == "OK"
     # the collection's attested-default-user configuration: no ciuser, exact keys, DHCP, ciupgrade 0
-    srv.prox.nodes(NODE).qemu(VMID).config.put(sshkeys=urllib.parse.quote(pubkey + "\n", safe=""), ipconfig0="ip=dhcp",
-                                               ciupgrade=0, delete="cipassword")
+    srv.prox.nodes(NODE).qemu(VMID).config.put(
+        sshkeys=urllib.parse.quote(pubkey + "\n", safe=""), ipconfig0="ip=dhcp", ciupgrade=0, delete="cipassword"
+    )
     srv.prox.nodes(NODE).qemu(VMID).cloudinit.put()
 
 
@@ -190,8 +217,10 @@ def test_real_guest_end_to_end(guest_image: str, tmp_path: Path) -> None:  # pyl
     qemu_pid = None
     try:
         _clone_and_configure(srv, pubkey)
-        dump = {part: srv.raw("GET", f"/nodes/{NODE}/qemu/{VMID}/cloudinit/dump", params={"type": part}).json()["data"]
-                for part in ("user", "network", "meta")}
+        dump = {
+            part: srv.raw("GET", f"/nodes/{NODE}/qemu/{VMID}/cloudinit/dump", params={"type": part}).json()["data"]
+            for part in ("user", "network", "meta")
+        }
         assert "user: " not in dump["user"] and "package_upgrade" not in dump["user"]
 
         t_start = time.monotonic()
@@ -201,7 +230,9 @@ def test_real_guest_end_to_end(guest_image: str, tmp_path: Path) -> None:  # pyl
         _say(f"VM {VMID}: QEMU pid {qemu_pid}, accel {accel.upper()}, ssh forward 127.0.0.1:{port}")
         assert info["guest_backend"] == "real" and accel in ("kvm", "tcg") and port > 0 and _alive(qemu_pid)
         # the seed ISO holds exactly the dump's bytes
-        iso = subprocess.run(["isoinfo", "-R", "-i", info["seed_iso"], "-x", "/user-data"], capture_output=True, check=False)
+        iso = subprocess.run(
+            ["isoinfo", "-R", "-i", info["seed_iso"], "-x", "/user-data"], capture_output=True, check=False
+        )
         if iso.returncode == 0 and iso.stdout:
             assert iso.stdout.decode() == dump["user"]
 
@@ -230,7 +261,9 @@ def test_real_guest_end_to_end(guest_image: str, tmp_path: Path) -> None:  # pyl
             assert code == 200, data
             nics = {n.get("hardware-address"): n for n in data["result"]}
             assert "00:00:00:00:00:00" in nics and mac in nics, nics
-            ipv4 = next((a["ip-address"] for a in nics[mac].get("ip-addresses", []) if a["ip-address-type"] == "ipv4"), None)
+            ipv4 = next(
+                (a["ip-address"] for a in nics[mac].get("ip-addresses", []) if a["ip-address-type"] == "ipv4"), None
+            )
             if ipv4 is None:
                 assert time.monotonic() < deadline, "no IPv4 lease"
                 time.sleep(2)
@@ -273,14 +306,37 @@ def test_real_guest_end_to_end(guest_image: str, tmp_path: Path) -> None:  # pyl
         # 6. SSH in through the loopback forward with strict host key checking, as the image's default user
         def ssh(known: Path, *extra: str) -> list[str]:
             # ssh keeps the first value of an option: build each command line afresh
-            return ["ssh", "-p", str(port), "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-                    "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=/dev/null",
-                    "-o", "ConnectTimeout=20", *extra, "debian@127.0.0.1"]
+            return [
+                "ssh",
+                "-p",
+                str(port),
+                "-i",
+                str(key),
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                f"UserKnownHostsFile={known}",
+                "-o",
+                "GlobalKnownHostsFile=/dev/null",
+                "-o",
+                "ConnectTimeout=20",
+                *extra,
+                "debian@127.0.0.1",
+            ]
 
         deadline = time.monotonic() + 120
         while True:
-            res = subprocess.run([*ssh(known_hosts), "id -un; hostname; sudo -n true && echo sudo-ok"], capture_output=True, text=True,
-                                 check=False, timeout=120)
+            res = subprocess.run(
+                [*ssh(known_hosts), "id -un; hostname; sudo -n true && echo sudo-ok"],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=120,
+            )
             if res.returncode == 0 or time.monotonic() > deadline:
                 break
             time.sleep(3)
@@ -290,8 +346,13 @@ def test_real_guest_end_to_end(guest_image: str, tmp_path: Path) -> None:  # pyl
         # a wrong host key is refused (strict checking is really in force)
         bad = tmp_path / "bad_known_hosts"
         bad.write_text(f"[127.0.0.1]:{port} {pubkey.split()[0]} {pubkey.split()[1]}\n", encoding="utf-8")
-        res = subprocess.run([*ssh(bad, "-o", "HostKeyAlgorithms=ssh-ed25519"), "true"], capture_output=True, text=True, check=False,
-                             timeout=120)
+        res = subprocess.run(
+            [*ssh(bad, "-o", "HostKeyAlgorithms=ssh-ed25519"), "true"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
         assert res.returncode == 255 and "HOST IDENTIFICATION HAS CHANGED" in res.stderr, res.stderr
 
         # 7. stop: QEMU ends and nothing is left behind
@@ -322,7 +383,9 @@ def test_simulator_exit_kills_running_guest(guest_image: str, tmp_path: Path, si
     state = tmp_path / "state"
     srv = _start_server(state, guest_image)
     try:
-        _clone_and_configure(srv, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBnl0JvsLnIQpRXAVDdvXQ/gs2+M8Hzz5mpMhH2sTuKP test")
+        _clone_and_configure(
+            srv, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBnl0JvsLnIQpRXAVDdvXQ/gs2+M8Hzz5mpMhH2sTuKP test"
+        )
         assert srv.wait_task(srv.prox.nodes(NODE).qemu(VMID).status.start.post())["exitstatus"] == "OK"
         qemu_pid = srv.admin.vm(VMID)["qemu_pid"]
         assert _alive(qemu_pid) and _qemu_pids(state) == [qemu_pid]
@@ -340,10 +403,23 @@ def test_simulator_exit_kills_running_guest(guest_image: str, tmp_path: Path, si
 
 def test_guests_real_needs_an_image(tmp_path: Path) -> None:
     """Fails at start with a clear message (no QEMU needed): missing option, missing directory."""
-    base = [sys.executable, "-m", "pvesim", "serve", "--port", "0", "--state-dir", str(tmp_path / "s"), "--guests", "real"]
+    base = [
+        sys.executable,
+        "-m",
+        "pvesim",
+        "serve",
+        "--port",
+        "0",
+        "--state-dir",
+        str(tmp_path / "s"),
+        "--guests",
+        "real",
+    ]
     res = subprocess.run(base, capture_output=True, text=True, check=False, timeout=60)
     assert res.returncode == 2 and "--guests real needs --guest-image DIR" in res.stderr
-    res = subprocess.run([*base, "--guest-image", str(tmp_path / "nope")], capture_output=True, text=True, check=False, timeout=60)
+    res = subprocess.run(
+        [*base, "--guest-image", str(tmp_path / "nope")], capture_output=True, text=True, check=False, timeout=60
+    )
     assert res.returncode == 2 and "has no image.json" in res.stderr and "build.sh" in res.stderr, res.stderr
     assert not (tmp_path / "s" / "connection.json").exists()
 
@@ -367,8 +443,9 @@ def test_startup_sweep_kills_only_stale_qemu_of_this_state_dir(tmp_path: Path, m
     image.mkdir()
     for name in ("disk.qcow2", "vmlinuz", "initrd.img"):
         (image / name).write_bytes(b"")
-    (image / "image.json").write_text(json.dumps({"key": "test", "disk": "disk.qcow2", "kernel": "vmlinuz", "initrd": "initrd.img"}),
-                                      encoding="utf-8")
+    (image / "image.json").write_text(
+        json.dumps({"key": "test", "disk": "disk.qcow2", "kernel": "vmlinuz", "initrd": "initrd.img"}), encoding="utf-8"
+    )
     state = tmp_path / "state"
     monkeypatch.setattr(realguest.shutil, "which", lambda name: f"/usr/bin/{name}")
     stale = subprocess.Popen(["sh", "-c", "sleep 300", str(state)])  # pylint: disable=consider-using-with
@@ -397,13 +474,24 @@ def test_a_static_ipconfig0_shapes_the_user_mode_network() -> None:
     assert qemu_launch.slirp_network({"ipconfig0": "ip=dhcp"}) == ([], "10.0.2.15")
     # the node's resolver (pvesim: 10.10.0.1) inside the build network: slirp's DNS forwarder answers there
     assert qemu_launch.slirp_network({"ipconfig0": "ip=10.10.0.50/24,gw=10.10.0.254"}) == (
-        ["net=10.10.0.0/24", "host=10.10.0.254", "dns=10.10.0.1"], "10.10.0.50")
+        ["net=10.10.0.0/24", "host=10.10.0.254", "dns=10.10.0.1"],
+        "10.10.0.50",
+    )
     # a resolver outside the network, or a gateway outside it, keeps slirp's default there
-    assert qemu_launch.slirp_network({"ipconfig0": "ip=192.0.2.50/24,gw=192.0.2.1"}) == (["net=192.0.2.0/24", "host=192.0.2.1"], "192.0.2.50")
+    assert qemu_launch.slirp_network({"ipconfig0": "ip=192.0.2.50/24,gw=192.0.2.1"}) == (
+        ["net=192.0.2.0/24", "host=192.0.2.1"],
+        "192.0.2.50",
+    )
     assert qemu_launch.slirp_network({"ipconfig0": "ip=192.0.2.50/24,gw=198.51.100.1", "nameserver": "192.0.2.53"}) == (
-        ["net=192.0.2.0/24", "dns=192.0.2.53"], "192.0.2.50")
-    assert qemu_launch.boot_volume({"ide2": "local-lvm:vm-1-cloudinit,media=cdrom", "scsi0": "local-lvm:vm-1-disk-0,size=8G"}) == \
-        "local-lvm:vm-1-disk-0"
+        ["net=192.0.2.0/24", "dns=192.0.2.53"],
+        "192.0.2.50",
+    )
+    assert (
+        qemu_launch.boot_volume(
+            {"ide2": "local-lvm:vm-1-cloudinit,media=cdrom", "scsi0": "local-lvm:vm-1-disk-0,size=8G"}
+        )
+        == "local-lvm:vm-1-disk-0"
+    )
 
 
 def test_a_vm_boots_the_image_its_disk_was_imported_from(tmp_path: Path) -> None:
@@ -415,21 +503,35 @@ def test_a_vm_boots_the_image_its_disk_was_imported_from(tmp_path: Path) -> None
     started: list[tuple[int, str | None]] = []
 
     class Backend:
-        def start(self, vmid: int, config: t.Mapping[str, str], seed: t.Mapping[str, str], disk_source: str | None = None) -> t.Any:
+        def start(
+            self, vmid: int, config: t.Mapping[str, str], seed: t.Mapping[str, str], disk_source: str | None = None
+        ) -> t.Any:
             started.append((vmid, disk_source))
-            return types.SimpleNamespace(disk=str(tmp_path / f"vm-{vmid}.qcow2"), faults=types.SimpleNamespace(),
-                                         timing=types.SimpleNamespace(), stop=lambda graceful=False: None)
+            return types.SimpleNamespace(
+                disk=str(tmp_path / f"vm-{vmid}.qcow2"),
+                faults=types.SimpleNamespace(),
+                timing=types.SimpleNamespace(),
+                stop=lambda graceful=False: None,
+            )
 
     sim = types.SimpleNamespace(guest_backend=Backend(), guest_knobs={}, state=types.SimpleNamespace(node="pve-test"))
     imagebuild.set_image_file(sim, "local:import/debian.qcow2", "/images/debian.qcow2")  # type: ignore[arg-type]
     imagebuild.clone_image_file(sim, "local:import/debian.qcow2", "local-lvm:vm-9001-disk-1")  # type: ignore[arg-type]
-    config = {"scsi0": "local-lvm:vm-9001-disk-1,size=8G", "net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0",
-              "ipconfig0": "ip=10.10.0.50/24,gw=10.10.0.254", "ide2": "local-lvm:vm-9001-cloudinit,media=cdrom"}
+    config = {
+        "scsi0": "local-lvm:vm-9001-disk-1,size=8G",
+        "net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0",
+        "ipconfig0": "ip=10.10.0.50/24,gw=10.10.0.254",
+        "ide2": "local-lvm:vm-9001-cloudinit,media=cdrom",
+    }
     guestlink.create_guest(sim, types.SimpleNamespace(vmid=9001, config=config, guest=None))
     assert started == [(9001, "/images/debian.qcow2")]
     assert imagebuild.image_file(sim, "local-lvm:vm-9001-disk-1") == str(tmp_path / "vm-9001.qcow2")  # type: ignore[arg-type]
     # a clone of it starts from what the guest left on that disk; a VM from the demo template boots the image's own disk
     imagebuild.clone_image_file(sim, "local-lvm:vm-9001-disk-1", "local-lvm:vm-201-disk-0")  # type: ignore[arg-type]
-    guestlink.create_guest(sim, types.SimpleNamespace(vmid=201, config=dict(config, scsi0="local-lvm:vm-201-disk-0,size=10G"), guest=None))
-    guestlink.create_guest(sim, types.SimpleNamespace(vmid=202, config=dict(config, scsi0="local-lvm:vm-202-disk-0,size=10G"), guest=None))
+    guestlink.create_guest(
+        sim, types.SimpleNamespace(vmid=201, config=dict(config, scsi0="local-lvm:vm-201-disk-0,size=10G"), guest=None)
+    )
+    guestlink.create_guest(
+        sim, types.SimpleNamespace(vmid=202, config=dict(config, scsi0="local-lvm:vm-202-disk-0,size=10G"), guest=None)
+    )
     assert started[1:] == [(201, str(tmp_path / "vm-9001.qcow2")), (202, None)]

@@ -26,8 +26,12 @@ def _shared_schema() -> Path:
     From a ``git worktree`` the checkout is the main working tree the worktree belongs to.
     """
     checkouts = [REPO]
-    done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--path-format=absolute", "--git-common-dir"],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--path-format=absolute", "--git-common-dir"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode == 0 and done.stdout.strip():
         checkouts.append(Path(done.stdout.strip()).parent)
     candidates = [checkout.parent / "shared" / "pve-api" / "pve-9.1.3-schema.json" for checkout in checkouts]
@@ -80,10 +84,22 @@ def test_match_errors(schema: Schema) -> None:
 
 def test_valid_requests(schema: Schema) -> None:
     assert not errs(schema, "POST", f"{NODE}/qemu/9000/clone", newid="201", full="1", name="web-1", storage="local-lvm")
-    assert not errs(schema, "POST", f"{NODE}/qemu/201/config", net0="virtio=BC:24:11:00:00:01,bridge=vmbr0",
-                    ipconfig0="ip=10.0.0.5/24,gw=10.0.0.1", sshkeys="ssh-ed25519%20AAAA%20me", agent="enabled=1,fstrim_cloned_disks=1",
-                    boot="order=scsi0;net0", tags="a;b", delete="cores,memory", scsi1="local-lvm:10,discard=on", cpu="host",
-                    cicustom="user=local:snippets/u.yaml", memory="4096")
+    assert not errs(
+        schema,
+        "POST",
+        f"{NODE}/qemu/201/config",
+        net0="virtio=BC:24:11:00:00:01,bridge=vmbr0",
+        ipconfig0="ip=10.0.0.5/24,gw=10.0.0.1",
+        sshkeys="ssh-ed25519%20AAAA%20me",
+        agent="enabled=1,fstrim_cloned_disks=1",
+        boot="order=scsi0;net0",
+        tags="a;b",
+        delete="cores,memory",
+        scsi1="local-lvm:10,discard=on",
+        cpu="host",
+        cicustom="user=local:snippets/u.yaml",
+        memory="4096",
+    )
     assert not errs(schema, "GET", "/cluster/resources", type="vm")
     assert not errs(schema, "PUT", f"{NODE}/qemu/201/resize", disk="scsi0", size="+2G")
 
@@ -157,7 +173,9 @@ def test_property_strings(schema: Schema) -> None:
     assert "net0.macaddr: invalid format - value does not look like a valid unicast MAC address" in e["net0"]
     e = errs(schema, "POST", path, ipconfig0="ip=10.0.0.5,gw=x")
     assert e["ipconfig0"].startswith("invalid format - format error\n")
-    assert "ipconfig0.ip: invalid format - value does not look like a valid ipv4 network configuration" in e["ipconfig0"]
+    assert (
+        "ipconfig0.ip: invalid format - value does not look like a valid ipv4 network configuration" in e["ipconfig0"]
+    )
     e = errs(schema, "POST", path, scsi0="local-lvm:vm-201-disk-0,cache=fast")
     assert "scsi0.cache: value 'fast' does not have a value in the enumeration" in e["scsi0"]
     e = errs(schema, "POST", path, vga="type=serial0,type=std")

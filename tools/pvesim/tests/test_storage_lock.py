@@ -77,7 +77,10 @@ def test_a_waiter_fails_after_10_simulated_seconds_and_the_clone_leaves_no_vm(ap
     resp = api.get(f"{N}/qemu/302/config")
     assert resp.status_code == 500 and "does not exist" in resp.json()["message"]
     assert volumes(pvesim, 302) == []
-    assert api.wait(first, timeout=30)["exitstatus"] == "OK" and volumes(pvesim, 301) == ["local-lvm:vm-301-cloudinit", "local-lvm:vm-301-disk-0"]
+    assert api.wait(first, timeout=30)["exitstatus"] == "OK" and volumes(pvesim, 301) == [
+        "local-lvm:vm-301-cloudinit",
+        "local-lvm:vm-301-disk-0",
+    ]
 
 
 def test_at_high_speed_a_waiter_waits_at_least_a_real_second(api: Api, pvesim: PvesimAdmin) -> None:
@@ -90,7 +93,9 @@ def test_at_high_speed_a_waiter_waits_at_least_a_real_second(api: Api, pvesim: P
     second = clone(api, 302)
     assert api.wait(first, timeout=30)["exitstatus"] == "OK" and api.wait(second, timeout=30)["exitstatus"] == "OK"
     stats = local_lvm(pvesim)
-    assert stats["timeouts"] == 0 and stats["maxWait"] > 10.0  # it waited longer than the model's 10 s, in simulated time
+    assert (
+        stats["timeouts"] == 0 and stats["maxWait"] > 10.0
+    )  # it waited longer than the model's 10 s, in simulated time
 
 
 def test_a_clone_failing_after_its_first_allocation_frees_it_under_the_lock(api: Api, pvesim: PvesimAdmin) -> None:
@@ -98,7 +103,9 @@ def test_a_clone_failing_after_its_first_allocation_frees_it_under_the_lock(api:
     # (queued at 5) gives up at 15; its cleanup frees the cloud-init volume after the resize: [19, 24]
     api.wait(clone(api, 301))
     pvesim.set_speed(10)
-    pvesim.set_timings(tasks={"qmclone_full": 0, "storage_alloc": 5, "storage_resize": 14, "storage_free": 5, "resize": 0})
+    pvesim.set_timings(
+        tasks={"qmclone_full": 0, "storage_alloc": 5, "storage_resize": 14, "storage_free": 5, "resize": 0}
+    )
     failing = clone(api, 302)
     wait_until(lambda: local_lvm(pvesim)["acquired"] == 3)  # 301's two, then 302's cloud-init drive
     time.sleep(0.2)
@@ -108,8 +115,11 @@ def test_a_clone_failing_after_its_first_allocation_frees_it_under_the_lock(api:
     assert api.wait(resize, timeout=30)["exitstatus"] == "OK"
     wait_until(lambda: volumes(pvesim, 302) == [])
     ops = [(h["operation"], h["volume"]) for h in local_lvm(pvesim)["history"] if not h.get("timeout")]
-    assert ops[-3:] == [("alloc", "local-lvm:vm-302-cloudinit"), ("resize", "local-lvm:vm-301-disk-0"),
-                        ("free", "local-lvm:vm-302-cloudinit")], ops
+    assert ops[-3:] == [
+        ("alloc", "local-lvm:vm-302-cloudinit"),
+        ("resize", "local-lvm:vm-301-disk-0"),
+        ("free", "local-lvm:vm-302-cloudinit"),
+    ], ops
     assert api.get(f"{N}/qemu/302/config").status_code == 500
 
 

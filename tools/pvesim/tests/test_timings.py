@@ -56,8 +56,13 @@ def test_put_timings_changes_task_durations_until_reset(api: Api, pvesim: Pvesim
 
 def test_put_timings_validates_everything_first(pvesim: PvesimAdmin) -> None:
     before = pvesim.timings()
-    for body in ({"tasks": {"qmclone_full": 1, "nope": 2}}, {"guest": {"agent_never": True}}, {"tasks": {"resize": -1}},
-                 {"tasks": {"resize": "2"}}, {"other": {}}):
+    for body in (
+        {"tasks": {"qmclone_full": 1, "nope": 2}},
+        {"guest": {"agent_never": True}},
+        {"tasks": {"resize": -1}},
+        {"tasks": {"resize": "2"}},
+        {"other": {}},
+    ):
         with pytest.raises(RuntimeError, match="HTTP 400"):
             pvesim._call("PUT", "/timings", body)  # pylint: disable=protected-access
     assert pvesim.timings() == before
@@ -67,13 +72,22 @@ def test_timings_file_at_start_survives_reset() -> None:
     with tempfile.TemporaryDirectory(prefix="pvesim-timings-") as tmp:
         path = f"{tmp}/timings.json"
         with open(path, "w", encoding="utf-8") as fh:
-            json.dump({"tasks": {"qmclone_full": 20, "qmconfig": 0, "resize": 2, "qmstart": 3, "qmsnapshot": 2},
-                       "guest": {"agent_up_after": 8, "dhcp_after_agent": 2, "cloudinit_done_after_boot": 15}}, fh)
+            json.dump(
+                {
+                    "tasks": {"qmclone_full": 20, "qmconfig": 0, "resize": 2, "qmstart": 3, "qmsnapshot": 2},
+                    "guest": {"agent_up_after": 8, "dhcp_after_agent": 2, "cloudinit_done_after_boot": 15},
+                },
+                fh,
+            )
         proc, conn = start_server(f"{tmp}/state", speed=50, extra=["--timings", path])
         try:
             admin = PvesimAdmin(conn)
             got = admin.timings()
-            assert got["tasks"]["qmclone_full"] == 20.0 and got["tasks"]["qmconfig"] == 0.0 and got["tasks"]["qmstart"] == 3.0
+            assert (
+                got["tasks"]["qmclone_full"] == 20.0
+                and got["tasks"]["qmconfig"] == 0.0
+                and got["tasks"]["qmstart"] == 3.0
+            )
             assert got["guest"]["cloudinit_done_after_boot"] == 15.0
             admin.set_timings(tasks={"qmclone_full": 1})
             admin.reset()

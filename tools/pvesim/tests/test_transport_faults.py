@@ -73,7 +73,7 @@ def _leaf(conn: dict[str, t.Any]) -> str:
         with context.wrap_socket(raw, server_hostname=conn["host"]) as tls:
             der = tls.getpeercert(binary_form=True)
     digest = hashlib.sha256(der).hexdigest().upper()
-    return ":".join(digest[i:i + 2] for i in range(0, 64, 2))
+    return ":".join(digest[i : i + 2] for i in range(0, 64, 2))
 
 
 def test_cert_swap_from_the_nth_connection_with_a_certificate_of_the_same_ca(pvesim: PvesimAdmin) -> None:

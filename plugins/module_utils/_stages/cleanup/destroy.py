@@ -48,8 +48,11 @@ class DestroyStep(GuardedStep):
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         if read_config_or_none(ctx) is not None:
-            raise StageError("The destroy task succeeded but the %s still exists." % self.noun, code="observation_mismatch",
-                             details={"stage": ctx.kind, "vmid": ctx.vmid})
+            raise StageError(
+                "The destroy task succeeded but the %s still exists." % self.noun,
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "vmid": ctx.vmid},
+            )
         inventory = ctx.evidence().get("inventory") or ctx.facts.get("inventory")
         return {"removed": inventory or {"vmid": None, "volumes": [], "snapshots": []}}
 
@@ -59,8 +62,10 @@ class DestroyStep(GuardedStep):
             return Resolution.applied(tasks[0]["upid"])
         if read_config_or_none(ctx) is None:
             return Resolution.applied(destroyResolvedBy="vm_gone")
-        return Resolution.undecidable("The %s still exists and no %s task for it is visible: the DELETE may not have reached Proxmox. "
-                                      "Check the node's task list; the DELETE is never sent again automatically." % (self.noun, self.task_type))
+        return Resolution.undecidable(
+            "The %s still exists and no %s task for it is visible: the DELETE may not have reached Proxmox. "
+            "Check the node's task list; the DELETE is never sent again automatically." % (self.noun, self.task_type)
+        )
 
 
 class ContainerDestroyStep(DestroyStep):

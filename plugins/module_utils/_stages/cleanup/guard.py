@@ -47,8 +47,13 @@ def owned_volumes(config: t.Mapping[str, t.Any], vmid: int) -> list[str]:
 
 def snapshot_names(ctx: StageContext) -> list[str]:
     data = ctx.client.get(ctx.vm_path + "/snapshot")
-    return sorted(str(item["name"]) for item in data if isinstance(item, dict) and item.get("name") not in (None, "current")) \
-        if isinstance(data, list) else []
+    return (
+        sorted(
+            str(item["name"]) for item in data if isinstance(item, dict) and item.get("name") not in (None, "current")
+        )
+        if isinstance(data, list)
+        else []
+    )
 
 
 class GuardedStep(StageLogic):
@@ -81,7 +86,11 @@ class GuardedStep(StageLogic):
         if str(config.get("protection", "0")) not in ("0", "False", "false"):
             raise StageError(code="cleanup_protected", details={"stage": ctx.kind, "vmid": ctx.vmid})
         if config.get("lock"):
-            raise StageError("The %s is locked." % self.noun, code="locked", details={"stage": ctx.kind, "vmid": ctx.vmid, "lock": str(config["lock"])})
+            raise StageError(
+                "The %s is locked." % self.noun,
+                code="locked",
+                details={"stage": ctx.kind, "vmid": ctx.vmid, "lock": str(config["lock"])},
+            )
         ctx.facts["config"] = config
         return config
 
@@ -92,8 +101,11 @@ class GuardedStep(StageLogic):
         held = effective_privileges(data, path) if isinstance(data, dict) else set()
         missing = [name for name in needed if name not in held]
         if missing:
-            raise StageError("The token lacks privileges the cleanup needs; nothing was sent.", code="permission_denied",
-                             details={"stage": ctx.kind, "path": path, "missing": missing})
+            raise StageError(
+                "The token lacks privileges the cleanup needs; nothing was sent.",
+                code="permission_denied",
+                details={"stage": ctx.kind, "path": path, "missing": missing},
+            )
 
     def power(self, ctx: StageContext) -> str:
         try:

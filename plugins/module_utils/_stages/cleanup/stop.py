@@ -29,7 +29,9 @@ class StopStep(GuardedStep):
         config = self.guard(ctx)
         ctx.facts["power"] = "absent" if config is None else self.power(ctx)
         if ctx.facts["power"] not in ("stopped", "absent") and not self.stop:
-            raise StageError(code="cleanup_running", details={"stage": ctx.kind, "vmid": ctx.vmid, "powerState": ctx.facts["power"]})
+            raise StageError(
+                code="cleanup_running", details={"stage": ctx.kind, "vmid": ctx.vmid, "powerState": ctx.facts["power"]}
+            )
 
     def request(self, ctx: StageContext) -> Request | None:
         if ctx.facts.get("power") in ("stopped", "absent"):
@@ -39,8 +41,11 @@ class StopStep(GuardedStep):
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         state = self.power(ctx)
         if state not in ("stopped", "absent"):
-            raise StageError("The stop task succeeded but the %s is not stopped." % self.noun, code="observation_mismatch",
-                             details={"stage": ctx.kind, "powerState": state})
+            raise StageError(
+                "The stop task succeeded but the %s is not stopped." % self.noun,
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "powerState": state},
+            )
         return {"powerState": state}
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
@@ -49,8 +54,10 @@ class StopStep(GuardedStep):
             return Resolution.applied(tasks[0]["upid"])
         if self.power(ctx) in ("stopped", "absent"):
             return Resolution.applied(stopResolvedBy="power_state")
-        return Resolution.undecidable("No %s task for the %s is visible and it still runs: the stop may not have reached Proxmox. "
-                                      "Check the node's task list; the stop is never sent again automatically." % (self.task_type, self.noun))
+        return Resolution.undecidable(
+            "No %s task for the %s is visible and it still runs: the stop may not have reached Proxmox. "
+            "Check the node's task list; the stop is never sent again automatically." % (self.task_type, self.noun)
+        )
 
 
 class ContainerStopStep(StopStep):

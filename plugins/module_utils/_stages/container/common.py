@@ -38,22 +38,33 @@ def require_ours(ctx: StageContext) -> dict[str, t.Any]:
     require_container_plan(ctx)
     config = read_config_or_none(ctx)
     if config is None:
-        raise StageError("The target container does not exist.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "exists"})
+        raise StageError(
+            "The target container does not exist.", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "exists"}
+        )
     if not is_ours(ctx, config):
-        raise StageError("The target container's description does not bind it to this operation.",
-                         details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "description"})
+        raise StageError(
+            "The target container's description does not bind it to this operation.",
+            details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "description"},
+        )
     if config.get("lock"):
-        raise StageError("The target container is locked.", code="locked", details={"stage": ctx.kind, "vmid": ctx.vmid})
+        raise StageError(
+            "The target container is locked.", code="locked", details={"stage": ctx.kind, "vmid": ctx.vmid}
+        )
     if net0(config).get("hwaddr", "").upper() != container_mac(ctx.operation):
-        raise StageError("The container's net0 MAC is not the one the create stage sent.", details={"stage": ctx.kind, "rule": "net0_mac"})
+        raise StageError(
+            "The container's net0 MAC is not the one the create stage sent.",
+            details={"stage": ctx.kind, "rule": "net0_mac"},
+        )
     return config
 
 
 def require_container_plan(ctx: StageContext) -> None:
     """Container stages run only for operations whose plan is a container's (nothing is read or sent otherwise)."""
     if ctx.plan.get("guestType") != "container":
-        raise StageError("The operation's plan is not a container plan (guestType: container).",
-                         details={"stage": ctx.kind, "rule": "container_plan"})
+        raise StageError(
+            "The operation's plan is not a container plan (guestType: container).",
+            details={"stage": ctx.kind, "rule": "container_plan"},
+        )
 
 
 def power_state(ctx: StageContext) -> str | None:
@@ -67,8 +78,11 @@ def template_volume(ctx: StageContext) -> str:
         return str(ctx.mapping["ostemplate"])
     volid = ctx.earlier_evidence("ostemplate")
     if not isinstance(volid, str):
-        raise StageError("The template stage has not recorded the container template.", code="stage_out_of_order",
-                         details={"stage": ctx.kind, "waiting_for": "template"})
+        raise StageError(
+            "The template stage has not recorded the container template.",
+            code="stage_out_of_order",
+            details={"stage": ctx.kind, "waiting_for": "template"},
+        )
     return volid
 
 
@@ -76,37 +90,21 @@ def template_volume(ctx: StageContext) -> str:
 # template
 
 
-
-
-
 # ---------------------------------------------------------------------------------------------------
 # create
-
-
-
 
 
 # ---------------------------------------------------------------------------------------------------
 # start
 
 
-
 # ---------------------------------------------------------------------------------------------------
 # readiness
-
-
-
-
-
 
 
 # ---------------------------------------------------------------------------------------------------
 # packages (installed over SSH by the role, the Ansible way; this stage verifies and records)
 
 
-
 # ---------------------------------------------------------------------------------------------------
 # snapshot (gated like the VM snapshot: both gates re-read before the write)
-
-
-

@@ -36,17 +36,24 @@ class ContainerCreateStage(StageLogic):
         config = read_config_or_none(ctx)
         if config is not None:
             if not is_ours(ctx, config):
-                raise StageError(code="vmid_taken", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "container_exists"})
+                raise StageError(
+                    code="vmid_taken", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "container_exists"}
+                )
             if config.get("lock"):
-                raise StageError("The container bound to this operation is locked (its creation is still running); re-run later.",
-                                 code="locked", details={"stage": ctx.kind, "vmid": ctx.vmid})
+                raise StageError(
+                    "The container bound to this operation is locked (its creation is still running); re-run later.",
+                    code="locked",
+                    details={"stage": ctx.kind, "vmid": ctx.vmid},
+                )
             ctx.facts["adopt"] = True
             return
         try:
             free = ctx.client.get("/cluster/nextid", vmid=ctx.vmid)
         except ProviderError as err:
             if err.code in ("conflict", "parameter_invalid"):
-                raise StageError(code="vmid_taken", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "nextid"}) from None
+                raise StageError(
+                    code="vmid_taken", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "nextid"}
+                ) from None
             raise
         if str(free) != str(ctx.vmid):
             raise StageError(code="vmid_taken", details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": "nextid"})
@@ -92,16 +99,29 @@ class ContainerCreateStage(StageLogic):
             config = require_ours(ctx)
         except StageError as err:
             raise StageError(err.message, code="observation_mismatch", details=err.details) from None
-        rootfs = parse_property_string(config.get("rootfs", ""), "volume") if isinstance(config.get("rootfs"), str) else {}
+        rootfs = (
+            parse_property_string(config.get("rootfs", ""), "volume") if isinstance(config.get("rootfs"), str) else {}
+        )
         if not str(rootfs.get("volume", "")).startswith(ctx.plan["storage"] + ":"):
-            raise StageError("The container's root disk is not on the planned storage.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "rule": "rootfs_storage"})
+            raise StageError(
+                "The container's root disk is not on the planned storage.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "rule": "rootfs_storage"},
+            )
         unprivileged = str(config.get("unprivileged", "0")) in ("1", "True", "true")
         if unprivileged != bool(ctx.mapping.get("unprivileged", True)):
-            raise StageError("The container's privilege mode is not the planned one.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "rule": "unprivileged"})
-        evidence = {"macaddr": container_mac(ctx.operation), "rootfs": rootfs.get("volume"), "digest": config.get("digest"),
-                    "ostemplate": template_volume(ctx), "unprivileged": unprivileged}
+            raise StageError(
+                "The container's privilege mode is not the planned one.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "rule": "unprivileged"},
+            )
+        evidence = {
+            "macaddr": container_mac(ctx.operation),
+            "rootfs": rootfs.get("volume"),
+            "digest": config.get("digest"),
+            "ostemplate": template_volume(ctx),
+            "unprivileged": unprivileged,
+        }
         if ctx.facts.get("adopt"):
             evidence["adopted"] = True
         return evidence
@@ -116,23 +136,40 @@ class ContainerCreateStage(StageLogic):
                     return Resolution.applied(tasks[0]["upid"])
                 if not config.get("lock"):
                     return Resolution.applied()
-            elif config.get("lock") == "create" and not config.get("description") and len(tasks) == 1 and tasks[0]["running"]:
+            elif (
+                config.get("lock") == "create"
+                and not config.get("description")
+                and len(tasks) == 1
+                and tasks[0]["running"]
+            ):
                 # PVE reserves the ID with an empty config under lock "create" while the task extracts the template
                 return Resolution.applied(tasks[0]["upid"])
-            return Resolution.undecidable("CT %d exists but cannot be tied to this operation's create request yet; check CT %d and the "
-                                          "vzcreate tasks on node %s before re-running." % (ctx.vmid, ctx.vmid, ctx.node))
+            return Resolution.undecidable(
+                "CT %d exists but cannot be tied to this operation's create request yet; check CT %d and the "
+                "vzcreate tasks on node %s before re-running." % (ctx.vmid, ctx.vmid, ctx.node)
+            )
         if len(tasks) == 1 and tasks[0]["ok"] is False:
             return Resolution.applied(tasks[0]["upid"])  # followed, so the stage reports task_failed
-        return Resolution("not_applied", message="No container %d and no vzcreate task of this token since the dispatch are visible: the "
-                                                 "create request may not have reached Proxmox, or may still be queued. It is never sent "
-                                                 "again automatically; check the node's tasks, then re-run to read again or abandon the "
-                                                 "operation." % ctx.vmid)
+        return Resolution(
+            "not_applied",
+            message="No container %d and no vzcreate task of this token since the dispatch are visible: the "
+            "create request may not have reached Proxmox, or may still be queued. It is never sent "
+            "again automatically; check the node's tasks, then re-run to read again or abandon the "
+            "operation." % ctx.vmid,
+        )
 
     def diff(self, ctx: StageContext) -> dict[str, t.Any] | None:
-        after = {"vmid": ctx.vmid, "exists": True, "type": "lxc", "hostname": ctx.plan["target"]["name"],
-                 "ostemplate": _safe_template(ctx), "rootfs": "%s:%d" % (ctx.plan["storage"], ctx.plan["resources"]["diskGiB"]),
-                 "net0Mac": container_mac(ctx.operation), "unprivileged": bool(ctx.mapping.get("unprivileged", True)),
-                 "description": binding_description(ctx.operation)}
+        after = {
+            "vmid": ctx.vmid,
+            "exists": True,
+            "type": "lxc",
+            "hostname": ctx.plan["target"]["name"],
+            "ostemplate": _safe_template(ctx),
+            "rootfs": "%s:%d" % (ctx.plan["storage"], ctx.plan["resources"]["diskGiB"]),
+            "net0Mac": container_mac(ctx.operation),
+            "unprivileged": bool(ctx.mapping.get("unprivileged", True)),
+            "description": binding_description(ctx.operation),
+        }
         before = dict(after) if ctx.facts.get("adopt") else {"vmid": ctx.vmid, "exists": False}
         return {"before": before, "after": after}
 

@@ -47,13 +47,17 @@ class ContainerPackagesStage(StageLogic):
         if ctx.check_mode:
             raise StageInProgress({"phase": "check_mode", "note": "packages are installed over SSH by the role"})
         if not self.installed:
-            raise StageError("No installed package versions were given (the role passes ansible.builtin.package_facts).",
-                             details={"stage": ctx.kind, "rule": "installed_required"})
+            raise StageError(
+                "No installed package versions were given (the role passes ansible.builtin.package_facts).",
+                details={"stage": ctx.kind, "rule": "installed_required"},
+            )
         found: dict[str, str] = {}
         for package in ctx.definition["packages"]:
             version = self.installed.get(package["name"])
             if version is None or ("version" in package and version != package["version"]):
-                raise StageError(code="package_version_missing", details={"stage": ctx.kind, "package": package["name"]})
+                raise StageError(
+                    code="package_version_missing", details={"stage": ctx.kind, "package": package["name"]}
+                )
             found[package["name"]] = version
         return {"installed": found, "installedBy": "ssh"}
 

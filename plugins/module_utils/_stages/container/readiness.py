@@ -25,7 +25,11 @@ _POLL = 2.0
 
 def usable_ipv4(entry: t.Mapping[str, t.Any]) -> str | None:
     """The first global unicast IPv4 of an ``interfaces`` entry (not loopback, link-local or unspecified)."""
-    candidates = [a.get("ip-address") for a in entry.get("ip-addresses") or [] if isinstance(a, dict) and a.get("ip-address-type") == "inet"]
+    candidates = [
+        a.get("ip-address")
+        for a in entry.get("ip-addresses") or []
+        if isinstance(a, dict) and a.get("ip-address-type") == "inet"
+    ]
     if isinstance(entry.get("inet"), str):
         candidates.append(entry["inet"].split("/", 1)[0])
     for text in candidates:
@@ -47,14 +51,19 @@ class ContainerReadinessStage(StageLogic):
     task_type = None
     final_codes = frozenset({"guest_network_unavailable"})
 
-    def __init__(self, readiness_timeout: float = DEFAULT_READINESS_TIMEOUT, wall_clock: t.Callable[[], float] | None = None) -> None:
+    def __init__(
+        self, readiness_timeout: float = DEFAULT_READINESS_TIMEOUT, wall_clock: t.Callable[[], float] | None = None
+    ) -> None:
         self.readiness_timeout = float(readiness_timeout)
         self.wall_clock = wall_clock or time.time
 
     def preconditions(self, ctx: StageContext) -> None:
         require_ours(ctx)
         if power_state(ctx) != "running":
-            raise StageError("The container is not running; run the start stage first.", details={"stage": ctx.kind, "rule": "running"})
+            raise StageError(
+                "The container is not running; run the start stage first.",
+                details={"stage": ctx.kind, "rule": "running"},
+            )
         if ctx.check_mode:
             raise StageInProgress({"phase": "check_mode", "note": "readiness only reads; it is skipped in check mode"})
 
@@ -63,7 +72,11 @@ class ContainerReadinessStage(StageLogic):
         if "deadline" in ctx.evidence():
             return None
         now = self.wall_clock()
-        return {"deadline": round(now + self.readiness_timeout, 3), "startedAt": _iso(now), "timeoutSeconds": self.readiness_timeout}
+        return {
+            "deadline": round(now + self.readiness_timeout, 3),
+            "startedAt": _iso(now),
+            "timeoutSeconds": self.readiness_timeout,
+        }
 
     def request(self, ctx: StageContext) -> Request | None:
         return None
@@ -81,22 +94,39 @@ class ContainerReadinessStage(StageLogic):
                     raise
                 entries = []
             for entry in entries if isinstance(entries, list) else []:
-                if isinstance(entry, dict) and str(entry.get("hwaddr", entry.get("hardware-address", ""))).lower() == mac:
+                if (
+                    isinstance(entry, dict)
+                    and str(entry.get("hwaddr", entry.get("hardware-address", ""))).lower() == mac
+                ):
                     address = usable_ipv4(entry)
                     if address is not None:
-                        return {"ipv4": address, "net0Mac": container_mac(ctx.operation), "guestReady": True,
-                                "hostKeysVerified": False, "readinessObservedAt": _iso(self.wall_clock())}
+                        return {
+                            "ipv4": address,
+                            "net0Mac": container_mac(ctx.operation),
+                            "guestReady": True,
+                            "hostKeysVerified": False,
+                            "readinessObservedAt": _iso(self.wall_clock()),
+                        }
             now = self.wall_clock()
             if now >= deadline:
-                raise StageError("The container got no usable IPv4 address on net0 before the readiness deadline.",
-                                 code="guest_network_unavailable", details={"stage": ctx.kind, "phase": "network"})
+                raise StageError(
+                    "The container got no usable IPv4 address on net0 before the readiness deadline.",
+                    code="guest_network_unavailable",
+                    details={"stage": ctx.kind, "phase": "network"},
+                )
             if budget is not None and now >= started + float(budget):
-                raise StageInProgress({"phase": "network", "deadline": _iso(deadline), "secondsLeft": int(deadline - now)})
+                raise StageInProgress(
+                    {"phase": "network", "deadline": _iso(deadline), "secondsLeft": int(deadline - now)}
+                )
             # never past the deadline, nor past this run's wait budget
             limit = deadline if budget is None else min(deadline, started + float(budget))
             ctx.sleep(min(_POLL, max(0.0, limit - now)))
 
     def handoff(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
-        return dict(ctx.operation.get("handoff") or {}, ipv4=evidence["ipv4"], guestUser=ctx.plan["guestUser"],
-                    readinessObservedAt=evidence["readinessObservedAt"],
-                    hostKeys="unverified: containers have no API to read SSH host keys (docs/containers.md)")
+        return dict(
+            ctx.operation.get("handoff") or {},
+            ipv4=evidence["ipv4"],
+            guestUser=ctx.plan["guestUser"],
+            readinessObservedAt=evidence["readinessObservedAt"],
+            hostKeys="unverified: containers have no API to read SSH host keys (docs/containers.md)",
+        )

@@ -30,7 +30,9 @@ class ContainerSnapshotStage(StageLogic):
         data = ctx.client.get(ctx.vm_path + "/snapshot")
         if not isinstance(data, list):
             raise StageError("Proxmox answered the snapshot list with an unexpected body.", code="unexpected_response")
-        return {str(item["name"]): item for item in data if isinstance(item, dict) and isinstance(item.get("name"), str)}
+        return {
+            str(item["name"]): item for item in data if isinstance(item, dict) and isinstance(item.get("name"), str)
+        }
 
     def preconditions(self, ctx: StageContext) -> None:
         require_ours(ctx)
@@ -40,15 +42,25 @@ class ContainerSnapshotStage(StageLogic):
         name = snapshot_name(ctx.operation["operationId"])
         if name in ctx.facts.get("snapshots", {}):
             return None
-        return Request("POST", ctx.vm_path + "/snapshot", {
-            "snapname": name, "description": "vmanyware operation %s (%s)" % (ctx.operation["operationId"], ctx.plan["definitionName"])})
+        return Request(
+            "POST",
+            ctx.vm_path + "/snapshot",
+            {
+                "snapname": name,
+                "description": "vmanyware operation %s (%s)"
+                % (ctx.operation["operationId"], ctx.plan["definitionName"]),
+            },
+        )
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         name = snapshot_name(ctx.operation["operationId"])
         found = self._snapshots(ctx).get(name)
         if found is None:
-            raise StageError("The snapshot task succeeded but the snapshot is not listed.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "snapname": name})
+            raise StageError(
+                "The snapshot task succeeded but the snapshot is not listed.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "snapname": name},
+            )
         return {"snapname": name, "snaptime": found.get("snaptime")}
 
     def handoff(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
@@ -60,5 +72,8 @@ class ContainerSnapshotStage(StageLogic):
         tasks = find_tasks(ctx, "vzsnapshot", ctx.vmid)
         if tasks:
             return Resolution.applied(tasks[0]["upid"])
-        return Resolution("not_applied", message="The snapshot is not listed and no vzsnapshot task is visible; check the container's "
-                                                 "snapshots and the node's task list before re-running.")
+        return Resolution(
+            "not_applied",
+            message="The snapshot is not listed and no vzsnapshot task is visible; check the container's "
+            "snapshots and the node's task list before re-running.",
+        )

@@ -34,8 +34,11 @@ class ContainerStartStage(StageLogic):
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         state = power_state(ctx)
         if state != "running":
-            raise StageError("The start task succeeded but the container is not running.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "powerState": state})
+            raise StageError(
+                "The start task succeeded but the container is not running.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "powerState": state},
+            )
         return {"powerState": "running"}
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
@@ -44,8 +47,14 @@ class ContainerStartStage(StageLogic):
             return Resolution.applied(tasks[0]["upid"])
         if power_state(ctx) == "running":
             return Resolution.applied(startResolvedBy="power_state")
-        return Resolution("not_applied", message="No vzstart task for the container is visible and it is stopped: the start request may not "
-                                                 "have reached Proxmox. Check the node's task list, then start it or abandon the operation.")
+        return Resolution(
+            "not_applied",
+            message="No vzstart task for the container is visible and it is stopped: the start request may not "
+            "have reached Proxmox. Check the node's task list, then start it or abandon the operation.",
+        )
 
     def diff(self, ctx: StageContext) -> dict[str, t.Any] | None:
-        return {"before": {"powerState": "running" if ctx.facts.get("running") else "stopped"}, "after": {"powerState": "running"}}
+        return {
+            "before": {"powerState": "running" if ctx.facts.get("running") else "stopped"},
+            "after": {"powerState": "running"},
+        }

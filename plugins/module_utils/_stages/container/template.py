@@ -34,32 +34,51 @@ class ContainerTemplateStage(StageLogic):
         storage = self._storage(ctx)
         content = ctx.client.get("/nodes/%s/storage/%s/content" % (ctx.node, storage), content="vztmpl")
         prefix = storage + ":vztmpl/"
-        return [str(e["volid"])[len(prefix):] for e in content if isinstance(e, dict) and str(e.get("volid", "")).startswith(prefix)] \
-            if isinstance(content, list) else []
+        return (
+            [
+                str(e["volid"])[len(prefix) :]
+                for e in content
+                if isinstance(e, dict) and str(e.get("volid", "")).startswith(prefix)
+            ]
+            if isinstance(content, list)
+            else []
+        )
 
     def preconditions(self, ctx: StageContext) -> None:
         require_container_plan(ctx)
         recorded = ctx.record.get("request") or {}
-        if isinstance(recorded, dict) and isinstance(recorded.get("params"), dict) and recorded["params"].get("template"):
+        if (
+            isinstance(recorded, dict)
+            and isinstance(recorded.get("params"), dict)
+            and recorded["params"].get("template")
+        ):
             # a dispatch was journaled: stay with that template (a newer one appearing meanwhile changes nothing)
             ctx.facts["template"] = str(recorded["params"]["template"])
         present = self._present(ctx)
         if "template" not in ctx.facts:
             index = ctx.client.get("/nodes/%s/aplinfo" % ctx.node)
-            offered = [str(e["template"]) for e in index if isinstance(e, dict) and isinstance(e.get("template"), str)] \
-                if isinstance(index, list) else []
+            offered = (
+                [str(e["template"]) for e in index if isinstance(e, dict) and isinstance(e.get("template"), str)]
+                if isinstance(index, list)
+                else []
+            )
             appliance = ctx.mapping["appliance"]
             chosen = newest_match(appliance["package"], appliance["version"], [*offered, *present])
             if chosen is None:
-                raise StageError("No appliance version matches the catalog's package and version glob.", code="template_not_found",
-                                 details={"stage": ctx.kind, "rule": "appliance_match"})
+                raise StageError(
+                    "No appliance version matches the catalog's package and version glob.",
+                    code="template_not_found",
+                    details={"stage": ctx.kind, "rule": "appliance_match"},
+                )
             ctx.facts["template"] = chosen
         ctx.facts["present"] = ctx.facts["template"] in present
 
     def request(self, ctx: StageContext) -> Request | None:
         if ctx.facts.get("present"):
             return None
-        return Request("POST", "/nodes/%s/aplinfo" % ctx.node, {"storage": self._storage(ctx), "template": ctx.facts["template"]})
+        return Request(
+            "POST", "/nodes/%s/aplinfo" % ctx.node, {"storage": self._storage(ctx), "template": ctx.facts["template"]}
+        )
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
         return accept_task(data, task_type="download", node=ctx.node, task_id=str(request.params["template"])), {}
@@ -68,9 +87,15 @@ class ContainerTemplateStage(StageLogic):
         if "template" not in ctx.facts:
             self.preconditions(ctx)
         if ctx.facts["template"] not in self._present(ctx):
-            raise StageError("The template is not on the storage after the download.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "rule": "template_present"})
-        return {"ostemplate": "%s:vztmpl/%s" % (self._storage(ctx), ctx.facts["template"]), "template": ctx.facts["template"]}
+            raise StageError(
+                "The template is not on the storage after the download.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "rule": "template_present"},
+            )
+        return {
+            "ostemplate": "%s:vztmpl/%s" % (self._storage(ctx), ctx.facts["template"]),
+            "template": ctx.facts["template"],
+        }
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
         self.preconditions(ctx)
@@ -79,12 +104,17 @@ class ContainerTemplateStage(StageLogic):
             return Resolution.applied(tasks[0]["upid"])
         if ctx.facts["present"] and not tasks:
             return Resolution.applied(templateResolvedBy="storage_content")
-        return Resolution.undecidable("The download of %s may or may not have been accepted: check the node's download tasks and the "
-                                      "storage's templates, then re-run or abandon the operation." % ctx.facts["template"])
+        return Resolution.undecidable(
+            "The download of %s may or may not have been accepted: check the node's download tasks and the "
+            "storage's templates, then re-run or abandon the operation." % ctx.facts["template"]
+        )
 
     def diff(self, ctx: StageContext) -> dict[str, t.Any] | None:
         volid = "%s:vztmpl/%s" % (self._storage(ctx), ctx.facts.get("template"))
-        return {"before": {"ostemplate": volid, "present": bool(ctx.facts.get("present"))}, "after": {"ostemplate": volid, "present": True}}
+        return {
+            "before": {"ostemplate": volid, "present": bool(ctx.facts.get("present"))},
+            "after": {"ostemplate": volid, "present": True},
+        }
 
 
 def _download_tasks(ctx: StageContext, template: str) -> list[dict[str, t.Any]]:

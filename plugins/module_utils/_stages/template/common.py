@@ -18,13 +18,16 @@ from .. import guest as _guest
 from ..protocol import StageContext
 from ..outcomes import Resolution, StageError
 
-GIB = 1024 ** 3
+GIB = 1024**3
 PREPARED_BY = ("ssh", "stand-in")
 
 
 def observation_mismatch(ctx: StageContext, rule: str) -> StageError:
-    return StageError("Proxmox does not show the state the stage requested.", code="observation_mismatch",
-                      details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": rule})
+    return StageError(
+        "Proxmox does not show the state the stage requested.",
+        code="observation_mismatch",
+        details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": rule},
+    )
 
 
 def build_of(ctx: StageContext) -> dict[str, t.Any]:
@@ -41,42 +44,10 @@ def require_build_vm(ctx: StageContext, *, stopped: bool) -> dict[str, t.Any]:
 
 
 def undecidable_task(ctx: StageContext, task_type: str) -> Resolution:
-    return Resolution.undecidable("The reply to the %s request was lost and reads cannot show whether it applied; check the %s tasks "
-                                  "and VM %d on node %s before re-running." % (ctx.kind, task_type, ctx.vmid, ctx.node))
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+    return Resolution.undecidable(
+        "The reply to the %s request was lost and reads cannot show whether it applied; check the %s tasks "
+        "and VM %d on node %s before re-running." % (ctx.kind, task_type, ctx.vmid, ctx.node)
+    )
 
 
 # The stages whose work the role does in the guest over SSH (docs/templates.md, "Preparing the guest"): right before each

@@ -27,7 +27,9 @@ class _KeyRequest(Request):
         summary = super().summary()
         keys = _guest.decode_sshkeys(str(self.params.get("sshkeys") or ""))
         # A preview before the key exists (check mode: the role generates it only when it builds) names no key.
-        summary["params"]["sshkeys"] = "<ephemeral key %s>" % _guest.ssh_fingerprint(keys[0]) if keys else "<ephemeral key of the run>"
+        summary["params"]["sshkeys"] = (
+            "<ephemeral key %s>" % _guest.ssh_fingerprint(keys[0]) if keys else "<ephemeral key of the run>"
+        )
         return summary
 
 
@@ -51,16 +53,24 @@ class ConfigureStage(StageLogic):
 
     def _wanted(self, ctx: StageContext) -> dict[str, str]:
         build = ctx.plan["buildAddress"]
-        return {"ciuser": ctx.plan["guestUser"], "ipconfig0": "ip=%s,gw=%s" % (build["address"], build["gateway"]), "ciupgrade": "0"}
+        return {
+            "ciuser": ctx.plan["guestUser"],
+            "ipconfig0": "ip=%s,gw=%s" % (build["address"], build["gateway"]),
+            "ciupgrade": "0",
+        }
 
     def preconditions(self, ctx: StageContext) -> None:
         if not self.public_key:
-            raise StageError("The configure stage needs build_ssh_public_key (the ephemeral key of this run).",
-                             details={"stage": ctx.kind, "rule": "build_ssh_public_key"})
+            raise StageError(
+                "The configure stage needs build_ssh_public_key (the ephemeral key of this run).",
+                details={"stage": ctx.kind, "rule": "build_ssh_public_key"},
+            )
         ctx.facts["config"] = require_build_vm(ctx, stopped=True)
 
     def request(self, ctx: StageContext) -> Request | None:
-        params: dict[str, t.Any] = dict(self._wanted(ctx), sshkeys=_guest.encode_sshkeys([self.public_key]) if self.public_key else "")
+        params: dict[str, t.Any] = dict(
+            self._wanted(ctx), sshkeys=_guest.encode_sshkeys([self.public_key]) if self.public_key else ""
+        )
         digest = ctx.facts.get("config", {}).get("digest") or ctx.earlier_evidence("digest")
         if digest:
             params["digest"] = digest
@@ -72,7 +82,9 @@ class ConfigureStage(StageLogic):
     def _applied(self, ctx: StageContext, config: t.Mapping[str, t.Any]) -> bool:
         keys = _guest.decode_sshkeys(str(config.get("sshkeys") or ""))
         wanted_key = _guest.ssh_fingerprint(str(self.public_key)) if self.public_key else None
-        return all(str(config.get(k)) == v for k, v in self._wanted(ctx).items()) and [_guest.ssh_fingerprint(k) for k in keys] == [wanted_key]
+        return all(str(config.get(k)) == v for k, v in self._wanted(ctx).items()) and [
+            _guest.ssh_fingerprint(k) for k in keys
+        ] == [wanted_key]
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         config = common.read_config_or_none(ctx)
@@ -84,5 +96,7 @@ class ConfigureStage(StageLogic):
         config = common.read_config_or_none(ctx)
         if config is not None and self.public_key and self._applied(ctx, config):
             return Resolution.applied()
-        return Resolution.undecidable("The reply to the configuration update was lost; check VM %d's ciuser, sshkeys and ipconfig0 "
-                                      "before re-running." % ctx.vmid)
+        return Resolution.undecidable(
+            "The reply to the configuration update was lost; check VM %d's ciuser, sshkeys and ipconfig0 "
+            "before re-running." % ctx.vmid
+        )

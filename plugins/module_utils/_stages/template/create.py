@@ -42,12 +42,22 @@ class CreateStage(StageLogic):
         plan, storage = ctx.plan, ctx.plan["storage"]
         machine = plan["machine"]
         params: dict[str, t.Any] = {
-            "vmid": ctx.vmid, "name": plan["target"]["name"], "description": common.binding_description(ctx.operation),
-            "tags": instance_tag(ctx.operation["operationId"]), "machine": machine["type"], "bios": machine["bios"],
-            "efidisk0": "%s:1,efitype=4m,pre-enrolled-keys=0" % storage, "scsihw": machine["scsihw"],
+            "vmid": ctx.vmid,
+            "name": plan["target"]["name"],
+            "description": common.binding_description(ctx.operation),
+            "tags": instance_tag(ctx.operation["operationId"]),
+            "machine": machine["type"],
+            "bios": machine["bios"],
+            "efidisk0": "%s:1,efitype=4m,pre-enrolled-keys=0" % storage,
+            "scsihw": machine["scsihw"],
             plan["diskDevice"]: "%s:0,import-from=%s,discard=on" % (storage, plan["source"]["importVolume"]),
-            "ide2": "%s:cloudinit" % storage, "boot": "order=%s" % plan["diskDevice"], "agent": "enabled=1",
-            "net0": "virtio,bridge=%s" % plan["bridge"], "cores": machine["cores"], "memory": machine["memoryMiB"], "ostype": "l26",
+            "ide2": "%s:cloudinit" % storage,
+            "boot": "order=%s" % plan["diskDevice"],
+            "agent": "enabled=1",
+            "net0": "virtio,bridge=%s" % plan["bridge"],
+            "cores": machine["cores"],
+            "memory": machine["memoryMiB"],
+            "ostype": "l26",
         }
         if machine["serialConsole"]:
             params.update({"serial0": "socket", "vga": "serial0"})
@@ -56,7 +66,9 @@ class CreateStage(StageLogic):
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
         upid = parse_upid(data)
         if upid.type != self.task_type or upid.node != ctx.node or upid.id != str(ctx.vmid):
-            raise StageError("Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response")
+            raise StageError(
+                "Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response"
+            )
         return upid.raw, {}
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:

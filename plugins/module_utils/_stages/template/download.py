@@ -41,18 +41,27 @@ class DownloadStage(StageLogic):
 
     def request(self, ctx: StageContext) -> Request | None:
         source = ctx.plan["source"]
-        params = {"url": source["url"], "content": "import", "filename": import_file_name(build_of(ctx)),
-                  "checksum": source["checksum"], "checksum-algorithm": source["checksumAlgorithm"]}
+        params = {
+            "url": source["url"],
+            "content": "import",
+            "filename": import_file_name(build_of(ctx)),
+            "checksum": source["checksum"],
+            "checksum-algorithm": source["checksumAlgorithm"],
+        }
         return Request("POST", "/nodes/%s/storage/%s/download-url" % (ctx.node, ctx.plan["importStorage"]), params)
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
         upid = parse_upid(data)
         if upid.type != self.task_type or upid.node != ctx.node or upid.id != import_file_name(build_of(ctx)):
-            raise StageError("Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response")
+            raise StageError(
+                "Proxmox answered with a task of an unexpected type, node or id.", code="unexpected_response"
+            )
         return upid.raw, {}
 
     def _listed(self, ctx: StageContext) -> dict[str, t.Any] | None:
-        entries = ctx.client.get("/nodes/%s/storage/%s/content" % (ctx.node, ctx.plan["importStorage"]), content="import")
+        entries = ctx.client.get(
+            "/nodes/%s/storage/%s/content" % (ctx.node, ctx.plan["importStorage"]), content="import"
+        )
         for entry in entries if isinstance(entries, list) else []:
             if isinstance(entry, dict) and entry.get("volid") == self.volid(ctx):
                 return entry
@@ -63,8 +72,12 @@ class DownloadStage(StageLogic):
         if entry is None:
             raise observation_mismatch(ctx, "import_volume_listed")
         size = entry.get("size")
-        return {"volid": self.volid(ctx), "sizeBytes": size if isinstance(size, int) and not isinstance(size, bool) else None,
-                "checksumAlgorithm": ctx.plan["source"]["checksumAlgorithm"], "checksum": ctx.plan["source"]["checksum"]}
+        return {
+            "volid": self.volid(ctx),
+            "sizeBytes": size if isinstance(size, int) and not isinstance(size, bool) else None,
+            "checksumAlgorithm": ctx.plan["source"]["checksumAlgorithm"],
+            "checksum": ctx.plan["source"]["checksum"],
+        }
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
         """Our ``download`` task with the file name since the dispatch: applied (followed); none: undecidable."""
@@ -78,12 +91,18 @@ class DownloadStage(StageLogic):
                 upid = parse_upid(entry.get("upid") if isinstance(entry, dict) else None)
             except ProviderError:
                 continue
-            if upid.type == "download" and upid.id == import_file_name(build_of(ctx)) and (user is None or upid.user == user):
+            if (
+                upid.type == "download"
+                and upid.id == import_file_name(build_of(ctx))
+                and (user is None or upid.user == user)
+            ):
                 candidates.append(upid.raw)
         if len(candidates) == 1:
             return Resolution.applied(candidates[0])
-        return Resolution.undecidable("The reply to download-url was lost and the node's download tasks do not single out this "
-                                      "build's; check the import storage %s and the task list of node %s." % (ctx.plan["importStorage"], ctx.node))
+        return Resolution.undecidable(
+            "The reply to download-url was lost and the node's download tasks do not single out this "
+            "build's; check the import storage %s and the task list of node %s." % (ctx.plan["importStorage"], ctx.node)
+        )
 
     def task_error(self, ctx: StageContext, upid: str, outcome: TaskOutcome) -> StageError:
         if (outcome.exitstatus or "").startswith("checksum mismatch"):

@@ -43,10 +43,15 @@ class GeneralizeStage(StageLogic):
     def preconditions(self, ctx: StageContext) -> None:
         recorded = ctx.evidence("prepare").get("preparedBy")
         if self.prepared_by != recorded:
-            raise StageError("prepared_by differs from the one the prepare stage recorded.", details={"stage": ctx.kind, "rule": "prepared_by"})
+            raise StageError(
+                "prepared_by differs from the one the prepare stage recorded.",
+                details={"stage": ctx.kind, "rule": "prepared_by"},
+            )
         if recorded == "ssh" and (self.passwd_status is None or self.authorized_keys_left is None):
-            raise StageError("The generalize stage needs passwd_status and authorized_keys_left from the guest.",
-                             details={"stage": ctx.kind, "rule": "guest_report"})
+            raise StageError(
+                "The generalize stage needs passwd_status and authorized_keys_left from the guest.",
+                details={"stage": ctx.kind, "rule": "guest_report"},
+            )
         require_build_vm(ctx, stopped=False)
 
     def request(self, ctx: StageContext) -> Request | None:
@@ -55,5 +60,8 @@ class GeneralizeStage(StageLogic):
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         if self.prepared_by == "stand-in":
             return {"standIn": True, "passwordLocked": None, "noAuthorizedKeys": None}
-        return {"standIn": False, "passwordLocked": parse_passwd_status(str(self.passwd_status), ctx.plan["guestUser"]),
-                "noAuthorizedKeys": self.authorized_keys_left == 0}
+        return {
+            "standIn": False,
+            "passwordLocked": parse_passwd_status(str(self.passwd_status), ctx.plan["guestUser"]),
+            "noAuthorizedKeys": self.authorized_keys_left == 0,
+        }

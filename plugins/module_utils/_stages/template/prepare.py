@@ -29,7 +29,11 @@ def _agent_answers(ctx: StageContext) -> dict[str, t.Any]:
         if agent_reason(err) in ("not_running", "not_configured") or err.code == "server_error":
             raise StageInProgress({"waiting": "the guest agent to answer through the API"}) from None
         raise
-    version = info.get("result", {}).get("version") if isinstance(info, dict) and isinstance(info.get("result"), dict) else None
+    version = (
+        info.get("result", {}).get("version")
+        if isinstance(info, dict) and isinstance(info.get("result"), dict)
+        else None
+    )
     return {"agentAnswered": True, "agentVersion": version if isinstance(version, str) else None}
 
 
@@ -48,8 +52,10 @@ class PrepareStage(StageLogic):
 
     def preconditions(self, ctx: StageContext) -> None:
         if self.prepared_by not in PREPARED_BY:
-            raise StageError("The prepare stage needs prepared_by (ssh, or stand-in on a simulated guest).",
-                             details={"stage": ctx.kind, "rule": "prepared_by"})
+            raise StageError(
+                "The prepare stage needs prepared_by (ssh, or stand-in on a simulated guest).",
+                details={"stage": ctx.kind, "rule": "prepared_by"},
+            )
         if read_status(ctx.client, ctx.vm_path).get("status") != "running":
             raise StageError("The template VM is not running.", details={"stage": ctx.kind, "rule": "running"})
         _guest.check_identity(ctx, require_build_vm(ctx, stopped=False))

@@ -31,10 +31,22 @@ def stamp_description(operation: t.Mapping[str, t.Any], prepared_by: str) -> str
     """The template's description: the binding lines, then what it was built from (no trailing whitespace)."""
     plan = operation["plan"]
     source = plan["source"]
-    lines = [common.binding_description(operation), "vmanyware template", "image %s" % plan["image"], "url %s" % source["url"],
-             "checksum %s:%s" % (source["checksumAlgorithm"], source["checksum"]), "templateVersion %s" % plan["templateVersion"],
-             "buildOperation %s" % operation["operationId"], "packages %s" % ",".join(p["name"] for p in plan["packages"]),
-             "preparedBy %s" % ("stand-in (simulated guest: nothing was installed or verified)" if prepared_by == "stand-in" else prepared_by)]
+    lines = [
+        common.binding_description(operation),
+        "vmanyware template",
+        "image %s" % plan["image"],
+        "url %s" % source["url"],
+        "checksum %s:%s" % (source["checksumAlgorithm"], source["checksum"]),
+        "templateVersion %s" % plan["templateVersion"],
+        "buildOperation %s" % operation["operationId"],
+        "packages %s" % ",".join(p["name"] for p in plan["packages"]),
+        "preparedBy %s"
+        % (
+            "stand-in (simulated guest: nothing was installed or verified)"
+            if prepared_by == "stand-in"
+            else prepared_by
+        ),
+    ]
     return "\n".join(lines)
 
 
@@ -47,19 +59,37 @@ def catalog_mapping(operation: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     mapping = dict(operation["mapping"])
     size = journal_stage(operation, "convert")["evidence"].get("diskSizeBytes")
     if not isinstance(size, int) or size % GIB:
-        raise StageError("The template's disk is not a whole number of GiB; the catalog needs sourceDiskGiB.", code="observation_mismatch",
-                         details={"stage": "stamp", "rule": "whole_gib"})
-    ordered = {key: mapping[key] for key in ("image", "node", "templateVmid", "templateVersion", "storage", "bridge", "diskDevice")}
+        raise StageError(
+            "The template's disk is not a whole number of GiB; the catalog needs sourceDiskGiB.",
+            code="observation_mismatch",
+            details={"stage": "stamp", "rule": "whole_gib"},
+        )
+    ordered = {
+        key: mapping[key]
+        for key in ("image", "node", "templateVmid", "templateVersion", "storage", "bridge", "diskDevice")
+    }
     ordered.update(sourceDiskGiB=size // GIB, guestUser=mapping["guestUser"])
     generalized = journal_stage(operation, "generalize")["evidence"]
-    if generalized.get("passwordLocked") is True and generalized.get("noAuthorizedKeys") is True and not generalized.get("standIn"):
-        ordered["imageDefaultUser"] = {"name": mapping["guestUser"], "templateVersion": mapping["templateVersion"],
-                                       "passwordLocked": True, "noAuthorizedKeys": True}
+    if (
+        generalized.get("passwordLocked") is True
+        and generalized.get("noAuthorizedKeys") is True
+        and not generalized.get("standIn")
+    ):
+        ordered["imageDefaultUser"] = {
+            "name": mapping["guestUser"],
+            "templateVersion": mapping["templateVersion"],
+            "passwordLocked": True,
+            "noAuthorizedKeys": True,
+        }
     try:
         return normalize_mapping(ordered)
     except FormatError as err:  # e.g. a 3 GiB image without diskGiB: the catalog needs at least 4
-        raise StageError("The built template cannot be catalogued (%s %s); declare diskGiB in the TemplateBuild." % (err.path, err.rule),
-                         code="observation_mismatch", details={"stage": "stamp", "rule": "catalog_mapping", "field": err.path}) from None
+        raise StageError(
+            "The built template cannot be catalogued (%s %s); declare diskGiB in the TemplateBuild."
+            % (err.path, err.rule),
+            code="observation_mismatch",
+            details={"stage": "stamp", "rule": "catalog_mapping", "field": err.path},
+        ) from None
 
 
 class StampStage(StageLogic):
@@ -69,21 +99,28 @@ class StampStage(StageLogic):
 
     def _wanted(self, ctx: StageContext) -> dict[str, str]:
         prepared_by = str(ctx.evidence("prepare").get("preparedBy"))
-        return {"tags": "%s;%s" % (TEMPLATE_TAG, instance_tag(ctx.operation["operationId"])),
-                "description": stamp_description(ctx.operation, prepared_by)}
+        return {
+            "tags": "%s;%s" % (TEMPLATE_TAG, instance_tag(ctx.operation["operationId"])),
+            "description": stamp_description(ctx.operation, prepared_by),
+        }
 
     def preconditions(self, ctx: StageContext) -> None:
         config = common.read_config_or_none(ctx)
         if config is None or int_value(config.get("template")) != 1:
             raise StageError("The VM is not the converted template.", details={"stage": ctx.kind, "rule": "template"})
         if not common.is_ours(ctx, config) and config.get("description") != self._wanted(ctx)["description"]:
-            raise StageError("The template's description does not bind it to this operation.", details={"stage": ctx.kind, "rule": "description"})
+            raise StageError(
+                "The template's description does not bind it to this operation.",
+                details={"stage": ctx.kind, "rule": "description"},
+            )
         ctx.facts["config"] = config
         catalog_mapping(ctx.operation)  # fails before anything is sent when the disk size cannot be catalogued
 
     def _applied(self, ctx: StageContext, config: t.Mapping[str, t.Any]) -> bool:
         wanted = self._wanted(ctx)
-        return config.get("description") == wanted["description"] and set(tag_list(config.get("tags"))) == set(wanted["tags"].split(";"))
+        return config.get("description") == wanted["description"] and set(tag_list(config.get("tags"))) == set(
+            wanted["tags"].split(";")
+        )
 
     def request(self, ctx: StageContext) -> Request | None:
         config = ctx.facts["config"]
@@ -104,13 +141,21 @@ class StampStage(StageLogic):
         config = common.read_config_or_none(ctx)
         if config is not None and self._applied(ctx, config):
             return Resolution.applied()
-        return Resolution.undecidable("The reply to the stamp update was lost; check template %d's tags and description." % ctx.vmid)
+        return Resolution.undecidable(
+            "The reply to the stamp update was lost; check template %d's tags and description." % ctx.vmid
+        )
 
 
 def stamp_output(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """``catalog_mapping`` and ``catalog_mapping_yaml`` of the operation ``document``'s completed stamp stage (else nothing)."""
     stamp: t.Mapping[str, t.Any] = next(
-        (item for item in document.get("stages", []) if item.get("kind") == "stamp" and item.get("status") == "completed"), {})
+        (
+            item
+            for item in document.get("stages", [])
+            if item.get("kind") == "stamp" and item.get("status") == "completed"
+        ),
+        {},
+    )
     mapping = (stamp.get("evidence") or {}).get("catalogMapping")
     if not isinstance(mapping, dict):
         return {}
@@ -120,6 +165,7 @@ def stamp_output(document: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
 def mapping_yaml(mapping: t.Mapping[str, t.Any]) -> str:
     """One catalog list item in catalog field order (plain scalars; every value is pattern-checked, so none needs quoting
     except a templateVersion YAML would read as a number, which is quoted)."""
+
     def scalar(value: t.Any) -> str:
         if isinstance(value, bool):
             return "true" if value else "false"

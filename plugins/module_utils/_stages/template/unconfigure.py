@@ -52,5 +52,7 @@ class UnconfigureStage(StageLogic):
         config = common.read_config_or_none(ctx)
         if config is not None and not any(key in config for key in BUILD_SETTINGS):
             return Resolution.applied()
-        return Resolution.undecidable("The reply to the removal of the build settings was lost; check VM %d's ipconfig0, sshkeys and "
-                                      "ciuser before re-running." % ctx.vmid)
+        return Resolution.undecidable(
+            "The reply to the removal of the build settings was lost; check VM %d's ipconfig0, sshkeys and "
+            "ciuser before re-running." % ctx.vmid
+        )

@@ -36,8 +36,11 @@ def cloned_volumes(template: t.Mapping[str, t.Any]) -> int:
 
 
 def _mismatch(ctx: StageContext, rule: str) -> StageError:
-    return StageError("After the clone, Proxmox does not show the VM the stage requested.", code="observation_mismatch",
-                      details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": rule})
+    return StageError(
+        "After the clone, Proxmox does not show the VM the stage requested.",
+        code="observation_mismatch",
+        details={"stage": ctx.kind, "vmid": ctx.vmid, "rule": rule},
+    )
 
 
 class CloneStage(StageLogic, AdoptionHook):
@@ -73,17 +76,23 @@ class CloneStage(StageLogic, AdoptionHook):
     # -- hooks ---------------------------------------------------------------------------------------
     def preconditions(self, ctx: StageContext) -> None:
         ctx.facts["adopt"] = False
-        recent = ctx.recent_template.take(self.template_path(ctx), "template") if ctx.recent_template is not None else None
+        recent = (
+            ctx.recent_template.take(self.template_path(ctx), "template") if ctx.recent_template is not None else None
+        )
         try:
             template = recent if recent is not None else read_config(ctx.client, self.template_path(ctx))
         except ProviderError as err:
             if err.code != "not_found":
                 raise
-            raise StageError("The template does not exist on the mapped node.",
-                             details={"stage": ctx.kind, "templateVmid": self.template_vmid(ctx), "rule": "template_exists"}) from None
+            raise StageError(
+                "The template does not exist on the mapped node.",
+                details={"stage": ctx.kind, "templateVmid": self.template_vmid(ctx), "rule": "template_exists"},
+            ) from None
         if int_value(template.get("template")) != 1:
-            raise StageError("The source VM is not a template.",
-                             details={"stage": ctx.kind, "templateVmid": self.template_vmid(ctx), "rule": "is_template"})
+            raise StageError(
+                "The source VM is not a template.",
+                details={"stage": ctx.kind, "templateVmid": self.template_vmid(ctx), "rule": "is_template"},
+            )
         ctx.facts["allocations"] = cloned_volumes(template)
         if ctx.recent_vmid is not None and ctx.recent_vmid.vmid_free(ctx.vmid):
             return  # "free" read moments ago (rule 8); a "taken" answer is never recorded, so adoption always reads
@@ -96,8 +105,11 @@ class CloneStage(StageLogic, AdoptionHook):
             if not is_ours(ctx, existing):
                 raise StageError(code="vmid_taken", details={"stage": ctx.kind, "vmid": ctx.vmid}) from None
             if existing is not None and existing.get("lock"):
-                raise StageError("The VM bound to this operation is locked (a clone is still running); re-run later.", code="locked",
-                                 details={"stage": ctx.kind, "vmid": ctx.vmid, "lock": str(existing["lock"])}) from None
+                raise StageError(
+                    "The VM bound to this operation is locked (a clone is still running); re-run later.",
+                    code="locked",
+                    details={"stage": ctx.kind, "vmid": ctx.vmid, "lock": str(existing["lock"])},
+                ) from None
             ctx.facts["adopt"] = True
 
     def request(self, ctx: StageContext) -> Request | None:
@@ -124,7 +136,9 @@ class CloneStage(StageLogic, AdoptionHook):
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
         # The id field of a qmclone UPID is the SOURCE VMID (fork_worker('qmclone', $vmid, ...)).
-        return accept_task(data, task_type="qmclone", node=ctx.mapping["node"], task_id=str(self.template_vmid(ctx))), {}
+        return accept_task(
+            data, task_type="qmclone", node=ctx.mapping["node"], task_id=str(self.template_vmid(ctx))
+        ), {}
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         config = read_config_or_none(ctx)
@@ -139,8 +153,12 @@ class CloneStage(StageLogic, AdoptionHook):
         disk = disk_volume(config, ctx.mapping["diskDevice"])
         if disk is None or disk.is_cdrom or disk.storage != ctx.plan["storage"]:
             raise _mismatch(ctx, "disk_on_storage")
-        evidence: dict[str, t.Any] = {"volid": disk.volid, "digest": config.get("digest"), "macaddr": net_macaddr(config.get("net0")),
-                                      "diskSizeBytes": disk.size_bytes}
+        evidence: dict[str, t.Any] = {
+            "volid": disk.volid,
+            "digest": config.get("digest"),
+            "macaddr": net_macaddr(config.get("net0")),
+            "diskSizeBytes": disk.size_bytes,
+        }
         if ctx.facts.get("adopt"):
             evidence["adopted"] = True
         return evidence
@@ -164,23 +182,40 @@ class CloneStage(StageLogic, AdoptionHook):
                     return Resolution.applied(tasks[0]["upid"])
                 if not config.get("lock"):
                     return Resolution.applied()
-                return Resolution.undecidable("VM %d carries this operation's description but its clone is still running; re-run when "
-                                              "the qmclone task of template %d has finished." % (ctx.vmid, template))
-            if config.get("lock") == "clone" and not config.get("description") and len(tasks) == 1 and tasks[0]["running"]:
+                return Resolution.undecidable(
+                    "VM %d carries this operation's description but its clone is still running; re-run when "
+                    "the qmclone task of template %d has finished." % (ctx.vmid, template)
+                )
+            if (
+                config.get("lock") == "clone"
+                and not config.get("description")
+                and len(tasks) == 1
+                and tasks[0]["running"]
+            ):
                 return Resolution.applied(tasks[0]["upid"])
-            return Resolution.undecidable("VM %d exists but its description does not bind it to this operation; check VM %d and the "
-                                          "qmclone tasks of template %d on node %s before re-running." % (ctx.vmid, ctx.vmid, template, ctx.node))
+            return Resolution.undecidable(
+                "VM %d exists but its description does not bind it to this operation; check VM %d and the "
+                "qmclone tasks of template %d on node %s before re-running." % (ctx.vmid, ctx.vmid, template, ctx.node)
+            )
         if not tasks:
             return Resolution.not_applied()
         if len(tasks) == 1 and tasks[0]["ok"] is False:
             return Resolution.applied(tasks[0]["upid"])
-        return Resolution.undecidable("A qmclone task of template %d by this token exists since the dispatch but VM %d does not; check "
-                                      "the task log on node %s before re-running." % (template, ctx.vmid, ctx.node))
+        return Resolution.undecidable(
+            "A qmclone task of template %d by this token exists since the dispatch but VM %d does not; check "
+            "the task log on node %s before re-running." % (template, ctx.vmid, ctx.node)
+        )
 
     def diff(self, ctx: StageContext) -> dict[str, t.Any] | None:
         before: dict[str, t.Any] = {"vmid": ctx.vmid, "exists": bool(ctx.facts.get("adopt"))}
-        after = {"vmid": ctx.vmid, "exists": True, "name": ctx.plan["target"]["name"], "storage": ctx.plan["storage"],
-                 "description": binding_description(ctx.operation), "source": {"node": ctx.mapping["node"], "templateVmid": self.template_vmid(ctx)}}
+        after = {
+            "vmid": ctx.vmid,
+            "exists": True,
+            "name": ctx.plan["target"]["name"],
+            "storage": ctx.plan["storage"],
+            "description": binding_description(ctx.operation),
+            "source": {"node": ctx.mapping["node"], "templateVmid": self.template_vmid(ctx)},
+        }
         if ctx.facts.get("adopt"):
             before = dict(after)
         return {"before": before, "after": after}
@@ -204,9 +239,21 @@ class CloneStage(StageLogic, AdoptionHook):
         config = obs.config
         disk = disk_volume(config, ctx.mapping["diskDevice"])
         if disk is None or disk.is_cdrom or disk.storage != ctx.plan["storage"]:
-            return Decision("uncertain", "VM %d carries this operation's description but its %s is not a volume on storage %s; the clone "
-                            "stage checks it again on its next run." % (ctx.vmid, ctx.mapping["diskDevice"], ctx.plan["storage"]))
+            return Decision(
+                "uncertain",
+                "VM %d carries this operation's description but its %s is not a volume on storage %s; the clone "
+                "stage checks it again on its next run." % (ctx.vmid, ctx.mapping["diskDevice"], ctx.plan["storage"]),
+            )
         upid = single_ok(obs.tasks(self.kind, "qmclone", int(ctx.mapping["templateVmid"])))
-        evidence = {"volid": disk.volid, "digest": config.get("digest"), "macaddr": net_macaddr(config.get("net0")), "diskSizeBytes": disk.size_bytes}
-        return Decision("completed", "The VM exists, carries this operation's description, is unlocked and its disk is on the planned storage.",
-                        evidence, upid)
+        evidence = {
+            "volid": disk.volid,
+            "digest": config.get("digest"),
+            "macaddr": net_macaddr(config.get("net0")),
+            "diskSizeBytes": disk.size_bytes,
+        }
+        return Decision(
+            "completed",
+            "The VM exists, carries this operation's description, is unlocked and its disk is on the planned storage.",
+            evidence,
+            upid,
+        )

@@ -95,15 +95,21 @@ class CloudinitStage(StageLogic, AdoptionHook):
         if extra:
             # One DHCP NIC is what the plan describes and what readiness checks; a second one would get an
             # unplanned Cloud-Init network configuration.
-            raise StageError("The target has more than one network device; the collection provisions exactly one (net0). Nothing was sent.",
-                             details={"stage": ctx.kind, "rule": "single_network_device", "devices": ["net0"] + extra})
+            raise StageError(
+                "The target has more than one network device; the collection provisions exactly one (net0). Nothing was sent.",
+                details={"stage": ctx.kind, "rule": "single_network_device", "devices": ["net0"] + extra},
+            )
         if _guest.cloudinit_drive(config, ctx.vmid) is None:
-            raise StageError("The target has no Cloud-Init drive of its own (vm-<vmid>-cloudinit); nothing was sent.",
-                             details={"stage": ctx.kind, "rule": "cloudinit_drive"})
+            raise StageError(
+                "The target has no Cloud-Init drive of its own (vm-<vmid>-cloudinit); nothing was sent.",
+                details={"stage": ctx.kind, "rule": "cloudinit_drive"},
+            )
         mac, _bridge = _guest.net0_mac_bridge(config)
         if mac is None or mac != _guest.clone_mac(ctx):
-            raise StageError("The target's net0 MAC is not the one the clone stage recorded; nothing was sent.",
-                             details={"stage": ctx.kind, "rule": "net0_mac"})
+            raise StageError(
+                "The target's net0 MAC is not the one the clone stage recorded; nothing was sent.",
+                details={"stage": ctx.kind, "rule": "net0_mac"},
+            )
         ctx.facts["config"] = config
 
     def request(self, ctx: StageContext) -> Request | None:
@@ -125,10 +131,19 @@ class CloudinitStage(StageLogic, AdoptionHook):
         mac = _guest.clone_mac(ctx)
         wrong = mismatches(ctx, config, mac)
         if wrong:
-            raise StageError("After the update Proxmox does not show the requested Cloud-Init settings.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "fields": wrong})
-        return {"digest": config["digest"], "net0Mac": mac, "bridge": ctx.plan["bridge"], "guestReady": False,
-                "attested": attested(ctx), "sshKeyCount": len(ctx.definition["access"]["sshPublicKeys"])}
+            raise StageError(
+                "After the update Proxmox does not show the requested Cloud-Init settings.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "fields": wrong},
+            )
+        return {
+            "digest": config["digest"],
+            "net0Mac": mac,
+            "bridge": ctx.plan["bridge"],
+            "guestReady": False,
+            "attested": attested(ctx),
+            "sshKeyCount": len(ctx.definition["access"]["sshPublicKeys"]),
+        }
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
         config = _guest.read_config(ctx)
@@ -137,8 +152,10 @@ class CloudinitStage(StageLogic, AdoptionHook):
             return Resolution.applied()
         if config.get("digest") == _guest.latest_digest(ctx):
             return Resolution.not_applied()
-        return Resolution.undecidable("The configuration changed but does not show the requested Cloud-Init settings; "
-                                      "inspect the VM's configuration in Proxmox before re-running.")
+        return Resolution.undecidable(
+            "The configuration changed but does not show the requested Cloud-Init settings; "
+            "inspect the VM's configuration in Proxmox before re-running."
+        )
 
     def diff(self, ctx: StageContext) -> dict[str, t.Any] | None:
         config = ctx.facts.get("config") or {}
@@ -156,8 +173,20 @@ class CloudinitStage(StageLogic, AdoptionHook):
         config = obs.config
         mac = net_macaddr(config.get("net0"))
         if mac is None or _guest.cloudinit_drive(config, ctx.vmid) is None or mismatches(ctx, config, mac):
-            return Decision("pending", "Proxmox does not show exactly the planned Cloud-Init settings; the cloudinit stage sets them "
-                            "(bound to the digest observed now).")
-        return Decision("completed", "Every planned Cloud-Init setting is shown exactly.",
-                        {"digest": config["digest"], "net0Mac": mac, "bridge": ctx.plan["bridge"], "guestReady": False,
-                         "attested": attested(ctx), "sshKeyCount": len(ctx.definition["access"]["sshPublicKeys"])})
+            return Decision(
+                "pending",
+                "Proxmox does not show exactly the planned Cloud-Init settings; the cloudinit stage sets them "
+                "(bound to the digest observed now).",
+            )
+        return Decision(
+            "completed",
+            "Every planned Cloud-Init setting is shown exactly.",
+            {
+                "digest": config["digest"],
+                "net0Mac": mac,
+                "bridge": ctx.plan["bridge"],
+                "guestReady": False,
+                "attested": attested(ctx),
+                "sshKeyCount": len(ctx.definition["access"]["sshPublicKeys"]),
+            },
+        )

@@ -44,9 +44,14 @@ class DiskStage(StageLogic, AdoptionHook):
         config = require_clone_identity(ctx)
         disk = disk_volume(config, ctx.mapping["diskDevice"])
         if disk is None or disk.is_cdrom or disk.is_cloudinit:
-            raise StageError("The VM has no disk on the mapping's device.", details={"stage": ctx.kind, "rule": "disk_exists"})
+            raise StageError(
+                "The VM has no disk on the mapping's device.", details={"stage": ctx.kind, "rule": "disk_exists"}
+            )
         if disk.size_bytes is None:
-            raise StageError("The VM's disk does not record a size the collection understands.", details={"stage": ctx.kind, "rule": "size_known"})
+            raise StageError(
+                "The VM's disk does not record a size the collection understands.",
+                details={"stage": ctx.kind, "rule": "size_known"},
+            )
         if disk.size_bytes > requested_bytes(ctx):
             raise StageError(code="disk_shrink_unsupported", details={"stage": ctx.kind, "rule": "never_shrink"})
         ctx.facts["sizeBytes"] = disk.size_bytes
@@ -57,7 +62,10 @@ class DiskStage(StageLogic, AdoptionHook):
     def request(self, ctx: StageContext) -> Request | None:
         if ctx.facts.get("satisfied"):
             return None
-        params: dict[str, t.Any] = {"disk": ctx.mapping["diskDevice"], "size": gib_size_string(ctx.plan["resources"]["diskGiB"])}
+        params: dict[str, t.Any] = {
+            "disk": ctx.mapping["diskDevice"],
+            "size": gib_size_string(ctx.plan["resources"]["diskGiB"]),
+        }
         digest = ctx.facts.get("digest") or ctx.earlier_evidence("digest")
         if digest:
             params["digest"] = digest
@@ -67,8 +75,11 @@ class DiskStage(StageLogic, AdoptionHook):
         config = read_config(ctx.client, ctx.vm_path)
         disk = disk_volume(config, ctx.mapping["diskDevice"])
         if not is_ours(ctx, config) or disk is None or disk.size_bytes != requested_bytes(ctx):
-            raise StageError("After the resize, Proxmox does not show the requested disk size.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "vmid": ctx.vmid})
+            raise StageError(
+                "After the resize, Proxmox does not show the requested disk size.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "vmid": ctx.vmid},
+            )
         return {"digest": config.get("digest"), "diskSizeBytes": disk.size_bytes, "volid": disk.volid}
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
@@ -76,7 +87,9 @@ class DiskStage(StageLogic, AdoptionHook):
         size and digest unchanged and no task -> not applied; otherwise undecidable."""
         config = read_config_or_none(ctx)
         if config is None or not is_ours(ctx, config):
-            return Resolution.undecidable("VM %d is missing or no longer bound to this operation; check it before re-running." % ctx.vmid)
+            return Resolution.undecidable(
+                "VM %d is missing or no longer bound to this operation; check it before re-running." % ctx.vmid
+            )
         disk = disk_volume(config, ctx.mapping["diskDevice"])
         tasks = find_tasks(ctx, "resize", ctx.vmid)
         if disk is not None and disk.size_bytes == requested_bytes(ctx):
@@ -85,8 +98,10 @@ class DiskStage(StageLogic, AdoptionHook):
             return Resolution.applied(tasks[0]["upid"])
         if not tasks and config.get("digest") == ctx.earlier_evidence("digest"):
             return Resolution.not_applied()
-        return Resolution.undecidable("The disk of VM %d does not show the requested size and the resize cannot be proven not to have "
-                                      "run; check the node's resize tasks for VM %d before re-running." % (ctx.vmid, ctx.vmid))
+        return Resolution.undecidable(
+            "The disk of VM %d does not show the requested size and the resize cannot be proven not to have "
+            "run; check the node's resize tasks for VM %d before re-running." % (ctx.vmid, ctx.vmid)
+        )
 
     def allocates_on(self, ctx: StageContext) -> str | None:
         # lvextend runs under the storage lock on LVM and LVM-thin (LVMPlugin::volume_resize); the slot is kept until the task ends
@@ -94,7 +109,10 @@ class DiskStage(StageLogic, AdoptionHook):
 
     def diff(self, ctx: StageContext) -> dict[str, t.Any] | None:
         device = ctx.mapping["diskDevice"]
-        return {"before": {device: {"sizeBytes": ctx.facts.get("sizeBytes")}}, "after": {device: {"sizeBytes": requested_bytes(ctx)}}}
+        return {
+            "before": {device: {"sizeBytes": ctx.facts.get("sizeBytes")}},
+            "after": {device: {"sizeBytes": requested_bytes(ctx)}},
+        }
 
     # -- adoption (``_stages._adoption``) ------------------------------------------------------------
     def adopt(self, obs: Observations) -> Decision:
@@ -103,7 +121,14 @@ class DiskStage(StageLogic, AdoptionHook):
         size = disk.size_bytes if disk is not None else None
         if size == requested_bytes(ctx):
             upid = single_ok(obs.tasks(self.kind, "resize", ctx.vmid))
-            return Decision("completed", "The disk shows the planned size.",
-                            {"digest": obs.config.get("digest"), "diskSizeBytes": size, "volid": disk.volid if disk else None}, upid)
-        return Decision("pending", "The disk does not show the planned size; the disk stage re-checks it and resizes to the absolute size "
-                        "(bound to the digest observed now), or refuses to shrink.")
+            return Decision(
+                "completed",
+                "The disk shows the planned size.",
+                {"digest": obs.config.get("digest"), "diskSizeBytes": size, "volid": disk.volid if disk else None},
+                upid,
+            )
+        return Decision(
+            "pending",
+            "The disk does not show the planned size; the disk stage re-checks it and resizes to the absolute size "
+            "(bound to the digest observed now), or refuses to shrink.",
+        )

@@ -48,7 +48,16 @@ APT_UPDATE = ("/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "upda
 # Repeatable (it only refreshes the package lists) but it changes the guest: the write checks run before a new exec.
 APT_UPDATE_COMMAND = GuestCommand("update", "apt-get-update", APT_UPDATE, write=True)
 INSTALL_PROBE_NAME = "apt-get-install"
-APT_INSTALL = ("/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "--no-install-recommends", "--")
+APT_INSTALL = (
+    "/usr/bin/env",
+    "DEBIAN_FRONTEND=noninteractive",
+    "apt-get",
+    "install",
+    "-y",
+    "-q",
+    "--no-install-recommends",
+    "--",
+)
 
 
 def dpkg_query_argv(names: t.Sequence[str]) -> list[str]:
@@ -100,8 +109,11 @@ class PackagesStage(StageLogic):
         """A read-only or repeatable command run to its exit through the runner's guest-exec helper."""
         outcome = ctx.guest_exec(command, deadline=wall_clock() + self.packages_timeout)
         if outcome.state == "timeout":
-            raise StageError("A guest command did not finish within packages_timeout.", code="package_install_failed",
-                             details={"stage": ctx.kind, "command": command.name})
+            raise StageError(
+                "A guest command did not finish within packages_timeout.",
+                code="package_install_failed",
+                details={"stage": ctx.kind, "command": command.name},
+            )
         if outcome.state == "running":
             raise StageInProgress({"probe": command.name, "pid": outcome.pid})
         return outcome
@@ -110,8 +122,11 @@ class PackagesStage(StageLogic):
         names = [p["name"] for p in ctx.plan["packages"]]
         outcome = self._run(ctx, GuestCommand("query", "dpkg-query", tuple(dpkg_query_argv(names))))
         if outcome.exitcode not in (0, 1):  # 1: some names matched nothing
-            raise StageError("dpkg-query failed in the guest.", code="package_install_failed",
-                             details={"stage": ctx.kind, "command": "dpkg-query", "exitcode": outcome.exitcode})
+            raise StageError(
+                "dpkg-query failed in the guest.",
+                code="package_install_failed",
+                details={"stage": ctx.kind, "command": "dpkg-query", "exitcode": outcome.exitcode},
+            )
         return parse_dpkg(outcome.out)
 
     # -- protocol ----------------------------------------------------------------------------------
@@ -127,15 +142,20 @@ class PackagesStage(StageLogic):
         if missing:
             update = self._run(ctx, APT_UPDATE_COMMAND)
             if update.exitcode != 0:
-                raise StageError("apt-get update failed in the guest.", code="package_install_failed",
-                                 details={"stage": ctx.kind, "command": "apt-get update", "exitcode": update.exitcode})
+                raise StageError(
+                    "apt-get update failed in the guest.",
+                    code="package_install_failed",
+                    details={"stage": ctx.kind, "command": "apt-get update", "exitcode": update.exitcode},
+                )
 
     def request(self, ctx: StageContext) -> Request | None:
         missing = ctx.facts.get("missing", ctx.plan["packages"])
         if not missing:
             return None
         # The marker is unique to this dispatch (attempts counts dispatches, so a re-dispatch gets a new one).
-        attempts = next((int(item["attempts"]) for item in ctx.operation.get("stages", ()) if item.get("kind") == ctx.kind), 0)
+        attempts = next(
+            (int(item["attempts"]) for item in ctx.operation.get("stages", ()) if item.get("kind") == ctx.kind), 0
+        )
         marker = exec_marker_path(ctx.operation["operationId"], "install", attempts + 1)
         return Request("POST", ctx.vm_path + "/agent/exec", {"command": wrap_guest_argv(marker, install_argv(missing))})
 
@@ -150,29 +170,49 @@ class PackagesStage(StageLogic):
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         marker = ctx.evidence().get("install")
-        if isinstance(marker, dict) and (isinstance(marker.get("pid"), int) or isinstance(marker.get("file"), str)) and "exitcode" not in marker:
+        if (
+            isinstance(marker, dict)
+            and (isinstance(marker.get("pid"), int) or isinstance(marker.get("file"), str))
+            and "exitcode" not in marker
+        ):
             self._await_install(ctx, marker)
         installed = self._installed(ctx)
         missing = missing_packages(ctx.plan["packages"], installed)
         if missing:
-            raise StageError("A declared package is not installed in the declared version.", code="package_version_missing",
-                             details={"stage": ctx.kind, "packages": [p["name"] for p in missing]})
+            raise StageError(
+                "A declared package is not installed in the declared version.",
+                code="package_version_missing",
+                details={"stage": ctx.kind, "packages": [p["name"] for p in missing]},
+            )
         return {"packages": {p["name"]: installed[p["name"]] for p in ctx.plan["packages"]}}
 
     def _await_install(self, ctx: StageContext, marker: t.Mapping[str, t.Any]) -> None:
         """Follow the install the runner dispatched (its PID journaled with the submission); it is never issued again."""
-        command = GuestCommand("install", INSTALL_PROBE_NAME, tuple((ctx.record.get("request") or {}).get("params", {}).get("command", ())),
-                               repeatable=False)
+        command = GuestCommand(
+            "install",
+            INSTALL_PROBE_NAME,
+            tuple((ctx.record.get("request") or {}).get("params", {}).get("command", ())),
+            repeatable=False,
+        )
         outcome = ctx.guest_exec(command, deadline=float(marker.get("issuedAt", wall_clock())) + self.packages_timeout)
         if outcome.state == "timeout":
-            raise StageError("The package install did not finish within packages_timeout.", code="package_install_failed",
-                             details={"stage": ctx.kind, "rule": "timeout"})
+            raise StageError(
+                "The package install did not finish within packages_timeout.",
+                code="package_install_failed",
+                details={"stage": ctx.kind, "rule": "timeout"},
+            )
         if outcome.state == "running":
             raise StageInProgress({"phase": "install", "pid": outcome.pid})
-        if outcome.exitcode not in (0, None):  # None: its status was consumed before it was recorded; dpkg-query decides
+        if outcome.exitcode not in (
+            0,
+            None,
+        ):  # None: its status was consumed before it was recorded; dpkg-query decides
             failed_version = "was not found" in outcome.err and "Version" in outcome.err
-            raise StageError("apt-get install failed in the guest.", code="package_version_missing" if failed_version else "package_install_failed",
-                             details={"stage": ctx.kind, "exitcode": outcome.exitcode})
+            raise StageError(
+                "apt-get install failed in the guest.",
+                code="package_version_missing" if failed_version else "package_install_failed",
+                details={"stage": ctx.kind, "exitcode": outcome.exitcode},
+            )
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
         request = ctx.record.get("request") or {}
@@ -183,14 +223,26 @@ class PackagesStage(StageLogic):
                 return Resolution.never_started()
             if state in ("running", "exited"):
                 # Started: follow it through its marker files (``_await_install``), then dpkg-query verifies.
-                return Resolution.applied(install={"probe": INSTALL_PROBE_NAME, "pid": None, "submissionStarted": True,
-                                                   "issuedAt": round(wall_clock(), 3), "file": marker}, installResolvedBy="marker")
+                return Resolution.applied(
+                    install={
+                        "probe": INSTALL_PROBE_NAME,
+                        "pid": None,
+                        "submissionStarted": True,
+                        "issuedAt": round(wall_clock(), 3),
+                        "file": marker,
+                    },
+                    installResolvedBy="marker",
+                )
         try:
             installed = self._installed(ctx)
         except (ProviderError, StageError, StageInProgress):
             installed = {}
         if not missing_packages(ctx.plan["packages"], installed):
             return Resolution.applied(installResolvedBy="dpkg-query")
-        return Resolution("not_applied", message=(
-            "The install's reply was lost and dpkg-query does not show every package yet; an install may "
-            "still be running in the guest. Wait, then re-run: the stage checks with dpkg-query again."))
+        return Resolution(
+            "not_applied",
+            message=(
+                "The install's reply was lost and dpkg-query does not show every package yet; an install may "
+                "still be running in the guest. Wait, then re-run: the stage checks with dpkg-query again."
+            ),
+        )

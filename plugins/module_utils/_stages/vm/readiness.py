@@ -60,7 +60,9 @@ HOST_KEY_FILES = (
 )
 _STATUS_LINE = re.compile(r"^status: (\S+)\s*$", re.MULTILINE)
 _EXTENDED_LINE = re.compile(r"^extended_status: (.+?)\s*$", re.MULTILINE)
-_KEY_LINE = re.compile(r"\A(ssh-ed25519|ecdsa-sha2-nistp(?:256|384|521)|ssh-rsa) ([A-Za-z0-9+/]+={0,2})(?: [^\r\n]*)?\Z")
+_KEY_LINE = re.compile(
+    r"\A(ssh-ed25519|ecdsa-sha2-nistp(?:256|384|521)|ssh-rsa) ([A-Za-z0-9+/]+={0,2})(?: [^\r\n]*)?\Z"
+)
 _POLL_MIN = 0.2
 _POLL_MAX = 2.0
 # The guest agent starts in the guest's userspace, seconds after power-on: a ping every 0.2 s while it boots would
@@ -130,8 +132,15 @@ class ReadinessStage(StageLogic, AdoptionHook):
     # The start stage's read-back moments ago (``_recent_reads`` rule 4): its requests are guest agent calls, which Proxmox
     # refuses on a VM that is not running, and change no power state.
     trusts_recent_power = True
-    final_codes = frozenset({"guest_agent_unavailable", "guest_network_unavailable", "guest_exec_unavailable", "cloudinit_failed",
-                             "readiness_timeout"})
+    final_codes = frozenset(
+        {
+            "guest_agent_unavailable",
+            "guest_network_unavailable",
+            "guest_exec_unavailable",
+            "cloudinit_failed",
+            "readiness_timeout",
+        }
+    )
 
     def __init__(self, readiness_timeout: float = DEFAULT_READINESS_TIMEOUT) -> None:
         self.readiness_timeout = float(readiness_timeout)
@@ -143,10 +152,14 @@ class ReadinessStage(StageLogic, AdoptionHook):
     def _in_progress(self, ctx: StageContext, phase: str) -> StageInProgress:
         """``done: false`` when the run's budget is spent; what this run established goes to the journal with it."""
         deadline = self._deadline(ctx)
-        return StageInProgress({"phase": phase, "deadline": _iso(deadline), "secondsLeft": int(deadline - wall_clock())},
-                               evidence=ctx.facts.get("reached"))
+        return StageInProgress(
+            {"phase": phase, "deadline": _iso(deadline), "secondsLeft": int(deadline - wall_clock())},
+            evidence=ctx.facts.get("reached"),
+        )
 
-    def _until(self, ctx: StageContext, phase: str, started: float, attempt: t.Callable[[], T | None], first: float = _POLL_MIN) -> T:
+    def _until(
+        self, ctx: StageContext, phase: str, started: float, attempt: t.Callable[[], T | None], first: float = _POLL_MIN
+    ) -> T:
         """Repeat ``attempt`` (``None``: not yet) until it answers; fail at the deadline, ``done: false`` when the run's budget is spent."""
         interval = first
         while True:
@@ -170,8 +183,14 @@ class ReadinessStage(StageLogic, AdoptionHook):
     def _timeout(ctx: StageContext, phase: str) -> StageError:
         codes = {
             "agent": ("guest_agent_unavailable", "The QEMU guest agent did not answer before the readiness deadline."),
-            "cloud-init": ("readiness_timeout", "cloud-init in the guest did not finish before the readiness deadline."),
-            "network": ("guest_network_unavailable", "The guest got no usable IPv4 address on net0 before the readiness deadline."),
+            "cloud-init": (
+                "readiness_timeout",
+                "cloud-init in the guest did not finish before the readiness deadline.",
+            ),
+            "network": (
+                "guest_network_unavailable",
+                "The guest got no usable IPv4 address on net0 before the readiness deadline.",
+            ),
         }
         code, message = codes[phase]
         return StageError(message, code=code, details={"stage": ctx.kind, "phase": phase})
@@ -186,18 +205,30 @@ class ReadinessStage(StageLogic, AdoptionHook):
         _guest.check_identity(ctx, config)
         mac, _bridge = _guest.net0_mac_bridge(config)
         if mac is None or mac != _guest.clone_mac(ctx):
-            raise StageError("The target's net0 MAC is not the one the clone stage recorded.", details={"stage": ctx.kind, "rule": "net0_mac"})
+            raise StageError(
+                "The target's net0 MAC is not the one the clone stage recorded.",
+                details={"stage": ctx.kind, "rule": "net0_mac"},
+            )
         if common.precondition_power(ctx) != "running":
-            raise StageError("The target VM is not running; run the start stage first.", details={"stage": ctx.kind, "rule": "running"})
+            raise StageError(
+                "The target VM is not running; run the start stage first.",
+                details={"stage": ctx.kind, "rule": "running"},
+            )
         if ctx.check_mode:
-            raise StageInProgress({"phase": "check_mode", "note": "readiness probes run the guest agent and are skipped in check mode"})
+            raise StageInProgress(
+                {"phase": "check_mode", "note": "readiness probes run the guest agent and are skipped in check mode"}
+            )
 
     def checkpoint(self, ctx: StageContext) -> dict[str, t.Any] | None:
         """The deadline, journaled when the stage first starts; re-runs never extend it."""
         if "deadline" in ctx.evidence():
             return None
         now = wall_clock()
-        return {"deadline": round(now + self.readiness_timeout, 3), "startedAt": _iso(now), "timeoutSeconds": self.readiness_timeout}
+        return {
+            "deadline": round(now + self.readiness_timeout, 3),
+            "startedAt": _iso(now),
+            "timeoutSeconds": self.readiness_timeout,
+        }
 
     def request(self, ctx: StageContext) -> Request | None:
         return None  # readiness changes nothing; see the module docstring
@@ -210,11 +241,16 @@ class ReadinessStage(StageLogic, AdoptionHook):
             # read-only probe afresh (never started, a late start refused), from the marker journaled in the evidence.
             if exec_marker_state(ctx, marker)[0] != "unreadable":
                 return Resolution.applied()
-            return Resolution.undecidable("The guest-agent exec of %s had an unknown outcome and its marker in the guest (%s.*) cannot be "
-                                          "read yet; re-run when the guest agent answers, or abandon the operation." % (
-                                              request.get("probe", "a probe"), marker))
-        return Resolution.undecidable("The reply to the guest-agent exec of %s was lost, so whether it ran in the guest is unknown; "
-                                      "it is not repeated. Check the guest, then abandon the operation." % request.get("probe", "a probe"), final=True)
+            return Resolution.undecidable(
+                "The guest-agent exec of %s had an unknown outcome and its marker in the guest (%s.*) cannot be "
+                "read yet; re-run when the guest agent answers, or abandon the operation."
+                % (request.get("probe", "a probe"), marker)
+            )
+        return Resolution.undecidable(
+            "The reply to the guest-agent exec of %s was lost, so whether it ran in the guest is unknown; "
+            "it is not repeated. Check the guest, then abandon the operation." % request.get("probe", "a probe"),
+            final=True,
+        )
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         started = wall_clock()
@@ -226,17 +262,35 @@ class ReadinessStage(StageLogic, AdoptionHook):
         address = self._until(ctx, "network", started, lambda: self._address(ctx, mac))
         lines = self._read_host_keys(ctx)
         if not lines:
-            raise StageError("No SSH host public key could be read from the guest.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "rule": "host_keys"})
+            raise StageError(
+                "No SSH host public key could be read from the guest.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "rule": "host_keys"},
+            )
         known, fingerprints = host_keys(lines, address)
-        return {"ipv4": address, "net0Mac": mac, "cloudinit": "done", "guestReady": True, "knownHosts": known,
-                "hostKeyFingerprints": fingerprints, "readinessObservedAt": _iso(wall_clock()), "probe": None}
+        return {
+            "ipv4": address,
+            "net0Mac": mac,
+            "cloudinit": "done",
+            "guestReady": True,
+            "knownHosts": known,
+            "hostKeyFingerprints": fingerprints,
+            "readinessObservedAt": _iso(wall_clock()),
+            "probe": None,
+        }
 
     def handoff(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
         handoff = dict(ctx.operation.get("handoff") or {})
-        handoff.update({"ipv4": evidence["ipv4"], "guestUser": ctx.plan["guestUser"], "knownHosts": evidence["knownHosts"],
-                        "hostKeyFingerprints": evidence["hostKeyFingerprints"], "readinessObservedAt": evidence["readinessObservedAt"],
-                        "readinessNote": "historical observation at readinessObservedAt; not proof of current reachability"})
+        handoff.update(
+            {
+                "ipv4": evidence["ipv4"],
+                "guestUser": ctx.plan["guestUser"],
+                "knownHosts": evidence["knownHosts"],
+                "hostKeyFingerprints": evidence["hostKeyFingerprints"],
+                "readinessObservedAt": evidence["readinessObservedAt"],
+                "readinessNote": "historical observation at readinessObservedAt; not proof of current reachability",
+            }
+        )
         return handoff
 
     # -- attempts (None: not yet) --------------------------------------------------------------------
@@ -270,8 +324,11 @@ class ReadinessStage(StageLogic, AdoptionHook):
             return True
         if verdict.startswith("failed:"):
             state = verdict.split(":", 1)[1]
-            raise StageError("cloud-init in the guest reported %s." % state, code="cloudinit_failed",
-                             details={"stage": ctx.kind, "cloudinitState": state})
+            raise StageError(
+                "cloud-init in the guest reported %s." % state,
+                code="cloudinit_failed",
+                details={"stage": ctx.kind, "cloudinitState": state},
+            )
         return None  # still running (see the docstring): probe afresh after the interval
 
     def _address(self, ctx: StageContext, mac: str) -> str | None:
@@ -302,5 +359,8 @@ class ReadinessStage(StageLogic, AdoptionHook):
 
     # -- adoption (``_stages._adoption``) ------------------------------------------------------------
     def adopt(self, obs: Observations) -> Decision:
-        return Decision("pending", "Readiness probes run through the guest agent (exec), which adoption never uses; the readiness stage "
-                        "re-runs its read-only probes.")
+        return Decision(
+            "pending",
+            "Readiness probes run through the guest agent (exec), which adoption never uses; the readiness stage "
+            "re-runs its read-only probes.",
+        )

@@ -23,19 +23,31 @@ from ..common import is_ours, read_config_or_none, require_clone_identity, requi
 def desired(ctx: StageContext) -> dict[str, t.Any]:
     """The values this stage sets: ``cores``, ``memory`` (MiB) and ``tags`` (the instance tag only)."""
     resources = ctx.plan["resources"]
-    return {"cores": int(resources["cores"]), "memory": int(resources["memoryMiB"]), "tags": instance_tag(ctx.operation["operationId"])}
+    return {
+        "cores": int(resources["cores"]),
+        "memory": int(resources["memoryMiB"]),
+        "tags": instance_tag(ctx.operation["operationId"]),
+    }
 
 
 def current(config: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """The same keys as ``desired`` read from a configuration (``None`` when absent)."""
     tags = tag_list(config.get("tags"))
-    return {"cores": int_value(config.get("cores")), "memory": memory_mib(config.get("memory")), "tags": ";".join(tags) if tags else None}
+    return {
+        "cores": int_value(config.get("cores")),
+        "memory": memory_mib(config.get("memory")),
+        "tags": ";".join(tags) if tags else None,
+    }
 
 
 def matches(ctx: StageContext, config: t.Mapping[str, t.Any]) -> bool:
     want = desired(ctx)
     have = current(config)
-    return have["cores"] == want["cores"] and have["memory"] == want["memory"] and tag_list(config.get("tags")) == [want["tags"]]
+    return (
+        have["cores"] == want["cores"]
+        and have["memory"] == want["memory"]
+        and tag_list(config.get("tags")) == [want["tags"]]
+    )
 
 
 class ResourcesStage(StageLogic, AdoptionHook):
@@ -72,28 +84,42 @@ class ResourcesStage(StageLogic, AdoptionHook):
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
         if data is not None:
-            raise StageError("Proxmox answered the configuration update with an unexpected body.", code="unexpected_response")
+            raise StageError(
+                "Proxmox answered the configuration update with an unexpected body.", code="unexpected_response"
+            )
         return None, {}
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         config = read_config(ctx.client, ctx.vm_path)
         if not is_ours(ctx, config) or not matches(ctx, config):
-            raise StageError("After the update, Proxmox does not show the requested cores, memory and tag.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "vmid": ctx.vmid})
+            raise StageError(
+                "After the update, Proxmox does not show the requested cores, memory and tag.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "vmid": ctx.vmid},
+            )
         want = desired(ctx)
-        return {"digest": config.get("digest"), "cores": want["cores"], "memoryMiB": want["memory"], "tags": want["tags"]}
+        return {
+            "digest": config.get("digest"),
+            "cores": want["cores"],
+            "memoryMiB": want["memory"],
+            "tags": want["tags"],
+        }
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
         """Our values shown -> applied; digest still the observed one -> not applied; otherwise undecidable."""
         config = read_config_or_none(ctx)
         if config is None or not is_ours(ctx, config):
-            return Resolution.undecidable("VM %d is missing or no longer bound to this operation; check it before re-running." % ctx.vmid)
+            return Resolution.undecidable(
+                "VM %d is missing or no longer bound to this operation; check it before re-running." % ctx.vmid
+            )
         if matches(ctx, config):
             return Resolution.applied()
         if config.get("digest") == ctx.earlier_evidence("digest"):
             return Resolution.not_applied()
-        return Resolution.undecidable("The configuration of VM %d changed but does not show the requested cores, memory and tag; "
-                                      "check it before re-running." % ctx.vmid)
+        return Resolution.undecidable(
+            "The configuration of VM %d changed but does not show the requested cores, memory and tag; "
+            "check it before re-running." % ctx.vmid
+        )
 
     def diff(self, ctx: StageContext) -> dict[str, t.Any] | None:
         config = ctx.facts.get("config") or {}
@@ -103,8 +129,19 @@ class ResourcesStage(StageLogic, AdoptionHook):
     def adopt(self, obs: Observations) -> Decision:
         ctx = obs.context(self.kind)
         if not matches(ctx, obs.config):
-            return Decision("pending", "Proxmox does not show the planned cores, memory and instance tag; the resources stage sets them "
-                            "(bound to the configuration digest observed now).")
+            return Decision(
+                "pending",
+                "Proxmox does not show the planned cores, memory and instance tag; the resources stage sets them "
+                "(bound to the configuration digest observed now).",
+            )
         want = desired(ctx)
-        return Decision("completed", "The planned cores, memory and instance tag are shown.",
-                        {"digest": obs.config.get("digest"), "cores": want["cores"], "memoryMiB": want["memory"], "tags": want["tags"]})
+        return Decision(
+            "completed",
+            "The planned cores, memory and instance tag are shown.",
+            {
+                "digest": obs.config.get("digest"),
+                "cores": want["cores"],
+                "memoryMiB": want["memory"],
+                "tags": want["tags"],
+            },
+        )

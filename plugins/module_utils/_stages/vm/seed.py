@@ -47,8 +47,11 @@ def _load(text: str, part: str) -> t.Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
-        raise StageError("The generated cloud-init %s data is not valid YAML." % part, code="seed_mismatch",
-                         details={"part": part, "rule": "yaml"}) from None
+        raise StageError(
+            "The generated cloud-init %s data is not valid YAML." % part,
+            code="seed_mismatch",
+            details={"part": part, "rule": "yaml"},
+        ) from None
 
 
 def _bad(code: str, part: str, rule: str) -> StageError:
@@ -92,9 +95,15 @@ def validate_network(text: str, mac: str) -> None:
     if not isinstance(data, dict) or data.get("version") != 1 or not isinstance(data.get("config"), list):
         raise _bad("seed_mismatch", "network", "version_1")
     for entry in data["config"]:
-        if isinstance(entry, dict) and entry.get("type") == "physical" and str(entry.get("mac_address", "")).lower() == mac.lower():
+        if (
+            isinstance(entry, dict)
+            and entry.get("type") == "physical"
+            and str(entry.get("mac_address", "")).lower() == mac.lower()
+        ):
             subnets = entry.get("subnets")
-            if isinstance(subnets, list) and any(isinstance(s, dict) and s.get("type") in ("dhcp", "dhcp4") for s in subnets):
+            if isinstance(subnets, list) and any(
+                isinstance(s, dict) and s.get("type") in ("dhcp", "dhcp4") for s in subnets
+            ):
                 return
             raise _bad("seed_mismatch", "network", "dhcp4")
     raise _bad("seed_mismatch", "network", "nic_mac")
@@ -111,7 +120,9 @@ def read_dumps(ctx: StageContext) -> dict[str, str]:
     for part in DUMP_TYPES:
         text = ctx.client.get(ctx.vm_path + "/cloudinit/dump", type=part)
         if not isinstance(text, str):
-            raise StageError("Proxmox answered the cloud-init dump with an unexpected body.", code="unexpected_response")
+            raise StageError(
+                "Proxmox answered the cloud-init dump with an unexpected body.", code="unexpected_response"
+            )
         dumps[part] = text
     return dumps
 
@@ -132,8 +143,10 @@ class SeedStage(StageLogic, AdoptionHook):
     def preconditions(self, ctx: StageContext) -> None:
         config = _guest.require_stopped_settled(ctx)
         if _guest.cloudinit_drive(config, ctx.vmid) is None:
-            raise StageError("The target has no Cloud-Init drive of its own (vm-<vmid>-cloudinit); nothing was sent.",
-                             details={"stage": ctx.kind, "rule": "cloudinit_drive"})
+            raise StageError(
+                "The target has no Cloud-Init drive of its own (vm-<vmid>-cloudinit); nothing was sent.",
+                details={"stage": ctx.kind, "rule": "cloudinit_drive"},
+            )
 
     def request(self, ctx: StageContext) -> Request | None:
         return Request("PUT", ctx.vm_path + "/cloudinit", {})
@@ -144,45 +157,77 @@ class SeedStage(StageLogic, AdoptionHook):
         if not isinstance(config.get("digest"), str):
             config = _guest.read_config(ctx)
         if config["digest"] != _guest.latest_digest(ctx):
-            raise StageError("The configuration changed while the seed was generated.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "rule": "digest_unchanged"})
+            raise StageError(
+                "The configuration changed while the seed was generated.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "rule": "digest_unchanged"},
+            )
         mac = _guest.clone_mac(ctx)
         dumps = read_dumps(ctx)
         attested = isinstance(ctx.mapping.get("imageDefaultUser"), dict)
-        validate_user_data(dumps["user"], ctx.definition["access"]["sshPublicKeys"], attested=attested, guest_user=ctx.plan["guestUser"])
+        validate_user_data(
+            dumps["user"],
+            ctx.definition["access"]["sshPublicKeys"],
+            attested=attested,
+            guest_user=ctx.plan["guestUser"],
+        )
         validate_network(dumps["network"], mac)
         validate_meta(dumps["meta"])
-        return {"seedHashes": dump_hashes(dumps), "seedDigest": config["digest"], "digest": config["digest"], "seedVerdict": "valid"}
+        return {
+            "seedHashes": dump_hashes(dumps),
+            "seedDigest": config["digest"],
+            "digest": config["digest"],
+            "seedVerdict": "valid",
+        }
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
         """``GET {vm}/cloudinit`` lists the Cloud-Init values that differ between the configuration and the drive:
         none -> the drive was regenerated from the current configuration (applied); any -> no effect yet."""
         items = ctx.client.get(ctx.vm_path + "/cloudinit")
         if not isinstance(items, list):
-            return Resolution.undecidable("Proxmox answered the Cloud-Init pending list with an unexpected body; check the VM's "
-                                          "Cloud-Init drive before re-running.")
+            return Resolution.undecidable(
+                "Proxmox answered the Cloud-Init pending list with an unexpected body; check the VM's "
+                "Cloud-Init drive before re-running."
+            )
         if not any(isinstance(item, dict) and ("pending" in item or "delete" in item) for item in items):
             return Resolution.applied(seedResolvedBy="cloudinit_pending")
-        return Resolution("not_applied", message=(
-            "The Cloud-Init drive still differs from the configuration (GET cloudinit lists pending values) after the "
-            "regeneration's reply was lost; it is not sent again. Check the VM, then re-run or abandon the operation."))
+        return Resolution(
+            "not_applied",
+            message=(
+                "The Cloud-Init drive still differs from the configuration (GET cloudinit lists pending values) after the "
+                "regeneration's reply was lost; it is not sent again. Check the VM, then re-run or abandon the operation."
+            ),
+        )
 
     # -- adoption (``_stages._adoption``) ------------------------------------------------------------
     def adopt(self, obs: Observations) -> Decision:
         ctx = obs.context(self.kind)
         if not obs.start_evidenced:
-            return Decision("pending", "Regenerating the Cloud-Init drive leaves nothing a read can tell apart and is harmless to repeat; "
-                            "the seed stage regenerates and validates it again.")
+            return Decision(
+                "pending",
+                "Regenerating the Cloud-Init drive leaves nothing a read can tell apart and is harmless to repeat; "
+                "the seed stage regenerates and validates it again.",
+            )
         mac = net_macaddr(obs.config.get("net0")) or ""
         dumps = t.cast("dict[str, str]", obs.once("dumps", lambda: read_dumps(ctx)))
         try:
-            validate_user_data(dumps["user"], ctx.definition["access"]["sshPublicKeys"], attested=cloudinit_attested(ctx),
-                               guest_user=ctx.plan["guestUser"])
+            validate_user_data(
+                dumps["user"],
+                ctx.definition["access"]["sshPublicKeys"],
+                attested=cloudinit_attested(ctx),
+                guest_user=ctx.plan["guestUser"],
+            )
             validate_network(dumps["network"], mac)
             validate_meta(dumps["meta"])
         except StageError:
-            return Decision("uncertain", "The VM was started but its Cloud-Init seed does not validate now; check the VM's Cloud-Init "
-                            "settings in Proxmox before re-running the seed stage.")
+            return Decision(
+                "uncertain",
+                "The VM was started but its Cloud-Init seed does not validate now; check the VM's Cloud-Init "
+                "settings in Proxmox before re-running the seed stage.",
+            )
         digest = obs.config["digest"]
-        return Decision("completed", "The VM was started (the start stage runs only after the seed stage completed) and the seed validates.",
-                        {"seedHashes": dump_hashes(dumps), "seedDigest": digest, "digest": digest, "seedVerdict": "valid"})
+        return Decision(
+            "completed",
+            "The VM was started (the start stage runs only after the seed stage completed) and the seed validates.",
+            {"seedHashes": dump_hashes(dumps), "seedDigest": digest, "digest": digest, "seedVerdict": "valid"},
+        )

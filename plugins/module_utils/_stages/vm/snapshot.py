@@ -65,20 +65,32 @@ class SnapshotStage(StageLogic, AdoptionHook):
         name = snapshot_name(ctx.operation["operationId"])
         if name in ctx.facts.get("snapshots", {}):
             return None
-        return Request("POST", ctx.vm_path + "/snapshot", {
-            "snapname": name, "vmstate": 0,
-            "description": "vmanyware operation %s (%s)" % (ctx.operation["operationId"], ctx.plan["definitionName"]),
-        })
+        return Request(
+            "POST",
+            ctx.vm_path + "/snapshot",
+            {
+                "snapname": name,
+                "vmstate": 0,
+                "description": "vmanyware operation %s (%s)"
+                % (ctx.operation["operationId"], ctx.plan["definitionName"]),
+            },
+        )
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         name = snapshot_name(ctx.operation["operationId"])
         found = list_snapshots(ctx).get(name)
         if found is None:
-            raise StageError("The snapshot task succeeded but the snapshot is not listed.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "snapname": name})
+            raise StageError(
+                "The snapshot task succeeded but the snapshot is not listed.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "snapname": name},
+            )
         if found.get("vmstate"):
-            raise StageError("The snapshot includes RAM state, which was not requested.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "snapname": name})
+            raise StageError(
+                "The snapshot includes RAM state, which was not requested.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "snapname": name},
+            )
         return {"snapname": name, "snaptime": found.get("snaptime")}
 
     def handoff(self, ctx: StageContext, evidence: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
@@ -90,11 +102,19 @@ class SnapshotStage(StageLogic, AdoptionHook):
         tasks = common.find_tasks(ctx, "qmsnapshot", ctx.vmid)
         if tasks:
             return Resolution.applied(tasks[0]["upid"])
-        return Resolution("not_applied", message=(
-            "The snapshot is not listed and no qmsnapshot task is visible; check the VM's snapshots and "
-            "the node's task list in Proxmox before re-running."))
+        return Resolution(
+            "not_applied",
+            message=(
+                "The snapshot is not listed and no qmsnapshot task is visible; check the VM's snapshots and "
+                "the node's task list in Proxmox before re-running."
+            ),
+        )
 
     # -- adoption (``_stages._adoption``) ------------------------------------------------------------
     def adoption_note(self, obs: Observations) -> str:
         snapshots = obs.once("snapshots", lambda: list_snapshots(obs.context(self.kind)))
-        return " The snapshot is listed: the snapshot stage will find it and send nothing." if snapshot_name(obs.document["operationId"]) in snapshots else ""
+        return (
+            " The snapshot is listed: the snapshot stage will find it and send nothing."
+            if snapshot_name(obs.document["operationId"]) in snapshots
+            else ""
+        )

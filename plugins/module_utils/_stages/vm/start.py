@@ -44,8 +44,10 @@ class StartStage(StageLogic, AdoptionHook):
             # proves they are unchanged, without reading all three again.
             return
         if not isinstance(recorded, dict) or dump_hashes(read_dumps(ctx)) != recorded:
-            raise StageError("The cloud-init seed differs from the one the seed stage validated; nothing was sent.",
-                             details={"stage": ctx.kind, "rule": "seed_unchanged"})
+            raise StageError(
+                "The cloud-init seed differs from the one the seed stage validated; nothing was sent.",
+                details={"stage": ctx.kind, "rule": "seed_unchanged"},
+            )
 
     def request(self, ctx: StageContext) -> Request | None:
         return Request("POST", ctx.vm_path + "/status/start", {})
@@ -53,8 +55,11 @@ class StartStage(StageLogic, AdoptionHook):
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         state = _guest.read_power(ctx)
         if state != "running":
-            raise StageError("The start task succeeded but the VM is not running.", code="observation_mismatch",
-                             details={"stage": ctx.kind, "powerState": state})
+            raise StageError(
+                "The start task succeeded but the VM is not running.",
+                code="observation_mismatch",
+                details={"stage": ctx.kind, "powerState": state},
+            )
         return {"powerState": "running", "guestReady": False}
 
     def resolve_lost_reply(self, ctx: StageContext) -> Resolution:
@@ -63,17 +68,30 @@ class StartStage(StageLogic, AdoptionHook):
             return Resolution.applied(tasks[0]["upid"])
         if _guest.read_power(ctx) == "running":
             return Resolution.applied(startResolvedBy="power_state")
-        return Resolution("not_applied", message="No qmstart task for the VM is visible and it is stopped: the start request may not have "
-                                                 "reached Proxmox. Check the node's task list, then start the VM or abandon the operation.")
+        return Resolution(
+            "not_applied",
+            message="No qmstart task for the VM is visible and it is stopped: the start request may not have "
+            "reached Proxmox. Check the node's task list, then start the VM or abandon the operation.",
+        )
 
     # -- adoption (``_stages._adoption``) ------------------------------------------------------------
     def adopt(self, obs: Observations) -> Decision:
         ctx = obs.context(self.kind)
         power = obs.power
         if power == "running":
-            return Decision("completed", "The VM is running.", {"powerState": "running", "guestReady": False, "startResolvedBy": "power_state"},
-                            single_ok(obs.tasks(self.kind, "qmstart", ctx.vmid)))
+            return Decision(
+                "completed",
+                "The VM is running.",
+                {"powerState": "running", "guestReady": False, "startResolvedBy": "power_state"},
+                single_ok(obs.tasks(self.kind, "qmstart", ctx.vmid)),
+            )
         if power == "stopped" and not obs.tasks(self.kind, "qmstart", ctx.vmid):
-            return Decision("pending", "The VM is stopped and no qmstart task of this token for it is listed: it was not started.")
-        return Decision("uncertain", "VM %d is %s and a qmstart task of this token for it is listed (of this operation, or of an earlier VM "
-                        "with this id); check the node's task list, then start the VM or abandon the operation." % (ctx.vmid, power))
+            return Decision(
+                "pending", "The VM is stopped and no qmstart task of this token for it is listed: it was not started."
+            )
+        return Decision(
+            "uncertain",
+            "VM %d is %s and a qmstart task of this token for it is listed (of this operation, or of an earlier VM "
+            "with this id); check the node's task list, then start the VM or abandon the operation."
+            % (ctx.vmid, power),
+        )

@@ -28,7 +28,9 @@ def test_hash_filters() -> None:
     assert definition_hash(DEFINITION_TEXT.encode()) == DEFINITION_HASH
     mapping = validate_catalog(CATALOG_TEXT)["images"][0]
     assert plan_hash(DEFINITION_HASH, mapping, 201) == PLAN_HASH
-    assert plan_hash(DEFINITION_HASH, dict(reversed(list(mapping.items()))), 201) == PLAN_HASH  # normalized to catalog order
+    assert (
+        plan_hash(DEFINITION_HASH, dict(reversed(list(mapping.items()))), 201) == PLAN_HASH
+    )  # normalized to catalog order
     assert DefinitionHashModule().filters() == {"definition_hash": definition_hash}
 
 
@@ -47,7 +49,10 @@ def test_validate_filters() -> None:
         (lambda: plan_hash("PLANTEDxyzzy", validate_catalog(CATALOG_TEXT)["images"][0], 201), "invalid_plan"),
         (lambda: plan_hash(DEFINITION_HASH, {"image": "PLANTEDxyzzy"}, 201), "invalid_catalog"),
         (lambda: plan_hash(DEFINITION_HASH, validate_catalog(CATALOG_TEXT)["images"][0], 9000), "invalid_target_vmid"),
-        (lambda: plan_hash(DEFINITION_HASH, validate_catalog(CATALOG_TEXT)["images"][0], 98765432101), "invalid_target_vmid"),
+        (
+            lambda: plan_hash(DEFINITION_HASH, validate_catalog(CATALOG_TEXT)["images"][0], 98765432101),
+            "invalid_target_vmid",
+        ),
     ],
 )
 def test_filter_errors_are_safe(call: object, code: str) -> None:

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-for folder in [HERE] + sorted(path for path in HERE.rglob("*") if path.is_dir() and not path.name.startswith(".") and path.name != "__pycache__"):
+for folder in [HERE] + sorted(
+    path for path in HERE.rglob("*") if path.is_dir() and not path.name.startswith(".") and path.name != "__pycache__"
+):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))

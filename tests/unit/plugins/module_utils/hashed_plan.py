@@ -15,7 +15,9 @@ import typing as t
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import definition_hash, plan_hash
 
 
-def hashed_plan(definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], target_vmid: int, **plan: t.Any) -> dict[str, t.Any]:
+def hashed_plan(
+    definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], target_vmid: int, **plan: t.Any
+) -> dict[str, t.Any]:
     """``plan`` with ``definitionHash`` and ``planHash`` computed over ``definition``, ``mapping`` and ``target_vmid``."""
     recorded = definition_hash(definition)
     return dict(plan, definitionHash=recorded, planHash=plan_hash(recorded, mapping, target_vmid))

@@ -50,7 +50,11 @@ class envelope(dict):  # type: ignore[type-arg]  # pylint: disable=invalid-name
 
 def wire(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """Parameters as the client encodes them (booleans as 0/1)."""
-    return {key: (1 if value is True else 0 if value is False else value) for key, value in params.items() if value is not None}
+    return {
+        key: (1 if value is True else 0 if value is False else value)
+        for key, value in params.items()
+        if value is not None
+    }
 
 
 def assert_valid(method: str, path: str, params: t.Mapping[str, t.Any]) -> None:
@@ -61,8 +65,16 @@ def assert_valid(method: str, path: str, params: t.Mapping[str, t.Any]) -> None:
 class FakeClient(ApiVerbs):
     """See the module docstring. ``log`` holds every request as (method, path, params), in order."""
 
-    def __init__(self, routes: t.Mapping[str, t.Any] | None = None, replies: t.Sequence[t.Any] = (), *, user: str | None = "vmanyware@pve",
-                 token: str | None = "full", provider_scope_id: str | None = None, default: t.Any = _NO_DEFAULT) -> None:
+    def __init__(
+        self,
+        routes: t.Mapping[str, t.Any] | None = None,
+        replies: t.Sequence[t.Any] = (),
+        *,
+        user: str | None = "vmanyware@pve",
+        token: str | None = "full",
+        provider_scope_id: str | None = None,
+        default: t.Any = _NO_DEFAULT,
+    ) -> None:
         self.routes: dict[str, t.Any] = dict(routes or {})
         self.replies = list(replies)
         self.default = default

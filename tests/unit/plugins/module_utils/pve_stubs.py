@@ -33,8 +33,17 @@ from cryptography.x509.oid import NameOID
 
 # The extensions a strict verifier requires (Python 3.13 sets ssl.VERIFY_X509_STRICT by default, urllib3 2.3+ too):
 # key usage and subject key identifier on a CA, authority key identifier on what it signs, as Proxmox VE's own certificates.
-CA_KEY_USAGE = x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False, key_encipherment=False,
-                             data_encipherment=False, key_agreement=False, encipher_only=False, decipher_only=False)
+CA_KEY_USAGE = x509.KeyUsage(
+    digital_signature=True,
+    key_cert_sign=True,
+    crl_sign=True,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    encipher_only=False,
+    decipher_only=False,
+)
 
 
 def _name(cn: str) -> x509.Name:
@@ -45,8 +54,12 @@ def _ca(cn: str) -> tuple[t.Any, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     cert = (
-        x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn)).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(_name(cn))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=30))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(CA_KEY_USAGE, critical=True)
@@ -71,17 +84,25 @@ def _leaf(ca_key: t.Any, ca_cert: x509.Certificate, base: Path, stem: str) -> tu
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     cert = (
-        x509.CertificateBuilder().subject_name(_name("localhost")).issuer_name(ca_cert.subject).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(_name("localhost"))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                       critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     cert_path, key_path = base / (stem + "-cert.pem"), base / (stem + "-key.pem")
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return str(cert_path), str(key_path), hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
 
 
@@ -95,7 +116,16 @@ def tls_material(tmp_path_factory: pytest.TempPathFactory) -> TlsMaterial:
     paths["other.pem"].write_bytes(other_cert.public_bytes(serialization.Encoding.PEM))
     cert_path, key_path, fingerprint = _leaf(ca_key, ca_cert, base, "server")
     alt_cert, alt_key, alt_fingerprint = _leaf(ca_key, ca_cert, base, "server-alt")
-    return TlsMaterial(str(paths["ca.pem"]), str(paths["other.pem"]), cert_path, key_path, fingerprint, alt_cert, alt_key, alt_fingerprint)
+    return TlsMaterial(
+        str(paths["ca.pem"]),
+        str(paths["other.pem"]),
+        cert_path,
+        key_path,
+        fingerprint,
+        alt_cert,
+        alt_key,
+        alt_fingerprint,
+    )
 
 
 class Reply(t.NamedTuple):
@@ -203,7 +233,9 @@ def stub_server(tls_material: TlsMaterial) -> t.Iterator[t.Callable[..., StubSer
     servers: list[StubServer] = []
 
     def make(behavior: t.Callable[[RecordedRequest], Reply] | None = None) -> StubServer:
-        server = StubServer(tls_material, behavior or (lambda r: Reply(body={"data": {"version": "9.1.3", "release": "9.1"}})))
+        server = StubServer(
+            tls_material, behavior or (lambda r: Reply(body={"data": {"version": "9.1.3", "release": "9.1"}}))
+        )
         servers.append(server)
         return server
 
@@ -236,15 +268,20 @@ class RecordingAdapter(requests.adapters.BaseAdapter):
         path = parts.path
         from urllib.parse import unquote
 
-        return (request.method or "", unquote(path[len("/api2/json"):]), params)
+        return (request.method or "", unquote(path[len("/api2/json") :]), params)
 
     def send(self, request: requests.PreparedRequest, **kwargs: t.Any) -> requests.Response:
         method, path, params = self.decode(request)
         self.sent.append((method, path, params))
         status, reason, body = self.responder(method, path, params)
         data = json.dumps(body).encode()
-        raw = urllib3.HTTPResponse(body=io.BytesIO(data), status=status, reason=reason, preload_content=False,
-                                   headers={"Content-Type": "application/json"})
+        raw = urllib3.HTTPResponse(
+            body=io.BytesIO(data),
+            status=status,
+            reason=reason,
+            preload_content=False,
+            headers={"Content-Type": "application/json"},
+        )
         response = requests.Response()
         response.status_code = status
         response.reason = reason
@@ -262,8 +299,11 @@ def _token_settings(port: int, **overrides: t.Any) -> t.Any:
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 
     values: dict[str, t.Any] = {
-        "host": "127.0.0.1", "port": port, "token_id": "automation@pve!vmanyware",
-        "token_secret": "00000000-test-secret-0000-000000000000", "timeout": 5,
+        "host": "127.0.0.1",
+        "port": port,
+        "token_id": "automation@pve!vmanyware",
+        "token_secret": "00000000-test-secret-0000-000000000000",
+        "timeout": 5,
     }
     values.update(overrides)
     return build_settings(**values)

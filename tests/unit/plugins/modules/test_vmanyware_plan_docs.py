@@ -7,7 +7,10 @@ import yaml
 
 from ansible_collections.vmanyware.proxmox.plugins.doc_fragments.attributes import ModuleDocFragment as Attributes
 from ansible_collections.vmanyware.proxmox.plugins.doc_fragments.plan_inputs import ModuleDocFragment as PlanInputs
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan, plan_input_argument_spec
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import (
+    build_plan,
+    plan_input_argument_spec,
+)
 from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_plan
 
 
@@ -26,8 +29,15 @@ def test_documented_options_match_the_argument_spec() -> None:
     attributes = yaml.safe_load(Attributes.DOCUMENTATION)["attributes"]
     assert set(attributes) == {"action", "check_mode", "diff_mode", "idempotent"}
     # the module adds the support of each attribute; the fragment carries the one shared by every module (action)
-    assert set(doc["attributes"]) == {"check_mode", "diff_mode", "idempotent"} and attributes["action"]["support"] == "full"
-    assert {name: value["support"] for name, value in doc["attributes"].items()} == {"check_mode": "full", "diff_mode": "none", "idempotent": "full"}
+    assert (
+        set(doc["attributes"]) == {"check_mode", "diff_mode", "idempotent"}
+        and attributes["action"]["support"] == "full"
+    )
+    assert {name: value["support"] for name, value in doc["attributes"].items()} == {
+        "check_mode": "full",
+        "diff_mode": "none",
+        "idempotent": "full",
+    }
 
 
 def test_return_documents_every_plan_key() -> None:
@@ -36,7 +46,11 @@ def test_return_documents_every_plan_key() -> None:
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[4]
-    planned = build_plan(catalog_path=str(repo / "examples/catalog.yml"), definition_path=str(repo / "examples/definition.yml"), target_vmid=201)
+    planned = build_plan(
+        catalog_path=str(repo / "examples/catalog.yml"),
+        definition_path=str(repo / "examples/definition.yml"),
+        target_vmid=201,
+    )
     assert set(returned["plan"]["contains"]) == set(planned.plan)
     assert returned["plan_hash"]["sample"] == planned.plan_hash
     assert returned["definition_hash"]["sample"] == planned.definition_hash

@@ -24,17 +24,32 @@ SECRET = "canary-0123456789abcdef"
 
 def _entry(action: t.Callable[..., dict[str, t.Any]]) -> ModuleEntry:
     def spec() -> dict[str, dict[str, t.Any]]:
-        return {"name": {"type": "str", "required": True}, "count": {"type": "int", "default": 2},
-                "api_token_secret": {"type": "str", "no_log": True, "fallback": (lambda *a, **k: os.environ["CANARY_SECRET"], [])},
-                "mode": {"type": "str", "choices": ["a", "b"], "default": "a"}}
+        return {
+            "name": {"type": "str", "required": True},
+            "count": {"type": "int", "default": 2},
+            "api_token_secret": {
+                "type": "str",
+                "no_log": True,
+                "fallback": (lambda *a, **k: os.environ["CANARY_SECRET"], []),
+            },
+            "mode": {"type": "str", "choices": ["a", "b"], "default": "a"},
+        }
 
     return ModuleEntry(argument_spec=spec, action=action)
 
 
 def test_plan_module_runs_with_validated_params() -> None:
-    result = run_entry_in_process(vmanyware_plan.ENTRY, "vmanyware_plan", {
-        "catalog_path": str(REPO / "examples/catalog.yml"), "definition_path": str(REPO / "examples/definition.yml"), "target_vmid": 201},
-        check_mode=False, diff=False)
+    result = run_entry_in_process(
+        vmanyware_plan.ENTRY,
+        "vmanyware_plan",
+        {
+            "catalog_path": str(REPO / "examples/catalog.yml"),
+            "definition_path": str(REPO / "examples/definition.yml"),
+            "target_vmid": 201,
+        },
+        check_mode=False,
+        diff=False,
+    )
     assert "failed" not in result and result["changed"] is False
     assert len(result["plan_hash"]) == 64 and result["plan"]["target"]["vmid"] == 201
     assert result["invocation"]["module_args"]["target_vmid"] == 201
@@ -51,27 +66,40 @@ def test_types_defaults_and_check_mode_reach_the_action(monkeypatch: pytest.Monk
     result = run_entry_in_process(_entry(action), "m", {"name": "x", "count": "5"}, check_mode=True, diff=True)
     assert result["changed"] is True
     params, check_mode, diff = seen[0]
-    assert params["count"] == 5 and params["mode"] == "a" and params["api_token_secret"] == SECRET and check_mode and diff
+    assert (
+        params["count"] == 5 and params["mode"] == "a" and params["api_token_secret"] == SECRET and check_mode and diff
+    )
 
 
-@pytest.mark.parametrize("args, fragment", [
-    ({"count": 1}, "missing required arguments: name"),
-    ({"name": "x", "bogus": 1}, "Unsupported parameters for (m) module: bogus"),
-    ({"name": "x", "mode": "c"}, "value of mode must be one of"),
-    ({"name": "x", "count": "many"}, "cannot be converted to an int"),
-])
-def test_option_errors_fail_like_ansible_module(monkeypatch: pytest.MonkeyPatch, args: dict[str, t.Any], fragment: str) -> None:
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        ({"count": 1}, "missing required arguments: name"),
+        ({"name": "x", "bogus": 1}, "Unsupported parameters for (m) module: bogus"),
+        ({"name": "x", "mode": "c"}, "value of mode must be one of"),
+        ({"name": "x", "count": "many"}, "cannot be converted to an int"),
+    ],
+)
+def test_option_errors_fail_like_ansible_module(
+    monkeypatch: pytest.MonkeyPatch, args: dict[str, t.Any], fragment: str
+) -> None:
     monkeypatch.setenv("CANARY_SECRET", SECRET)
     result = run_entry_in_process(_entry(lambda *a: {"changed": True}), "m", args, check_mode=False, diff=False)
     assert result["failed"] is True and fragment in result["msg"]
 
 
 def test_plan_inputs_mutually_exclusive_and_required_one_of() -> None:
-    both = run_entry_in_process(vmanyware_plan.ENTRY, "vmanyware_plan", {
-        "catalog_path": "a", "catalog": "b", "definition_path": "c", "target_vmid": 201}, check_mode=False, diff=False)
+    both = run_entry_in_process(
+        vmanyware_plan.ENTRY,
+        "vmanyware_plan",
+        {"catalog_path": "a", "catalog": "b", "definition_path": "c", "target_vmid": 201},
+        check_mode=False,
+        diff=False,
+    )
     assert both["failed"] and "mutually exclusive" in both["msg"]
-    neither = run_entry_in_process(vmanyware_plan.ENTRY, "vmanyware_plan", {"catalog_path": "a", "target_vmid": 201},
-                                   check_mode=False, diff=False)
+    neither = run_entry_in_process(
+        vmanyware_plan.ENTRY, "vmanyware_plan", {"catalog_path": "a", "target_vmid": 201}, check_mode=False, diff=False
+    )
     assert neither["failed"] and "one of the following is required" in neither["msg"]
 
 
@@ -97,15 +125,29 @@ def test_errors_become_fixed_codes_without_exception_text(monkeypatch: pytest.Mo
         raise RuntimeError("provider body " + SECRET)
 
     refused = run_entry_in_process(_entry(refuse), "m", {"name": "x"}, check_mode=False, diff=False)
-    assert refused["failed"] and refused["error_code"] == "plan_changed" and refused["error_details"] == {"fields": ["providerScopeId"]}
+    assert (
+        refused["failed"]
+        and refused["error_code"] == "plan_changed"
+        and refused["error_details"] == {"fields": ["providerScopeId"]}
+    )
     crashed = run_entry_in_process(_entry(crash), "m", {"name": "x"}, check_mode=False, diff=False)
     crashed.pop("invocation")
-    assert crashed == {"failed": True, "msg": "An unexpected internal error occurred.", "error_code": "internal_error", "changed": False}
+    assert crashed == {
+        "failed": True,
+        "msg": "An unexpected internal error occurred.",
+        "error_code": "internal_error",
+        "changed": False,
+    }
 
 
 def test_journal_module_reports_a_bad_operation_id_with_its_code(tmp_path: Path) -> None:
-    result = run_entry_in_process(vmanyware_operation_info.ENTRY, "vmanyware_operation_info",
-                                  {"operation_id": "../etc/passwd", "journal_dir": str(tmp_path)}, check_mode=False, diff=False)
+    result = run_entry_in_process(
+        vmanyware_operation_info.ENTRY,
+        "vmanyware_operation_info",
+        {"operation_id": "../etc/passwd", "journal_dir": str(tmp_path)},
+        check_mode=False,
+        diff=False,
+    )
     assert result["failed"] and result["error_code"] == "invalid_option"
     # Like a module's: the message and error fields never echo the value (only -vvv's invocation shows the arguments).
     assert "passwd" not in repr({k: v for k, v in result.items() if k != "invocation"})
@@ -120,26 +162,52 @@ def test_the_listing_warns_about_a_bad_operation_file_and_lists_the_others(tmp_p
     store = JournalStore(str(tmp_path / "journal"))
     ids = []
     for vmid in (201, 202):
-        planned = build_plan(catalog_path=REPO / "examples/catalog.yml", definition_path=REPO / "examples/definition.yml", target_vmid=vmid)
-        ids.append(store.create_operation(idempotency_key=None, provider_scope_id="pve:x", definition=planned.definition,
-                                          mapping=planned.mapping, plan=planned.plan, confirmation={"confirmed": True}, target_node="pve",
-                                          target_vmid=vmid, stage_kinds=["clone"])[0]["operationId"])
+        planned = build_plan(
+            catalog_path=REPO / "examples/catalog.yml",
+            definition_path=REPO / "examples/definition.yml",
+            target_vmid=vmid,
+        )
+        ids.append(
+            store.create_operation(
+                idempotency_key=None,
+                provider_scope_id="pve:x",
+                definition=planned.definition,
+                mapping=planned.mapping,
+                plan=planned.plan,
+                confirmation={"confirmed": True},
+                target_node="pve",
+                target_vmid=vmid,
+                stage_kinds=["clone"],
+            )[0]["operationId"]
+        )
     Path(store.operation_path(ids[1])).write_text('{"secret-looking": "PLANTED-CONTENT"')
-    listed = run_entry_in_process(vmanyware_operation_info.ENTRY, "vmanyware_operation_info", {"journal_dir": store.journal_dir},
-                                  check_mode=False, diff=False)
+    listed = run_entry_in_process(
+        vmanyware_operation_info.ENTRY,
+        "vmanyware_operation_info",
+        {"journal_dir": store.journal_dir},
+        check_mode=False,
+        diff=False,
+    )
     assert "failed" not in listed and [row["operation_id"] for row in listed["operations"]] == [ids[0]]
     assert listed["skipped_files"] == [{"file": ids[1] + ".json", "operation_id": ids[1], "code": "journal_corrupt"}]
     assert "skipped" not in listed  # Ansible would show the task as skipped
     assert len(listed["warnings"]) == 1 and ids[1] + ".json was skipped (journal_corrupt)" in listed["warnings"][0]
     assert "PLANTED" not in repr(listed)
-    by_id = run_entry_in_process(vmanyware_operation_info.ENTRY, "vmanyware_operation_info",
-                                 {"journal_dir": store.journal_dir, "operation_id": ids[1]}, check_mode=False, diff=False)
+    by_id = run_entry_in_process(
+        vmanyware_operation_info.ENTRY,
+        "vmanyware_operation_info",
+        {"journal_dir": store.journal_dir, "operation_id": ids[1]},
+        check_mode=False,
+        diff=False,
+    )
     assert by_id["failed"] and by_id["error_code"] == "journal_corrupt" and "PLANTED" not in repr(by_id)
 
 
 def test_switch_and_task_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert in_process_enabled({}) and in_process_enabled({"VMANYWARE_IN_PROCESS": "true"})
-    assert not in_process_enabled({"VMANYWARE_IN_PROCESS": "false"}) and not in_process_enabled({"VMANYWARE_IN_PROCESS": " False "})
+    assert not in_process_enabled({"VMANYWARE_IN_PROCESS": "false"}) and not in_process_enabled(
+        {"VMANYWARE_IN_PROCESS": " False "}
+    )
     monkeypatch.setenv("KEEP_ME", "before")
     monkeypatch.delenv("NEW_ONE", raising=False)
     with task_environment({"KEEP_ME": "during", "NEW_ONE": 7}):
@@ -148,7 +216,9 @@ def test_switch_and_task_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_arguments_that_are_not_json_fail_safely() -> None:
-    result = run_entry_in_process(_entry(lambda *a: {"changed": True}), "m", {"name": object()}, check_mode=False, diff=False)
+    result = run_entry_in_process(
+        _entry(lambda *a: {"changed": True}), "m", {"name": object()}, check_mode=False, diff=False
+    )
     assert result == {"failed": True, "msg": "The task arguments are not JSON values (m module)."}
 
 
@@ -163,7 +233,9 @@ def _action(transport: str = "local", become: bool = False, async_val: int = 0) 
     action = InProcessModuleAction.__new__(InProcessModuleAction)
     action._connection = _Fake(transport=transport)  # pylint: disable=protected-access
     action._play_context = _Fake(become=become)  # pylint: disable=protected-access
-    action._task = _Fake(resolved_action="vmanyware.proxmox.vmanyware_plan", action="vmanyware_plan", async_val=async_val)
+    action._task = _Fake(
+        resolved_action="vmanyware.proxmox.vmanyware_plan", action="vmanyware_plan", async_val=async_val
+    )
     return action
 
 
@@ -185,7 +257,13 @@ def test_in_process_only_where_it_is_the_same_as_the_module(monkeypatch: pytest.
 def test_group_defaults_a_module_does_not_take_are_left_out() -> None:
     from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import without_foreign_group_defaults
 
-    args = {"catalog_path": "/c.yml", "definition_path": "/d.yml", "target_vmid": 201, "journal_dir": "/j", "operation_id": "op-x"}
+    args = {
+        "catalog_path": "/c.yml",
+        "definition_path": "/d.yml",
+        "target_vmid": 201,
+        "journal_dir": "/j",
+        "operation_id": "op-x",
+    }
     kept = without_foreign_group_defaults(args, vmanyware_plan.ENTRY, {"journal_dir", "operation_id", "catalog_path"})
     assert kept == {"catalog_path": "/c.yml", "definition_path": "/d.yml", "target_vmid": 201}
     # The same options given on the task itself are not dropped: the module then refuses them as usual.
@@ -204,25 +282,44 @@ def test_a_group_default_outside_the_choices_of_this_module_is_left_out() -> Non
     from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import without_foreign_group_defaults
 
     # state: present is vmanyware_operation's; vmanyware_vmid (reserved, released) keeps its own default.
-    assert "state" not in without_foreign_group_defaults({"state": "present", "owner": "o"}, vmanyware_vmid.ENTRY, {"state"})
-    assert without_foreign_group_defaults({"state": "present"}, vmanyware_operation.ENTRY, {"state"}) == {"state": "present"}
-    assert without_foreign_group_defaults({"state": "released"}, vmanyware_vmid.ENTRY, {"state"}) == {"state": "released"}
+    assert "state" not in without_foreign_group_defaults(
+        {"state": "present", "owner": "o"}, vmanyware_vmid.ENTRY, {"state"}
+    )
+    assert without_foreign_group_defaults({"state": "present"}, vmanyware_operation.ENTRY, {"state"}) == {
+        "state": "present"
+    }
+    assert without_foreign_group_defaults({"state": "released"}, vmanyware_vmid.ENTRY, {"state"}) == {
+        "state": "released"
+    }
     # On the task itself a wrong choice is left for the module to refuse.
     assert without_foreign_group_defaults({"state": "present"}, vmanyware_vmid.ENTRY, set()) == {"state": "present"}
 
 
 def test_check_mode_stage_gets_the_preview_of_its_operation_id() -> None:
     from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_clone
-    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import PREVIEW_FACT, with_preview_document
+    from ansible_collections.vmanyware.proxmox.plugins.plugin_utils._in_process import (
+        PREVIEW_FACT,
+        with_preview_document,
+    )
 
     document = {"operationId": "op-preview"}
     facts = {PREVIEW_FACT: document}
     assert with_preview_document({"operation_id": "op-preview"}, vmanyware_clone.ENTRY, facts) == {
-        "operation_id": "op-preview", "preview_operation": document}
-    for args in ({"operation_id": "op-other"}, {"operation_id": "op-preview", "preview_operation": {"operationId": "op-given"}}, {}):
+        "operation_id": "op-preview",
+        "preview_operation": document,
+    }
+    for args in (
+        {"operation_id": "op-other"},
+        {"operation_id": "op-preview", "preview_operation": {"operationId": "op-given"}},
+        {},
+    ):
         assert with_preview_document(args, vmanyware_clone.ENTRY, facts) == args
-    assert with_preview_document({"operation_id": "op-preview"}, vmanyware_clone.ENTRY, {PREVIEW_FACT: None}) == {"operation_id": "op-preview"}
-    assert with_preview_document({"operation_id": "op-preview"}, vmanyware_operation_info.ENTRY, facts) == {"operation_id": "op-preview"}
+    assert with_preview_document({"operation_id": "op-preview"}, vmanyware_clone.ENTRY, {PREVIEW_FACT: None}) == {
+        "operation_id": "op-preview"
+    }
+    assert with_preview_document({"operation_id": "op-preview"}, vmanyware_operation_info.ENTRY, facts) == {
+        "operation_id": "op-preview"
+    }
 
 
 # -- the private ansible-core internals, each behind a guard with a fallback (docs/development.md) ---------------------------
@@ -243,13 +340,25 @@ def test_without_no_log_values_nothing_runs_in_process(monkeypatch: pytest.Monke
     ran: list[bool] = []
     monkeypatch.setenv("CANARY_SECRET", SECRET)
     monkeypatch.setattr(_in_process.ArgumentSpecValidator, "validate", renamed)
-    with pytest.raises(_in_process.NotInProcess, match=r"^ansible-core internals unavailable: ValidationResult._no_log_values$"):
-        run_entry_in_process(_entry(lambda *a: ran.append(True) or {}), "m", {"name": "n"}, check_mode=False, diff=False)
+    with pytest.raises(
+        _in_process.NotInProcess, match=r"^ansible-core internals unavailable: ValidationResult._no_log_values$"
+    ):
+        run_entry_in_process(
+            _entry(lambda *a: ran.append(True) or {}), "m", {"name": "n"}, check_mode=False, diff=False
+        )
     assert not ran
     monkeypatch.undo()
     monkeypatch.setenv("CANARY_SECRET", SECRET)
-    assert run_entry_in_process(_entry(lambda params, *a: {"echo": params["api_token_secret"]}), "m", {"name": "n"},
-                                check_mode=False, diff=False)["echo"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+    assert (
+        run_entry_in_process(
+            _entry(lambda params, *a: {"echo": params["api_token_secret"]}),
+            "m",
+            {"name": "n"},
+            check_mode=False,
+            diff=False,
+        )["echo"]
+        == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+    )
 
 
 def test_no_log_values_of_an_unexpected_shape_are_refused() -> None:
@@ -270,19 +379,27 @@ def test_action_groups_from_the_play_else_from_this_collection(tmp_path: Path) -
     assert action_groups(task) == ["vmanyware.proxmox.proxmox", "other.collection.all"]
     # Without the play's private mapping: the groups of meta/runtime.yml, as the play resolves them for this collection.
     for parent in (_Fake(_play=_Fake()), _Fake()):
-        assert action_groups(_Fake(resolved_action=fqcn, action="vmanyware_plan", _parent=parent)) == ["vmanyware.proxmox.proxmox"]
+        assert action_groups(_Fake(resolved_action=fqcn, action="vmanyware_plan", _parent=parent)) == [
+            "vmanyware.proxmox.proxmox"
+        ]
     assert own_action_groups("community.proxmox.proxmox_kvm") == []
     runtime = tmp_path / "runtime.yml"
-    runtime.write_text("action_groups:\n  proxmox: [vmanyware_plan]\n  stages: [vmanyware.proxmox.vmanyware_plan, vmanyware_clone]\n")
+    runtime.write_text(
+        "action_groups:\n  proxmox: [vmanyware_plan]\n  stages: [vmanyware.proxmox.vmanyware_plan, vmanyware_clone]\n"
+    )
     assert own_action_groups(fqcn, runtime) == ["vmanyware.proxmox.proxmox", "vmanyware.proxmox.stages"]
     assert own_action_groups(fqcn, tmp_path / "missing.yml") == []
 
 
 def test_group_defaults_are_left_out_without_the_play_mapping() -> None:
     action = _action()
-    action._task = _Fake(resolved_action="vmanyware.proxmox.vmanyware_plan", action="vmanyware_plan", check_mode=False,  # pylint: disable=protected-access
-                         module_defaults=[{"group/vmanyware.proxmox.proxmox": {"journal_dir": "/j"}}],
-                         args={"catalog_path": "/c.yml", "definition_path": "/d.yml", "target_vmid": 201, "journal_dir": "/j"})
+    action._task = _Fake(
+        resolved_action="vmanyware.proxmox.vmanyware_plan",
+        action="vmanyware_plan",
+        check_mode=False,  # pylint: disable=protected-access
+        module_defaults=[{"group/vmanyware.proxmox.proxmox": {"journal_dir": "/j"}}],
+        args={"catalog_path": "/c.yml", "definition_path": "/d.yml", "target_vmid": 201, "journal_dir": "/j"},
+    )
     action._templar = _Fake(template=lambda value: value)  # pylint: disable=protected-access
     assert action._module_args({}) == {"catalog_path": "/c.yml", "definition_path": "/d.yml", "target_vmid": 201}  # pylint: disable=protected-access
 

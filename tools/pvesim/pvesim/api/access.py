@@ -32,8 +32,11 @@ def create_ticket(sim: Sim, call: Call) -> dict[str, t.Any]:
     if user is not None and user.enable:
         if user.password is not None and secrets.compare_digest(user.password, password):
             ok = True
-        elif password.startswith("PVE:") and st.tickets.get(password, ("", 0.0))[0] == username \
-                and st.tickets[password][1] > time.time():
+        elif (
+            password.startswith("PVE:")
+            and st.tickets.get(password, ("", 0.0))[0] == username
+            and st.tickets[password][1] > time.time()
+        ):
             ok = True
     if not ok:
         raise ApiError(401, "authentication failure")
@@ -41,8 +44,12 @@ def create_ticket(sim: Sim, call: Call) -> dict[str, t.Any]:
     csrf = f"{int(time.time()):08X}:{secrets.token_urlsafe(32)}"
     st.tickets[ticket] = (username, time.time() + 7200)
     st.csrf[ticket] = csrf
-    return {"ticket": ticket, "CSRFPreventionToken": csrf, "username": username,
-            "cap": {"vms": {p: 1 for p in sorted(st.permissions(username, "/vms"))}}}
+    return {
+        "ticket": ticket,
+        "CSRFPreventionToken": csrf,
+        "username": username,
+        "cap": {"vms": {p: 1 for p in sorted(st.permissions(username, "/vms"))}},
+    }
 
 
 @route("GET", "/access/permissions")
@@ -54,7 +61,11 @@ def get_permissions(sim: Sim, call: Call) -> dict[str, dict[str, int]]:
         if not own_token:
             sim.require(call.subject, "/access", ["Sys.Audit"])
     path = call.str("path")
-    paths = [path] if path else sorted(set(st.acl_paths(target)) | {"/", "/access", "/nodes", "/storage", "/vms", "/sdn", "/pool"})
+    paths = (
+        [path]
+        if path
+        else sorted(set(st.acl_paths(target)) | {"/", "/access", "/nodes", "/storage", "/vms", "/sdn", "/pool"})
+    )
     res: dict[str, dict[str, int]] = {}
     for p in paths:
         privs = st.permissions(target, p)

@@ -21,11 +21,26 @@ PVE_VERSION = {"release": "9.1", "repoid": "b5d5c8d5e7f5c4a1", "version": "9.1.3
 
 # simulated task durations (seconds of simulated time; divided by --speed)
 DURATIONS: dict[str, float] = {
-    "qmclone_full": 8.0, "qmclone_linked": 2.0, "qmstart": 2.0, "qmstop": 1.0, "qmshutdown": 4.0, "qmreboot": 4.0,
-    "resize": 1.0, "qmsnapshot": 2.0, "qmsnapshot_vmstate": 5.0, "qmdelsnapshot": 1.5, "qmrollback": 2.0, "qmdestroy": 2.0,
-    "qmconfig": 0.5, "download": 1.0, "qmcreate": 1.0, "qmtemplate": 1.0,
+    "qmclone_full": 8.0,
+    "qmclone_linked": 2.0,
+    "qmstart": 2.0,
+    "qmstop": 1.0,
+    "qmshutdown": 4.0,
+    "qmreboot": 4.0,
+    "resize": 1.0,
+    "qmsnapshot": 2.0,
+    "qmsnapshot_vmstate": 5.0,
+    "qmdelsnapshot": 1.5,
+    "qmrollback": 2.0,
+    "qmdestroy": 2.0,
+    "qmconfig": 0.5,
+    "download": 1.0,
+    "qmcreate": 1.0,
+    "qmtemplate": 1.0,
     # per-storage lock hold times (pvesim.storagelock): one LVM-thin lvcreate, lvextend, lvremove
-    "storage_alloc": 1.0, "storage_resize": 1.0, "storage_free": 1.0,
+    "storage_alloc": 1.0,
+    "storage_resize": 1.0,
+    "storage_free": 1.0,
 }
 
 
@@ -101,9 +116,11 @@ ROUTE_ATTRIBUTE = "pvesim_route"
 def route(method: str, template: str) -> t.Callable[[Handler], Handler]:
     """Mark ``fn`` as the handler of ``method template``; ``pvesim/routes.py`` collects the marked handlers of every
     endpoint module into the one route table (nothing registers itself at import)."""
+
     def deco(fn: Handler) -> Handler:
         setattr(fn, ROUTE_ATTRIBUTE, (method, template))
         return fn
+
     return deco
 
 
@@ -160,8 +177,14 @@ class Sim:
     def sleep(self, key: str, factor: float = 1.0) -> None:
         self.clock.sleep(self.durations.get(key, 1.0) * factor, self.stop_event)
 
-    def start_task(self, call: Call, ttype: str, tid: str, body: t.Callable[[Task], None],
-                   on_finish: t.Callable[[Task], None] | None = None) -> str:
+    def start_task(
+        self,
+        call: Call,
+        ttype: str,
+        tid: str,
+        body: t.Callable[[Task], None],
+        on_finish: t.Callable[[Task], None] | None = None,
+    ) -> str:
         tf = call.fault("task_error")
         tw = call.fault("task_warnings")
 

@@ -25,12 +25,17 @@ def _task_visible(sim: Sim, subject: str, task: Task) -> bool:
 def _get_task(sim: Sim, call: Call, audit: bool = True) -> Task:
     sim.check_node(call)
     upid = str(call.params["upid"])
-    if not re.fullmatch(r"UPID:[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{8,9}:(-?[0-9A-Fa-f]{8}):"
-                        r"[^:\s]+:[^:\s]*:[^:\s]+:", upid):
+    if not re.fullmatch(
+        r"UPID:[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{8,9}:(-?[0-9A-Fa-f]{8}):"
+        r"[^:\s]+:[^:\s]*:[^:\s]+:",
+        upid,
+    ):
         raise ApiError(500, "unable to parse worker upid")
     task = sim.tasks.get(upid)
     if task is None or task.node != sim.call_node(call):  # each node keeps its own task log
-        raise ApiError(500, f"unable to open file '/var/log/pve/tasks/{upid[-3:-1]}/{upid}' - No such file or directory")
+        raise ApiError(
+            500, f"unable to open file '/var/log/pve/tasks/{upid[-3:-1]}/{upid}' - No such file or directory"
+        )
     if audit and not _task_visible(sim, call.subject, task):
         raise perm_error(f"/nodes/{task.node}, Sys.Audit")
     return task
@@ -66,7 +71,7 @@ def task_log(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     limit = 50 if limit is None else limit
     lines = list(task.lines) or ["no content"]
     total = len(lines)
-    res = [{"n": i + 1, "t": line} for i, line in enumerate(lines)][start:start + limit]
+    res = [{"n": i + 1, "t": line} for i, line in enumerate(lines)][start : start + limit]
     call.extra["total"] = total
     return res
 

@@ -42,9 +42,15 @@ def node_version(sim: Sim, call: Call) -> dict[str, str]:
 @route("GET", "/nodes/{node}/status")
 def node_status(sim: Sim, call: Call) -> dict[str, t.Any]:
     sim.check_node(call)
-    return {"uptime": int(time.monotonic()), "cpu": 0.03, "pveversion": "pve-manager/9.1.3/b5d5c8d5e7f5c4a1",
-            "kversion": "Linux 6.14.11-4-pve", "memory": {"total": 64 * GIB, "used": 8 * GIB, "free": 56 * GIB},
-            "cpuinfo": {"cpus": 16, "sockets": 1, "cores": 8, "model": "Simulated CPU"}, "loadavg": ["0.10", "0.08", "0.05"]}
+    return {
+        "uptime": int(time.monotonic()),
+        "cpu": 0.03,
+        "pveversion": "pve-manager/9.1.3/b5d5c8d5e7f5c4a1",
+        "kversion": "Linux 6.14.11-4-pve",
+        "memory": {"total": 64 * GIB, "used": 8 * GIB, "free": 56 * GIB},
+        "cpuinfo": {"cpus": 16, "sockets": 1, "cores": 8, "model": "Simulated CPU"},
+        "loadavg": ["0.10", "0.08", "0.05"],
+    }
 
 
 @route("GET", "/cluster/nextid")
@@ -114,10 +120,18 @@ def _storage_entry(st_obj: t.Any, with_type: bool = True) -> dict[str, t.Any]:
     total = st_obj.total
     avail = st_obj.avail
     used = max(0, total - avail)
-    res = {"storage": st_obj.storage, "type": st_obj.type, "content": ",".join(sorted(st_obj.content)),
-           "total": total if st_obj.active else 0, "used": used if st_obj.active else 0, "avail": avail if st_obj.active else 0,
-           "used_fraction": (used / total) if total and st_obj.active else 0, "shared": st_obj.shared,
-           "enabled": st_obj.enabled, "active": st_obj.active}
+    res = {
+        "storage": st_obj.storage,
+        "type": st_obj.type,
+        "content": ",".join(sorted(st_obj.content)),
+        "total": total if st_obj.active else 0,
+        "used": used if st_obj.active else 0,
+        "avail": avail if st_obj.active else 0,
+        "used_fraction": (used / total) if total and st_obj.active else 0,
+        "shared": st_obj.shared,
+        "enabled": st_obj.enabled,
+        "active": st_obj.active,
+    }
     if not with_type:
         del res["type"]
     return res

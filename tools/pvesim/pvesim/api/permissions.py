@@ -46,6 +46,7 @@ def _subst(path: str, params: dict[str, t.Any]) -> str | None:
             missing = True
             return ""
         return str(v)
+
     res = re.sub(r"\{([^}]+)\}", rep, path)
     return None if missing else res
 
@@ -84,8 +85,12 @@ def _eval_check(sim: Sim, check: list[t.Any], subject: str, params: dict[str, t.
         raise perm_error()
     if kind in ("userid-param", "userid-group", "perm-modify"):
         userid = params.get("userid")
-        if userid is None or userid == subject.split("!")[0] or sim.has(subject, "/access", ["User.Modify"]) \
-                or sim.has(subject, "/access", ["Sys.Audit"]):
+        if (
+            userid is None
+            or userid == subject.split("!")[0]
+            or sim.has(subject, "/access", ["User.Modify"])
+            or sim.has(subject, "/access", ["Sys.Audit"])
+        ):
             return True
         if noerr:
             return False

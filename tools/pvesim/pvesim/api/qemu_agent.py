@@ -67,6 +67,7 @@ def _agent(sim: Sim, call: Call, fn: t.Callable[[t.Any], t.Any]) -> t.Any:
 
 def _waits_for_agent(handler: t.Callable[[Sim, Call], t.Any]) -> t.Callable[[Sim, Call], t.Any]:
     """Run an agent handler; while the agent is starting, answer after the availability ping's wait instead."""
+
     @functools.wraps(handler)
     def wrapped(sim: Sim, call: Call) -> t.Any:
         try:
@@ -79,8 +80,10 @@ def _waits_for_agent(handler: t.Callable[[Sim, Call], t.Any]) -> t.Callable[[Sim
                 call.extra["agent_waited"] = True
                 with sim.state.lock:
                     return handler(sim, call)
+
             call.extra["wait_task"] = after_ping
             return None
+
     return wrapped
 
 
@@ -146,7 +149,9 @@ def agent_file_write(sim: Sim, call: Call) -> None:
         try:
             content = base64.b64decode(content, validate=True).decode("utf-8", errors="replace")
         except (ValueError, binascii.Error):
-            raise ApiError(500, f"VM {call.params['vmid']} qga command 'guest-file-write' failed - invalid base64 content") from None
+            raise ApiError(
+                500, f"VM {call.params['vmid']} qga command 'guest-file-write' failed - invalid base64 content"
+            ) from None
     _agent(sim, call, lambda g: g.file_write(path, content))
     return None
 

@@ -56,7 +56,9 @@ def qemu_clone(sim: Sim, call: Call) -> str:
         for key, value in sorted(oldconf.items()):  # check_storage_access_clone, then check_bridge_access
             if DRIVE_RE.fullmatch(key) and not is_cdrom(value):
                 sid = value.split(":", 1)[0]
-                sim.require(call.subject, f"/storage/{storage if (storage and full) else sid}", ["Datastore.AllocateSpace"])
+                sim.require(
+                    call.subject, f"/storage/{storage if (storage and full) else sid}", ["Datastore.AllocateSpace"]
+                )
         for key, value in sorted(oldconf.items()):
             if re.fullmatch(r"net\d+", key):
                 bridge = parse_kv(value, "model").get("bridge")
@@ -70,13 +72,20 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             # PVE finds no qemu config file, then check_vmid_unused refuses the ID held by the container.
             raise ApiError(500, f"CT {newid} already exists on node '{st.node}'")
         # create the target config with the clone lock right away (atomic under the state lock)
-        target_vm = VM(newid, target or sim.call_node(call), {"lock": "clone"}, pool=pool)  # add_vm_to_pool: a member from the start
+        target_vm = VM(
+            newid, target or sim.call_node(call), {"lock": "clone"}, pool=pool
+        )  # add_vm_to_pool: a member from the start
         st.vms[newid] = target_vm
         src_name = oldconf.get("name")
 
     # the storages the clone allocates on, counted as in flight from now until its last allocation
-    alloc_storages = sorted({storage if (storage and full and not is_cloudinit_volume(v)) else v.split(":", 1)[0]
-                             for k, v in oldconf.items() if DRIVE_RE.fullmatch(k) and (not is_cdrom(v) or is_cloudinit_volume(v))})
+    alloc_storages = sorted(
+        {
+            storage if (storage and full and not is_cloudinit_volume(v)) else v.split(":", 1)[0]
+            for k, v in oldconf.items()
+            if DRIVE_RE.fullmatch(k) and (not is_cdrom(v) or is_cloudinit_volume(v))
+        }
+    )
     phases = [sim.storage_locks.begin_allocating(sid) for sid in alloc_storages]
 
     def end_allocating() -> None:
@@ -92,7 +101,16 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             with st.lock:
                 for key in sorted(oldconf):
                     value = oldconf[key]
-                    if key in ("parent", "snaptime", "vmstate", "snapstate", "runningcpu", "runningmachine", "lock", "template"):
+                    if key in (
+                        "parent",
+                        "snaptime",
+                        "vmstate",
+                        "snapstate",
+                        "runningcpu",
+                        "runningmachine",
+                        "lock",
+                        "template",
+                    ):
                         continue
                     if re.fullmatch(r"unused\d+", key):
                         continue
@@ -125,15 +143,19 @@ def qemu_clone(sim: Sim, call: Call) -> str:
                         if full:
                             if call.fault("disk_full") or size > tstore.avail:
                                 name = st.next_disk_name(tsid, newid)
-                                raise TaskFailed(f"lvcreate 'pve/{name}' error:   Volume group \"pve\" has "
-                                                 f"insufficient free space ({tstore.avail >> 22} extents): {size >> 22} required.")
+                                raise TaskFailed(
+                                    f"lvcreate 'pve/{name}' error:   Volume group \"pve\" has "
+                                    f"insufficient free space ({tstore.avail >> 22} extents): {size >> 22} required."
+                                )
                             new_vol = f"{tsid}:{st.next_disk_name(tsid, newid)}"
                         else:
                             base = volid.split(":", 1)[1].split("/")[0]
                             new_vol = f"{tsid}:{base}/{st.next_disk_name(tsid, newid)}"
                         tstore.volumes[new_vol] = size
                         allocated.append(new_vol)
-                        imagebuild.clone_image_file(sim, volid, new_vol)  # --guests real: the clone boots the source's content
+                        imagebuild.clone_image_file(
+                            sim, volid, new_vol
+                        )  # --guests real: the clone boots the source's content
                     newconf[key] = ",".join([new_vol, *value.split(",")[1:]])
                 if index == len(drives) - 1:
                     end_allocating()  # before the last line a client could read as "allocations done"
@@ -229,7 +251,9 @@ def qemu_resize(sim: Sim, call: Call) -> str:
             m = re.fullmatch(r"(\+)?(\d+(?:\.\d+)?)([KMGT])?", sizestr)
             if not m:
                 raise TaskFailed("internal error")
-            newsize = float(m.group(2)) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(m.group(3) or "", 1)
+            newsize = float(m.group(2)) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(
+                m.group(3) or "", 1
+            )
             if m.group(1):
                 newsize += size
             new = int(newsize)
@@ -239,10 +263,14 @@ def qemu_resize(sim: Sim, call: Call) -> str:
                 return
             storage = st.storages[sid]
             if call.fault("disk_full") or new - size > storage.avail:
-                raise TaskFailed(f"lvextend 'pve/{volid.split(':', 1)[1]}' error:   Insufficient free space: "
-                                 f"{(new - size) >> 22} extents needed, but only {storage.avail >> 22} available")
-            task.log(f"  Size of logical volume pve/{volid.split(':', 1)[1].split('/')[-1]} changed from "
-                     f"{format_size(size)} to {format_size(new)}.")
+                raise TaskFailed(
+                    f"lvextend 'pve/{volid.split(':', 1)[1]}' error:   Insufficient free space: "
+                    f"{(new - size) >> 22} extents needed, but only {storage.avail >> 22} available"
+                )
+            task.log(
+                f"  Size of logical volume pve/{volid.split(':', 1)[1].split('/')[-1]} changed from "
+                f"{format_size(size)} to {format_size(new)}."
+            )
             storage.volumes[volid] = new
             parts = [p for p in value.split(",")[1:] if not p.startswith("size=")]
             vm.config[disk] = ",".join([volid, *parts, f"size={format_size(new)}"])
@@ -291,15 +319,23 @@ def qemu_destroy(sim: Sim, call: Call) -> str:
             early_checks(vm, TaskFailed)
             if vm.lock and not skiplock:
                 raise TaskFailed(f"VM is locked ({vm.lock})")
-            linked = [v for v in st.vms.values() for val in v.config.values()
-                      if v is not vm and vm.is_template and f"base-{vm.vmid}-disk" in val and "/" in val.split(",")[0]]
+            linked = [
+                v
+                for v in st.vms.values()
+                for val in v.config.values()
+                if v is not vm and vm.is_template and f"base-{vm.vmid}-disk" in val and "/" in val.split(",")[0]
+            ]
             if linked:
                 raise TaskFailed(f"base volume of template {vm.vmid} is used by linked clones")
             vm.config["lock"] = "destroyed"
         sim.sleep("qmdestroy")
         with st.lock:
-            volids = [value.split(",")[0] for key, value in vm.config.items()
-                      if (DRIVE_RE.fullmatch(key) or re.fullmatch(r"unused\d+", key)) and (not is_cdrom(value) or is_cloudinit_volume(value))]
+            volids = [
+                value.split(",")[0]
+                for key, value in vm.config.items()
+                if (DRIVE_RE.fullmatch(key) or re.fullmatch(r"unused\d+", key))
+                and (not is_cdrom(value) or is_cloudinit_volume(value))
+            ]
             for snap in vm.snapshots.values():
                 volids += [value.split(",")[0] for key, value in snap.conf.items() if DRIVE_RE.fullmatch(key)]
             referenced = set(volids)
@@ -314,7 +350,7 @@ def qemu_destroy(sim: Sim, call: Call) -> str:
                     if volid not in referenced:
                         task.log(f"  Removed unreferenced volume '{volid}'")
                     elif sim.state.volume_size(volid) is not None:
-                        task.log(f"  Logical volume \"{volid.split(':', 1)[-1].split('/')[-1]}\" successfully removed.")
+                        task.log(f'  Logical volume "{volid.split(":", 1)[-1].split("/")[-1]}" successfully removed.')
                     free_volume(sim, volid)
             except TaskFailed as err:
                 task.warn(f"Could not remove disk '{volid}', check manually: {err}")

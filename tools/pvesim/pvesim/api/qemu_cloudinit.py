@@ -19,7 +19,9 @@ def cloudinit_dump(sim: Sim, call: Call) -> str:
     sim.check_node(call)
     vm = sim.vm(call)
     if call.fault("cloudinit_error"):
-        raise ApiError(500, str(call.fault("cloudinit_error").params.get("message", "unable to generate cloud-init config")))  # type: ignore
+        raise ApiError(
+            500, str(call.fault("cloudinit_error").params.get("message", "unable to generate cloud-init config"))
+        )  # type: ignore
     rendered = guestlink.render(vm.pending_config() if vm.status != "running" else vm.config, vm.vmid, sim.state.node)
     return rendered[str(call.params["type"])]
 

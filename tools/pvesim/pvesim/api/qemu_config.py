@@ -28,9 +28,22 @@ def qemu_list(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
             continue
         vm = sim.state.vms[vmid]
         r = vm_resource(sim, vm)
-        entry = {"vmid": vmid, "name": r["name"], "status": vm.status, "cpus": r["maxcpu"], "maxmem": r["maxmem"],
-                 "maxdisk": r["maxdisk"], "mem": 0, "disk": 0, "cpu": r["cpu"], "uptime": r["uptime"], "netin": 0, "netout": 0,
-                 "diskread": 0, "diskwrite": 0}
+        entry = {
+            "vmid": vmid,
+            "name": r["name"],
+            "status": vm.status,
+            "cpus": r["maxcpu"],
+            "maxmem": r["maxmem"],
+            "maxdisk": r["maxdisk"],
+            "mem": 0,
+            "disk": 0,
+            "cpu": r["cpu"],
+            "uptime": r["uptime"],
+            "netin": 0,
+            "netout": 0,
+            "diskread": 0,
+            "diskwrite": 0,
+        }
         if vm.is_template:
             entry["template"] = 1
         for k in ("tags", "lock"):
@@ -63,9 +76,33 @@ def qemu_config(sim: Sim, call: Call) -> dict[str, t.Any]:
     return typed_config(conf)
 
 
-_INT_KEYS = frozenset({"cores", "sockets", "vcpus", "balloon", "cpuunits", "shares", "migrate_speed", "template", "acpi", "kvm",
-                       "onboot", "protection", "tablet", "localtime", "numa", "reboot", "freeze", "autostart", "ciupgrade", "snaptime",
-                       "vmstate", "keephugepages", "allow-ksm"})
+_INT_KEYS = frozenset(
+    {
+        "cores",
+        "sockets",
+        "vcpus",
+        "balloon",
+        "cpuunits",
+        "shares",
+        "migrate_speed",
+        "template",
+        "acpi",
+        "kvm",
+        "onboot",
+        "protection",
+        "tablet",
+        "localtime",
+        "numa",
+        "reboot",
+        "freeze",
+        "autostart",
+        "ciupgrade",
+        "snaptime",
+        "vmstate",
+        "keephugepages",
+        "allow-ksm",
+    }
+)
 
 
 def snapshot_config_of(vm: VM, name: str) -> dict[str, t.Any]:
@@ -127,10 +164,18 @@ _PRIV_FOR_KEY = [
     (re.compile(r"net\d+"), "VM.Config.Network"),
     (re.compile(r"memory|balloon|shares"), "VM.Config.Memory"),
     (re.compile(r"cores|sockets|cpu|vcpus|cpulimit|cpuunits|affinity|numa\d*"), "VM.Config.CPU"),
-    (re.compile(r"ipconfig\d+|cicustom|cipassword|citype|ciupgrade|ciuser|nameserver|searchdomain|sshkeys"), "VM.Config.Cloudinit"),
-    (re.compile(r"name|description|onboot|tags|protection|boot|bootdisk|agent|startup|ostype|hookscript|lock|"
-                r"migrate_downtime|migrate_speed|localtime|tablet|kvm|acpi|autostart|freeze|reboot|startdate|vmstatestorage|"
-                r"keyboard|template"), "VM.Config.Options"),
+    (
+        re.compile(r"ipconfig\d+|cicustom|cipassword|citype|ciupgrade|ciuser|nameserver|searchdomain|sshkeys"),
+        "VM.Config.Cloudinit",
+    ),
+    (
+        re.compile(
+            r"name|description|onboot|tags|protection|boot|bootdisk|agent|startup|ostype|hookscript|lock|"
+            r"migrate_downtime|migrate_speed|localtime|tablet|kvm|acpi|autostart|freeze|reboot|startdate|vmstatestorage|"
+            r"keyboard|template"
+        ),
+        "VM.Config.Options",
+    ),
 ]
 
 
@@ -152,7 +197,9 @@ def _sshkeys_check(value: str) -> None:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        if not re.match(r"((sk-)?(ssh|ecdsa)-[\w@.-]+)\s+[A-Za-z0-9+/=]+", line) and not re.match(r"\S+\s+(ssh|ecdsa|sk-)", line):
+        if not re.match(r"((sk-)?(ssh|ecdsa)-[\w@.-]+)\s+[A-Za-z0-9+/=]+", line) and not re.match(
+            r"\S+\s+(ssh|ecdsa|sk-)", line
+        ):
             raise param_error({"sshkeys": f"invalid format - invalid ssh key '{line[:40]}'\n"})
 
 
@@ -160,8 +207,18 @@ class _ConfigChange:
     """A validated set of changes: ``sets`` (key -> value) and ``deletes``."""
 
     def __init__(self, call: Call) -> None:
-        skip = {"node", "vmid", "digest", "delete", "revert", "skiplock", "background_delay", "force", "skip_cloud_init",
-                "import-working-storage"}
+        skip = {
+            "node",
+            "vmid",
+            "digest",
+            "delete",
+            "revert",
+            "skiplock",
+            "background_delay",
+            "force",
+            "skip_cloud_init",
+            "import-working-storage",
+        }
         self.sets: dict[str, str] = {k: call.str(k) or "" for k in call.params if k not in skip}
         self.deletes: list[str] = [d for d in re.split(r"[,;\s\0]+", call.str("delete") or "") if d]
         self.revert: list[str] = [d for d in re.split(r"[,;\s\0]+", call.str("revert") or "") if d]
@@ -271,7 +328,12 @@ def _apply_update(sim: Sim, vm: VM, ch: _ConfigChange, task: Task | None) -> Non
                 vm.pending_delete = [d for d in vm.pending_delete if d.lstrip("!") != key]
                 continue
             old = vm.config.get(key)
-            if old is not None and DRIVE_RE.fullmatch(key) and not is_cdrom(old) and old.split(",")[0] != new_value.split(",")[0]:
+            if (
+                old is not None
+                and DRIVE_RE.fullmatch(key)
+                and not is_cdrom(old)
+                and old.split(",")[0] != new_value.split(",")[0]
+            ):
                 unused_or_free(sim, vm, old.split(",")[0], False)
             vm.config[key] = new_value
             vm.pending.pop(key, None)
@@ -304,6 +366,7 @@ def qemu_config_post(sim: Sim, call: Call) -> str | None:
     upid = sim.start_task(call, "qmconfig", str(vm.vmid), body)
     delay = call.int("background_delay")
     if delay:
+
         def wait() -> str | None:
             task = sim.tasks.get(upid)
             if task is not None and task.done.wait(sim.clock.real_seconds(delay)):
@@ -311,5 +374,6 @@ def qemu_config_post(sim: Sim, call: Call) -> str | None:
                     return None
                 raise ApiError(500, f"failed to update VM {vm.vmid}: {task.exitstatus}")
             return upid
+
         call.extra["wait_task"] = wait
     return upid

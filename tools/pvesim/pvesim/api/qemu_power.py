@@ -31,9 +31,22 @@ def qemu_status_current(sim: Sim, call: Call) -> dict[str, t.Any]:
     vm = sim.vm(call)
     r = vm_resource(sim, vm)
     res: dict[str, t.Any] = {
-        "vmid": vm.vmid, "name": r["name"], "status": vm.status, "qmpstatus": vm.status, "cpus": r["maxcpu"],
-        "maxmem": r["maxmem"], "maxdisk": r["maxdisk"], "mem": 0, "disk": 0, "cpu": r["cpu"], "uptime": r["uptime"],
-        "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0, "ha": {"managed": 0},
+        "vmid": vm.vmid,
+        "name": r["name"],
+        "status": vm.status,
+        "qmpstatus": vm.status,
+        "cpus": r["maxcpu"],
+        "maxmem": r["maxmem"],
+        "maxdisk": r["maxdisk"],
+        "mem": 0,
+        "disk": 0,
+        "cpu": r["cpu"],
+        "uptime": r["uptime"],
+        "netin": 0,
+        "netout": 0,
+        "diskread": 0,
+        "diskwrite": 0,
+        "ha": {"managed": 0},
     }
     agent = parse_kv(vm.config.get("agent", "0"), "enabled").get("enabled", "0")
     if agent in ("1", "on", "yes", "true"):
@@ -75,7 +88,11 @@ def _power(sim: Sim, call: Call, ttype: str) -> str:
                         bridge = parse_kv(value, "model").get("bridge")
                         if bridge and bridge not in st.members[vm.node].bridges:
                             raise TaskFailed(f"bridge '{bridge}' does not exist")
-                    if DRIVE_RE.fullmatch(key) and not is_cdrom(value) or (DRIVE_RE.fullmatch(key) and is_cloudinit_volume(value)):
+                    if (
+                        DRIVE_RE.fullmatch(key)
+                        and not is_cdrom(value)
+                        or (DRIVE_RE.fullmatch(key) and is_cloudinit_volume(value))
+                    ):
                         sid = value.split(":", 1)[0]
                         s = st.storages.get(sid)
                         if s is None:

@@ -32,8 +32,12 @@ def snapshot_list(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
         if s.parent:
             entry["parent"] = s.parent
         res.append(entry)
-    current: dict[str, t.Any] = {"name": "current", "digest": vm.digest(), "description": "You are here!",
-                                 "running": 1 if vm.status == "running" else 0}
+    current: dict[str, t.Any] = {
+        "name": "current",
+        "digest": vm.digest(),
+        "description": "You are here!",
+        "running": 1 if vm.status == "running" else 0,
+    }
     if vm.config.get("parent"):
         current["parent"] = vm.config["parent"]
     res.append(current)
@@ -69,7 +73,9 @@ def snapshot_create(sim: Sim, call: Call) -> str:
                 for key, value in list(conf.items()):
                     if DRIVE_RE.fullmatch(key) and not is_cdrom(value):
                         task.log(f"snapshotting '{key}' ({value.split(',')[0]})")
-                vm.snapshots[snapname] = Snapshot(snapname, conf, int(time.time()), description, with_state, vm.config.get("parent"))
+                vm.snapshots[snapname] = Snapshot(
+                    snapname, conf, int(time.time()), description, with_state, vm.config.get("parent")
+                )
                 vm.config["parent"] = snapname
         finally:
             with st.lock:

@@ -34,8 +34,10 @@ def materialize(sim: Sim, vm: VM, key: str, value: str) -> str:
                 raise TaskFailed(f"storage '{sid}' does not support vm images")
             nbytes = int(float(size) * GIB)
             if nbytes > storage.avail:
-                raise TaskFailed(f"lvcreate 'pve/{st.next_disk_name(sid, vm.vmid)}' error:   Volume group \"pve\" has insufficient "
-                                 f"free space ({storage.avail >> 22} extents): {nbytes >> 22} required.")
+                raise TaskFailed(
+                    f"lvcreate 'pve/{st.next_disk_name(sid, vm.vmid)}' error:   Volume group \"pve\" has insufficient "
+                    f"free space ({storage.avail >> 22} extents): {nbytes >> 22} required."
+                )
             volid = f"{sid}:{st.next_disk_name(sid, vm.vmid)}"
             storage.volumes[volid] = nbytes
             rest = [p for p in parts[1:] if not p.startswith("size=")]

@@ -17,10 +17,26 @@ from .core import ApiError, Call, Sim, route
 
 def _ct_resource(vmid: int, ct: t.Mapping[str, t.Any], node: str) -> dict[str, t.Any]:
     conf = ct.get("config") or {}
-    res = {"id": f"lxc/{vmid}", "type": "lxc", "vmid": vmid, "node": ct.get("node", node), "status": ct.get("status", "stopped"),
-           "name": ct.get("name", f"CT{vmid}"), "template": 1 if ct.get("template") else 0, "maxcpu": int(conf.get("cores", 1)),
-           "maxmem": int(conf.get("memory", 512)) << 20, "maxdisk": 8 << 30, "cpu": 0, "mem": 0, "disk": 0, "uptime": 0, "netin": 0,
-           "netout": 0, "diskread": 0, "diskwrite": 0}
+    res = {
+        "id": f"lxc/{vmid}",
+        "type": "lxc",
+        "vmid": vmid,
+        "node": ct.get("node", node),
+        "status": ct.get("status", "stopped"),
+        "name": ct.get("name", f"CT{vmid}"),
+        "template": 1 if ct.get("template") else 0,
+        "maxcpu": int(conf.get("cores", 1)),
+        "maxmem": int(conf.get("memory", 512)) << 20,
+        "maxdisk": 8 << 30,
+        "cpu": 0,
+        "mem": 0,
+        "disk": 0,
+        "uptime": 0,
+        "netin": 0,
+        "netout": 0,
+        "diskread": 0,
+        "diskwrite": 0,
+    }
     for key in ("tags", "lock"):  # the container's config (lxc.py), as for VMs
         if conf.get(key):
             res[key] = conf[key]
@@ -32,12 +48,24 @@ def _ct_resource(vmid: int, ct: t.Mapping[str, t.Any], node: str) -> dict[str, t
 def vm_resource(sim: Sim, vm: VM) -> dict[str, t.Any]:
     conf = vm.config
     res: dict[str, t.Any] = {
-        "id": f"qemu/{vm.vmid}", "type": "qemu", "vmid": vm.vmid, "node": vm.node, "status": vm.status,
-        "name": conf.get("name", f"VM {vm.vmid}"), "template": 1 if vm.is_template else 0,
+        "id": f"qemu/{vm.vmid}",
+        "type": "qemu",
+        "vmid": vm.vmid,
+        "node": vm.node,
+        "status": vm.status,
+        "name": conf.get("name", f"VM {vm.vmid}"),
+        "template": 1 if vm.is_template else 0,
         "maxcpu": int(conf.get("cores", "1")) * int(conf.get("sockets", "1")),
         "maxmem": int(parse_kv(conf.get("memory", "512"), "current").get("current", "512")) << 20,
-        "maxdisk": _boot_disk_size(sim, vm), "cpu": 0.01 if vm.status == "running" else 0, "mem": 0, "disk": 0,
-        "uptime": _uptime(sim, vm), "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0,
+        "maxdisk": _boot_disk_size(sim, vm),
+        "cpu": 0.01 if vm.status == "running" else 0,
+        "mem": 0,
+        "disk": 0,
+        "uptime": _uptime(sim, vm),
+        "netin": 0,
+        "netout": 0,
+        "diskread": 0,
+        "diskwrite": 0,
     }
     if conf.get("tags"):
         res["tags"] = conf["tags"]
@@ -140,14 +168,32 @@ def cluster_resources(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
         for node in members:
             for sid in sorted(st.storages):
                 s = st.storages[sid]
-                if s.on_node(node.name) and sim.has(call.subject, f"/storage/{sid}", ["Datastore.Audit", "Datastore.AllocateSpace"],
-                                                    any_of=True):
-                    res.append({"id": f"storage/{node.name}/{sid}", "type": "storage", "storage": sid, "node": node.name,
-                                "status": "available" if s.active and s.enabled and node.online else "unknown", "plugintype": s.type,
-                                "content": ",".join(sorted(s.content)), "shared": s.shared, "disk": s.used_bytes(),
-                                "maxdisk": s.total})
+                if s.on_node(node.name) and sim.has(
+                    call.subject, f"/storage/{sid}", ["Datastore.Audit", "Datastore.AllocateSpace"], any_of=True
+                ):
+                    res.append(
+                        {
+                            "id": f"storage/{node.name}/{sid}",
+                            "type": "storage",
+                            "storage": sid,
+                            "node": node.name,
+                            "status": "available" if s.active and s.enabled and node.online else "unknown",
+                            "plugintype": s.type,
+                            "content": ",".join(sorted(s.content)),
+                            "shared": s.shared,
+                            "disk": s.used_bytes(),
+                            "maxdisk": s.total,
+                        }
+                    )
     if rtype in (None, "sdn"):
         for node in members:
-            res.append({"id": f"sdn/{node.name}/localnetwork", "type": "sdn", "sdn": "localnetwork", "node": node.name,
-                        "status": "ok" if node.online else "unknown"})
+            res.append(
+                {
+                    "id": f"sdn/{node.name}/localnetwork",
+                    "type": "sdn",
+                    "sdn": "localnetwork",
+                    "node": node.name,
+                    "status": "ok" if node.online else "unknown",
+                }
+            )
     return res

@@ -83,9 +83,15 @@ class CloudinitStatus(GuestBase):
         last_update = time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime(latest)) if latest else ""
         exitcode = 1 if condition == "error" else (2 if condition == "degraded" else 0)
         return {
-            "status": status, "extended_status": extended, "boot_status_code": "enabled-by-generator",
-            "detail": detail, "errors": errors, "recoverable_errors": recoverable, "last_update": last_update,
-            "running": running, "exitcode": exitcode,
+            "status": status,
+            "extended_status": extended,
+            "boot_status_code": "enabled-by-generator",
+            "detail": detail,
+            "errors": errors,
+            "recoverable_errors": recoverable,
+            "last_update": last_update,
+            "running": running,
+            "exitcode": exitcode,
         }
 
     @staticmethod
@@ -95,7 +101,10 @@ class CloudinitStatus(GuestBase):
             return out
         errors = "".join(f"\n\t- {e}" for e in details["errors"]) if details["errors"] else " []"
         if details["recoverable_errors"]:
-            parts = [f"{k}:\n\t- " + "\n\t- ".join(m.replace("\n", " ") for m in v) for k, v in details["recoverable_errors"].items()]
+            parts = [
+                f"{k}:\n\t- " + "\n\t- ".join(m.replace("\n", " ") for m in v)
+                for k, v in details["recoverable_errors"].items()
+            ]
             recoverable = "\n" + "\n".join(parts)
         else:
             recoverable = " {}"
@@ -108,7 +117,11 @@ class CloudinitStatus(GuestBase):
     def _cmd_cloud_init(self, argv: list[str], env: dict[str, str], stdin: str | None, now: float) -> Outcome:
         args = argv[1:]
         if not args or args[0] != "status":
-            return Outcome(2, "", "usage: /usr/bin/cloud-init [-h] [--version] [--debug] [--force] [--all-stages] {status,...} ...\n")
+            return Outcome(
+                2,
+                "",
+                "usage: /usr/bin/cloud-init [-h] [--version] [--debug] [--force] [--all-stages] {status,...} ...\n",
+            )
         long = wait = False
         i = 1
         while i < len(args):
@@ -124,8 +137,12 @@ class CloudinitStatus(GuestBase):
             elif arg == "--format=tabular":
                 pass
             else:
-                return Outcome(2, "", f"usage: /usr/bin/cloud-init status [-h] [--format {{json,tabular,yaml}}] [-l] [-w]\n"
-                               f"/usr/bin/cloud-init status: error: unrecognized arguments: {arg}\n")
+                return Outcome(
+                    2,
+                    "",
+                    f"usage: /usr/bin/cloud-init status [-h] [--format {{json,tabular,yaml}}] [-l] [-w]\n"
+                    f"/usr/bin/cloud-init status: error: unrecognized arguments: {arg}\n",
+                )
             i += 1
         if wait:
             return self._wait(now, long)

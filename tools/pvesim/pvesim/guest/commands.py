@@ -20,7 +20,7 @@ _PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sb
 # ``/bin/sh -c EXEC_WRAPPER vmanyware <marker> <argv...>``. The simulated guest runs exactly this script (``SimulatedGuest.exec``
 # implements its steps on the guest's files); tests/unit checks the two texts are equal. Any other ``sh`` script is refused.
 EXEC_WRAPPER = (
-    'm=$1; shift\n'
+    "m=$1; shift\n"
     '(set -C; : >"$m.started") 2>/dev/null || exit 125\n'
     'if [ -e "$m.superseded" ]; then c=superseded; else "$@"; c=$?; fi\n'
     'printf \'%s\\n\' "$c" >"$m.exit.tmp" && mv -f "$m.exit.tmp" "$m.exit"\n'
@@ -133,7 +133,9 @@ class Commands(GuestFiles, PackageDatabase):
         out = []
         for line in text.splitlines():
             parts = line.split()
-            ktype = {"ssh-ed25519": "ed25519", "ecdsa-sha2-nistp256": "ecdsa", "ssh-rsa": "rsa"}.get(parts[0] if parts else "")
+            ktype = {"ssh-ed25519": "ed25519", "ecdsa-sha2-nistp256": "ecdsa", "ssh-rsa": "rsa"}.get(
+                parts[0] if parts else ""
+            )
             if ktype is None or len(parts) < 2:
                 continue
             bits, label = KEY_INFO[ktype]

@@ -37,7 +37,9 @@ class GuestFiles(CloudinitStatus):
             return _HOSTS_TMPL.format(fqdn=self.fqdn, hostname=self.hostname)
         if path in ("/var/lib/cloud/data/status.json", "/run/cloud-init/status.json"):
             v1 = self._status_v1(now)
-            return None if v1 is None else json.dumps({"v1": v1}, indent=1, sort_keys=True, separators=(",", ": ")) + "\n"
+            return (
+                None if v1 is None else json.dumps({"v1": v1}, indent=1, sort_keys=True, separators=(",", ": ")) + "\n"
+            )
         if path in ("/var/lib/cloud/data/result.json", "/run/cloud-init/result.json"):
             if now < self.cloudinit_done_at:
                 return None
@@ -75,24 +77,28 @@ class GuestFiles(CloudinitStatus):
             default_name = user_key["name"]
         has_default = "default" in users_cfg or (user_key is not None and "users" not in cfg)
         if has_default or user_key is not None:
-            result.append({
-                "name": default_name,
-                "default": True,
-                "ssh_authorized_keys": keys,
-                "password_set": "password" in cfg,
-                "home": "/root" if default_name == "root" else f"/home/{default_name}",
-            })
+            result.append(
+                {
+                    "name": default_name,
+                    "default": True,
+                    "ssh_authorized_keys": keys,
+                    "password_set": "password" in cfg,
+                    "home": "/root" if default_name == "root" else f"/home/{default_name}",
+                }
+            )
         for entry in users_cfg:
             if isinstance(entry, dict) and isinstance(entry.get("name"), str):
                 own = [str(k) for k in entry.get("ssh_authorized_keys") or []]
                 name = entry["name"]
-                result.append({
-                    "name": name,
-                    "default": False,
-                    "ssh_authorized_keys": own,
-                    "password_set": any(k in entry for k in ("passwd", "hashed_passwd", "plain_text_passwd")),
-                    "home": "/root" if name == "root" else f"/home/{name}",
-                })
+                result.append(
+                    {
+                        "name": name,
+                        "default": False,
+                        "ssh_authorized_keys": own,
+                        "password_set": any(k in entry for k in ("passwd", "hashed_passwd", "plain_text_passwd")),
+                        "home": "/root" if name == "root" else f"/home/{name}",
+                    }
+                )
         return result
 
 

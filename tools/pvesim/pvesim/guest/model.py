@@ -83,7 +83,9 @@ class GuestFaults:
     agent_never: bool = False
     dhcp_never: bool = False
     cloudinit_error: bool = False
-    cloudinit_error_message: str = "('scripts_user', RuntimeError('Runparts: 1 failures (part-001) in 1 attempted commands'))"
+    cloudinit_error_message: str = (
+        "('scripts_user', RuntimeError('Runparts: 1 failures (part-001) in 1 attempted commands'))"
+    )
     cloudinit_recoverable_error: bool = False
     exec_disabled: bool = False
     # Overrides of the package index (pvesim/packageindex.py: every package Debian 13 offers): a name listed here
@@ -196,4 +198,6 @@ class GuestBase:
             raise AgentNotRunning()
 
     def _error(self, command: str, desc: str) -> AgentCommandError:
-        return AgentCommandError(f"VM {self.vmid} qga command 'guest-{command}' failed - {desc}", desc=desc, command=f"guest-{command}")
+        return AgentCommandError(
+            f"VM {self.vmid} qga command 'guest-{command}' failed - {desc}", desc=desc, command=f"guest-{command}"
+        )

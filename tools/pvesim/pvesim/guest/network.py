@@ -95,7 +95,13 @@ class GuestNetwork(GuestBase):
                 addr = ipaddress.IPv6Address(f"fd00:10:{10 + nic.index}::{self.vmid % 65536:x}")
                 v6.append({"ip-address-type": "ipv6", "ip-address": str(addr), "prefix": 128})
             elif kind == "ipv6_slaac" and leased:
-                v6.append({"ip-address-type": "ipv6", "ip-address": self._eui64(f"fd00:10:{10 + nic.index}::/64", nic.mac), "prefix": 64})
+                v6.append(
+                    {
+                        "ip-address-type": "ipv6",
+                        "ip-address": self._eui64(f"fd00:10:{10 + nic.index}::/64", nic.mac),
+                        "prefix": 64,
+                    }
+                )
         v6.append({"ip-address-type": "ipv6", "ip-address": self._eui64("fe80::/64", nic.mac), "prefix": 64})
         return v4 + v6
 
@@ -104,6 +110,12 @@ class GuestNetwork(GuestBase):
         rx = ticks * packets
         tx = ticks * max(1, packets - 1)
         return {
-            "rx-bytes": rx * size, "rx-packets": rx, "rx-errs": 0, "rx-dropped": 0,
-            "tx-bytes": tx * size // 2, "tx-packets": tx, "tx-errs": 0, "tx-dropped": 0,
+            "rx-bytes": rx * size,
+            "rx-packets": rx,
+            "rx-errs": 0,
+            "rx-dropped": 0,
+            "tx-bytes": tx * size // 2,
+            "tx-packets": tx,
+            "tx-errs": 0,
+            "tx-dropped": 0,
         }

@@ -21,9 +21,15 @@ class PackageDatabase(GuestBase):
     def _dpkg_field(self, name: str, field_name: str) -> str:
         version = self.installed[name]
         values = {
-            "Package": name, "binary:Package": name, "Version": version, "Architecture": "amd64",
-            "db:Status-Abbrev": "ii ", "Status": "install ok installed", "db:Status-Want": "install",
-            "db:Status-Status": "installed", "db:Status-Eflag": "ok",
+            "Package": name,
+            "binary:Package": name,
+            "Version": version,
+            "Architecture": "amd64",
+            "db:Status-Abbrev": "ii ",
+            "Status": "install ok installed",
+            "db:Status-Want": "install",
+            "db:Status-Status": "installed",
+            "db:Status-Eflag": "ok",
         }
         return values.get(field_name, "")
 
@@ -37,7 +43,7 @@ class PackageDatabase(GuestBase):
                 i += 2
             elif fmt.startswith("${", i) and "}" in fmt[i:]:
                 end = fmt.index("}", i)
-                spec = fmt[i + 2:end]
+                spec = fmt[i + 2 : end]
                 fname, _sep, width = spec.partition(";")
                 value = self._dpkg_field(name, fname)
                 if width.lstrip("-").isdigit():
@@ -59,7 +65,7 @@ class PackageDatabase(GuestBase):
         while i < len(args):
             arg = args[i]
             if arg == "--":
-                names.extend(args[i + 1:])
+                names.extend(args[i + 1 :])
                 break
             if arg in ("-W", "--show"):
                 show = True
@@ -69,18 +75,22 @@ class PackageDatabase(GuestBase):
                 fmt = args[i + 1]
                 i += 1
             elif arg.startswith("--showformat="):
-                fmt = arg[len("--showformat="):]
+                fmt = arg[len("--showformat=") :]
             elif arg.startswith("-f"):
                 fmt = arg[2:]  # dpkg's short options take the rest of the word: -f=X means "=X"
             elif arg.startswith("-W") and arg[2:].startswith("f"):
                 show, fmt = True, arg[3:]
             elif arg.startswith("-"):
-                return Outcome(2, "", f"dpkg-query: error: unknown option {arg}\n\nUse --help for help about querying packages.\n")
+                return Outcome(
+                    2, "", f"dpkg-query: error: unknown option {arg}\n\nUse --help for help about querying packages.\n"
+                )
             else:
                 names.append(arg)
             i += 1
         if not show:
-            return Outcome(2, "", "dpkg-query: error: need an action option\n\nUse --help for help about querying packages.\n")
+            return Outcome(
+                2, "", "dpkg-query: error: need an action option\n\nUse --help for help about querying packages.\n"
+            )
         matched: set[str] = set()
         unmatched: list[str] = []
         for pattern in names:
@@ -106,7 +116,9 @@ class PackageDatabase(GuestBase):
         return None
 
     def _available(self, name: str) -> list[str]:
-        offered = self.faults.package_versions[name] if name in self.faults.package_versions else load_index().get(name, ())
+        offered = (
+            self.faults.package_versions[name] if name in self.faults.package_versions else load_index().get(name, ())
+        )
         versions = list(offered) if self._lists_fresh else []
         if name in self.installed and self.installed[name] not in versions:
             versions.append(self.installed[name])
@@ -122,9 +134,17 @@ class PackageDatabase(GuestBase):
         while i < len(args):
             arg = args[i]
             if arg == "--":
-                names.extend(args[i + 1:])
+                names.extend(args[i + 1 :])
                 break
-            if arg in ("-y", "--yes", "--assume-yes", "--no-install-recommends", "--no-install-suggests", "-m", "--fix-missing"):
+            if arg in (
+                "-y",
+                "--yes",
+                "--assume-yes",
+                "--no-install-recommends",
+                "--no-install-suggests",
+                "-m",
+                "--fix-missing",
+            ):
                 pass
             elif arg in ("-q", "--quiet"):
                 quiet += 1
@@ -137,7 +157,9 @@ class PackageDatabase(GuestBase):
             elif arg.startswith("-o") or arg.startswith("--option="):
                 pass
             elif arg.startswith("-"):
-                return Outcome(100, "", f"E: Command line option '{arg}' is not understood in combination with the other options\n")
+                return Outcome(
+                    100, "", f"E: Command line option '{arg}' is not understood in combination with the other options\n"
+                )
             elif action is None:
                 action = arg
             else:
@@ -147,12 +169,21 @@ class PackageDatabase(GuestBase):
         if action == "update":
             holder = self._apt_lock_holder(now)
             if holder is not None:
-                return Outcome(100, "", f"E: Could not get lock /var/lib/apt/lists/lock. It is held by process {holder} (apt-get)\n"
-                               "E: Unable to lock directory /var/lib/apt/lists/\n", duration=0.3)
-            out = "" if quiet >= 2 else (
-                "Hit:1 http://deb.debian.org/debian trixie InRelease\n"
-                "Hit:2 http://deb.debian.org/debian trixie-updates InRelease\n"
-                "Hit:3 http://deb.debian.org/debian-security trixie-security InRelease\n" + reading
+                return Outcome(
+                    100,
+                    "",
+                    f"E: Could not get lock /var/lib/apt/lists/lock. It is held by process {holder} (apt-get)\n"
+                    "E: Unable to lock directory /var/lib/apt/lists/\n",
+                    duration=0.3,
+                )
+            out = (
+                ""
+                if quiet >= 2
+                else (
+                    "Hit:1 http://deb.debian.org/debian trixie InRelease\n"
+                    "Hit:2 http://deb.debian.org/debian trixie-updates InRelease\n"
+                    "Hit:3 http://deb.debian.org/debian-security trixie-security InRelease\n" + reading
+                )
             )
 
             def refreshed() -> None:
@@ -165,9 +196,13 @@ class PackageDatabase(GuestBase):
             return Outcome(100, "", f"E: Invalid operation {action}\n", duration=0.1)
         holder = self._apt_lock_holder(now)
         if holder is not None:
-            return Outcome(100, "", f"E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process {holder} (apt-get)\n"
-                           "E: Unable to acquire the dpkg frontend lock (/var/lib/dpkg/lock-frontend), is another process using it?\n",
-                           duration=0.3)
+            return Outcome(
+                100,
+                "",
+                f"E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process {holder} (apt-get)\n"
+                "E: Unable to acquire the dpkg frontend lock (/var/lib/dpkg/lock-frontend), is another process using it?\n",
+                duration=0.3,
+            )
         header = "" if quiet >= 2 else reading + "Building dependency tree...\nReading state information...\n"
         errors: list[str] = []
         plan: list[tuple[str, str, str | None]] = []  # (name, target version, old version)
@@ -196,13 +231,21 @@ class PackageDatabase(GuestBase):
         if up:
             lines.append("The following packages will be upgraded:\n  " + " ".join(n for n, _version in up) + "\n")
         if new:
-            lines.append("The following NEW packages will be installed:\n  " + " ".join(n for n, _version in new) + "\n")
+            lines.append(
+                "The following NEW packages will be installed:\n  " + " ".join(n for n, _version in new) + "\n"
+            )
         if down:
             lines.append("The following packages will be DOWNGRADED:\n  " + " ".join(n for n, _version in down) + "\n")
-        lines.append(f"{len(up)} upgraded, {len(new)} newly installed, {len(down)} downgraded, 0 to remove and 0 not upgraded.\n")
+        lines.append(
+            f"{len(up)} upgraded, {len(new)} newly installed, {len(down)} downgraded, 0 to remove and 0 not upgraded.\n"
+        )
         if down and not allow_downgrades:
-            return Outcome(100, "".join(lines) if quiet < 2 else "", "E: Packages were downgraded and -y was used without --allow-downgrades.\n",
-                           duration=0.5)
+            return Outcome(
+                100,
+                "".join(lines) if quiet < 2 else "",
+                "E: Packages were downgraded and -y was used without --allow-downgrades.\n",
+                duration=0.5,
+            )
         changes = new + up + down
         if not changes:
             return Outcome(0, "".join(lines) if quiet < 2 else "", duration=0.5)
@@ -215,7 +258,9 @@ class PackageDatabase(GuestBase):
             for n, v in changes:
                 self.installed[n] = v
 
-        return Outcome(0, "".join(lines) if quiet < 2 else "", duration=self.timing.apt_install, effect=install, apt_lock=True)
+        return Outcome(
+            0, "".join(lines) if quiet < 2 else "", duration=self.timing.apt_install, effect=install, apt_lock=True
+        )
 
 
 def _glob_to_re(pattern: str) -> str:

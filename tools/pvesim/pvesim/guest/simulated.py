@@ -15,9 +15,16 @@ from .commands import EXEC_WRAPPER, Commands
 from .model import IMAGE_DEFAULT_HOSTNAME, AgentCommandError, GuestFaults, GuestTiming, Outcome, Proc, load_yaml_text
 from .network import GuestNetwork
 
-OSINFO = {"id": "debian", "name": "Debian GNU/Linux", "pretty-name": "Debian GNU/Linux 13 (trixie)", "version": "13 (trixie)",
-          "version-id": "13", "kernel-release": "6.12.48+deb13-cloud-amd64", "kernel-version": "#1 SMP PREEMPT_DYNAMIC Debian 6.12.48-1",
-          "machine": "x86_64"}
+OSINFO = {
+    "id": "debian",
+    "name": "Debian GNU/Linux",
+    "pretty-name": "Debian GNU/Linux 13 (trixie)",
+    "version": "13 (trixie)",
+    "version-id": "13",
+    "kernel-release": "6.12.48+deb13-cloud-amd64",
+    "kernel-version": "#1 SMP PREEMPT_DYNAMIC Debian 6.12.48-1",
+    "machine": "x86_64",
+}
 
 
 class SimulatedGuest(GuestNetwork, Commands):
@@ -42,8 +49,12 @@ class SimulatedGuest(GuestNetwork, Commands):
         self._procs = {}
         self._next_pid = 1000 + vmid % 97
         self._written: dict[str, str] = {}  # files written in the guest (agent/file-write, the exec wrapper's markers)
-        self._wrapped: dict[str, int] = {}  # exec-marker -> pid of the command the wrapper runs (its ``.exit`` appears at its end)
-        self._wrapper_runs: dict[str, str] = {}  # exec-marker -> what the wrapper did: ran, superseded, refused (ran before)
+        self._wrapped: dict[
+            str, int
+        ] = {}  # exec-marker -> pid of the command the wrapper runs (its ``.exit`` appears at its end)
+        self._wrapper_runs: dict[
+            str, str
+        ] = {}  # exec-marker -> what the wrapper did: ran, superseded, refused (ran before)
         self.installed = dict(self.faults.preinstalled)
         self._lists_fresh = not self.faults.apt_lists_empty_at_boot
         self._cloudinit_applied = False
@@ -52,7 +63,9 @@ class SimulatedGuest(GuestNetwork, Commands):
         self.cloud_config = cfg if isinstance(cfg, dict) else {}
         meta = load_yaml_text(self.seed.get("meta"))
         self.meta = meta if isinstance(meta, dict) else {}
-        self.hostname = str(self.cloud_config.get("hostname") or self.meta.get("local-hostname") or IMAGE_DEFAULT_HOSTNAME)
+        self.hostname = str(
+            self.cloud_config.get("hostname") or self.meta.get("local-hostname") or IMAGE_DEFAULT_HOSTNAME
+        )
         self.fqdn = str(self.cloud_config.get("fqdn") or self.hostname)
         self._nics = self._build_nics()
 
@@ -80,12 +93,14 @@ class SimulatedGuest(GuestNetwork, Commands):
             }
         ]
         for nic in self._nics:
-            result.append({
-                "name": nic.name,
-                "hardware-address": nic.mac,
-                "ip-addresses": self._addresses(nic, now),
-                "statistics": self._stats(ticks, 3, 420),
-            })
+            result.append(
+                {
+                    "name": nic.name,
+                    "hardware-address": nic.mac,
+                    "ip-addresses": self._addresses(nic, now),
+                    "statistics": self._stats(ticks, 3, 420),
+                }
+            )
         return result
 
     def exec(self, command: Sequence[str] | None, input_data: str | None = None) -> int:
@@ -111,7 +126,9 @@ class SimulatedGuest(GuestNetwork, Commands):
         pid = self._next_pid
         self._next_pid += 1 + (pid * 7) % 5
         end = math.inf if outcome.waits is not None else now + duration
-        self._procs[pid] = Proc(now, end, outcome.exitcode, outcome.out, outcome.err, outcome.effect, outcome.apt_lock, waits=outcome.waits)
+        self._procs[pid] = Proc(
+            now, end, outcome.exitcode, outcome.out, outcome.err, outcome.effect, outcome.apt_lock, waits=outcome.waits
+        )
         if marker is not None:
             self._wrapped[marker] = pid
         return pid
@@ -124,11 +141,19 @@ class SimulatedGuest(GuestNetwork, Commands):
     # -- the exec-marker wrapper (``commands.EXEC_WRAPPER``), step by step on the guest's files ------------------
 
     def _wrapper_marker(self, argv: list[str]) -> str | None:
-        if len(argv) >= 5 and self._resolve(argv[0]) == "sh" and argv[1] == "-c" and argv[2] == EXEC_WRAPPER and argv[3] == "vmanyware":
+        if (
+            len(argv) >= 5
+            and self._resolve(argv[0]) == "sh"
+            and argv[1] == "-c"
+            and argv[2] == EXEC_WRAPPER
+            and argv[3] == "vmanyware"
+        ):
             return argv[4]
         return None
 
-    def _run_wrapper(self, marker: str, argv: list[str], input_data: str | None, now: float) -> tuple[Outcome, str | None]:
+    def _run_wrapper(
+        self, marker: str, argv: list[str], input_data: str | None, now: float
+    ) -> tuple[Outcome, str | None]:
         """``(set -C; : >$m.started) || exit 125``; ``.superseded`` -> ``.exit`` says so, exit 125; else the command, whose exit
         code ``.exit`` holds once it ended (the marker returned: ``_wrapped`` maps it to the command's pid)."""
         if marker + ".started" in self._written:
@@ -169,7 +194,7 @@ class SimulatedGuest(GuestNetwork, Commands):
         if path in self._written:
             return self._written[path]
         if path.endswith(".exit"):
-            text = self._wrapper_exit(path[:-len(".exit")])
+            text = self._wrapper_exit(path[: -len(".exit")])
             if text is not None:
                 return text
         return super()._file(path)
@@ -208,7 +233,7 @@ class SimulatedGuest(GuestNetwork, Commands):
         eof = False
         while read < limit and not eof:
             want = min(chunk_size, limit - read)
-            got = data[read:read + want]
+            got = data[read : read + want]
             read += len(got)
             eof = len(got) < want
         result: dict[str, Any] = {"content": data[:read].decode("utf-8", errors="replace"), "bytes-read": read}
@@ -224,9 +249,19 @@ class SimulatedGuest(GuestNetwork, Commands):
     def get_info(self) -> dict[str, Any]:
         """``GET .../agent/info``: the agent version and the commands it supports."""
         self.ping()
-        cmds = ["guest-ping", "guest-exec", "guest-exec-status", "guest-file-read", "guest-file-write", "guest-network-get-interfaces",
-                "guest-get-osinfo"]
-        return {"version": "9.2.0", "supported_commands": [{"name": c, "enabled": True, "success-response": True} for c in cmds]}
+        cmds = [
+            "guest-ping",
+            "guest-exec",
+            "guest-exec-status",
+            "guest-file-read",
+            "guest-file-write",
+            "guest-network-get-interfaces",
+            "guest-get-osinfo",
+        ]
+        return {
+            "version": "9.2.0",
+            "supported_commands": [{"name": c, "enabled": True, "success-response": True} for c in cmds],
+        }
 
     # -- lifecycle and introspection (for the server and tests; not agent calls) -----------------
 

@@ -33,7 +33,9 @@ class FakeClock:
         self.now += seconds
 
 
-def take(journal: Path, k: int = 2, budget: float | None = 0.0, storage: str = "local-lvm", scope: str = "pve:a", **kw: t.Any) -> _admission.Slot:
+def take(
+    journal: Path, k: int = 2, budget: float | None = 0.0, storage: str = "local-lvm", scope: str = "pve:a", **kw: t.Any
+) -> _admission.Slot:
     return _admission.acquire(str(journal), scope, storage, k, budget=budget, holder=HOLDER, **kw)
 
 
@@ -43,8 +45,12 @@ def test_at_most_k_slots_per_storage_and_scope(tmp_path: Path) -> None:
     clock = FakeClock()
     with pytest.raises(_admission.AdmissionWaiting) as waiting:
         take(tmp_path, budget=5.0, clock=clock, sleep=clock.sleep)
-    assert waiting.value.progress == {"waiting": "a free allocation slot on storage local-lvm", "storage": "local-lvm",
-                                      "storageConcurrency": 2, "waitedSeconds": 5.0}
+    assert waiting.value.progress == {
+        "waiting": "a free allocation slot on storage local-lvm",
+        "storage": "local-lvm",
+        "storageConcurrency": 2,
+        "waitedSeconds": 5.0,
+    }
     # other storages and other clusters have their own slots
     others = [take(tmp_path, storage="ceph"), take(tmp_path, scope="pve:b")]
     second.release()
@@ -61,7 +67,11 @@ def test_at_most_k_slots_per_storage_and_scope(tmp_path: Path) -> None:
 @contextlib.contextmanager
 def python_child(code: str, arg: str) -> t.Iterator[subprocess.Popen[bytes]]:
     """Another process running ``code`` with the collection importable (as another fork or ansible-playbook would); killed at the end."""
-    child = subprocess.Popen([sys.executable, "-c", code, arg], stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, arg],
+        stdout=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
     try:
         yield child
     finally:
@@ -74,9 +84,11 @@ def python_child(code: str, arg: str) -> t.Iterator[subprocess.Popen[bytes]]:
 
 def test_a_slot_of_a_killed_process_is_free_again(tmp_path: Path) -> None:
     # another process (as another fork or ansible-playbook would) takes both slots and is SIGKILLed
-    code = ("import sys, time; from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import admission as a;"
-            "s = [a.acquire(sys.argv[1], 'pve:a', 'local-lvm', 2, budget=0, holder={}) for _ in range(2)];"
-            "print('held', flush=True); time.sleep(60)")
+    code = (
+        "import sys, time; from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import admission as a;"
+        "s = [a.acquire(sys.argv[1], 'pve:a', 'local-lvm', 2, budget=0, holder={}) for _ in range(2)];"
+        "print('held', flush=True); time.sleep(60)"
+    )
     with python_child(code, str(tmp_path)) as child:
         assert child.stdout is not None and child.stdout.readline().strip() == b"held"
         with pytest.raises(_admission.AdmissionWaiting):
@@ -106,14 +118,38 @@ def log_reads(client: FakeClient) -> int:
     return len(client.paths("GET"))
 
 
-@pytest.mark.parametrize("allocations,logs,reads", [
-    (2, [["create full clone of drive ide2"], ["allocated target volume 'a'"],
-         ["allocated target volume 'a'", "x", "allocated target volume 'b'"]], 3),
-    (2, [[], ["TASK ERROR: clone failed: can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout"]], 2),
-    (None, [["allocated target volume 'a'"], ["allocated target volume 'a'", "TASK OK"]], 2),  # resize: until the task ends
-])
+@pytest.mark.parametrize(
+    "allocations,logs,reads",
+    [
+        (
+            2,
+            [
+                ["create full clone of drive ide2"],
+                ["allocated target volume 'a'"],
+                ["allocated target volume 'a'", "x", "allocated target volume 'b'"],
+            ],
+            3,
+        ),
+        (
+            2,
+            [
+                [],
+                [
+                    "TASK ERROR: clone failed: can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout"
+                ],
+            ],
+            2,
+        ),
+        (
+            None,
+            [["allocated target volume 'a'"], ["allocated target volume 'a'", "TASK OK"]],
+            2,
+        ),  # resize: until the task ends
+    ],
+)
 def test_a_run_that_returns_before_the_end_keeps_the_slot_until_the_allocations_are_logged(
-        tmp_path: Path, allocations: int | None, logs: list[list[str]], reads: int) -> None:
+    tmp_path: Path, allocations: int | None, logs: list[list[str]], reads: int
+) -> None:
     # the wait budget passed with the task running, nobody waits: the log is read anyway (at once, then 0.2 s, 0.4 s,
     # ... up to 0.5 s apart), as the run is about to return and must not hand the slot on while allocations may queue
     slot = take(tmp_path)
@@ -144,8 +180,12 @@ def test_a_run_that_saw_the_end_gives_the_slot_back_without_a_read(tmp_path: Pat
 # -- the holder reads the task log only while someone waits for a slot ----------------------------------------------------
 STATUS = "/nodes/pve-test/tasks/%s/status" % UPID
 LOG = "/nodes/pve-test/tasks/%s/log" % UPID
-CLONE_LOG = ["create full clone of drive ide2", "allocated target volume 'local-lvm:vm-201-cloudinit'",
-             "create full clone of drive scsi0", "allocated target volume 'local-lvm:vm-201-disk-0'"]
+CLONE_LOG = [
+    "create full clone of drive ide2",
+    "allocated target volume 'local-lvm:vm-201-cloudinit'",
+    "create full clone of drive scsi0",
+    "allocated target volume 'local-lvm:vm-201-disk-0'",
+]
 
 
 class Task:
@@ -162,7 +202,9 @@ class Task:
 
     def log(self, _params: t.Any) -> envelope:
         self.log_reads.append(round(self.clock(), 2))
-        lines = (CLONE_LOG if self.clock() >= self.allocated else CLONE_LOG[:1]) + (["TASK OK"] if self.clock() >= self.ends else [])
+        lines = (CLONE_LOG if self.clock() >= self.allocated else CLONE_LOG[:1]) + (
+            ["TASK OK"] if self.clock() >= self.ends else []
+        )
         return envelope([{"n": i + 1, "t": line} for i, line in enumerate(lines)], total=len(lines))
 
     def client(self) -> FakeClient:
@@ -174,10 +216,14 @@ def fresh(clock: FakeClock) -> t.Callable[[], float]:
     return lambda: _tasks.parse_upid(UPID).starttime + clock()
 
 
-def follow(task: Task, clock: FakeClock, *, timeout: float = 600.0, allocations: int | None = 2) -> tuple[_tasks.TaskOutcome, _admission.Holding]:
+def follow(
+    task: Task, clock: FakeClock, *, timeout: float = 600.0, allocations: int | None = 2
+) -> tuple[_tasks.TaskOutcome, _admission.Holding]:
     """What the stage runner does after the submission: the task wait sleeps through ``Holding``, then ``finish``."""
     holding = _admission.Holding(task.slot, task.client(), UPID, allocations, limit=600, clock=clock, sleep=clock.sleep)
-    outcome = _tasks.wait_task(task.client(), UPID, timeout=timeout, clock=clock, sleep=holding.sleep, wall=fresh(clock))
+    outcome = _tasks.wait_task(
+        task.client(), UPID, timeout=timeout, clock=clock, sleep=holding.sleep, wall=fresh(clock)
+    )
     holding.finish(ended=outcome.status not in ("running", "timeout", "unobservable"))
     return outcome, holding
 
@@ -237,7 +283,9 @@ def test_a_waiter_that_comes_late_has_the_log_read_within_a_probe(tmp_path: Path
 
     holding = _admission.Holding(slot, task.client(), UPID, 2, limit=600, clock=clock, sleep=sleep)
     try:
-        outcome = _tasks.wait_task(task.client(), UPID, timeout=600, clock=clock, sleep=holding.sleep, wall=fresh(clock))
+        outcome = _tasks.wait_task(
+            task.client(), UPID, timeout=600, clock=clock, sleep=holding.sleep, wall=fresh(clock)
+        )
     finally:
         for fd in announced:
             os.close(fd)
@@ -262,15 +310,25 @@ def test_when_the_waiter_leaves_the_holder_stops_reading_the_log(tmp_path: Path)
     outcome = _tasks.wait_task(task.client(), UPID, timeout=600, clock=clock, sleep=holding.sleep, wall=fresh(clock))
     holding.finish(ended=outcome.status == "ok")
     assert task.log_reads == [0.1]  # at 0.3 s nobody waits any more: back to the status polls, the slot kept to the end
-    assert task.status_polls == [(0.3, True), (0.6, True), (1.1, True), (1.6, True), (2.1, True), (2.6, True), (3.1, True)]
+    assert task.status_polls == [
+        (0.3, True),
+        (0.6, True),
+        (1.1, True),
+        (1.6, True),
+        (2.1, True),
+        (2.6, True),
+        (3.1, True),
+    ]
     assert slot.released
 
 
 def test_a_dead_waiter_does_not_count(tmp_path: Path) -> None:
     waiters = _admission.waiters_file(str(tmp_path), "pve:a", "local-lvm")
     take(tmp_path).release()  # creates the admission directory
-    code = ("import sys, time; from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import admission as a;"
-            "fd = a.announce_waiting(sys.argv[1]); print('waiting' if fd is not None else 'no', flush=True); time.sleep(60)")
+    code = (
+        "import sys, time; from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import admission as a;"
+        "fd = a.announce_waiting(sys.argv[1]); print('waiting' if fd is not None else 'no', flush=True); time.sleep(60)"
+    )
     with python_child(code, waiters) as child:
         assert child.stdout is not None and child.stdout.readline().strip() == b"waiting"
         assert _admission.someone_waits(waiters)
@@ -311,8 +369,10 @@ def test_the_budget_passes_while_the_task_may_still_allocate(tmp_path: Path) -> 
 
 def test_a_waiting_process_gets_the_slot_once_the_holders_allocations_are_logged(tmp_path: Path) -> None:
     # real processes and clocks: K=1, we hold the slot; another process waits for it (acquire, no budget)
-    code = ("import sys, time; from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import admission as a;"
-            "s = a.acquire(sys.argv[1], 'pve:a', 'local-lvm', 1, budget=None, holder={}); print('got', flush=True)")
+    code = (
+        "import sys, time; from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import admission as a;"
+        "s = a.acquire(sys.argv[1], 'pve:a', 'local-lvm', 1, budget=None, holder={}); print('got', flush=True)"
+    )
     slot = take(tmp_path, k=1)
     with python_child(code, str(tmp_path)) as child:
         deadline = time.monotonic() + 30

@@ -22,7 +22,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.certificate import colon_fingerprint, describe, host_matches, inspect_endpoint
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.certificate import (
+    colon_fingerprint,
+    describe,
+    host_matches,
+    inspect_endpoint,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import normalize_fingerprint
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError
 from pve_stubs import CA_KEY_USAGE
@@ -35,26 +40,50 @@ def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def make_chain(tmp: Path, *, not_before: datetime.datetime = NOW - DAY, not_after: datetime.datetime = NOW + 30 * DAY,
-               sans: t.Sequence[x509.GeneralName] = (x509.IPAddress(ipaddress.ip_address("127.0.0.1")),)) -> dict[str, t.Any]:
+def make_chain(
+    tmp: Path,
+    *,
+    not_before: datetime.datetime = NOW - DAY,
+    not_after: datetime.datetime = NOW + 30 * DAY,
+    sans: t.Sequence[x509.GeneralName] = (x509.IPAddress(ipaddress.ip_address("127.0.0.1")),),
+) -> dict[str, t.Any]:
     """A PVE-like pair: a root CA ('Proxmox Virtual Environment') and a node certificate signed by it."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(_name("Proxmox Virtual Environment")).issuer_name(_name("Proxmox Virtual Environment"))
-          .public_key(ca_key.public_key()).serial_number(1).not_valid_before(NOW - 10 * DAY).not_valid_after(NOW + 3650 * DAY)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(CA_KEY_USAGE, critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False).sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(_name("Proxmox Virtual Environment"))
+        .issuer_name(_name("Proxmox Virtual Environment"))
+        .public_key(ca_key.public_key())
+        .serial_number(1)
+        .not_valid_before(NOW - 10 * DAY)
+        .not_valid_after(NOW + 3650 * DAY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(CA_KEY_USAGE, critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
-    leaf = (x509.CertificateBuilder().subject_name(_name("pve-test.example")).issuer_name(ca.subject).public_key(key.public_key())
-            .serial_number(2).not_valid_before(not_before).not_valid_after(not_after)
-            .add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(_name("pve-test.example"))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(2)
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     pem = serialization.Encoding.PEM
     (tmp / "ca.pem").write_bytes(ca.public_bytes(pem))
-    (tmp / "chain.pem").write_bytes(leaf.public_bytes(pem) + ca.public_bytes(pem))  # like pveproxy-ssl.pem with its chain
-    (tmp / "key.pem").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (tmp / "chain.pem").write_bytes(
+        leaf.public_bytes(pem) + ca.public_bytes(pem)
+    )  # like pveproxy-ssl.pem with its chain
+    (tmp / "key.pem").write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return {"ca": ca, "leaf": leaf, "dir": tmp}
 
 
@@ -107,7 +136,7 @@ def served(tmp_path: Path) -> t.Iterator[tuple[dict[str, t.Any], TLSOnlyServer]]
 def test_colon_fingerprint_is_pve_form_and_accepted_as_pin() -> None:
     der = b"certificate bytes"
     text = colon_fingerprint(der)
-    assert text == ":".join(hashlib.sha256(der).hexdigest().upper()[i:i + 2] for i in range(0, 64, 2))
+    assert text == ":".join(hashlib.sha256(der).hexdigest().upper()[i : i + 2] for i in range(0, 64, 2))
     assert len(text.split(":")) == 32 and text == text.upper()
     assert normalize_fingerprint(text) == hashlib.sha256(der).hexdigest()
 
@@ -125,16 +154,19 @@ def test_describe_flags(tmp_path: Path) -> None:
     assert not describe(future, "pve.example.org", NOW)["host_matches"]
 
 
-@pytest.mark.parametrize(("host", "dns", "ips", "expected"), [
-    ("pve1.example.org", ["pve1.example.org"], [], True),
-    ("PVE1.example.org.", ["pve1.example.org"], [], True),
-    ("pve1.example.org", ["*.example.org"], [], True),
-    ("a.pve1.example.org", ["*.example.org"], [], False),
-    ("pve2.example.org", ["pve1.example.org"], [], False),
-    ("192.0.2.10", ["192.0.2.10"], [], False),  # an address matches IP SANs only
-    ("192.0.2.10", [], ["192.0.2.10"], True),
-    ("[2001:db8::1]", [], ["2001:db8:0::1"], True),
-])
+@pytest.mark.parametrize(
+    ("host", "dns", "ips", "expected"),
+    [
+        ("pve1.example.org", ["pve1.example.org"], [], True),
+        ("PVE1.example.org.", ["pve1.example.org"], [], True),
+        ("pve1.example.org", ["*.example.org"], [], True),
+        ("a.pve1.example.org", ["*.example.org"], [], False),
+        ("pve2.example.org", ["pve1.example.org"], [], False),
+        ("192.0.2.10", ["192.0.2.10"], [], False),  # an address matches IP SANs only
+        ("192.0.2.10", [], ["192.0.2.10"], True),
+        ("[2001:db8::1]", [], ["2001:db8:0::1"], True),
+    ],
+)
 def test_host_matching(host: str, dns: list[str], ips: list[str], expected: bool) -> None:
     assert host_matches(host, dns, ips) is expected
 
@@ -142,8 +174,13 @@ def test_host_matching(host: str, dns: list[str], ips: list[str], expected: bool
 def test_inspect_chain_pin_and_verification(served: tuple[dict[str, t.Any], TLSOnlyServer]) -> None:
     chain, server = served
     leaf_der = chain["leaf"].public_bytes(serialization.Encoding.DER)
-    result = inspect_endpoint("127.0.0.1", server.port, ca_path=str(chain["dir"] / "ca.pem"), timeout=5,
-                              fingerprint=hashlib.sha256(leaf_der).hexdigest())
+    result = inspect_endpoint(
+        "127.0.0.1",
+        server.port,
+        ca_path=str(chain["dir"] / "ca.pem"),
+        timeout=5,
+        fingerprint=hashlib.sha256(leaf_der).hexdigest(),
+    )
     assert result["pin_candidate"] == colon_fingerprint(leaf_der) and result["pin_matches"] is True
     assert result["chain"][0]["fingerprint_sha256"] == result["pin_candidate"]
     assert len(result["chain"]) == 2  # leaf and root, as presented (Python >= 3.10 reads the whole chain)
@@ -159,7 +196,9 @@ def test_inspect_wrong_host_and_pin(tmp_path: Path) -> None:
     chain = make_chain(tmp_path, sans=[x509.DNSName("pve.example.org")])
     server = TLSOnlyServer(tmp_path)
     try:
-        result = inspect_endpoint("127.0.0.1", server.port, ca_path=str(tmp_path / "ca.pem"), timeout=5, fingerprint="00" * 32)
+        result = inspect_endpoint(
+            "127.0.0.1", server.port, ca_path=str(tmp_path / "ca.pem"), timeout=5, fingerprint="00" * 32
+        )
     finally:
         server.close()
     assert result["verification"]["ca_path"] == {"verified": False, "reason": "hostname_mismatch"}

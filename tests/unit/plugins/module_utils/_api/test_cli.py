@@ -23,36 +23,68 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.guest im
 VM = "/nodes/pve-test/qemu/201"
 
 
-@pytest.mark.parametrize(("method", "path", "params", "expected"), [
-    # qm clone <vmid> <newid> [OPTIONS]
-    ("POST", "/nodes/pve-test/qemu/9000/clone", {"newid": 201, "name": "kernel-lab", "full": 1, "storage": "local-lvm"},
-     "qm clone 9000 201 --name kernel-lab --full 1 --storage local-lvm"),
-    # qm set <vmid> [OPTIONS]
-    ("PUT", VM + "/config", {"cores": 2, "memory": "2048", "digest": "ab12"}, "qm set 201 --cores 2 --memory 2048 --digest ab12"),
-    ("PUT", VM + "/config", {"ipconfig0": "ip=dhcp", "delete": "cicustom,ciupgrade"},
-     "qm set 201 --ipconfig0 ip=dhcp --delete cicustom,ciupgrade"),
-    # qm resize <vmid> <disk> <size> [OPTIONS]
-    ("PUT", VM + "/resize", {"disk": "scsi0", "size": "20G", "digest": "ab12"}, "qm resize 201 scsi0 20G --digest ab12"),
-    # qm cloudinit update <vmid>
-    ("PUT", VM + "/cloudinit", {}, "qm cloudinit update 201"),
-    # qm start <vmid> [OPTIONS]
-    ("POST", VM + "/status/start", {}, "qm start 201"),
-    # qm snapshot <vmid> <snapname> [OPTIONS]
-    ("POST", VM + "/snapshot", {"snapname": "vmanyware-1", "vmstate": 0, "description": "after provisioning"},
-     "qm snapshot 201 vmanyware-1 --vmstate 0 --description 'after provisioning'"),
-    # qm guest exec <vmid> [<extra-args>]
-    ("POST", VM + "/agent/exec", {"command": ["apt-get", "install", "-y", "curl"]}, "qm guest exec 201 -- apt-get install -y curl"),
-    # pct start <vmid>, pct snapshot <vmid> <snapname>
-    ("POST", "/nodes/pve-test/lxc/301/status/start", {}, "pct start 301"),
-    ("POST", "/nodes/pve-test/lxc/301/snapshot", {"snapname": "s1"}, "pct snapshot 301 s1"),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "params", "expected"),
+    [
+        # qm clone <vmid> <newid> [OPTIONS]
+        (
+            "POST",
+            "/nodes/pve-test/qemu/9000/clone",
+            {"newid": 201, "name": "kernel-lab", "full": 1, "storage": "local-lvm"},
+            "qm clone 9000 201 --name kernel-lab --full 1 --storage local-lvm",
+        ),
+        # qm set <vmid> [OPTIONS]
+        (
+            "PUT",
+            VM + "/config",
+            {"cores": 2, "memory": "2048", "digest": "ab12"},
+            "qm set 201 --cores 2 --memory 2048 --digest ab12",
+        ),
+        (
+            "PUT",
+            VM + "/config",
+            {"ipconfig0": "ip=dhcp", "delete": "cicustom,ciupgrade"},
+            "qm set 201 --ipconfig0 ip=dhcp --delete cicustom,ciupgrade",
+        ),
+        # qm resize <vmid> <disk> <size> [OPTIONS]
+        (
+            "PUT",
+            VM + "/resize",
+            {"disk": "scsi0", "size": "20G", "digest": "ab12"},
+            "qm resize 201 scsi0 20G --digest ab12",
+        ),
+        # qm cloudinit update <vmid>
+        ("PUT", VM + "/cloudinit", {}, "qm cloudinit update 201"),
+        # qm start <vmid> [OPTIONS]
+        ("POST", VM + "/status/start", {}, "qm start 201"),
+        # qm snapshot <vmid> <snapname> [OPTIONS]
+        (
+            "POST",
+            VM + "/snapshot",
+            {"snapname": "vmanyware-1", "vmstate": 0, "description": "after provisioning"},
+            "qm snapshot 201 vmanyware-1 --vmstate 0 --description 'after provisioning'",
+        ),
+        # qm guest exec <vmid> [<extra-args>]
+        (
+            "POST",
+            VM + "/agent/exec",
+            {"command": ["apt-get", "install", "-y", "curl"]},
+            "qm guest exec 201 -- apt-get install -y curl",
+        ),
+        # pct start <vmid>, pct snapshot <vmid> <snapname>
+        ("POST", "/nodes/pve-test/lxc/301/status/start", {}, "pct start 301"),
+        ("POST", "/nodes/pve-test/lxc/301/snapshot", {"snapname": "s1"}, "pct snapshot 301 s1"),
+    ],
+)
 def test_documented_syntax(method: str, path: str, params: dict, expected: str) -> None:
     assert cli_command(method, path, params) == expected
 
 
 def test_values_are_shell_quoted_and_parse_back() -> None:
     description = "vmanyware operation op-1\ndefinitionHash abc\nplanHash def"
-    line = cli_command("POST", "/nodes/pve-test/qemu/9000/clone", {"newid": 201, "description": description, "name": "a b; rm -rf /"})
+    line = cli_command(
+        "POST", "/nodes/pve-test/qemu/9000/clone", {"newid": 201, "description": description, "name": "a b; rm -rf /"}
+    )
     assert shlex.split(line) == ["qm", "clone", "9000", "201", "--description", description, "--name", "a b; rm -rf /"]
 
 
@@ -60,7 +92,9 @@ def test_no_equivalent_and_booleans() -> None:
     assert cli_command("GET", VM + "/config", {}) is None
     assert cli_command("PUT", "/nodes/pve-test/lxc/301/cloudinit", {}) is None  # containers have no cloud-init drive
     assert cli_command("PUT", VM + "/resize", {"disk": "scsi0"}) is None  # a positional argument is missing
-    assert cli_command("POST", "/nodes/pve-test/qemu/9000/clone", {"newid": 2, "full": True}) == "qm clone 9000 2 --full 1"
+    assert (
+        cli_command("POST", "/nodes/pve-test/qemu/9000/clone", {"newid": 2, "full": True}) == "qm clone 9000 2 --full 1"
+    )
 
 
 def test_summary_gets_cli_and_secrets_stay_redacted() -> None:
@@ -73,12 +107,37 @@ def test_summary_gets_cli_and_secrets_stay_redacted() -> None:
 
 def test_container_create_and_template_download() -> None:
     description = "vmanyware operation op-1\ndefinitionHash abc\nplanHash def"
-    line = cli_command("POST", "/nodes/pve-test/lxc", {"vmid": 320, "ostemplate": "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst",
-                                                       "rootfs": "local-lvm:20", "unprivileged": 1, "description": description})
-    assert shlex.split(line) == ["pct", "create", "320", "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst", "--rootfs", "local-lvm:20",
-                                 "--unprivileged", "1", "--description", description]
-    assert cli_command("POST", "/nodes/pve-test/aplinfo", {"storage": "local", "template": "debian-12-standard_12.12-1_amd64.tar.zst"}) == \
-        "pveam download local debian-12-standard_12.12-1_amd64.tar.zst"
+    line = cli_command(
+        "POST",
+        "/nodes/pve-test/lxc",
+        {
+            "vmid": 320,
+            "ostemplate": "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst",
+            "rootfs": "local-lvm:20",
+            "unprivileged": 1,
+            "description": description,
+        },
+    )
+    assert shlex.split(line) == [
+        "pct",
+        "create",
+        "320",
+        "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst",
+        "--rootfs",
+        "local-lvm:20",
+        "--unprivileged",
+        "1",
+        "--description",
+        description,
+    ]
+    assert (
+        cli_command(
+            "POST",
+            "/nodes/pve-test/aplinfo",
+            {"storage": "local", "template": "debian-12-standard_12.12-1_amd64.tar.zst"},
+        )
+        == "pveam download local debian-12-standard_12.12-1_amd64.tar.zst"
+    )
     assert cli_command("POST", "/nodes/pve-test/lxc", {"vmid": 320}) is None
 
 
@@ -103,8 +162,10 @@ for name, convert in (("sshkeys", lambda text: quote(text, safe="")), ("ssh-publ
 print(json.dumps({{"tool": tool, "positional": positional, "params": params}}))
 """
 
-KEYS = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK42LaKHQ1bNNIG3KlABIQ77kwljfXjfi9bunMkuYAO alice@laptop",
-        "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC+/x= bob's key $HOME `id` \\n"]
+KEYS = [
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK42LaKHQ1bNNIG3KlABIQ77kwljfXjfi9bunMkuYAO alice@laptop",
+    "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC+/x= bob's key $HOME `id` \\n",
+]
 
 
 def _run_on_node(tmp_path: t.Any, command: str) -> dict[str, t.Any]:
@@ -113,8 +174,15 @@ def _run_on_node(tmp_path: t.Any, command: str) -> dict[str, t.Any]:
     for tool in ("qm", "pct"):
         (bin_dir / tool).write_text(_NODE_CLI.format(python=sys.executable))
         (bin_dir / tool).chmod(0o755)
-    proc = subprocess.run(["bash", "-euc", command], cwd=tmp_path, capture_output=True, text=True, timeout=30, check=True,
-                          env=dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"])))
+    proc = subprocess.run(
+        ["bash", "-euc", command],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        env=dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"])),
+    )
     return t.cast("dict[str, t.Any]", json.loads(proc.stdout))
 
 
@@ -123,7 +191,10 @@ def test_qm_set_sshkeys_writes_the_decoded_keys_to_a_file_and_passes_the_file(tm
     encoded = encode_sshkeys(KEYS)
     params = {"ciuser": "debian", "sshkeys": encoded, "ipconfig0": "ip=dhcp"}
     command = cli_command("PUT", VM + "/config", params)
-    assert command is not None and command.splitlines()[-1] == "qm set 201 --ciuser debian --sshkeys vmanyware-201.sshkeys --ipconfig0 ip=dhcp"
+    assert (
+        command is not None
+        and command.splitlines()[-1] == "qm set 201 --ciuser debian --sshkeys vmanyware-201.sshkeys --ipconfig0 ip=dhcp"
+    )
     assert encoded not in command  # the encoded value is what qm would reject as a file name
     ran = _run_on_node(tmp_path, command)
     # the same parameters; the here-document ends the file with a newline, which PVE keeps and cloud-init ignores (an empty line)
@@ -133,8 +204,12 @@ def test_qm_set_sshkeys_writes_the_decoded_keys_to_a_file_and_passes_the_file(tm
 
 
 def test_pct_create_ssh_public_keys_passes_a_file_too(tmp_path: t.Any) -> None:
-    params = {"vmid": 320, "ostemplate": "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst", "ssh-public-keys": "\n".join(KEYS),
-              "rootfs": "local-lvm:20"}
+    params = {
+        "vmid": 320,
+        "ostemplate": "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst",
+        "ssh-public-keys": "\n".join(KEYS),
+        "rootfs": "local-lvm:20",
+    }
     command = cli_command("POST", "/nodes/pve-test/lxc", params)
     assert command is not None and "--ssh-public-keys vmanyware-320.sshkeys" in command
     ran = _run_on_node(tmp_path, command)
@@ -145,4 +220,7 @@ def test_pct_create_ssh_public_keys_passes_a_file_too(tmp_path: t.Any) -> None:
 def test_a_placeholder_or_empty_keys_value() -> None:
     command = cli_command("PUT", VM + "/config", {"sshkeys": "<ephemeral key SHA256:abc>"})
     assert command == "qm set 201 --sshkeys '<vmanyware-201.sshkeys: a file holding <ephemeral key SHA256:abc>>'"
-    assert cli_command("PUT", VM + "/config", {"sshkeys": ""}) == ": > vmanyware-201.sshkeys\nqm set 201 --sshkeys vmanyware-201.sshkeys"
+    assert (
+        cli_command("PUT", VM + "/config", {"sshkeys": ""})
+        == ": > vmanyware-201.sshkeys\nqm set 201 --sshkeys vmanyware-201.sshkeys"
+    )

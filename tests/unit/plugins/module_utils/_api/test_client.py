@@ -17,7 +17,12 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import http
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import provider_scope_id
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.http_errors import map_http_error
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import ConnectionSettings, build_settings, normalize_fingerprint, parse_token_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import (
+    ConnectionSettings,
+    build_settings,
+    normalize_fingerprint,
+    parse_token_id,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ConfigurationError, ProviderError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.redaction import redact
 
@@ -62,13 +67,33 @@ def test_error_mapping_table(fixtures_dir: t.Any) -> None:
         # Only fixed text and safe facts: no reason phrase, no provider message, no parameter message.
         text = json.dumps(err.to_result())
         assert case["reason"] not in text or case["reason"] in ("Permission check failed",), case["name"]
-        assert "s3cr3t-user" not in text and "minimum value" not in text and "Configuration file" not in text and "9000" not in text
+        assert (
+            "s3cr3t-user" not in text
+            and "minimum value" not in text
+            and "Configuration file" not in text
+            and "9000" not in text
+        )
 
 
 # The recorded errors that prove a refusal before any effect (RESTHandler's checks, a lock, exists / does not exist).
-PRECHECK_CASES = {"token_invalid", "no_ticket", "perm_allocate", "perm_storage", "perm_sdn", "perm_plain", "no_such_path", "http_404",
-                  "config_missing", "storage_missing", "vm_locked", "lock_timeout", "digest", "already_exists_500", "nextid_taken",
-                  "param_invalid"}
+PRECHECK_CASES = {
+    "token_invalid",
+    "no_ticket",
+    "perm_allocate",
+    "perm_storage",
+    "perm_sdn",
+    "perm_plain",
+    "no_such_path",
+    "http_404",
+    "config_missing",
+    "storage_missing",
+    "vm_locked",
+    "lock_timeout",
+    "digest",
+    "already_exists_500",
+    "nextid_taken",
+    "param_invalid",
+}
 
 
 def test_only_a_reply_that_proves_a_pre_check_refusal_is_flagged_precheck(fixtures_dir: t.Any) -> None:
@@ -79,26 +104,44 @@ def test_only_a_reply_that_proves_a_pre_check_refusal_is_flagged_precheck(fixtur
         assert err.details["precheck"] is (case["name"] in PRECHECK_CASES), case["name"]
 
 
-@pytest.mark.parametrize("message,agent,precheck", [
-    ("QEMU guest agent is not running", "not_running", True),
-    ("No QEMU guest agent configured", "not_configured", True),
-    ("VM 201 is not running", "vm_not_running", True),
-    ("VM 201 qga command 'guest-exec' failed - The command guest-exec has been disabled for this instance", "exec_disabled", True),
-    ("Agent error: Guest agent command failed, error was 'Failed to execute child process \u201cx\u201d (Permission denied)'",
-     "exec_failed", True),
-    # The agent is busy: the command may run already, or later from the agent's queue. Unknown, never "not applied".
-    ("guest-exec failed - got timeout", None, False),
-    ("VM 201 qmp command 'guest-exec' failed - got timeout", None, False),
-    ("VM 201 qmp command 'guest-exec' failed - unable to connect to VM 201 qga socket - timeout after 31 retries", None, False),
-    ("simulated failure", None, False),
-])
-def test_agent_exec_500s_are_pre_check_only_for_the_agents_availability_checks(message: str, agent: str | None, precheck: bool) -> None:
+@pytest.mark.parametrize(
+    "message,agent,precheck",
+    [
+        ("QEMU guest agent is not running", "not_running", True),
+        ("No QEMU guest agent configured", "not_configured", True),
+        ("VM 201 is not running", "vm_not_running", True),
+        (
+            "VM 201 qga command 'guest-exec' failed - The command guest-exec has been disabled for this instance",
+            "exec_disabled",
+            True,
+        ),
+        (
+            "Agent error: Guest agent command failed, error was 'Failed to execute child process \u201cx\u201d (Permission denied)'",
+            "exec_failed",
+            True,
+        ),
+        # The agent is busy: the command may run already, or later from the agent's queue. Unknown, never "not applied".
+        ("guest-exec failed - got timeout", None, False),
+        ("VM 201 qmp command 'guest-exec' failed - got timeout", None, False),
+        (
+            "VM 201 qmp command 'guest-exec' failed - unable to connect to VM 201 qga socket - timeout after 31 retries",
+            None,
+            False,
+        ),
+        ("simulated failure", None, False),
+    ],
+)
+def test_agent_exec_500s_are_pre_check_only_for_the_agents_availability_checks(
+    message: str, agent: str | None, precheck: bool
+) -> None:
     err = map_http_error("POST", "/nodes/pve/qemu/201/agent/exec", 500, "", {"data": None, "message": message + "\n"})
     assert err.code == "server_error" and err.details.get("agent") == agent and err.details["precheck"] is precheck
     assert message not in json.dumps(err.to_result())  # the provider's text is read, never forwarded
 
 
-def test_error_mapping_over_the_wire(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, fixtures_dir: t.Any) -> None:
+def test_error_mapping_over_the_wire(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, fixtures_dir: t.Any
+) -> None:
     cases = {c["name"]: c for c in _cases(fixtures_dir)}
     current: dict[str, t.Any] = {}
     server = stub_server(lambda r: Reply(current["status"], current["reason"], current["body"]))
@@ -121,18 +164,24 @@ def test_unexpected_body(stub_server: t.Any, make_settings: t.Any, tls_material:
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
-def test_mutation_never_retried_when_connection_drops(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, method: str) -> None:
+def test_mutation_never_retried_when_connection_drops(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, method: str
+) -> None:
     server = stub_server(lambda r: Reply(drop=True))
     sleeps: list[float] = []
     client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path), sleeps)
     err = _raises("reply_lost", lambda: client.request(method, "/nodes/pve/qemu/9000/clone", {"newid": 201}))
     assert len(server.requests) == 1
     assert sleeps == []
-    assert err.__cause__ is None and err.__context__ is None  # nothing from requests (which holds the token) stays chained
+    assert (
+        err.__cause__ is None and err.__context__ is None
+    )  # nothing from requests (which holds the token) stays chained
 
 
 @pytest.mark.parametrize("status", [500, 596])
-def test_mutation_never_retried_on_5xx(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, status: int) -> None:
+def test_mutation_never_retried_on_5xx(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, status: int
+) -> None:
     server = stub_server(lambda r: Reply(status, "Broken pipe", {"data": None}))
     client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path))
     _raises("server_error", lambda: client.post("/nodes/pve/qemu/9000/clone", newid=201))
@@ -157,8 +206,12 @@ def test_get_retry_on_5xx_then_success(stub_server: t.Any, make_settings: t.Any,
     assert len(server.requests) == 3 and sleeps == [0.2, 0.6]
 
 
-@pytest.mark.parametrize("status,code", [(400, "parameter_invalid"), (401, "auth_failed"), (403, "permission_denied"), (501, "server_error")])
-def test_get_not_retried_on_definite_errors(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, status: int, code: str) -> None:
+@pytest.mark.parametrize(
+    "status,code", [(400, "parameter_invalid"), (401, "auth_failed"), (403, "permission_denied"), (501, "server_error")]
+)
+def test_get_not_retried_on_definite_errors(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, status: int, code: str
+) -> None:
     server = stub_server(lambda r: Reply(status, "nope", {"data": None}))
     client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path))
     _raises(code, lambda: client.get("/version"))
@@ -191,8 +244,9 @@ def test_connect_failure_reasons() -> None:
     wrapped = requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", refused))
     assert http_errors.connect_failure_reason(wrapped) == "connection_refused"
     timeout = urllib3.exceptions.ConnectTimeoutError(pool, "timed out")
-    assert http_errors.connect_failure_reason(requests.exceptions.ConnectTimeout(urllib3.exceptions.MaxRetryError(pool, "/", timeout))) == (
-        "connect_timeout")
+    assert http_errors.connect_failure_reason(
+        requests.exceptions.ConnectTimeout(urllib3.exceptions.MaxRetryError(pool, "/", timeout))
+    ) == ("connect_timeout")
     assert http_errors.connect_failure_reason(socket.gaierror(-2, "Name or service not known")) == "name_resolution"
     assert http_errors.connect_failure_reason(OSError(101, "Network is unreachable")) == "network_unreachable"
     assert http_errors.connect_failure_reason(OSError("other")) == "connect_failed"
@@ -201,7 +255,9 @@ def test_connect_failure_reasons() -> None:
 def test_connect_phase_classification() -> None:
     pool: t.Any = None
     new_conn = urllib3.exceptions.NewConnectionError(pool, "refused")
-    assert http_errors._is_connect_phase(requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", new_conn)))
+    assert http_errors._is_connect_phase(
+        requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", new_conn))
+    )
     protocol = urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError())
     assert not http_errors._is_connect_phase(requests.exceptions.ConnectionError(protocol))
 
@@ -209,7 +265,9 @@ def test_connect_phase_classification() -> None:
 # -- bounds --------------------------------------------------------------------------------------------------------
 
 
-def test_read_timeout_is_reply_lost_and_mutation_not_retried(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+def test_read_timeout_is_reply_lost_and_mutation_not_retried(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any
+) -> None:
     server = stub_server(lambda r: Reply(body={"data": "UPID"}, delay=1.0))
     client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path, timeout=0.3))
     _raises("reply_lost", lambda: client.post("/nodes/pve/qemu/9000/clone", newid=201))
@@ -218,8 +276,14 @@ def test_read_timeout_is_reply_lost_and_mutation_not_retried(stub_server: t.Any,
 
 def test_response_size_cap_declared(stub_server: t.Any, tls_material: t.Any) -> None:
     server = stub_server(lambda r: Reply(body={"data": "x" * 5000}))
-    settings = build_settings(host="127.0.0.1", port=server.port, token_id="a@pve!tk", token_secret=SECRET, ca_path=tls_material.ca_path,
-                              max_response_bytes=1024)
+    settings = build_settings(
+        host="127.0.0.1",
+        port=server.port,
+        token_id="a@pve!tk",
+        token_secret=SECRET,
+        ca_path=tls_material.ca_path,
+        max_response_bytes=1024,
+    )
     err = _raises("response_too_large", lambda: _client_for(settings).get("/version"))
     assert err.details["limit"] == 1024
     assert len(server.requests) == 1  # not retried
@@ -228,8 +292,14 @@ def test_response_size_cap_declared(stub_server: t.Any, tls_material: t.Any) -> 
 def test_response_size_cap_streamed_decompressed(stub_server: t.Any, tls_material: t.Any) -> None:
     bomb = gzip.compress(json.dumps({"data": "0" * 200_000}).encode())
     server = stub_server(lambda r: Reply(body=bomb, headers={"Content-Encoding": "gzip"}))
-    settings = build_settings(host="127.0.0.1", port=server.port, token_id="a@pve!tk", token_secret=SECRET, ca_path=tls_material.ca_path,
-                              max_response_bytes=64 * 1024)
+    settings = build_settings(
+        host="127.0.0.1",
+        port=server.port,
+        token_id="a@pve!tk",
+        token_secret=SECRET,
+        ca_path=tls_material.ca_path,
+        max_response_bytes=64 * 1024,
+    )
     assert len(bomb) < 64 * 1024
     _raises("response_too_large", lambda: _client_for(settings).get("/version"))
 
@@ -270,7 +340,10 @@ def test_env_bundle_with_ca_cannot_widen_trust(
 ) -> None:
     monkeypatch.setenv(variable, tls_material.ca_path)
     server = stub_server()
-    _raises("tls_verification_failed", lambda: _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path)).get("/version"))
+    _raises(
+        "tls_verification_failed",
+        lambda: _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path)).get("/version"),
+    )
     _raises("tls_verification_failed", lambda: _client_for(make_settings(server.port)).get("/version"))
     assert server.requests == []
 
@@ -296,7 +369,10 @@ def test_system_trust_store_is_used_without_ca_path_or_pin(
     _raises("tls_verification_failed", lambda: _client_for(make_settings(server.port)).get("/version"))
     _raises("tls_verification_failed", lambda: tls.certificate_fingerprint(make_settings(server.port)))
     monkeypatch.setenv("SSL_CERT_FILE", tls_material.ca_path)
-    _raises("tls_verification_failed", lambda: _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path)).get("/version"))
+    _raises(
+        "tls_verification_failed",
+        lambda: _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path)).get("/version"),
+    )
     assert len(server.requests) == 1
 
 
@@ -304,7 +380,16 @@ def test_system_trust_store_is_used_without_ca_path_or_pin(
 def test_configured_proxy_is_refused_not_ignored(
     stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:
-    for name in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY"):
+    for name in (
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+        "no_proxy",
+        "NO_PROXY",
+        "http_proxy",
+        "HTTP_PROXY",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(variable, "http://127.0.0.1:9")
     with pytest.raises(ConfigurationError) as info:
@@ -317,7 +402,9 @@ def test_configured_proxy_is_refused_not_ignored(
     assert _client_for(make_settings(server.port, ca_path=tls_material.ca_path)).get("/version")["release"] == "9.1"
 
 
-def test_http_proxy_alone_does_not_apply(make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_http_proxy_alone_does_not_apply(
+    make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The API is https only: a plain-HTTP proxy setting does not route it, so it is no reason to refuse."""
     for name in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
@@ -356,16 +443,26 @@ def test_unverified_read_only_sends_gets_only(stub_server: t.Any, make_settings:
 def test_unverified_read_only_never_sends_a_password(stub_server: t.Any) -> None:
     """The ticket login is a POST of the password: refused under the opt-in, so not even a GET goes out."""
     server = stub_server()
-    settings = build_settings(host="127.0.0.1", port=server.port, user="root@pam", password="pw-" + SECRET, validate_certs=False,
-                              unverified_tls_read_only=True)
+    settings = build_settings(
+        host="127.0.0.1",
+        port=server.port,
+        user="root@pam",
+        password="pw-" + SECRET,
+        validate_certs=False,
+        unverified_tls_read_only=True,
+    )
     client = _client_for(settings)
     assert _refused(lambda: client.get("/version")).details["rule"] == "password"
     assert _refused(client._login).details == {"method": "POST", "endpoint": "/access/ticket", "rule": "password"}
     assert server.requests == [] and server.connections == 0
 
 
-def test_read_only_opt_in_is_ignored_over_verified_tls(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
-    server = stub_server(lambda r: Reply(body={"data": "UPID:pve:0000A1B2:00C3D4E5:6789ABCD:qmstart:201:automation@pve!vmanyware:"}))
+def test_read_only_opt_in_is_ignored_over_verified_tls(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any
+) -> None:
+    server = stub_server(
+        lambda r: Reply(body={"data": "UPID:pve:0000A1B2:00C3D4E5:6789ABCD:qmstart:201:automation@pve!vmanyware:"})
+    )
     settings = make_settings(server.port, ca_path=tls_material.ca_path, unverified_tls_read_only=True)
     assert settings.tls_verified is True
     assert _client_for(settings).post("/nodes/pve/qemu/201/status/start").startswith("UPID:")
@@ -374,7 +471,7 @@ def test_read_only_opt_in_is_ignored_over_verified_tls(stub_server: t.Any, make_
 
 def test_fingerprint_pin_matches(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
     server = stub_server()
-    colon_upper = ":".join(tls_material.fingerprint[i:i + 2] for i in range(0, 64, 2)).upper()
+    colon_upper = ":".join(tls_material.fingerprint[i : i + 2] for i in range(0, 64, 2)).upper()
     settings = make_settings(server.port, fingerprint=colon_upper)
     assert settings.fingerprint == tls_material.fingerprint
     client = _client_for(settings)
@@ -383,7 +480,9 @@ def test_fingerprint_pin_matches(stub_server: t.Any, make_settings: t.Any, tls_m
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
-def test_wrong_pin_refused_before_any_request_byte(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, method: str) -> None:
+def test_wrong_pin_refused_before_any_request_byte(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, method: str
+) -> None:
     server = stub_server()
     wrong = "ab" * 32
     assert wrong != tls_material.fingerprint
@@ -403,8 +502,12 @@ def test_token_id_forms() -> None:
     assert parse_token_id("automation@pve!vmanyware", None) == ("automation@pve", "vmanyware")
     assert parse_token_id("vmanyware", "automation@pve") == ("automation@pve", "vmanyware")
     assert parse_token_id("automation@pve!vmanyware", "automation@pve") == ("automation@pve", "vmanyware")
-    for token_id, user, path in [("vmanyware", None, "api_user"), ("a@pve!x", "b@pve", "api_user"), ("nope!x", None, "api_token_id"),
-                                 ("a@pve!1bad", None, "api_token_id")]:
+    for token_id, user, path in [
+        ("vmanyware", None, "api_user"),
+        ("a@pve!x", "b@pve", "api_user"),
+        ("nope!x", None, "api_token_id"),
+        ("a@pve!1bad", None, "api_token_id"),
+    ]:
         with pytest.raises(ConfigurationError) as info:
             parse_token_id(token_id, user)
         assert info.value.path == path
@@ -420,11 +523,15 @@ def test_token_header_sent(stub_server: t.Any, make_settings: t.Any, tls_materia
 def test_password_ticket_login(stub_server: t.Any, tls_material: t.Any) -> None:
     def behave(r: RecordedRequest) -> Reply:
         if r.path == "/api2/json/access/ticket":
-            return Reply(body={"data": {"ticket": "PVE:ticket", "CSRFPreventionToken": "csrf1", "username": "root@pam"}})
+            return Reply(
+                body={"data": {"ticket": "PVE:ticket", "CSRFPreventionToken": "csrf1", "username": "root@pam"}}
+            )
         return Reply(body={"data": None})
 
     server = stub_server(behave)
-    settings = build_settings(host="127.0.0.1", port=server.port, user="root@pam", password="pw-" + SECRET, ca_path=tls_material.ca_path)
+    settings = build_settings(
+        host="127.0.0.1", port=server.port, user="root@pam", password="pw-" + SECRET, ca_path=tls_material.ca_path
+    )
     assert "pw-" not in repr(settings)
     client = _client_for(settings)
     client.get("/version")
@@ -463,7 +570,7 @@ def test_settings_validation(kwargs: dict[str, t.Any], path: str) -> None:
 
 def test_fingerprint_normalization() -> None:
     plain = "0123456789abcdef" * 4
-    colon = ":".join(plain[i:i + 2] for i in range(0, 64, 2)).upper()
+    colon = ":".join(plain[i : i + 2] for i in range(0, 64, 2)).upper()
     assert normalize_fingerprint(colon) == plain == normalize_fingerprint(" " + plain.upper() + " ")
 
 
@@ -473,9 +580,22 @@ def test_scope_id_stable_and_sensitive() -> None:
     same = build_settings(host="pve.example.org", token_id="tk2", user="a@pve", token_secret="s2")
     scope = provider_scope_id(base, fp)
     assert scope is not None and scope.startswith("pve:") and len(scope) == 4 + 64
-    assert scope == provider_scope_id(same, fp.upper()) == provider_scope_id(same, ":".join([fp[i:i + 2] for i in range(0, 64, 2)]))
-    assert scope == "pve:" + __import__("hashlib").sha256(
-        b'{"apiUrl":"https://pve.example.org:8006/api2/json","certificateSha256":"' + fp.encode() + b'","user":"a@pve"}').hexdigest()
+    assert (
+        scope
+        == provider_scope_id(same, fp.upper())
+        == provider_scope_id(same, ":".join([fp[i : i + 2] for i in range(0, 64, 2)]))
+    )
+    assert (
+        scope
+        == "pve:"
+        + __import__("hashlib")
+        .sha256(
+            b'{"apiUrl":"https://pve.example.org:8006/api2/json","certificateSha256":"'
+            + fp.encode()
+            + b'","user":"a@pve"}'
+        )
+        .hexdigest()
+    )
     others = [
         provider_scope_id(build_settings(host="pve2.example.org", token_id="a@pve!tk", token_secret="s"), fp),
         provider_scope_id(build_settings(host="pve.example.org", port=8007, token_id="a@pve!tk", token_secret="s"), fp),
@@ -494,9 +614,13 @@ def test_scope_id_stable_and_sensitive() -> None:
 def test_request_log_hook_redacts(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
     server = stub_server(lambda r: Reply(body={"data": None}))
     seen: list[tuple[str, str, dict[str, t.Any], int | None]] = []
-    client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path), request_log=lambda *a: seen.append(a))
+    client = _client_for(
+        make_settings(server.port, ca_path=tls_material.ca_path), request_log=lambda *a: seen.append(a)
+    )
     client.put("/nodes/pve/qemu/201/config", cipassword="hunter2", ciuser="admin", cores=2)
-    assert seen == [("PUT", "/nodes/pve/qemu/201/config", {"cipassword": "<redacted>", "ciuser": "admin", "cores": 2}, 200)]
+    assert seen == [
+        ("PUT", "/nodes/pve/qemu/201/config", {"cipassword": "<redacted>", "ciuser": "admin", "cores": 2}, 200)
+    ]
     redacted = redact({"password": "x", "api_token_secret": "y", "vmid": 1})
     assert redacted == {"password": "<redacted>", "api_token_secret": "<redacted>", "vmid": 1}
     assert SECRET not in repr(client.settings)
@@ -522,7 +646,9 @@ def test_list_and_bool_encoding(stub_server: t.Any, make_settings: t.Any, tls_ma
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
-def test_tls_error_while_reading_the_reply_is_reply_lost(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, method: str) -> None:
+def test_tls_error_while_reading_the_reply_is_reply_lost(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, method: str
+) -> None:
     # The request arrived (and may have run); the TLS stream then broke while the client read the reply. Before, any
     # requests SSLError was "tls_verification_failed", which the stage runner counts as not sent, so it was sent again.
     server = stub_server(lambda r: Reply(tls_abort=True))
@@ -534,7 +660,9 @@ def test_tls_error_while_reading_the_reply_is_reply_lost(stub_server: t.Any, mak
     assert SECRET not in json.dumps(err.to_result())
 
 
-def test_tls_error_while_reading_a_get_reply_is_retried_as_reply_lost(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+def test_tls_error_while_reading_a_get_reply_is_retried_as_reply_lost(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any
+) -> None:
     replies = iter([Reply(tls_abort=True), Reply(body=VERSION)])
     server = stub_server(lambda r: next(replies))
     sleeps: list[float] = []
@@ -543,7 +671,9 @@ def test_tls_error_while_reading_a_get_reply_is_retried_as_reply_lost(stub_serve
     assert len(server.requests) == 2 and sleeps == [0.2]
 
 
-def test_handshake_failure_of_a_mutation_is_not_sent(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+def test_handshake_failure_of_a_mutation_is_not_sent(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any
+) -> None:
     server = stub_server()
     client = _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path))
     _raises("tls_verification_failed", lambda: client.post("/nodes/pve/qemu/9000/clone", newid=201))
@@ -552,21 +682,35 @@ def test_handshake_failure_of_a_mutation_is_not_sent(stub_server: t.Any, make_se
 
 def test_response_too_large_of_a_mutation_keeps_its_code(stub_server: t.Any, tls_material: t.Any) -> None:
     server = stub_server(lambda r: Reply(body={"data": "x" * 5000}))
-    settings = build_settings(host="127.0.0.1", port=server.port, token_id="a@pve!tk", token_secret=SECRET, ca_path=tls_material.ca_path,
-                              max_response_bytes=1024)
+    settings = build_settings(
+        host="127.0.0.1",
+        port=server.port,
+        token_id="a@pve!tk",
+        token_secret=SECRET,
+        ca_path=tls_material.ca_path,
+        max_response_bytes=1024,
+    )
     _raises("response_too_large", lambda: _client_for(settings).post("/nodes/pve/qemu/9000/clone", newid=201))
-    assert len(server.requests) == 1  # it was sent: the stage runner treats this code as ambiguous (test__stage_transport.py)
+    assert (
+        len(server.requests) == 1
+    )  # it was sent: the stage runner treats this code as ambiguous (test__stage_transport.py)
 
 
-def test_exchange_facts_record_the_connection_and_the_first_write(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+def test_exchange_facts_record_the_connection_and_the_first_write(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any
+) -> None:
     server = stub_server()
     adapter = tls.PinnedTLSAdapter()
     client = _client_for(make_settings(server.port, ca_path=tls_material.ca_path), adapter=adapter)
     client.get("/version")
-    assert adapter.facts == http_errors.ExchangeFacts(connected=True, leaf_sha256=tls_material.fingerprint, written=True)
+    assert adapter.facts == http_errors.ExchangeFacts(
+        connected=True, leaf_sha256=tls_material.fingerprint, written=True
+    )
     client.get("/version")  # the kept-alive connection: no new handshake
     assert adapter.facts == http_errors.ExchangeFacts(connected=False, leaf_sha256=None, written=True)
-    refused = _client_for(make_settings(server.port, ca_path=tls_material.other_ca_path), adapter=tls.PinnedTLSAdapter())
+    refused = _client_for(
+        make_settings(server.port, ca_path=tls_material.other_ca_path), adapter=tls.PinnedTLSAdapter()
+    )
     _raises("tls_verification_failed", lambda: refused.post("/nodes/pve/qemu/9000/clone", newid=201))
     assert refused._adapter.facts == http_errors.ExchangeFacts()  # pylint: disable=protected-access
 
@@ -574,40 +718,67 @@ def test_exchange_facts_record_the_connection_and_the_first_write(stub_server: t
 def test_transport_failure_without_facts_counts_only_proven_pre_send_failures() -> None:
     pool: t.Any = None
     verify = ssl.SSLCertVerificationError(1, "certificate verify failed")
-    handshake = requests.exceptions.SSLError(urllib3.exceptions.MaxRetryError(pool, "/", urllib3.exceptions.SSLError(verify)))
+    handshake = requests.exceptions.SSLError(
+        urllib3.exceptions.MaxRetryError(pool, "/", urllib3.exceptions.SSLError(verify))
+    )
     assert http_errors.transport_failure(handshake, None, "POST", "/x").code == "tls_verification_failed"
-    reading = requests.exceptions.SSLError(urllib3.exceptions.MaxRetryError(pool, "/", urllib3.exceptions.SSLError(
-        ssl.SSLError(1, "[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC] decryption failed or bad record mac"))))
+    reading = requests.exceptions.SSLError(
+        urllib3.exceptions.MaxRetryError(
+            pool,
+            "/",
+            urllib3.exceptions.SSLError(
+                ssl.SSLError(1, "[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC] decryption failed or bad record mac")
+            ),
+        )
+    )
     assert http_errors.transport_failure(reading, None, "POST", "/x").code == "reply_lost"
     refused = urllib3.exceptions.NewConnectionError(pool, "refused")
-    assert http_errors.transport_failure(requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", refused)), None,
-                                     "POST", "/x").code == "transport_lost"
+    assert (
+        http_errors.transport_failure(
+            requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(pool, "/", refused)),
+            None,
+            "POST",
+            "/x",
+        ).code
+        == "transport_lost"
+    )
     # with facts, the fact decides whatever the exception type
     written = http_errors.ExchangeFacts(connected=True, written=True)
     assert http_errors.transport_failure(handshake, written, "POST", "/x").code == "reply_lost"
-    assert http_errors.transport_failure(reading, http_errors.ExchangeFacts(), "POST", "/x").code == "tls_verification_failed"
+    assert (
+        http_errors.transport_failure(reading, http_errors.ExchangeFacts(), "POST", "/x").code
+        == "tls_verification_failed"
+    )
 
 
 # -- binding to the certificate the provider scope was computed from ------------------------------------------------
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
-def test_bound_certificate_mismatch_is_refused_before_any_byte(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any,
-                                                               method: str) -> None:
+def test_bound_certificate_mismatch_is_refused_before_any_byte(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, method: str
+) -> None:
     server = stub_server()
     settings = tls.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), "AB:" * 31 + "AB")
     assert settings.bound_certificate == "ab" * 32
     sleeps: list[float] = []
-    err = _raises("certificate_changed", lambda: _client_for(settings, sleeps).request(method, "/nodes/pve/qemu/9000/clone", {"newid": 201}))
+    err = _raises(
+        "certificate_changed",
+        lambda: _client_for(settings, sleeps).request(method, "/nodes/pve/qemu/9000/clone", {"newid": 201}),
+    )
     assert server.connections == 1 and server.requests == []  # the handshake happened, no request line or token arrived
     assert sleeps == []  # not retried, not even a GET
     assert err.__cause__ is None and err.__context__ is None
     assert SECRET not in json.dumps(err.to_result())
 
 
-def test_every_new_connection_is_compared_with_the_bound_certificate(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+def test_every_new_connection_is_compared_with_the_bound_certificate(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any
+) -> None:
     # Both certificates verify against the configured CA: only the comparison with the bound leaf tells them apart.
-    server = stub_server(lambda r: Reply(body=VERSION, headers={"Connection": "close"}))  # every request on a new connection
+    server = stub_server(
+        lambda r: Reply(body=VERSION, headers={"Connection": "close"})
+    )  # every request on a new connection
     server.swap_from = 2
     settings = tls.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), tls_material.fingerprint)
     client = _client_for(settings)
@@ -617,12 +788,18 @@ def test_every_new_connection_is_compared_with_the_bound_certificate(stub_server
     assert server.connections == 2 and [r.path for r in server.requests] == ["/api2/json/version"]
     # the same server through a client bound to nothing (or to the new leaf) is accepted: the CA verifies both
     unbound = _client_for(make_settings(server.port, ca_path=tls_material.ca_path))
-    assert unbound.get("/version")["version"] == "9.1.3" and unbound.observed_fingerprint == tls_material.alt_fingerprint
+    assert (
+        unbound.get("/version")["version"] == "9.1.3" and unbound.observed_fingerprint == tls_material.alt_fingerprint
+    )
 
 
-def test_bound_client_reuses_its_verified_connection(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any) -> None:
+def test_bound_client_reuses_its_verified_connection(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any
+) -> None:
     server = stub_server()
-    client = _client_for(tls.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), tls_material.fingerprint))
+    client = _client_for(
+        tls.bind_certificate(make_settings(server.port, ca_path=tls_material.ca_path), tls_material.fingerprint)
+    )
     assert [client.get("/version")["release"] for _attempt in range(3)] == ["9.1"] * 3
     assert server.connections == 1 and len(server.requests) == 3
 
@@ -634,8 +811,10 @@ def test_a_pin_and_its_binding_agree(stub_server: t.Any, make_settings: t.Any, t
     assert _client_for(bound).get("/version")["version"] == "9.1.3"
 
 
-@pytest.mark.parametrize("message, lock", [("VM is locked (backup)", "backup"), ("CT is locked (snapshot)", "snapshot"),
-                                           ("CT is locked (create)", "create")])
+@pytest.mark.parametrize(
+    "message, lock",
+    [("VM is locked (backup)", "backup"), ("CT is locked (snapshot)", "snapshot"), ("CT is locked (create)", "create")],
+)
 def test_a_locked_guest_is_a_pre_check_refusal_for_vms_and_containers(message: str, lock: str) -> None:
     # pve-container's check_lock names its guest type ("CT is locked"): the same refusal before any effect as qemu-server's.
     err = map_http_error("POST", "/nodes/pve/lxc/320/status/start", 500, "", {"data": None, "message": message + "\n"})

@@ -42,8 +42,9 @@ def harness() -> None:
     _crash.install()  # idempotent; inert while the variable is unset
 
 
-def _setup(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch,
-           point: str | None) -> tuple[ProxmoxClient, list[str]]:
+def _setup(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch, point: str | None
+) -> tuple[ProxmoxClient, list[str]]:
     seen: list[str] = []
 
     def behavior(request: t.Any) -> Reply:
@@ -58,9 +59,12 @@ def _setup(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkey
     return ProxmoxClient(make_settings(server.port, ca_path=tls_material.ca_path), sleep=lambda s: None), seen
 
 
-def test_before_send_exits_before_any_byte(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any,
-                                           monkeypatch: pytest.MonkeyPatch, exits: list[int]) -> None:
-    client, seen = _setup(stub_server, make_settings, tls_material, monkeypatch, r"http:before_send:POST:/qemu/9000/clone$")
+def test_before_send_exits_before_any_byte(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch, exits: list[int]
+) -> None:
+    client, seen = _setup(
+        stub_server, make_settings, tls_material, monkeypatch, r"http:before_send:POST:/qemu/9000/clone$"
+    )
     client.get("/version")
     client.post("/nodes/pve/qemu/9000/config", cores=2)
     with pytest.raises(Crashed):
@@ -69,19 +73,37 @@ def test_before_send_exits_before_any_byte(stub_server: t.Any, make_settings: t.
     assert [s.split("?")[0] for s in seen] == ["GET /api2/json/version", "POST /api2/json/nodes/pve/qemu/9000/config"]
 
 
-def test_after_reply_exits_after_the_request_was_answered(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any,
-                                                          monkeypatch: pytest.MonkeyPatch, exits: list[int]) -> None:
-    client, seen = _setup(stub_server, make_settings, tls_material, monkeypatch, r"http:after_reply:POST:/agent/exec$#2")
+def test_after_reply_exits_after_the_request_was_answered(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch, exits: list[int]
+) -> None:
+    client, seen = _setup(
+        stub_server, make_settings, tls_material, monkeypatch, r"http:after_reply:POST:/agent/exec$#2"
+    )
     client.post("/nodes/pve/qemu/201/agent/exec", command=["true"])
     with pytest.raises(Crashed):
         client.post("/nodes/pve/qemu/201/agent/exec", command=["true"])
     assert exits == [137] and len(seen) == 2
 
 
-@pytest.mark.parametrize("value", [None, "", "journal:before_replace:clone:dispatching", "http:before_send:POST:(unclosed",
-                                   "http:somewhere:POST:/x", "http:before_send:GET:/nomatch"])
-def test_inert_when_unset_or_not_an_http_point(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any,
-                                               monkeypatch: pytest.MonkeyPatch, exits: list[int], value: str | None) -> None:
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        "",
+        "journal:before_replace:clone:dispatching",
+        "http:before_send:POST:(unclosed",
+        "http:somewhere:POST:/x",
+        "http:before_send:GET:/nomatch",
+    ],
+)
+def test_inert_when_unset_or_not_an_http_point(
+    stub_server: t.Any,
+    make_settings: t.Any,
+    tls_material: t.Any,
+    monkeypatch: pytest.MonkeyPatch,
+    exits: list[int],
+    value: str | None,
+) -> None:
     client, _seen = _setup(stub_server, make_settings, tls_material, monkeypatch, value)
     client.get("/version")
     client.post("/nodes/pve/qemu/9000/clone", newid=201)
@@ -89,8 +111,9 @@ def test_inert_when_unset_or_not_an_http_point(stub_server: t.Any, make_settings
     assert client.__dict__["_vmanyware_crash_point"] is None or value == "http:before_send:GET:/nomatch"
 
 
-def test_environment_is_read_once_per_client(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any,
-                                             monkeypatch: pytest.MonkeyPatch, exits: list[int]) -> None:
+def test_environment_is_read_once_per_client(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch, exits: list[int]
+) -> None:
     client, _seen = _setup(stub_server, make_settings, tls_material, monkeypatch, None)
     client.get("/version")  # the first exchange reads the (unset) variable
     monkeypatch.setenv(_crash.ENV_CRASH_AT, "http:before_send:*:/version")
@@ -98,8 +121,9 @@ def test_environment_is_read_once_per_client(stub_server: t.Any, make_settings: 
     assert exits == []
 
 
-def test_rearm_reads_the_variable_again(stub_server: t.Any, make_settings: t.Any, tls_material: t.Any,
-                                        monkeypatch: pytest.MonkeyPatch, exits: list[int]) -> None:
+def test_rearm_reads_the_variable_again(
+    stub_server: t.Any, make_settings: t.Any, tls_material: t.Any, monkeypatch: pytest.MonkeyPatch, exits: list[int]
+) -> None:
     client, _seen = _setup(stub_server, make_settings, tls_material, monkeypatch, None)
     client.get("/version")
     monkeypatch.setenv(_crash.ENV_CRASH_AT, "http:before_send:*:/version")
@@ -112,7 +136,19 @@ def test_rearm_reads_the_variable_again(stub_server: t.Any, make_settings: t.Any
 def test_production_code_does_not_know_the_crash_points() -> None:
     """The crash points live in the test harness only: nothing under plugins/ names them or offers a hook for them."""
     plugins = Path(__file__).resolve().parents[5] / "plugins"
-    words = ("VMANYWARE_TEST_CRASH_AT", "crash_at", "before_replace", "after_replace", "before_send", "after_reply", "_crash")
-    found = ["%s: %s" % (path.relative_to(plugins), word) for path in sorted(plugins.rglob("*.py"))
-             for word in words if word in path.read_text(encoding="utf-8")]
+    words = (
+        "VMANYWARE_TEST_CRASH_AT",
+        "crash_at",
+        "before_replace",
+        "after_replace",
+        "before_send",
+        "after_reply",
+        "_crash",
+    )
+    found = [
+        "%s: %s" % (path.relative_to(plugins), word)
+        for path in sorted(plugins.rglob("*.py"))
+        for word in words
+        if word in path.read_text(encoding="utf-8")
+    ]
     assert not found

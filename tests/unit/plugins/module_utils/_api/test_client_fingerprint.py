@@ -9,7 +9,10 @@ import typing as t
 import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import certificate_fingerprint, provider_scope_id
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import (
+    certificate_fingerprint,
+    provider_scope_id,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError
 from pve_stubs import make_settings, stub_server, tls_material  # noqa: F401  pylint: disable=unused-import
 

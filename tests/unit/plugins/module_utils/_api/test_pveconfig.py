@@ -21,17 +21,39 @@ def test_property_strings_round_trip() -> None:
     assert pc.parse_property_string("", "enabled") == {}
 
 
-@pytest.mark.parametrize("value,expected", [("8G", 8 * 1024 ** 3), ("512M", 512 * 1024 ** 2), ("1.5T", int(1.5 * 1024 ** 4)),
-                                            ("4096", 4096), (4096, 4096), ("8 GiB", None), (True, None), (None, None), (-1, None)])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("8G", 8 * 1024**3),
+        ("512M", 512 * 1024**2),
+        ("1.5T", int(1.5 * 1024**4)),
+        ("4096", 4096),
+        (4096, 4096),
+        ("8 GiB", None),
+        (True, None),
+        (None, None),
+        (-1, None),
+    ],
+)
 def test_sizes(value: object, expected: int | None) -> None:
     assert pc.parse_size_bytes(value) == expected
 
 
 def test_disk_volume_memory_mac_tags() -> None:
-    config = {"scsi0": "local-lvm:vm-201-disk-0,size=20G", "ide2": "local-lvm:vm-201-cloudinit,media=cdrom",
-              "net0": "virtio=bc:24:11:73:96:67,bridge=vmbr0", "memory": "current=2048", "tags": "a;b c"}
+    config = {
+        "scsi0": "local-lvm:vm-201-disk-0,size=20G",
+        "ide2": "local-lvm:vm-201-cloudinit,media=cdrom",
+        "net0": "virtio=bc:24:11:73:96:67,bridge=vmbr0",
+        "memory": "current=2048",
+        "tags": "a;b c",
+    }
     disk = pc.disk_volume(config, "scsi0")
-    assert disk is not None and (disk.volid, disk.storage, disk.size_bytes, disk.is_cdrom) == ("local-lvm:vm-201-disk-0", "local-lvm", 20 * pc.GIB, False)
+    assert disk is not None and (disk.volid, disk.storage, disk.size_bytes, disk.is_cdrom) == (
+        "local-lvm:vm-201-disk-0",
+        "local-lvm",
+        20 * pc.GIB,
+        False,
+    )
     cloudinit = pc.disk_volume(config, "ide2")
     assert cloudinit is not None and cloudinit.is_cdrom and cloudinit.is_cloudinit
     assert pc.disk_volume(config, "scsi1") is None
@@ -44,8 +66,18 @@ def test_disk_volume_memory_mac_tags() -> None:
 
 
 def test_reads_and_pending() -> None:
-    pending = [{"key": "cores", "value": 2}, {"key": "memory", "value": "512", "pending": "2048"}, {"key": "vga", "value": "serial0", "delete": 1}]
-    client = FakeClient({VM + "/config": {"digest": "d", "cores": 2}, VM + "/status/current": {"status": "stopped"}, VM + "/pending": pending})
+    pending = [
+        {"key": "cores", "value": 2},
+        {"key": "memory", "value": "512", "pending": "2048"},
+        {"key": "vga", "value": "serial0", "delete": 1},
+    ]
+    client = FakeClient(
+        {
+            VM + "/config": {"digest": "d", "cores": 2},
+            VM + "/status/current": {"status": "stopped"},
+            VM + "/pending": pending,
+        }
+    )
     assert pc.read_config(client, VM)["digest"] == "d"
     assert pc.read_status(client, VM)["status"] == "stopped"
     assert pc.pending_keys(pc.read_pending(client, VM)) == ["memory", "vga"]

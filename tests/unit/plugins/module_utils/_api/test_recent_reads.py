@@ -41,12 +41,20 @@ class Clock:
         return self.now
 
 
-def observed(status: str = "stopped", config: dict[str, t.Any] | None = None) -> tuple[ObservingClient, FakeClient, RecentReads, Clock]:
+def observed(
+    status: str = "stopped", config: dict[str, t.Any] | None = None
+) -> tuple[ObservingClient, FakeClient, RecentReads, Clock]:
     """An observing client over a fake one that answers the VM's config and power state, and every write with null."""
     clock = Clock()
     reads = RecentReads(max_age=5.0, clock=clock)
-    fake = FakeClient({VM + "/config": config or {"digest": "d1", "cores": 2}, VM + "/status/current": {"status": status},
-                       OTHER + "/status/current": {"status": "running"}}, default=None)
+    fake = FakeClient(
+        {
+            VM + "/config": config or {"digest": "d1", "cores": 2},
+            VM + "/status/current": {"status": status},
+            OTHER + "/status/current": {"status": "running"},
+        },
+        default=None,
+    )
     fake.replies = [None] * 20
     return ObservingClient(fake, reads), fake, reads, clock
 
@@ -70,7 +78,11 @@ def test_a_configuration_serves_one_check_until_a_write_or_its_age() -> None:
 def test_a_pending_list_records_the_configuration_in_effect_only() -> None:
     clock = Clock()
     reads = RecentReads(max_age=5.0, clock=clock)
-    listed = [{"key": "digest", "value": "d1"}, {"key": "cores", "value": 2}, {"key": "memory", "value": 1024, "pending": 2048}]
+    listed = [
+        {"key": "digest", "value": "d1"},
+        {"key": "cores", "value": 2},
+        {"key": "memory", "value": 1024, "pending": 2048},
+    ]
     fake = FakeClient({VM + "/pending": listed, OTHER + "/pending": [{"key": "cores", "value": 2}]}, default=None)
     fake.replies = [None] * 5
     client = ObservingClient(fake, reads)
@@ -100,8 +112,10 @@ def test_a_power_state_serves_every_check_within_its_age() -> None:
     assert reads.saved == {"power": 3}
 
 
-@pytest.mark.parametrize("suffix, params", [("/config", {"cores": 4, "digest": "d1"}), ("/resize", {"disk": "scsi0", "size": "20G"}),
-                                            ("/cloudinit", {})])
+@pytest.mark.parametrize(
+    "suffix, params",
+    [("/config", {"cores": 4, "digest": "d1"}), ("/resize", {"disk": "scsi0", "size": "20G"}), ("/cloudinit", {})],
+)
 def test_power_neutral_writes_keep_the_power_state(suffix: str, params: dict[str, t.Any]) -> None:
     client, _fake, reads, _clock = observed()
     client.get(VM + "/status/current")
@@ -112,10 +126,19 @@ def test_power_neutral_writes_keep_the_power_state(suffix: str, params: dict[str
     assert reads.power(VM) == "stopped" and reads.power(OTHER) == "running"
 
 
-@pytest.mark.parametrize("method, suffix, params", [
-    ("POST", "/status/start", {}), ("POST", "/status/stop", {}), ("POST", "/agent/exec", {"command": ["true"]}), ("POST", "/agent/ping", {}),
-    ("POST", "/snapshot", {"snapname": "s1"}), ("POST", "/config", {"cores": 4}), ("PUT", "/firewall/options", {"enable": 1}), ("DELETE", "", {}),
-])
+@pytest.mark.parametrize(
+    "method, suffix, params",
+    [
+        ("POST", "/status/start", {}),
+        ("POST", "/status/stop", {}),
+        ("POST", "/agent/exec", {"command": ["true"]}),
+        ("POST", "/agent/ping", {}),
+        ("POST", "/snapshot", {"snapname": "s1"}),
+        ("POST", "/config", {"cores": 4}),
+        ("PUT", "/firewall/options", {"enable": 1}),
+        ("DELETE", "", {}),
+    ],
+)
 def test_any_other_write_forgets_every_power_state(method: str, suffix: str, params: dict[str, t.Any]) -> None:
     client, _fake, reads, _clock = observed()
     client.get(VM + "/status/current")
@@ -151,29 +174,48 @@ def test_precondition_power_reads_unless_the_stage_trusts_a_recent_one(tmp_path:
 
 
 def test_which_stages_trust_which_observation() -> None:
-    trusts = {kind: (type(logic).trusts_recent_config, type(logic).trusts_recent_power)
-              for kind in ("clone", "resources", "disk", "cloudinit", "seed", "start", "readiness", "packages", "snapshot")
-              for logic in [build_logic(stage_spec(kind, VM_GUEST), {})]}
+    trusts = {
+        kind: (type(logic).trusts_recent_config, type(logic).trusts_recent_power)
+        for kind in ("clone", "resources", "disk", "cloudinit", "seed", "start", "readiness", "packages", "snapshot")
+        for logic in [build_logic(stage_spec(kind, VM_GUEST), {})]
+    }
     assert trusts == {
-        "clone": (False, False),  # reads nothing of the target before its write (nextid, then the config only when taken)
+        "clone": (
+            False,
+            False,
+        ),  # reads nothing of the target before its write (nextid, then the config only when taken)
         # their writes carry the digest; Proxmox does not check the power state for them, so they read it
-        "resources": (True, False), "disk": (True, False), "cloudinit": (True, False),
+        "resources": (True, False),
+        "disk": (True, False),
+        "cloudinit": (True, False),
         # PUT cloudinit and POST status/start carry no digest: configuration, pending list and power state read right before
-        "seed": (False, False), "start": (False, False),
+        "seed": (False, False),
+        "start": (False, False),
         "readiness": (False, True),  # Proxmox refuses guest agent requests on a VM that is not running
-        "packages": (False, False), "snapshot": (False, False),
+        "packages": (False, False),
+        "snapshot": (False, False),
     }
     # rules 7 and 8: only the clone takes the template configuration and "VMID free" (the preflight's)
-    sources = {kind for kind in trusts for logic in [type(build_logic(stage_spec(kind, VM_GUEST), {}))]
-               if logic.trusts_recent_template or logic.trusts_recent_vmid_free}
+    sources = {
+        kind
+        for kind in trusts
+        for logic in [type(build_logic(stage_spec(kind, VM_GUEST), {}))]
+        if logic.trusts_recent_template or logic.trusts_recent_vmid_free
+    }
     assert sources == {"clone"}
 
 
 def nextid_client() -> tuple[ObservingClient, FakeClient, RecentReads, Clock]:
     clock = Clock()
     reads = RecentReads(max_age=5.0, clock=clock)
-    fake = FakeClient({"/cluster/nextid": lambda params: params.get("vmid", 100), TEMPLATE + "/config": {"digest": "t1", "template": 1},
-                       VM + "/status/current": {"status": "stopped"}}, default=None)
+    fake = FakeClient(
+        {
+            "/cluster/nextid": lambda params: params.get("vmid", 100),
+            TEMPLATE + "/config": {"digest": "t1", "template": 1},
+            VM + "/status/current": {"status": "stopped"},
+        },
+        default=None,
+    )
     fake.replies = [None] * 20
     return ObservingClient(fake, reads), fake, reads, clock
 
@@ -238,7 +280,10 @@ def _clone_context(tmp_path: Path, trusted: bool) -> tuple[t.Any, FakeClient, Re
 def test_the_clone_takes_the_template_and_the_free_vmid_only_when_handed_them(tmp_path: Path) -> None:
     ctx, fake, reads = _clone_context(tmp_path / "a", trusted=False)
     CloneStage().preconditions(ctx)  # a stage module (one process per stage): both read
-    assert [(method, path) for method, path, _params in fake.log] == [("GET", TEMPLATE + "/config"), ("GET", "/cluster/nextid")]
+    assert [(method, path) for method, path, _params in fake.log] == [
+        ("GET", TEMPLATE + "/config"),
+        ("GET", "/cluster/nextid"),
+    ]
     ctx, fake, reads = _clone_context(tmp_path / "b", trusted=True)
     CloneStage().preconditions(ctx)
     assert fake.log == [] and reads.saved == {"template": 1, "vmid_free": 1}
@@ -250,12 +295,19 @@ def test_the_runner_hands_the_clone_what_it_trusts(tmp_path: Path) -> None:
     operation_id = new_operation(store)
     reads = RecentReads()
     ctx = StageRunner(store, FakeClient(), CloneStage(), StageSettings(recent_reads=reads))._context(operation_id)  # pylint: disable=W0212
-    assert ctx.recent_template is reads and ctx.recent_vmid is reads and ctx.recent_reads is None and ctx.recent_power is None
+    assert (
+        ctx.recent_template is reads
+        and ctx.recent_vmid is reads
+        and ctx.recent_reads is None
+        and ctx.recent_power is None
+    )
     ctx = StageRunner(store, FakeClient(), StartStage(), StageSettings(recent_reads=reads))._context(operation_id)  # pylint: disable=W0212
     assert ctx.recent_template is None and ctx.recent_vmid is None
 
 
-def _start_ready(tmp_path: Path, recorded: str, actual: str, digest_now: str = "d9") -> tuple[StageRunner, t.Any, FakeClient, RecentReads]:
+def _start_ready(
+    tmp_path: Path, recorded: str, actual: str, digest_now: str = "d9"
+) -> tuple[StageRunner, t.Any, FakeClient, RecentReads]:
     """An operation whose stages before start completed at digest d9, and an observing client that has just read the
     VM's configuration (d9, ours) and power state ``recorded`` (as the seed stage's read-back and an earlier stage did);
     the VM's power state is ``actual`` now, its configuration's digest ``digest_now``."""
@@ -266,14 +318,24 @@ def _start_ready(tmp_path: Path, recorded: str, actual: str, digest_now: str = "
     for item in document["stages"]:
         if item["kind"] == "start":
             break
-        complete(store, operation_id, item["kind"], {"digest": "d9", "seedDigest": "d9", "seedHashes": {}} if item["kind"] == "seed" else {"digest": "d9"})
+        complete(
+            store,
+            operation_id,
+            item["kind"],
+            {"digest": "d9", "seedDigest": "d9", "seedHashes": {}} if item["kind"] == "seed" else {"digest": "d9"},
+        )
     client, fake, reads, _clock = observed(status=recorded, config=config)
     fake.routes[VM + "/pending"] = []
     client.get(VM + "/config")
     client.get(VM + "/status/current")
     fake.routes[VM + "/status/current"] = {"status": actual}
     fake.routes[VM + "/config"] = dict(config, digest=digest_now)
-    runner = StageRunner(store, client, StartStage(), StageSettings(environ={"VMANYWARE_PROVISIONING_ENABLED": "true"}, recent_reads=reads))
+    runner = StageRunner(
+        store,
+        client,
+        StartStage(),
+        StageSettings(environ={"VMANYWARE_PROVISIONING_ENABLED": "true"}, recent_reads=reads),
+    )
     ctx = runner._context(operation_id)  # pylint: disable=protected-access  # the context the runner hands the stage
     fake.log.clear()
     return runner, ctx, fake, reads
@@ -284,7 +346,10 @@ def test_start_reads_configuration_power_and_pending_itself(tmp_path: Path) -> N
     assert ctx.recent_reads is None and ctx.recent_power is None  # the runner hands start no recorded observation
     runner.logic.preconditions(ctx)
     assert [(method, path) for method, path, _params in fake.log] == [
-        ("GET", VM + "/config"), ("GET", VM + "/status/current"), ("GET", VM + "/pending")]
+        ("GET", VM + "/config"),
+        ("GET", VM + "/status/current"),
+        ("GET", VM + "/pending"),
+    ]
     assert reads.saved == {}
 
 
@@ -303,7 +368,10 @@ def test_start_never_takes_a_recorded_power_state(tmp_path: Path) -> None:
     with pytest.raises(StageError) as info:
         runner.logic.preconditions(ctx)
     assert info.value.details["rule"] == "stopped"
-    assert [(method, path) for method, path, _params in fake.log] == [("GET", VM + "/config"), ("GET", VM + "/status/current")]
+    assert [(method, path) for method, path, _params in fake.log] == [
+        ("GET", VM + "/config"),
+        ("GET", VM + "/status/current"),
+    ]
 
 
 def test_a_lost_reply_is_resolved_by_reads_not_by_a_recorded_observation(tmp_path: Path) -> None:

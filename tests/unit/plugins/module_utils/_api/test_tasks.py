@@ -9,7 +9,13 @@ import pytest
 from pve_fake import FakeClient, envelope, in_turn
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError, TaskError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import TaskOutcome, parse_upid, poll_once, sanitize_log_line, wait_task
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import (
+    TaskOutcome,
+    parse_upid,
+    poll_once,
+    sanitize_log_line,
+    wait_task,
+)
 
 UPID = "UPID:pve:0000A1B2:0012D687:6650F00D:qmclone:9000:automation@pve!vmanyware:"
 TASK = "/nodes/pve/tasks/" + UPID
@@ -37,8 +43,14 @@ def task_client(statuses: list[t.Any], log: list[str] | None = None) -> FakeClie
     """Status GETs answered from a script (dicts, or ProviderError codes to raise), the last repeated; log GETs from ``log``."""
     lines = [{"n": i + 1, "t": text} for i, text in enumerate(log or [])]
     answers = [ProviderError(code=item) if isinstance(item, str) else item for item in statuses]
-    return FakeClient({TASK + "/status": in_turn(*answers),
-                       TASK + "/log": lambda params: envelope(lines[params["start"]:params["start"] + params["limit"]], total=len(lines))})
+    return FakeClient(
+        {
+            TASK + "/status": in_turn(*answers),
+            TASK + "/log": lambda params: envelope(
+                lines[params["start"] : params["start"] + params["limit"]], total=len(lines)
+            ),
+        }
+    )
 
 
 RUNNING = {"status": "running", "upid": UPID}
@@ -47,14 +59,32 @@ RUNNING = {"status": "running", "upid": UPID}
 def test_parse_upid() -> None:
     upid = parse_upid(UPID)
     assert (upid.node, upid.pid, upid.pstart, upid.starttime, upid.type, upid.id, upid.user) == (
-        "pve", 0xA1B2, 0x12D687, 0x6650F00D, "qmclone", "9000", "automation@pve!vmanyware")
+        "pve",
+        0xA1B2,
+        0x12D687,
+        0x6650F00D,
+        "qmclone",
+        "9000",
+        "automation@pve!vmanyware",
+    )
     assert parse_upid("UPID:pve:00001234:00000001:00000002:vzdump::root@pam:").id == ""
 
 
-@pytest.mark.parametrize("bad", [
-    None, 42, "", "UPID:pve:1234", UPID[:-1], UPID.replace("UPID", "UPIX"), UPID.replace("0000A1B2", "zzzz"),
-    UPID.replace("automation@pve!vmanyware", "nouser"), UPID + "extra:", "UPID:pve:1:2:3:type:id:user@pam:\n",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        None,
+        42,
+        "",
+        "UPID:pve:1234",
+        UPID[:-1],
+        UPID.replace("UPID", "UPIX"),
+        UPID.replace("0000A1B2", "zzzz"),
+        UPID.replace("automation@pve!vmanyware", "nouser"),
+        UPID + "extra:",
+        "UPID:pve:1:2:3:type:id:user@pam:\n",
+    ],
+)
 def test_parse_upid_malformed(bad: t.Any) -> None:
     with pytest.raises(ProviderError) as info:
         parse_upid(bad)
@@ -79,7 +109,7 @@ def test_interval_caps_at_half_a_second_in_the_first_minute_then_at_one_second()
     client = task_client([RUNNING] * 130 + [{"status": "stopped", "exitstatus": "OK"}])
     wait_task(client, UPID, timeout=600, clock=clock.clock, sleep=clock.sleep, wall=clock.wall)
     first_minute = [s for i, s in enumerate(clock.sleeps) if sum(clock.sleeps[:i]) < 60]
-    later = clock.sleeps[len(first_minute):]
+    later = clock.sleeps[len(first_minute) :]
     assert max(first_minute) == 0.5 and first_minute[-1] == 0.5 and later and set(later) == {1.0}
     assert len(clock.sleeps) == 131 and len(first_minute) == 121
 
@@ -94,7 +124,13 @@ def test_a_task_older_than_a_minute_is_polled_once_a_second_from_the_start_of_a_
 
 def test_wait_warnings() -> None:
     clock = FakeClock()
-    outcome = wait_task(task_client([{"status": "stopped", "exitstatus": "WARNINGS: 2"}]), UPID, timeout=5, clock=clock.clock, sleep=clock.sleep)
+    outcome = wait_task(
+        task_client([{"status": "stopped", "exitstatus": "WARNINGS: 2"}]),
+        UPID,
+        timeout=5,
+        clock=clock.clock,
+        sleep=clock.sleep,
+    )
     assert (outcome.status, outcome.warnings, outcome.succeeded, outcome.error_code) == ("warnings", 2, True, None)
 
 
@@ -160,13 +196,21 @@ def test_provider_text_is_redacted_and_capped_before_any_result() -> None:
     """Issue 31: a task's exit status and log lines pass the one redaction list and the caps (lines, characters)."""
     clock = FakeClock()
     secret = "0b6f1c2e-1111-2222-3333-444455556666"
-    log = ["login with password=hunter2 failed", "Authorization: PVEAPIToken=ci@pve!t=" + secret, "y" * 50 + " ticket=" + "z" * 10_000,
-           "w" * 1_000_000] * 10
+    log = [
+        "login with password=hunter2 failed",
+        "Authorization: PVEAPIToken=ci@pve!t=" + secret,
+        "y" * 50 + " ticket=" + "z" * 10_000,
+        "w" * 1_000_000,
+    ] * 10
     client = task_client([{"status": "stopped", "exitstatus": "command failed: token=" + secret}], log)
     outcome = wait_task(client, UPID, timeout=5, clock=clock.clock, sleep=clock.sleep)
     assert outcome.exitstatus == "command failed: token=<redacted>"
     assert len(outcome.log_tail) == 20 and all(len(line) <= 240 for line in outcome.log_tail)
-    assert outcome.log_tail[-4:-1] == ("login with password=<redacted> failed", "Authorization: <redacted>", "y" * 50 + " ticket=<redacted>")
+    assert outcome.log_tail[-4:-1] == (
+        "login with password=<redacted> failed",
+        "Authorization: <redacted>",
+        "y" * 50 + " ticket=<redacted>",
+    )
     with pytest.raises(TaskError) as info:
         outcome.raise_for_outcome()
     shown = repr(info.value.to_result())

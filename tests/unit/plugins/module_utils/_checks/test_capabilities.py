@@ -12,7 +12,11 @@ import pytest
 from pve_fake import FakeClient
 from pve_stubs import RecordingAdapter
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.capabilities import TEMPLATE_BUILD_NEEDS, capabilities, run_report
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.capabilities import (
+    TEMPLATE_BUILD_NEEDS,
+    capabilities,
+    run_report,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import UNVERIFIED_TLS_WARNING
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
@@ -20,31 +24,56 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors imp
 
 schema_mod = pytest.importorskip("pvesim.schema")
 
-ALL_VM = ["VM.Allocate", "VM.Audit", "VM.Clone", "VM.PowerMgmt", "VM.Snapshot", "VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted",
-          "VM.Monitor", *("VM.Config." + x for x in ("CPU", "Memory", "Disk", "Network", "Options", "Cloudinit", "HWType"))]
+ALL_VM = [
+    "VM.Allocate",
+    "VM.Audit",
+    "VM.Clone",
+    "VM.PowerMgmt",
+    "VM.Snapshot",
+    "VM.GuestAgent.Audit",
+    "VM.GuestAgent.Unrestricted",
+    "VM.Monitor",
+    *("VM.Config." + x for x in ("CPU", "Memory", "Disk", "Network", "Options", "Cloudinit", "HWType")),
+]
 
 
 def stub(answers: dict[str, t.Any]) -> FakeClient:
     """Answers GETs from a dict (an unlisted path: None); a value that is a ProviderError code string ``error:<code>`` raises it."""
-    routes = {path: ProviderError(code=answer[len("error:"):]) if isinstance(answer, str) and answer.startswith("error:") else answer
-              for path, answer in answers.items()}
+    routes = {
+        path: ProviderError(code=answer[len("error:") :])
+        if isinstance(answer, str) and answer.startswith("error:")
+        else answer
+        for path, answer in answers.items()
+    }
     return FakeClient(routes, default=None)
 
 
 def answers(version: str = "9.1.3", permissions: t.Any = None, **extra: t.Any) -> dict[str, t.Any]:
     base: dict[str, t.Any] = {
         "/version": {"version": version, "release": version.rsplit(".", 1)[0]},
-        "/cluster/status": [{"type": "node", "name": "n1", "online": 1, "local": 1}, {"type": "node", "name": "n2", "online": 0}],
+        "/cluster/status": [
+            {"type": "node", "name": "n1", "online": 1, "local": 1},
+            {"type": "node", "name": "n2", "online": 0},
+        ],
         "/nodes": [{"node": "n1", "status": "online"}, {"node": "n2", "status": "offline"}],
-        "/nodes/n1/storage": [{"storage": "lvm", "content": "images,rootdir", "active": 1, "enabled": 1},
-                              {"storage": "nfs", "content": "import,iso,vztmpl,snippets", "active": 1, "shared": 1}],
+        "/nodes/n1/storage": [
+            {"storage": "lvm", "content": "images,rootdir", "active": 1, "enabled": 1},
+            {"storage": "nfs", "content": "import,iso,vztmpl,snippets", "active": 1, "shared": 1},
+        ],
         "/nodes/n1/network": [{"iface": "vmbr0"}],
-        "/cluster/resources": [{"type": "qemu", "vmid": 9000, "node": "n1", "template": 1}, {"type": "qemu", "vmid": 100, "node": "n1"}],
+        "/cluster/resources": [
+            {"type": "qemu", "vmid": 9000, "node": "n1", "template": 1},
+            {"type": "qemu", "vmid": 100, "node": "n1"},
+        ],
         "/cluster/sdn/vnets": [],
-        "/access/permissions": permissions if permissions is not None else {
+        "/access/permissions": permissions
+        if permissions is not None
+        else {
             "/vms": {p: 1 for p in ALL_VM},
             "/storage": {p: 1 for p in ("Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit")},
-            "/sdn/zones/localnetwork": {"SDN.Use": 1}, "/nodes": {"Sys.Audit": 1, "Sys.AccessNetwork": 1}},
+            "/sdn/zones/localnetwork": {"SDN.Use": 1},
+            "/nodes": {"Sys.Audit": 1, "Sys.AccessNetwork": 1},
+        },
     }
     base.update(extra)
     return base
@@ -59,17 +88,30 @@ def test_everything_granted_on_pve9() -> None:
     result = run_report(client)
     found = ops(result)
     assert {name: item["status"] for name, item in found.items()} == {
-        "vm_provisioning": "available", "template_build": "available", "containers": "unavailable", "cleanup": "available"}
+        "vm_provisioning": "available",
+        "template_build": "available",
+        "containers": "unavailable",
+        "cleanup": "available",
+    }
     assert found["template_build"]["placement"] == {"node": "n1", "import": "nfs", "storage": "lvm", "bridge": "vmbr0"}
     assert found["vm_provisioning"]["placement"]["template"] == 9000
     assert [r["kind"] for r in found["containers"]["reasons"]] == ["api"] and found["containers"]["via"] == "ssh"
     assert "/nodes/n2/storage" not in client.paths()  # offline nodes are not read
-    assert result["nodes"][1] == {"node": "n2", "online": False, "local": False, "templates": [], "storages": [], "bridges": [],
-                                  "readable": False}
+    assert result["nodes"][1] == {
+        "node": "n2",
+        "online": False,
+        "local": False,
+        "templates": [],
+        "storages": [],
+        "bridges": [],
+        "readable": False,
+    }
 
 
-@pytest.mark.parametrize(("version", "via", "status"), [("8.3.5", "ssh", "unavailable"), ("8.4.1", "api", "available"),
-                                                        ("9.0.0", "api", "available")])
+@pytest.mark.parametrize(
+    ("version", "via", "status"),
+    [("8.3.5", "ssh", "unavailable"), ("8.4.1", "api", "available"), ("9.0.0", "api", "available")],
+)
 def test_template_build_version_gate(version: str, via: str, status: str) -> None:
     build = ops(run_report(stub(answers(version))))["template_build"]
     assert (build["via"], build["status"]) == (via, status)
@@ -85,14 +127,23 @@ def test_unsupported_major_and_unreadable_permissions() -> None:
 def test_download_privilege_alternative_and_one_entry_per_privilege() -> None:
     perms = answers()["/access/permissions"]
     perms["/nodes"] = {"Sys.Audit": 1}
-    assert any(r.get("privilege") == "Sys.AccessNetwork" for r in ops(run_report(stub(answers(permissions=perms))))["template_build"]["reasons"])
-    perms["/"] = {"Sys.Audit": 0, "Sys.Modify": 0}  # exact entry on / (not propagated): the older alternative of download-url
+    assert any(
+        r.get("privilege") == "Sys.AccessNetwork"
+        for r in ops(run_report(stub(answers(permissions=perms))))["template_build"]["reasons"]
+    )
+    perms["/"] = {
+        "Sys.Audit": 0,
+        "Sys.Modify": 0,
+    }  # exact entry on / (not propagated): the older alternative of download-url
     assert ops(run_report(stub(answers(permissions=perms))))["template_build"]["status"] == "available"
     perms = answers()["/access/permissions"]
     perms["/vms"] = {p: 1 for p in ALL_VM if p != "VM.GuestAgent.Unrestricted"}
     missing = list(ops(run_report(stub(answers(permissions=perms))))["vm_provisioning"]["reasons"])
     assert len(missing) == 1 and missing[0]["path"] == "/vms"
-    assert missing[0]["purpose"] == "readiness: wait for the guest agent and cloud-init; packages: install packages through the guest agent"
+    assert (
+        missing[0]["purpose"]
+        == "readiness: wait for the guest agent and cloud-init; packages: install packages through the guest agent"
+    )
 
 
 def test_no_storage_with_content_or_no_template() -> None:
@@ -110,13 +161,19 @@ def test_auth_failure_is_the_connection_test_failing() -> None:
 
 # -- the Proxmox VE facts the report states, checked against the official 9.1.3 schema ---------------------------
 
+
 def test_download_url_needs_exactly_what_the_table_says() -> None:
     check = schema_mod.Schema.load().paths["/nodes/{node}/storage/{storage}/download-url"]["POST"].permissions["check"]
-    assert check == ["and", ["perm", "/storage/{storage}", ["Datastore.AllocateTemplate"]],
-                     ["or", ["perm", "/", ["Sys.Audit", "Sys.Modify"]], ["perm", "/nodes/{node}", ["Sys.AccessNetwork"]]]]
+    assert check == [
+        "and",
+        ["perm", "/storage/{storage}", ["Datastore.AllocateTemplate"]],
+        ["or", ["perm", "/", ["Sys.Audit", "Sys.Modify"]], ["perm", "/nodes/{node}", ["Sys.AccessNetwork"]]],
+    ]
     download = [need for need in TEMPLATE_BUILD_NEEDS if "download-url" in need.purpose]
     assert [(n.path, n.privilege, n.alternatives) for n in download] == [
-        ("/storage/{import}", "Datastore.AllocateTemplate", ()), ("/nodes/{node}", "Sys.AccessNetwork", (("/", ("Sys.Audit", "Sys.Modify")),))]
+        ("/storage/{import}", "Datastore.AllocateTemplate", ()),
+        ("/nodes/{node}", "Sys.AccessNetwork", (("/", ("Sys.Audit", "Sys.Modify")),)),
+    ]
 
 
 def test_snippets_and_container_exec_are_not_in_the_api() -> None:
@@ -149,25 +206,54 @@ class _ForgingClient(ProxmoxClient):
 def test_unverified_tls_is_refused_before_anything_is_sent() -> None:
     adapter = _adapter()
     built: list[t.Any] = []
-    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False)
+    settings = build_settings(
+        host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False
+    )
     with pytest.raises(ConfigurationError) as info:
         capabilities(settings, client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter))
     assert info.value.code == "tls_unverified" and built == [] and adapter.sent == []
-    password = build_settings(host="pve.example.org", user="root@pam", password="pw-" + SECRET, validate_certs=False,
-                              unverified_tls_read_only=True)
+    password = build_settings(
+        host="pve.example.org",
+        user="root@pam",
+        password="pw-" + SECRET,
+        validate_certs=False,
+        unverified_tls_read_only=True,
+    )
     with pytest.raises(ConfigurationError) as info:
         capabilities(password, client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter))
-    assert info.value.code == "tls_unverified" and info.value.details["rule"] == "password" and built == [] and adapter.sent == []
+    assert (
+        info.value.code == "tls_unverified"
+        and info.value.details["rule"] == "password"
+        and built == []
+        and adapter.sent == []
+    )
 
 
 def test_unverified_read_only_opt_in_reads_with_gets_only_and_marks_the_report() -> None:
     adapter = _adapter()
-    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False,
-                              unverified_tls_read_only=True)
+    settings = build_settings(
+        host="pve.example.org",
+        token_id="automation@pve!vmanyware",
+        token_secret=SECRET,
+        validate_certs=False,
+        unverified_tls_read_only=True,
+    )
     result = capabilities(settings, client_factory=lambda s: _ForgingClient(s, adapter=adapter))
-    assert result["tls_verified"] is False and result["provider_scope_id"] is None and result["warnings"] == [UNVERIFIED_TLS_WARNING]
+    assert (
+        result["tls_verified"] is False
+        and result["provider_scope_id"] is None
+        and result["warnings"] == [UNVERIFIED_TLS_WARNING]
+    )
     assert ops(result)["vm_provisioning"]["status"] == "available"
     assert adapter.sent and {method for method, _path, _params in adapter.sent} == {"GET"}
-    verified = capabilities(build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET,
-                                           fingerprint="ab" * 32), client_factory=lambda s: _ForgingClient(s, adapter=_adapter()))
-    assert verified["tls_verified"] is True and verified["provider_scope_id"] == "pve:" + "0" * 64 and "warnings" not in verified
+    verified = capabilities(
+        build_settings(
+            host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, fingerprint="ab" * 32
+        ),
+        client_factory=lambda s: _ForgingClient(s, adapter=_adapter()),
+    )
+    assert (
+        verified["tls_verified"] is True
+        and verified["provider_scope_id"] == "pve:" + "0" * 64
+        and "warnings" not in verified
+    )

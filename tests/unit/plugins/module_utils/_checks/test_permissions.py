@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.permissions import ENDPOINTS, STAGE_PRIVILEGES, effective_privileges, render_permissions_doc, required_privileges
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.permissions import (
+    ENDPOINTS,
+    STAGE_PRIVILEGES,
+    effective_privileges,
+    render_permissions_doc,
+    required_privileges,
+)
 
 schema_mod = pytest.importorskip("pvesim.schema")
 REPO = Path(__file__).resolve().parents[5]
@@ -19,7 +25,9 @@ VALUES = {"node": "pve", "template": 9000, "target": 201, "storage": "local-lvm"
 
 def _held(stage: str) -> dict[str, set[str]]:
     held: dict[str, set[str]] = {}
-    for row in required_privileges([stage], major=9, **{k if k not in ("template", "target") else f"{k}_vmid": v for k, v in VALUES.items()}):
+    for row in required_privileges(
+        [stage], major=9, **{k if k not in ("template", "target") else f"{k}_vmid": v for k, v in VALUES.items()}
+    ):
         held.setdefault(row.path, set()).add(row.privilege)
     return held
 
@@ -55,7 +63,9 @@ def test_table_satisfies_schema_permissions(use: t.Any) -> None:
         return
     vmid = VALUES["template"] if use.vmid == "template" else VALUES["target"]
     subst = {"vmid": vmid, "newid": VALUES["target"], "node": VALUES["node"], "storage": VALUES["storage"]}
-    assert _satisfied(check, _held(use.stage), subst), f"{use.method} {use.path}: table for {use.stage} does not satisfy {check}"
+    assert _satisfied(check, _held(use.stage), subst), (
+        f"{use.method} {use.path}: table for {use.stage} does not satisfy {check}"
+    )
 
 
 def test_schema_documented_extra_privileges_present() -> None:
@@ -71,15 +81,42 @@ def test_schema_documented_extra_privileges_present() -> None:
 
 def test_every_stage_has_endpoints_and_all_privileges_exist_in_pve() -> None:
     assert {u.stage for u in ENDPOINTS} == set(STAGE_PRIVILEGES)
-    known = {"VM.Audit", "VM.Clone", "VM.Allocate", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Disk", "VM.Config.Cloudinit",
-             "VM.Config.Network", "VM.Config.Options", "VM.PowerMgmt", "VM.Snapshot", "VM.Monitor", "VM.GuestAgent.Audit",
-             "VM.GuestAgent.Unrestricted", "Datastore.Audit", "Datastore.AllocateSpace", "SDN.Use", "Sys.Audit"}
+    known = {
+        "VM.Audit",
+        "VM.Clone",
+        "VM.Allocate",
+        "VM.Config.CPU",
+        "VM.Config.Memory",
+        "VM.Config.Disk",
+        "VM.Config.Cloudinit",
+        "VM.Config.Network",
+        "VM.Config.Options",
+        "VM.PowerMgmt",
+        "VM.Snapshot",
+        "VM.Monitor",
+        "VM.GuestAgent.Audit",
+        "VM.GuestAgent.Unrestricted",
+        "Datastore.Audit",
+        "Datastore.AllocateSpace",
+        "SDN.Use",
+        "Sys.Audit",
+    }
     assert {r.privilege for rows in STAGE_PRIVILEGES.values() for r in rows} <= known
 
 
 def test_version_specific_guest_agent_privileges() -> None:
-    nine = {r.privilege for r in required_privileges(["packages"], major=9, node="n", template_vmid=1, target_vmid=2, storage="s", bridge="b")}
-    eight = {r.privilege for r in required_privileges(["packages"], major=8, node="n", template_vmid=1, target_vmid=2, storage="s", bridge="b")}
+    nine = {
+        r.privilege
+        for r in required_privileges(
+            ["packages"], major=9, node="n", template_vmid=1, target_vmid=2, storage="s", bridge="b"
+        )
+    }
+    eight = {
+        r.privilege
+        for r in required_privileges(
+            ["packages"], major=8, node="n", template_vmid=1, target_vmid=2, storage="s", bridge="b"
+        )
+    }
     assert nine == {"VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"} and eight == {"VM.Monitor"}
 
 
@@ -98,6 +135,10 @@ def test_permissions_doc_is_generated() -> None:
 
 
 def test_generator_check_mode() -> None:
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "gen_permissions_doc.py"), "--check"], capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "gen_permissions_doc.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr

@@ -17,8 +17,15 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings im
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ConfigurationError, InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.permissions import STAGE_PRIVILEGES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import CHECK_CODES, parse_size_bytes, run_preflight
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.driver import PreflightFailed, provisioning_enabled
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import (
+    CHECK_CODES,
+    parse_size_bytes,
+    run_preflight,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.driver import (
+    PreflightFailed,
+    provisioning_enabled,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import poll_once, wait_task
 
 schema_mod = pytest.importorskip("pvesim.schema")
@@ -32,9 +39,21 @@ ALL_PRIVS = sorted({r.privilege for rows in STAGE_PRIVILEGES.values() for r in r
 def healthy_state() -> dict[str, t.Any]:
     return {
         "version": {"version": "9.1.3", "release": "9.1", "repoid": "0123abcd"},
-        "template": {"template": 1, "scsi0": "local-lvm:base-9000-disk-0,size=8G", "ide2": "local-lvm:vm-9000-cloudinit,media=cdrom",
-                     "agent": "enabled=1,fstrim_cloned_disks=1", "digest": "d" * 40},
-        "storage": {"active": 1, "enabled": 1, "content": "images,rootdir", "avail": 100 * 1024 ** 3, "total": 200 * 1024 ** 3, "type": "lvmthin"},
+        "template": {
+            "template": 1,
+            "scsi0": "local-lvm:base-9000-disk-0,size=8G",
+            "ide2": "local-lvm:vm-9000-cloudinit,media=cdrom",
+            "agent": "enabled=1,fstrim_cloned_disks=1",
+            "digest": "d" * 40,
+        },
+        "storage": {
+            "active": 1,
+            "enabled": 1,
+            "content": "images,rootdir",
+            "avail": 100 * 1024**3,
+            "total": 200 * 1024**3,
+            "type": "lvmthin",
+        },
         "bridges": [{"iface": "vmbr0", "type": "bridge", "active": 1}],
         "used_vmids": {9000},
         "privileges": {p: 1 for p in ALL_PRIVS},
@@ -58,7 +77,11 @@ class Datacenter:
             return 200, "OK", {"data": s["template"]}
         if path == f"/nodes/{NODE}/storage/local-lvm/status":
             if s["storage"] is None:
-                return 400, "Parameter verification failed.", {"data": None, "errors": {"storage": "No such storage.\n"}}
+                return (
+                    400,
+                    "Parameter verification failed.",
+                    {"data": None, "errors": {"storage": "No such storage.\n"}},
+                )
             return 200, "OK", {"data": s["storage"]}
         if path == f"/nodes/{NODE}/storage":
             return 200, "OK", {"data": [dict(s["storage"] or {}, storage="local-lvm")] if s["storage"] else []}
@@ -67,7 +90,11 @@ class Datacenter:
         if path == "/cluster/nextid":
             vmid = int(params["vmid"])
             if vmid in s["used_vmids"]:
-                return 400, "Parameter verification failed.", {"data": None, "errors": {"vmid": f"VM {vmid} already exists\n"}}
+                return (
+                    400,
+                    "Parameter verification failed.",
+                    {"data": None, "errors": {"vmid": f"VM {vmid} already exists\n"}},
+                )
             return 200, "OK", {"data": vmid}
         if path == "/access/permissions":
             return 200, "OK", {"data": {params["path"]: dict(s["privileges"])}}
@@ -80,12 +107,25 @@ def planned(**changes: t.Any) -> t.Any:
     return build_plan(catalog=dump(catalog()), definition=dump(doc), target_vmid=201)
 
 
-def run(state: dict[str, t.Any], *, fail_on: str = "never", environ: dict[str, str] | None = None, plan: t.Any = None,
-        fingerprint: str | None = "ab" * 32) -> tuple[dict[str, str], dict[str, t.Any], RecordingAdapter]:
+def run(
+    state: dict[str, t.Any],
+    *,
+    fail_on: str = "never",
+    environ: dict[str, str] | None = None,
+    plan: t.Any = None,
+    fingerprint: str | None = "ab" * 32,
+) -> tuple[dict[str, str], dict[str, t.Any], RecordingAdapter]:
     adapter = RecordingAdapter(Datacenter(state))
-    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, fingerprint=fingerprint)
-    result = run_preflight(plan or planned(), settings, environ=environ or {}, fail_on=fail_on,
-                           client_factory=lambda s: ProxmoxClient(s, adapter=adapter, sleep=lambda x: None))
+    settings = build_settings(
+        host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, fingerprint=fingerprint
+    )
+    result = run_preflight(
+        plan or planned(),
+        settings,
+        environ=environ or {},
+        fail_on=fail_on,
+        client_factory=lambda s: ProxmoxClient(s, adapter=adapter, sleep=lambda x: None),
+    )
     assert_schema_valid(adapter)
     assert SECRET not in json.dumps(result)
     return {c["code"]: c["status"] for c in result["checks"]}, result, adapter
@@ -114,8 +154,13 @@ def test_healthy() -> None:
     assert result["vmid_reserved"] is False and result["creation_enabled"] is False and result["changed"] is False
     assert result["provider_scope_id"].startswith("pve:")
     assert not [key for key in result if key != key.lower()]  # every return key in snake_case
-    assert result["capabilities"] == {"pve_major": 9, "pve_minor": 1, "resize_returns_upid": True, "agent_exec_array": True,
-                                      "guest_agent_privileges": "VM.GuestAgent.*"}
+    assert result["capabilities"] == {
+        "pve_major": 9,
+        "pve_minor": 1,
+        "resize_returns_upid": True,
+        "agent_exec_array": True,
+        "guest_agent_privileges": "VM.GuestAgent.*",
+    }
     assert result["summary"] == {"passed": 14, "failed": 0, "unknown": 4}
     paths = [p["path"] for m, pth, p in adapter.sent if pth == "/access/permissions"]
     assert paths == ["/vms/9000", "/vms/201", "/storage/local-lvm", f"/nodes/{NODE}", "/sdn/zones/localnetwork/vmbr0"]
@@ -127,7 +172,9 @@ def test_pve8_capabilities_and_privileges() -> None:
     state["privileges"] = {p: 1 for p in ALL_PRIVS if not p.startswith("VM.GuestAgent") and p != "VM.Monitor"}
     checks, result = run(state)[:2]
     assert checks["privileges"] == "failed"  # VM.Monitor is needed on PVE 8
-    assert "VM.Monitor on /vms/201 (readiness)" in next(c["message"] for c in result["checks"] if c["code"] == "privileges")
+    assert "VM.Monitor on /vms/201 (readiness)" in next(
+        c["message"] for c in result["checks"] if c["code"] == "privileges"
+    )
     assert result["capabilities"]["guest_agent_privileges"] == "VM.Monitor"
     state["privileges"]["VM.Monitor"] = 1
     assert run(state)[0] == expect({})
@@ -139,32 +186,65 @@ def _mutate(key: str, value: t.Any) -> dict[str, t.Any]:
     return state
 
 
-TEMPLATE_UNKNOWN = {c: "unknown" for c in ("template_is_template", "template_disk", "template_cloudinit_drive", "template_guest_agent")}
+TEMPLATE_UNKNOWN = {
+    c: "unknown" for c in ("template_is_template", "template_disk", "template_cloudinit_drive", "template_guest_agent")
+}
 STORAGE_UNKNOWN = {c: "unknown" for c in ("storage_active", "storage_images", "storage_capacity")}
 
 
-@pytest.mark.parametrize("state,overrides", [
-    (_mutate("version", {"version": "7.4.3", "release": "7.4", "repoid": "0123abcd"}), {"version_supported": "failed"}),
-    (_mutate("version", {"repoid": "0123abcd"}), {"version_supported": "unknown"}),
-    (_mutate("template", None), {"template_exists": "failed", **TEMPLATE_UNKNOWN}),
-    (_mutate("template", {**healthy_state()["template"], "template": 0}), {"template_is_template": "failed"}),
-    (_mutate("template", {**healthy_state()["template"], "scsi0": "local-lvm:base-9000-disk-0,size=10G"}), {"template_disk": "failed"}),
-    (_mutate("template", {**healthy_state()["template"], "scsi0": "local-lvm:base-9000-disk-0"}), {"template_disk": "unknown"}),
-    (_mutate("template", {k: v for k, v in healthy_state()["template"].items() if k != "scsi0"}), {"template_disk": "failed"}),
-    (_mutate("template", {k: v for k, v in healthy_state()["template"].items() if k != "ide2"}), {"template_cloudinit_drive": "failed"}),
-    (_mutate("template", {**healthy_state()["template"], "agent": "0"}), {"template_guest_agent": "failed"}),
-    (_mutate("template", {**healthy_state()["template"], "agent": "1"}), {}),
-    (_mutate("template", {k: v for k, v in healthy_state()["template"].items() if k != "agent"}), {"template_guest_agent": "failed"}),
-    (_mutate("storage", None), {"storage_exists": "failed", **STORAGE_UNKNOWN}),
-    (_mutate("storage", {**healthy_state()["storage"], "active": 0}), {"storage_active": "failed", "storage_capacity": "unknown"}),
-    (_mutate("storage", {**healthy_state()["storage"], "enabled": 0}), {"storage_active": "failed", "storage_capacity": "unknown"}),
-    (_mutate("storage", {**healthy_state()["storage"], "content": "iso,vztmpl"}), {"storage_images": "failed"}),
-    (_mutate("storage", {**healthy_state()["storage"], "avail": 19 * 1024 ** 3}), {"storage_capacity": "failed"}),
-    (_mutate("storage", {"type": "lvmthin"}), {"storage_active": "unknown", "storage_images": "unknown", "storage_capacity": "unknown"}),
-    (_mutate("bridges", [{"iface": "vmbr1", "type": "bridge"}]), {"bridge_exists": "failed"}),
-    (_mutate("used_vmids", {9000, 201}), {"vmid_free": "failed"}),
-    (_mutate("privileges", {p: 1 for p in ALL_PRIVS if p != "SDN.Use"}), {"privileges": "failed"}),
-], ids=lambda v: json.dumps(v)[:60] if isinstance(v, dict) and "version" not in v else None)
+@pytest.mark.parametrize(
+    "state,overrides",
+    [
+        (
+            _mutate("version", {"version": "7.4.3", "release": "7.4", "repoid": "0123abcd"}),
+            {"version_supported": "failed"},
+        ),
+        (_mutate("version", {"repoid": "0123abcd"}), {"version_supported": "unknown"}),
+        (_mutate("template", None), {"template_exists": "failed", **TEMPLATE_UNKNOWN}),
+        (_mutate("template", {**healthy_state()["template"], "template": 0}), {"template_is_template": "failed"}),
+        (
+            _mutate("template", {**healthy_state()["template"], "scsi0": "local-lvm:base-9000-disk-0,size=10G"}),
+            {"template_disk": "failed"},
+        ),
+        (
+            _mutate("template", {**healthy_state()["template"], "scsi0": "local-lvm:base-9000-disk-0"}),
+            {"template_disk": "unknown"},
+        ),
+        (
+            _mutate("template", {k: v for k, v in healthy_state()["template"].items() if k != "scsi0"}),
+            {"template_disk": "failed"},
+        ),
+        (
+            _mutate("template", {k: v for k, v in healthy_state()["template"].items() if k != "ide2"}),
+            {"template_cloudinit_drive": "failed"},
+        ),
+        (_mutate("template", {**healthy_state()["template"], "agent": "0"}), {"template_guest_agent": "failed"}),
+        (_mutate("template", {**healthy_state()["template"], "agent": "1"}), {}),
+        (
+            _mutate("template", {k: v for k, v in healthy_state()["template"].items() if k != "agent"}),
+            {"template_guest_agent": "failed"},
+        ),
+        (_mutate("storage", None), {"storage_exists": "failed", **STORAGE_UNKNOWN}),
+        (
+            _mutate("storage", {**healthy_state()["storage"], "active": 0}),
+            {"storage_active": "failed", "storage_capacity": "unknown"},
+        ),
+        (
+            _mutate("storage", {**healthy_state()["storage"], "enabled": 0}),
+            {"storage_active": "failed", "storage_capacity": "unknown"},
+        ),
+        (_mutate("storage", {**healthy_state()["storage"], "content": "iso,vztmpl"}), {"storage_images": "failed"}),
+        (_mutate("storage", {**healthy_state()["storage"], "avail": 19 * 1024**3}), {"storage_capacity": "failed"}),
+        (
+            _mutate("storage", {"type": "lvmthin"}),
+            {"storage_active": "unknown", "storage_images": "unknown", "storage_capacity": "unknown"},
+        ),
+        (_mutate("bridges", [{"iface": "vmbr1", "type": "bridge"}]), {"bridge_exists": "failed"}),
+        (_mutate("used_vmids", {9000, 201}), {"vmid_free": "failed"}),
+        (_mutate("privileges", {p: 1 for p in ALL_PRIVS if p != "SDN.Use"}), {"privileges": "failed"}),
+    ],
+    ids=lambda v: json.dumps(v)[:60] if isinstance(v, dict) and "version" not in v else None,
+)
 def test_failed_and_unknown_conditions(state: dict[str, t.Any], overrides: dict[str, str]) -> None:
     checks = run(state)[0]
     assert checks == expect(overrides)
@@ -199,7 +279,11 @@ def test_endpoint_errors_are_unknown(status: int, reason: str, code_status: str)
 def test_disabled_storage_without_status_falls_back_to_list() -> None:
     state = healthy_state()
     state["storage"] = {**state["storage"], "enabled": 0, "active": 0, "avail": 0}
-    state["errors"][("GET", f"/nodes/{NODE}/storage/local-lvm/status")] = (500, "storage 'local-lvm' is disabled", {"data": None})
+    state["errors"][("GET", f"/nodes/{NODE}/storage/local-lvm/status")] = (
+        500,
+        "storage 'local-lvm' is disabled",
+        {"data": None},
+    )
     checks = run(state)[0]
     assert checks == expect({"storage_active": "failed", "storage_capacity": "unknown"})
     state["storage"] = None  # not in the (permission-filtered) list either: unknown, never failed
@@ -210,17 +294,23 @@ def test_disabled_storage_without_status_falls_back_to_list() -> None:
 
 def test_privileges_message_names_path_privilege_and_stage() -> None:
     state = healthy_state()
-    state["privileges"] = {p: 1 for p in ALL_PRIVS if p not in ("VM.Allocate", "VM.Snapshot", "Datastore.AllocateSpace")}
+    state["privileges"] = {
+        p: 1 for p in ALL_PRIVS if p not in ("VM.Allocate", "VM.Snapshot", "Datastore.AllocateSpace")
+    }
     result = run(state)[1]
     message = next(c["message"] for c in result["checks"] if c["code"] == "privileges")
     assert "VM.Allocate on /vms/201 (clone)" in message
     assert "Datastore.AllocateSpace on /storage/local-lvm (clone)" in message
     assert "VM.Snapshot" not in message  # no snapshot requested: not required
     with_snapshot = run(state, plan=planned(snapshotAfterProvisioning=True))[1]
-    assert "VM.Snapshot on /vms/201 (snapshot)" in next(c["message"] for c in with_snapshot["checks"] if c["code"] == "privileges")
+    assert "VM.Snapshot on /vms/201 (snapshot)" in next(
+        c["message"] for c in with_snapshot["checks"] if c["code"] == "privileges"
+    )
 
 
-@pytest.mark.parametrize("status,reason,api", [(401, "invalid token value!", "failed"), (500, "Internal Server Error", "unknown")])
+@pytest.mark.parametrize(
+    "status,reason,api", [(401, "invalid token value!", "failed"), (500, "Internal Server Error", "unknown")]
+)
 def test_version_errors_make_everything_unknown(status: int, reason: str, api: str) -> None:
     state = healthy_state()
     state["errors"][("GET", "/version")] = (status, reason, {"data": None})
@@ -269,21 +359,34 @@ def test_creation_enabled_says_what_it_means() -> None:
     snapshot = planned(snapshotAfterProvisioning=True)
     result = run(healthy_state(), environ=ON, plan=snapshot)[1]
     assert result["creation_enabled"] is False and result["creation_blockers"] == ["snapshot_disabled"]
-    assert run(healthy_state(), environ=dict(ON, VMANYWARE_SNAPSHOTS_ENABLED="true"), plan=snapshot)[1]["creation_enabled"] is True
+    assert (
+        run(healthy_state(), environ=dict(ON, VMANYWARE_SNAPSHOTS_ENABLED="true"), plan=snapshot)[1]["creation_enabled"]
+        is True
+    )
     unattested = planned(image="ubuntu-24.04")
     result = run(healthy_state(), environ=ON, plan=unattested)[1]
     assert result["creation_enabled"] is False and result["creation_blockers"] == ["attestation_required"]
-    assert run(healthy_state(), environ={}, plan=unattested)[1]["creation_blockers"] == ["provisioning_disabled", "attestation_required"]
+    assert run(healthy_state(), environ={}, plan=unattested)[1]["creation_blockers"] == [
+        "provisioning_disabled",
+        "attestation_required",
+    ]
 
 
 def test_unverified_tls_is_refused_before_anything_is_sent() -> None:
     """validate_certs false, no pin, no opt-in: tls_unverified before a client exists; the token never leaves."""
     adapter = RecordingAdapter(Datacenter(healthy_state()))
     built: list[t.Any] = []
-    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False)
+    settings = build_settings(
+        host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False
+    )
     with pytest.raises(ConfigurationError) as info:
-        run_preflight(planned(), settings, environ=ON, fail_on="never",
-                      client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter))
+        run_preflight(
+            planned(),
+            settings,
+            environ=ON,
+            fail_on="never",
+            client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter),
+        )
     assert info.value.code == "tls_unverified" and info.value.details == {"rule": "verified_tls_required"}
     assert built == [] and adapter.sent == []
 
@@ -298,25 +401,47 @@ class _ForgingClient(ProxmoxClient):
 
 def test_unverified_read_only_opt_in_reads_with_gets_and_marks_the_result() -> None:
     adapter = RecordingAdapter(Datacenter(healthy_state()))
-    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False,
-                              unverified_tls_read_only=True)
-    result = run_preflight(planned(), settings, environ=ON, fail_on="never", client_factory=lambda s: _ForgingClient(s, adapter=adapter))
+    settings = build_settings(
+        host="pve.example.org",
+        token_id="automation@pve!vmanyware",
+        token_secret=SECRET,
+        validate_certs=False,
+        unverified_tls_read_only=True,
+    )
+    result = run_preflight(
+        planned(), settings, environ=ON, fail_on="never", client_factory=lambda s: _ForgingClient(s, adapter=adapter)
+    )
     reachable = result["checks"][0]
     assert reachable["code"] == "api_reachable" and reachable["status"] == "passed"
     assert "UNVERIFIED" in reachable["message"] and "verified TLS" not in reachable["message"]
-    assert result["tls_verified"] is False and result["creation_enabled"] is False and result["creation_blockers"] == ["tls_unverified"]
+    assert (
+        result["tls_verified"] is False
+        and result["creation_enabled"] is False
+        and result["creation_blockers"] == ["tls_unverified"]
+    )
     assert result["provider_scope_id"] is None and result["warnings"] == [UNVERIFIED_TLS_WARNING]
     assert adapter.sent and {method for method, _path, _params in adapter.sent} == {"GET"}
     verified = run(healthy_state(), environ=ON)[1]
-    assert verified["tls_verified"] is True and "verified TLS" in verified["checks"][0]["message"] and "warnings" not in verified
+    assert (
+        verified["tls_verified"] is True
+        and "verified TLS" in verified["checks"][0]["message"]
+        and "warnings" not in verified
+    )
 
 
 def test_unverified_read_only_opt_in_never_sends_a_password() -> None:
     adapter = RecordingAdapter(Datacenter(healthy_state()))
-    settings = build_settings(host="pve.example.org", user="root@pam", password="pw-" + SECRET, validate_certs=False,
-                              unverified_tls_read_only=True)
+    settings = build_settings(
+        host="pve.example.org",
+        user="root@pam",
+        password="pw-" + SECRET,
+        validate_certs=False,
+        unverified_tls_read_only=True,
+    )
     with pytest.raises(ConfigurationError) as info:
-        run_preflight(planned(), settings, environ=ON, fail_on="never", client_factory=lambda s: ProxmoxClient(s, adapter=adapter))
+        run_preflight(
+            planned(), settings, environ=ON, fail_on="never", client_factory=lambda s: ProxmoxClient(s, adapter=adapter)
+        )
     assert info.value.code == "tls_unverified" and info.value.details == {"rule": "password"} and adapter.sent == []
 
 
@@ -325,16 +450,20 @@ def test_creation_gate_invalid_before_network(value: str) -> None:
     adapter = RecordingAdapter(Datacenter(healthy_state()))
     settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET)
     with pytest.raises(ConfigurationError) as info:
-        run_preflight(planned(), settings, environ={"VMANYWARE_PROVISIONING_ENABLED": value},
-                      client_factory=lambda s: ProxmoxClient(s, adapter=adapter))
+        run_preflight(
+            planned(),
+            settings,
+            environ={"VMANYWARE_PROVISIONING_ENABLED": value},
+            client_factory=lambda s: ProxmoxClient(s, adapter=adapter),
+        )
     assert info.value.code == "configuration_error"
     assert adapter.sent == []
 
 
 def test_parse_size() -> None:
-    assert parse_size_bytes("8G") == 8 * 1024 ** 3
-    assert parse_size_bytes("512M") == 512 * 1024 ** 2
-    assert parse_size_bytes("1.5T") == int(1.5 * 1024 ** 4)
+    assert parse_size_bytes("8G") == 8 * 1024**3
+    assert parse_size_bytes("512M") == 512 * 1024**2
+    assert parse_size_bytes("1.5T") == int(1.5 * 1024**4)
     assert parse_size_bytes("4096") == 4096
     assert parse_size_bytes("8 GiB") is None
 
@@ -351,7 +480,9 @@ def test_task_requests_are_schema_valid() -> None:
     adapter = RecordingAdapter(responder)
     client = ProxmoxClient(build_settings(host="pve", token_id="a@pve!tk", token_secret=SECRET), adapter=adapter)
     clock = [0.0]
-    outcome = wait_task(client, upid, timeout=30, clock=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s))
+    outcome = wait_task(
+        client, upid, timeout=30, clock=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s)
+    )
     assert outcome.status == "failed" and outcome.log_tail == ("TASK ERROR: clone failed",)
     assert poll_once(client, upid).status == "ok"
     assert [p for _m, p, _params in adapter.sent][0] == f"/nodes/pve-test/tasks/{upid}/status"
@@ -386,9 +517,21 @@ def test_refused_connection_is_reported_as_refused() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
-    settings = build_settings(host="127.0.0.1", port=port, token_id="automation@pve!vmanyware", token_secret=SECRET,
-                              fingerprint="ab" * 32, timeout=2)
-    result = run_preflight(planned(), settings, environ={}, fail_on="never", client_factory=lambda s: ProxmoxClient(s, sleep=lambda x: None))
+    settings = build_settings(
+        host="127.0.0.1",
+        port=port,
+        token_id="automation@pve!vmanyware",
+        token_secret=SECRET,
+        fingerprint="ab" * 32,
+        timeout=2,
+    )
+    result = run_preflight(
+        planned(),
+        settings,
+        environ={},
+        fail_on="never",
+        client_factory=lambda s: ProxmoxClient(s, sleep=lambda x: None),
+    )
     api = next(c for c in result["checks"] if c["code"] == "api_reachable")
     assert api["status"] == "failed" and "refused" in api["message"] and "timed out" not in api["message"]
     assert "within the timeout" not in api["message"]

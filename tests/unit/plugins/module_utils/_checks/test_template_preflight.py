@@ -17,10 +17,16 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client impo
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import UNVERIFIED_TLS_WARNING
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ConfigurationError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import UNDECIDABLE as PREFLIGHT_UNDECIDABLE
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import (
+    UNDECIDABLE as PREFLIGHT_UNDECIDABLE,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.driver import PreflightFailed
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import build_template_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.template import CHECK_CODES, UNDECIDABLE, run_template_preflight
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.template import (
+    CHECK_CODES,
+    UNDECIDABLE,
+    run_template_preflight,
+)
 
 schema_mod = pytest.importorskip("pvesim.schema")
 
@@ -33,8 +39,14 @@ def healthy_state() -> dict[str, t.Any]:
     return {
         "version": {"version": "8.4.1", "release": "8.4", "repoid": "0123abcd"},
         "storages": {
-            "local": {"active": 1, "enabled": 1, "content": "iso,vztmpl,import", "avail": 50 * 1024 ** 3, "type": "dir"},
-            "local-lvm": {"active": 1, "enabled": 1, "content": "images,rootdir", "avail": 100 * 1024 ** 3, "type": "lvmthin"},
+            "local": {"active": 1, "enabled": 1, "content": "iso,vztmpl,import", "avail": 50 * 1024**3, "type": "dir"},
+            "local-lvm": {
+                "active": 1,
+                "enabled": 1,
+                "content": "images,rootdir",
+                "avail": 100 * 1024**3,
+                "type": "lvmthin",
+            },
         },
         "bridges": [{"iface": "vmbr0", "type": "bridge", "active": 1}],
         "used_vmids": set(),
@@ -52,28 +64,45 @@ class Datacenter:
             return 200, "OK", {"data": s["version"]}
         prefix = f"/nodes/{NODE}/storage/"
         if path.startswith(prefix) and path.endswith("/status"):
-            name = path[len(prefix):-len("/status")]
+            name = path[len(prefix) : -len("/status")]
             if name not in s["storages"]:
-                return 400, "Parameter verification failed.", {"data": None, "errors": {"storage": "No such storage.\n"}}
+                return (
+                    400,
+                    "Parameter verification failed.",
+                    {"data": None, "errors": {"storage": "No such storage.\n"}},
+                )
             return 200, "OK", {"data": s["storages"][name]}
         if path == f"/nodes/{NODE}/network":
             return 200, "OK", {"data": s["bridges"]}
         if path == "/cluster/nextid":
             vmid = int(params["vmid"])
             if vmid in s["used_vmids"]:
-                return 400, "Parameter verification failed.", {"data": None, "errors": {"vmid": f"VM {vmid} already exists\n"}}
+                return (
+                    400,
+                    "Parameter verification failed.",
+                    {"data": None, "errors": {"vmid": f"VM {vmid} already exists\n"}},
+                )
             return 200, "OK", {"data": vmid}
         if path == "/access/permissions":
             return 200, "OK", {"data": {params["path"]: dict(s["privileges"])}}
         return 501, "Method not implemented", {"data": None}
 
 
-def run(state: dict[str, t.Any], *, fail_on: str = "never", **changes: t.Any) -> tuple[dict[str, str], dict[str, t.Any]]:
+def run(
+    state: dict[str, t.Any], *, fail_on: str = "never", **changes: t.Any
+) -> tuple[dict[str, str], dict[str, t.Any]]:
     adapter = RecordingAdapter(Datacenter(state))
-    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, fingerprint="ab" * 32)
+    settings = build_settings(
+        host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, fingerprint="ab" * 32
+    )
     planned = build_template_plan(text=yaml.safe_dump(minimal(**changes)))
-    result = run_template_preflight(planned, settings, environ={}, fail_on=fail_on,
-                                    client_factory=lambda s: ProxmoxClient(s, adapter=adapter, sleep=lambda x: None))
+    result = run_template_preflight(
+        planned,
+        settings,
+        environ={},
+        fail_on=fail_on,
+        client_factory=lambda s: ProxmoxClient(s, adapter=adapter, sleep=lambda x: None),
+    )
     schema = schema_mod.Schema.load()
     for method, path, params in adapter.sent:
         assert method == "GET", (method, path)
@@ -112,7 +141,9 @@ def test_import_storage_without_import_content_and_missing_storage() -> None:
     assert run(state)[0] == expect(import_storage_content="failed")
     state = healthy_state()
     del state["storages"]["local"]
-    assert run(state)[0] == expect(import_storage_exists="failed", import_storage_active="unknown", import_storage_content="unknown")
+    assert run(state)[0] == expect(
+        import_storage_exists="failed", import_storage_active="unknown", import_storage_content="unknown"
+    )
     state = healthy_state()
     state["storages"]["local-lvm"]["active"] = 0
     assert run(state)[0] == expect(storage_active="failed")
@@ -142,15 +173,23 @@ def test_vm_preflight_reports_the_template_stamp_but_stays_unknown() -> None:
     import test_preflight as vm  # the VM preflight's scripted datacenter
 
     state = vm.healthy_state()
-    stamp = "vmanyware operation op-%s\nvmanyware template\nimage debian-13\ntemplateVersion debian-13-cloud-20261016\nbuildOperation op-%s" % (
-        "a" * 26, "b" * 26)
+    stamp = (
+        "vmanyware operation op-%s\nvmanyware template\nimage debian-13\ntemplateVersion debian-13-cloud-20261016\nbuildOperation op-%s"
+        % ("a" * 26, "b" * 26)
+    )
     state["template"]["description"] = stamp
     checks, result = vm.run(state)[:2]
     revision = next(c for c in result["checks"] if c["code"] == "template_revision")
     assert revision["status"] == "unknown" and checks["template_revision"] == "unknown"
-    assert "templateVersion debian-13-cloud-20261016, built by operation op-%s; it equals the catalog's" % ("b" * 26) in revision["message"]
+    assert (
+        "templateVersion debian-13-cloud-20261016, built by operation op-%s; it equals the catalog's" % ("b" * 26)
+        in revision["message"]
+    )
     state["template"]["description"] = stamp.replace("debian-13-cloud-20261016", "other")
-    assert "it differs from the catalog's" in next(c for c in vm.run(state)[1]["checks"] if c["code"] == "template_revision")["message"]
+    assert (
+        "it differs from the catalog's"
+        in next(c for c in vm.run(state)[1]["checks"] if c["code"] == "template_revision")["message"]
+    )
     # A stamp field without its exact form is not shown at all (descriptions are free text).
     state["template"]["description"] = stamp.replace("debian-13-cloud-20261016", "PLANTED secret text")
     message = next(c for c in vm.run(state)[1]["checks"] if c["code"] == "template_revision")["message"]
@@ -163,21 +202,42 @@ def test_vm_preflight_reports_the_template_stamp_but_stays_unknown() -> None:
 def test_unverified_tls_is_refused_before_anything_is_sent() -> None:
     adapter = RecordingAdapter(Datacenter(healthy_state()))
     built: list[t.Any] = []
-    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False)
+    settings = build_settings(
+        host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False
+    )
     planned = build_template_plan(text=yaml.safe_dump(minimal()))
     with pytest.raises(ConfigurationError) as info:
-        run_template_preflight(planned, settings, environ={}, fail_on="never",
-                               client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter))
+        run_template_preflight(
+            planned,
+            settings,
+            environ={},
+            fail_on="never",
+            client_factory=lambda s: built.append(s) or ProxmoxClient(s, adapter=adapter),
+        )
     assert info.value.code == "tls_unverified" and built == [] and adapter.sent == []
 
 
 def test_unverified_read_only_opt_in_reads_with_gets_only_and_marks_the_result() -> None:
     adapter = RecordingAdapter(Datacenter(healthy_state()))
-    settings = build_settings(host="pve.example.org", token_id="automation@pve!vmanyware", token_secret=SECRET, validate_certs=False,
-                              unverified_tls_read_only=True)
+    settings = build_settings(
+        host="pve.example.org",
+        token_id="automation@pve!vmanyware",
+        token_secret=SECRET,
+        validate_certs=False,
+        unverified_tls_read_only=True,
+    )
     planned = build_template_plan(text=yaml.safe_dump(minimal()))
-    result = run_template_preflight(planned, settings, environ={"VMANYWARE_PROVISIONING_ENABLED": "true"}, fail_on="never",
-                                    client_factory=lambda s: ProxmoxClient(s, adapter=adapter, sleep=lambda x: None))
-    assert result["tls_verified"] is False and result["provider_scope_id"] is None and result["warnings"] == [UNVERIFIED_TLS_WARNING]
+    result = run_template_preflight(
+        planned,
+        settings,
+        environ={"VMANYWARE_PROVISIONING_ENABLED": "true"},
+        fail_on="never",
+        client_factory=lambda s: ProxmoxClient(s, adapter=adapter, sleep=lambda x: None),
+    )
+    assert (
+        result["tls_verified"] is False
+        and result["provider_scope_id"] is None
+        and result["warnings"] == [UNVERIFIED_TLS_WARNING]
+    )
     assert result["creation_blockers"] == ["tls_unverified"] and result["creation_enabled"] is False
     assert adapter.sent and {method for method, _path, _params in adapter.sent} == {"GET"}

@@ -19,7 +19,16 @@ from pve_fake import FakeClient
 from test_runner import UPID, CloneLike, FakeTime, scripted, sent, store, operation_id  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core import cancel as _cancel
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.cancel import CONTROLLER_GONE, ENV_CONTROLLER, RUN_CANCELLED, Cancellation, RunCancelled, cancellable_sleep, parse_identities, process_start
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.cancel import (
+    CONTROLLER_GONE,
+    ENV_CONTROLLER,
+    RUN_CANCELLED,
+    Cancellation,
+    RunCancelled,
+    cancellable_sleep,
+    parse_identities,
+    process_start,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ERROR_CODES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
@@ -40,7 +49,7 @@ def test_codes_are_registered() -> None:
 
 def test_the_start_time_of_this_process_is_read_and_a_missing_pid_is_gone() -> None:
     assert isinstance(process_start(os.getpid()), int)
-    assert process_start(2 ** 22 + 12345) is None
+    assert process_start(2**22 + 12345) is None
 
 
 def test_a_reused_pid_a_zombie_and_an_odd_command_name(tmp_path: Path) -> None:
@@ -72,20 +81,25 @@ def test_controller_environment_names_the_parent_and_this_process() -> None:
 
 def test_a_real_dead_parent_is_seen(tmp_path: Path) -> None:
     """A child watching its parent (the controller) by the environment the action plugin gives it: the parent is killed."""
-    script = ("import os,sys,time\n"
-              "from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.cancel import Cancellation, controller_environment\n"
-              "watch = Cancellation.from_environment(controller_environment())\n"
-              "print(watch(), flush=True)\n"
-              "sys.stdin.readline()\n"
-              "for _ in range(100):\n"
-              "    if watch():\n"
-              "        break\n"
-              "    time.sleep(0.05)\n"
-              "print(watch(), flush=True)\n")
+    script = (
+        "import os,sys,time\n"
+        "from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.cancel import Cancellation, controller_environment\n"
+        "watch = Cancellation.from_environment(controller_environment())\n"
+        "print(watch(), flush=True)\n"
+        "sys.stdin.readline()\n"
+        "for _ in range(100):\n"
+        "    if watch():\n"
+        "        break\n"
+        "    time.sleep(0.05)\n"
+        "print(watch(), flush=True)\n"
+    )
     out = tmp_path / "out"
     # a parent shell that starts the watcher and is then killed while its child lives on
-    parent = subprocess.Popen(["/bin/sh", "-c", "%s -c \"$0\" > %s; :" % (sys.executable, out), script],
-                              stdin=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    parent = subprocess.Popen(
+        ["/bin/sh", "-c", '%s -c "$0" > %s; :' % (sys.executable, out), script],
+        stdin=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
     try:
         for _attempt in range(200):
             if out.exists() and out.read_text():
@@ -152,23 +166,31 @@ def test_the_sleep_is_cut_into_slices_and_raises_between_them() -> None:
 
 def _runner(store: JournalStore, client: FakeClient, check: t.Callable[[], str | None]) -> StageRunner:
     fake = FakeTime()
-    return StageRunner(store, client, CloneLike(), StageSettings(sleep=fake.sleep, clock=fake.clock, environ=ON, cancel_check=check))
+    return StageRunner(
+        store, client, CloneLike(), StageSettings(sleep=fake.sleep, clock=fake.clock, environ=ON, cancel_check=check)
+    )
 
 
-def test_a_gone_controller_stops_the_stage_before_its_dispatch_is_recorded(store: JournalStore, operation_id: str) -> None:  # noqa: F811
+def test_a_gone_controller_stops_the_stage_before_its_dispatch_is_recorded(
+    store: JournalStore, operation_id: str
+) -> None:  # noqa: F811
     client = scripted([UPID])
     with pytest.raises(RunCancelled) as caught:
         _runner(store, client, lambda: CONTROLLER_GONE).run(operation_id)
     assert caught.value.code == CONTROLLER_GONE
     record = store.stage(store.load(operation_id), "clone")
     assert sent(client) == [] and record["status"] == "pending" and not record["submissionStarted"]
-    assert record["evidence"]["cancelled"]["code"] == CONTROLLER_GONE and record["evidence"]["cancelled"]["at"].endswith("Z")
+    assert record["evidence"]["cancelled"]["code"] == CONTROLLER_GONE and record["evidence"]["cancelled"][
+        "at"
+    ].endswith("Z")
     # a re-run with its controller alive dispatches once
     result = _runner(store, client, lambda: None).run(operation_id)
     assert result["done"] and sent(client) == [("POST", "/nodes/pve-test/qemu/9000/clone")]
 
 
-def test_the_run_is_never_stopped_between_the_dispatch_record_and_its_send(store: JournalStore, operation_id: str) -> None:  # noqa: F811
+def test_the_run_is_never_stopped_between_the_dispatch_record_and_its_send(
+    store: JournalStore, operation_id: str
+) -> None:  # noqa: F811
     """The check passes up to the record; from the record on the controller is gone: the request is still sent (the one
     already dispatched) and the run stops at the next pause, while it follows the task by reads."""
     state = {"gone": False}
@@ -185,7 +207,11 @@ def test_the_run_is_never_stopped_between_the_dispatch_record_and_its_send(store
         _runner(store, client, lambda: CONTROLLER_GONE if state["gone"] else None).run(operation_id)
     record = store.stage(store.load(operation_id), "clone")
     assert sent(client) == [("POST", "/nodes/pve-test/qemu/9000/clone")]
-    assert record["status"] == "submitted" and record["upid"] == UPID and record["evidence"]["cancelled"]["code"] == CONTROLLER_GONE
+    assert (
+        record["status"] == "submitted"
+        and record["upid"] == UPID
+        and record["evidence"]["cancelled"]["code"] == CONTROLLER_GONE
+    )
     # the re-run follows the recorded task by reads only
     store.record_dispatch = original  # type: ignore[method-assign]
     result = _runner(store, client, lambda: None).run(operation_id)

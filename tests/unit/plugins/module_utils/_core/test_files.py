@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core import files as _files
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.files import LocalFileError, atomic_write_json, create_json_exclusive, read_json_strict, remove_file_durable
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.files import (
+    LocalFileError,
+    atomic_write_json,
+    create_json_exclusive,
+    read_json_strict,
+    remove_file_durable,
+)
 
 
 def _mode(path: Path) -> int:
@@ -57,8 +63,9 @@ def test_atomic_write_serialization_error_creates_nothing(tmp_path: Path) -> Non
     assert os.listdir(tmp_path) == []
 
 
-def test_atomic_write_interrupted_at_the_rename_keeps_previous_file_and_removes_temp(tmp_path: Path,
-                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_atomic_write_interrupted_at_the_rename_keeps_previous_file_and_removes_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = tmp_path / "doc.json"
     atomic_write_json(str(target), {"v": 1})
 

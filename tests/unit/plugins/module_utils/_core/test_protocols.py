@@ -43,7 +43,9 @@ def test_the_check_mode_store_reads_the_preview_and_refuses_every_write(document
     for name in writes:
         with pytest.raises(VmanywareError) as info:
             member = getattr(preview, name)  # journal_dir is a property: reading it is the refusal
-            arity = len([p for p in inspect.signature(member).parameters.values() if p.default is inspect.Parameter.empty])
+            arity = len(
+                [p for p in inspect.signature(member).parameters.values() if p.default is inspect.Parameter.empty]
+            )
             member(*[document["operationId"], "clone", {}, "x"][:arity])
         assert info.value.code == "internal_error", name
     assert preview.load(document["operationId"]) == document
@@ -63,16 +65,26 @@ def test_a_context_without_a_runner_neither_waits_nor_runs_guest_commands(docume
 
 
 def test_the_fake_client_implements_every_member_of_the_client_protocol() -> None:
-    client = FakeClient({VM + "/status/current": in_turn({"status": "stopped"}, {"status": "running"}),
-                         "POST " + VM + "/status/start": "UPID:pve-test:00000001:00000002:65000000:qmstart:201:vmanyware@pve!full:"},
-                        provider_scope_id="pve:" + "c" * 64)
+    client = FakeClient(
+        {
+            VM + "/status/current": in_turn({"status": "stopped"}, {"status": "running"}),
+            "POST " + VM + "/status/start": "UPID:pve-test:00000001:00000002:65000000:qmstart:201:vmanyware@pve!full:",
+        },
+        provider_scope_id="pve:" + "c" * 64,
+    )
     for name in _members(ApiClient):
         assert hasattr(client, name), name
     assert client.get(VM + "/status/current") == {"status": "stopped"}
     assert client.request("GET", VM + "/status/current") == {"data": {"status": "running"}}
     assert client.post(VM + "/status/start").startswith("UPID:")
-    assert (client.settings.user, client.settings.token_name, client.provider_scope_id) == ("vmanyware@pve", "full", "pve:" + "c" * 64)
-    assert client.paths("GET") == [VM + "/status/current"] * 2 and client.mutations() == [("POST", VM + "/status/start", {})]
+    assert (client.settings.user, client.settings.token_name, client.provider_scope_id) == (
+        "vmanyware@pve",
+        "full",
+        "pve:" + "c" * 64,
+    )
+    assert client.paths("GET") == [VM + "/status/current"] * 2 and client.mutations() == [
+        ("POST", VM + "/status/start", {})
+    ]
 
 
 def test_the_fake_client_refuses_a_request_the_schema_refuses_and_an_unexpected_one() -> None:
@@ -89,8 +101,12 @@ def test_the_fake_client_refuses_a_request_the_schema_refuses_and_an_unexpected_
 def test_the_fake_client_answers_errors_envelopes_and_callables() -> None:
     lines = [{"n": 1, "t": "TASK OK"}]
     task = "/nodes/pve-test/tasks/UPID:pve-test:00000001:00000002:65000000:qmstart:201:vmanyware@pve!full:"
-    client = FakeClient({task + "/log": lambda params: envelope(lines[params["start"]:], total=len(lines)),
-                         task + "/status": ProviderError(code="server_error")})
+    client = FakeClient(
+        {
+            task + "/log": lambda params: envelope(lines[params["start"] :], total=len(lines)),
+            task + "/status": ProviderError(code="server_error"),
+        }
+    )
     assert client.request("GET", task + "/log", {"start": 0, "limit": 50}) == {"data": lines, "total": 1}
     with pytest.raises(ProviderError):
         client.get(task + "/status")
@@ -99,8 +115,13 @@ def test_the_fake_client_answers_errors_envelopes_and_callables() -> None:
 def test_the_client_of_a_run_that_sends_nothing_refuses_every_request() -> None:
     client: ApiClient = OfflineClient()
     assert client.provider_scope_id is None and client.settings.user is None
-    for send in (lambda: client.get(VM + "/config"), lambda: client.post(VM + "/status/start"), lambda: client.put(VM + "/config", cores=2),
-                 lambda: client.delete(VM), lambda: client.request("GET", "/version")):
+    for send in (
+        lambda: client.get(VM + "/config"),
+        lambda: client.post(VM + "/status/start"),
+        lambda: client.put(VM + "/config", cores=2),
+        lambda: client.delete(VM),
+        lambda: client.request("GET", "/version"),
+    ):
         with pytest.raises(VmanywareError) as info:
             send()
         assert info.value.code == "internal_error"

@@ -13,27 +13,49 @@ import pytest
 from format_samples import catalog, definition, dump, mapping
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.container import newest_match, version_key
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import normalize_mapping, validate_catalog
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import (
+    normalize_mapping,
+    validate_catalog,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.format_errors import FormatError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import plan_hash
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 
 
 def container(**overrides: t.Any) -> dict[str, t.Any]:
-    base: dict[str, t.Any] = {"image": "debian-12-ct", "guestType": "container", "node": "pve-test",
-                              "appliance": {"package": "debian-12-standard", "version": "12.*", "storage": "local"},
-                              "storage": "local-lvm", "bridge": "vmbr0", "guestUser": "root"}
+    base: dict[str, t.Any] = {
+        "image": "debian-12-ct",
+        "guestType": "container",
+        "node": "pve-test",
+        "appliance": {"package": "debian-12-standard", "version": "12.*", "storage": "local"},
+        "storage": "local-lvm",
+        "bridge": "vmbr0",
+        "guestUser": "root",
+    }
     base.update(overrides)
     return {key: value for key, value in base.items() if value is not None}
 
 
 def test_container_mapping_is_normalized_with_explicit_defaults() -> None:
     assert normalize_mapping(container()) == {
-        "image": "debian-12-ct", "guestType": "container", "node": "pve-test",
+        "image": "debian-12-ct",
+        "guestType": "container",
+        "node": "pve-test",
         "appliance": {"package": "debian-12-standard", "version": "12.*", "storage": "local"},
-        "storage": "local-lvm", "bridge": "vmbr0", "guestUser": "root", "unprivileged": True, "features": {"nesting": False}}
-    ost = normalize_mapping(container(appliance=None, ostemplate="local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst",
-                                      features={"nesting": True}, unprivileged=False))
+        "storage": "local-lvm",
+        "bridge": "vmbr0",
+        "guestUser": "root",
+        "unprivileged": True,
+        "features": {"nesting": False},
+    }
+    ost = normalize_mapping(
+        container(
+            appliance=None,
+            ostemplate="local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst",
+            features={"nesting": True},
+            unprivileged=False,
+        )
+    )
     assert ost["ostemplate"] == "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst" and "appliance" not in ost
     assert ost["features"] == {"nesting": True} and ost["unprivileged"] is False
 
@@ -47,16 +69,27 @@ def test_catalog_mixes_vm_and_container_mappings_and_vm_entries_are_unchanged() 
     assert mixed["images"][2]["guestType"] == "container"
 
 
-@pytest.mark.parametrize(("mutation", "path", "rule"), [
-    ({"ostemplate": "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst"}, "images[2].ostemplate", "container_template_source"),
-    ({"appliance": "DROP"}, "images[2].ostemplate", "container_template_source"),
-    ({"templateVmid": 9000}, "images[2]", "unknown_field"),
-    ({"ostemplate": "local:iso/x.iso", "appliance": "DROP"}, "images[2].ostemplate", "pattern"),
-    ({"appliance": {"package": "debian-12-standard", "version": "12.[0-9]", "storage": "local"}}, "images[2].appliance.version", "pattern"),
-    ({"features": {"keyctl": True}}, "images[2].features", "unknown_field"),
-    ({"unprivileged": "yes"}, "images[2].unprivileged", "type"),
-    ({"storage": "DROP"}, "images[2].storage", "required"),
-])
+@pytest.mark.parametrize(
+    ("mutation", "path", "rule"),
+    [
+        (
+            {"ostemplate": "local:vztmpl/debian-12-standard_12.12-1_amd64.tar.zst"},
+            "images[2].ostemplate",
+            "container_template_source",
+        ),
+        ({"appliance": "DROP"}, "images[2].ostemplate", "container_template_source"),
+        ({"templateVmid": 9000}, "images[2]", "unknown_field"),
+        ({"ostemplate": "local:iso/x.iso", "appliance": "DROP"}, "images[2].ostemplate", "pattern"),
+        (
+            {"appliance": {"package": "debian-12-standard", "version": "12.[0-9]", "storage": "local"}},
+            "images[2].appliance.version",
+            "pattern",
+        ),
+        ({"features": {"keyctl": True}}, "images[2].features", "unknown_field"),
+        ({"unprivileged": "yes"}, "images[2].unprivileged", "type"),
+        ({"storage": "DROP"}, "images[2].storage", "required"),
+    ],
+)
 def test_container_mapping_refusals(mutation: dict[str, t.Any], path: str, rule: str) -> None:
     entry = container()
     for key, value in mutation.items():
@@ -121,8 +154,13 @@ def test_vm_plan_document_keeps_its_v1_fields() -> None:
 
 
 def test_newest_match_orders_versions_like_debian() -> None:
-    files = ["debian-12-standard_12.7-1_amd64.tar.zst", "debian-12-standard_12.12-1_amd64.tar.zst",
-             "debian-13-standard_13.1-2_amd64.tar.zst", "debian-12-standard_12.2~rc1_amd64.tar.zst", "junk.tar.zst"]
+    files = [
+        "debian-12-standard_12.7-1_amd64.tar.zst",
+        "debian-12-standard_12.12-1_amd64.tar.zst",
+        "debian-13-standard_13.1-2_amd64.tar.zst",
+        "debian-12-standard_12.2~rc1_amd64.tar.zst",
+        "junk.tar.zst",
+    ]
     assert newest_match("debian-12-standard", "12.*", files) == "debian-12-standard_12.12-1_amd64.tar.zst"
     assert newest_match("debian-12-standard", "12.7-*", files) == "debian-12-standard_12.7-1_amd64.tar.zst"
     assert newest_match("debian-12-standard", "11.*", files) is None

@@ -13,11 +13,27 @@ import os
 import typing as t
 
 import pytest
-from format_samples import DELETE, ED25519_KEY, PLANTED, catalog, definition, dump, ed25519_pool, generated_keys, key_line, mapping, mutated, ssh_string
+from format_samples import (
+    DELETE,
+    ED25519_KEY,
+    PLANTED,
+    catalog,
+    definition,
+    dump,
+    ed25519_pool,
+    generated_keys,
+    key_line,
+    mapping,
+    mutated,
+    ssh_string,
+)
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import yaml_strict
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ERROR_CODES, VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition, validate_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import (
+    parse_definition,
+    validate_definition,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog, validate_catalog
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.format_errors import RULE_TEXTS, FormatError
 
@@ -91,7 +107,13 @@ CATALOG_CASES: list[tuple[str, tuple[t.Any, ...], t.Any, str, str]] = [
     ("idu-unknown", IDU + ("planted-key-name",), True, "images[1].imageDefaultUser", "unknown_field"),
     ("idu-name-mismatch", IDU + ("name",), "plantedname", "images[1].imageDefaultUser.name", "default_user_mismatch"),
     ("idu-name-pattern", IDU + ("name",), "Planted", "images[1].imageDefaultUser.name", "pattern"),
-    ("idu-version-mismatch", IDU + ("templateVersion",), "planted-version", "images[1].imageDefaultUser.templateVersion", "template_version_mismatch"),
+    (
+        "idu-version-mismatch",
+        IDU + ("templateVersion",),
+        "planted-version",
+        "images[1].imageDefaultUser.templateVersion",
+        "template_version_mismatch",
+    ),
     ("idu-password-false", IDU + ("passwordLocked",), False, "images[1].imageDefaultUser.passwordLocked", "const"),
     ("idu-password-string", IDU + ("passwordLocked",), "true", "images[1].imageDefaultUser.passwordLocked", "type"),
     ("idu-password-int", IDU + ("passwordLocked",), 1, "images[1].imageDefaultUser.passwordLocked", "type"),
@@ -100,7 +122,17 @@ CATALOG_CASES: list[tuple[str, tuple[t.Any, ...], t.Any, str, str]] = [
 ]
 CATALOG_CASES += [
     ("missing-" + field, M + (field,), DELETE, "images[1].%s" % field, "required")
-    for field in ("image", "node", "templateVmid", "templateVersion", "storage", "bridge", "diskDevice", "sourceDiskGiB", "guestUser")
+    for field in (
+        "image",
+        "node",
+        "templateVmid",
+        "templateVersion",
+        "storage",
+        "bridge",
+        "diskDevice",
+        "sourceDiskGiB",
+        "guestUser",
+    )
 ]
 CATALOG_CASES += [
     ("idu-missing-" + field, IDU + (field,), DELETE, "images[1].imageDefaultUser.%s" % field, "required")
@@ -108,7 +140,11 @@ CATALOG_CASES += [
 ]
 
 
-@pytest.mark.parametrize(("document_path", "value", "path", "rule"), [case[1:] for case in CATALOG_CASES], ids=[case[0] for case in CATALOG_CASES])
+@pytest.mark.parametrize(
+    ("document_path", "value", "path", "rule"),
+    [case[1:] for case in CATALOG_CASES],
+    ids=[case[0] for case in CATALOG_CASES],
+)
 def test_catalog_rule(document_path: tuple[t.Any, ...], value: t.Any, path: str, rule: str) -> None:
     document = mutated(catalog(), document_path, value)
     with pytest.raises(FormatError) as info:
@@ -126,7 +162,12 @@ def test_catalog_valid_and_normalized() -> None:
     result = parse_catalog(text=dump(source))
     assert result == catalog()
     assert list(result["images"][1]) == list(mapping())
-    assert list(result["images"][1]["imageDefaultUser"]) == ["name", "templateVersion", "passwordLocked", "noAuthorizedKeys"]
+    assert list(result["images"][1]["imageDefaultUser"]) == [
+        "name",
+        "templateVersion",
+        "passwordLocked",
+        "noAuthorizedKeys",
+    ]
     assert "imageDefaultUser" not in result["images"][0]
 
 
@@ -137,9 +178,20 @@ def test_catalog_empty_images_is_valid() -> None:
 def test_catalog_all_disk_devices_and_bounds() -> None:
     for device in ("scsi0", "virtio0", "sata0"):
         parse_catalog(text=dump(mutated(catalog(), M + ("diskDevice",), device)))
-    for field, value in (("templateVmid", 100), ("templateVmid", 999999999), ("sourceDiskGiB", 4), ("sourceDiskGiB", 4096)):
+    for field, value in (
+        ("templateVmid", 100),
+        ("templateVmid", 999999999),
+        ("sourceDiskGiB", 4),
+        ("sourceDiskGiB", 4096),
+    ):
         parse_catalog(text=dump(mutated(catalog(), M + (field,), value)))
-    for field, value in (("image", "i" * 64), ("node", "n" * 63), ("storage", "s" * 64), ("bridge", "b" * 15), ("templateVersion", "v" * 128)):
+    for field, value in (
+        ("image", "i" * 64),
+        ("node", "n" * 63),
+        ("storage", "s" * 64),
+        ("bridge", "b" * 15),
+        ("templateVersion", "v" * 128),
+    ):
         parse_catalog(text=dump(mutated(catalog(), ("images", 0, field), value)))
     document = mutated(mutated(catalog(), M + ("guestUser",), "_" + "u" * 31), IDU + ("name",), "_" + "u" * 31)
     parse_catalog(text=dump(document))
@@ -180,9 +232,17 @@ YAML_CASES: list[tuple[str, str, str]] = [
     # (id, text, rule); PLANTED appears in each text and must not come back
     ("duplicate-top", VALID_CATALOG_TEXT + "kind: %s\n" % PLANTED, "duplicate_key"),
     ("duplicate-nested", "images:\n  - image: a\n    bridge: vmbr0\n    bridge: %s\n" % PLANTED, "duplicate_key"),
-    ("duplicate-deep", "images:\n- image: a\n  imageDefaultUser:\n    name: debian\n    name: %s\n" % PLANTED, "duplicate_key"),
+    (
+        "duplicate-deep",
+        "images:\n- image: a\n  imageDefaultUser:\n    name: debian\n    name: %s\n" % PLANTED,
+        "duplicate_key",
+    ),
     ("duplicate-quoted", "'kind': a\n\"kind\": %s\n" % PLANTED, "duplicate_key"),
-    ("duplicate-flow", "apiVersion: vmanyware.dev/v1\nkind: TemplateCatalog\nimages: [{image: a, image: %s}]\n" % PLANTED, "duplicate_key"),
+    (
+        "duplicate-flow",
+        "apiVersion: vmanyware.dev/v1\nkind: TemplateCatalog\nimages: [{image: a, image: %s}]\n" % PLANTED,
+        "duplicate_key",
+    ),
     ("anchor", VALID_CATALOG_TEXT.replace("bridge: vmbr0", "bridge: &%s vmbr0" % PLANTED, 1), "anchor"),
     ("alias", "x: &a %s\ny: *a\n" % PLANTED, "anchor"),
     ("alias-undefined", "x: *%s\n" % PLANTED, "alias"),
@@ -260,8 +320,15 @@ def test_yaml_11_booleans_and_numbers_are_not_resolved() -> None:
             parse_catalog(text=text)
         assert_refused(info.value, "invalid_catalog", "images[1].templateVmid", "type")
     # quoted "true" is a string, plain true a boolean; a YAML 1.1 boolean word is a plain string
-    assert yaml_strict.load_strict_yaml(b"a: 'true'\nb: true\nc: no\nd: +12\ne: -0\nf: 2024-01-01\n", code="invalid_catalog") == {
-        "a": "true", "b": True, "c": "no", "d": 12, "e": 0, "f": "2024-01-01",
+    assert yaml_strict.load_strict_yaml(
+        b"a: 'true'\nb: true\nc: no\nd: +12\ne: -0\nf: 2024-01-01\n", code="invalid_catalog"
+    ) == {
+        "a": "true",
+        "b": True,
+        "c": "no",
+        "d": 12,
+        "e": 0,
+        "f": "2024-01-01",
     }
 
 
@@ -362,7 +429,7 @@ def _ssh_cases() -> list[tuple[str, tuple[t.Any, ...], t.Any, str, str]]:
     p384_blob = _blob(keys["p384"])
     path = "access.sshPublicKeys[0]"
     comment = "planted-comment-" + PLANTED
-    curve_swapped = ssh_string(b"ecdsa-sha2-nistp256") + ssh_string(b"nistp384") + p384_blob[4 + 19 + 4 + 8:]
+    curve_swapped = ssh_string(b"ecdsa-sha2-nistp256") + ssh_string(b"nistp384") + p384_blob[4 + 19 + 4 + 8 :]
     return [
         ("ssh-not-string", K + (0,), 12345678, path, "type"),
         ("ssh-options-prefix", K + (0,), 'command="%s" %s' % (PLANTED, ED25519_KEY), path, "pattern"),
@@ -370,22 +437,77 @@ def _ssh_cases() -> list[tuple[str, tuple[t.Any, ...], t.Any, str, str]]:
         ("ssh-newline-comment", K + (0,), ED25519_KEY + "\n" + PLANTED, path, "pattern"),
         ("ssh-tab", K + (0,), ED25519_KEY.replace(" ", "\t", 1) + PLANTED, path, "pattern"),
         ("ssh-no-blob", K + (0,), "ssh-ed25519 ", path, "pattern"),
-        ("ssh-dss", K + (0,), key_line("ssh-dss", ssh_string(b"ssh-dss") + b"x" * 40, comment), path, "ssh_key_type_unsupported"),
-        ("ssh-sk", K + (0,), key_line("sk-ssh-ed25519@openssh.com", ed_blob, comment), path, "ssh_key_type_unsupported"),
+        (
+            "ssh-dss",
+            K + (0,),
+            key_line("ssh-dss", ssh_string(b"ssh-dss") + b"x" * 40, comment),
+            path,
+            "ssh_key_type_unsupported",
+        ),
+        (
+            "ssh-sk",
+            K + (0,),
+            key_line("sk-ssh-ed25519@openssh.com", ed_blob, comment),
+            path,
+            "ssh_key_type_unsupported",
+        ),
         ("ssh-bad-padding", K + (0,), "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI " + comment, path, "ssh_key_encoding"),
         ("ssh-type-mismatch", K + (0,), key_line("ssh-rsa", ed_blob, comment), path, "ssh_key_type_mismatch"),
-        ("ssh-type-mismatch-ecdsa", K + (0,), key_line("ecdsa-sha2-nistp384", p256_blob, comment), path, "ssh_key_type_mismatch"),
-        ("ssh-curve-mismatch", K + (0,), key_line("ecdsa-sha2-nistp256", curve_swapped, comment), path, "ssh_key_curve_mismatch"),
-        ("ssh-ecdsa-short-point", K + (0,), key_line("ecdsa-sha2-nistp256", p256_blob[:-1][:-64] + ssh_string(b"\x04" + b"\x01" * 63), comment),
-         path, "ssh_key_invalid"),
+        (
+            "ssh-type-mismatch-ecdsa",
+            K + (0,),
+            key_line("ecdsa-sha2-nistp384", p256_blob, comment),
+            path,
+            "ssh_key_type_mismatch",
+        ),
+        (
+            "ssh-curve-mismatch",
+            K + (0,),
+            key_line("ecdsa-sha2-nistp256", curve_swapped, comment),
+            path,
+            "ssh_key_curve_mismatch",
+        ),
+        (
+            "ssh-ecdsa-short-point",
+            K + (0,),
+            key_line("ecdsa-sha2-nistp256", p256_blob[:-1][:-64] + ssh_string(b"\x04" + b"\x01" * 63), comment),
+            path,
+            "ssh_key_invalid",
+        ),
         ("ssh-rsa-1024", K + (0,), keys["rsa1024"] + " " + comment, path, "ssh_key_too_short"),
-        ("ssh-ed25519-31-bytes", K + (0,), key_line("ssh-ed25519", ssh_string(b"ssh-ed25519") + ssh_string(b"k" * 31), comment), path, "ssh_key_invalid"),
-        ("ssh-ed25519-trailing", K + (0,), key_line("ssh-ed25519", ed_blob + b"\x00", comment), path, "ssh_key_invalid"),
+        (
+            "ssh-ed25519-31-bytes",
+            K + (0,),
+            key_line("ssh-ed25519", ssh_string(b"ssh-ed25519") + ssh_string(b"k" * 31), comment),
+            path,
+            "ssh_key_invalid",
+        ),
+        (
+            "ssh-ed25519-trailing",
+            K + (0,),
+            key_line("ssh-ed25519", ed_blob + b"\x00", comment),
+            path,
+            "ssh_key_invalid",
+        ),
         ("ssh-ed25519-truncated", K + (0,), key_line("ssh-ed25519", ed_blob[:-5], comment), path, "ssh_key_invalid"),
-        ("ssh-rsa-negative", K + (0,), key_line("ssh-rsa", ssh_string(b"ssh-rsa") + ssh_string(b"\x01\x00\x01") + ssh_string(b"\x80" * 300), comment),
-         path, "ssh_key_invalid"),
-        ("ssh-rsa-even-exponent", K + (0,), key_line("ssh-rsa", ssh_string(b"ssh-rsa") + ssh_string(b"\x02") + ssh_string(b"\x00" + b"\xc1" * 300), comment),
-         path, "ssh_key_invalid"),
+        (
+            "ssh-rsa-negative",
+            K + (0,),
+            key_line(
+                "ssh-rsa", ssh_string(b"ssh-rsa") + ssh_string(b"\x01\x00\x01") + ssh_string(b"\x80" * 300), comment
+            ),
+            path,
+            "ssh_key_invalid",
+        ),
+        (
+            "ssh-rsa-even-exponent",
+            K + (0,),
+            key_line(
+                "ssh-rsa", ssh_string(b"ssh-rsa") + ssh_string(b"\x02") + ssh_string(b"\x00" + b"\xc1" * 300), comment
+            ),
+            path,
+            "ssh_key_invalid",
+        ),
         ("ssh-empty-blob", K + (0,), "ssh-ed25519 AAAA " + comment, path, "ssh_key_invalid"),
     ]
 
@@ -445,9 +567,13 @@ DEFINITION_CASES: list[tuple[str, tuple[t.Any, ...], t.Any, str, str]] = [
     ("snapshot-null", ("snapshotAfterProvisioning",), None, "snapshotAfterProvisioning", "type"),
 ]
 DEFINITION_CASES += [
-    ("missing-" + field, (field,), DELETE, field, "required") for field in ("apiVersion", "kind", "name", "image", "resources", "access")
+    ("missing-" + field, (field,), DELETE, field, "required")
+    for field in ("apiVersion", "kind", "name", "image", "resources", "access")
 ]
-DEFINITION_CASES += [("missing-" + field, R + (field,), DELETE, "resources." + field, "required") for field in ("cores", "memoryMiB", "diskGiB")]
+DEFINITION_CASES += [
+    ("missing-" + field, R + (field,), DELETE, "resources." + field, "required")
+    for field in ("cores", "memoryMiB", "diskGiB")
+]
 DEFINITION_CASES += [("missing-keys", K, DELETE, "access.sshPublicKeys", "required")]
 
 
@@ -498,15 +624,28 @@ def test_definition_package_count_limit() -> None:
 
 def test_definition_accepts_every_key_type_and_form() -> None:
     keys = generated_keys()
-    lines = [keys["ed25519"], keys["p256"] + " bob", keys["p384"] + " carol@host with spaces", keys["p521"], keys["rsa2048"] + " dave\u00e9"]
+    lines = [
+        keys["ed25519"],
+        keys["p256"] + " bob",
+        keys["p384"] + " carol@host with spaces",
+        keys["p521"],
+        keys["rsa2048"] + " dave\u00e9",
+    ]
     result = parse_definition(text=dump(mutated(definition(), K, lines)))
     assert result["access"]["sshPublicKeys"] == lines
 
 
 @pytest.mark.parametrize(
     ("name", "version"),
-    [("g++", "4:14.2.0-1"), ("libstdc++6", "14.2.0-19"), ("python3.13", "3.13.5-2"), ("linux-image-amd64", "6.12.38+deb13u1"),
-     ("build-essential", "12.10"), ("zz", "1.0~rc1-1~bpo12+1"), ("a0", "0")],
+    [
+        ("g++", "4:14.2.0-1"),
+        ("libstdc++6", "14.2.0-19"),
+        ("python3.13", "3.13.5-2"),
+        ("linux-image-amd64", "6.12.38+deb13u1"),
+        ("build-essential", "12.10"),
+        ("zz", "1.0~rc1-1~bpo12+1"),
+        ("a0", "0"),
+    ],
 )
 def test_definition_accepts_debian_package_syntax(name: str, version: str) -> None:
     result = parse_definition(text=dump(mutated(definition(), P, [{"name": name, "version": version}])))
@@ -525,8 +664,17 @@ def test_definition_defaults_applied() -> None:
 
 
 def test_definition_boundaries() -> None:
-    for path, value in ((R + ("cores",), 1), (R + ("cores",), 128), (R + ("memoryMiB",), 256), (R + ("memoryMiB",), 4194304),
-                        (R + ("diskGiB",), 4), (R + ("diskGiB",), 4096), (("name",), "a"), (("name",), "a" * 63), (("name",), "1lab")):
+    for path, value in (
+        (R + ("cores",), 1),
+        (R + ("cores",), 128),
+        (R + ("memoryMiB",), 256),
+        (R + ("memoryMiB",), 4194304),
+        (R + ("diskGiB",), 4),
+        (R + ("diskGiB",), 4096),
+        (("name",), "a"),
+        (("name",), "a" * 63),
+        (("name",), "1lab"),
+    ):
         parse_definition(text=dump(mutated(definition(), path, value)))
 
 
@@ -535,8 +683,16 @@ def test_error_codes_used_are_registered() -> None:
         assert FormatError("invalid_definition", "$", rule).code in ERROR_CODES
 
 
-@pytest.mark.parametrize("key,named", [("snapshotAfterProvisoning", True), ("cpu_count", True), ("not a key!", False),
-                                       ("ssh-ed25519 AAAAC3", False), ("x" * 65, False)])
+@pytest.mark.parametrize(
+    "key,named",
+    [
+        ("snapshotAfterProvisoning", True),
+        ("cpu_count", True),
+        ("not a key!", False),
+        ("ssh-ed25519 AAAAC3", False),
+        ("x" * 65, False),
+    ],
+)
 def test_unknown_field_is_named_only_when_a_plain_identifier(key: str, named: bool) -> None:
     document = definition()
     document[key] = "planted value"
@@ -587,10 +743,16 @@ def test_a_mapping_may_name_a_pool() -> None:
     pooled = catalog()
     pooled["images"][1]["pool"] = "vmanyware/lab"
     parsed = parse_catalog(text=dump(pooled))
-    assert parsed["images"][1]["pool"] == "vmanyware/lab" and list(parsed["images"][1])[-2:] == ["pool", "imageDefaultUser"]
+    assert parsed["images"][1]["pool"] == "vmanyware/lab" and list(parsed["images"][1])[-2:] == [
+        "pool",
+        "imageDefaultUser",
+    ]
     assert plan_hash("0" * 64, parsed["images"][1], 201) != plan_hash("0" * 64, plain["images"][1], 201)
     for bad in ("a/b/c/d", "with space", "", "x" * 65, "a//b"):
         pooled["images"][1]["pool"] = bad
         with pytest.raises(FormatError) as info:
             parse_catalog(text=dump(pooled))
-        assert (info.value.path, info.value.details["rule"]) in (("images[1].pool", "pattern"), ("images[1].pool", "min_length"))
+        assert (info.value.path, info.value.details["rule"]) in (
+            ("images[1].pool", "pattern"),
+            ("images[1].pool", "min_length"),
+        )

@@ -16,11 +16,18 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition, validate_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import (
+    parse_definition,
+    validate_definition,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog, validate_catalog
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.format_errors import RULE_TEXTS, FormatError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import definition_hash
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.schemas import DNS_LABEL_PATTERN, PACKAGE_NAME_PATTERN, PACKAGE_VERSION_PATTERN
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.schemas import (
+    DNS_LABEL_PATTERN,
+    PACKAGE_NAME_PATTERN,
+    PACKAGE_VERSION_PATTERN,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.yaml_strict import _StrictResolver
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -29,18 +36,31 @@ _RESOLVER = _StrictResolver()
 
 
 def _comment() -> st.SearchStrategy[str]:
-    return st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E) | st.sampled_from(["\u00e9", "\u20ac"]), min_size=1, max_size=12)
+    return st.text(
+        st.characters(min_codepoint=0x21, max_codepoint=0x7E) | st.sampled_from(["\u00e9", "\u20ac"]),
+        min_size=1,
+        max_size=12,
+    )
 
 
 @st.composite
 def definitions(draw: st.DrawFn) -> dict[str, t.Any]:
     keys = draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=4, unique=True))
-    keys = [key + (" " + comment if comment else "") for key, comment in zip(keys, draw(st.lists(st.none() | _comment(), min_size=4, max_size=4)))]
+    keys = [
+        key + (" " + comment if comment else "")
+        for key, comment in zip(keys, draw(st.lists(st.none() | _comment(), min_size=4, max_size=4)))
+    ]
     packages = []
-    for name in draw(st.lists(st.from_regex(PACKAGE_NAME_PATTERN, fullmatch=True).filter(lambda n: len(n) <= 20), max_size=4, unique=True)):
+    for name in draw(
+        st.lists(
+            st.from_regex(PACKAGE_NAME_PATTERN, fullmatch=True).filter(lambda n: len(n) <= 20), max_size=4, unique=True
+        )
+    ):
         package = {"name": name}
         if draw(st.booleans()):
-            package["version"] = draw(st.from_regex(PACKAGE_VERSION_PATTERN, fullmatch=True).filter(lambda v: len(v) <= 20))
+            package["version"] = draw(
+                st.from_regex(PACKAGE_VERSION_PATTERN, fullmatch=True).filter(lambda v: len(v) <= 20)
+            )
         packages.append(package)
     document: dict[str, t.Any] = {
         "apiVersion": "vmanyware.dev/v1",
@@ -86,8 +106,14 @@ def render(value: t.Any, rnd: random.Random) -> str:
     Dumper.add_representer(str, represent_str)
     flow = rnd.choice([False, None, True])
     text = yaml.dump(
-        _shuffled(value, rnd), Dumper=Dumper, sort_keys=False, default_flow_style=flow, indent=rnd.choice([2, 3, 4]), width=100000,
-        explicit_start=rnd.choice([True, False]), allow_unicode=rnd.choice([True, False]),
+        _shuffled(value, rnd),
+        Dumper=Dumper,
+        sort_keys=False,
+        default_flow_style=flow,
+        indent=rnd.choice([2, 3, 4]),
+        width=100000,
+        explicit_start=rnd.choice([True, False]),
+        allow_unicode=rnd.choice([True, False]),
     )
     lines = text.splitlines()
     if flow is False:
@@ -104,7 +130,9 @@ def render(value: t.Any, rnd: random.Random) -> str:
 
 @SETTINGS
 @given(definitions(), st.randoms(use_true_random=False), st.randoms(use_true_random=False))
-def test_definition_hash_is_stable_under_rendering(document: dict[str, t.Any], first: random.Random, second: random.Random) -> None:
+def test_definition_hash_is_stable_under_rendering(
+    document: dict[str, t.Any], first: random.Random, second: random.Random
+) -> None:
     one = parse_definition(text=render(document, first))
     two = parse_definition(text=render(document, second))
     assert one == two == validate_definition(document)
@@ -122,8 +150,16 @@ def _declared_changes(document: dict[str, t.Any]) -> list[dict[str, t.Any]]:
     change(lambda d: d.__setitem__("name", d["name"] + "x" if len(d["name"]) < 63 else "x"))
     change(lambda d: d.__setitem__("image", d["image"] + ".1"))
     for field, low, high in (("cores", 1, 128), ("memoryMiB", 256, 4194304), ("diskGiB", 4, 4096)):
-        change(lambda d, f=field, lo=low, hi=high: d["resources"].__setitem__(f, d["resources"][f] + 1 if d["resources"][f] < hi else lo))
-    change(lambda d: d["access"]["sshPublicKeys"].append(next(key for key in KEYS if all(not k.startswith(key) for k in d["access"]["sshPublicKeys"]))))
+        change(
+            lambda d, f=field, lo=low, hi=high: d["resources"].__setitem__(
+                f, d["resources"][f] + 1 if d["resources"][f] < hi else lo
+            )
+        )
+    change(
+        lambda d: d["access"]["sshPublicKeys"].append(
+            next(key for key in KEYS if all(not k.startswith(key) for k in d["access"]["sshPublicKeys"]))
+        )
+    )
     change(lambda d: d["access"]["sshPublicKeys"].__setitem__(0, d["access"]["sshPublicKeys"][0] + "c"))
     change(lambda d: d.__setitem__("snapshotAfterProvisioning", not d.get("snapshotAfterProvisioning", False)))
     change(lambda d: d.__setitem__("packages", d.get("packages", []) + [{"name": "zz-new-package"}]))
@@ -150,9 +186,23 @@ def test_definition_hash_changes_with_any_declared_change(document: dict[str, t.
 
 # ---------------------------------------------------------------- malformed input
 
-YAMLISH = st.lists(st.sampled_from(list("abc:-[]{}'\"#&*!|>%@`,?~\n\t \\0123.") + [PLANTED, "\u00e9", "\x00", "\ufeff", "---", "<<"]), max_size=80).map("".join)
+YAMLISH = st.lists(
+    st.sampled_from(list("abc:-[]{}'\"#&*!|>%@`,?~\n\t \\0123.") + [PLANTED, "\u00e9", "\x00", "\ufeff", "---", "<<"]),
+    max_size=80,
+).map("".join)
 DOCUMENTED_RULES = set(RULE_TEXTS) | {
-    "type", "const", "enum", "pattern", "required", "unknown_field", "minimum", "maximum", "min_items", "max_items", "min_length", "max_length",
+    "type",
+    "const",
+    "enum",
+    "pattern",
+    "required",
+    "unknown_field",
+    "minimum",
+    "maximum",
+    "min_items",
+    "max_items",
+    "min_length",
+    "max_length",
 }
 
 
@@ -192,8 +242,16 @@ def test_random_yamlish_text_only_produces_documented_errors(text: str) -> None:
 # pylint infers hypothesis strategies' ``|`` as unsupported on some runs; it is SearchStrategy.__or__.
 # pylint: disable=unsupported-binary-operation
 wrong_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.just(PLANTED) | st.text(max_size=5).map(lambda s: s + PLANTED),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(["name", "image", "x", PLANTED]), children, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.just(PLANTED)
+    | st.text(max_size=5).map(lambda s: s + PLANTED),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(["name", "image", "x", PLANTED]), children, max_size=3)
+    ),
     max_leaves=10,
 )
 # pylint: enable=unsupported-binary-operation
@@ -201,8 +259,11 @@ wrong_values = st.recursive(
 
 def _leaf_paths(value: t.Any, prefix: tuple[t.Any, ...] = ()) -> list[tuple[t.Any, ...]]:
     if isinstance(value, dict):
-        return [prefix] + [p for key, child in value.items() for p in _leaf_paths(child, prefix + (key,))] if prefix else [
-            p for key, child in value.items() for p in _leaf_paths(child, prefix + (key,))]
+        return (
+            [prefix] + [p for key, child in value.items() for p in _leaf_paths(child, prefix + (key,))]
+            if prefix
+            else [p for key, child in value.items() for p in _leaf_paths(child, prefix + (key,))]
+        )
     if isinstance(value, list):
         return [prefix] + [p for index, child in enumerate(value) for p in _leaf_paths(child, prefix + (index,))]
     return [prefix]

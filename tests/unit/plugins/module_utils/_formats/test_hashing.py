@@ -12,7 +12,12 @@ from format_samples import definition, mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import canonical_json, definition_hash, plan_hash, plan_hash_bytes
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import (
+    canonical_json,
+    definition_hash,
+    plan_hash,
+    plan_hash_bytes,
+)
 
 EXAMPLE_DEFINITION_HASH = "109cb47497a9c1740f37adc432f0f14bd3fd31d43e2bf67d435a696a44345366"
 EXAMPLE_PLAN_HASH = "5873419e09d564384061d4dffd58480fcc2e768a4cd773163e9cbde3c14957df"
@@ -61,7 +66,7 @@ def test_plan_hash_keeps_mapping_order() -> None:
     ("value", "expected"),
     [
         ({"b": 1, "a": [True, False, None]}, '{"a":[true,false,null],"b":1}'),
-        ("\u20ac$\u000f\nA'B\"\\\\\"/", '"\u20ac$\\u000f\\nA\'B\\"\\\\\\\\\\"/"'),
+        ('\u20ac$\u000f\nA\'B"\\\\"/', '"\u20ac$\\u000f\\nA\'B\\"\\\\\\\\\\"/"'),
         (
             {"\u20ac": 1, "\r": 2, "\U0001f600": 3, "\ufb33": 4, "1": 5, "\u0080": 6, "\u00f6": 7},
             '{"\\r":2,"1":5,"\u0080":6,"\u00f6":7,"\u20ac":1,"\U0001f600":3,"\ufb33":4}',
@@ -84,8 +89,14 @@ def test_canonical_json_refuses(value: t.Any) -> None:
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1) | st.text(st.characters(exclude_categories=("Cs",))),
-    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=6), children, max_size=5),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
+    | st.text(st.characters(exclude_categories=("Cs",))),
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=6), children, max_size=5)
+    ),
     max_leaves=30,
 )
 

@@ -11,14 +11,21 @@ import pytest
 from format_samples import PLANTED, catalog, definition, dump, mutated
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import InputError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import PlannedEnvironment, build_plan, plan_input_argument_spec, plan_steps
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import (
+    PlannedEnvironment,
+    build_plan,
+    plan_input_argument_spec,
+    plan_steps,
+)
 
 REPO = Path(__file__).resolve().parents[5]
 EXAMPLE_DEFINITION_HASH = "109cb47497a9c1740f37adc432f0f14bd3fd31d43e2bf67d435a696a44345366"
 EXAMPLE_PLAN_HASH = "5873419e09d564384061d4dffd58480fcc2e768a4cd773163e9cbde3c14957df"
 
 
-def plan(definition_doc: dict[str, t.Any] | None = None, catalog_doc: dict[str, t.Any] | None = None, vmid: t.Any = 201) -> PlannedEnvironment:
+def plan(
+    definition_doc: dict[str, t.Any] | None = None, catalog_doc: dict[str, t.Any] | None = None, vmid: t.Any = 201
+) -> PlannedEnvironment:
     return build_plan(
         catalog=dump(catalog_doc if catalog_doc is not None else catalog()),
         definition=dump(definition_doc if definition_doc is not None else definition()),
@@ -27,13 +34,34 @@ def plan(definition_doc: dict[str, t.Any] | None = None, catalog_doc: dict[str, 
 
 
 def test_examples_plan() -> None:
-    planned = build_plan(catalog_path=str(REPO / "examples/catalog.yml"), definition_path=str(REPO / "examples/definition.yml"), target_vmid=201)
+    planned = build_plan(
+        catalog_path=str(REPO / "examples/catalog.yml"),
+        definition_path=str(REPO / "examples/definition.yml"),
+        target_vmid=201,
+    )
     assert (planned.definition_hash, planned.plan_hash) == (EXAMPLE_DEFINITION_HASH, EXAMPLE_PLAN_HASH)
     assert planned == plan()  # inline text and files give the same result
     document = planned.plan
     assert list(document) == [
-        "apiVersion", "kind", "definitionName", "definitionHash", "planHash", "provider", "source", "target", "resources", "storage",
-        "bridge", "guestUser", "network", "access", "packages", "snapshotAfterProvisioning", "diskExpansion", "steps", "liveVerified",
+        "apiVersion",
+        "kind",
+        "definitionName",
+        "definitionHash",
+        "planHash",
+        "provider",
+        "source",
+        "target",
+        "resources",
+        "storage",
+        "bridge",
+        "guestUser",
+        "network",
+        "access",
+        "packages",
+        "snapshotAfterProvisioning",
+        "diskExpansion",
+        "steps",
+        "liveVerified",
         "vmidReserved",
     ]
     assert document["apiVersion"] == "vmanyware.dev/v1" and document["kind"] == "Plan"
@@ -41,12 +69,26 @@ def test_examples_plan() -> None:
     assert document["source"] == planned.mapping == catalog()["images"][1]
     assert document["target"] == {"node": "pve-test", "vmid": 201, "name": "kernel-lab"}
     assert document["resources"] == {"cores": 2, "memoryMiB": 2048, "diskGiB": 20}
-    assert (document["storage"], document["bridge"], document["guestUser"], document["network"]) == ("local-lvm", "vmbr0", "debian", "ipv4-dhcp")
+    assert (document["storage"], document["bridge"], document["guestUser"], document["network"]) == (
+        "local-lvm",
+        "vmbr0",
+        "debian",
+        "ipv4-dhcp",
+    )
     assert document["access"] == {"sshPublicKeyCount": 1}
     assert "AAAA" not in json.dumps(document)  # keys are counted, never copied into the plan
     assert document["packages"] == [{"name": "build-essential"}, {"name": "git"}]
     assert document["diskExpansion"] is True and document["snapshotAfterProvisioning"] is False
-    assert [step["kind"] for step in document["steps"]] == ["clone", "resources", "disk", "cloudinit", "seed", "start", "readiness", "packages"]
+    assert [step["kind"] for step in document["steps"]] == [
+        "clone",
+        "resources",
+        "disk",
+        "cloudinit",
+        "seed",
+        "start",
+        "readiness",
+        "packages",
+    ]
     assert [step["position"] for step in document["steps"]] == list(range(1, 9))
     assert document["liveVerified"] is False and document["vmidReserved"] is False
     json.dumps(document)  # plain JSON types only
@@ -54,7 +96,14 @@ def test_examples_plan() -> None:
 
 def test_steps_follow_the_declaration() -> None:
     minimal = mutated(mutated(definition(), ("resources", "diskGiB"), 8), ("packages",), [])
-    assert [step["kind"] for step in plan(minimal).plan["steps"]] == ["clone", "resources", "cloudinit", "seed", "start", "readiness"]
+    assert [step["kind"] for step in plan(minimal).plan["steps"]] == [
+        "clone",
+        "resources",
+        "cloudinit",
+        "seed",
+        "start",
+        "readiness",
+    ]
     assert plan(minimal).plan["diskExpansion"] is False
     full = mutated(definition(), ("snapshotAfterProvisioning",), True)
     assert [step["kind"] for step in plan(full).plan["steps"]][-2:] == ["packages", "snapshot"]
@@ -95,8 +144,14 @@ REFUSALS = [
 ]
 
 
-@pytest.mark.parametrize(("changes", "catalog_change", "vmid", "code", "path"), [case[1:] for case in REFUSALS], ids=[case[0] for case in REFUSALS])
-def test_refusals(changes: dict[tuple[str, ...], t.Any], catalog_change: t.Any, vmid: t.Any, code: str, path: str) -> None:
+@pytest.mark.parametrize(
+    ("changes", "catalog_change", "vmid", "code", "path"),
+    [case[1:] for case in REFUSALS],
+    ids=[case[0] for case in REFUSALS],
+)
+def test_refusals(
+    changes: dict[tuple[str, ...], t.Any], catalog_change: t.Any, vmid: t.Any, code: str, path: str
+) -> None:
     document = definition()
     for key_path, value in changes.items():
         document = mutated(document, key_path, value)
@@ -144,12 +199,16 @@ def test_argument_spec() -> None:
 
 
 def test_planted_comment_never_reaches_the_plan() -> None:
-    document = mutated(definition(), ("access", "sshPublicKeys", 0), definition()["access"]["sshPublicKeys"][0] + PLANTED)
+    document = mutated(
+        definition(), ("access", "sshPublicKeys", 0), definition()["access"]["sshPublicKeys"][0] + PLANTED
+    )
     assert PLANTED not in json.dumps(plan(document).plan)
 
 
 def _repeat(catalog_doc: dict[str, t.Any], recorded: dict[str, t.Any]) -> PlannedEnvironment:
-    return build_plan(catalog=dump(catalog_doc), definition=dump(definition()), target_vmid=202, repeat_mapping=recorded)
+    return build_plan(
+        catalog=dump(catalog_doc), definition=dump(definition()), target_vmid=202, repeat_mapping=recorded
+    )
 
 
 def test_a_repeat_plans_only_what_the_current_catalog_still_maps_as_recorded() -> None:
@@ -170,7 +229,9 @@ def test_a_repeat_plans_only_what_the_current_catalog_still_maps_as_recorded() -
     with pytest.raises(InputError) as info:
         _repeat(changed, recorded)
     assert info.value.code == "repeat_mapping_changed" and info.value.details == {
-        "rule": "mapping_as_recorded", "fields": ["storage", "templateVmid"]}
+        "rule": "mapping_as_recorded",
+        "fields": ["storage", "templateVmid"],
+    }
     assert "9001" not in json.dumps(info.value.to_result()) and "fast-pool" not in json.dumps(info.value.to_result())
     # Without repeat_mapping the changed catalog plans as usual (a fresh plan, its own review).
     assert plan(catalog_doc=changed).mapping["templateVmid"] == 9001

@@ -15,14 +15,40 @@ from format_samples import catalog, definition, mutated
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.schemas import CATALOG_SCHEMA_V1, DEFINITION_SCHEMA_V1, SchemaViolation, check_schema, schema_json
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.schemas import (
+    CATALOG_SCHEMA_V1,
+    DEFINITION_SCHEMA_V1,
+    SchemaViolation,
+    check_schema,
+    schema_json,
+)
 
 REPO = Path(__file__).resolve().parents[5]
 SHIPPED = [("catalog-v1.schema.json", CATALOG_SCHEMA_V1), ("environment-v1.schema.json", DEFINITION_SCHEMA_V1)]
 SUPPORTED_KEYWORDS = {
-    "$schema", "$id", "$defs", "$ref", "title", "description", "type", "properties", "required", "additionalProperties",
-    "const", "enum", "pattern", "minLength", "maxLength", "minimum", "maximum", "items", "minItems", "maxItems",
-    "if", "then", "else",  # guestType: container selects the container mapping (_located follows the branch)
+    "$schema",
+    "$id",
+    "$defs",
+    "$ref",
+    "title",
+    "description",
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "const",
+    "enum",
+    "pattern",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "maximum",
+    "items",
+    "minItems",
+    "maxItems",
+    "if",
+    "then",
+    "else",  # guestType: container selects the container mapping (_located follows the branch)
 }
 
 
@@ -78,18 +104,44 @@ def _paths(value: t.Any, prefix: tuple[t.Any, ...] = ()) -> list[tuple[t.Any, ..
 
 # leaves without floats (ours is stricter: 2.0 is not an integer) and without newlines (re.search vs. fullmatch)
 leaves = (
-    st.none() | st.booleans() | st.integers(min_value=-10, max_value=5000) | st.sampled_from([0, 99, 100, 128, 129, 4096, 4097, 999999999, 10**9])
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-10, max_value=5000)
+    | st.sampled_from([0, 99, 100, 128, 129, 4096, 4097, 999999999, 10**9])
     | st.text(st.characters(codec="ascii", exclude_characters="\n\r"), max_size=20)
-    | st.sampled_from(["debian-13", "scsi0", "sata0", "vmanyware.dev/v1", "Environment", "TemplateCatalog", "git", "1.0-1", "ssh-ed25519 AAAA"])
+    | st.sampled_from(
+        [
+            "debian-13",
+            "scsi0",
+            "sata0",
+            "vmanyware.dev/v1",
+            "Environment",
+            "TemplateCatalog",
+            "git",
+            "1.0-1",
+            "ssh-ed25519 AAAA",
+        ]
+    )
 )
-values = st.recursive(leaves, lambda children: st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(["name", "x", "image"]), children, max_size=3),
-                      max_leaves=8)
+values = st.recursive(
+    leaves,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(["name", "x", "image"]), children, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
-@pytest.mark.parametrize(("schema", "sample"), [(CATALOG_SCHEMA_V1, catalog), (DEFINITION_SCHEMA_V1, definition)], ids=["catalog", "definition"])
-def test_interpreter_agrees_with_jsonschema(schema: dict[str, t.Any], sample: t.Callable[[], dict[str, t.Any]], data: st.DataObject) -> None:
+@pytest.mark.parametrize(
+    ("schema", "sample"),
+    [(CATALOG_SCHEMA_V1, catalog), (DEFINITION_SCHEMA_V1, definition)],
+    ids=["catalog", "definition"],
+)
+def test_interpreter_agrees_with_jsonschema(
+    schema: dict[str, t.Any], sample: t.Callable[[], dict[str, t.Any]], data: st.DataObject
+) -> None:
     document = sample()
     assert _ours_accepts(schema, document) and _jsonschema_accepts(schema, document)
     path = data.draw(st.sampled_from(_paths(document)))

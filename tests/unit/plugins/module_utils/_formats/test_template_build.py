@@ -15,10 +15,20 @@ import yaml
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ERROR_CODES, InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.format_errors import FormatError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import canonical_json, template_plan_hash_bytes
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import (
+    canonical_json,
+    template_plan_hash_bytes,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.schemas import schema_json
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import TEMPLATE, stage_kinds
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import TEMPLATE_BUILD_SCHEMA_V1, build_template_plan, import_file_name, parse_template_build, template_build_hash, validate_template_build
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import (
+    TEMPLATE_BUILD_SCHEMA_V1,
+    build_template_plan,
+    import_file_name,
+    parse_template_build,
+    template_build_hash,
+    validate_template_build,
+)
 
 REPO = Path(__file__).resolve().parents[5]
 EXAMPLE = REPO / "examples" / "template-build.yml"
@@ -61,32 +71,59 @@ def test_example_parses_with_its_fixed_hashes() -> None:
     assert planned.template_build_hash == EXAMPLE_BUILD_HASH
     assert hashlib.sha256(canonical_json(planned.build)).hexdigest() == EXAMPLE_BUILD_HASH
     assert template_plan_hash_bytes(EXAMPLE_BUILD_HASH, 9000) == ('["%s",9000]' % EXAMPLE_BUILD_HASH).encode()
-    assert planned.plan_hash == EXAMPLE_PLAN_HASH == hashlib.sha256(('["%s",9000]' % EXAMPLE_BUILD_HASH).encode()).hexdigest()
+    assert (
+        planned.plan_hash
+        == EXAMPLE_PLAN_HASH
+        == hashlib.sha256(('["%s",9000]' % EXAMPLE_BUILD_HASH).encode()).hexdigest()
+    )
 
 
 def test_defaults_are_applied_and_the_guest_agent_is_always_baked_in() -> None:
     build = validate_template_build(minimal(packages=[{"name": "curl"}]))
     assert build["source"]["format"] == "qcow2"
-    assert build["machine"] == {"type": "q35", "bios": "ovmf", "scsihw": "virtio-scsi-single", "serialConsole": True, "cores": 2,
-                                "memoryMiB": 2048}
+    assert build["machine"] == {
+        "type": "q35",
+        "bios": "ovmf",
+        "scsihw": "virtio-scsi-single",
+        "serialConsole": True,
+        "cores": 2,
+        "memoryMiB": 2048,
+    }
     assert build["packages"] == [{"name": "qemu-guest-agent"}, {"name": "curl"}]
     assert validate_template_build(minimal())["packages"] == [{"name": "qemu-guest-agent"}]
-    pinned = validate_template_build(minimal(packages=[{"name": "curl"}, {"name": "qemu-guest-agent", "version": "1:10.0.0-1"}]))
+    pinned = validate_template_build(
+        minimal(packages=[{"name": "curl"}, {"name": "qemu-guest-agent", "version": "1:10.0.0-1"}])
+    )
     assert pinned["packages"] == [{"name": "curl"}, {"name": "qemu-guest-agent", "version": "1:10.0.0-1"}]
 
 
 def test_hash_ignores_presentation_but_not_values() -> None:
     doc = minimal()
     text = yaml.safe_dump(doc, sort_keys=False)
-    reordered = "# a comment\n" + yaml.safe_dump(dict(reversed(list(doc.items()))), sort_keys=True, default_flow_style=True)
+    reordered = "# a comment\n" + yaml.safe_dump(
+        dict(reversed(list(doc.items()))), sort_keys=True, default_flow_style=True
+    )
     first = build_template_plan(text=text)
     assert build_template_plan(text=reordered).template_build_hash == first.template_build_hash
     # explicit defaults are the same document
-    explicit = minimal(machine={"type": "q35", "bios": "ovmf", "scsihw": "virtio-scsi-single", "serialConsole": True, "cores": 2,
-                                "memoryMiB": 2048}, packages=[{"name": "qemu-guest-agent"}])
+    explicit = minimal(
+        machine={
+            "type": "q35",
+            "bios": "ovmf",
+            "scsihw": "virtio-scsi-single",
+            "serialConsole": True,
+            "cores": 2,
+            "memoryMiB": 2048,
+        },
+        packages=[{"name": "qemu-guest-agent"}],
+    )
     explicit["source"]["format"] = "qcow2"
     assert build_template_plan(text=yaml.safe_dump(explicit)).template_build_hash == first.template_build_hash
-    for changed in (minimal(templateVersion="other"), minimal(templateVmid=9001), minimal(machine={"serialConsole": False})):
+    for changed in (
+        minimal(templateVersion="other"),
+        minimal(templateVmid=9001),
+        minimal(machine={"serialConsole": False}),
+    ):
         assert build_template_plan(text=yaml.safe_dump(changed)).plan_hash != first.plan_hash
 
 
@@ -107,7 +144,11 @@ def test_hash_ignores_presentation_but_not_values() -> None:
         (lambda d: d["source"].update(checksumAlgorithm="sha512"), "source.checksum", "checksum_length"),
         (lambda d: d["source"].update(url="ftp://example.org/x.qcow2"), "source.url", "pattern"),
         (lambda d: d["source"].update(url="https://example.org/x y.qcow2"), "source.url", "pattern"),
-        (lambda d: d["source"].update(url="https://user:%s@example.org/x.qcow2" % PLANTED), "source.url", "url_credentials"),
+        (
+            lambda d: d["source"].update(url="https://user:%s@example.org/x.qcow2" % PLANTED),
+            "source.url",
+            "url_credentials",
+        ),
         (lambda d: d["source"].update(url="https:///x.qcow2"), "source.url", "url_host"),
         (lambda d: d["source"].update(format="iso"), "source.format", "enum"),
         (lambda d: d.update(machine={"type": "pc"}), "machine.type", "const"),
@@ -127,7 +168,9 @@ def test_hash_ignores_presentation_but_not_values() -> None:
         (lambda d: d["buildAddress"].update(gateway="192.0.2.50"), "buildAddress.gateway", "gateway_equals_address"),
     ],
 )
-def test_refusals_name_path_and_rule_without_echoing_input(mutate: t.Callable[[dict[str, t.Any]], t.Any], path: str, rule: str) -> None:
+def test_refusals_name_path_and_rule_without_echoing_input(
+    mutate: t.Callable[[dict[str, t.Any]], t.Any], path: str, rule: str
+) -> None:
     doc = copy.deepcopy(minimal())
     mutate(doc)
     error = refused(doc)
@@ -148,7 +191,11 @@ def test_auto_is_valid_but_needs_allocation_to_plan() -> None:
     assert validate_template_build(minimal(templateVmid="auto"))["templateVmid"] == "auto"
     with pytest.raises(FormatError) as info:
         build_template_plan(text=yaml.safe_dump(minimal(templateVmid="auto")))
-    assert (info.value.code, info.value.path, info.value.rule) == ("invalid_template_build", "templateVmid", "auto_needs_allocation")
+    assert (info.value.code, info.value.path, info.value.rule) == (
+        "invalid_template_build",
+        "templateVmid",
+        "auto_needs_allocation",
+    )
 
 
 def test_exactly_one_source() -> None:
@@ -164,16 +211,22 @@ def test_plan_document() -> None:
     assert plan["target"] == {"node": "pve-test", "vmid": 9000, "name": "vmanyware-template-9000"}
     assert plan["source"]["importVolume"] == "local:import/vmanyware-debian-13-aaaaaaaaaaaaaaaa.qcow2"
     assert import_file_name(planned.build) == "vmanyware-debian-13-aaaaaaaaaaaaaaaa.qcow2"
-    assert [step["kind"] for step in plan["steps"]] == [kind for kind in stage_kinds(TEMPLATE) if kind != "disk"]  # no diskGiB declared
+    assert [step["kind"] for step in plan["steps"]] == [
+        kind for kind in stage_kinds(TEMPLATE) if kind != "disk"
+    ]  # no diskGiB declared
     grown = build_template_plan(text=yaml.safe_dump(minimal(diskGiB=8))).plan
-    assert [step["kind"] for step in grown["steps"]] == list(stage_kinds(TEMPLATE)) and grown["resources"] == {"diskGiB": 8}
+    assert [step["kind"] for step in grown["steps"]] == list(stage_kinds(TEMPLATE)) and grown["resources"] == {
+        "diskGiB": 8
+    }
     assert plan["liveVerified"] is False and plan["vmidReserved"] is False
     assert planned.vmid == 9000
 
 
 def test_shipped_schema_file_and_example_agree() -> None:
     path = REPO / "docs" / "schemas" / "template-build-v1.schema.json"
-    assert path.read_text(encoding="utf-8") == schema_json(TEMPLATE_BUILD_SCHEMA_V1), "regenerate with schema_json() (docs/templates.md)"
+    assert path.read_text(encoding="utf-8") == schema_json(TEMPLATE_BUILD_SCHEMA_V1), (
+        "regenerate with schema_json() (docs/templates.md)"
+    )
     jsonschema.Draft202012Validator.check_schema(TEMPLATE_BUILD_SCHEMA_V1)
     example = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator(TEMPLATE_BUILD_SCHEMA_V1).validate(example)

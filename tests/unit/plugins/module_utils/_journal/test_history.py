@@ -15,17 +15,34 @@ import pytest
 from hashed_plan import hashed_plan
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.history import CACHE_NAME, Filters, list_operations, parse_filters, skipped_warning
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import MAX_DOCUMENT_BYTES, JournalError, JournalStore
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.history import (
+    CACHE_NAME,
+    Filters,
+    list_operations,
+    parse_filters,
+    skipped_warning,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
+    MAX_DOCUMENT_BYTES,
+    JournalError,
+    JournalStore,
+)
 
 SCOPE = "pve:" + "c" * 64
 
 
 def _create(store: JournalStore, vmid: int, name: str = "web") -> str:
     document, _created = store.create_operation(
-        idempotency_key=None, provider_scope_id=SCOPE, definition={"name": name}, mapping={"image": "debian"},
-        plan=hashed_plan({"name": name}, {"image": "debian"}, vmid, definitionName=name), confirmation={"confirmed": True},
-        target_node="pve", target_vmid=vmid, stage_kinds=["clone"])
+        idempotency_key=None,
+        provider_scope_id=SCOPE,
+        definition={"name": name},
+        mapping={"image": "debian"},
+        plan=hashed_plan({"name": name}, {"image": "debian"}, vmid, definitionName=name),
+        confirmation={"confirmed": True},
+        target_node="pve",
+        target_vmid=vmid,
+        stage_kinds=["clone"],
+    )
     return t.cast(str, document["operationId"])
 
 
@@ -45,13 +62,22 @@ def test_newest_first_filters_and_limit(store: JournalStore) -> None:
     assert [row["operation_id"] for row in listed["operations"]] == [third, second, first] and listed["total"] == 3
     assert [row["status"] for row in listed["operations"]] == ["abandoned", "failed", "open"]
     assert listed["operations"][1]["failure_code"] == "task_failed" and listed["operations"][0]["released"] is True
-    assert [row["operation_id"] for row in list_operations(store, parse_filters(status=["failed", "open"]))["operations"]] == [second, first]
-    assert [row["operation_id"] for row in list_operations(store, parse_filters(target_vmid=201))["operations"]] == [first]
-    assert [row["operation_id"] for row in list_operations(store, parse_filters(definition_name="db"))["operations"]] == [second]
+    assert [
+        row["operation_id"] for row in list_operations(store, parse_filters(status=["failed", "open"]))["operations"]
+    ] == [second, first]
+    assert [row["operation_id"] for row in list_operations(store, parse_filters(target_vmid=201))["operations"]] == [
+        first
+    ]
+    assert [
+        row["operation_id"] for row in list_operations(store, parse_filters(definition_name="db"))["operations"]
+    ] == [second]
     limited = list_operations(store, Filters(), limit=1)
     assert [row["operation_id"] for row in limited["operations"]] == [third] and limited["total"] == 3
     created = store.load(second)["createdAt"]
-    assert {row["operation_id"] for row in list_operations(store, parse_filters(since=created))["operations"]} == {second, third}
+    assert {row["operation_id"] for row in list_operations(store, parse_filters(since=created))["operations"]} == {
+        second,
+        third,
+    }
     assert list_operations(store, parse_filters(since="2999-01-01"))["total"] == 0
     assert list_operations(store, parse_filters(since="2000-01-01T00:00:00Z"))["total"] == 3
 
@@ -119,28 +145,47 @@ def test_bad_operation_files_are_skipped_and_reported_and_the_rest_listed(store:
     for _round in range(2):  # the bad files are never cached: the second listing skips them again
         listed = list_operations(store)
         assert sorted(row["operation_id"] for row in listed["operations"]) == sorted(valid) and listed["total"] == 2
-        assert listed["skipped_files"] == [{"file": oid + ".json", "operation_id": oid, "code": "journal_corrupt"} for oid in sorted(bad)]
-    assert list_operations(store, parse_filters(definition_name="db"))["skipped_files"] == listed["skipped_files"]  # whatever the filters
+        assert listed["skipped_files"] == [
+            {"file": oid + ".json", "operation_id": oid, "code": "journal_corrupt"} for oid in sorted(bad)
+        ]
+    assert (
+        list_operations(store, parse_filters(definition_name="db"))["skipped_files"] == listed["skipped_files"]
+    )  # whatever the filters
     warning = skipped_warning(listed["skipped_files"][0])
     assert sorted(bad)[0] + ".json" in warning and "journal_corrupt" in warning
     assert json.loads((Path(store.journal_dir) / CACHE_NAME).read_text())["entries"].keys() == set(valid)
     for oid in bad:  # left untouched; loading it by id still fails with the fixed code and message
         after = os.lstat(store.operation_path(oid))
-        assert (after.st_ino, after.st_mtime_ns, after.st_mode) == (before[oid].st_ino, before[oid].st_mtime_ns, before[oid].st_mode)
+        assert (after.st_ino, after.st_mtime_ns, after.st_mode) == (
+            before[oid].st_ino,
+            before[oid].st_mtime_ns,
+            before[oid].st_mode,
+        )
         with pytest.raises(VmanywareError) as info:
             store.load(oid)
         assert info.value.code == "journal_corrupt", bad[oid]
-        assert info.value.message == "The journal file of operation %s is not a valid operation document; it was left untouched." % oid
+        assert (
+            info.value.message
+            == "The journal file of operation %s is not a valid operation document; it was left untouched." % oid
+        )
 
 
-def test_an_unreadable_operation_file_is_skipped_as_io_error(store: JournalStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreadable_operation_file_is_skipped_as_io_error(
+    store: JournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     valid = _create(store, 201)
     unreadable = _create(store, 202)
     real_load = JournalStore.load
 
     def load(self: JournalStore, operation_id: str) -> dict[str, t.Any]:
-        if operation_id == unreadable:  # what a read error gives (a mode-0 file stays readable to root, who runs the tests here)
-            raise JournalError("The journal file of an operation cannot be read.", code="io_error", details={"operationId": operation_id})
+        if (
+            operation_id == unreadable
+        ):  # what a read error gives (a mode-0 file stays readable to root, who runs the tests here)
+            raise JournalError(
+                "The journal file of an operation cannot be read.",
+                code="io_error",
+                details={"operationId": operation_id},
+            )
         return real_load(self, operation_id)
 
     monkeypatch.setattr(JournalStore, "load", load)

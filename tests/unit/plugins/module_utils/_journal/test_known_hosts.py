@@ -26,7 +26,9 @@ KEY2 = "192.0.2.10 ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzd
 
 def block(operation_id: str, *lines: str) -> str:
     """The block as ansible.builtin.blockinfile writes it with marker "# {mark} vmanyware <id>" (the role's earlier task)."""
-    return "".join("%s\n" % line for line in ("# BEGIN vmanyware %s" % operation_id, *lines, "# END vmanyware %s" % operation_id))
+    return "".join(
+        "%s\n" % line for line in ("# BEGIN vmanyware %s" % operation_id, *lines, "# END vmanyware %s" % operation_id)
+    )
 
 
 def mode_of(path: Path) -> int:
@@ -53,7 +55,12 @@ def test_a_second_run_changes_nothing_and_does_not_rewrite(tmp_path: Path) -> No
 
 def test_only_its_own_block_is_replaced_in_place(tmp_path: Path) -> None:
     path = tmp_path / "known_hosts"
-    before = "# operator's own line\nhost.example ssh-rsa AAAAB3Nza\n" + block(OP, "192.0.2.99 ssh-ed25519 AAAAold") + block(OTHER, KEY2) + "last line\n"
+    before = (
+        "# operator's own line\nhost.example ssh-rsa AAAAB3Nza\n"
+        + block(OP, "192.0.2.99 ssh-ed25519 AAAAold")
+        + block(OTHER, KEY2)
+        + "last line\n"
+    )
     path.write_text(before)
     result = install_block(str(path), OP, [KEY], check_mode=False, diff=False)
     assert result["changed"] is True and result["outcome"] == "written"
@@ -90,7 +97,9 @@ def test_no_lines_and_no_file_create_nothing(tmp_path: Path) -> None:
     assert not path.parent.exists()
 
 
-@pytest.mark.parametrize("existing", [None, "other\n", "other\n" + block(OP, KEY2)], ids=["missing", "without-block", "old-block"])
+@pytest.mark.parametrize(
+    "existing", [None, "other\n", "other\n" + block(OP, KEY2)], ids=["missing", "without-block", "old-block"]
+)
 def test_check_mode_previews_exactly_and_writes_nothing(tmp_path: Path, existing: str | None) -> None:
     path = tmp_path / "dir" / "known_hosts"
     if existing is not None:
@@ -126,8 +135,19 @@ def test_a_symbolic_link_is_followed(tmp_path: Path) -> None:
     assert link.is_symlink() and target.read_text() == "kept\n" + block(OP, KEY)
 
 
-@pytest.mark.parametrize("line", ["192.0.2.10 ssh-ed25519 AAAA\n# END vmanyware x", "# BEGIN vmanyware " + OP, "", "   ",
-                                  "192.0.2.10 ssh-ed25519", "a b c\rd", 42], ids=["newline", "marker", "empty", "blank", "no-key", "cr", "int"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "192.0.2.10 ssh-ed25519 AAAA\n# END vmanyware x",
+        "# BEGIN vmanyware " + OP,
+        "",
+        "   ",
+        "192.0.2.10 ssh-ed25519",
+        "a b c\rd",
+        42,
+    ],
+    ids=["newline", "marker", "empty", "blank", "no-key", "cr", "int"],
+)
 def test_a_line_that_is_not_one_known_hosts_entry_is_refused_unechoed(tmp_path: Path, line: t.Any) -> None:
     path = tmp_path / "known_hosts"
     with pytest.raises(VmanywareError) as caught:
@@ -152,7 +172,9 @@ def test_a_directory_path_fails_with_io_error(tmp_path: Path) -> None:
 def _install(path: str, index: int) -> None:
     operation_id = "op-%s" % "abcdefgh"[index].rjust(26, "c")
     for _round in range(10):
-        install_block(path, operation_id, ["192.0.2.%d ssh-ed25519 AAAAkey%d" % (index, index)], check_mode=False, diff=False)
+        install_block(
+            path, operation_id, ["192.0.2.%d ssh-ed25519 AAAAkey%d" % (index, index)], check_mode=False, diff=False
+        )
 
 
 def test_parallel_hosts_keep_every_block_in_one_file(tmp_path: Path) -> None:

@@ -27,7 +27,11 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._core import fil
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.lock import FileLock
 from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalError, JournalStore, resolve_journal_dir
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
+    JournalError,
+    JournalStore,
+    resolve_journal_dir,
+)
 from hashed_plan import hashed_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "crash_harness"))
@@ -51,7 +55,12 @@ def _inputs(**overrides: t.Any) -> dict[str, t.Any]:
         "idempotency_key": "run-42-secret-key",
         "provider_scope_id": SCOPE,
         "definition": {"apiVersion": "vmanyware.dev/v1", "kind": "Environment", "name": "web", "image": "debian-12"},
-        "mapping": {"image": "debian-12", "node": "pve1", "templateVmid": 9000, "imageDefaultUser": {"passwordLocked": True}},
+        "mapping": {
+            "image": "debian-12",
+            "node": "pve1",
+            "templateVmid": 9000,
+            "imageDefaultUser": {"passwordLocked": True},
+        },
         "plan": {"definitionHash": "a" * 64, "planHash": "b" * 64, "steps": [{"kind": "clone"}]},
         "confirmation": {"targetVmid": 123, "planHash": "b" * 64},
         "target_node": "pve1",
@@ -61,7 +70,9 @@ def _inputs(**overrides: t.Any) -> dict[str, t.Any]:
     inputs.update(overrides)
     if "plan" not in overrides:  # the hashes of the snapshots, as every load checks them
         try:
-            inputs["plan"] = hashed_plan(inputs["definition"], inputs["mapping"], inputs["target_vmid"], steps=[{"kind": "clone"}])
+            inputs["plan"] = hashed_plan(
+                inputs["definition"], inputs["mapping"], inputs["target_vmid"], steps=[{"kind": "clone"}]
+            )
         except (TypeError, ValueError):  # inputs that create_operation refuses before anything is hashed
             inputs["plan"] = {"definitionHash": "a" * 64, "planHash": "b" * 64, "steps": [{"kind": "clone"}]}
     if "confirmation" not in overrides:
@@ -103,7 +114,10 @@ def test_resolve_journal_dir_precedence() -> None:
     assert resolve_journal_dir(None, env) == "/env/j"
     assert resolve_journal_dir("", env) == "/env/j"
     assert resolve_journal_dir(None, {"XDG_STATE_HOME": "/xdg", "HOME": "/home/u"}) == "/xdg/vmanyware/journal"
-    assert resolve_journal_dir(None, {"XDG_STATE_HOME": "relative", "HOME": "/home/u"}) == "/home/u/.local/state/vmanyware/journal"
+    assert (
+        resolve_journal_dir(None, {"XDG_STATE_HOME": "relative", "HOME": "/home/u"})
+        == "/home/u/.local/state/vmanyware/journal"
+    )
     assert resolve_journal_dir(None, {"HOME": "/home/u/"}) == "/home/u/.local/state/vmanyware/journal"
 
 
@@ -154,8 +168,20 @@ def test_generated_ids_are_unique_and_well_formed() -> None:
     assert all(_journal.validate_operation_id(value) == value for value in ids)
 
 
-BAD_IDS = ["../x", "/etc/passwd", "op-" + "a" * 25 + "\x00", "op-" + "a" * 27, "op-" + "A" * 26, "op-" + "a" * 25 + "1",
-           "op-../../../../etc/passwd", "op-" + "a" * 10000, "", "op-aaaaaaaaaaaaaaaaaaaaaaaaaa\n", 42, None]
+BAD_IDS = [
+    "../x",
+    "/etc/passwd",
+    "op-" + "a" * 25 + "\x00",
+    "op-" + "a" * 27,
+    "op-" + "A" * 26,
+    "op-" + "a" * 25 + "1",
+    "op-../../../../etc/passwd",
+    "op-" + "a" * 10000,
+    "",
+    "op-aaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+    42,
+    None,
+]
 
 
 @pytest.mark.parametrize("bad", BAD_IDS)
@@ -178,7 +204,9 @@ def test_outside_operation_ids_are_validated_without_echo(store: JournalStore, b
     assert sorted(os.listdir(store.journal_dir)) == ["keys", "locks", "targets"]
     for sub in ("keys", "locks", "targets"):
         assert os.listdir(os.path.join(store.journal_dir, sub)) == []
-    assert not os.path.lexists("/etc/passwd.lock") and not os.path.lexists(os.path.join(os.path.dirname(store.journal_dir), "x.json"))
+    assert not os.path.lexists("/etc/passwd.lock") and not os.path.lexists(
+        os.path.join(os.path.dirname(store.journal_dir), "x.json")
+    )
 
 
 # --- creation, idempotency and the target association ----------------------------------------
@@ -248,7 +276,11 @@ def test_same_key_different_inputs_conflicts(store: JournalStore, change: dict[s
 
 def test_target_is_held_by_one_operation(store: JournalStore) -> None:
     first = _create(store)
-    for change in ({"idempotency_key": "other"}, {"idempotency_key": None}, {"idempotency_key": "x", "target_node": "pve2"}):
+    for change in (
+        {"idempotency_key": "other"},
+        {"idempotency_key": None},
+        {"idempotency_key": "x", "target_node": "pve2"},
+    ):
         with pytest.raises(JournalError) as info:
             store.create_operation(**_inputs(**change))
         assert info.value.code == "conflicting_operation"
@@ -265,7 +297,11 @@ def test_failure_keeps_the_association(store: JournalStore) -> None:
     store.record_dispatch(first["operationId"], "clone", {})
     failed = store.record_failed(first["operationId"], "clone", "task_failed", "A Proxmox task ended with an error.")
     assert failed["status"] == "failed"
-    assert failed["failure"] == {"code": "task_failed", "message": "A Proxmox task ended with an error.", "stage": "clone"}
+    assert failed["failure"] == {
+        "code": "task_failed",
+        "message": "A Proxmox task ended with an error.",
+        "stage": "clone",
+    }
     with pytest.raises(JournalError) as info:
         store.create_operation(**_inputs(idempotency_key="retry"))
     assert info.value.code == "conflicting_operation"
@@ -281,8 +317,11 @@ def test_abandon_releases_target_and_freezes_operation(store: JournalStore, jour
     assert released["release"]["reason"] == "abandoned" and released["revision"] == 2
     assert os.listdir(journal_dir / "targets") == []
     assert store.target_holder(SCOPE, 123) is None
-    for call in (lambda: store.record_dispatch(oid, "clone", {}), lambda: store.set_handoff(oid, {}),
-                 lambda: store.abandon_operation(oid)):
+    for call in (
+        lambda: store.record_dispatch(oid, "clone", {}),
+        lambda: store.set_handoff(oid, {}),
+        lambda: store.abandon_operation(oid),
+    ):
         with pytest.raises(JournalError) as info:
             call()
         assert info.value.code == "journal_conflict"
@@ -375,7 +414,11 @@ def test_full_stage_lifecycle(store: JournalStore) -> None:
     doc = store.record_dispatch(oid, "clone", {"newid": 123, "password": "hunter2", "nested": {"Ticket": "PVE:x"}})
     clone = store.stage(doc, "clone")
     assert clone["status"] == "dispatching" and clone["submissionStarted"] is True and clone["attempts"] == 1
-    assert clone["dispatchedAt"].endswith("Z") and clone["request"] == {"newid": 123, "password": "<redacted>", "nested": {"Ticket": "<redacted>"}}
+    assert clone["dispatchedAt"].endswith("Z") and clone["request"] == {
+        "newid": 123,
+        "password": "<redacted>",
+        "nested": {"Ticket": "<redacted>"},
+    }
     doc = store.record_submitted(oid, "clone", UPID, {"volid": "local-lvm:vm-123-disk-0"})
     assert _journal.stage(doc, "clone")["upid"] == UPID
     doc = store.record_evidence(oid, "clone", {"mac": "BC:24:11:00:00:01"})
@@ -468,9 +511,13 @@ def test_failure_arguments_are_checked(store: JournalStore) -> None:
     with pytest.raises(VmanywareError):
         store.update_operation_status(oid, "failed", failure={"code": "task_failed", "message": "x", "stage": "../x"})
     with pytest.raises(JournalError) as info:
-        store.update_operation_status(oid, "failed", failure={"code": "task_failed", "message": "x", "stage": "unknown"})
+        store.update_operation_status(
+            oid, "failed", failure={"code": "task_failed", "message": "x", "stage": "unknown"}
+        )
     assert info.value.code == "not_found"
-    doc = store.update_operation_status(oid, "failed", failure={"code": "task_timeout", "message": "Deadline passed.", "stage": None})
+    doc = store.update_operation_status(
+        oid, "failed", failure={"code": "task_timeout", "message": "Deadline passed.", "stage": None}
+    )
     assert doc["failure"] == {"code": "task_timeout", "message": "Deadline passed.", "stage": None}
     with pytest.raises(JournalError):
         store.update_operation_status(oid, "completed")
@@ -505,7 +552,9 @@ def test_expected_revision_is_compare_and_set(store: JournalStore) -> None:
 
 def test_secrets_never_reach_the_file(store: JournalStore) -> None:
     oid = _create(store)["operationId"]
-    store.record_dispatch(oid, "clone", {"api_token_secret": "tok-SECRET-1", "cipassword": "pw-SECRET-2", "sshkeys": "ssh-ed25519 AAAA"})
+    store.record_dispatch(
+        oid, "clone", {"api_token_secret": "tok-SECRET-1", "cipassword": "pw-SECRET-2", "sshkeys": "ssh-ed25519 AAAA"}
+    )
     store.record_evidence(oid, "clone", {"guest": {"out-data": "guest-OUTPUT-3"}, "password": "pw-SECRET-4"})
     raw = Path(store.operation_path(oid)).read_text()
     for secret in ("tok-SECRET-1", "pw-SECRET-2", "guest-OUTPUT-3", "pw-SECRET-4", "run-42-secret-key"):
@@ -526,7 +575,9 @@ def test_list_ignores_temp_lock_and_claim_files(store: JournalStore, journal_dir
     assert store.load(oid)["stages"][0]["evidence"] == {"a": 1}
 
 
-def test_list_and_stage_cost_do_not_grow_with_history(store: JournalStore, journal_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_list_and_stage_cost_do_not_grow_with_history(
+    store: JournalStore, journal_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     oid = _create(store)["operationId"]
     for _index in range(10000):  # history: 10,000 files that list_operations must not parse
         (journal_dir / (_journal.new_operation_id() + ".json")).write_bytes(b"not parsed")
@@ -573,6 +624,7 @@ def _corruptions() -> list[t.Callable[[dict[str, t.Any], bytes], bytes]]:
             doc = copy.deepcopy(document)
             change(doc)
             return json.dumps(doc).encode()
+
         return make
 
     return [
@@ -591,8 +643,16 @@ def _corruptions() -> list[t.Callable[[dict[str, t.Any], bytes], bytes]]:
         with_doc(lambda d: d.update(createdAt="2024-01-01 00:00:00")),
         with_doc(lambda d: d["target"].update(vmid="123")),
         with_doc(lambda d: d["plan"].pop("planHash")),
-        with_doc(lambda d: d["stages"][1].update(status="completed", submissionStarted=True, attempts=1,
-                                                 dispatchedAt=d["createdAt"], completedAt=d["createdAt"], request={})),
+        with_doc(
+            lambda d: d["stages"][1].update(
+                status="completed",
+                submissionStarted=True,
+                attempts=1,
+                dispatchedAt=d["createdAt"],
+                completedAt=d["createdAt"],
+                request={},
+            )
+        ),
         with_doc(lambda d: d["stages"][0].update(position=0)),
         with_doc(lambda d: d["stages"][0].update(status="dispatching")),
         with_doc(lambda d: d["stages"][0].update(failure={"code": "x", "message": "y"})),
@@ -604,11 +664,15 @@ def _corruptions() -> list[t.Callable[[dict[str, t.Any], bytes], bytes]]:
         with_doc(lambda d: d["plan"].update(definitionHash="a" * 64)),
         with_doc(lambda d: d["definition"].update(name="other")),
         with_doc(lambda d: d["mapping"].update(templateVmid=9001)),
-        with_doc(lambda d: d.update(mapping=dict(reversed(list(d["mapping"].items()))))),  # planHash keeps the catalog's field order
+        with_doc(
+            lambda d: d.update(mapping=dict(reversed(list(d["mapping"].items()))))
+        ),  # planHash keeps the catalog's field order
         with_doc(lambda d: d["target"].update(vmid=124)),
         with_doc(lambda d: d["confirmation"].update(planHash="f" * 64)),
         with_doc(lambda d: d["plan"].update(target={"vmid": 124})),
-        with_doc(lambda d: d["definition"].update(weight=1.5)),  # no v1 field is a float: not hashable, so not a recorded snapshot
+        with_doc(
+            lambda d: d["definition"].update(weight=1.5)
+        ),  # no v1 field is a float: not hashable, so not a recorded snapshot
     ]
 
 
@@ -624,7 +688,10 @@ def test_corrupt_file_is_refused_and_left_byte_identical(store: JournalStore, co
         with pytest.raises(JournalError) as info:
             call()
         assert info.value.code == "journal_corrupt"
-        assert info.value.message == "The journal file of operation %s is not a valid operation document; it was left untouched." % oid
+        assert (
+            info.value.message
+            == "The journal file of operation %s is not a valid operation document; it was left untouched." % oid
+        )
         assert info.value.details == {"operationId": oid}
         assert info.value.__cause__ is None
         assert path.read_bytes() == bad
@@ -649,7 +716,9 @@ def test_oversized_and_symlinked_files_are_corrupt(store: JournalStore, tmp_path
     assert info.value.code == "journal_corrupt"
 
 
-def test_a_socket_fifo_or_directory_in_place_of_an_operation_file_is_corrupt(store: JournalStore, tmp_path: Path) -> None:
+def test_a_socket_fifo_or_directory_in_place_of_an_operation_file_is_corrupt(
+    store: JournalStore, tmp_path: Path
+) -> None:
     """Issue 31: any non-regular file is journal_corrupt (a socket cannot even be opened: still not an io_error)."""
     import socket
 
@@ -719,7 +788,7 @@ def test_random_corruption_only_ever_raises_journal_corrupt(tmp_path: Path, data
             elif mutation == "insert":
                 mutated[index:index] = data.draw(st.binary(min_size=1, max_size=8))
             elif mutated:
-                del mutated[index: index + data.draw(st.integers(1, 16))]
+                del mutated[index : index + data.draw(st.integers(1, 16))]
     directory = tmp_path / ("j-" + _journal.new_operation_id())
     store = JournalStore(str(directory))
     path = Path(store.operation_path(oid))
@@ -728,7 +797,10 @@ def test_random_corruption_only_ever_raises_journal_corrupt(tmp_path: Path, data
         document = store.load(oid)
     except JournalError as err:
         assert err.code == "journal_corrupt"
-        assert err.message == "The journal file of operation %s is not a valid operation document; it was left untouched." % oid
+        assert (
+            err.message
+            == "The journal file of operation %s is not a valid operation document; it was left untouched." % oid
+        )
         assert err.details == {"operationId": oid}
     else:
         assert document["operationId"] == oid
@@ -792,8 +864,12 @@ def _increment(directory: str, oid: str, rounds: int, start: t.Any, results: t.A
         document = store.load(oid)
         counter = _journal.stage(document, "clone")["evidence"].get("counter", 0)
         try:
-            store.record_evidence(oid, "clone", {"counter": counter + 1, "by-%d" % os.getpid(): successes + 1},
-                                  expected_revision=document["revision"])
+            store.record_evidence(
+                oid,
+                "clone",
+                {"counter": counter + 1, "by-%d" % os.getpid(): successes + 1},
+                expected_revision=document["revision"],
+            )
         except JournalError as err:
             assert err.code == "journal_conflict"
             conflicts += 1
@@ -857,7 +933,9 @@ _CRASH_SCRIPT = textwrap.dedent(
 
 def _run_child(journal_dir: Path, action: str, oid: str, crash_at: str | None, extra: str = "") -> int:
     env = crash_hook.child_env(os.environ, crash_at)  # the harness's sitecustomize arms the point in the child
-    args = [sys.executable, "-c", _CRASH_SCRIPT, _collections_root(), str(journal_dir), action, oid] + ([extra] if extra else [])
+    args = [sys.executable, "-c", _CRASH_SCRIPT, _collections_root(), str(journal_dir), action, oid] + (
+        [extra] if extra else []
+    )
     return subprocess.run(args, env=env, timeout=60, check=False).returncode
 
 
@@ -888,7 +966,10 @@ def test_crash_after_replace_keeps_the_durable_dispatch(store: JournalStore, jou
 def test_unrelated_or_late_crash_points_do_nothing(store: JournalStore, journal_dir: Path) -> None:
     oid = _create(store)["operationId"]
     assert _run_child(journal_dir, "dispatch", oid, "journal:before_replace:configure:dispatching") == 0
-    assert _run_child(journal_dir, "late-env", _create(store, idempotency_key="k2", target_vmid=124)["operationId"], None) == 0
+    assert (
+        _run_child(journal_dir, "late-env", _create(store, idempotency_key="k2", target_vmid=124)["operationId"], None)
+        == 0
+    )
 
 
 def test_crash_during_creation_leaves_no_claim(store: JournalStore, journal_dir: Path) -> None:
@@ -997,8 +1078,13 @@ def test_lifecycle_rules_are_validated(store: JournalStore) -> None:
     with pytest.raises(Exception):
         validate_document(bad)  # an abandonment is always a release
     bad = copy.deepcopy(document)
-    bad["lifecycle"]["cleanup"] = {"startedAt": document["updatedAt"], "completedAt": None, "status": "open", "failure": None,
-                                   "steps": []}
+    bad["lifecycle"]["cleanup"] = {
+        "startedAt": document["updatedAt"],
+        "completedAt": None,
+        "status": "open",
+        "failure": None,
+        "steps": [],
+    }
     with pytest.raises(Exception):
         validate_document(bad)  # the cleanup steps are exactly stop, destroy
     bad = copy.deepcopy(document)
@@ -1022,7 +1108,11 @@ def _record_real(store: JournalStore, kind: str) -> dict[str, t.Any]:
     if kind == "template":
         planned = build_template_plan(path=_REPO / "examples/template-build.yml")
         definition, mapping, plan = journal_snapshots(planned)
-        confirmation = {"templateBuildHash": planned.template_build_hash, "planHash": planned.plan_hash, "confirmed": True}
+        confirmation = {
+            "templateBuildHash": planned.template_build_hash,
+            "planHash": planned.plan_hash,
+            "confirmed": True,
+        }
     else:
         catalog = "examples/catalog.yml" if kind == "vm" else "examples/catalog-containers.yml"
         text = (_REPO / "examples/definition.yml").read_text(encoding="utf-8")
@@ -1032,8 +1122,16 @@ def _record_real(store: JournalStore, kind: str) -> dict[str, t.Any]:
         definition, mapping, plan = dict(env.definition), dict(env.mapping), dict(env.plan)
         confirmation = {"definitionHash": env.definition_hash, "planHash": env.plan_hash, "confirmed": True}
     document, _created = store.create_operation(
-        idempotency_key=None, provider_scope_id=SCOPE, definition=definition, mapping=mapping, plan=plan, confirmation=confirmation,
-        target_node=plan["target"]["node"], target_vmid=plan["target"]["vmid"], stage_kinds=[step["kind"] for step in plan["steps"]])
+        idempotency_key=None,
+        provider_scope_id=SCOPE,
+        definition=definition,
+        mapping=mapping,
+        plan=plan,
+        confirmation=confirmation,
+        target_node=plan["target"]["node"],
+        target_vmid=plan["target"]["vmid"],
+        stage_kinds=[step["kind"] for step in plan["steps"]],
+    )
     return document
 
 
@@ -1061,6 +1159,8 @@ def test_recorded_hashes_of_each_kind_are_checked_on_load(store: JournalStore, k
         with pytest.raises(JournalError) as info:
             store.load(oid)
         assert info.value.code == "journal_corrupt" and info.value.details == {"operationId": oid}
-        assert "edited" not in json.dumps(info.value.to_result()) and "elsewhere" not in json.dumps(info.value.to_result())
+        assert "edited" not in json.dumps(info.value.to_result()) and "elsewhere" not in json.dumps(
+            info.value.to_result()
+        )
     path.write_bytes(good)
     assert store.load(oid) == document

@@ -14,7 +14,10 @@ from pve_fake import FakeClient
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import create_operation, expected_confirmation
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    create_operation,
+    expected_confirmation,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.vmid import datacenter_range, release, reserve
 
@@ -35,9 +38,14 @@ def fake_pve(guests: t.Iterable[int] = (9000,), options: t.Any = None, hidden: t
             return ProviderError(code="conflict")
         return str(params["vmid"])  # PVE may answer the integer as a string
 
-    return FakeClient({"/cluster/resources": [{"vmid": vmid, "type": "qemu"} for vmid in sorted(set(guests))],
-                       "/cluster/options": options if options is not None else {},
-                       "/cluster/nextid": nextid}, provider_scope_id=SCOPE)
+    return FakeClient(
+        {
+            "/cluster/resources": [{"vmid": vmid, "type": "qemu"} for vmid in sorted(set(guests))],
+            "/cluster/options": options if options is not None else {},
+            "/cluster/nextid": nextid,
+        },
+        provider_scope_id=SCOPE,
+    )
 
 
 def calls(client: FakeClient) -> list[tuple[str, dict[str, t.Any]]]:
@@ -58,10 +66,16 @@ def store(tmp_path: Path) -> JournalStore:
 
 
 def test_bad_options_have_fixed_codes_and_echo_nothing(store: JournalStore) -> None:
-    cases = [({"owner": "x\ny"}, "invalid_option"), ({"owner": ""}, "invalid_option"), ({"owner": "o", "purpose": "lxc"}, "invalid_option"),
-             ({"owner": "o", "lease_seconds": 0}, "invalid_option"), ({"owner": "o", "vmid_range": [200]}, "invalid_option"),
-             ({"owner": "o", "vmid_range": [300, 200]}, "invalid_option"), ({"owner": "o", "vmid_range": [99, 200]}, "invalid_target_vmid"),
-             ({"owner": "o", "vmid": 1000000000}, "invalid_target_vmid")]
+    cases = [
+        ({"owner": "x\ny"}, "invalid_option"),
+        ({"owner": ""}, "invalid_option"),
+        ({"owner": "o", "purpose": "lxc"}, "invalid_option"),
+        ({"owner": "o", "lease_seconds": 0}, "invalid_option"),
+        ({"owner": "o", "vmid_range": [200]}, "invalid_option"),
+        ({"owner": "o", "vmid_range": [300, 200]}, "invalid_option"),
+        ({"owner": "o", "vmid_range": [99, 200]}, "invalid_target_vmid"),
+        ({"owner": "o", "vmid": 1000000000}, "invalid_target_vmid"),
+    ]
     for options, code in cases:
         client = fake_pve()
         with pytest.raises(VmanywareError) as info:
@@ -100,15 +114,27 @@ def test_ranges_hidden_guests_and_expiry(store: JournalStore) -> None:
     with pytest.raises(VmanywareError) as info:
         reserve(store, client, owner="c", clock=clock)
     # 101 was refused by nextid (a guest the token cannot see) and nothing else is left
-    assert info.value.code == "no_free_vmid" and info.value.details == {"lower": 100, "upper": 103, "refusedByProxmox": 1}
-    assert sorted(os.listdir(store.leases_dir)) == sorted(os.path.basename(store.lease_path(SCOPE, v)) for v in (102, 103))
+    assert info.value.code == "no_free_vmid" and info.value.details == {
+        "lower": 100,
+        "upper": 103,
+        "refusedByProxmox": 1,
+    }
+    assert sorted(os.listdir(store.leases_dir)) == sorted(
+        os.path.basename(store.lease_path(SCOPE, v)) for v in (102, 103)
+    )
     clock.now += 3601  # both leases expired
     again = reserve(store, client, owner="c", clock=clock)
     assert again["vmid"] == 102 and not again["reused"]
-    assert reserve(store, client, owner="a", clock=clock)["vmid"] == 103  # a's old lease expired: a new one, replacing b's
+    assert (
+        reserve(store, client, owner="a", clock=clock)["vmid"] == 103
+    )  # a's old lease expired: a new one, replacing b's
     assert release(store, SCOPE, owner="b", clock=clock)["released"] == []
     assert release(store, SCOPE, owner="a", vmid=102, clock=clock)["released"] == []
-    assert release(store, SCOPE, owner="a", clock=clock) == {"changed": True, "released": [103], "provider_scope_id": SCOPE}
+    assert release(store, SCOPE, owner="a", clock=clock) == {
+        "changed": True,
+        "released": [103],
+        "provider_scope_id": SCOPE,
+    }
 
 
 def test_template_purpose_range(store: JournalStore) -> None:
@@ -150,9 +176,17 @@ def test_a_corrupt_lease_is_left_untouched(store: JournalStore) -> None:
 
 
 def _operation(store: JournalStore, vmid: int) -> dict[str, t.Any]:
-    planned = build_plan(catalog_path=REPO / "examples/catalog.yml", definition_path=REPO / "examples/definition.yml", target_vmid=vmid)
-    return create_operation(store, planned=planned, provider_scope_id=SCOPE, confirmation=expected_confirmation(planned.plan, SCOPE),
-                            idempotency_key=None, environ=ON)
+    planned = build_plan(
+        catalog_path=REPO / "examples/catalog.yml", definition_path=REPO / "examples/definition.yml", target_vmid=vmid
+    )
+    return create_operation(
+        store,
+        planned=planned,
+        provider_scope_id=SCOPE,
+        confirmation=expected_confirmation(planned.plan, SCOPE),
+        idempotency_key=None,
+        environ=ON,
+    )
 
 
 def test_a_replayed_creation_removes_a_lease_a_crash_left_behind(store: JournalStore) -> None:

@@ -12,7 +12,14 @@ import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import CONFIRMATION_FIELDS, create_operation, expected_confirmation, instance_tag, public_view, read_gate
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    CONFIRMATION_FIELDS,
+    create_operation,
+    expected_confirmation,
+    instance_tag,
+    public_view,
+    read_gate,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[5]
@@ -21,7 +28,9 @@ ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
 
 
 def planned(snapshot: bool = False, attested: bool = True, vmid: int = 201, disk: int = 20) -> t.Any:
-    definition = (REPO / "examples/definition.yml").read_text(encoding="utf-8").replace("diskGiB: 20", "diskGiB: %d" % disk)
+    definition = (
+        (REPO / "examples/definition.yml").read_text(encoding="utf-8").replace("diskGiB: 20", "diskGiB: %d" % disk)
+    )
     if snapshot:
         definition = definition.replace("snapshotAfterProvisioning: false", "snapshotAfterProvisioning: true")
     catalog = (REPO / "examples/catalog.yml").read_text(encoding="utf-8")
@@ -35,21 +44,44 @@ def store(tmp_path: t.Any) -> JournalStore:
     return JournalStore(str(tmp_path / "journal"))
 
 
-def create(store: JournalStore, plan: t.Any = None, confirmation: t.Any = "expected", environ: t.Mapping[str, str] | None = None,
-           key: str | None = None, **kwargs: t.Any) -> dict[str, t.Any]:
+def create(
+    store: JournalStore,
+    plan: t.Any = None,
+    confirmation: t.Any = "expected",
+    environ: t.Mapping[str, str] | None = None,
+    key: str | None = None,
+    **kwargs: t.Any,
+) -> dict[str, t.Any]:
     plan = plan or planned()
     environ = ON if environ is None else environ
     if confirmation == "expected":
         confirmation = expected_confirmation(plan.plan, SCOPE)
-    return create_operation(store, planned=plan, provider_scope_id=SCOPE, confirmation=confirmation, idempotency_key=key, environ=environ,
-                            **kwargs)
+    return create_operation(
+        store,
+        planned=plan,
+        provider_scope_id=SCOPE,
+        confirmation=confirmation,
+        idempotency_key=key,
+        environ=environ,
+        **kwargs,
+    )
 
 
-@pytest.mark.parametrize("value,option,expected", [
-    (None, None, False), ("", None, False), ("false", None, False), ("true", None, True),
-    (None, True, True), ("", True, True), (None, False, False), ("true", False, False), ("true", True, True),
-    ("false", True, False),  # the kill switch: an environment false wins over the option
-])
+@pytest.mark.parametrize(
+    "value,option,expected",
+    [
+        (None, None, False),
+        ("", None, False),
+        ("false", None, False),
+        ("true", None, True),
+        (None, True, True),
+        ("", True, True),
+        (None, False, False),
+        ("true", False, False),
+        ("true", True, True),
+        ("false", True, False),  # the kill switch: an environment false wins over the option
+    ],
+)
 def test_gate_values(value: str | None, option: bool | None, expected: bool) -> None:
     environ = {} if value is None else {"G": value}
     assert read_gate(environ, "G", option) is expected
@@ -61,7 +93,11 @@ def test_invalid_gate_is_a_configuration_error_before_anything(store: JournalSto
         create(store, confirmation=None, environ={"VMANYWARE_PROVISIONING_ENABLED": value})
     assert info.value.code == "configuration_error"
     with pytest.raises(VmanywareError) as info:
-        create(store, confirmation=None, environ={"VMANYWARE_PROVISIONING_ENABLED": "true", "VMANYWARE_SNAPSHOTS_ENABLED": value})
+        create(
+            store,
+            confirmation=None,
+            environ={"VMANYWARE_PROVISIONING_ENABLED": "true", "VMANYWARE_SNAPSHOTS_ENABLED": value},
+        )
     assert info.value.code == "configuration_error"
     assert store.list_operations() == []
 
@@ -212,7 +248,12 @@ def test_review_run_gets_the_block_with_the_gates_closed(store: JournalStore) ->
     """A read-only credential (gates closed) can review: the block needs no recorded operation; the apply run needs the gate."""
     for confirmation in (None, {}, {"confirmed": True}):
         with pytest.raises(VmanywareError) as info:
-            create(store, planned(snapshot=True), confirmation=confirmation, environ={"VMANYWARE_PROVISIONING_ENABLED": "false"})
+            create(
+                store,
+                planned(snapshot=True),
+                confirmation=confirmation,
+                environ={"VMANYWARE_PROVISIONING_ENABLED": "false"},
+            )
         assert info.value.code == "confirmation_required"
         assert info.value.details["expected_confirmation"] == expected_confirmation(planned(snapshot=True).plan, SCOPE)
         assert info.value.details["provisioning_enabled"] is False and info.value.details["snapshots_enabled"] is False

@@ -19,10 +19,23 @@ import pytest
 
 from stage_fakes import PVE, SCOPE, VM, FakeClient, new_operation, planned, pve_error  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.adopt import ReadOnlyClient, adopt_operation, parse_binding  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.adopt import (
+    ReadOnlyClient,
+    adopt_operation,
+    parse_binding,
+)  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalError, JournalStore, adopted_operation_document, validate_document  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import default_idempotency_key, expected_confirmation, instance_tag  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
+    JournalError,
+    JournalStore,
+    adopted_operation_document,
+    validate_document,
+)  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    default_idempotency_key,
+    expected_confirmation,
+    instance_tag,
+)  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import binding_description  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.seed import dump_hashes  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.snapshot import snapshot_name  # noqa: E402
@@ -32,7 +45,7 @@ REC = json.loads((REPO / "tests/unit/fixtures/pve_guest_stages.json").read_text(
 ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
 OPID = "op-" + "b" * 26
 PLANNED = planned(20)  # examples: packages build-essential and git, no snapshot, disk 8 -> 20 GiB
-GIB = 1024 ** 3
+GIB = 1024**3
 TASKS = "/nodes/pve-test/tasks"
 USER = "vmanyware@pve!full"
 
@@ -46,21 +59,35 @@ def bound(config: dict[str, t.Any], operation_id: str = OPID, plan: dict[str, t.
     return config
 
 
-FULL = bound(REC["config_after"])          # cloned, resources, disk 20G, Cloud-Init settings
-CLONED = bound(PVE["clone_config"])        # right after the clone: no tag, 8G
+FULL = bound(REC["config_after"])  # cloned, resources, disk 20G, Cloud-Init settings
+CLONED = bound(PVE["clone_config"])  # right after the clone: no tag, 8G
 
 
-def task(kind: str, vmid: int, status: str | None = "OK", user: str = USER, start: int = 0x6B0D00E4) -> dict[str, t.Any]:
+def task(
+    kind: str, vmid: int, status: str | None = "OK", user: str = USER, start: int = 0x6B0D00E4
+) -> dict[str, t.Any]:
     upid = "UPID:pve-test:0001F052:0002103E:%08X:%s:%d:%s:" % (start, kind, vmid, user)
-    entry: dict[str, t.Any] = {"upid": upid, "type": kind, "id": str(vmid), "node": "pve-test", "starttime": start,
-                               "user": user.split("!")[0]}
+    entry: dict[str, t.Any] = {
+        "upid": upid,
+        "type": kind,
+        "id": str(vmid),
+        "node": "pve-test",
+        "starttime": start,
+        "user": user.split("!")[0],
+    }
     if status is not None:
         entry.update(status=status, endtime=start + 2)
     return entry
 
 
-def client_for(config: t.Any, power: str = "running", tasks: t.Sequence[dict[str, t.Any]] = (), dumps: dict[str, str] | None = None,
-               snapshots: t.Sequence[dict[str, t.Any]] = (), pending: t.Any = None) -> FakeClient:
+def client_for(
+    config: t.Any,
+    power: str = "running",
+    tasks: t.Sequence[dict[str, t.Any]] = (),
+    dumps: dict[str, str] | None = None,
+    snapshots: t.Sequence[dict[str, t.Any]] = (),
+    pending: t.Any = None,
+) -> FakeClient:
     parts = dumps or REC["dump"]
     routes: dict[str, t.Any] = {
         "/version": {"version": "9.1.3", "release": "9.1", "repoid": "abcdef12"},
@@ -79,13 +106,28 @@ def store(tmp_path: Path) -> JournalStore:
     return JournalStore(str(tmp_path / "journal"))
 
 
-def adopt(store: t.Any, client: FakeClient, *, plan: t.Any = PLANNED, check_mode: bool = False, confirmation: t.Any = "expected",
-          environ: t.Mapping[str, str] | None = None) -> dict[str, t.Any]:
+def adopt(
+    store: t.Any,
+    client: FakeClient,
+    *,
+    plan: t.Any = PLANNED,
+    check_mode: bool = False,
+    confirmation: t.Any = "expected",
+    environ: t.Mapping[str, str] | None = None,
+) -> dict[str, t.Any]:
     environ = ON if environ is None else environ
     if confirmation == "expected":
         confirmation = expected_confirmation(plan.plan, SCOPE)
-    return adopt_operation(store, client, planned=plan, provider_scope_id=SCOPE, confirmation=confirmation, idempotency_key=None,
-                           environ=environ, check_mode=check_mode)
+    return adopt_operation(
+        store,
+        client,
+        planned=plan,
+        provider_scope_id=SCOPE,
+        confirmation=confirmation,
+        idempotency_key=None,
+        environ=environ,
+        check_mode=check_mode,
+    )
 
 
 def only_gets(client: FakeClient) -> None:
@@ -101,37 +143,100 @@ def evidence(store: JournalStore, kind: str) -> dict[str, t.Any]:
 
 
 # -- the decision table ------------------------------------------------------------------------------------
-DONE_THROUGH_START = {"clone": "completed", "resources": "completed", "disk": "completed", "cloudinit": "completed", "seed": "completed",
-                      "start": "completed", "readiness": "pending", "packages": "pending"}
+DONE_THROUGH_START = {
+    "clone": "completed",
+    "resources": "completed",
+    "disk": "completed",
+    "cloudinit": "completed",
+    "seed": "completed",
+    "start": "completed",
+    "readiness": "pending",
+    "packages": "pending",
+}
 CASES = [
     ("running", dict(config=FULL, power="running"), DONE_THROUGH_START, "open"),
-    ("started-by-token-but-stopped", dict(config=FULL, power="stopped", tasks=[task("qmstart", 201)]),
-     dict(DONE_THROUGH_START, start="uncertain"), "uncertain"),
-    ("not-started", dict(config=FULL, power="stopped"),
-     dict(DONE_THROUGH_START, seed="pending", start="pending"), "open"),
-    ("start-task-of-another-token", dict(config=FULL, power="stopped", tasks=[task("qmstart", 201, user="root@pam")]),
-     dict(DONE_THROUGH_START, seed="pending", start="pending"), "open"),
-    ("start-task-still-running", dict(config=FULL, power="stopped", tasks=[task("qmstart", 201, status=None)]),
-     dict(DONE_THROUGH_START, start="uncertain"), "uncertain"),
-    ("only-cloned", dict(config=CLONED, power="stopped"),
-     dict(DONE_THROUGH_START, resources="pending", disk="pending", cloudinit="pending", seed="pending", start="pending"), "open"),
-    ("resources-not-disk", dict(config=dict(CLONED, tags=instance_tag(OPID)), power="stopped"),
-     dict(DONE_THROUGH_START, disk="pending", cloudinit="pending", seed="pending", start="pending"), "open"),
-    ("disk-not-cloudinit", dict(config=dict(CLONED, tags=instance_tag(OPID), scsi0="local-lvm:vm-201-disk-0,size=20G"), power="stopped"),
-     dict(DONE_THROUGH_START, cloudinit="pending", seed="pending", start="pending"), "open"),
-    ("cloudinit-keys-differ", dict(config=dict(FULL, sshkeys="ssh-ed25519%20AAAA%20other"), power="stopped"),
-     dict(DONE_THROUGH_START, cloudinit="pending", seed="pending", start="pending"), "open"),
-    ("disk-elsewhere", dict(config=dict(FULL, scsi0="other-lvm:vm-201-disk-0,size=20G")),
-     {kind: "pending" for kind in DONE_THROUGH_START} | {"clone": "uncertain"}, "uncertain"),
-    ("running-seed-invalid", dict(config=FULL, dumps=dict(REC["dump"], user="#cloud-config\nuser: debian\n")),
-     dict(DONE_THROUGH_START, seed="uncertain", start="pending"), "uncertain"),
-    ("running-but-resources-differ", dict(config=dict(FULL, cores=4)),
-     {kind: "pending" for kind in DONE_THROUGH_START} | {"clone": "completed"}, "open"),
+    (
+        "started-by-token-but-stopped",
+        dict(config=FULL, power="stopped", tasks=[task("qmstart", 201)]),
+        dict(DONE_THROUGH_START, start="uncertain"),
+        "uncertain",
+    ),
+    (
+        "not-started",
+        dict(config=FULL, power="stopped"),
+        dict(DONE_THROUGH_START, seed="pending", start="pending"),
+        "open",
+    ),
+    (
+        "start-task-of-another-token",
+        dict(config=FULL, power="stopped", tasks=[task("qmstart", 201, user="root@pam")]),
+        dict(DONE_THROUGH_START, seed="pending", start="pending"),
+        "open",
+    ),
+    (
+        "start-task-still-running",
+        dict(config=FULL, power="stopped", tasks=[task("qmstart", 201, status=None)]),
+        dict(DONE_THROUGH_START, start="uncertain"),
+        "uncertain",
+    ),
+    (
+        "only-cloned",
+        dict(config=CLONED, power="stopped"),
+        dict(
+            DONE_THROUGH_START,
+            resources="pending",
+            disk="pending",
+            cloudinit="pending",
+            seed="pending",
+            start="pending",
+        ),
+        "open",
+    ),
+    (
+        "resources-not-disk",
+        dict(config=dict(CLONED, tags=instance_tag(OPID)), power="stopped"),
+        dict(DONE_THROUGH_START, disk="pending", cloudinit="pending", seed="pending", start="pending"),
+        "open",
+    ),
+    (
+        "disk-not-cloudinit",
+        dict(config=dict(CLONED, tags=instance_tag(OPID), scsi0="local-lvm:vm-201-disk-0,size=20G"), power="stopped"),
+        dict(DONE_THROUGH_START, cloudinit="pending", seed="pending", start="pending"),
+        "open",
+    ),
+    (
+        "cloudinit-keys-differ",
+        dict(config=dict(FULL, sshkeys="ssh-ed25519%20AAAA%20other"), power="stopped"),
+        dict(DONE_THROUGH_START, cloudinit="pending", seed="pending", start="pending"),
+        "open",
+    ),
+    (
+        "disk-elsewhere",
+        dict(config=dict(FULL, scsi0="other-lvm:vm-201-disk-0,size=20G")),
+        {kind: "pending" for kind in DONE_THROUGH_START} | {"clone": "uncertain"},
+        "uncertain",
+    ),
+    (
+        "running-seed-invalid",
+        dict(config=FULL, dumps=dict(REC["dump"], user="#cloud-config\nuser: debian\n")),
+        dict(DONE_THROUGH_START, seed="uncertain", start="pending"),
+        "uncertain",
+    ),
+    (
+        "running-but-resources-differ",
+        dict(config=dict(FULL, cores=4)),
+        {kind: "pending" for kind in DONE_THROUGH_START} | {"clone": "completed"},
+        "open",
+    ),
 ]
 
 
-@pytest.mark.parametrize("routes,expected,operation_status", [case[1:] for case in CASES], ids=[case[0] for case in CASES])
-def test_decision_table(store: JournalStore, routes: dict[str, t.Any], expected: dict[str, str], operation_status: str) -> None:
+@pytest.mark.parametrize(
+    "routes,expected,operation_status", [case[1:] for case in CASES], ids=[case[0] for case in CASES]
+)
+def test_decision_table(
+    store: JournalStore, routes: dict[str, t.Any], expected: dict[str, str], operation_status: str
+) -> None:
     client = client_for(**routes)
     result = adopt(store, client)
     only_gets(client)
@@ -156,18 +261,51 @@ def test_completed_evidence_is_what_the_stages_record(store: JournalStore) -> No
     adopt(store, client_for(FULL, tasks=tasks))
     digest = FULL["digest"]
     clone = evidence(store, "clone")
-    assert clone == {"volid": "local-lvm:vm-201-disk-0", "digest": digest, "macaddr": "BC:24:11:C4:FF:C1", "diskSizeBytes": 20 * GIB,
-                     "adopted": True}
+    assert clone == {
+        "volid": "local-lvm:vm-201-disk-0",
+        "digest": digest,
+        "macaddr": "BC:24:11:C4:FF:C1",
+        "diskSizeBytes": 20 * GIB,
+        "adopted": True,
+    }
     document = store.load(OPID)
     assert store.stage(document, "clone")["upid"] is None  # two qmclone tasks of the template: not singled out
     assert store.stage(document, "disk")["upid"] == tasks[0]["upid"]
-    assert evidence(store, "resources") == {"digest": digest, "cores": 2, "memoryMiB": 2048, "tags": instance_tag(OPID), "adopted": True}
-    assert evidence(store, "disk") == {"digest": digest, "diskSizeBytes": 20 * GIB, "volid": "local-lvm:vm-201-disk-0", "adopted": True}
-    assert evidence(store, "cloudinit") == {"digest": digest, "net0Mac": "BC:24:11:C4:FF:C1", "bridge": "vmbr0", "guestReady": False,
-                                            "attested": True, "sshKeyCount": 1, "adopted": True}
-    assert evidence(store, "seed") == {"seedHashes": dump_hashes(REC["dump"]), "seedDigest": digest, "digest": digest, "seedVerdict": "valid",
-                                       "adopted": True}
-    assert evidence(store, "start") == {"powerState": "running", "guestReady": False, "startResolvedBy": "power_state", "adopted": True}
+    assert evidence(store, "resources") == {
+        "digest": digest,
+        "cores": 2,
+        "memoryMiB": 2048,
+        "tags": instance_tag(OPID),
+        "adopted": True,
+    }
+    assert evidence(store, "disk") == {
+        "digest": digest,
+        "diskSizeBytes": 20 * GIB,
+        "volid": "local-lvm:vm-201-disk-0",
+        "adopted": True,
+    }
+    assert evidence(store, "cloudinit") == {
+        "digest": digest,
+        "net0Mac": "BC:24:11:C4:FF:C1",
+        "bridge": "vmbr0",
+        "guestReady": False,
+        "attested": True,
+        "sshKeyCount": 1,
+        "adopted": True,
+    }
+    assert evidence(store, "seed") == {
+        "seedHashes": dump_hashes(REC["dump"]),
+        "seedDigest": digest,
+        "digest": digest,
+        "seedVerdict": "valid",
+        "adopted": True,
+    }
+    assert evidence(store, "start") == {
+        "powerState": "running",
+        "guestReady": False,
+        "startResolvedBy": "power_state",
+        "adopted": True,
+    }
     assert document["handoff"] == {} and document["confirmation"] == expected_confirmation(PLANNED.plan, SCOPE)
 
 
@@ -175,7 +313,9 @@ def test_snapshot_listed_is_reported(store: JournalStore, monkeypatch: pytest.Mo
     plan = planned(20)
     plan.plan["snapshotAfterProvisioning"] = True
     plan.plan["steps"] = plan.plan["steps"] + [{"position": 9, "kind": "snapshot"}]
-    client = client_for(bound(REC["config_after"], plan=plan.plan), snapshots=[{"name": snapshot_name(OPID), "snaptime": 1779237100}])
+    client = client_for(
+        bound(REC["config_after"], plan=plan.plan), snapshots=[{"name": snapshot_name(OPID), "snaptime": 1779237100}]
+    )
     result = adopt(store, client, plan=plan, environ=dict(ON, VMANYWARE_SNAPSHOTS_ENABLED="true"))
     assert statuses(result)["snapshot"] == "pending" and "snapshot is listed" in result["adoption"][-1]["reason"]
     only_gets(client)
@@ -191,8 +331,15 @@ def test_no_vm_is_not_found(store: JournalStore) -> None:
     assert store.list_operations() == []
 
 
-@pytest.mark.parametrize("description", [None, "made by someone else", binding_description({"operationId": OPID, "plan": PLANNED.plan}) + "\n",
-                                         "vmanyware operation op-short\ndefinitionHash x\nplanHash y"])
+@pytest.mark.parametrize(
+    "description",
+    [
+        None,
+        "made by someone else",
+        binding_description({"operationId": OPID, "plan": PLANNED.plan}) + "\n",
+        "vmanyware operation op-short\ndefinitionHash x\nplanHash y",
+    ],
+)
 def test_vm_without_our_description_is_not_found(store: JournalStore, description: str | None) -> None:
     config = dict(FULL)
     config.pop("description")
@@ -209,7 +356,10 @@ def test_changed_definition_is_plan_changed(store: JournalStore) -> None:
     client = client_for(FULL)
     with pytest.raises(VmanywareError) as info:
         adopt(store, client, plan=other)
-    assert info.value.code == "plan_changed" and info.value.details == {"fields": ["definitionHash", "planHash"], "operationId": OPID}
+    assert info.value.code == "plan_changed" and info.value.details == {
+        "fields": ["definitionHash", "planHash"],
+        "operationId": OPID,
+    }
     assert store.list_operations() == []
 
 
@@ -217,7 +367,10 @@ def test_gates_and_confirmation_come_before_any_request(store: JournalStore) -> 
     client = client_for(FULL)
     with pytest.raises(VmanywareError) as missing:
         adopt(store, client, confirmation=None)
-    assert missing.value.code == "confirmation_required" and missing.value.details["expected_confirmation"]["targetVmid"] == 201
+    assert (
+        missing.value.code == "confirmation_required"
+        and missing.value.details["expected_confirmation"]["targetVmid"] == 201
+    )
     with pytest.raises(VmanywareError) as disabled:
         adopt(store, client, environ={})
     assert disabled.value.code == "provisioning_disabled"
@@ -270,9 +423,16 @@ def test_target_held_by_another_operation(store: JournalStore) -> None:
 
 def test_key_held_by_another_operation(store: JournalStore) -> None:
     document, _created = store.create_operation(  # same plan, same default key, another id
-        idempotency_key=default_idempotency_key(PLANNED.plan, SCOPE), provider_scope_id=SCOPE, definition=PLANNED.definition,
-        mapping=PLANNED.mapping, plan=PLANNED.plan, confirmation=expected_confirmation(PLANNED.plan, SCOPE), target_node="pve-test",
-        target_vmid=201, stage_kinds=[step["kind"] for step in PLANNED.plan["steps"]])
+        idempotency_key=default_idempotency_key(PLANNED.plan, SCOPE),
+        provider_scope_id=SCOPE,
+        definition=PLANNED.definition,
+        mapping=PLANNED.mapping,
+        plan=PLANNED.plan,
+        confirmation=expected_confirmation(PLANNED.plan, SCOPE),
+        target_node="pve-test",
+        target_vmid=201,
+        stage_kinds=[step["kind"] for step in PLANNED.plan["steps"]],
+    )
     holder = document["operationId"]
     store.abandon_operation(holder)  # the target is free, the key stays bound to it
     with pytest.raises(VmanywareError) as info:
@@ -298,8 +458,14 @@ def test_check_mode_reads_and_writes_nothing(store: JournalStore) -> None:
     strip = ("createdAt", "updatedAt", "dispatchedAt", "completedAt")
 
     def timeless(document: dict[str, t.Any]) -> str:
-        return json.dumps({k: ([{s: v for s, v in item.items() if s not in strip} for item in value] if k == "stages" else value)
-                           for k, value in document.items() if k not in strip}, sort_keys=True)
+        return json.dumps(
+            {
+                k: ([{s: v for s, v in item.items() if s not in strip} for item in value] if k == "stages" else value)
+                for k, value in document.items()
+                if k not in strip
+            },
+            sort_keys=True,
+        )
 
     assert timeless(store.load(OPID)) == timeless(result["preview_document"]) and applied["adopted"]
 
@@ -309,8 +475,12 @@ def test_read_only_client_refuses_everything_but_get() -> None:
     reader = ReadOnlyClient(client_for(FULL))
     assert reader.get("/version")["version"] == "9.1.3"
     assert reader.request("GET", "/version")["data"]["release"] == "9.1"
-    for call in (lambda: reader.post(VM + "/status/start"), lambda: reader.put(VM + "/config", cores=4),
-                 lambda: reader.request("POST", VM + "/status/start"), lambda: reader.delete(VM)):
+    for call in (
+        lambda: reader.post(VM + "/status/start"),
+        lambda: reader.put(VM + "/config", cores=4),
+        lambda: reader.request("POST", VM + "/status/start"),
+        lambda: reader.delete(VM),
+    ):
         with pytest.raises(VmanywareError) as info:
             call()
         assert info.value.code == "internal_error"
@@ -326,7 +496,11 @@ def test_parse_binding() -> None:
 def _observed(*statuses: str) -> list[dict[str, t.Any]]:
     entries = []
     for status in statuses:
-        entry: dict[str, t.Any] = {"status": status, "evidence": {"digest": "d"} if status == "completed" else {}, "upid": None}
+        entry: dict[str, t.Any] = {
+            "status": status,
+            "evidence": {"digest": "d"} if status == "completed" else {},
+            "upid": None,
+        }
         if status == "uncertain":
             entry["failure"] = {"code": "outcome_uncertain", "message": "check it"}
         entries.append(entry)
@@ -335,10 +509,22 @@ def _observed(*statuses: str) -> list[dict[str, t.Any]]:
 
 def _document(observed: list[dict[str, t.Any]]) -> dict[str, t.Any]:
     plan = PLANNED.plan
-    snapshots = {"definition": PLANNED.definition, "mapping": PLANNED.mapping, "plan": plan, "confirmation": {"confirmed": True}}
+    snapshots = {
+        "definition": PLANNED.definition,
+        "mapping": PLANNED.mapping,
+        "plan": plan,
+        "confirmation": {"confirmed": True},
+    }
     kinds = [step["kind"] for step in plan["steps"]]
-    return adopted_operation_document(OPID, None, {"scope": SCOPE, "node": "pve-test", "vmid": 201}, snapshots, kinds, observed,
-                                      "2025-01-30T04:39:34.600364Z")
+    return adopted_operation_document(
+        OPID,
+        None,
+        {"scope": SCOPE, "node": "pve-test", "vmid": 201},
+        snapshots,
+        kinds,
+        observed,
+        "2025-01-30T04:39:34.600364Z",
+    )
 
 
 def test_adopted_document_keeps_the_stage_order() -> None:
@@ -347,12 +533,19 @@ def test_adopted_document_keeps_the_stage_order() -> None:
     assert document["status"] == "uncertain"
     assert document["failure"] == {"code": "outcome_uncertain", "message": "check it", "stage": "resources"}
     assert _document(_observed(*["completed"] * n))["status"] == "completed"
-    for bad in (_observed("pending", "completed", *["pending"] * (n - 2)), _observed("uncertain", "uncertain", *["pending"] * (n - 2)),
-                _observed("completed", "pending", "completed", *["pending"] * (n - 3))):
+    for bad in (
+        _observed("pending", "completed", *["pending"] * (n - 2)),
+        _observed("uncertain", "uncertain", *["pending"] * (n - 2)),
+        _observed("completed", "pending", "completed", *["pending"] * (n - 3)),
+    ):
         with pytest.raises(JournalError) as info:
             _document(bad)
         assert info.value.code == "internal_error"
-    for bad_input in (_observed("completed"), [{"status": "failed"}] * n, [dict(_observed("completed")[0], upid="nope")] + _observed(*["pending"] * (n - 1))):
+    for bad_input in (
+        _observed("completed"),
+        [{"status": "failed"}] * n,
+        [dict(_observed("completed")[0], upid="nope")] + _observed(*["pending"] * (n - 1)),
+    ):
         with pytest.raises(VmanywareError):
             _document(bad_input)
 
@@ -362,9 +555,18 @@ def test_journal_adopt_operation_never_overwrites(store: JournalStore) -> None:
     before = Path(store.operation_path(operation_id)).read_bytes()
     n = len(PLANNED.plan["steps"])
     document, adopted = store.adopt_operation(
-        operation_id=operation_id, idempotency_key="other-key", provider_scope_id=SCOPE, definition=PLANNED.definition,
-        mapping=PLANNED.mapping, plan=PLANNED.plan, confirmation={"confirmed": True}, target_node="pve-test", target_vmid=201,
-        stage_kinds=[step["kind"] for step in PLANNED.plan["steps"]], observed=_observed(*["completed"] * n))
+        operation_id=operation_id,
+        idempotency_key="other-key",
+        provider_scope_id=SCOPE,
+        definition=PLANNED.definition,
+        mapping=PLANNED.mapping,
+        plan=PLANNED.plan,
+        confirmation={"confirmed": True},
+        target_node="pve-test",
+        target_vmid=201,
+        stage_kinds=[step["kind"] for step in PLANNED.plan["steps"]],
+        observed=_observed(*["completed"] * n),
+    )
     assert adopted is False and document["status"] == "open"
     assert Path(store.operation_path(operation_id)).read_bytes() == before
     assert store.find_by_idempotency_key("other-key") is None

@@ -16,7 +16,12 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings im
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.cleanup import owned_volumes, run_cleanup
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import abandon_operation, create_operation, expected_confirmation, verified_scope
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    abandon_operation,
+    create_operation,
+    expected_confirmation,
+    verified_scope,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 
 
@@ -32,8 +37,13 @@ def test_owned_volumes_are_the_vms_own_disks_only() -> None:
         "net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0",
         "description": "vm-201-disk-9 is not a drive",
     }
-    assert owned_volumes(config, 201) == ["local-lvm:vm-201-disk-1", "local-lvm:vm-201-cloudinit", "local-lvm:vm-201-disk-0",
-                                          "local-lvm:base-9000-disk-0/vm-201-disk-3", "nfs:201/vm-201-disk-2.qcow2"]
+    assert owned_volumes(config, 201) == [
+        "local-lvm:vm-201-disk-1",
+        "local-lvm:vm-201-cloudinit",
+        "local-lvm:vm-201-disk-0",
+        "local-lvm:base-9000-disk-0/vm-201-disk-3",
+        "nfs:201/vm-201-disk-2.qcow2",
+    ]
     assert owned_volumes({}, 201) == []
 
 
@@ -47,7 +57,11 @@ def test_owned_volumes_of_a_container_are_its_rootfs_and_mount_points() -> None:
         "net0": "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,ip=dhcp",
         "hostname": "vm-320-disk-9",
     }
-    assert owned_volumes(config, 320) == ["local-zfs:subvol-320-disk-1", "local-lvm:vm-320-disk-0", "local-lvm:vm-320-disk-2"]
+    assert owned_volumes(config, 320) == [
+        "local-zfs:subvol-320-disk-1",
+        "local-lvm:vm-320-disk-0",
+        "local-lvm:vm-320-disk-2",
+    ]
 
 
 # -- verified TLS (issue 31): the cleanup refuses unverified TLS exactly as every stage does -------------------------------
@@ -59,18 +73,33 @@ SECRET = "00000000-test-secret-0000-000000000000"
 
 def _abandoned_operation(journal: Path) -> str:
     """An abandoned operation confirmed for the pinned provider (127.0.0.1:9, pin ``PIN``): eligible for a cleanup."""
-    planned = build_plan(catalog=(REPO / "examples/catalog.yml").read_text(encoding="utf-8"),
-                         definition=(REPO / "examples/definition.yml").read_text(encoding="utf-8"), target_vmid=201)
+    planned = build_plan(
+        catalog=(REPO / "examples/catalog.yml").read_text(encoding="utf-8"),
+        definition=(REPO / "examples/definition.yml").read_text(encoding="utf-8"),
+        target_vmid=201,
+    )
     store = JournalStore(str(journal))
-    scope = verified_scope(build_settings(host="127.0.0.1", port=9, token_id="automation@pve!vmanyware", token_secret=SECRET, fingerprint=PIN))
-    created = create_operation(store, planned=planned, provider_scope_id=scope, confirmation=expected_confirmation(planned.plan, scope),
-                               idempotency_key=None, environ={"VMANYWARE_PROVISIONING_ENABLED": "true"})
+    scope = verified_scope(
+        build_settings(
+            host="127.0.0.1", port=9, token_id="automation@pve!vmanyware", token_secret=SECRET, fingerprint=PIN
+        )
+    )
+    created = create_operation(
+        store,
+        planned=planned,
+        provider_scope_id=scope,
+        confirmation=expected_confirmation(planned.plan, scope),
+        idempotency_key=None,
+        environ={"VMANYWARE_PROVISIONING_ENABLED": "true"},
+    )
     abandon_operation(store, created["operation_id"], "test")
     return str(created["operation_id"])
 
 
 @pytest.mark.parametrize("read_only", [False, True])
-def test_cleanup_refuses_unverified_tls_before_any_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_only: bool) -> None:
+def test_cleanup_refuses_unverified_tls_before_any_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_only: bool
+) -> None:
     """validate_certs false and no pin: tls_unverified before the scope handshake and before a client exists; the read-only
     opt-in does not apply to a cleanup (it stops and deletes)."""
     journal = tmp_path / "journal"
@@ -78,9 +107,19 @@ def test_cleanup_refuses_unverified_tls_before_any_connection(tmp_path: Path, mo
     handshakes: list[t.Any] = []
     monkeypatch.setattr(_operation, "certificate_fingerprint", handshakes.append)
     clients: list[t.Any] = []
-    params = {"journal_dir": str(journal), "operation_id": operation_id, "allow_completed": False, "lifecycle_enabled": True, "stop": True,
-              "api_host": "127.0.0.1", "api_port": 9, "api_token_id": "automation@pve!vmanyware", "api_token_secret": SECRET,
-              "validate_certs": False, "unverified_tls_read_only": read_only}
+    params = {
+        "journal_dir": str(journal),
+        "operation_id": operation_id,
+        "allow_completed": False,
+        "lifecycle_enabled": True,
+        "stop": True,
+        "api_host": "127.0.0.1",
+        "api_port": 9,
+        "api_token_id": "automation@pve!vmanyware",
+        "api_token_secret": SECRET,
+        "validate_certs": False,
+        "unverified_tls_read_only": read_only,
+    }
     for check_mode in (True, False):
         with pytest.raises(VmanywareError) as info:
             run_cleanup(params, check_mode=check_mode, environ={}, client_factory=clients.append)

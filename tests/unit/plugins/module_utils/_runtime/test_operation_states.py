@@ -14,7 +14,13 @@ import pytest
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import PREVIEW_FACT, OperationInputs, expected_confirmation, require_scope, verified_scope
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    PREVIEW_FACT,
+    OperationInputs,
+    expected_confirmation,
+    require_scope,
+    verified_scope,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.operation_states import run_operation
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.template import run_template_operation
@@ -23,18 +29,37 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.templ
 REPO = Path(__file__).resolve().parents[5]
 PIN = "ab" * 32
 ON = {"VMANYWARE_PROVISIONING_ENABLED": "true"}
-COMPLETE = {"definitionName": "x", "definitionHash": "x", "providerScopeId": "x", "planHash": "x", "targetNode": "x", "targetVmid": 1,
-            "sourceVmid": 1, "storage": "x", "bridge": "x", "confirmed": True}
+COMPLETE = {
+    "definitionName": "x",
+    "definitionHash": "x",
+    "providerScopeId": "x",
+    "planHash": "x",
+    "targetNode": "x",
+    "targetVmid": 1,
+    "sourceVmid": 1,
+    "storage": "x",
+    "bridge": "x",
+    "confirmed": True,
+}
 
 
 def planned() -> t.Any:
-    return build_plan(catalog=(REPO / "examples/catalog.yml").read_text(encoding="utf-8"),
-                      definition=(REPO / "examples/definition.yml").read_text(encoding="utf-8"), target_vmid=201)
+    return build_plan(
+        catalog=(REPO / "examples/catalog.yml").read_text(encoding="utf-8"),
+        definition=(REPO / "examples/definition.yml").read_text(encoding="utf-8"),
+        target_vmid=201,
+    )
 
 
 def _settings(**overrides: t.Any) -> t.Any:
-    values: dict[str, t.Any] = {"host": "127.0.0.1", "port": 9, "token_id": "automation@pve!vmanyware",
-                                "token_secret": "00000000-test-secret-0000-000000000000", "timeout": 5, "fingerprint": PIN}
+    values: dict[str, t.Any] = {
+        "host": "127.0.0.1",
+        "port": 9,
+        "token_id": "automation@pve!vmanyware",
+        "token_secret": "00000000-test-secret-0000-000000000000",
+        "timeout": 5,
+        "fingerprint": PIN,
+    }
     values.update(overrides)
     return build_settings(**values)
 
@@ -44,19 +69,32 @@ class Reads:
 
     def __init__(self, store: JournalStore, settings: t.Any = None) -> None:
         self.log: list[str] = []
-        self.inputs = OperationInputs(store=lambda: self._read("store", store), planned=lambda: self._read("planned", planned()),
-                                      connection=lambda: self._read("connection", settings or _settings()))
+        self.inputs = OperationInputs(
+            store=lambda: self._read("store", store),
+            planned=lambda: self._read("planned", planned()),
+            connection=lambda: self._read("connection", settings or _settings()),
+        )
 
     def _read(self, name: str, value: t.Any) -> t.Any:
         self.log.append(name)
         return value
 
 
-def _run(reads: Reads, state: str = "present", environ: t.Mapping[str, str] | None = None, **kwargs: t.Any) -> dict[str, t.Any]:
-    values: dict[str, t.Any] = {"confirmation": None, "idempotency_key": None, "provisioning_option": None, "operation_id": None,
-                                "reason": None, "check_mode": False}
+def _run(
+    reads: Reads, state: str = "present", environ: t.Mapping[str, str] | None = None, **kwargs: t.Any
+) -> dict[str, t.Any]:
+    values: dict[str, t.Any] = {
+        "confirmation": None,
+        "idempotency_key": None,
+        "provisioning_option": None,
+        "operation_id": None,
+        "reason": None,
+        "check_mode": False,
+    }
     values.update(kwargs)
-    return run_operation(state, reads.inputs, environ=ON if environ is None else environ, client_factory=_no_client, **values)
+    return run_operation(
+        state, reads.inputs, environ=ON if environ is None else environ, client_factory=_no_client, **values
+    )
 
 
 def _no_client(settings: t.Any) -> t.Any:
@@ -108,9 +146,18 @@ def test_abandoned_reads_only_the_journal(store: JournalStore) -> None:
     scope = verified_scope(_settings())
     created = _run(Reads(store), confirmation=expected_confirmation(planned().plan, scope))
     reads = Reads(store)
-    result = _run(reads, "abandoned", environ={"VMANYWARE_PROVISIONING_ENABLED": "false"}, operation_id=created["operation_id"],
-                  reason="wrong size")
-    assert result["changed"] and reads.log == ["store"] and result["ansible_facts"] == {"vmanyware_operation": result["operation"]}
+    result = _run(
+        reads,
+        "abandoned",
+        environ={"VMANYWARE_PROVISIONING_ENABLED": "false"},
+        operation_id=created["operation_id"],
+        reason="wrong size",
+    )
+    assert (
+        result["changed"]
+        and reads.log == ["store"]
+        and result["ansible_facts"] == {"vmanyware_operation": result["operation"]}
+    )
     assert result["operation"]["release"]["reason"] == "abandoned"
 
 
@@ -124,7 +171,9 @@ def test_require_scope_lives_with_the_operation_code() -> None:
 def test_the_template_operation_checks_its_gate_before_reading_anything(store: JournalStore) -> None:
     reads = Reads(store)
     with pytest.raises(VmanywareError) as info:
-        run_template_operation(reads.inputs, confirmation=None, idempotency_key=None, provisioning_option=None, environ={}, check_mode=True)
+        run_template_operation(
+            reads.inputs, confirmation=None, idempotency_key=None, provisioning_option=None, environ={}, check_mode=True
+        )
     assert info.value.code == "provisioning_disabled" and reads.log == []
 
 
@@ -137,7 +186,17 @@ def test_adoption_reads_over_a_client_bound_to_the_scope_certificate(store: Jour
 
     scope = verified_scope(_settings())
     with pytest.raises(VmanywareError):
-        run_operation("adopt", Reads(store).inputs, environ=ON, client_factory=capture, confirmation=expected_confirmation(planned().plan, scope),
-                      idempotency_key=None, provisioning_option=None, operation_id=None, reason=None, check_mode=False)
+        run_operation(
+            "adopt",
+            Reads(store).inputs,
+            environ=ON,
+            client_factory=capture,
+            confirmation=expected_confirmation(planned().plan, scope),
+            idempotency_key=None,
+            provisioning_option=None,
+            operation_id=None,
+            reason=None,
+            check_mode=False,
+        )
     # the certificate the scope was computed from (the pin here): every connection of that client must present it
     assert [s.bound_certificate for s in seen] == [PIN]

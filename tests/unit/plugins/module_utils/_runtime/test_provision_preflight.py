@@ -14,10 +14,22 @@ import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.history import ROW_KEYS
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.history import summarize as summarize_operation
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalError, JournalStore, operation_begun
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
+    JournalError,
+    JournalStore,
+    operation_begun,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import abandon_operation, public_view
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.permissions import STAGE_PRIVILEGES
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import BEGUN_TEXT, ProvisionStopped, StageOptions, preflight_before_stages, preflight_verdict, provision_argument_spec, run_stages
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import (
+    BEGUN_TEXT,
+    ProvisionStopped,
+    StageOptions,
+    preflight_before_stages,
+    preflight_verdict,
+    provision_argument_spec,
+    run_stages,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.recent_reads import ObservingClient, RecentReads
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
 
@@ -25,8 +37,13 @@ from stage_fakes import TEMPLATE, VM, FakeClient, complete, dispatch, fixture, n
 
 GATES = {"VMANYWARE_PROVISIONING_ENABLED": "true", "VMANYWARE_SNAPSHOTS_ENABLED": "true"}
 ALL_PRIVILEGES = {row.privilege: 1 for rows in STAGE_PRIVILEGES.values() for row in rows}
-PREFLIGHT_READS = ["/version", TEMPLATE + "/config", "/nodes/pve-test/storage/local-lvm/status", "/nodes/pve-test/network",
-                   "/cluster/nextid"]
+PREFLIGHT_READS = [
+    "/version",
+    TEMPLATE + "/config",
+    "/nodes/pve-test/storage/local-lvm/status",
+    "/nodes/pve-test/network",
+    "/cluster/nextid",
+]
 
 
 def datacenter(vmid_taken: bool = False) -> dict[str, t.Any]:
@@ -34,7 +51,12 @@ def datacenter(vmid_taken: bool = False) -> dict[str, t.Any]:
     return {
         "/version": {"version": "9.1.3", "release": "9.1", "repoid": "0123abcd"},
         TEMPLATE + "/config": fixture("template_config"),
-        "/nodes/pve-test/storage/local-lvm/status": {"active": 1, "enabled": 1, "content": "images,rootdir", "avail": 500 * 1024 ** 3},
+        "/nodes/pve-test/storage/local-lvm/status": {
+            "active": 1,
+            "enabled": 1,
+            "content": "images,rootdir",
+            "avail": 500 * 1024**3,
+        },
         "/nodes/pve-test/network": [{"iface": "vmbr0", "type": "bridge"}],
         "/cluster/nextid": pve_error("nextid_taken") if vmid_taken else (lambda params: params["vmid"]),
         "/access/permissions": lambda params: {params["path"]: dict(ALL_PRIVILEGES)},
@@ -46,10 +68,17 @@ def store(tmp_path: Path) -> JournalStore:
     return JournalStore(str(tmp_path / "journal"))
 
 
-def preflight(store: JournalStore, operation_id: str, client: t.Any, fail_on: str = "failed",
-              lines: list[str] | None = None) -> tuple[dict[str, t.Any] | None, list[str]]:
-    return preflight_before_stages(store, client, operation_id, StageSettings(environ=GATES), fail_on,
-                                   report=(lines.append if lines is not None else (lambda line: None)))
+def preflight(
+    store: JournalStore, operation_id: str, client: t.Any, fail_on: str = "failed", lines: list[str] | None = None
+) -> tuple[dict[str, t.Any] | None, list[str]]:
+    return preflight_before_stages(
+        store,
+        client,
+        operation_id,
+        StageSettings(environ=GATES),
+        fail_on,
+        report=(lines.append if lines is not None else (lambda line: None)),
+    )
 
 
 def test_passing_checks_are_returned_one_line_each_and_nothing_is_written(store: JournalStore) -> None:
@@ -61,13 +90,24 @@ def test_passing_checks_are_returned_one_line_each_and_nothing_is_written(store:
     assert result["summary"]["failed"] == 0 and "changed" not in result
     assert result["plan_hash"] == store.load(operation_id)["plan"]["planHash"] and result["creation_blockers"] == []
     # vmanyware_preflight's shape: every check code in order, with status and message
-    assert [check["code"] for check in result["checks"]][:3] == ["api_reachable", "version_supported", "template_exists"]
+    assert [check["code"] for check in result["checks"]][:3] == [
+        "api_reachable",
+        "version_supported",
+        "template_exists",
+    ]
     assert all(set(check) == {"code", "status", "message"} for check in result["checks"])
     # one line per check (the role's check table, aligned), then the counts
-    assert len(lines) == len(result["checks"]) + 1 and lines[-1].startswith("preflight: %d passed, 0 failed" % result["summary"]["passed"])
+    assert len(lines) == len(result["checks"]) + 1 and lines[-1].startswith(
+        "preflight: %d passed, 0 failed" % result["summary"]["passed"]
+    )
     assert all(line.startswith("preflight ") and check["code"] in line for line, check in zip(lines, result["checks"]))
-    assert len({line.index(check["code"]) for line, check in zip(lines, result["checks"])}) == 1  # the codes form one column
-    assert client.mutations() == [] and [path for path in client.paths() if path != "/access/permissions"] == PREFLIGHT_READS
+    assert (
+        len({line.index(check["code"]) for line, check in zip(lines, result["checks"])}) == 1
+    )  # the codes form one column
+    assert (
+        client.mutations() == []
+        and [path for path in client.paths() if path != "/access/permissions"] == PREFLIGHT_READS
+    )
     assert not operation_begun(store.load(operation_id))
 
 
@@ -78,16 +118,23 @@ def test_failed_checks_stop_an_operation_that_has_not_begun_before_any_write(sto
     settings = StageSettings(environ=GATES)
     reads = RecentReads()
     with pytest.raises(ProvisionStopped) as info:
-        preflight_before_stages(store, ObservingClient(client, reads), operation_id, settings, "failed", report=lines.append)
+        preflight_before_stages(
+            store, ObservingClient(client, reads), operation_id, settings, "failed", report=lines.append
+        )
         run_stages(store, client, operation_id, settings, StageOptions(), recent_reads=reads)  # never reached
     stopped = info.value.to_result()
     assert stopped["error_code"] == "preflight_failed" and stopped["stages"] == []
-    assert stopped["error_details"]["failed_checks"] == ["vmid_free"] and stopped["error_details"]["operation_id"] == operation_id
+    assert (
+        stopped["error_details"]["failed_checks"] == ["vmid_free"]
+        and stopped["error_details"]["operation_id"] == operation_id
+    )
     assert "Nothing was sent" in stopped["msg"] and "abandon" in stopped["msg"]
     assert [check["status"] for check in stopped["preflight"]["checks"] if check["code"] == "vmid_free"] == ["failed"]
     assert client.mutations() == []
     document = store.load(operation_id)
-    assert all(item["status"] == "pending" and item["attempts"] == 0 for item in document["stages"])  # nothing recorded either
+    assert all(
+        item["status"] == "pending" and item["attempts"] == 0 for item in document["stages"]
+    )  # nothing recorded either
     assert lines[-1] == "preflight: stopped before the first stage; nothing was sent"
 
 
@@ -96,15 +143,24 @@ def test_a_stopped_operation_shows_as_open_in_the_history_and_can_be_abandoned(s
     with pytest.raises(ProvisionStopped):
         preflight(store, operation_id, FakeClient(datacenter(vmid_taken=True)))
     row = dict(zip(ROW_KEYS, summarize_operation(store.load(operation_id))))
-    assert row["status"] == "open" and row["provisioning_status"] == "open" and row["failure_code"] is None and not row["released"]
+    assert (
+        row["status"] == "open"
+        and row["provisioning_status"] == "open"
+        and row["failure_code"] is None
+        and not row["released"]
+    )
     view = public_view(store.load(operation_id))
-    assert view["begun"] is False and all(stage["status"] == "pending" and not stage["submission_started"] for stage in view["stages"])
+    assert view["begun"] is False and all(
+        stage["status"] == "pending" and not stage["submission_started"] for stage in view["stages"]
+    )
     # Planning differently for the same VMID needs the target: the operator abandons the recorded operation first.
     with pytest.raises(JournalError) as held:
         new_operation(store, disk_gib=30)
     assert held.value.code == "conflicting_operation" and held.value.details["operationId"] == operation_id
     abandoned = abandon_operation(store, operation_id, "preflight failed: VMID taken; planning another VMID")
-    assert abandoned["changed"] and abandoned["operation"]["status"] == "abandoned" and abandoned["operation"]["released"]
+    assert (
+        abandoned["changed"] and abandoned["operation"]["status"] == "abandoned" and abandoned["operation"]["released"]
+    )
     assert new_operation(store, disk_gib=30) != operation_id
 
 
@@ -162,8 +218,13 @@ def test_the_clone_takes_what_the_preflight_read_and_a_stale_free_vmid_is_a_know
     operation_id = new_operation(store)
     routes = datacenter()
     foreign = dict(fixture("clone_config"), description="made by another tool")
-    routes.update({"POST " + TEMPLATE + "/clone": pve_error("already_exists_500", "POST", TEMPLATE + "/clone"),
-                   VM + "/config": foreign, VM + "/status/current": fixture("status_stopped")})
+    routes.update(
+        {
+            "POST " + TEMPLATE + "/clone": pve_error("already_exists_500", "POST", TEMPLATE + "/clone"),
+            VM + "/config": foreign,
+            VM + "/status/current": fixture("status_stopped"),
+        }
+    )
     client = FakeClient(routes)
     reads = RecentReads()
     settings = StageSettings(environ=GATES)
@@ -173,10 +234,17 @@ def test_the_clone_takes_what_the_preflight_read_and_a_stale_free_vmid_is_a_know
         run_stages(store, client, operation_id, settings, StageOptions(), recent_reads=reads)
     assert info.value.code == "vmid_taken" and info.value.details["rule"] == "taken_before_clone"
     # no template read, no nextid before the POST; the refusal is decided by a fresh read of the target
-    assert [(method, path) for method, path, _params in client.log] == [("POST", TEMPLATE + "/clone"), ("GET", VM + "/config")]
+    assert [(method, path) for method, path, _params in client.log] == [
+        ("POST", TEMPLATE + "/clone"),
+        ("GET", VM + "/config"),
+    ]
     assert reads.saved == {"template": 1, "vmid_free": 1}
     document = store.load(operation_id)
-    assert document["status"] == "open" and document["stages"][0]["status"] == "pending" and not document["stages"][0]["submissionStarted"]
+    assert (
+        document["status"] == "open"
+        and document["stages"][0]["status"] == "pending"
+        and not document["stages"][0]["submissionStarted"]
+    )
 
 
 def test_the_options_are_those_of_vmanyware_preflight() -> None:

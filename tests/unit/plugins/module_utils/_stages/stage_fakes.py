@@ -25,12 +25,27 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol
 REPO = Path(__file__).resolve().parents[5]
 FIXTURES = REPO / "tests" / "unit" / "fixtures"
 PVE = json.loads((FIXTURES / "pve_vm.json").read_text(encoding="utf-8"))
-_ERRORS = {case["name"]: case for case in json.loads((FIXTURES / "pve_errors.json").read_text(encoding="utf-8"))["cases"]}
+_ERRORS = {
+    case["name"]: case for case in json.loads((FIXTURES / "pve_errors.json").read_text(encoding="utf-8"))["cases"]
+}
 SCOPE = "pve:" + "c" * 64
 VM = "/nodes/pve-test/qemu/201"
 TEMPLATE = "/nodes/pve-test/qemu/9000"
-__all__ = ["FakeClient", "assert_valid", "PVE", "SCOPE", "TEMPLATE", "VM", "complete", "context", "dispatch", "fixture", "new_operation",
-           "planned", "pve_error"]
+__all__ = [
+    "FakeClient",
+    "assert_valid",
+    "PVE",
+    "SCOPE",
+    "TEMPLATE",
+    "VM",
+    "complete",
+    "context",
+    "dispatch",
+    "fixture",
+    "new_operation",
+    "planned",
+    "pve_error",
+]
 
 
 def fixture(name: str) -> t.Any:
@@ -44,20 +59,31 @@ def pve_error(name: str, method: str = "GET", path: str = "/") -> Exception:
 
 
 def planned(disk_gib: int = 20) -> t.Any:
-    definition = (REPO / "examples/definition.yml").read_text(encoding="utf-8").replace("diskGiB: 20", "diskGiB: %d" % disk_gib)
+    definition = (
+        (REPO / "examples/definition.yml").read_text(encoding="utf-8").replace("diskGiB: 20", "diskGiB: %d" % disk_gib)
+    )
     return build_plan(catalog_path=REPO / "examples/catalog.yml", definition=definition, target_vmid=201)
 
 
 def new_operation(store: JournalStore, disk_gib: int = 20) -> str:
     plan = planned(disk_gib)
     document, _created = store.create_operation(
-        idempotency_key=None, provider_scope_id=SCOPE, definition=plan.definition, mapping=plan.mapping, plan=plan.plan,
-        confirmation=expected_confirmation(plan.plan, SCOPE), target_node="pve-test", target_vmid=201,
-        stage_kinds=[step["kind"] for step in plan.plan["steps"]])
+        idempotency_key=None,
+        provider_scope_id=SCOPE,
+        definition=plan.definition,
+        mapping=plan.mapping,
+        plan=plan.plan,
+        confirmation=expected_confirmation(plan.plan, SCOPE),
+        target_node="pve-test",
+        target_vmid=201,
+        stage_kinds=[step["kind"] for step in plan.plan["steps"]],
+    )
     return t.cast(str, document["operationId"])
 
 
-def complete(store: JournalStore, operation_id: str, kind: str, evidence: dict[str, t.Any], upid: str | None = None) -> None:
+def complete(
+    store: JournalStore, operation_id: str, kind: str, evidence: dict[str, t.Any], upid: str | None = None
+) -> None:
     store.record_dispatch(operation_id, kind, {"method": "TEST"})
     store.record_submitted(operation_id, kind, upid)
     store.record_completed(operation_id, kind, evidence)

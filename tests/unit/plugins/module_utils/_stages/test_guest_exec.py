@@ -17,8 +17,19 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.http_errors
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageContext, StageLogic, StageSettings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import DEFAULT_RESOLVE_WAIT, GuestCommand, GuestOutcome, Request, Resolution, StageInProgress
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import (
+    StageContext,
+    StageLogic,
+    StageSettings,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import (
+    DEFAULT_RESOLVE_WAIT,
+    GuestCommand,
+    GuestOutcome,
+    Request,
+    Resolution,
+    StageInProgress,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import FIRST_INTERVAL
 
 HASH = "b" * 64
@@ -33,8 +44,16 @@ class FakeAgent:
     "the reply carried a PID". ``unreadable``: every file-read fails with a server error.
     """
 
-    def __init__(self, store: JournalStore, operation_id: str, execs: list[t.Any], statuses: list[t.Any],
-                 started: list[bool] | None = None, exits: list[str | None] | None = None, unreadable: bool = False) -> None:
+    def __init__(
+        self,
+        store: JournalStore,
+        operation_id: str,
+        execs: list[t.Any],
+        statuses: list[t.Any],
+        started: list[bool] | None = None,
+        exits: list[str | None] | None = None,
+        unreadable: bool = False,
+    ) -> None:
         self.store, self.operation_id = store, operation_id
         self.execs, self.statuses = list(execs), list(statuses)
         self.started = list(started) if started is not None else [isinstance(r, dict) and "pid" in r for r in execs]
@@ -139,12 +158,22 @@ def store(tmp_path: t.Any) -> JournalStore:
 @pytest.fixture()
 def operation_id(store: JournalStore) -> str:
     document, _created = store.create_operation(
-        idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan=hashed_plan({}, {}, 201),
-        confirmation={}, target_node="pve-test", target_vmid=201, stage_kinds=["clone"])
+        idempotency_key="k",
+        provider_scope_id="pve:" + HASH,
+        definition={},
+        mapping={},
+        plan=hashed_plan({}, {}, 201),
+        confirmation={},
+        target_node="pve-test",
+        target_vmid=201,
+        stage_kinds=["clone"],
+    )
     return t.cast(str, document["operationId"])
 
 
-def _run(store: JournalStore, client: FakeAgent, logic: StageLogic, operation_id: str, **settings: t.Any) -> dict[str, t.Any]:
+def _run(
+    store: JournalStore, client: FakeAgent, logic: StageLogic, operation_id: str, **settings: t.Any
+) -> dict[str, t.Any]:
     settings.setdefault("sleep", lambda _seconds: None)
     settings.setdefault("environ", {"VMANYWARE_PROVISIONING_ENABLED": "true"})
     return StageRunner(store, client, logic, StageSettings(**settings)).run(operation_id)
@@ -155,10 +184,14 @@ def _record(store: JournalStore, operation_id: str) -> dict[str, t.Any]:
 
 
 def _agent_error(token: str) -> ProviderError:
-    return ProviderError(code="server_error", details={"status": 500, "agent": token, "precheck": token in PRECHECK_AGENT_REASONS})
+    return ProviderError(
+        code="server_error", details={"status": 500, "agent": token, "precheck": token in PRECHECK_AGENT_REASONS}
+    )
 
 
-def test_marker_then_exec_then_pid_then_poll_and_the_runner_records_checkpoint_and_handoff(store: JournalStore, operation_id: str) -> None:
+def test_marker_then_exec_then_pid_then_poll_and_the_runner_records_checkpoint_and_handoff(
+    store: JournalStore, operation_id: str
+) -> None:
     running = {"exited": 0}
     done = {"exited": 1, "exitcode": 0, "out-data": "6.1.0\n"}
     agent = FakeAgent(store, operation_id, [{"pid": 41}], [running, done])
@@ -186,8 +219,9 @@ class FakeTime:
         self.now += seconds
 
 
-def test_the_status_is_first_read_after_the_first_interval_then_less_and_less_often(store: JournalStore, operation_id: str,
-                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_status_is_first_read_after_the_first_interval_then_less_and_less_often(
+    store: JournalStore, operation_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     running, done = {"exited": 0}, {"exited": 1, "exitcode": 0}
     agent = FakeAgent(store, operation_id, [{"pid": 41}], [running] * 11 + [done])
     clock = FakeTime(monkeypatch)
@@ -198,8 +232,9 @@ def test_the_status_is_first_read_after_the_first_interval_then_less_and_less_of
     assert len(agent.status_reads) == 12
 
 
-def test_a_command_running_for_more_than_a_minute_is_read_once_a_second(store: JournalStore, operation_id: str,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_command_running_for_more_than_a_minute_is_read_once_a_second(
+    store: JournalStore, operation_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clock = FakeTime(monkeypatch)
     marker = {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": clock.now - 59.0}
     store.record_evidence(operation_id, "clone", {"probe": marker})
@@ -209,8 +244,9 @@ def test_a_command_running_for_more_than_a_minute_is_read_once_a_second(store: J
     assert agent.status_reads == [7] * 4 and clock.sleeps == pytest.approx([0.5, 0.5, 1.0], abs=1e-3)
 
 
-def test_a_resumed_pid_is_read_at_once_then_at_the_pace_of_its_running_time(store: JournalStore, operation_id: str,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_resumed_pid_is_read_at_once_then_at_the_pace_of_its_running_time(
+    store: JournalStore, operation_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clock = FakeTime(monkeypatch)
     marker = {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": clock.now - 0.3}
     store.record_evidence(operation_id, "clone", {"probe": marker})
@@ -227,7 +263,9 @@ def test_a_short_command_costs_one_status_read(store: JournalStore, operation_id
     assert agent.status_reads == [41] and sleeps == pytest.approx([FIRST_INTERVAL], abs=0.01)
 
 
-def test_the_pauses_end_with_the_wait_budget(store: JournalStore, operation_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_pauses_end_with_the_wait_budget(
+    store: JournalStore, operation_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     agent = FakeAgent(store, operation_id, [{"pid": 41}], [{"exited": 0}] * 50)
     clock = FakeTime(monkeypatch)
     sleeps = clock.sleeps
@@ -238,7 +276,9 @@ def test_the_pauses_end_with_the_wait_budget(store: JournalStore, operation_id: 
 
 
 def test_a_journaled_pid_is_resumed_by_get_only(store: JournalStore, operation_id: str) -> None:
-    store.record_evidence(operation_id, "clone", {"probe": {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": 1.0}})
+    store.record_evidence(
+        operation_id, "clone", {"probe": {"probe": "uname", "pid": 7, "submissionStarted": True, "issuedAt": 1.0}}
+    )
     agent = FakeAgent(store, operation_id, [], [{"exited": 1, "exitcode": 3}])
     sleeps: list[float] = []
     assert _run(store, agent, GuestProbe(), operation_id, sleep=sleeps.append)["done"]
@@ -247,20 +287,28 @@ def test_a_journaled_pid_is_resumed_by_get_only(store: JournalStore, operation_i
 
 
 # An exec reply that does not prove a pre-check refusal: lost, a 500 such as ``guest-exec failed - got timeout``, no PID.
-AMBIGUOUS_REPLIES = [ProviderError(code="reply_lost"), ProviderError(code="server_error", details={"status": 500, "precheck": False}),
-                     {"unexpected": True}]
+AMBIGUOUS_REPLIES = [
+    ProviderError(code="reply_lost"),
+    ProviderError(code="server_error", details={"status": 500, "precheck": False}),
+    {"unexpected": True},
+]
 
 
 @pytest.mark.parametrize("reply", AMBIGUOUS_REPLIES)
-def test_an_ambiguous_exec_that_started_is_followed_through_its_marker_never_issued_again(store: JournalStore, operation_id: str,
-                                                                                          reply: t.Any) -> None:
+def test_an_ambiguous_exec_that_started_is_followed_through_its_marker_never_issued_again(
+    store: JournalStore, operation_id: str, reply: t.Any
+) -> None:
     install = GuestCommand("probe", "install", ("apt-get", "install", "-y", "--", "x; rm -rf /"), repeatable=False)
     agent = FakeAgent(store, operation_id, [reply], [], started=[True], exits=["3"])
     logic = GuestProbe(install)
     assert _run(store, agent, logic, operation_id)["done"]
     marker = agent.markers[0]
     # One exec; the outcome came from the marker files (exit code 3), no superseded file was written (it had started).
-    assert agent.posts == [["apt-get", "install", "-y", "--", "x; rm -rf /"]] and agent.status_reads == [] and agent.file_writes == []
+    assert (
+        agent.posts == [["apt-get", "install", "-y", "--", "x; rm -rf /"]]
+        and agent.status_reads == []
+        and agent.file_writes == []
+    )
     assert logic.outcomes == [GuestOutcome("exited", None, 3)]
     assert marker.startswith(guest_exec.EXEC_MARKER_PREFIX + operation_id + "-probe-")
     assert agent.marker_at_exec[0]["file"] == marker  # journaled before the exec was sent
@@ -268,8 +316,16 @@ def test_an_ambiguous_exec_that_started_is_followed_through_its_marker_never_iss
 
 
 @pytest.mark.parametrize("reply", AMBIGUOUS_REPLIES)
-def test_an_ambiguous_exec_that_never_started_is_superseded_then_sent_afresh(store: JournalStore, operation_id: str, reply: t.Any) -> None:
-    agent = FakeAgent(store, operation_id, [reply, {"pid": 42}], [{"exited": 1, "exitcode": 0, "out-data": "6.1\n"}], started=[False, True])
+def test_an_ambiguous_exec_that_never_started_is_superseded_then_sent_afresh(
+    store: JournalStore, operation_id: str, reply: t.Any
+) -> None:
+    agent = FakeAgent(
+        store,
+        operation_id,
+        [reply, {"pid": 42}],
+        [{"exited": 1, "exitcode": 0, "out-data": "6.1\n"}],
+        started=[False, True],
+    )
     assert _run(store, agent, GuestProbe(), operation_id)["done"]
     first, second = agent.markers
     # The late start of the first was refused (superseded written and read back absent) before the second exec; a new marker.
@@ -280,16 +336,24 @@ def test_an_ambiguous_exec_that_never_started_is_superseded_then_sent_afresh(sto
     assert agent.posts == [["uname", "-r"], ["uname", "-r"]] and agent.status_reads == [42]
 
 
-def test_a_repeatable_command_that_started_and_exited_runs_afresh_for_its_output(store: JournalStore, operation_id: str) -> None:
-    agent = FakeAgent(store, operation_id, [ProviderError(code="reply_lost"), {"pid": 43}], [{"exited": 1, "exitcode": 0}],
-                      started=[True, True])
+def test_a_repeatable_command_that_started_and_exited_runs_afresh_for_its_output(
+    store: JournalStore, operation_id: str
+) -> None:
+    agent = FakeAgent(
+        store,
+        operation_id,
+        [ProviderError(code="reply_lost"), {"pid": 43}],
+        [{"exited": 1, "exitcode": 0}],
+        started=[True, True],
+    )
     assert _run(store, agent, GuestProbe(), operation_id)["done"]
     assert len(agent.posts) == 2 and agent.file_writes == [] and agent.status_reads == [43]
 
 
 @pytest.mark.parametrize("reply", AMBIGUOUS_REPLIES)
 def test_an_ambiguous_exec_whose_marker_cannot_be_read_is_uncertain_and_never_issued_again(
-        store: JournalStore, operation_id: str, reply: t.Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: JournalStore, operation_id: str, reply: t.Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     agent = FakeAgent(store, operation_id, [reply], [], started=[True], unreadable=True)
     clock = FakeTime(monkeypatch)
     for _attempt in range(2):
@@ -300,11 +364,17 @@ def test_an_ambiguous_exec_whose_marker_cannot_be_read_is_uncertain_and_never_is
     assert DEFAULT_RESOLVE_WAIT <= sum(clock.sleeps) < DEFAULT_RESOLVE_WAIT + 2
     record = _record(store, operation_id)
     assert len(agent.posts) == 1 and agent.status_reads == []
-    assert record["status"] == "uncertain" and record["request"]["probe"] == "uname" and record["evidence"]["probe"]["pid"] is None
+    assert (
+        record["status"] == "uncertain"
+        and record["request"]["probe"] == "uname"
+        and record["evidence"]["probe"]["pid"] is None
+    )
     assert record["request"]["marker"] == agent.markers[0]
 
 
-def test_a_marker_without_its_guest_file_from_an_older_version_stays_uncertain(store: JournalStore, operation_id: str) -> None:
+def test_a_marker_without_its_guest_file_from_an_older_version_stays_uncertain(
+    store: JournalStore, operation_id: str
+) -> None:
     store.record_evidence(operation_id, "clone", {"probe": {"probe": "uname", "pid": None, "submissionStarted": True}})
     agent = FakeAgent(store, operation_id, [], [])
     with pytest.raises(VmanywareError) as info:
@@ -312,23 +382,40 @@ def test_a_marker_without_its_guest_file_from_an_older_version_stays_uncertain(s
     assert info.value.code == "outcome_uncertain" and agent.posts == [] and agent.file_reads == []
 
 
-def test_the_wrapper_in_a_real_posix_shell_runs_once_refuses_when_superseded_and_never_interpolates(tmp_path: t.Any) -> None:
+def test_the_wrapper_in_a_real_posix_shell_runs_once_refuses_when_superseded_and_never_interpolates(
+    tmp_path: t.Any,
+) -> None:
     import shutil
     import subprocess
+
     shell = shutil.which("dash") or "/bin/sh"
     marker = str(tmp_path / "m")
-    argv = guest_exec.wrap_guest_argv(marker, ["sh", "-c", 'printf "%s|" "$@"; exit 4', "x", "a b", "$(touch %s)" % (tmp_path / "pwned"), "'"])
+    argv = guest_exec.wrap_guest_argv(
+        marker, ["sh", "-c", 'printf "%s|" "$@"; exit 4', "x", "a b", "$(touch %s)" % (tmp_path / "pwned"), "'"]
+    )
     argv[0] = shell
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert done.returncode == 4 and done.stdout == "a b|$(touch %s)|'|" % (tmp_path / "pwned")
-    assert not (tmp_path / "pwned").exists() and (tmp_path / "m.started").exists() and (tmp_path / "m.exit").read_text() == "4\n"
+    assert (
+        not (tmp_path / "pwned").exists()
+        and (tmp_path / "m.started").exists()
+        and (tmp_path / "m.exit").read_text() == "4\n"
+    )
     again = subprocess.run(argv, capture_output=True, text=True, check=False)  # the same marker never runs twice
     assert again.returncode == 125 and again.stdout == ""
     late = str(tmp_path / "late")
     (tmp_path / "late.superseded").write_text("superseded\n")
-    refused = subprocess.run([shell, *guest_exec.wrap_guest_argv(late, ["touch", str(tmp_path / "ran")])[1:]], capture_output=True, text=True,
-                             check=False)
-    assert refused.returncode == 125 and not (tmp_path / "ran").exists() and (tmp_path / "late.exit").read_text() == "superseded\n"
+    refused = subprocess.run(
+        [shell, *guest_exec.wrap_guest_argv(late, ["touch", str(tmp_path / "ran")])[1:]],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (
+        refused.returncode == 125
+        and not (tmp_path / "ran").exists()
+        and (tmp_path / "late.exit").read_text() == "superseded\n"
+    )
 
 
 def test_a_definite_refusal_clears_the_marker(store: JournalStore, operation_id: str) -> None:
@@ -343,15 +430,25 @@ def test_a_write_command_checks_the_gates_before_a_new_exec_only(store: JournalS
     agent = FakeAgent(store, operation_id, [], [])
     with pytest.raises(VmanywareError) as info:
         _run(store, agent, GuestProbe(update), operation_id, environ={"VMANYWARE_PROVISIONING_ENABLED": "false"})
-    assert info.value.code == "provisioning_disabled" and agent.posts == [] and "probe" not in _record(store, operation_id)["evidence"]
+    assert (
+        info.value.code == "provisioning_disabled"
+        and agent.posts == []
+        and "probe" not in _record(store, operation_id)["evidence"]
+    )
     # A journaled one is followed by GET even with the gate closed (no new write).
-    store.record_evidence(operation_id, "clone", {"probe": {"probe": "apt-get-update", "pid": 9, "submissionStarted": True}})
+    store.record_evidence(
+        operation_id, "clone", {"probe": {"probe": "apt-get-update", "pid": 9, "submissionStarted": True}}
+    )
     agent = FakeAgent(store, operation_id, [], [{"exited": 1, "exitcode": 0}])
-    assert _run(store, agent, GuestProbe(update), operation_id, environ={"VMANYWARE_PROVISIONING_ENABLED": "false"})["done"]
+    assert _run(store, agent, GuestProbe(update), operation_id, environ={"VMANYWARE_PROVISIONING_ENABLED": "false"})[
+        "done"
+    ]
     assert agent.posts == [] and agent.status_reads == [9]
 
 
-def test_a_consumed_status_reissues_a_repeatable_command_but_not_a_one_shot(store: JournalStore, operation_id: str) -> None:
+def test_a_consumed_status_reissues_a_repeatable_command_but_not_a_one_shot(
+    store: JournalStore, operation_id: str
+) -> None:
     store.record_evidence(operation_id, "clone", {"probe": {"probe": "uname", "pid": 5, "submissionStarted": True}})
     agent = FakeAgent(store, operation_id, [{"pid": 6}], [_agent_error("unknown_pid"), {"exited": 1, "exitcode": 0}])
     assert _run(store, agent, GuestProbe(), operation_id)["done"]
@@ -364,15 +461,26 @@ def test_a_consumed_status_reissues_a_repeatable_command_but_not_a_one_shot(stor
     logic = GuestProbe(install)
     assert _run(store, agent, logic, other)["done"]
     assert agent.posts == [] and logic.outcomes == [GuestOutcome("exited", 8)]
-    assert _record(store, other)["evidence"]["probe"] == {"probe": "install", "pid": 8, "submissionStarted": True, "exitcode": None}
+    assert _record(store, other)["evidence"]["probe"] == {
+        "probe": "install",
+        "pid": 8,
+        "submissionStarted": True,
+        "exitcode": None,
+    }
 
 
-def test_the_budget_returns_running_and_journals_the_hooks_evidence_the_deadline_times_out(store: JournalStore, operation_id: str) -> None:
+def test_the_budget_returns_running_and_journals_the_hooks_evidence_the_deadline_times_out(
+    store: JournalStore, operation_id: str
+) -> None:
     agent = FakeAgent(store, operation_id, [{"pid": 11}], [{"exited": 0}])
     result = _run(store, agent, GuestProbe(), operation_id, wait_budget=0.0)
     record = _record(store, operation_id)
     assert not result["done"] and result["progress"] == {"pid": 11}
-    assert record["status"] == "pending" and record["evidence"]["seen"] == "running" and record["evidence"]["probe"]["pid"] == 11
+    assert (
+        record["status"] == "pending"
+        and record["evidence"]["seen"] == "running"
+        and record["evidence"]["probe"]["pid"] == 11
+    )
 
     other = _second_operation(store)
     agent = FakeAgent(store, other, [{"pid": 12}], [{"exited": 0}])
@@ -387,17 +495,27 @@ def test_check_mode_journals_no_checkpoint_and_execs_nothing(store: JournalStore
     assert agent.posts == [] and _record(store, operation_id)["evidence"] == {}
     with pytest.raises(VmanywareError) as info:  # the helper itself refuses in check mode
         StageRunner(store, agent, GuestProbe(), StageSettings(check_mode=True)).guest_exec(
-            StageContext(operation=store.load(operation_id), client=agent, kind="clone"), PROBE, time.time() + 60)
+            StageContext(operation=store.load(operation_id), client=agent, kind="clone"), PROBE, time.time() + 60
+        )
     assert info.value.code == "internal_error" and agent.posts == []
 
 
 def _second_operation(store: JournalStore) -> str:
     document, _created = store.create_operation(
-        idempotency_key="k2", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan=hashed_plan({}, {}, 202),
-        confirmation={}, target_node="pve-test", target_vmid=202, stage_kinds=["clone"])
+        idempotency_key="k2",
+        provider_scope_id="pve:" + HASH,
+        definition={},
+        mapping={},
+        plan=hashed_plan({}, {}, 202),
+        confirmation={},
+        target_node="pve-test",
+        target_vmid=202,
+        stage_kinds=["clone"],
+    )
     return t.cast(str, document["operationId"])
 
 
 def test_the_simulated_guest_runs_the_same_wrapper_text() -> None:
     from pvesim.guest.commands import EXEC_WRAPPER  # pylint: disable=import-outside-toplevel
+
     assert EXEC_WRAPPER == guest_exec.EXEC_WRAPPER

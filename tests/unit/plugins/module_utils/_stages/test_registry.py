@@ -21,7 +21,19 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks import p
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.capabilities import STAGE_PURPOSES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import plan_steps
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageLogic
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import CLEANUP, CONTAINER, FAMILIES, STAGES, TEMPLATE, VM, StageSpec, planned_steps, stage_kinds, stage_spec, stages_in_order
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import (
+    CLEANUP,
+    CONTAINER,
+    FAMILIES,
+    STAGES,
+    TEMPLATE,
+    VM,
+    StageSpec,
+    planned_steps,
+    stage_kinds,
+    stage_spec,
+    stages_in_order,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import LOGIC, build_logic, logic_class
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.adoption import AdoptionHook
 
@@ -73,7 +85,9 @@ def test_single_stage_module_runs_the_registry_logic(spec: StageSpec) -> None:
     """A module of one stage imports exactly the class the logic table binds to its row."""
     cls = logic_class(spec)
     tree = ast.parse((REPO / "plugins" / "modules" / (spec.module + ".py")).read_text(encoding="utf-8"))
-    imported = {(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    imported = {
+        (node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names
+    }
     assert (cls.__module__, cls.__name__) in imported
 
 
@@ -92,9 +106,17 @@ def test_role_stage_file_runs_the_module(spec: StageSpec) -> None:
     calls = [task for task in all_tasks(tasks) if "vmanyware.proxmox." + spec.module in task]
     assert calls, "%s does not call %s" % (spec.role_file, spec.module)
     if spec.family == CONTAINER:
-        assert {call["vmanyware.proxmox." + spec.module]["stage"] for call in calls} == {spec.kind}  # every call: this stage
-    if spec.family in (VM, CONTAINER):  # roles/provision/tasks/main.yml includes stages/<prefix><kind>.yml per plan step
-        assert spec.role_file == "roles/provision/tasks/stages/%s%s.yml" % ("container_" if spec.family == CONTAINER else "", spec.kind)
+        assert {call["vmanyware.proxmox." + spec.module]["stage"] for call in calls} == {
+            spec.kind
+        }  # every call: this stage
+    if spec.family in (
+        VM,
+        CONTAINER,
+    ):  # roles/provision/tasks/main.yml includes stages/<prefix><kind>.yml per plan step
+        assert spec.role_file == "roles/provision/tasks/stages/%s%s.yml" % (
+            "container_" if spec.family == CONTAINER else "",
+            spec.kind,
+        )
 
 
 def test_every_provision_stage_file_is_a_registry_stage() -> None:
@@ -120,7 +142,8 @@ def test_privilege_table_order_endpoints_and_purposes_derive_from_the_registry()
         assert _permissions.STAGE_PRIVILEGES[spec.kind] == spec.privileges
         assert STAGE_PURPOSES[spec.kind] == spec.purpose
         assert [(u.method, u.path, u.vmid) for u in _permissions.ENDPOINTS if u.stage == spec.kind] == [
-            (e.method, e.path, e.vmid) for e in spec.endpoints]
+            (e.method, e.path, e.vmid) for e in spec.endpoints
+        ]
 
 
 def test_cleanup_steps_are_the_registry_rows() -> None:
@@ -134,12 +157,15 @@ MAPPING = {"sourceDiskGiB": 8}
 def test_plan_steps_follow_the_registry_conditions() -> None:
     assert [step["kind"] for step in plan_steps(DEFINITION, MAPPING)] == list(stage_kinds(VM))
     bare = {"resources": {"diskGiB": 8}, "packages": [], "snapshotAfterProvisioning": False}
-    assert plan_steps(bare, MAPPING) == [{"position": n, "kind": kind} for n, kind in
-                                         enumerate(("clone", "resources", "cloudinit", "seed", "start", "readiness"), start=1)]
+    assert plan_steps(bare, MAPPING) == [
+        {"position": n, "kind": kind}
+        for n, kind in enumerate(("clone", "resources", "cloudinit", "seed", "start", "readiness"), start=1)
+    ]
     container = {"guestType": "container", "appliance": {"storage": "local"}}
     assert [step["kind"] for step in plan_steps(DEFINITION, container)] == list(stage_kinds(CONTAINER))
-    assert [step["kind"] for step in plan_steps(bare, {"guestType": "container", "ostemplate": "local:vztmpl/x.tar.zst"})] == [
-        "create", "start", "readiness"]
+    assert [
+        step["kind"] for step in plan_steps(bare, {"guestType": "container", "ostemplate": "local:vztmpl/x.tar.zst"})
+    ] == ["create", "start", "readiness"]
     assert [step["kind"] for step in planned_steps(TEMPLATE, {"build": {"diskGiB": 8}})] == list(stage_kinds(TEMPLATE))
     assert "disk" not in [step["kind"] for step in planned_steps(TEMPLATE, {"build": {}})]
 
@@ -156,9 +182,14 @@ def test_kind_is_per_instance_so_two_rows_can_share_one_logic_class(monkeypatch:
 
 
 def test_build_logic_passes_the_options_each_stage_takes() -> None:
-    readiness = build_logic(stage_spec("readiness"), {"readiness_timeout": 12.5, "api_token_secret": "not-for-the-stage"})
+    readiness = build_logic(
+        stage_spec("readiness"), {"readiness_timeout": 12.5, "api_token_secret": "not-for-the-stage"}
+    )
     assert readiness.readiness_timeout == 12.5
-    assert build_logic(stage_spec("readiness")).readiness_timeout == logic_class(stage_spec("readiness"))().readiness_timeout
+    assert (
+        build_logic(stage_spec("readiness")).readiness_timeout
+        == logic_class(stage_spec("readiness"))().readiness_timeout
+    )
     packages = build_logic(stage_spec("packages", CONTAINER), {"installed": {"git": [{"version": "1:2.39"}]}})
     assert packages.installed == {"git": "1:2.39"}
     configure = build_logic(stage_spec("configure", TEMPLATE), {"build_ssh_public_key": "ssh-ed25519 AAAA build"})
@@ -183,6 +214,10 @@ def test_the_logic_table_binds_every_row_by_import_and_nothing_else() -> None:
     by name; tools that draw import graphs see it), and the table binds no stage the registry does not have."""
     assert set(LOGIC) == {(spec.family, spec.kind) for spec in STAGES}
     tree = ast.parse((REPO / "plugins" / "module_utils" / "_stages" / "logic.py").read_text(encoding="utf-8"))
-    imported = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    imported = {
+        alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom) for alias in node.names
+    }
     assert {cls.__name__ for cls in LOGIC.values()} <= imported
-    assert not any(isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module" for node in ast.walk(tree))
+    assert not any(
+        isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module" for node in ast.walk(tree)
+    )

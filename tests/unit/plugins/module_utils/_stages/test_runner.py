@@ -14,8 +14,18 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.http_errors
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageContext, StageLogic, StageSettings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import Request, Resolution, StageInProgress, StageUncertain, accept_task
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import (
+    StageContext,
+    StageLogic,
+    StageSettings,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import (
+    Request,
+    Resolution,
+    StageInProgress,
+    StageUncertain,
+    accept_task,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tasks import LOG_LINE_MAX, LOG_TAIL_LINES
 
 UPID = "UPID:pve-test:00001234:00005678:65000000:qmclone:9000:vmanyware@pve!full:"
@@ -27,8 +37,10 @@ TASK = "/nodes/pve-test/tasks/" + UPID
 
 def scripted(replies: list[t.Any], statuses: list[dict[str, t.Any]] | None = None) -> FakeClient:
     """Mutations answered from ``replies`` (a value, or an exception to raise); the task's status GETs from ``statuses``."""
-    routes = {TASK + "/status": in_turn(*(statuses or [{"status": "stopped", "exitstatus": "OK"}])),
-              TASK + "/log": [{"n": 1, "t": "TASK ERROR: no space left"}]}
+    routes = {
+        TASK + "/status": in_turn(*(statuses or [{"status": "stopped", "exitstatus": "OK"}])),
+        TASK + "/log": [{"n": 1, "t": "TASK ERROR: no space left"}],
+    }
     return FakeClient(routes, replies, user=None, token=None)
 
 
@@ -49,7 +61,9 @@ class CloneLike(StageLogic):
         return Request("POST", "/nodes/pve-test/qemu/9000/clone", {"newid": ctx.vmid, "full": 1})
 
     def accept_reply(self, ctx: StageContext, request: Request, data: t.Any) -> tuple[str | None, dict[str, t.Any]]:
-        return accept_task(data, task_type="qmclone", node=ctx.node, task_id="9000"), {}  # as the clone: the template's id
+        return accept_task(
+            data, task_type="qmclone", node=ctx.node, task_id="9000"
+        ), {}  # as the clone: the template's id
 
     def observe(self, ctx: StageContext) -> dict[str, t.Any]:
         return dict(self.observed)
@@ -72,8 +86,16 @@ def store(tmp_path: t.Any) -> JournalStore:
 def operation_id(store: JournalStore) -> str:
     plan = hashed_plan({}, {}, 201)
     document, _created = store.create_operation(
-        idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={}, plan=plan, confirmation={},
-        target_node="pve-test", target_vmid=201, stage_kinds=["clone", "resources"])
+        idempotency_key="k",
+        provider_scope_id="pve:" + HASH,
+        definition={},
+        mapping={},
+        plan=plan,
+        confirmation={},
+        target_node="pve-test",
+        target_vmid=201,
+        stage_kinds=["clone", "resources"],
+    )
     return t.cast(str, document["operationId"])
 
 
@@ -95,7 +117,9 @@ class FakeTime:
         self.now += seconds
 
 
-def _run(store: JournalStore, client: FakeClient, logic: StageLogic, operation_id: str, **settings: t.Any) -> dict[str, t.Any]:
+def _run(
+    store: JournalStore, client: FakeClient, logic: StageLogic, operation_id: str, **settings: t.Any
+) -> dict[str, t.Any]:
     fake = settings.pop("fake", None) or FakeTime()
     settings.setdefault("sleep", fake.sleep)
     settings.setdefault("clock", fake.clock)
@@ -171,8 +195,12 @@ def test_not_applied_is_never_resent(store: JournalStore, operation_id: str) -> 
     assert clone["status"] == "uncertain" and clone["attempts"] == 1
 
 
-def test_a_crash_after_the_dispatch_record_is_resolved_by_reads_never_sent(store: JournalStore, operation_id: str) -> None:
-    store.record_dispatch(operation_id, "clone", {"method": "POST", "path": "/nodes/pve-test/qemu/9000/clone", "params": {}})
+def test_a_crash_after_the_dispatch_record_is_resolved_by_reads_never_sent(
+    store: JournalStore, operation_id: str
+) -> None:
+    store.record_dispatch(
+        operation_id, "clone", {"method": "POST", "path": "/nodes/pve-test/qemu/9000/clone", "params": {}}
+    )
     client = scripted([UPID])
     with pytest.raises(VmanywareError) as info:
         _run(store, client, CloneLike(Resolution.not_applied()), operation_id)
@@ -206,11 +234,14 @@ def test_failed_task_fails_the_stage_and_keeps_it(store: JournalStore, operation
     assert again.value.code == "stage_failed"
 
 
-@pytest.mark.parametrize("edit", [
-    lambda d: d["plan"].update(planHash="b" * 64),
-    lambda d: d["definition"].update(name="edited"),
-    lambda d: d["target"].update(vmid=202),
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d["plan"].update(planHash="b" * 64),
+        lambda d: d["definition"].update(name="edited"),
+        lambda d: d["target"].update(vmid=202),
+    ],
+)
 def test_a_journal_whose_hashes_do_not_match_sends_nothing(store: JournalStore, operation_id: str, edit: t.Any) -> None:
     """Issue 31: an edited planHash, definition or target is journal_corrupt on load, before any request."""
     path = store.operation_path(operation_id)
@@ -230,18 +261,31 @@ def test_a_journal_whose_hashes_do_not_match_sends_nothing(store: JournalStore, 
 def test_task_log_lines_are_redacted_and_capped_in_results(store: JournalStore, operation_id: str) -> None:
     """Issue 31: the task log tail of a failure passes the one redaction list and the length caps before it reaches a result."""
     long_line = "x" * 100_000
-    routes = {TASK + "/status": in_turn({"status": "stopped", "exitstatus": "failed: password=hunter2"}),
-              TASK + "/log": [{"n": 1, "t": "curl -H 'Authorization: PVEAPIToken=root@pam!ci=0b6f1c2e-1111-2222-3333-444455556666' x"},
-                              {"n": 2, "t": "set cipassword=s3cr3t-value and ticket: PVE:root@pam:65A1B2C3::c2VjcmV0"},
-                              {"n": 3, "t": long_line}]}
+    routes = {
+        TASK + "/status": in_turn({"status": "stopped", "exitstatus": "failed: password=hunter2"}),
+        TASK + "/log": [
+            {"n": 1, "t": "curl -H 'Authorization: PVEAPIToken=root@pam!ci=0b6f1c2e-1111-2222-3333-444455556666' x"},
+            {"n": 2, "t": "set cipassword=s3cr3t-value and ticket: PVE:root@pam:65A1B2C3::c2VjcmV0"},
+            {"n": 3, "t": long_line},
+        ],
+    }
     client = FakeClient(routes, [UPID], user=None, token=None)
     with pytest.raises(VmanywareError) as info:
         _run(store, client, CloneLike(), operation_id)
     shown = json.dumps(info.value.to_result())
-    for secret in ("hunter2", "0b6f1c2e-1111-2222-3333-444455556666", "s3cr3t-value", "c2VjcmV0", "PVE:root@pam:65A1B2C3"):
+    for secret in (
+        "hunter2",
+        "0b6f1c2e-1111-2222-3333-444455556666",
+        "s3cr3t-value",
+        "c2VjcmV0",
+        "PVE:root@pam:65A1B2C3",
+    ):
         assert secret not in shown
     tail = info.value.details["log_tail"]
-    assert tail[0] == "curl -H 'Authorization: <redacted>' x" and tail[1] == "set cipassword=<redacted> and ticket: <redacted>"
+    assert (
+        tail[0] == "curl -H 'Authorization: <redacted>' x"
+        and tail[1] == "set cipassword=<redacted> and ticket: <redacted>"
+    )
     assert len(tail[2]) == LOG_LINE_MAX and tail[2].endswith("...")
     assert len(shown) < LOG_TAIL_LINES * LOG_LINE_MAX + 2048
 
@@ -324,7 +368,12 @@ def test_an_effect_that_appears_while_reading_is_followed_never_resent(store: Jo
     logic = Sequenced(Resolution.not_applied(), Resolution.not_applied(), Resolution.applied(UPID))
     client = scripted([_lost()])
     result = _run(store, client, logic, operation_id)
-    assert result["done"] and len(sent(client)) == 1 and result["stage"]["upid"] == UPID and result["stage"]["attempts"] == 1
+    assert (
+        result["done"]
+        and len(sent(client)) == 1
+        and result["stage"]["upid"] == UPID
+        and result["stage"]["attempts"] == 1
+    )
 
 
 def test_a_later_run_continues_once_the_effect_appeared(store: JournalStore, operation_id: str) -> None:
@@ -349,12 +398,17 @@ def test_a_definite_refusal_is_not_waited_for(store: JournalStore, operation_id:
     logic = Sequenced(Resolution.not_applied())
     with pytest.raises(ProviderError):
         _run(store, scripted([refused]), logic, operation_id, fake=fake, lock_wait=0)
-    assert fake.slept == [] and logic.resolved == 0 and store.stage(store.load(operation_id), "clone")["status"] == "pending"
+    assert (
+        fake.slept == []
+        and logic.resolved == 0
+        and store.stage(store.load(operation_id), "clone")["status"] == "pending"
+    )
 
 
 @pytest.mark.parametrize("message", ["simulated failure", "VM 201 qmp command 'guest-exec' failed - got timeout", ""])
-def test_a_plain_500_is_unknown_resolved_by_reads_then_uncertain_never_sent_again(store: JournalStore, operation_id: str,
-                                                                                  message: str) -> None:
+def test_a_plain_500_is_unknown_resolved_by_reads_then_uncertain_never_sent_again(
+    store: JournalStore, operation_id: str, message: str
+) -> None:
     # A 500 whose text proves no pre-check refusal says nothing about the effect (the handler may have done its work).
     error = map_http_error("POST", "/nodes/pve-test/qemu/9000/clone", 500, "", {"message": message})
     assert error.details["precheck"] is False
@@ -366,7 +420,9 @@ def test_a_plain_500_is_unknown_resolved_by_reads_then_uncertain_never_sent_agai
             _run(store, client, logic, operation_id, wait_budget=1.0)
         assert info.value.code == "outcome_uncertain"
         causes.append(info.value.details["cause"])
-    assert causes[0] == "server_error"  # a later run resolves the recorded submission by reads (its cause: the reply was lost)
+    assert (
+        causes[0] == "server_error"
+    )  # a later run resolves the recorded submission by reads (its cause: the reply was lost)
     assert len(sent(client)) == 1 and logic.resolved >= 2
     assert store.stage(store.load(operation_id), "clone")["status"] == "uncertain"
 
@@ -385,20 +441,31 @@ def test_a_proven_never_started_request_is_sent_once_more_in_the_run(store: Jour
     assert clone["status"] == "completed" and clone["attempts"] == 2
 
 
-def test_a_second_proven_never_started_in_one_run_stops_with_the_stage_pending(store: JournalStore, operation_id: str) -> None:
+def test_a_second_proven_never_started_in_one_run_stops_with_the_stage_pending(
+    store: JournalStore, operation_id: str
+) -> None:
     client = scripted([_lost(), _lost()])
     with pytest.raises(VmanywareError):
         _run(store, client, Sequenced(Resolution.never_started()), operation_id)
     assert len(sent(client)) == 2 and store.stage(store.load(operation_id), "clone")["status"] == "pending"
 
 
-@pytest.mark.parametrize("environ,option,allowed", [
-    ({}, None, False), ({"VMANYWARE_PROVISIONING_ENABLED": ""}, None, False), ({}, True, True), ({}, False, False),
-    ({"VMANYWARE_PROVISIONING_ENABLED": "true"}, None, True), ({"VMANYWARE_PROVISIONING_ENABLED": "true"}, False, False),
-    ({"VMANYWARE_PROVISIONING_ENABLED": "false"}, True, False), ({"VMANYWARE_PROVISIONING_ENABLED": "false"}, None, False),
-])
+@pytest.mark.parametrize(
+    "environ,option,allowed",
+    [
+        ({}, None, False),
+        ({"VMANYWARE_PROVISIONING_ENABLED": ""}, None, False),
+        ({}, True, True),
+        ({}, False, False),
+        ({"VMANYWARE_PROVISIONING_ENABLED": "true"}, None, True),
+        ({"VMANYWARE_PROVISIONING_ENABLED": "true"}, False, False),
+        ({"VMANYWARE_PROVISIONING_ENABLED": "false"}, True, False),
+        ({"VMANYWARE_PROVISIONING_ENABLED": "false"}, None, False),
+    ],
+)
 def test_the_gate_is_reread_before_the_write_and_an_environment_false_wins(
-        store: JournalStore, operation_id: str, environ: dict[str, str], option: bool | None, allowed: bool) -> None:
+    store: JournalStore, operation_id: str, environ: dict[str, str], option: bool | None, allowed: bool
+) -> None:
     client = scripted([UPID])
     options = {"VMANYWARE_PROVISIONING_ENABLED": option}
     if allowed:
@@ -407,7 +474,10 @@ def test_the_gate_is_reread_before_the_write_and_an_environment_false_wins(
     for check_mode in (True, False):
         with pytest.raises(VmanywareError) as info:
             _run(store, client, CloneLike(), operation_id, environ=environ, gate_options=options, check_mode=check_mode)
-        assert info.value.code == "provisioning_disabled" and info.value.details["gate"] == "VMANYWARE_PROVISIONING_ENABLED"
+        assert (
+            info.value.code == "provisioning_disabled"
+            and info.value.details["gate"] == "VMANYWARE_PROVISIONING_ENABLED"
+        )
     clone = store.stage(store.load(operation_id), "clone")
     assert sent(client) == [] and clone["status"] == "pending" and clone["attempts"] == 0
 
@@ -425,8 +495,14 @@ def test_a_stage_with_two_gates_needs_both(store: JournalStore, operation_id: st
 
     client = scripted([UPID])
     with pytest.raises(VmanywareError) as info:
-        _run(store, client, Snapshotting(), operation_id, gate_options={"VMANYWARE_SNAPSHOTS_ENABLED": True},
-             environ=dict(ON, VMANYWARE_SNAPSHOTS_ENABLED="false"))
+        _run(
+            store,
+            client,
+            Snapshotting(),
+            operation_id,
+            gate_options={"VMANYWARE_SNAPSHOTS_ENABLED": True},
+            environ=dict(ON, VMANYWARE_SNAPSHOTS_ENABLED="false"),
+        )
     assert info.value.code == "snapshot_disabled" and sent(client) == []
     assert _run(store, client, Snapshotting(), operation_id, gate_options={"VMANYWARE_SNAPSHOTS_ENABLED": True})["done"]
 
@@ -434,9 +510,16 @@ def test_a_stage_with_two_gates_needs_both(store: JournalStore, operation_id: st
 def test_a_changed_catalog_mapping_is_plan_changed_and_sends_nothing(store: JournalStore, tmp_path: t.Any) -> None:
     mapping = {"image": "debian-12", "node": "pve-test", "templateVmid": 9000}
     document, _created = store.create_operation(
-        idempotency_key="c", provider_scope_id="pve:" + HASH, definition={"image": "debian-12"}, mapping=mapping,
-        plan=hashed_plan({"image": "debian-12"}, mapping, 202), confirmation={}, target_node="pve-test", target_vmid=202,
-        stage_kinds=["clone"])
+        idempotency_key="c",
+        provider_scope_id="pve:" + HASH,
+        definition={"image": "debian-12"},
+        mapping=mapping,
+        plan=hashed_plan({"image": "debian-12"}, mapping, 202),
+        confirmation={},
+        target_node="pve-test",
+        target_vmid=202,
+        stage_kinds=["clone"],
+    )
     oid = document["operationId"]
     client = scripted([UPID])
     for catalog in ({"images": [dict(mapping, templateVmid=9001)]}, {"images": []}):
@@ -447,12 +530,20 @@ def test_a_changed_catalog_mapping_is_plan_changed_and_sends_nothing(store: Jour
     assert _run(store, client, CloneLike(), oid, catalog={"images": [dict(mapping)]})["done"]
 
 
-def test_a_hook_submission_with_an_unknown_outcome_makes_the_stage_uncertain(store: JournalStore, operation_id: str) -> None:
+def test_a_hook_submission_with_an_unknown_outcome_makes_the_stage_uncertain(
+    store: JournalStore, operation_id: str
+) -> None:
     class LostProbe(CloneLike):
         def preconditions(self, ctx: StageContext) -> None:
-            raise StageUncertain("reply_lost", "The probe's reply was lost.", {"method": "POST", "path": "/x/agent/exec", "params": {}})
+            raise StageUncertain(
+                "reply_lost", "The probe's reply was lost.", {"method": "POST", "path": "/x/agent/exec", "params": {}}
+            )
 
     with pytest.raises(VmanywareError) as info:
         _run(store, scripted([]), LostProbe(), operation_id)
     clone = store.stage(store.load(operation_id), "clone")
-    assert info.value.code == "outcome_uncertain" and clone["status"] == "uncertain" and clone["request"]["path"] == "/x/agent/exec"
+    assert (
+        info.value.code == "outcome_uncertain"
+        and clone["status"] == "uncertain"
+        and clone["request"]["path"] == "/x/agent/exec"
+    )

@@ -16,7 +16,12 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors imp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import AMBIGUOUS_CODES, NOT_APPLIED_CODES, GuestCommand, Resolution
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import (
+    AMBIGUOUS_CODES,
+    NOT_APPLIED_CODES,
+    GuestCommand,
+    Resolution,
+)
 
 
 def test_the_code_tables() -> None:
@@ -26,7 +31,9 @@ def test_the_code_tables() -> None:
 
 
 @pytest.mark.parametrize("code", ["transport_lost", "tls_verification_failed", "certificate_changed"])
-def test_a_failure_before_the_first_byte_returns_the_stage_to_pending(store: JournalStore, operation_id: str, code: str) -> None:
+def test_a_failure_before_the_first_byte_returns_the_stage_to_pending(
+    store: JournalStore, operation_id: str, code: str
+) -> None:
     with pytest.raises(ProviderError) as info:
         _run(store, scripted([ProviderError(code=code, details={"method": "POST"})]), CloneLike(), operation_id)
     assert info.value.code == code
@@ -38,7 +45,9 @@ def test_a_failure_before_the_first_byte_returns_the_stage_to_pending(store: Jou
 
 def test_a_reply_over_the_bound_is_unknown_and_never_sent_again(store: JournalStore, operation_id: str) -> None:
     logic = CloneLike()
-    first = scripted([ProviderError(code="response_too_large", details={"method": "POST", "status": 200, "limit": 1024})])
+    first = scripted(
+        [ProviderError(code="response_too_large", details={"method": "POST", "status": 200, "limit": 1024})]
+    )
     with pytest.raises(VmanywareError) as info:
         _run(store, first, logic, operation_id)
     assert info.value.code == "outcome_uncertain" and info.value.details["cause"] == "response_too_large"
@@ -51,19 +60,33 @@ def test_a_reply_over_the_bound_is_unknown_and_never_sent_again(store: JournalSt
 
 
 def test_a_reply_over_the_bound_whose_effect_reads_show_is_followed(store: JournalStore, operation_id: str) -> None:
-    result = _run(store, scripted([ProviderError(code="response_too_large", details={"method": "POST"})]),
-                  CloneLike(Resolution.applied(UPID)), operation_id)
+    result = _run(
+        store,
+        scripted([ProviderError(code="response_too_large", details={"method": "POST"})]),
+        CloneLike(Resolution.applied(UPID)),
+        operation_id,
+    )
     assert result["done"] and result["stage"]["upid"] == UPID
 
 
-def test_an_exec_whose_reply_was_over_the_bound_is_resolved_by_its_marker_never_issued_again(store: JournalStore, operation_id: str) -> None:
+def test_an_exec_whose_reply_was_over_the_bound_is_resolved_by_its_marker_never_issued_again(
+    store: JournalStore, operation_id: str
+) -> None:
     # Proxmox answered (200, the PID) but the reply was over the bound: the command started in the guest. Its guest-side
     # marker proves that, so the outcome comes from the marker files and the exec is not sent a second time.
     install = GuestCommand("probe", "install", ("apt-get", "install", "-y", "--", "htop"), repeatable=False)
-    agent = FakeAgent(store, operation_id, [ProviderError(code="response_too_large", details={"method": "POST", "status": 200})], [],
-                      started=[True], exits=["0"])
+    agent = FakeAgent(
+        store,
+        operation_id,
+        [ProviderError(code="response_too_large", details={"method": "POST", "status": 200})],
+        [],
+        started=[True],
+        exits=["0"],
+    )
     logic = GuestProbe(install)
     result = StageRunner(store, agent, logic, StageSettings(sleep=lambda _s: None, environ=ON)).run(operation_id)  # type: ignore[arg-type]
     assert result["done"] and [o.exitcode for o in logic.outcomes] == [0]
-    assert agent.posts == [list(install.argv)] and agent.file_writes == []  # one exec; no superseded fence: it had started
+    assert (
+        agent.posts == [list(install.argv)] and agent.file_writes == []
+    )  # one exec; no superseded fence: it had started
     assert agent.file_reads[0] == agent.markers[0] + ".started"

@@ -17,9 +17,18 @@ def test_mac_is_stable_per_operation_and_in_the_proxmox_oui() -> None:
 
 
 def test_usable_ipv4_skips_loopback_link_local_and_v6() -> None:
-    assert usable_ipv4({"ip-addresses": [{"ip-address": "169.254.1.2", "ip-address-type": "inet"},
-                                         {"ip-address": "fe80::1", "ip-address-type": "inet6"},
-                                         {"ip-address": "192.0.2.50", "ip-address-type": "inet"}]}) == "192.0.2.50"
+    assert (
+        usable_ipv4(
+            {
+                "ip-addresses": [
+                    {"ip-address": "169.254.1.2", "ip-address-type": "inet"},
+                    {"ip-address": "fe80::1", "ip-address-type": "inet6"},
+                    {"ip-address": "192.0.2.50", "ip-address-type": "inet"},
+                ]
+            }
+        )
+        == "192.0.2.50"
+    )
     assert usable_ipv4({"inet": "127.0.0.1/8", "ip-addresses": []}) is None
     assert usable_ipv4({"inet": "10.1.2.3/24"}) == "10.1.2.3"
 

@@ -16,21 +16,39 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import new_operation_document
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageContext
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import StageError
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import build_template_plan, stamp_revision
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import (
+    build_template_plan,
+    stamp_revision,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.template import journal_snapshots
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.stamp import catalog_mapping, mapping_yaml, stamp_description, stamp_output
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.generalize import GeneralizeStage, parse_passwd_status
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.stamp import (
+    catalog_mapping,
+    mapping_yaml,
+    stamp_description,
+    stamp_output,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.generalize import (
+    GeneralizeStage,
+    parse_passwd_status,
+)
 
-GIB = 1024 ** 3
+GIB = 1024**3
 OPERATION_ID = "op-" + "a" * 26
 
 
-def operation(disk_bytes: int = 8 * GIB, generalized: dict[str, t.Any] | None = None, **changes: t.Any) -> dict[str, t.Any]:
+def operation(
+    disk_bytes: int = 8 * GIB, generalized: dict[str, t.Any] | None = None, **changes: t.Any
+) -> dict[str, t.Any]:
     planned = build_template_plan(text=yaml.safe_dump(minimal(diskGiB=8, **changes)))
     definition, mapping, plan = journal_snapshots(planned)
-    document = new_operation_document(OPERATION_ID, None, {"scope": "pve:x", "node": "pve-test", "vmid": 9000},
-                                      {"definition": definition, "mapping": mapping, "plan": plan, "confirmation": {}},
-                                      [step["kind"] for step in plan["steps"]], "2026-12-01T00:00:00.000000Z")
+    document = new_operation_document(
+        OPERATION_ID,
+        None,
+        {"scope": "pve:x", "node": "pve-test", "vmid": 9000},
+        {"definition": definition, "mapping": mapping, "plan": plan, "confirmation": {}},
+        [step["kind"] for step in plan["steps"]],
+        "2026-12-01T00:00:00.000000Z",
+    )
     stages = {item["kind"]: item for item in document["stages"]}
     stages["convert"]["evidence"] = {"diskSizeBytes": disk_bytes}
     default = {"standIn": False, "passwordLocked": True, "noAuthorizedKeys": True}
@@ -39,43 +57,77 @@ def operation(disk_bytes: int = 8 * GIB, generalized: dict[str, t.Any] | None = 
     return document
 
 
-@pytest.mark.parametrize(("line", "locked"), [
-    ("debian L 2026-12-01 0 99999 7 -1", True),
-    ("debian P 2026-12-01 0 99999 7 -1", False),
-    ("debian NP 2026-12-01 0 99999 7 -1", False),
-    ("debianx L 2026-12-01 0 99999 7 -1", False),
-    ("", False),
-])
+@pytest.mark.parametrize(
+    ("line", "locked"),
+    [
+        ("debian L 2026-12-01 0 99999 7 -1", True),
+        ("debian P 2026-12-01 0 99999 7 -1", False),
+        ("debian NP 2026-12-01 0 99999 7 -1", False),
+        ("debianx L 2026-12-01 0 99999 7 -1", False),
+        ("", False),
+    ],
+)
 def test_passwd_status(line: str, locked: bool) -> None:
     assert parse_passwd_status(line, "debian") is locked
 
 
 def test_generalize_decides_the_attestation_from_the_guest_report() -> None:
-    ctx = StageContext(operation=operation(), client=FakeClient(), kind="generalize")  # a client that answers nothing: observe reads nothing
-    assert GeneralizeStage("ssh", "debian L 2026-12-01", 0).observe(ctx) == {"standIn": False, "passwordLocked": True, "noAuthorizedKeys": True}
-    assert GeneralizeStage("ssh", "debian P 2026-12-01", 1).observe(ctx) == {"standIn": False, "passwordLocked": False, "noAuthorizedKeys": False}
-    assert GeneralizeStage("stand-in", None, None).observe(ctx) == {"standIn": True, "passwordLocked": None, "noAuthorizedKeys": None}
+    ctx = StageContext(
+        operation=operation(), client=FakeClient(), kind="generalize"
+    )  # a client that answers nothing: observe reads nothing
+    assert GeneralizeStage("ssh", "debian L 2026-12-01", 0).observe(ctx) == {
+        "standIn": False,
+        "passwordLocked": True,
+        "noAuthorizedKeys": True,
+    }
+    assert GeneralizeStage("ssh", "debian P 2026-12-01", 1).observe(ctx) == {
+        "standIn": False,
+        "passwordLocked": False,
+        "noAuthorizedKeys": False,
+    }
+    assert GeneralizeStage("stand-in", None, None).observe(ctx) == {
+        "standIn": True,
+        "passwordLocked": None,
+        "noAuthorizedKeys": None,
+    }
 
 
 def test_catalog_mapping_and_its_yaml_are_a_valid_catalog_entry() -> None:
     mapping = catalog_mapping(operation())
     assert mapping["sourceDiskGiB"] == 8 and mapping["imageDefaultUser"] == {
-        "name": "debian", "templateVersion": "debian-13-test", "passwordLocked": True, "noAuthorizedKeys": True}
+        "name": "debian",
+        "templateVersion": "debian-13-test",
+        "passwordLocked": True,
+        "noAuthorizedKeys": True,
+    }
     text = mapping_yaml(mapping)
-    catalog = parse_catalog(text="apiVersion: vmanyware.dev/v1\nkind: TemplateCatalog\nimages:\n" + re.sub(r"(?m)^", "  ", text))
+    catalog = parse_catalog(
+        text="apiVersion: vmanyware.dev/v1\nkind: TemplateCatalog\nimages:\n" + re.sub(r"(?m)^", "  ", text)
+    )
     assert catalog["images"] == [mapping]
     numeric = catalog_mapping(operation(templateVersion="13.1"))
     assert '  templateVersion: "13.1"' in mapping_yaml(numeric)  # quoted, else YAML reads a float
-    assert stamp_output({"stages": [{"kind": "stamp", "status": "completed", "evidence": {"catalogMapping": mapping}}]})["catalog_mapping"] == mapping
-    assert stamp_output({"stages": [{"kind": "stamp", "status": "submitted", "evidence": {"catalogMapping": mapping}}]}) == {}
+    assert (
+        stamp_output({"stages": [{"kind": "stamp", "status": "completed", "evidence": {"catalogMapping": mapping}}]})[
+            "catalog_mapping"
+        ]
+        == mapping
+    )
+    assert (
+        stamp_output({"stages": [{"kind": "stamp", "status": "submitted", "evidence": {"catalogMapping": mapping}}]})
+        == {}
+    )
     assert stamp_output({"stages": [{"kind": "stamp", "status": "pending", "evidence": {}}]}) == {}
 
 
-@pytest.mark.parametrize("generalized", [
-    {"standIn": True, "passwordLocked": None, "noAuthorizedKeys": None},
-    {"standIn": False, "passwordLocked": False, "noAuthorizedKeys": True},
-    {"standIn": False, "passwordLocked": True, "noAuthorizedKeys": False},
-])
+@pytest.mark.parametrize(
+    "generalized",
+    [
+        {"standIn": True, "passwordLocked": None, "noAuthorizedKeys": None},
+        {"standIn": False, "passwordLocked": False, "noAuthorizedKeys": True},
+        {"standIn": False, "passwordLocked": True, "noAuthorizedKeys": False},
+    ],
+)
 def test_no_attestation_without_verification(generalized: dict[str, t.Any]) -> None:
     assert "imageDefaultUser" not in catalog_mapping(operation(generalized=generalized))
 

@@ -7,7 +7,18 @@ import os
 import typing as t
 
 import pytest
-from stage_fakes import PVE, TEMPLATE, VM, FakeClient, assert_valid, context, dispatch, fixture, new_operation, pve_error
+from stage_fakes import (
+    PVE,
+    TEMPLATE,
+    VM,
+    FakeClient,
+    assert_valid,
+    context,
+    dispatch,
+    fixture,
+    new_operation,
+    pve_error,
+)
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api import admission as _admission
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
@@ -15,7 +26,11 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import TASK_SINCE_SLACK, binding_description, dispatched_epoch
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.common import (
+    TASK_SINCE_SLACK,
+    binding_description,
+    dispatched_epoch,
+)
 
 
 @pytest.fixture()
@@ -35,7 +50,9 @@ def ours(store: JournalStore, op: str, **changes: t.Any) -> dict[str, t.Any]:
     return config
 
 
-def routes(store: JournalStore, op: str, *, target: t.Any = None, nextid: t.Any = 201, tasks: list[t.Any] | None = None) -> dict[str, t.Any]:
+def routes(
+    store: JournalStore, op: str, *, target: t.Any = None, nextid: t.Any = 201, tasks: list[t.Any] | None = None
+) -> dict[str, t.Any]:
     return {
         TEMPLATE + "/config": fixture("template_config"),
         "/cluster/nextid": nextid,
@@ -48,7 +65,11 @@ def routes(store: JournalStore, op: str, *, target: t.Any = None, nextid: t.Any 
 def test_description_binds_operation_and_hashes(store: JournalStore, op: str) -> None:
     document = store.load(op)
     text = binding_description(document)
-    assert text == "vmanyware operation %s\ndefinitionHash %s\nplanHash %s" % (op, document["plan"]["definitionHash"], document["plan"]["planHash"])
+    assert text == "vmanyware operation %s\ndefinitionHash %s\nplanHash %s" % (
+        op,
+        document["plan"]["definitionHash"],
+        document["plan"]["planHash"],
+    )
     assert text == text.rstrip()
 
 
@@ -59,7 +80,13 @@ def test_request_is_a_full_clone_bound_to_the_operation(store: JournalStore, op:
     logic.preconditions(ctx)
     request = logic.request(ctx)
     assert request is not None and request.method == "POST" and request.path == TEMPLATE + "/clone"
-    assert request.params == {"newid": 201, "name": "kernel-lab", "full": 1, "storage": "local-lvm", "description": binding_description(ctx.operation)}
+    assert request.params == {
+        "newid": 201,
+        "name": "kernel-lab",
+        "full": 1,
+        "storage": "local-lvm",
+        "description": binding_description(ctx.operation),
+    }
     assert request.params["full"] is not True and "target" not in request.params
     assert client.log[-1] == ("GET", "/cluster/nextid", {"vmid": 201})
     assert_valid(request.method, request.path, request.params)  # the request validates against the schema
@@ -89,7 +116,10 @@ def test_vmid_taken_by_our_vm_is_adopted_without_a_request(store: JournalStore, 
     client = FakeClient(routes(store, op, target=ours(store, op), nextid=pve_error("nextid_taken")))
     result = StageRunner(store, client, CloneStage()).run(op)
     assert result["done"] and not result["changed"] and client.mutations() == []
-    assert result["stage"]["evidence"]["adopted"] is True and result["stage"]["evidence"]["volid"] == "local-lvm:vm-201-disk-0"
+    assert (
+        result["stage"]["evidence"]["adopted"] is True
+        and result["stage"]["evidence"]["volid"] == "local-lvm:vm-201-disk-0"
+    )
 
 
 def test_our_vm_still_cloning_is_locked(store: JournalStore, op: str) -> None:
@@ -105,7 +135,11 @@ def test_accept_reply_requires_the_source_vmid_in_the_upid(store: JournalStore, 
     request = logic.request(ctx)
     assert request is not None
     assert logic.accept_reply(ctx, request, PVE["upid_clone"]) == (PVE["upid_clone"], {})
-    for wrong in (PVE["upid_clone"].replace(":9000:", ":201:"), PVE["upid_resize"], PVE["upid_clone"].replace("pve-test", "pve-other")):
+    for wrong in (
+        PVE["upid_clone"].replace(":9000:", ":201:"),
+        PVE["upid_resize"],
+        PVE["upid_clone"].replace("pve-test", "pve-other"),
+    ):
         with pytest.raises(VmanywareError) as info:
             logic.accept_reply(ctx, request, wrong)
         assert info.value.code == "unexpected_response"
@@ -113,15 +147,22 @@ def test_accept_reply_requires_the_source_vmid_in_the_upid(store: JournalStore, 
 
 def test_observe_records_volume_digest_mac_and_size(store: JournalStore, op: str) -> None:
     ctx = context(store, op, "clone", FakeClient(routes(store, op, target=ours(store, op))))
-    assert CloneStage().observe(ctx) == {"volid": "local-lvm:vm-201-disk-0", "digest": PVE["clone_config"]["digest"],
-                                         "macaddr": "BC:24:11:73:96:67", "diskSizeBytes": 8 * 1024 ** 3}
+    assert CloneStage().observe(ctx) == {
+        "volid": "local-lvm:vm-201-disk-0",
+        "digest": PVE["clone_config"]["digest"],
+        "macaddr": "BC:24:11:73:96:67",
+        "diskSizeBytes": 8 * 1024**3,
+    }
 
 
-@pytest.mark.parametrize("change,rule", [
-    ({"description": "other"}, "description"),
-    ({"lock": "clone"}, "unlocked"),
-    ({"scsi0": "other-storage:vm-201-disk-0,size=8G"}, "disk_on_storage"),
-])
+@pytest.mark.parametrize(
+    "change,rule",
+    [
+        ({"description": "other"}, "description"),
+        ({"lock": "clone"}, "unlocked"),
+        ({"scsi0": "other-storage:vm-201-disk-0,size=8G"}, "disk_on_storage"),
+    ],
+)
 def test_observe_mismatch(store: JournalStore, op: str, change: dict[str, t.Any], rule: str) -> None:
     ctx = context(store, op, "clone", FakeClient(routes(store, op, target=ours(store, op, **change))))
     with pytest.raises(VmanywareError) as info:
@@ -153,29 +194,56 @@ def test_task_list_query_is_bounded_to_our_dispatch(store: JournalStore, op: str
     query = [entry for entry in client.log if entry[1] == "/nodes/pve-test/tasks"][0][2]
     since = dispatched_epoch(context(store, op, "clone", client))
     assert since is not None
-    assert query == {"typefilter": "qmclone", "vmid": 9000, "source": "all", "limit": 500, "since": since - TASK_SINCE_SLACK,
-                     "userfilter": "vmanyware@pve"}
+    assert query == {
+        "typefilter": "qmclone",
+        "vmid": 9000,
+        "source": "all",
+        "limit": 500,
+        "since": since - TASK_SINCE_SLACK,
+        "userfilter": "vmanyware@pve",
+    }
 
 
-@pytest.mark.parametrize("case,verdict,upid", [
-    ({"target": "ours", "tasks": ["task_clone_ok"]}, "applied", "upid_clone"),
-    ({"target": "ours", "tasks": []}, "applied", None),
-    ({"target": "ours_locked", "tasks": ["task_clone_running"]}, "applied", "upid_clone"),
-    ({"target": "ours_locked", "tasks": []}, "undecidable", None),
-    ({"target": "early", "tasks": ["task_clone_running"]}, "applied", "upid_clone"),
-    ({"target": "early", "tasks": []}, "undecidable", None),
-    ({"target": "foreign", "tasks": ["task_clone_ok"]}, "undecidable", None),
-    ({"target": None, "tasks": []}, "not_applied", None),
-    ({"target": None, "tasks": ["task_clone_other_token"]}, "not_applied", None),
-    ({"target": None, "tasks": ["task_clone_failed"]}, "applied", "upid_clone"),
-    ({"target": None, "tasks": ["task_clone_ok"]}, "undecidable", None),
-], ids=["ours+task", "ours-done", "ours-running", "ours-locked-no-task", "early+task", "early-no-task", "foreign", "nothing",
-        "other-token-only", "failed-task", "ok-task-no-vm"])
+@pytest.mark.parametrize(
+    "case,verdict,upid",
+    [
+        ({"target": "ours", "tasks": ["task_clone_ok"]}, "applied", "upid_clone"),
+        ({"target": "ours", "tasks": []}, "applied", None),
+        ({"target": "ours_locked", "tasks": ["task_clone_running"]}, "applied", "upid_clone"),
+        ({"target": "ours_locked", "tasks": []}, "undecidable", None),
+        ({"target": "early", "tasks": ["task_clone_running"]}, "applied", "upid_clone"),
+        ({"target": "early", "tasks": []}, "undecidable", None),
+        ({"target": "foreign", "tasks": ["task_clone_ok"]}, "undecidable", None),
+        ({"target": None, "tasks": []}, "not_applied", None),
+        ({"target": None, "tasks": ["task_clone_other_token"]}, "not_applied", None),
+        ({"target": None, "tasks": ["task_clone_failed"]}, "applied", "upid_clone"),
+        ({"target": None, "tasks": ["task_clone_ok"]}, "undecidable", None),
+    ],
+    ids=[
+        "ours+task",
+        "ours-done",
+        "ours-running",
+        "ours-locked-no-task",
+        "early+task",
+        "early-no-task",
+        "foreign",
+        "nothing",
+        "other-token-only",
+        "failed-task",
+        "ok-task-no-vm",
+    ],
+)
 def test_resolution_table(store: JournalStore, op: str, case: dict[str, t.Any], verdict: str, upid: str | None) -> None:
-    targets = {"ours": lambda: ours(store, op), "ours_locked": lambda: ours(store, op, lock="clone"),
-               "early": lambda: fixture("clone_config_early"), "foreign": lambda: dict(fixture("clone_config"), description="x"),
-               None: lambda: None}
-    resolution, _client = resolve(store, op, target=targets[case["target"]](), tasks=[fixture(name) for name in case["tasks"]])
+    targets = {
+        "ours": lambda: ours(store, op),
+        "ours_locked": lambda: ours(store, op, lock="clone"),
+        "early": lambda: fixture("clone_config_early"),
+        "foreign": lambda: dict(fixture("clone_config"), description="x"),
+        None: lambda: None,
+    }
+    resolution, _client = resolve(
+        store, op, target=targets[case["target"]](), tasks=[fixture(name) for name in case["tasks"]]
+    )
     assert resolution.verdict == verdict
     assert resolution.upid == (PVE[upid] if upid else None)
     if verdict == "undecidable":
@@ -184,10 +252,12 @@ def test_resolution_table(store: JournalStore, op: str, case: dict[str, t.Any], 
 
 # -- the runner with the stage ------------------------------------------------------------------------
 
-TASK_LOG = [{"n": 1, "t": "create full clone of drive ide2 (local-lvm:vm-9000-cloudinit)"},
-            {"n": 2, "t": "allocated target volume 'local-lvm:vm-201-cloudinit'"},
-            {"n": 3, "t": "create full clone of drive scsi0 (local-lvm:base-9000-disk-0)"},
-            {"n": 4, "t": "allocated target volume 'local-lvm:vm-201-disk-0'"}]
+TASK_LOG = [
+    {"n": 1, "t": "create full clone of drive ide2 (local-lvm:vm-9000-cloudinit)"},
+    {"n": 2, "t": "allocated target volume 'local-lvm:vm-201-cloudinit'"},
+    {"n": 3, "t": "create full clone of drive scsi0 (local-lvm:base-9000-disk-0)"},
+    {"n": 4, "t": "allocated target volume 'local-lvm:vm-201-disk-0'"},
+]
 
 
 def test_runner_happy_path_and_rerun(store: JournalStore, op: str) -> None:
@@ -245,14 +315,18 @@ def test_runner_gives_the_slot_to_a_waiter_once_the_log_shows_the_allocations(st
     os.makedirs(os.path.dirname(waiters), exist_ok=True)
     waiter = _admission.announce_waiting(waiters)
     now = [0.0]
-    settings = StageSettings(clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s), storage_concurrency=1)
+    settings = StageSettings(
+        clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s), storage_concurrency=1
+    )
     try:
         result = StageRunner(store, client, CloneStage(), settings).run(op)
     finally:
         assert waiter is not None
         os.close(waiter)
     assert result["done"] and result["admission"]["slot"] == 0
-    assert client.paths().count("/nodes/pve-test/tasks/%s/log" % PVE["upid_clone"]) == 1  # after 0.1 s: both allocations
+    assert (
+        client.paths().count("/nodes/pve-test/tasks/%s/log" % PVE["upid_clone"]) == 1
+    )  # after 0.1 s: both allocations
     assert state["free"] == [True, True, True]  # free from the first status poll (0.25 s) on, while the task still ran
 
 

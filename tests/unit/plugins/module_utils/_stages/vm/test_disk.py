@@ -34,14 +34,21 @@ def op(store: JournalStore) -> str:
 
 def config(store: JournalStore, op: str, size: str = "8G", **changes: t.Any) -> dict[str, t.Any]:
     value = fixture("clone_config")
-    value.update(description=binding_description(store.load(op)), digest=DIGEST, scsi0="local-lvm:vm-201-disk-0,size=%s" % size)
+    value.update(
+        description=binding_description(store.load(op)), digest=DIGEST, scsi0="local-lvm:vm-201-disk-0,size=%s" % size
+    )
     value.update(changes)
     return value
 
 
 def paths(cfg: t.Any, tasks: list[t.Any] | None = None) -> dict[str, t.Any]:
-    return {VM + "/config": cfg, VM + "/status/current": fixture("status_stopped"), VM + "/pending": fixture("pending_clean"),
-            "/nodes/pve-test/tasks": tasks or [], "/nodes/pve-test/tasks/%s/status" % UPID: {"status": "stopped", "exitstatus": "OK"}}
+    return {
+        VM + "/config": cfg,
+        VM + "/status/current": fixture("status_stopped"),
+        VM + "/pending": fixture("pending_clean"),
+        "/nodes/pve-test/tasks": tasks or [],
+        "/nodes/pve-test/tasks/%s/status" % UPID: {"status": "stopped", "exitstatus": "OK"},
+    }
 
 
 def test_request_is_absolute_and_digest_bound(store: JournalStore, op: str) -> None:
@@ -53,7 +60,10 @@ def test_request_is_absolute_and_digest_bound(store: JournalStore, op: str) -> N
     assert request is not None and (request.method, request.path) == ("PUT", VM + "/resize")
     assert request.params == {"disk": "scsi0", "size": "20G", "digest": DIGEST}
     assert_valid(request.method, request.path, request.params)
-    assert logic.diff(ctx) == {"before": {"scsi0": {"sizeBytes": 8 * 1024 ** 3}}, "after": {"scsi0": {"sizeBytes": 20 * 1024 ** 3}}}
+    assert logic.diff(ctx) == {
+        "before": {"scsi0": {"sizeBytes": 8 * 1024**3}},
+        "after": {"scsi0": {"sizeBytes": 20 * 1024**3}},
+    }
 
 
 def test_never_shrinks(store: JournalStore, op: str) -> None:
@@ -93,21 +103,35 @@ def test_runner_follows_the_resize_task(store: JournalStore, op: str) -> None:
         state["sent"] = True
         return UPID
 
-    client = FakeClient(paths(lambda _p: config(store, op, size="20G", digest="3" * 40) if state["sent"] else config(store, op)), [resize])
+    client = FakeClient(
+        paths(lambda _p: config(store, op, size="20G", digest="3" * 40) if state["sent"] else config(store, op)),
+        [resize],
+    )
     client.routes["/nodes/pve-test/tasks/%s/log" % UPID] = [{"n": 1, "t": "TASK OK"}]
     result = StageRunner(store, client, DiskStage(), StageSettings(sleep=lambda _s: None)).run(op)
-    assert result["done"] and result["stage"]["upid"] == UPID and result["stage"]["evidence"]["diskSizeBytes"] == 20 * 1024 ** 3
-    assert result["admission"]["storage"] == "local-lvm"  # lvextend takes the storage lock: the resize is admitted like a clone
+    assert (
+        result["done"]
+        and result["stage"]["upid"] == UPID
+        and result["stage"]["evidence"]["diskSizeBytes"] == 20 * 1024**3
+    )
+    assert (
+        result["admission"]["storage"] == "local-lvm"
+    )  # lvextend takes the storage lock: the resize is admitted like a clone
 
 
-@pytest.mark.parametrize("size,digest,tasks,verdict,upid", [
-    ("20G", "3" * 40, [], "applied", None),
-    ("20G", "3" * 40, ["task_resize_ok"], "applied", UPID),
-    ("8G", DIGEST, ["task_resize_ok"], "applied", UPID),
-    ("8G", DIGEST, [], "not_applied", None),
-    ("8G", "4" * 40, [], "undecidable", None),
-])
-def test_resolution(store: JournalStore, op: str, size: str, digest: str, tasks: list[str], verdict: str, upid: str | None) -> None:
+@pytest.mark.parametrize(
+    "size,digest,tasks,verdict,upid",
+    [
+        ("20G", "3" * 40, [], "applied", None),
+        ("20G", "3" * 40, ["task_resize_ok"], "applied", UPID),
+        ("8G", DIGEST, ["task_resize_ok"], "applied", UPID),
+        ("8G", DIGEST, [], "not_applied", None),
+        ("8G", "4" * 40, [], "undecidable", None),
+    ],
+)
+def test_resolution(
+    store: JournalStore, op: str, size: str, digest: str, tasks: list[str], verdict: str, upid: str | None
+) -> None:
     dispatch(store, op, "disk")
     client = FakeClient(paths(config(store, op, size=size, digest=digest), [fixture(name) for name in tasks]))
     resolution = DiskStage().resolve_lost_reply(context(store, op, "disk", client))

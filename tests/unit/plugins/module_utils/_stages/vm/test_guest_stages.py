@@ -25,14 +25,41 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.http_errors
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ERROR_CODES, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import ADOPTED_REQUEST, JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageContext, StageLogic, StageSettings
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import GuestCommand, GuestOutcome, Request, StageError, StageInProgress
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import (
+    StageContext,
+    StageLogic,
+    StageSettings,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import (
+    GuestCommand,
+    GuestOutcome,
+    Request,
+    StageError,
+    StageInProgress,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import guest as _guest
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm import readiness as readiness_module
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.cloudinit import CloudinitStage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.packages import PackagesStage, dpkg_query_argv, install_argv, missing_packages, parse_dpkg
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.readiness import CLOUDINIT_PROBE, ReadinessStage, cloudinit_verdict, host_keys, parse_cloudinit_status, usable_ipv4
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.seed import SeedStage, validate_network, validate_user_data
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.packages import (
+    PackagesStage,
+    dpkg_query_argv,
+    install_argv,
+    missing_packages,
+    parse_dpkg,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.readiness import (
+    CLOUDINIT_PROBE,
+    ReadinessStage,
+    cloudinit_verdict,
+    host_keys,
+    parse_cloudinit_status,
+    usable_ipv4,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.seed import (
+    SeedStage,
+    validate_network,
+    validate_user_data,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.snapshot import SnapshotStage, snapshot_name
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.start import StartStage
 
@@ -56,14 +83,28 @@ def operation(attested: bool = True, packages: list[dict[str, str]] | None = Non
     definition_hash, plan_hash = _hashes()
     mapping: dict[str, t.Any] = {"image": "debian-13", "node": "pve-test", "templateVmid": 9000, "guestUser": "debian"}
     if attested:
-        mapping["imageDefaultUser"] = {"name": "debian", "templateVersion": "v", "passwordLocked": True, "noAuthorizedKeys": True}
+        mapping["imageDefaultUser"] = {
+            "name": "debian",
+            "templateVersion": "v",
+            "passwordLocked": True,
+            "noAuthorizedKeys": True,
+        }
     stage = {"kind": "resources", "evidence": {"digest": REC["config_before"]["digest"], "macaddr": MAC}}
     return {
-        "operationId": REC["operationId"], "target": {"node": "pve-test", "vmid": 201}, "mapping": mapping,
+        "operationId": REC["operationId"],
+        "target": {"node": "pve-test", "vmid": 201},
+        "mapping": mapping,
         "definition": {"access": {"sshPublicKeys": KEYS}},
-        "plan": {"bridge": "vmbr0", "guestUser": "debian", "definitionHash": definition_hash, "planHash": plan_hash,
-                 "definitionName": "kernel-lab", "packages": packages or []},
-        "stages": [stage, {"kind": "cloudinit", "evidence": {}}], "handoff": {},
+        "plan": {
+            "bridge": "vmbr0",
+            "guestUser": "debian",
+            "definitionHash": definition_hash,
+            "planHash": plan_hash,
+            "definitionName": "kernel-lab",
+            "packages": packages or [],
+        },
+        "stages": [stage, {"kind": "cloudinit", "evidence": {}}],
+        "handoff": {},
     }
 
 
@@ -76,10 +117,16 @@ def valid(request: Request) -> None:
 
 
 # -- sshkeys ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("keys", [
-    KEYS,
-    ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA+b/c= a+b@host", "ssh-rsa AAAAB3Nz+/== comment with spaces % and %41 and #"],
-])
+@pytest.mark.parametrize(
+    "keys",
+    [
+        KEYS,
+        [
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA+b/c= a+b@host",
+            "ssh-rsa AAAAB3Nz+/== comment with spaces % and %41 and #",
+        ],
+    ],
+)
 def test_sshkeys_round_trip_through_pves_decoder(keys: list[str]) -> None:
     encoded = _guest.encode_sshkeys(keys)
     assert "+" not in encoded and " " not in encoded and "\n" not in encoded
@@ -94,9 +141,15 @@ def test_cloudinit_request_attested() -> None:
     request = CloudinitStage().request(ctx)
     assert request is not None
     valid(request)
-    assert request.params == {"digest": REC["config_before"]["digest"], "net0": "virtio=%s,bridge=vmbr0" % MAC, "ipconfig0": "ip=dhcp",
-                              "citype": "nocloud", "sshkeys": _guest.encode_sshkeys(KEYS), "ciupgrade": 0,
-                              "delete": "cipassword,ciuser,cicustom"}
+    assert request.params == {
+        "digest": REC["config_before"]["digest"],
+        "net0": "virtio=%s,bridge=vmbr0" % MAC,
+        "ipconfig0": "ip=dhcp",
+        "citype": "nocloud",
+        "sshkeys": _guest.encode_sshkeys(KEYS),
+        "ciupgrade": 0,
+        "delete": "cipassword,ciuser,cicustom",
+    }
 
 
 def test_cloudinit_request_without_attestation_sets_ciuser() -> None:
@@ -143,7 +196,10 @@ def test_seed_user_data_verdicts() -> None:
     good = REC["dump"]["user"]
     assert _verdict(good) is None
     scalar = good.replace("users:\n", "user: debian\nusers:\n")
-    assert _verdict(scalar) == "seed_incompatible/scalar_user" and _verdict(scalar, attested=False) == "seed_incompatible/scalar_user"
+    assert (
+        _verdict(scalar) == "seed_incompatible/scalar_user"
+        and _verdict(scalar, attested=False) == "seed_incompatible/scalar_user"
+    )
     assert _verdict(good.replace("users:\n", "user:\nusers:\n")) == "seed_mismatch/user_present"
     assert _verdict(good.replace("users:\n", "user:\n  name: debian\nusers:\n")) == "seed_mismatch/user_present"
     assert _verdict(good.replace("  - default\n", "  - default\n  - name: other\n")) == "seed_mismatch/named_users"
@@ -160,7 +216,9 @@ def test_seed_lost_reply_is_resolved_by_the_cloudinit_pending_list() -> None:
     ctx = ctx_for("seed")
     ctx.client = FakeClient({VM + "/cloudinit": [{"key": "citype", "value": "nocloud"}]})
     assert SeedStage().resolve_lost_reply(ctx).verdict == "applied"
-    ctx.client = FakeClient({VM + "/cloudinit": [{"key": "sshkeys", "value": "old", "pending": "new"}, {"key": "ciuser", "delete": 1}]})
+    ctx.client = FakeClient(
+        {VM + "/cloudinit": [{"key": "sshkeys", "value": "old", "pending": "new"}, {"key": "ciuser", "delete": 1}]}
+    )
     resolution = SeedStage().resolve_lost_reply(ctx)
     assert resolution.verdict == "not_applied" and "not sent again" in resolution.message
 
@@ -181,22 +239,31 @@ def test_seed_observe_records_hashes_only(pending_lists_digest: bool) -> None:
     ctx.operation["stages"][1]["evidence"] = {"digest": REC["config_after"]["digest"]}
     ctx.operation["stages"].append({"kind": "seed", "evidence": {}})
     # GET pending, as qemu-server lists it: every key's value in effect, the file's digest among them
-    pending = [{"key": key, "value": value} for key, value in REC["config_after"].items() if pending_lists_digest or key != "digest"]
-    routes: dict[str, t.Any] = {VM + "/pending": pending, VM + "/config": REC["config_after"],
-                                VM + "/cloudinit/dump": lambda p: REC["dump"][p["type"]]}
+    pending = [
+        {"key": key, "value": value}
+        for key, value in REC["config_after"].items()
+        if pending_lists_digest or key != "digest"
+    ]
+    routes: dict[str, t.Any] = {
+        VM + "/pending": pending,
+        VM + "/config": REC["config_after"],
+        VM + "/cloudinit/dump": lambda p: REC["dump"][p["type"]],
+    }
     ctx.client = FakeClient(routes)
     evidence = SeedStage().observe(ctx)
     assert evidence["seedHashes"]["user"] == hashlib.sha256(REC["dump"]["user"].encode()).hexdigest()
     assert evidence["seedDigest"] == REC["config_after"]["digest"]
     assert "ssh-ed25519" not in json.dumps(evidence)
     # the digest comes from the pending list; a list without one makes the stage read the configuration
-    assert client_paths_before_dumps(ctx.client) == ([VM + "/pending"] if pending_lists_digest else [VM + "/pending", VM + "/config"])
+    assert client_paths_before_dumps(ctx.client) == (
+        [VM + "/pending"] if pending_lists_digest else [VM + "/pending", VM + "/config"]
+    )
     valid(SeedStage().request(ctx))  # type: ignore[arg-type]
 
 
 def client_paths_before_dumps(client: FakeClient) -> list[str]:
     paths = client.paths()
-    return paths[:paths.index(VM + "/cloudinit/dump")]
+    return paths[: paths.index(VM + "/cloudinit/dump")]
 
 
 # -- start and snapshot ---------------------------------------------------------------------------------
@@ -219,7 +286,9 @@ def test_snapshot_lists_snapshots_before_its_write_only_for_an_adopted_operation
     if adopted:
         ctx.operation["stages"][0]["request"] = dict(ADOPTED_REQUEST)
     name = snapshot_name(REC["operationId"])
-    ctx.client = FakeClient({VM + "/config": REC["config_after"], VM + "/snapshot": [{"name": name, "snaptime": 1}, {"name": "current"}]})
+    ctx.client = FakeClient(
+        {VM + "/config": REC["config_after"], VM + "/snapshot": [{"name": name, "snaptime": 1}, {"name": "current"}]}
+    )
     SnapshotStage().preconditions(ctx)
     request = SnapshotStage().request(ctx)
     if adopted:
@@ -241,7 +310,10 @@ def test_cloudinit_status_parsing() -> None:
     assert cloudinit_verdict(done["out-data"], done["exitcode"]) == "done"
     assert cloudinit_verdict("..status: done\nextended_status: done\n", 0) == "done"
     # ``--wait`` prints its dots, then a newline before the status (cloud-init's print_status)
-    assert cloudinit_verdict("...\n" + done["out-data"], 0) == "done" and cloudinit_verdict("\n" + done["out-data"], 0) == "done"
+    assert (
+        cloudinit_verdict("...\n" + done["out-data"], 0) == "done"
+        and cloudinit_verdict("\n" + done["out-data"], 0) == "done"
+    )
     assert cloudinit_verdict("....\nstatus: error\nextended_status: error - done\n", 1) == "failed:error"
     assert cloudinit_verdict("status: running\nextended_status: running\n", 0) == "running"
     assert cloudinit_verdict("status: error\nextended_status: error - done\n", 1) == "failed:error"
@@ -249,14 +321,18 @@ def test_cloudinit_status_parsing() -> None:
     assert cloudinit_verdict("garbage", 0) == "failed:unknown"
 
 
-def _readiness_ctx(client: FakeClient, outcomes: list[GuestOutcome], sleeps: list[float]) -> tuple[StageContext, list[GuestCommand]]:
+def _readiness_ctx(
+    client: FakeClient, outcomes: list[GuestOutcome], sleeps: list[float]
+) -> tuple[StageContext, list[GuestCommand]]:
     ctx = ctx_for("readiness")
     ctx.operation["stages"].append({"kind": "readiness", "evidence": {"deadline": time.time() + 60}})
     ctx.client = client
     ctx.settings = StageSettings(sleep=sleeps.append)
     commands: list[GuestCommand] = []
 
-    def guest_runner(_ctx: StageContext, command: GuestCommand, _deadline: float, _started: float | None) -> GuestOutcome:
+    def guest_runner(
+        _ctx: StageContext, command: GuestCommand, _deadline: float, _started: float | None
+    ) -> GuestOutcome:
         commands.append(command)
         return outcomes.pop(0)
 
@@ -273,8 +349,11 @@ def _agent_not_running() -> Exception:
 
 
 def _no_file(params: t.Mapping[str, t.Any]) -> Exception:
-    return _agent_error("/agent/file-read", "VM 201 qga command 'guest-file-open' failed - failed to open file '%s' (mode: 'r'): "
-                        "No such file or directory" % params["file"])
+    return _agent_error(
+        "/agent/file-read",
+        "VM 201 qga command 'guest-file-open' failed - failed to open file '%s' (mode: 'r'): "
+        "No such file or directory" % params["file"],
+    )
 
 
 def _fake_wall_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
@@ -287,18 +366,33 @@ def _fake_wall_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 def test_readiness_pings_less_often_then_waits_for_cloudinit_with_one_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_wall_clock(monkeypatch)
     key = REC["file_read_ed25519"]
-    client = FakeClient({"POST " + VM + "/agent/ping": in_turn(_agent_not_running(), _agent_not_running(), {}),
-                         VM + "/agent/network-get-interfaces": REC["interfaces"],
-                         VM + "/agent/file-read": lambda params: key if params["file"].endswith("ed25519_key.pub") else _no_file(params)})
+    client = FakeClient(
+        {
+            "POST " + VM + "/agent/ping": in_turn(_agent_not_running(), _agent_not_running(), {}),
+            VM + "/agent/network-get-interfaces": REC["interfaces"],
+            VM + "/agent/file-read": lambda params: (
+                key if params["file"].endswith("ed25519_key.pub") else _no_file(params)
+            ),
+        }
+    )
     sleeps: list[float] = []
     done = REC["exec_status_cloudinit_done"]
     ctx, commands = _readiness_ctx(client, [GuestOutcome("exited", 7, 0, "." * 12 + "\n" + done["out-data"])], sleeps)
     evidence = ReadinessStage().observe(ctx)
-    assert evidence["cloudinit"] == "done" and evidence["ipv4"] == "10.10.0.203" and list(evidence["hostKeyFingerprints"]) == ["ssh-ed25519"]
+    assert (
+        evidence["cloudinit"] == "done"
+        and evidence["ipv4"] == "10.10.0.203"
+        and list(evidence["hostKeyFingerprints"]) == ["ssh-ed25519"]
+    )
     # pings: at once, then 0.5 s and 0.75 s later (the agent needs seconds after power-on); one waiting cloud-init probe
     assert sleeps == pytest.approx([0.5, 0.75])
-    assert [c.argv for c in commands] == [("cloud-init", "status", "--long", "--wait")] and commands[0].name == "cloud-init-status"
-    assert client.paths() == [VM + "/agent/ping"] * 3 + [VM + "/agent/network-get-interfaces"] + [VM + "/agent/file-read"] * 3
+    assert [c.argv for c in commands] == [("cloud-init", "status", "--long", "--wait")] and commands[
+        0
+    ].name == "cloud-init-status"
+    assert (
+        client.paths()
+        == [VM + "/agent/ping"] * 3 + [VM + "/agent/network-get-interfaces"] + [VM + "/agent/file-read"] * 3
+    )
 
 
 def test_readiness_pings_again_at_once_after_a_ping_that_waited(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -314,17 +408,29 @@ def test_readiness_pings_again_at_once_after_a_ping_that_waited(monkeypatch: pyt
             raise answer
         return answer
 
-    client = FakeClient({"POST " + VM + "/agent/ping": ping, VM + "/agent/network-get-interfaces": REC["interfaces"],
-                         VM + "/agent/file-read": REC["file_read_ed25519"]})
+    client = FakeClient(
+        {
+            "POST " + VM + "/agent/ping": ping,
+            VM + "/agent/network-get-interfaces": REC["interfaces"],
+            VM + "/agent/file-read": REC["file_read_ed25519"],
+        }
+    )
     sleeps: list[float] = []
-    ctx, _commands = _readiness_ctx(client, [GuestOutcome("exited", 7, 0, REC["exec_status_cloudinit_done"]["out-data"])], sleeps)
+    ctx, _commands = _readiness_ctx(
+        client, [GuestOutcome("exited", 7, 0, REC["exec_status_cloudinit_done"]["out-data"])], sleeps
+    )
     ReadinessStage().observe(ctx)
     assert sleeps == pytest.approx([0.0, 0.55])
     assert client.paths()[:3] == [VM + "/agent/ping"] * 3
 
 
-@pytest.mark.parametrize(("exitcode", "out", "state"), [(1, "..\nstatus: error\nextended_status: error - done\n", "error"),
-                                                        (2, "..\nstatus: done\nextended_status: degraded done\n", "degraded")])
+@pytest.mark.parametrize(
+    ("exitcode", "out", "state"),
+    [
+        (1, "..\nstatus: error\nextended_status: error - done\n", "error"),
+        (2, "..\nstatus: done\nextended_status: degraded done\n", "degraded"),
+    ],
+)
 def test_readiness_fails_on_what_the_waiting_probe_reports(exitcode: int, out: str, state: str) -> None:
     client = FakeClient({"POST " + VM + "/agent/ping": {}})
     ctx, _commands = _readiness_ctx(client, [GuestOutcome("exited", 7, exitcode, out)], [])
@@ -334,16 +440,28 @@ def test_readiness_fails_on_what_the_waiting_probe_reports(exitcode: int, out: s
     assert client.paths() == [VM + "/agent/ping"]  # no interface or key read after a failed cloud-init
 
 
-def test_readiness_probes_again_when_a_resumed_probe_of_the_old_form_says_running(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_readiness_probes_again_when_a_resumed_probe_of_the_old_form_says_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _fake_wall_clock(monkeypatch)
     # A marker journaled by the repeated probe (no --wait) is resumed by its PID; its "running" leads to the waiting probe.
-    client = FakeClient({"POST " + VM + "/agent/ping": {}, VM + "/agent/network-get-interfaces": REC["interfaces"],
-                         VM + "/agent/file-read": REC["file_read_ed25519"]})
+    client = FakeClient(
+        {
+            "POST " + VM + "/agent/ping": {},
+            VM + "/agent/network-get-interfaces": REC["interfaces"],
+            VM + "/agent/file-read": REC["file_read_ed25519"],
+        }
+    )
     done = REC["exec_status_cloudinit_done"]
-    outcomes = [GuestOutcome("exited", 5, 0, "status: running\nextended_status: running\n"), GuestOutcome("exited", 6, 0, done["out-data"])]
+    outcomes = [
+        GuestOutcome("exited", 5, 0, "status: running\nextended_status: running\n"),
+        GuestOutcome("exited", 6, 0, done["out-data"]),
+    ]
     sleeps: list[float] = []
     ctx, commands = _readiness_ctx(client, outcomes, sleeps)
-    assert ReadinessStage().observe(ctx)["cloudinit"] == "done" and len(commands) == 2 and sleeps == pytest.approx([0.2])
+    assert (
+        ReadinessStage().observe(ctx)["cloudinit"] == "done" and len(commands) == 2 and sleeps == pytest.approx([0.2])
+    )
 
 
 def test_usable_ipv4_on_the_net0_interface_only() -> None:
@@ -368,9 +486,11 @@ def test_known_hosts_and_fingerprints_like_ssh_keygen() -> None:
 
 
 def test_agent_errors_are_classified_without_their_text() -> None:
-    cases = {"QEMU guest agent is not running": "not_running",
-             "VM 201 qga command 'guest-exec' failed - The command guest-exec has been disabled for this instance": "exec_disabled",
-             "VM 201 qga command 'guest-exec-status' failed - Invalid parameter 'pid'": "unknown_pid"}
+    cases = {
+        "QEMU guest agent is not running": "not_running",
+        "VM 201 qga command 'guest-exec' failed - The command guest-exec has been disabled for this instance": "exec_disabled",
+        "VM 201 qga command 'guest-exec-status' failed - Invalid parameter 'pid'": "unknown_pid",
+    }
     for text, token in cases.items():
         err = map_http_error("POST", VM + "/agent/exec", 500, text, {"data": None, "message": text + "\n"})
         assert err.code == "server_error" and err.details["agent"] == token and text not in json.dumps(err.to_result())
@@ -391,7 +511,11 @@ def test_dpkg_parsing_and_missing() -> None:
 
 def test_package_commands_are_fixed_arrays_run_as_the_wrappers_positional_parameters() -> None:
     argv = install_argv([{"name": "git"}, {"name": "jq", "version": "1.7.1-6"}])
-    assert argv[:3] == ["/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "apt-get"] and argv[-3:] == ["--", "git", "jq=1.7.1-6"]
+    assert argv[:3] == ["/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "apt-get"] and argv[-3:] == [
+        "--",
+        "git",
+        "jq=1.7.1-6",
+    ]
     assert "--no-install-recommends" in argv and not any(a in ("sh", "bash", "-c") for a in argv)
     query = dpkg_query_argv(["git"])
     assert query[1].startswith("--showformat=") and query[2] == "-W"
@@ -401,15 +525,30 @@ def test_package_commands_are_fixed_arrays_run_as_the_wrappers_positional_parame
     valid(request)
     command = request.params["command"]
     # The fixed wrapper, a marker unique to the operation and this dispatch, then the install argv untouched (never interpolated).
-    assert command[:4] == ["/bin/sh", "-c", guest_exec.EXEC_WRAPPER, "vmanyware"] and command[5:] == install_argv([{"name": "git"}])
-    assert command[4] == guest_exec.exec_marker_path(ctx.operation["operationId"], "install", 1) == guest_exec.marker_of_argv(command)
+    assert command[:4] == ["/bin/sh", "-c", guest_exec.EXEC_WRAPPER, "vmanyware"] and command[5:] == install_argv(
+        [{"name": "git"}]
+    )
+    assert (
+        command[4]
+        == guest_exec.exec_marker_path(ctx.operation["operationId"], "install", 1)
+        == guest_exec.marker_of_argv(command)
+    )
     ctx.facts["missing"] = []
     assert PackagesStage().request(ctx) is None
 
 
 def test_new_error_codes_registered() -> None:
-    for code in ("seed_incompatible", "seed_mismatch", "guest_agent_unavailable", "guest_network_unavailable", "guest_exec_unavailable",
-                 "cloudinit_failed", "readiness_timeout", "package_install_failed", "package_version_missing"):
+    for code in (
+        "seed_incompatible",
+        "seed_mismatch",
+        "guest_agent_unavailable",
+        "guest_network_unavailable",
+        "guest_exec_unavailable",
+        "cloudinit_failed",
+        "readiness_timeout",
+        "package_install_failed",
+        "package_version_missing",
+    ):
         assert code in ERROR_CODES
 
 
@@ -424,8 +563,16 @@ def store(tmp_path: Path) -> JournalStore:
 
 def _op(store: JournalStore, kinds: list[str]) -> str:
     document, _created = store.create_operation(
-        idempotency_key="k", provider_scope_id="pve:" + HASH, definition={}, mapping={},
-        plan=hashed_plan({}, {}, 201), confirmation={}, target_node="pve-test", target_vmid=201, stage_kinds=kinds)
+        idempotency_key="k",
+        provider_scope_id="pve:" + HASH,
+        definition={},
+        mapping={},
+        plan=hashed_plan({}, {}, 201),
+        confirmation={},
+        target_node="pve-test",
+        target_vmid=201,
+        stage_kinds=kinds,
+    )
     return t.cast(str, document["operationId"])
 
 
@@ -450,9 +597,13 @@ class Waiting(StageLogic):
 def test_runner_in_progress_final_codes_and_completion(store: JournalStore, tmp_path: Path) -> None:
     operation_id = _op(store, ["readiness"])
     # The runner journals what the hook established (hooks have no journal of their own).
-    runner = StageRunner(store, None, Waiting(StageInProgress({"phase": "agent"}, evidence={"deadline": 1.0})), StageSettings())
+    runner = StageRunner(
+        store, None, Waiting(StageInProgress({"phase": "agent"}, evidence={"deadline": 1.0})), StageSettings()
+    )
     result = runner.run(operation_id)
-    assert result["done"] is False and result["progress"] == {"phase": "agent"} and result["stage"]["status"] == "pending"
+    assert (
+        result["done"] is False and result["progress"] == {"phase": "agent"} and result["stage"]["status"] == "pending"
+    )
     assert store.stage(store.load(operation_id), "readiness")["evidence"] == {"deadline": 1.0}
     done = StageRunner(store, None, Waiting(None), StageSettings()).run(operation_id)
     assert done["done"] and store.load(operation_id)["status"] == "completed"
@@ -470,12 +621,20 @@ def _upid(task_type: str, task_id: str, node: str = "pve-test") -> str:
 
 
 @pytest.mark.parametrize("logic,task_type", [(StartStage(), "qmstart"), (SnapshotStage(), "qmsnapshot")])
-def test_start_and_snapshot_accept_only_a_task_of_their_own_type_for_the_target(logic: StageLogic, task_type: str) -> None:
+def test_start_and_snapshot_accept_only_a_task_of_their_own_type_for_the_target(
+    logic: StageLogic, task_type: str
+) -> None:
     ctx = ctx_for(logic.kind)
     request = t.cast(Request, logic.request(ctx))
     assert logic.accept_reply(ctx, request, _upid(task_type, "201")) == (_upid(task_type, "201"), {})
-    others = [_upid(task_type, "202"), _upid(task_type, "201", node="pve-other"), _upid("qmclone", "201"),
-              _upid("qmstart" if task_type == "qmsnapshot" else "qmsnapshot", "201"), _upid("vz" + task_type[2:], "201"), "not-a-upid"]
+    others = [
+        _upid(task_type, "202"),
+        _upid(task_type, "201", node="pve-other"),
+        _upid("qmclone", "201"),
+        _upid("qmstart" if task_type == "qmsnapshot" else "qmsnapshot", "201"),
+        _upid("vz" + task_type[2:], "201"),
+        "not-a-upid",
+    ]
     for reply in others:
         with pytest.raises(VmanywareError) as info:
             logic.accept_reply(ctx, request, reply)
@@ -493,11 +652,20 @@ class GuestFiles:
 
     def read(self, params: dict[str, t.Any]) -> t.Any:
         if self.unreadable:
-            return map_http_error("GET", VM + "/agent/file-read", 500, "", {"message": "QEMU guest agent is not running\n"})
+            return map_http_error(
+                "GET", VM + "/agent/file-read", 500, "", {"message": "QEMU guest agent is not running\n"}
+            )
         if params["file"] not in self.files:
-            return map_http_error("GET", VM + "/agent/file-read", 500, "", {
-                "message": "VM 201 qga command 'guest-file-open' failed - failed to open file '%s' (mode: 'r'): No such file or directory\n"
-                % params["file"]})
+            return map_http_error(
+                "GET",
+                VM + "/agent/file-read",
+                500,
+                "",
+                {
+                    "message": "VM 201 qga command 'guest-file-open' failed - failed to open file '%s' (mode: 'r'): No such file or directory\n"
+                    % params["file"]
+                },
+            )
         return {"content": self.files[params["file"]], "bytes-read": len(self.files[params["file"]])}
 
     def write(self, params: dict[str, t.Any]) -> None:
@@ -512,11 +680,14 @@ def _install_ctx(files: GuestFiles, dpkg: str = "") -> tuple[StageContext, str]:
     ctx = ctx_for("packages", packages=[{"name": "git"}])
     ctx.facts["missing"] = [{"name": "git"}]
     request = t.cast(Request, PackagesStage().request(ctx))
-    ctx.operation["stages"].append({"kind": "packages", "status": "dispatching", "attempts": 1, "request": request.summary(), "evidence": {}})
+    ctx.operation["stages"].append(
+        {"kind": "packages", "status": "dispatching", "attempts": 1, "request": request.summary(), "evidence": {}}
+    )
     ctx.client = files.client()
 
     def runner(_ctx: StageContext, command: GuestCommand, _deadline: float, _started: float | None) -> GuestOutcome:
         return GuestOutcome("exited", 7, 0, dpkg)
+
     ctx.guest_runner = runner
     return ctx, t.cast(str, guest_exec.marker_of_argv(request.params["command"]))
 
@@ -545,19 +716,36 @@ def test_a_lost_install_that_never_started_is_superseded_before_it_may_be_sent_a
 def test_a_lost_install_whose_marker_cannot_be_read_is_decided_by_dpkg_query_only() -> None:
     ctx, _marker = _install_ctx(GuestFiles(unreadable=True))
     resolution = PackagesStage().resolve_lost_reply(ctx)
-    assert resolution.verdict == "not_applied" and not resolution.proven  # reads again within the budget, then uncertain
+    assert (
+        resolution.verdict == "not_applied" and not resolution.proven
+    )  # reads again within the budget, then uncertain
     ctx, _marker = _install_ctx(GuestFiles(unreadable=True), dpkg="git\tii \t1:2.47.3-0+deb13u1\n")
     assert PackagesStage().resolve_lost_reply(ctx).verdict == "applied"
 
 
 def test_a_readiness_probe_with_an_unknown_outcome_is_resolved_once_its_marker_can_be_read() -> None:
     marker = guest_exec.exec_marker_path(REC["operationId"], "probe", 1)
-    for files, verdict in ((GuestFiles(unreadable=True), "undecidable"), (GuestFiles({marker + ".started": ""}), "applied"),
-                           (GuestFiles(), "applied")):
+    for files, verdict in (
+        (GuestFiles(unreadable=True), "undecidable"),
+        (GuestFiles({marker + ".started": ""}), "applied"),
+        (GuestFiles(), "applied"),
+    ):
         ctx = ctx_for("readiness")
-        ctx.operation["stages"].append({"kind": "readiness", "status": "uncertain", "attempts": 1, "evidence": {},
-                                        "request": {"method": "POST", "path": VM + "/agent/exec", "probe": "cloud-init-status",
-                                                    "marker": marker, "params": {"command": ["cloud-init"]}}})
+        ctx.operation["stages"].append(
+            {
+                "kind": "readiness",
+                "status": "uncertain",
+                "attempts": 1,
+                "evidence": {},
+                "request": {
+                    "method": "POST",
+                    "path": VM + "/agent/exec",
+                    "probe": "cloud-init-status",
+                    "marker": marker,
+                    "params": {"command": ["cloud-init"]},
+                },
+            }
+        )
         ctx.client = files.client()
         resolution = ReadinessStage().resolve_lost_reply(ctx)
         assert resolution.verdict == verdict and not resolution.final

@@ -56,10 +56,17 @@ def test_request_sets_cores_memory_only_tag_and_digest(store: JournalStore, op: 
     logic.preconditions(ctx)
     request = logic.request(ctx)
     assert request is not None and (request.method, request.path) == ("PUT", VM + "/config")
-    assert request.params == {"cores": plan["resources"]["cores"], "memory": str(plan["resources"]["memoryMiB"]), "tags": instance_tag(op),
-                              "digest": DIGEST}
+    assert request.params == {
+        "cores": plan["resources"]["cores"],
+        "memory": str(plan["resources"]["memoryMiB"]),
+        "tags": instance_tag(op),
+        "digest": DIGEST,
+    }
     assert_valid(request.method, request.path, request.params)
-    assert logic.diff(ctx) == {"before": {"cores": 1, "memory": 512, "tags": None}, "after": {"cores": 2, "memory": 2048, "tags": instance_tag(op)}}
+    assert logic.diff(ctx) == {
+        "before": {"cores": 1, "memory": 512, "tags": None},
+        "after": {"cores": 2, "memory": 2048, "tags": instance_tag(op)},
+    }
 
 
 def test_values_already_set_need_no_request(store: JournalStore, op: str) -> None:
@@ -76,15 +83,19 @@ def test_extra_tag_is_replaced(store: JournalStore, op: str) -> None:
     assert logic.request(ctx) is not None
 
 
-@pytest.mark.parametrize("cfg_change,pending,status,code,rule", [
-    ({"description": "not ours"}, "pending_clean", "status_stopped", "stage_precondition_failed", "description"),
-    ({}, "pending_clean", "status_running", "stage_precondition_failed", "stopped"),
-    ({}, "pending_changed", "status_stopped", "stage_precondition_failed", "no_pending"),
-    ({"digest": "0" * 40}, "pending_clean", "status_stopped", "conflict", "digest_unchanged"),
-    ({"lock": "backup"}, "pending_clean", "status_stopped", "locked", None),
-])
-def test_preconditions(store: JournalStore, op: str, cfg_change: dict[str, t.Any], pending: str, status: str, code: str,
-                       rule: str | None) -> None:
+@pytest.mark.parametrize(
+    "cfg_change,pending,status,code,rule",
+    [
+        ({"description": "not ours"}, "pending_clean", "status_stopped", "stage_precondition_failed", "description"),
+        ({}, "pending_clean", "status_running", "stage_precondition_failed", "stopped"),
+        ({}, "pending_changed", "status_stopped", "stage_precondition_failed", "no_pending"),
+        ({"digest": "0" * 40}, "pending_clean", "status_stopped", "conflict", "digest_unchanged"),
+        ({"lock": "backup"}, "pending_clean", "status_stopped", "locked", None),
+    ],
+)
+def test_preconditions(
+    store: JournalStore, op: str, cfg_change: dict[str, t.Any], pending: str, status: str, code: str, rule: str | None
+) -> None:
     client = FakeClient(paths(config(store, op, cores=1, **cfg_change), pending, status))
     with pytest.raises(VmanywareError) as info:
         StageRunner(store, client, ResourcesStage()).run(op)
@@ -100,12 +111,18 @@ def test_observe_mismatch_fails_the_stage(store: JournalStore, op: str) -> None:
     assert store.stage(store.load(op), "resources")["status"] == "failed"
 
 
-@pytest.mark.parametrize("cfg,verdict", [("applied", "applied"), ("unchanged", "not_applied"), ("changed", "undecidable"),
-                                         ("foreign", "undecidable")])
+@pytest.mark.parametrize(
+    "cfg,verdict",
+    [("applied", "applied"), ("unchanged", "not_applied"), ("changed", "undecidable"), ("foreign", "undecidable")],
+)
 def test_resolution(store: JournalStore, op: str, cfg: str, verdict: str) -> None:
     dispatch(store, op, "resources")
-    configs = {"applied": applied(store, op), "unchanged": config(store, op, cores=1),
-               "changed": config(store, op, cores=1, digest="1" * 40), "foreign": config(store, op, description="x")}
+    configs = {
+        "applied": applied(store, op),
+        "unchanged": config(store, op, cores=1),
+        "changed": config(store, op, cores=1, digest="1" * 40),
+        "foreign": config(store, op, description="x"),
+    }
     client = FakeClient(paths(configs[cfg]))
     resolution = ResourcesStage().resolve_lost_reply(context(store, op, "resources", client))
     assert resolution.verdict == verdict and client.mutations() == []
@@ -117,8 +134,14 @@ def test_lost_reply_not_applied_is_never_resent(store: JournalStore, op: str) ->
     def put(_params: t.Any) -> t.Any:
         return ProviderError(code="reply_lost")  # the copy never reached the handler
 
-    client = FakeClient({VM + "/config": lambda _p: config(store, op, cores=1),
-                         VM + "/status/current": fixture("status_stopped"), VM + "/pending": fixture("pending_clean")}, [put, put])
+    client = FakeClient(
+        {
+            VM + "/config": lambda _p: config(store, op, cores=1),
+            VM + "/status/current": fixture("status_stopped"),
+            VM + "/pending": fixture("pending_clean"),
+        },
+        [put, put],
+    )
     with pytest.raises(VmanywareError) as info:
         StageRunner(store, client, ResourcesStage(), StageSettings(wait_budget=0.0)).run(op)
     assert info.value.code == "outcome_uncertain" and [m[2]["digest"] for m in client.mutations()] == [DIGEST]
