@@ -238,3 +238,13 @@ def test_no_files_import_each_other() -> None:
         for relative in FILES
     }
     assert not import_cycles(graph), "files under plugins/ that import each other: %s" % import_cycles(graph)
+
+
+MAX_PLUGIN_LINES = 600
+
+
+@pytest.mark.parametrize("relative", FILES)
+def test_no_plugin_file_over_the_limit(relative: str) -> None:
+    """One private file per concern keeps files short (docs/development.md): a file that outgrows the limit is split."""
+    lines = len((PLUGINS / relative).read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_PLUGIN_LINES, "plugins/%s has %d lines (at most %d)" % (relative, lines, MAX_PLUGIN_LINES)

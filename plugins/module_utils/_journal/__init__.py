@@ -21,7 +21,8 @@ Guarantees:
 - no secret (``_redaction``), no idempotency key in clear and no guest output is stored.
 
 The parts: ``document`` (the v1 document's rules, builders and readers), ``store`` (locks,
-claims, atomic mutations: ``JournalStore``), ``stage_records`` (its stage and status transitions) and ``layout`` (the directory: where it is and what
+claims, atomic mutations: ``JournalStore``), ``stage_records`` (its stage and status transitions), ``builders``
+(new and adopted operation documents) and ``layout`` (the directory: where it is and what
 lives where). Callers import from here.
 
 This is a private module_utils package: not a public API.
@@ -30,7 +31,6 @@ This is a private module_utils package: not a public API.
 from __future__ import annotations
 
 from .document import (
-    ADOPTED_REQUEST,
     CLEANUP_STEPS,
     KIND,
     LIFECYCLE_KEY,
@@ -40,12 +40,10 @@ from .document import (
     STAGE_STATUSES,
     TIMESTAMP_FORMAT,
     JournalError,
-    adopted_operation_document,
     cleanup_view,
     epoch_seconds,
     hash_idempotency_key,
     lifecycle_status,
-    new_operation_document,
     new_operation_id,
     operation_begun,
     require_cleanup_eligible,
@@ -54,6 +52,7 @@ from .document import (
     validate_document,
     validate_operation_id,
 )
+from .builders import ADOPTED_REQUEST, adopted_operation_document, new_operation_document
 from .layout import ENV_JOURNAL_DIR, JournalLayout, resolve_journal_dir, target_key
 from .store import CLAIM_KIND, MAX_CLAIM_BYTES, MAX_DOCUMENT_BYTES, JournalStore
 

@@ -35,18 +35,10 @@ from .document import (
     CLEANUP_STEPS,
     LIFECYCLE_KEY,
     JournalError,
-    _check_key,
-    _check_scope,
-    _check_vmid,
     _is_int,
-    _new_stage,
-    _operation_inputs,
-    _same_inputs,
-    adopted_operation_document,
     cleanup_view,
     hash_idempotency_key,
     journal_conflict,
-    new_operation_document,
     new_operation_id,
     recorded_hashes_match,
     require_cleanup_eligible,
@@ -54,6 +46,16 @@ from .document import (
     utc_now,
     validate_document,
     validate_operation_id,
+)
+from .builders import (
+    _check_key,
+    _check_scope,
+    _check_vmid,
+    _new_stage,
+    _operation_inputs,
+    _same_inputs,
+    adopted_operation_document,
+    new_operation_document,
 )
 from .layout import JournalLayout
 from .stage_records import StageRecords
