@@ -85,7 +85,6 @@ __all__ = [
     "GuestImageError",
     "RealGuest",
     "RealGuestBackend",
-    "boot_volume",
     "detect_accel",
     "load_image",
     "slirp_network",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import types
 import typing as t
 
-from . import appliances, cluster, imagebuild, lxc
+from . import appliances, cluster, imagebuild, lxc, lxc_snapshots
 from .api import (
     access,
     node_tasks,
@@ -41,6 +41,7 @@ ENDPOINT_MODULES: tuple[types.ModuleType, ...] = (
     cluster,
     imagebuild,
     lxc,
+    lxc_snapshots,
     appliances,
 )
 

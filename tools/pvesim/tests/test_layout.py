@@ -102,3 +102,12 @@ def test_no_import_cycle() -> None:
 def test_no_file_over_the_limit(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, "%s has %d lines (at most %d)" % (path.relative_to(ROOT), lines, MAX_LINES)
+
+
+def test_every_module_with_handlers_is_in_the_route_table() -> None:
+    """A handler marked with ``@route`` in a module ``routes.py`` does not name would silently answer 501."""
+    marking = {name for name, path in MODULES.items() if "@route(" in path.read_text(encoding="utf-8")}
+    from pvesim import routes  # pylint: disable=import-outside-toplevel
+
+    listed = {module.__name__ for module in routes.ENDPOINT_MODULES}
+    assert marking - {"pvesim.api.core"} == listed
