@@ -38,15 +38,15 @@ def main(argv: list[str]) -> int:
 
 def _run(count: int) -> int:
     # pylint: disable=import-outside-toplevel
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._hashing import plan_hash
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._history import Filters, list_operations
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.hashing import plan_hash
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.history import Filters, list_operations
     from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
         JournalStore,
         new_operation_document,
         new_operation_id,
     )
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation import expected_confirmation
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import expected_confirmation
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 
     planned = build_plan(
         catalog_path=REPO / "examples/catalog.yml", definition_path=REPO / "examples/definition.yml", target_vmid=201

@@ -406,7 +406,8 @@ def journal_cost(root: Path, sizes: t.Sequence[int], reps: int, work: Path) -> d
     """One stage's journal work (create the operation, dispatch, submitted, completed, reload)
     with ``size`` earlier operations in the journal directory. Median over ``reps``, in ms."""
     _import_collection(root)
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils import _hashing, _journal  # pylint: disable=import-outside-toplevel
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import hashing as _hashing  # pylint: disable=import-outside-toplevel
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal  # pylint: disable=import-outside-toplevel
 
     definition, mapping = {"name": "bench"}, {"image": "debian-13"}
     definition_hash = _hashing.definition_hash(definition)
@@ -489,7 +490,7 @@ def catalog_text(images: int) -> str:
 
 def plan_cost(root: Path, images: int, reps: int, proc_reps: int, work: Path, python: str) -> dict[str, float]:
     _import_collection(root)
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._plan import build_plan  # pylint: disable=import-outside-toplevel
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # pylint: disable=import-outside-toplevel
 
     catalog = catalog_text(images)
     definition = (HERE / "definition.yml").read_text(encoding="utf-8")

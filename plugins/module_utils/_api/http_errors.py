@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""How a failed exchange becomes an error with a fixed code: Proxmox's HTTP errors (with ``details['precheck']`` when the reply proves a pre-check refusal) and transport failures (not sent only when no byte of the request was written).
+"""How a failed exchange becomes an error with a fixed code: Proxmox's HTTP errors (with ``details['precheck']`` when
+the reply proves a pre-check refusal) and transport failures (not sent only when no byte of the request was written).
 
 This is a private module_utils file: not a public API.
 """

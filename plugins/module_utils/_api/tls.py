@@ -3,7 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""TLS: verification by CA file or SHA-256 pin, the adapter that records per-request facts (connected, the leaf certificate, bytes written), the certificate binding of a provider scope, and the refusals that keep a credential off an unverified connection.
+"""TLS: verification by CA file or SHA-256 pin, the adapter that records per-request facts (connected, the leaf
+certificate, bytes written), the certificate binding of a provider scope, and the refusals that keep a credential off
+an unverified connection.
 
 This is a private module_utils file: not a public API.
 """

@@ -19,6 +19,9 @@ This is a private module_utils file: not a public API.
 
 from __future__ import annotations
 
+# pylint: disable=redundant-keyword-arg  # pylint misreads the fields of Need, a dataclass extending Requirement (positional path and
+# privilege, keyword purpose and alternatives); mypy checks these calls.
+
 import dataclasses
 import itertools
 import re

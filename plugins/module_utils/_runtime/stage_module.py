@@ -26,14 +26,8 @@ from .._core.errors import InputError, VmanywareError
 from .._journal import JournalStore, resolve_journal_dir, validate_document
 from .module import ModuleEntry
 from .._formats.catalog import parse_catalog
-from .._operation.create import (
-    PREVIEW_FACT,
-    PROVISIONING_GATE,
-    SNAPSHOTS_GATE,
-    bind_scope,
-    public_view,
-    require_verified_tls,
-)  # noqa: F401  # pylint: disable=unused-import  # PREVIEW_FACT: for plugin_utils (assembly only)
+from .._operation.create import PREVIEW_FACT  # noqa: F401  # pylint: disable=unused-import  # for plugin_utils (runtime only)
+from .._operation.create import PROVISIONING_GATE, SNAPSHOTS_GATE, bind_scope, public_view, require_verified_tls
 from .._core.protocols import OperationStore
 from .._stages.runner import OfflineClient, StageRunner
 from .._stages.protocol import StageLogic, StageSettings

@@ -8,7 +8,6 @@ run before anything unprotected is sent.
 
 from __future__ import annotations
 
-import sys
 import typing as t
 from pathlib import Path
 

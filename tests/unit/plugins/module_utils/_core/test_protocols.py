@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import inspect
-import sys
 import typing as t
 from pathlib import Path
 

@@ -6,7 +6,6 @@ write, resume one that has). Against the typed fake client; the simulator run is
 
 from __future__ import annotations
 
-import sys
 import typing as t
 from pathlib import Path
 
