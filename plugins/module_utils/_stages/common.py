@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""What the VM stages share: the description that binds a VM to its operation, the identity check,
-and the read-only task lookup used to resolve a lost reply (docs/stages.md).
+"""What the stages of every family share (VM, container, template, cleanup): the description that binds a VM to its
+operation, the identity check, and the read-only task lookup used to resolve a lost reply (docs/stages.md).
 
 This is a private module_utils file: not a public API.
 """
