@@ -162,7 +162,7 @@ def test_twenty_operations_on_one_storage_with_k3(contended: t.Any, tmp_path: Pa
         config = contended.vm(vmid)["config"]
         assert "lock" not in config and config["scsi0"].endswith("size=20G")
     # runs waited for a slot, so the holders read their clone logs while the clones ran, to hand the slot on at the
-    # allocations rather than at the clone's end (when exactly: test__admission.py)
+    # allocations rather than at the clone's end (when exactly: tests/unit/plugins/module_utils/_api/test_admission.py)
     ended = {task["upid"]: task["ended"] for task in contended.tasks() if task["type"] == "qmclone"}
     during = [
         e

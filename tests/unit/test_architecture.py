@@ -248,3 +248,11 @@ def test_no_plugin_file_over_the_limit(relative: str) -> None:
     """One private file per concern keeps files short (docs/development.md): a file that outgrows the limit is split."""
     lines = len((PLUGINS / relative).read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_PLUGIN_LINES, "plugins/%s has %d lines (at most %d)" % (relative, lines, MAX_PLUGIN_LINES)
+
+
+def test_test_file_names_are_unique_across_the_suite() -> None:
+    """pytest imports test files by their base name (no packages): two files of one name in the suite break collection."""
+    names = [
+        path.name for root in (REPO / "tests", REPO / "tools" / "pvesim" / "tests") for path in root.rglob("test_*.py")
+    ]
+    assert sorted({name for name in names if names.count(name) > 1}) == []

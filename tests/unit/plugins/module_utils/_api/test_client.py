@@ -693,7 +693,7 @@ def test_response_too_large_of_a_mutation_keeps_its_code(stub_server: t.Any, tls
     _raises("response_too_large", lambda: _client_for(settings).post("/nodes/pve/qemu/9000/clone", newid=201))
     assert (
         len(server.requests) == 1
-    )  # it was sent: the stage runner treats this code as ambiguous (test__stage_transport.py)
+    )  # it was sent: the stage runner treats this code as ambiguous (_stages/test_runner_transport.py)
 
 
 def test_exchange_facts_record_the_connection_and_the_first_write(

@@ -10,7 +10,7 @@ import typing as t
 import pytest
 import yaml
 from pve_stubs import RecordingAdapter
-from test_template_build import minimal
+from test_template_build_document import minimal
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.capabilities import TEMPLATE_BUILD_NEEDS
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient

@@ -69,7 +69,7 @@ class FakeAgent:
         self.marker_at_status: list[t.Any] = []
 
     def run_wrapper(self, marker: str, exit_text: str | None) -> None:
-        """What ``guest_exec.EXEC_WRAPPER`` does in the guest (tests/unit/.../test__stage_guest_exec.py runs the real one too)."""
+        """What ``guest_exec.EXEC_WRAPPER`` does in the guest (tests/unit/.../_stages/test_guest_exec.py runs the real one too)."""
         if marker + ".started" in self.files:
             return
         self.files[marker + ".started"] = ""

@@ -2,7 +2,7 @@
 """The stage runner and the transport's codes: only what the client proves unsent returns a stage to pending.
 
 ``transport_lost``, ``tls_verification_failed`` and ``certificate_changed`` are raised by the client only when no
-byte of the request was written (test__client.py shows it against a real TLS server); everything after the first
+byte of the request was written (_api/test_client.py shows it against a real TLS server); everything after the first
 byte, ``response_too_large`` included, is resolved by reads and never sent again.
 """
 

@@ -10,7 +10,7 @@ import typing as t
 import pytest
 import yaml
 from pve_fake import FakeClient
-from test_template_build import minimal
+from test_template_build_document import minimal
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import new_operation_document

@@ -298,7 +298,7 @@ def test_snapshot_lists_snapshots_before_its_write_only_for_an_adopted_operation
 
 
 def test_snapshot_stage_declares_both_gates() -> None:
-    # The runner re-reads them before the write (tests/unit/plugins/module_utils/test__stage.py).
+    # The runner re-reads them before the write (tests/unit/plugins/module_utils/_stages/test_runner.py).
     assert SnapshotStage.gates == ("VMANYWARE_PROVISIONING_ENABLED", "VMANYWARE_SNAPSHOTS_ENABLED")
     assert ReadinessStage.gates == () and StartStage.gates == ("VMANYWARE_PROVISIONING_ENABLED",)
 
