@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Documentation of the shared connection options (``plugins/module_utils/_argspec.py``)."""
+"""Documentation of the shared connection options (``plugins/module_utils/_api/argspec.py``)."""
 
 from __future__ import annotations
 

@@ -349,8 +349,8 @@ def test_module_entry_runs_the_chain(sim: t.Any, tmp_path: Path) -> None:
 
 
 def test_the_chain_runs_as_a_module_process_too(sim: t.Any, tmp_path: Path) -> None:
-    # AnsiballZ packages what the module imports by name: every stage logic module the registry loads by string must be in
-    # the payload (_stages/every.py), or the run fails with internal_error as a module process (become, remote hosts).
+    # AnsiballZ packages what the module imports by name: every stage logic module must be in the payload (the registry's
+    # classes are bound by import in _stages/logic.py), or the run fails with internal_error as a module process.
     env = gs.create(tmp_path, sim.connection)
     completed = tia._playbook(
         tmp_path,

@@ -3,10 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Container snapshots: list, create and delete (``/nodes/{node}/lxc/{vmid}/snapshot``), after pve-container.
-
-This is a private module_utils file: not a public API.
-"""
+"""Container snapshots: list, create and delete (``/nodes/{node}/lxc/{vmid}/snapshot``), after pve-container."""
 
 from __future__ import annotations
 

@@ -5,8 +5,6 @@
 
 """PVE's named string formats (pve-configid, pve-volume-id, ip, CIDR, ...) and the named property-string formats, as
 pve-common's JSONSchema defines them: what the request validator checks a format against.
-
-This is a private module_utils file: not a public API.
 """
 
 from __future__ import annotations
