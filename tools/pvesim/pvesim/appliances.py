@@ -98,13 +98,14 @@ def _content_entry(sim: Sim, volid: str, size: int) -> dict[str, t.Any]:
         return {"volid": volid, "content": kind, "format": name.rsplit(".", 1)[-1], "size": size}
     base = name.split("/")[-1]
     m = re.match(r"(?:vm|base|subvol)-(\d+)-", base)
-    entry: dict[str, t.Any] = {"volid": volid, "format": "raw", "size": size, "used": size}
+    fmt = base.rsplit(".", 1)[-1] if base.endswith((".qcow2", ".raw", ".vmdk")) else "raw"  # file storages
+    entry: dict[str, t.Any] = {"volid": volid, "format": fmt, "size": size, "used": size}
     if m:
         entry["vmid"] = int(m.group(1))
         entry["content"] = "rootdir" if entry["vmid"] in sim.state.containers else "images"
     else:
         entry["content"] = "images"
-    if "/" in name:
+    if "/" in name and name.split("/")[0].startswith("base-"):  # a linked clone names its base volume
         entry["parent"] = f"{volid.split(':', 1)[0]}:{name.split('/')[0]}"
     return entry
 

@@ -45,29 +45,29 @@ EFIDISK_BYTES = 528 * 1024  # OVMF 4m variables, raw
 _CHUNK = 1 << 20
 
 
-def _import_files(sim: Sim) -> dict[str, str]:
+def import_files(sim: Sim) -> dict[str, str]:
     """volid -> the file on the simulator host that holds an imported image (``--guests real`` boots it)."""
     files: dict[str, str] = sim.__dict__.setdefault("import_files", {})
     return files
 
 
 def image_file(sim: Sim, volid: str) -> str | None:
-    return _import_files(sim).get(volid)
+    return import_files(sim).get(volid)
 
 
 def set_image_file(sim: Sim, volid: str, path: str) -> None:
     """``volid``'s content now lives in ``path`` (a real guest booted it: its overlay holds what the guest wrote)."""
-    _import_files(sim)[volid] = path
+    import_files(sim)[volid] = path
 
 
 def clone_image_file(sim: Sim, source: str, target: str) -> None:
     """A cloned volume starts with its source's content (a clone of a template built from an image boots that image)."""
-    files = _import_files(sim)
+    files = import_files(sim)
     if source in files:
         files[target] = files[source]
 
 
-def _files_dir(sim: Sim) -> str:
+def files_dir(sim: Sim) -> str:
     path: str = sim.__dict__.setdefault("import_dir", tempfile.mkdtemp(prefix="pvesim-import-"))
     return path
 
@@ -113,7 +113,7 @@ def _fetch(url: str, target: str, algorithm: str | None) -> tuple[int, str | Non
     return size, digest.hexdigest() if digest is not None else None
 
 
-def _file_digest(path: str, algorithm: str) -> str:
+def file_digest(path: str, algorithm: str) -> str:
     digest = hashlib.new(algorithm)
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(_CHUNK), b""):
@@ -144,13 +144,13 @@ def download_url(sim: Sim, call: Call) -> str:
     checksum = call.str("checksum")
     algorithm = call.str("checksum-algorithm")
     volid = f"{sid}:{content}/{filename}"
-    files = _import_files(sim)
+    files = import_files(sim)
 
     def body(task: Task) -> None:
         task.log(f"downloading {url} to {filename}")
         existing = files.get(volid) if volid in storage.volumes else None
         if existing is not None:
-            if checksum and algorithm and _file_digest(existing, algorithm) == checksum.lower():
+            if checksum and algorithm and file_digest(existing, algorithm) == checksum.lower():
                 task.log(f"file already exists {checksum.lower()}, no need to download")
                 return
             if not checksum:
@@ -158,7 +158,7 @@ def download_url(sim: Sim, call: Call) -> str:
             task.log("checksum mismatch of the existing file, re-download")
         if not _loopback(url):
             raise TaskFailed("the simulator downloads from loopback hosts only")
-        tmp = os.path.join(_files_dir(sim), f"{filename}.tmp_{os.getpid()}_{id(task)}")
+        tmp = os.path.join(files_dir(sim), f"{filename}.tmp_{os.getpid()}_{id(task)}")
         try:
             try:
                 size, got = _fetch(url, tmp, algorithm if checksum else None)
@@ -169,7 +169,7 @@ def download_url(sim: Sim, call: Call) -> str:
                 raise TaskFailed(f"checksum mismatch: got '{got}' != expect '{checksum.lower()}'")
             if checksum:
                 task.log("calculating checksum...OK, checksum verified")
-            final = os.path.join(_files_dir(sim), filename)
+            final = os.path.join(files_dir(sim), filename)
             os.replace(tmp, final)
         finally:
             if os.path.exists(tmp):
@@ -207,7 +207,7 @@ def _import_disk(sim: Sim, vm: VM, key: str, value: str, allocated: list[str], t
     volid = f"{sid}:{st.next_disk_name(sid, vm.vmid)}"
     storage.volumes[volid] = nbytes
     allocated.append(volid)
-    _import_files(sim)[volid] = path  # the disk's content is the image's (a real guest boots it)
+    import_files(sim)[volid] = path  # the disk's content is the image's (a real guest boots it)
     task.log(f"importing disk '{source}' to VM {vm.vmid} ...")
     task.log(f"transferred {nbytes / GIB:.1f} GiB of {nbytes / GIB:.1f} GiB (100.00%)")
     return ",".join([volid, *(f"{k}={v}" for k, v in data.items()), f"size={format_size(nbytes)}"])
@@ -302,7 +302,7 @@ def qemu_create(sim: Sim, call: Call) -> str:
             with st.lock:
                 for volid in allocated:
                     free_volume(sim, volid)
-                    _import_files(sim).pop(volid, None)
+                    import_files(sim).pop(volid, None)
                 if st.vms.get(vmid) is vm:
                     del st.vms[vmid]
             raise
@@ -328,7 +328,7 @@ def qemu_template(sim: Sim, call: Call) -> str:
     def body(task: Task) -> None:
         sim.sleep("qmtemplate")
         with st.lock:
-            files = _import_files(sim)
+            files = import_files(sim)
             for key, value in sorted(vm.config.items()):
                 if not DRIVE_RE.fullmatch(key) or is_cdrom(value) or (only and key != only):
                     continue

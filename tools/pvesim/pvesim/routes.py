@@ -12,18 +12,21 @@ from __future__ import annotations
 import types
 import typing as t
 
-from . import appliances, cluster, imagebuild, lxc, lxc_snapshots
+from . import appliances, cluster, imagebuild, lxc, lxc_snapshots, uploads
 from .api import (
     access,
     node_tasks,
     nodes,
+    pools,
     qemu_agent,
     qemu_clone,
     qemu_cloudinit,
     qemu_config,
+    qemu_disks,
     qemu_power,
     qemu_snapshot,
     resources,
+    storage_config,
 )
 from .api.core import ROUTE_ATTRIBUTE, Handler
 
@@ -31,7 +34,10 @@ ENDPOINT_MODULES: tuple[types.ModuleType, ...] = (
     access,
     nodes,
     resources,
+    pools,
+    storage_config,
     qemu_config,
+    qemu_disks,
     qemu_clone,
     qemu_power,
     qemu_snapshot,
@@ -43,6 +49,7 @@ ENDPOINT_MODULES: tuple[types.ModuleType, ...] = (
     lxc,
     lxc_snapshots,
     appliances,
+    uploads,
 )
 
 

@@ -38,6 +38,7 @@ from .schema import NoSuchMethod, NoSuchPath, Schema, errors_to_dict, validate_p
 from .state import State
 from .storagelock import StorageLocks
 from .timings import apply_timings, load_timings_file
+from .uploads import UPLOAD_PATH_RE, UploadReceiver
 
 API_PREFIX = "/api2/json"
 ADMIN_PREFIX = "/_pvesim"
@@ -48,7 +49,8 @@ NO_AUTH = {
     ("POST", "/access/ticket"),
     ("POST", "/access/vncticket"),
 }
-MAX_BODY = 64 * 1024  # pve-http-server $limit_max_post
+MAX_BODY = 512 * 1024  # pve-http-server's $limit_max_post: a larger body is refused with 501 "for data too large"
+MAX_DRAIN = 256 * 1024 * 1024  # an oversized body up to this is read and dropped, so the client reads the refusal
 
 
 class DropReply(Exception):
@@ -100,7 +102,7 @@ def error_reply(err: ApiError) -> Reply:
     return Reply(err.status, body, reason=err.message.split("\n", 1)[0])
 
 
-class App(AdminApi):
+class App(AdminApi, UploadReceiver):
     """The simulator application (independent of the socket layer)."""
 
     def __init__(self, schema: Schema, seed: str = "demo", speed: float = 1.0, admin_token: str | None = None) -> None:
@@ -116,7 +118,17 @@ class App(AdminApi):
         self.start_storage_lock = True
 
     # ---------------------------------------------------------------------------------------
-    def handle(self, method: str, raw_path: str, headers: t.Mapping[str, str], body: bytes) -> Reply:
+    def handle(
+        self,
+        method: str,
+        raw_path: str,
+        headers: t.Mapping[str, str],
+        body: bytes,
+        form: dict[str, t.Any] | None = None,
+        refusal: ApiError | None = None,
+    ) -> Reply:
+        """One request. An upload arrives as ``form`` (its body already streamed to a file by ``handle_upload``);
+        ``refusal`` answers an authenticated request with an error before any handler runs."""
         url = urllib.parse.urlsplit(raw_path)
         path = urllib.parse.unquote(url.path)
         if path.startswith(ADMIN_PREFIX + "/") or path == ADMIN_PREFIX:
@@ -140,7 +152,7 @@ class App(AdminApi):
             "implemented": None,
         }
         try:
-            reply = self._handle_api(method, rel, url.query, headers, body, entry)
+            reply = self._handle_api(method, rel, url.query, headers, body, entry, form, refusal)
         except DropReply as drop:
             entry["status"] = drop.log_status
             self.log.add(entry)
@@ -177,7 +189,9 @@ class App(AdminApi):
                     add(k, v)
         return params
 
-    def _authenticate(self, method: str, rel: str, headers: t.Mapping[str, str]) -> tuple[str | None, bool]:
+    def _authenticate(
+        self, method: str, rel: str, headers: t.Mapping[str, str], upload: bool = False
+    ) -> tuple[str | None, bool]:
         """Returns (subject, is_token); raises ApiError(401)."""
         st = self.sim.state
         cookie = headers.get("Cookie") or ""
@@ -216,29 +230,39 @@ class App(AdminApi):
             info = st.tickets.get(ticket)
             if info is None or info[1] < time.time():
                 raise ApiError(401, "Authentication failed!")
-            if method != "GET":
+            if method != "GET" and not upload:  # PVE skips the CSRF check for uploads (native HTML forms)
                 csrf = headers.get("CSRFPreventionToken")
                 if not csrf or st.csrf.get(ticket) != csrf:
                     raise ApiError(401, "Permission denied - invalid csrf token")
             return info[0], False
 
     def _handle_api(
-        self, method: str, rel: str, query: str, headers: t.Mapping[str, str], body: bytes, entry: dict[str, t.Any]
+        self,
+        method: str,
+        rel: str,
+        query: str,
+        headers: t.Mapping[str, str],
+        body: bytes,
+        entry: dict[str, t.Any],
+        form: dict[str, t.Any] | None = None,
+        refusal: ApiError | None = None,
     ) -> Reply:
         sim = self.sim
         try:
-            params = self._parse_params(method, query, headers, body)
+            params = form if form is not None else self._parse_params(method, query, headers, body)
         except ApiError as err:
             return error_reply(err)
         entry["params"] = redact(params)
         try:
-            subject, is_token = self._authenticate(method, rel, headers)
+            subject, is_token = self._authenticate(method, rel, headers, upload=form is not None)
         except ApiError as err:
             if self.auth_delay:
                 time.sleep(self.clock.real_seconds(self.auth_delay))
             entry["token"] = None
             return Reply(401, None, reason=err.message.strip(), raw=b"")
         entry["token"] = subject
+        if refusal is not None:
+            return error_reply(refusal)
         try:
             ep, uri_params = self.schema.match(method, rel)
         except (NoSuchPath, NoSuchMethod):
@@ -394,12 +418,28 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _dispatch(self) -> None:
         app: App = self.server.app  # type: ignore[attr-defined]
         length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            self.send_error(413, "request too large")
-            return
-        body = self.rfile.read(length) if length else b""
+        upload = self.command == "POST" and UPLOAD_PATH_RE.fullmatch(
+            Schema.relative_path(urllib.parse.unquote(urllib.parse.urlsplit(self.path).path))
+        )
         try:
-            reply = app.handle(self.command, self.path, self.headers, body)  # type: ignore[arg-type]
+            if upload:
+                consumed = [0]
+
+                def read(size: int) -> bytes:
+                    data = self.rfile.read(size)
+                    consumed[0] += len(data)
+                    return data
+
+                reply, complete = app.handle_upload(self.path, self.headers, read, length)
+                self.close_connection = True  # PVE ends the connection after an upload
+                if not complete:
+                    self._drain(length - consumed[0])
+            elif length > MAX_BODY:
+                self._drain(length)
+                reply = error_reply(ApiError(501, "for data too large"))
+            else:
+                body = self.rfile.read(length) if length else b""
+                reply = app.handle(self.command, self.path, self.headers, body)  # type: ignore[arg-type]
         except AbortTLSReply:
             self._abort_tls()
             return
@@ -438,6 +478,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
+
+    def _drain(self, remaining: int) -> None:
+        """Read and drop a body the reply refuses, so the client, still sending it, reads the reply instead of a
+        broken stream (PVE answers first and closes; over loopback the simulator can afford to read)."""
+        self.close_connection = True
+        if remaining > MAX_DRAIN:
+            return
+        while remaining > 0:
+            chunk = self.rfile.read(min(remaining, 1 << 16))
+            if not chunk:
+                return
+            remaining -= len(chunk)
 
     def _abort_tls(self) -> None:
         """Break the TLS stream (fault ``tls_abort_reply``): a record written under the TLS layer, which the client

@@ -291,10 +291,22 @@ class Token:
 
 @dataclass
 class Pool:
-    """A resource pool (``/pools``). VM members are the VMs whose ``pool`` names it (kept with the VM)."""
+    """A resource pool (``/pools``). Guest members are the VMs and containers whose ``pool`` names it (kept with the
+    guest); storage members are listed here (user.cfg's ``pool`` line)."""
 
     poolid: str
     comment: str = ""
+    storage: set[str] = field(default_factory=set)
+    absent_vms: set[int] = field(default_factory=set)  # VMIDs named in the pool that no guest holds
+
+
+@dataclass
+class Group:
+    """A user group (user.cfg ``group:`` line): its members are user IDs."""
+
+    groupid: str
+    comment: str = ""
+    users: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -303,6 +315,15 @@ class User:
     password: str | None = None
     enable: bool = True
     expire: int = 0
+    email: str = ""
+    comment: str = ""
+
+
+# domains.cfg of a fresh installation: realm -> its section (``type`` and ``comment``).
+DEFAULT_REALMS: dict[str, dict[str, str]] = {
+    "pam": {"type": "pam", "comment": "Linux PAM standard authentication"},
+    "pve": {"type": "pve", "comment": "Proxmox VE authentication server"},
+}
 
 
 class State:
@@ -326,6 +347,8 @@ class State:
         self.datacenter: dict[str, t.Any] = {}
         self.pools: dict[str, Pool] = {}
         self.users: dict[str, User] = {}
+        self.groups: dict[str, Group] = {}
+        self.realms: dict[str, dict[str, str]] = {}
         self.tokens: dict[str, Token] = {}
         # subject (userid or tokenid) -> path -> (privileges, propagate)
         self.acl: dict[str, dict[str, tuple[frozenset[str], bool]]] = {}
@@ -399,7 +422,12 @@ class State:
         old_tokens = secrets_from.tokens if secrets_from else self.tokens
         old_users = secrets_from.users if secrets_from else self.users
         root_pw = old_users["root@pam"].password if "root@pam" in old_users else secrets.token_urlsafe(18)
-        self.users = {"root@pam": User("root@pam", password=root_pw), "vmanyware@pve": User("vmanyware@pve")}
+        self.users = {
+            "root@pam": User("root@pam", password=root_pw, email="root@localhost"),
+            "vmanyware@pve": User("vmanyware@pve", comment="vmanyware automation"),
+        }
+        self.groups = {"operators": Group("operators", "people who confirm plans", {"vmanyware@pve"})}
+        self.realms = {realm: dict(section) for realm, section in DEFAULT_REALMS.items()}
         self.tokens = {}
         for name in ("full", "limited"):
             tid = f"vmanyware@pve!{name}"
@@ -482,7 +510,7 @@ class State:
         return vmid in self.vms or vmid in self.containers
 
     def next_disk_name(self, storage: str, vmid: int) -> str:
-        used = {v.split(":", 1)[1].split("/")[-1] for st in self.storages.values() for v in st.volumes}
+        used = {v.split(":", 1)[1].split("/")[-1].split(".")[0] for st in self.storages.values() for v in st.volumes}
         n = 0
         while f"vm-{vmid}-disk-{n}" in used:
             n += 1

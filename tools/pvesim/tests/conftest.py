@@ -17,6 +17,14 @@ from proxmoxer import ProxmoxAPI
 from pvesim.testing import PvesimAdmin, pvesim, pvesim_server  # noqa: F401  pylint: disable=unused-import
 
 
+def root_api(pvesim: PvesimAdmin) -> ProxmoxAPI:  # pylint: disable=redefined-outer-name
+    """proxmoxer logged in as root@pam (ticket), for what the test tokens may not do."""
+    conn = pvesim.connection
+    return ProxmoxAPI(
+        conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"]
+    )
+
+
 class Api:
     """A raw client: returns the ``requests.Response`` (no raising) with token auth."""
 

@@ -3,21 +3,20 @@
 
 from __future__ import annotations
 
+import typing as t
+
 
 from proxmoxer import ProxmoxAPI
 
 from pvesim.testing import PvesimAdmin
 
-from .conftest import Api
+from .conftest import Api, root_api
 
 POOL_PRIVS = ["VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Memory", "VM.PowerMgmt", "Pool.Audit"]
 
 
 def root(pvesim: PvesimAdmin) -> ProxmoxAPI:
-    conn = pvesim.connection
-    return ProxmoxAPI(
-        conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"]
-    )
+    return root_api(pvesim)
 
 
 def pool_only_token(pvesim: PvesimAdmin) -> Api:
@@ -79,3 +78,100 @@ def test_clone_into_a_missing_pool(pvesim: PvesimAdmin, api: Api) -> None:
     reply = api.req("POST", "/nodes/pve-test/qemu/9000/clone", data={"newid": 202, "full": 1, "pool": "nosuch"})
     assert reply.status_code == 403 and "pool 'nosuch' does not exist" in reply.reason
     assert 202 not in [r["vmid"] for r in api.data(api.get("/cluster/resources", type="vm"))]
+
+
+def _raw(admin: ProxmoxAPI, method: str, path: str, **data: t.Any) -> tuple[int, str]:
+    """(status, reason) of a root call that may fail; proxmoxer would raise."""
+    store = admin._store  # pylint: disable=protected-access
+    reply = store["session"].request(method, store["base_url"] + path, data=data or None)
+    return reply.status_code, reply.reason
+
+
+def test_members_added_moved_and_removed(pvesim: PvesimAdmin) -> None:
+    """PUT /pools/{poolid} (and PUT /pools?poolid=): guests and storages join and leave, with Pool.pm's refusals."""
+    admin = root(pvesim)
+    admin.pools.post(poolid="lab", comment="first")
+    admin.pools.post(poolid="other")
+    admin.pools("lab").put(vms="9000", storage="local-lvm", comment="vmanyware guests")
+    members = admin.pools("lab").get()["members"]
+    assert [(m["type"], m["id"]) for m in members] == [("qemu", "qemu/9000"), ("storage", "storage/pve-test/local-lvm")]
+    storage = members[1]
+    assert storage["storage"] == "local-lvm" and storage["node"] == "pve-test" and storage["maxdisk"] == 200 * 2**30
+    assert admin.pools.get(poolid="lab")[0]["comment"] == "vmanyware guests"
+    assert admin.pools.get(poolid="lab", type="storage")[0]["members"] == [storage]
+    assert _raw(admin, "PUT", "/pools/lab", vms="9000") == (
+        500,
+        "update pools failed: VM 9000 is already a pool member",
+    )
+    assert _raw(admin, "PUT", "/pools/other", vms="9000") == (
+        500,
+        "update pools failed: VM 9000 belongs already to pool 'lab' and 'allow-move' is not set",
+    )
+    assert _raw(admin, "PUT", "/pools/lab", storage="local-lvm") == (
+        500,
+        "update pools failed: Storage 'local-lvm' is already a pool member",
+    )
+    # all or nothing (one locked user.cfg write): the first storage of a refused list is not added either
+    assert _raw(admin, "PUT", "/pools/lab", storage="local,local") == (
+        500,
+        "update pools failed: Storage 'local' is already a pool member",
+    )
+    assert [m["id"] for m in admin.pools("lab").get()["members"]] == ["qemu/9000", "storage/pve-test/local-lvm"]
+    admin.pools.put(poolid="other", vms="9000", **{"allow-move": 1})  # the newer form: poolid as a parameter
+    assert [m["vmid"] for m in admin.pools("other").get()["members"]] == [9000]
+    assert [m["type"] for m in admin.pools("lab").get()["members"]] == ["storage"]
+    assert _raw(admin, "PUT", "/pools/lab", vms="9000", delete=1) == (
+        500,
+        "update pools failed: VM 9000 is not a pool member",
+    )
+    admin.pools("lab").put(storage="local-lvm", delete=1)
+    assert admin.pools("lab").get()["members"] == []
+    assert _raw(admin, "PUT", "/pools/nosuch", vms="9000") == (500, "update pools failed: pool 'nosuch' does not exist")
+    assert pvesim.schema_violations() == []
+
+
+def test_member_changes_need_the_members_privileges(pvesim: PvesimAdmin) -> None:
+    """Pool.Allocate on the pool is not enough: check_perm_modify wants VM.Allocate (or Permissions.Modify) on the
+    guest and Datastore.Allocate on the storage."""
+    root(pvesim).pools.post(poolid="lab")
+    pvesim.set_token("vmanyware@pve!limited", privileges={"/pool/lab": ["Pool.Allocate", "Pool.Audit"]})
+    token = Api(pvesim.connection, "limited")
+    assert token.req("PUT", "/pools/lab", data={"vms": "9000"}).status_code == 403
+    assert token.req("PUT", "/pools/lab", data={"storage": "local-lvm"}).status_code == 403
+    pvesim.set_token(
+        "vmanyware@pve!limited",
+        privileges={
+            "/pool/lab": ["Pool.Allocate"],
+            "/vms/9000": ["VM.Allocate"],
+            "/storage/local-lvm": ["Datastore.Allocate"],
+        },
+    )
+    assert token.data(token.req("PUT", "/pools/lab", data={"vms": "9000", "storage": "local-lvm"})) is None
+    assert token.req("PUT", "/pools/other", data={"comment": "x"}).status_code == 403  # no Pool.Allocate there
+
+
+def test_only_an_empty_pool_is_deleted(pvesim: PvesimAdmin) -> None:
+    """DELETE /pools/{poolid} and DELETE /pools?poolid=: members refuse it; its ACL entries go with it."""
+    admin = root(pvesim)
+    admin.pools.post(poolid="lab")
+    admin.pools("lab").put(vms="9000", storage="local")
+    assert _raw(admin, "DELETE", "/pools/lab") == (
+        500,
+        "delete pool failed: pool 'lab' is not empty (contains VM 9000)",
+    )
+    admin.pools("lab").put(vms="9000", delete=1)
+    assert _raw(admin, "DELETE", "/pools?poolid=lab") == (
+        500,
+        "delete pool failed: pool 'lab' is not empty (contains storage 'local')",
+    )
+    admin.pools("lab").put(storage="local", delete=1)
+    pvesim.set_token("vmanyware@pve!limited", privileges={"/pool/lab": ["Pool.Audit"]})
+    token = Api(pvesim.connection, "limited")
+    assert token.data(token.get("/pools")) == [{"poolid": "lab"}]
+    admin.pools.delete(poolid="lab")
+    assert admin.pools.get() == []
+    assert token.data(token.req("GET", "/access/permissions", params={"path": "/pool/lab"})) == {"/pool/lab": {}}
+    admin.pools.post(poolid="lab")  # the same name again: the old ACL entry is gone
+    assert token.data(token.get("/pools")) == []
+    assert _raw(admin, "DELETE", "/pools/nosuch") == (500, "delete pool failed: pool 'nosuch' does not exist")
+    assert pvesim.schema_violations() == []

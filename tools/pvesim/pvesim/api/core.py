@@ -37,6 +37,8 @@ DURATIONS: dict[str, float] = {
     "download": 1.0,
     "qmcreate": 1.0,
     "qmtemplate": 1.0,
+    "qmmove": 3.0,  # move_disk: copy to another storage, or reassign to another VM
+    "imgcopy": 1.0,  # upload: copy the received file into the storage
     # per-storage lock hold times (pvesim.storagelock): one LVM-thin lvcreate, lvextend, lvremove
     "storage_alloc": 1.0,
     "storage_resize": 1.0,

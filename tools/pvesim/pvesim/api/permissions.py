@@ -17,7 +17,9 @@ def check_permissions(sim: Sim, ep_perms: dict[str, t.Any], subject: str, params
     """Evaluate a schema ``permissions`` object; raises ``ApiError(403)``.
 
     Supported: ``user: all|world``, ``check: [perm, path, privs, (any, 1)?, (require_param, p)?]``,
-    ``and``/``or``, ``userid-param``/``userid-group`` (approximated: self or Sys.Audit/User.Modify on /access).
+    ``and``/``or``, ``userid-group`` (RPCEnvironment's: the user must exist, then the privileges on ``/access/groups``
+    or on a group of that user), ``userid-param``/``perm-modify`` (approximated: self or Sys.Audit/User.Modify on
+    /access).
     Without ``check``/``user`` only root@pam passes (PVE semantics).
     """
     if not ep_perms:
@@ -83,7 +85,9 @@ def _eval_check(sim: Sim, check: list[t.Any], subject: str, params: dict[str, t.
         if noerr:
             return False
         raise perm_error()
-    if kind in ("userid-param", "userid-group", "perm-modify"):
+    if kind == "userid-group":
+        return _userid_group(sim, check, subject, params, noerr)
+    if kind in ("userid-param", "perm-modify"):
         userid = params.get("userid")
         if (
             userid is None
@@ -96,3 +100,32 @@ def _eval_check(sim: Sim, check: list[t.Any], subject: str, params: dict[str, t.
             return False
         raise perm_error()
     return True  # unknown check kinds: allowed (documented approximation)
+
+
+def _userid_group(sim: Sim, check: list[t.Any], subject: str, params: dict[str, t.Any], noerr: bool) -> bool:
+    privs = list(check[1])
+    options = dict(zip(check[2::2], check[3::2]))
+    userid = params.get("userid")
+    existing = options.get("groups_param") != "create"
+    if existing and str(userid) not in sim.state.users:
+        if noerr:
+            return False
+        raise ApiError(500, f"no such user ('{userid}')")
+    if sim.has(subject, "/access/groups", privs, any_of=True):
+        return True
+    groups = {
+        g.groupid
+        for g in sim.state.groups.values()
+        if sim.has(subject, f"/access/groups/{g.groupid}", privs, any_of=True)
+    }
+    if options.get("groups_param"):
+        wanted = [g for g in re.split(r"[,;\s\0]+", str(params.get("groups") or "")) if g]
+        if not wanted or any(g not in groups for g in wanted):
+            if noerr:
+                return False
+            raise perm_error()
+    if existing and not any(str(userid) in sim.state.groups[g].users for g in groups):
+        if noerr:
+            return False
+        raise perm_error()
+    return True

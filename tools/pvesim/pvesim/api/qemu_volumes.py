@@ -42,6 +42,14 @@ def materialize(sim: Sim, vm: VM, key: str, value: str) -> str:
             storage.volumes[volid] = nbytes
             rest = [p for p in parts[1:] if not p.startswith("size=")]
             return ",".join([volid, *rest, f"size={format_size(nbytes)}"])
+        if ":" in parts[0] and not is_cdrom(value) and "import-from=" not in value:
+            # an existing volume: qemu-server's create_disks reads its size from the storage and writes it
+            # (a drive update without ``size=`` still shows the size, one with a wrong ``size=`` is corrected)
+            existing = st.volume_size(parts[0])
+            if existing is None:
+                raise TaskFailed(f"volume {parts[0]} does not exist")
+            rest = [p for p in parts[1:] if not p.startswith("size=")]
+            return ",".join([parts[0], *rest, f"size={format_size(existing)}"])
     if re.fullmatch(r"net\d+", key):
         parts = value.split(",")
         first = parts[0]

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""``/cluster/resources`` and resource pools (PVE API2/Cluster.pm, API2/Pool.pm; a VM's membership is its ``pool``)."""
+"""``/cluster/resources`` (PVE API2/Cluster.pm): guests, nodes, storages and SDN zones as one list."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import re
 import typing as t
 
 from .. import cluster
-from ..state import VM, Pool, is_cdrom, parse_kv, size_to_bytes
-from .core import ApiError, Call, Sim, route
+from ..state import VM, is_cdrom, parse_kv, size_to_bytes
+from .core import Call, Sim, route
 
 
-def _ct_resource(vmid: int, ct: t.Mapping[str, t.Any], node: str) -> dict[str, t.Any]:
+def ct_resource(vmid: int, ct: t.Mapping[str, t.Any], node: str) -> dict[str, t.Any]:
     conf = ct.get("config") or {}
     res = {
         "id": f"lxc/{vmid}",
@@ -98,51 +98,22 @@ def _boot_disk_size(sim: Sim, vm: VM) -> int:
     return 0
 
 
-def _pool_members(sim: Sim, poolid: str, call: Call) -> list[dict[str, t.Any]]:
-    vms = [vm for vmid, vm in sorted(sim.state.vms.items()) if vm.pool == poolid]
-    return [vm_resource(sim, vm) for vm in vms if call.str("type") in (None, "qemu")]
-
-
-@route("GET", "/pools")
-def pools_list(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
-    st = sim.state
-    poolid = call.str("poolid")
-    res: list[dict[str, t.Any]] = []
-    with st.lock:
-        for name in sorted(st.pools):
-            if (poolid is not None and name != poolid) or not sim.has(call.subject, f"/pool/{name}", ["Pool.Audit"]):
-                continue
-            entry: dict[str, t.Any] = {"poolid": name}
-            if st.pools[name].comment:
-                entry["comment"] = st.pools[name].comment
-            if poolid is not None:
-                entry["members"] = _pool_members(sim, name, call)
-            res.append(entry)
-    return res
-
-
-@route("POST", "/pools")
-def pools_create(sim: Sim, call: Call) -> None:
-    st = sim.state
-    poolid = str(call.params["poolid"])
-    with st.lock:
-        if poolid in st.pools:
-            raise ApiError(500, f"pool '{poolid}' already exists")
-        st.pools[poolid] = Pool(poolid, call.str("comment") or "")
-
-
-@route("GET", "/pools/{poolid}")
-def pools_get(sim: Sim, call: Call) -> dict[str, t.Any]:
-    st = sim.state
-    poolid = str(call.params["poolid"])
-    with st.lock:
-        pool = st.pools.get(poolid)
-        if pool is None:
-            raise ApiError(500, f"pool '{poolid}' does not exist")
-        res: dict[str, t.Any] = {"members": _pool_members(sim, poolid, call)}
-        if pool.comment:
-            res["comment"] = pool.comment
-        return res
+def storage_resource(sim: Sim, node: str, sid: str) -> dict[str, t.Any]:
+    """A storage on one node as ``/cluster/resources`` and a pool's members show it (API2Tools extract_storage_stats)."""
+    s = sim.state.storages[sid]
+    member = sim.state.members.get(node)
+    return {
+        "id": f"storage/{node}/{sid}",
+        "type": "storage",
+        "storage": sid,
+        "node": node,
+        "status": "available" if s.active and s.enabled and (member is None or member.online) else "unknown",
+        "plugintype": s.type,
+        "content": ",".join(sorted(s.content)),
+        "shared": s.shared,
+        "disk": s.used_bytes(),
+        "maxdisk": s.total,
+    }
 
 
 @route("GET", "/cluster/resources")
@@ -158,7 +129,7 @@ def cluster_resources(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
                 if guests[vmid] == "qemu":
                     res.append(vm_resource(sim, st.vms[vmid]))
                 else:
-                    res.append(_ct_resource(vmid, st.containers[vmid], st.node))
+                    res.append(ct_resource(vmid, st.containers[vmid], st.node))
     members = [st.members[name] for name in sorted(st.members)]
     if rtype in (None, "node"):
         for node in members:
@@ -171,20 +142,7 @@ def cluster_resources(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
                 if s.on_node(node.name) and sim.has(
                     call.subject, f"/storage/{sid}", ["Datastore.Audit", "Datastore.AllocateSpace"], any_of=True
                 ):
-                    res.append(
-                        {
-                            "id": f"storage/{node.name}/{sid}",
-                            "type": "storage",
-                            "storage": sid,
-                            "node": node.name,
-                            "status": "available" if s.active and s.enabled and node.online else "unknown",
-                            "plugintype": s.type,
-                            "content": ",".join(sorted(s.content)),
-                            "shared": s.shared,
-                            "disk": s.used_bytes(),
-                            "maxdisk": s.total,
-                        }
-                    )
+                    res.append(storage_resource(sim, node.name, sid))
     if rtype in (None, "sdn"):
         for node in members:
             res.append(
