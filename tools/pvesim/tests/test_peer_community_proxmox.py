@@ -57,6 +57,8 @@ PEER_TEMPLATE_VMID = 302
 PEER_IMAGE = qcow2_stub(2 * 1024**3, b"peer image")
 PEER_CT_VMID = 303
 PEER_CT_TEMPLATE = "debian-12-standard_12.12-1_amd64.tar.zst"
+PEER_AUTO_VMID = 100  # the clone without newid (GET /cluster/nextid)
+PEER_ISO = b"\0" * (768 * 1024)  # over pve-http-server's 512 KiB body limit: only a streamed upload passes
 PEER_SPEED = 200.0  # simulated task/boot durations / 200; the modules' own 1 s polls dominate the runtime
 
 # Endpoints the playbook must have exercised (method + schema path).
@@ -90,6 +92,13 @@ EXPECTED_ENDPOINTS = {
     "POST /nodes/{node}/lxc/{vmid}/status/start",
     "POST /nodes/{node}/lxc/{vmid}/status/shutdown",
     "DELETE /nodes/{node}/lxc/{vmid}",
+    "GET /pools/{poolid}",
+    "PUT /pools/{poolid}",
+    "GET /storage",
+    "POST /nodes/{node}/qemu/{vmid}/config",
+    "PUT /nodes/{node}/qemu/{vmid}/unlink",
+    "POST /nodes/{node}/qemu/{vmid}/move_disk",
+    "POST /nodes/{node}/storage/{storage}/upload",
 }
 # Endpoints the stop/remove playbook must have exercised.
 EXPECTED_ABSENT_ENDPOINTS = {
@@ -97,6 +106,7 @@ EXPECTED_ABSENT_ENDPOINTS = {
     "DELETE /nodes/{node}/qemu/{vmid}",
     "GET /nodes/{node}/qemu/{vmid}/status/current",
     "GET /nodes/{node}/tasks/{upid}/status",
+    "DELETE /pools/{poolid}",
 }
 
 
@@ -184,7 +194,10 @@ def test_community_proxmox_playbook(
     for path, privs in TEMPLATE_STORAGE_ACL.items():
         privileges[path] = sorted(set(privileges.get(path, [])) | set(privs))
     privileges["/nodes/pve-test"] = privileges["/nodes/pve-test"] + ["Sys.AccessNetwork"]
+    # proxmox_pool_member adds the VM storage to the pool: Proxmox wants the right to modify it (check_perm_modify).
+    privileges["/storage/local-lvm"] = privileges["/storage/local-lvm"] + ["Datastore.Allocate"]
     pvesim.set_token(conn["tokens"]["full"]["id"], privileges=privileges)
+    (tmp_path / "peer-upload.iso").write_bytes(PEER_ISO)
     (tmp_path / "images").mkdir()
     (tmp_path / "images" / "peer-image.qcow2").write_bytes(PEER_IMAGE)
     images = ImageServer(tmp_path / "images")
@@ -206,6 +219,7 @@ def test_community_proxmox_playbook(
         "peer_image_url": images.url("peer-image.qcow2"),
         "peer_image_sha256": hashlib.sha256(PEER_IMAGE).hexdigest(),
         "peer_template_vmid": PEER_TEMPLATE_VMID,
+        "peer_iso_file": str(tmp_path / "peer-upload.iso"),
         "ansible_python_interpreter": sys.executable,
     }
     vars_file = tmp_path / "vars.json"
@@ -291,6 +305,32 @@ def test_community_proxmox_playbook(
         ct_tasks
     )
 
+    # Pool members, disks moved between VMs, the upload: what the simulator holds afterwards.
+    auto = pvesim.vm(PEER_AUTO_VMID)["config"]
+    assert "virtio1" not in auto and "unused0" not in auto  # created, detached, then reassigned to 301
+    (move,) = [e["params"] for e in playbook_log if e["endpoint"] == "POST /nodes/{node}/qemu/{vmid}/move_disk"]
+    assert (move["disk"], int(move["target-vmid"]), move["target-disk"]) == ("unused0", PEER_VMID, "virtio2")
+    unlinks = [
+        (e["params"]["idlist"], int(e["params"]["force"])) for e in playbook_log if e["endpoint"].endswith("/unlink")
+    ]
+    assert unlinks == [("virtio1", 0), ("virtio2", 1)], unlinks
+    volumes = pvesim.set_storage(conn["storage"])["volumes"]
+    referenced = {
+        value.split(",")[0] for key, value in cfg.items() if re.fullmatch(r"(scsi|virtio|ide|efidisk|unused)\d+", key)
+    }
+    assert {v for v in volumes if "vm-301-" in v} == {v for v in referenced if v.startswith(conn["storage"] + ":")}
+    assert "virtio2" not in cfg and f"{conn['storage']}:vm-{PEER_AUTO_VMID}-disk-1" not in volumes  # destroyed
+    pool_puts = [e["params"] for e in playbook_log if e["endpoint"] == "PUT /pools/{poolid}"]
+    assert [(p.get("vms"), p.get("storage"), int(p.get("delete", 0))) for p in pool_puts] == [
+        (str(PEER_AUTO_VMID), None, 0),
+        (None, conn["storage"], 0),
+        (str(PEER_AUTO_VMID), None, 1),
+        (None, conn["storage"], 1),
+    ], pool_puts
+    assert pvesim.set_storage("local")["volumes"]["local:iso/peer-upload.iso"] == len(PEER_ISO)
+    (upload,) = [e["params"] for e in playbook_log if e["endpoint"] == "POST /nodes/{node}/storage/{storage}/upload"]
+    assert upload["content"] == "iso" and upload["filename"] == "peer-upload.iso"
+
     # --- plain proxmoxer (token auth, verify_ssl = the simulator CA) ---------------------------------
     pvesim.clear_requests()
     prox = ProxmoxAPI(
@@ -333,7 +373,9 @@ def test_community_proxmox_playbook(
     seen = {e["endpoint"] for e in absent_log}
     assert EXPECTED_ABSENT_ENDPOINTS <= seen, f"not exercised: {sorted(EXPECTED_ABSENT_ENDPOINTS - seen)}"
     deletes = [e for e in absent_log if e["method"] == "DELETE"]
-    assert len(deletes) == 1 and str(deletes[0]["params"].get("purge")) == "1", deletes
+    assert [e["endpoint"] for e in deletes] == ["DELETE /nodes/{node}/qemu/{vmid}", "DELETE /pools/{poolid}"], deletes
+    assert str(deletes[0]["params"].get("purge")) == "1", deletes
+    assert prox.pools.get() == []  # the token may audit peerpool: it is gone, not hidden
     assert PEER_VMID not in {int(v["vmid"]) for v in node.qemu.get()}
     volumes = pvesim.set_storage(conn["storage"])["volumes"]
     assert not [volid for volid in volumes if "vm-301-" in volid], volumes  # its disks and cloud-init drive are freed
