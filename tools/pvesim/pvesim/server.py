@@ -472,7 +472,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Pragma", "no-cache")
         for k, v in reply.headers.items():
             self.send_header(k, v)
-        if reply.status >= 400:
+        if reply.status >= 400 or self.close_connection:  # an error, or an upload: PVE says it closes
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()

@@ -95,6 +95,8 @@ FAST_PLUG = (
     | CLOUDINIT_KEYS
 )
 DRIVE_RE = re.compile(r"(ide|sata|scsi|virtio)\d+|efidisk0|tpmstate0")
+# Storage types whose volumes are files under a path (uploads land there; disk images carry a format extension).
+FILE_STORAGE_TYPES = ("dir", "nfs", "cifs", "glusterfs", "btrfs")
 
 
 def size_to_bytes(text: str) -> int:

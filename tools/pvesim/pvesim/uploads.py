@@ -25,15 +25,16 @@ import typing as t
 import urllib.parse
 
 from .api.core import ApiError, Call, Sim, param_error, route
+from .api.qemu_volumes import enabled_storage
 from .imagebuild import file_digest, files_dir, import_files, normalize_filename
 from .schema import Schema
+from .state import FILE_STORAGE_TYPES
 from .tasks import Task, TaskFailed
 
 UPLOAD_PATH_RE = re.compile(r"/nodes/([^/]+)/storage/([^/]+)/upload")
 _CHUNK = 1 << 16
 _MAX_HEAD = 16 * 1024  # the form fields before the file part (PVE: 2048 bytes of headers plus the boundary)
 _FORM_FIELDS = ("content", "checksum-algorithm", "checksum")
-_FILE_STORAGES = ("dir", "nfs", "cifs", "glusterfs", "btrfs")
 _EXTENSIONS = {
     "iso": (re.compile(r"[^/]+\.(?:iso|img)", re.I), "wrong file extension"),
     "vztmpl": (re.compile(r"[^/]+\.(?:tar|tar\.(?:gz|xz|zst|bz2))", re.I), "wrong file extension"),
@@ -194,14 +195,10 @@ def storage_upload(sim: Sim, call: Call) -> str:
         raise ApiError(500, f"no such cluster node '{node}'")
     if node != st.node:
         raise ApiError(500, "unable to proxy file uploads")
-    storage = st.storages.get(sid)
-    if storage is None:
-        raise ApiError(500, f"storage '{sid}' does not exist")
-    if not storage.enabled:
-        raise ApiError(500, f"storage '{sid}' is disabled")
+    storage = enabled_storage(sim, sid)
     if not storage.on_node(node):
         raise ApiError(500, f"storage '{sid}' is not available on node '{node}'")
-    if storage.type not in _FILE_STORAGES:
+    if storage.type not in FILE_STORAGE_TYPES:
         raise ApiError(500, f"can't upload to storage type '{storage.type}'")
     content = str(call.params["content"])
     tmpfilename = call.str("tmpfilename")

@@ -17,12 +17,19 @@ from proxmoxer import ProxmoxAPI
 from pvesim.testing import PvesimAdmin, pvesim, pvesim_server  # noqa: F401  pylint: disable=unused-import
 
 
-def root_api(pvesim: PvesimAdmin) -> ProxmoxAPI:  # pylint: disable=redefined-outer-name
+def root_api(admin: PvesimAdmin) -> ProxmoxAPI:
     """proxmoxer logged in as root@pam (ticket), for what the test tokens may not do."""
-    conn = pvesim.connection
+    conn = admin.connection
     return ProxmoxAPI(
         conn["host"], port=conn["port"], user="root@pam", password=conn["root_password"], verify_ssl=conn["ca_file"]
     )
+
+
+def raw_call(admin: ProxmoxAPI, method: str, path: str, **data: t.Any) -> tuple[int, str, t.Any]:
+    """(status, reason, ``errors``) of a call through ``admin``'s session that may fail (proxmoxer would raise)."""
+    store = admin._store  # pylint: disable=protected-access
+    reply = store["session"].request(method, store["base_url"] + path, data=data or None)
+    return reply.status_code, reply.reason, reply.json().get("errors") if reply.content else None
 
 
 class Api:

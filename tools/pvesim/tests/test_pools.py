@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import typing as t
-
 
 from proxmoxer import ProxmoxAPI
 
 from pvesim.testing import PvesimAdmin
 
-from .conftest import Api, root_api
+from .conftest import Api, raw_call, root_api
 
 POOL_PRIVS = ["VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Memory", "VM.PowerMgmt", "Pool.Audit"]
 
@@ -80,13 +78,6 @@ def test_clone_into_a_missing_pool(pvesim: PvesimAdmin, api: Api) -> None:
     assert 202 not in [r["vmid"] for r in api.data(api.get("/cluster/resources", type="vm"))]
 
 
-def _raw(admin: ProxmoxAPI, method: str, path: str, **data: t.Any) -> tuple[int, str]:
-    """(status, reason) of a root call that may fail; proxmoxer would raise."""
-    store = admin._store  # pylint: disable=protected-access
-    reply = store["session"].request(method, store["base_url"] + path, data=data or None)
-    return reply.status_code, reply.reason
-
-
 def test_members_added_moved_and_removed(pvesim: PvesimAdmin) -> None:
     """PUT /pools/{poolid} (and PUT /pools?poolid=): guests and storages join and leave, with Pool.pm's refusals."""
     admin = root(pvesim)
@@ -99,20 +90,20 @@ def test_members_added_moved_and_removed(pvesim: PvesimAdmin) -> None:
     assert storage["storage"] == "local-lvm" and storage["node"] == "pve-test" and storage["maxdisk"] == 200 * 2**30
     assert admin.pools.get(poolid="lab")[0]["comment"] == "vmanyware guests"
     assert admin.pools.get(poolid="lab", type="storage")[0]["members"] == [storage]
-    assert _raw(admin, "PUT", "/pools/lab", vms="9000") == (
+    assert raw_call(admin, "PUT", "/pools/lab", vms="9000")[:2] == (
         500,
         "update pools failed: VM 9000 is already a pool member",
     )
-    assert _raw(admin, "PUT", "/pools/other", vms="9000") == (
+    assert raw_call(admin, "PUT", "/pools/other", vms="9000")[:2] == (
         500,
         "update pools failed: VM 9000 belongs already to pool 'lab' and 'allow-move' is not set",
     )
-    assert _raw(admin, "PUT", "/pools/lab", storage="local-lvm") == (
+    assert raw_call(admin, "PUT", "/pools/lab", storage="local-lvm")[:2] == (
         500,
         "update pools failed: Storage 'local-lvm' is already a pool member",
     )
     # all or nothing (one locked user.cfg write): the first storage of a refused list is not added either
-    assert _raw(admin, "PUT", "/pools/lab", storage="local,local") == (
+    assert raw_call(admin, "PUT", "/pools/lab", storage="local,local")[:2] == (
         500,
         "update pools failed: Storage 'local' is already a pool member",
     )
@@ -120,13 +111,16 @@ def test_members_added_moved_and_removed(pvesim: PvesimAdmin) -> None:
     admin.pools.put(poolid="other", vms="9000", **{"allow-move": 1})  # the newer form: poolid as a parameter
     assert [m["vmid"] for m in admin.pools("other").get()["members"]] == [9000]
     assert [m["type"] for m in admin.pools("lab").get()["members"]] == ["storage"]
-    assert _raw(admin, "PUT", "/pools/lab", vms="9000", delete=1) == (
+    assert raw_call(admin, "PUT", "/pools/lab", vms="9000", delete=1)[:2] == (
         500,
         "update pools failed: VM 9000 is not a pool member",
     )
     admin.pools("lab").put(storage="local-lvm", delete=1)
     assert admin.pools("lab").get()["members"] == []
-    assert _raw(admin, "PUT", "/pools/nosuch", vms="9000") == (500, "update pools failed: pool 'nosuch' does not exist")
+    assert raw_call(admin, "PUT", "/pools/nosuch", vms="9000")[:2] == (
+        500,
+        "update pools failed: pool 'nosuch' does not exist",
+    )
     assert pvesim.schema_violations() == []
 
 
@@ -155,12 +149,12 @@ def test_only_an_empty_pool_is_deleted(pvesim: PvesimAdmin) -> None:
     admin = root(pvesim)
     admin.pools.post(poolid="lab")
     admin.pools("lab").put(vms="9000", storage="local")
-    assert _raw(admin, "DELETE", "/pools/lab") == (
+    assert raw_call(admin, "DELETE", "/pools/lab")[:2] == (
         500,
         "delete pool failed: pool 'lab' is not empty (contains VM 9000)",
     )
     admin.pools("lab").put(vms="9000", delete=1)
-    assert _raw(admin, "DELETE", "/pools?poolid=lab") == (
+    assert raw_call(admin, "DELETE", "/pools?poolid=lab")[:2] == (
         500,
         "delete pool failed: pool 'lab' is not empty (contains storage 'local')",
     )
@@ -173,5 +167,5 @@ def test_only_an_empty_pool_is_deleted(pvesim: PvesimAdmin) -> None:
     assert token.data(token.req("GET", "/access/permissions", params={"path": "/pool/lab"})) == {"/pool/lab": {}}
     admin.pools.post(poolid="lab")  # the same name again: the old ACL entry is gone
     assert token.data(token.get("/pools")) == []
-    assert _raw(admin, "DELETE", "/pools/nosuch") == (500, "delete pool failed: pool 'nosuch' does not exist")
+    assert raw_call(admin, "DELETE", "/pools/nosuch")[:2] == (500, "delete pool failed: pool 'nosuch' does not exist")
     assert pvesim.schema_violations() == []

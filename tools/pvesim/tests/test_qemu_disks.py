@@ -15,7 +15,7 @@ from proxmoxer import ProxmoxAPI
 
 from pvesim.testing import PvesimAdmin
 
-from .conftest import root_api
+from .conftest import raw_call, root_api
 
 N = "/nodes/pve-test"
 
@@ -33,12 +33,6 @@ def _wait(admin: ProxmoxAPI, upid: str) -> dict[str, t.Any]:
     raise AssertionError(f"task {upid} did not stop")
 
 
-def _raw(admin: ProxmoxAPI, method: str, path: str, **data: t.Any) -> tuple[int, str, t.Any]:
-    store = admin._store  # pylint: disable=protected-access
-    reply = store["session"].request(method, store["base_url"] + path, data=data or None)
-    return reply.status_code, reply.reason, reply.json().get("errors") if reply.content else None
-
-
 def _volumes(admin: ProxmoxAPI, storage: str) -> set[str]:
     return {c["volid"] for c in admin.nodes("pve-test").storage(storage).content.get()}
 
@@ -52,7 +46,7 @@ def test_drive_update_keeps_the_size(pvesim: PvesimAdmin) -> None:
     assert vm.config.get()["scsi0"] == f"{volume},ssd=1,size=8G"
     vm.config.put(scsi0=f"{volume},ssd=1,size=1G")  # a wrong size is corrected from the storage
     assert vm.config.get()["scsi0"] == f"{volume},ssd=1,size=8G"
-    assert _raw(admin, "PUT", f"{N}/qemu/100/config", virtio1="local-lvm:vm-100-disk-9")[:2] == (
+    assert raw_call(admin, "PUT", f"{N}/qemu/100/config", virtio1="local-lvm:vm-100-disk-9")[:2] == (
         500,
         "volume local-lvm:vm-100-disk-9 does not exist",
     )
@@ -108,25 +102,25 @@ def test_move_disk_refusals(pvesim: PvesimAdmin) -> None:
     admin = root_api(pvesim)
     _clone(admin, 100)
     path = f"{N}/qemu/100/move_disk"
-    assert _raw(admin, "POST", path, disk="scsi0", storage="local-lvm")[:2] == (
+    assert raw_call(admin, "POST", path, disk="scsi0", storage="local-lvm")[:2] == (
         500,
         "you can't move to the same storage with same format",
     )
-    assert _raw(admin, "POST", path, disk="scsi0", storage="local") == (
+    assert raw_call(admin, "POST", path, disk="scsi0", storage="local") == (
         400,
         "Parameter verification failed.",
         {"storage": "storage 'local' does not support vm images"},
     )
-    assert _raw(admin, "POST", path, disk="virtio5", storage="local")[:2] == (500, "disk 'virtio5' does not exist")
-    assert _raw(admin, "POST", path, disk="ide2", storage="local")[:2] == (500, "you can't move a cdrom")
+    assert raw_call(admin, "POST", path, disk="virtio5", storage="local")[:2] == (500, "disk 'virtio5' does not exist")
+    assert raw_call(admin, "POST", path, disk="ide2", storage="local")[:2] == (500, "you can't move a cdrom")
     both = "either set 'storage' or 'target-vmid', but not both"
-    assert _raw(admin, "POST", path, disk="scsi0", storage="local", **{"target-vmid": 101})[2] == {
+    assert raw_call(admin, "POST", path, disk="scsi0", storage="local", **{"target-vmid": 101})[2] == {
         "target-vmid": both,
         "storage": both,
     }
-    assert _raw(admin, "POST", path, disk="scsi0")[0] == 400
+    assert raw_call(admin, "POST", path, disk="scsi0")[0] == 400
     _wait(admin, admin.nodes("pve-test").qemu(100).snapshot.post(snapname="before"))
-    assert _raw(admin, "POST", path, disk="scsi0", storage="local-lvm", format="qcow2", delete=1)[:2] == (
+    assert raw_call(admin, "POST", path, disk="scsi0", storage="local-lvm", format="qcow2", delete=1)[:2] == (
         500,
         "you can't move a disk with snapshots and delete the source",
     )
@@ -140,19 +134,19 @@ def test_move_disk_to_another_vm(pvesim: PvesimAdmin) -> None:
     source, target = admin.nodes("pve-test").qemu(100), admin.nodes("pve-test").qemu(101)
     source.config.put(virtio1="local-lvm:2")
     path = f"{N}/qemu/100/move_disk"
-    assert _raw(admin, "POST", path, disk="virtio1", **{"target-vmid": 9000})[:2] == (
+    assert raw_call(admin, "POST", path, disk="virtio1", **{"target-vmid": 9000})[:2] == (
         500,
         "Can't move disks from or to template VMs",
     )
-    assert _raw(admin, "POST", path, disk="virtio1", **{"target-vmid": 101, "target-disk": "scsi0"})[:2] == (
+    assert raw_call(admin, "POST", path, disk="virtio1", **{"target-vmid": 101, "target-disk": "scsi0"})[:2] == (
         500,
         "Target disk key 'scsi0' is already in use for VM '101'",
     )
-    assert _raw(admin, "POST", path, disk="virtio1", **{"target-vmid": 100})[2] == {
+    assert raw_call(admin, "POST", path, disk="virtio1", **{"target-vmid": 100})[2] == {
         "target-vmid": "must be different than source VMID to reassign disk"
     }
     _wait(admin, source.status.start.post())
-    assert _raw(admin, "POST", path, disk="virtio1", **{"target-vmid": 101})[:2] == (
+    assert raw_call(admin, "POST", path, disk="virtio1", **{"target-vmid": 101})[:2] == (
         500,
         "Cannot move disk to another VM while the source VM is running - detach first",
     )

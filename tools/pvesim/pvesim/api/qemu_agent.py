@@ -16,7 +16,6 @@ from .. import guestlink
 from ..state import VM, parse_kv
 from .core import ApiError, Call, Sim, route
 
-
 # qemu-server's assert_agent_available pings the agent (guest-ping, ``timeout => 3``) before every agent command; an
 # agent that is not up makes the request take those 3 s before it fails. Simulated seconds.
 AGENT_PING_TIMEOUT = 3.0

@@ -14,7 +14,7 @@ from .. import guestlink, imagebuild
 from ..state import DRIVE_RE, GIB, VM, format_size, is_cdrom, is_cloudinit_volume, parse_kv, print_kv
 from ..tasks import Task, TaskFailed
 from .core import ApiError, Call, Sim, cluster_member, param_error, perm_error, route
-from .qemu_volumes import free_volume
+from .qemu_volumes import free_volume, images_storage
 
 
 @route("POST", "/nodes/{node}/qemu/{vmid}/clone")
@@ -36,13 +36,7 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             raise perm_error(f"pool '{pool}' does not exist")
         src = sim.vm(call)
         if storage:
-            s = st.storages.get(storage)
-            if s is None:
-                raise ApiError(500, f"storage '{storage}' does not exist")
-            if not s.enabled:
-                raise ApiError(500, f"storage '{storage}' is disabled")
-            if "images" not in s.content:
-                raise param_error({"storage": f"storage '{storage}' does not support vm images"})
+            images_storage(sim, storage)
         if src.lock:
             raise ApiError(500, f"VM is locked ({src.lock})")
         if snapname and snapname not in src.snapshots:

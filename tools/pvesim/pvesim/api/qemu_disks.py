@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from ..state import DRIVE_RE, VM, format_size, is_cdrom
+from ..state import DRIVE_RE, FILE_STORAGE_TYPES, VM, format_size, is_cdrom
 from ..tasks import Task, TaskFailed
 from .core import ApiError, Call, Sim, param_error, route
 from .qemu_config import qemu_config_put
-from .qemu_volumes import free_volume, materialize
+from .qemu_volumes import free_volume, images_storage, materialize
 
-_FILE_STORAGES = ("dir", "nfs", "cifs", "glusterfs", "btrfs")
 _UNUSED_RE = re.compile(r"unused\d+")
 
 
@@ -31,7 +30,7 @@ def qemu_unlink(sim: Sim, call: Call) -> None:
 
 def _volume_format(sim: Sim, volid: str) -> str:
     storage = sim.state.storages.get(volid.split(":", 1)[0])
-    if storage is not None and storage.type not in _FILE_STORAGES:
+    if storage is not None and storage.type not in FILE_STORAGE_TYPES:
         return "raw"
     match = re.search(r"\.(raw|qcow2|vmdk)$", volid)
     return match.group(1) if match else "raw"
@@ -40,7 +39,7 @@ def _volume_format(sim: Sim, volid: str) -> str:
 def _new_volid(sim: Sim, sid: str, vmid: int, fmt: str) -> str:
     storage = sim.state.storages[sid]
     name = sim.state.next_disk_name(sid, vmid)
-    if storage.type in _FILE_STORAGES:
+    if storage.type in FILE_STORAGE_TYPES:
         return f"{sid}:{vmid}/{name}.{fmt}"
     return f"{sid}:{name}"
 
@@ -52,6 +51,16 @@ def _in_snapshot(vm: VM, volid: str) -> bool:
         for key, value in snap.conf.items()
         if DRIVE_RE.fullmatch(key) or _UNUSED_RE.fullmatch(key)
     )
+
+
+def _drive_volume(disk: str, value: str, cdrom_refusal: str) -> str:
+    """The volume of a drive (or an ``unusedN``) that is to move; a drive without one, or a CD drive, is refused."""
+    volid = value if _UNUSED_RE.fullmatch(disk) else value.split(",")[0]
+    if volid in ("none", "cdrom", ""):
+        raise ApiError(500, f"disk '{disk}' has no associated volume")
+    if is_cdrom(value):
+        raise ApiError(500, cdrom_refusal)
+    return volid
 
 
 def _check_lock(vm: VM) -> None:
@@ -71,21 +80,11 @@ def _check_move(sim: Sim, call: Call, vm: VM, disk: str, sid: str, fmt: str | No
     value = vm.config.get(disk)
     if not value:
         raise ApiError(500, f"disk '{disk}' does not exist")
-    volid = value.split(",")[0] if not _UNUSED_RE.fullmatch(disk) else value
-    if volid in ("none", "cdrom", ""):
-        raise ApiError(500, f"disk '{disk}' has no associated volume")
-    if is_cdrom(value):
-        raise ApiError(500, "you can't move a cdrom")
+    volid = _drive_volume(disk, value, "you can't move a cdrom")
     old_fmt = _volume_format(sim, volid)
     if volid.split(":", 1)[0] == sid and (not fmt or old_fmt == fmt):
         raise ApiError(500, "you can't move to the same storage with same format")
-    storage = sim.state.storages.get(sid)
-    if storage is None:
-        raise ApiError(500, f"storage '{sid}' does not exist")
-    if not storage.enabled:
-        raise ApiError(500, f"storage '{sid}' is disabled")
-    if "images" not in storage.content:
-        raise param_error({"storage": f"storage '{sid}' does not support vm images"})
+    images_storage(sim, sid)
     snapshotted = _in_snapshot(vm, volid)
     if snapshotted and call.bool("delete"):
         raise ApiError(500, "you can't move a disk with snapshots and delete the source")
@@ -108,7 +107,7 @@ def _move_to_storage(sim: Sim, call: Call, vm: VM, disk: str, sid: str) -> str:
             size = st.volume_size(volid) or 0
             if size > storage.avail:
                 raise TaskFailed(f"storage migration failed: not enough space on storage '{sid}'")
-            target_fmt = fmt if storage.type in _FILE_STORAGES and fmt else "raw"
+            target_fmt = fmt if storage.type in FILE_STORAGE_TYPES and fmt else "raw"
             new_volid = _new_volid(sim, sid, vm.vmid, target_fmt)
             storage.volumes[new_volid] = size
             task.log(
@@ -158,11 +157,7 @@ def _check_reassign(sim: Sim, call: Call, disk: str, target_disk: str) -> tuple[
         raise ApiError(500, f"Disk '{disk}' for VM '{vmid}' does not exist")
     if target_disk in target.config:
         raise ApiError(500, f"Target disk key '{target_disk}' is already in use for VM '{target_vmid}'")
-    volid = value.split(",")[0] if not _UNUSED_RE.fullmatch(disk) else value
-    if volid in ("none", "cdrom", ""):
-        raise ApiError(500, f"disk '{disk}' has no associated volume")
-    if is_cdrom(value):
-        raise ApiError(500, "CD drive contents can't be moved to another VM")
+    volid = _drive_volume(disk, value, "CD drive contents can't be moved to another VM")
     if ":" not in volid:
         raise ApiError(500, f"Volume '{volid}' not managed by PVE")
     if _in_snapshot(source, volid):

@@ -16,7 +16,6 @@ from ..tasks import Task, TaskFailed
 from .core import ApiError, Call, Sim, route
 from .qemu_config import snapshot_config_of
 
-
 RESERVED_SNAPNAMES = ("current", "pending")
 
 

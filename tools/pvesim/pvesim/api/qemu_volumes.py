@@ -9,9 +9,27 @@ from __future__ import annotations
 
 import re
 
-from ..state import DRIVE_RE, GIB, VM, format_size, is_cdrom, is_cloudinit_volume, parse_kv
+from ..state import DRIVE_RE, GIB, VM, Storage, format_size, is_cdrom, is_cloudinit_volume, parse_kv
 from ..tasks import TaskFailed
-from .core import Sim
+from .core import ApiError, Sim, param_error
+
+
+def enabled_storage(sim: Sim, sid: str) -> Storage:
+    """``PVE::Storage::storage_check_enabled``: the storage exists and is not disabled."""
+    storage = sim.state.storages.get(sid)
+    if storage is None:
+        raise ApiError(500, f"storage '{sid}' does not exist")
+    if not storage.enabled:
+        raise ApiError(500, f"storage '{sid}' is disabled")
+    return storage
+
+
+def images_storage(sim: Sim, sid: str) -> Storage:
+    """An enabled storage that takes VM disk images (the target of a clone or a disk move)."""
+    storage = enabled_storage(sim, sid)
+    if "images" not in storage.content:
+        raise param_error({"storage": f"storage '{sid}' does not support vm images"})
+    return storage
 
 
 def materialize(sim: Sim, vm: VM, key: str, value: str) -> str:
