@@ -26,7 +26,7 @@ def _clone(admin: ProxmoxAPI, newid: int, **extra: t.Any) -> None:
 
 
 def _wait(admin: ProxmoxAPI, upid: str) -> dict[str, t.Any]:
-    for _ in range(2000):
+    for _attempt in range(2000):
         status = admin.nodes("pve-test").tasks(upid).status.get()
         if status["status"] == "stopped":
             return dict(status)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import typing as t
 
 import pytest
 import requests
