@@ -115,7 +115,7 @@ def test_three_node_cluster(pvesim: t.Any) -> None:
     nodes = {n["node"]: n for n in result["nodes"]}
     assert sorted(nodes) == ["pve-test", "pve-test2", "pve-test3"]
     assert [nodes[n]["online"] for n in sorted(nodes)] == [True, True, False] and nodes["pve-test"]["local"]
-    assert nodes["pve-test2"]["bridges"] == ["vmbr0", "vmbr1"] and nodes["pve-test3"]["storages"] == []
+    assert nodes["pve-test2"]["bridges"] == ["vmbr0", "vmbr1", "vmbr2"] and nodes["pve-test3"]["storages"] == []
     shared = next(s for s in nodes["pve-test2"]["storages"] if s["storage"] == "shared")
     assert shared["content"] == ["images", "import", "iso", "snippets"] and shared["shared"]
     assert result["vnets"] == [{"vnet": "labnet", "zone": "lab", "alias": "lab network"}]
@@ -216,7 +216,7 @@ def test_capabilities_playbook_prints_a_table(pvesim: t.Any) -> None:
     assert completed.returncode == 0, out + completed.stderr
     assert "Proxmox VE 9.1.3; cluster vmanyware-lab; VNets: labnet" in out
     assert (
-        "pve-test2 online: storages local-lvm=images,rootdir shared=images,import,iso,snippets; bridges vmbr0, vmbr1"
+        "pve-test2 online: storages local-lvm=images,rootdir shared=images,import,iso,snippets; bridges vmbr0, vmbr1, vmbr2"
         in out
     )
     for line in (

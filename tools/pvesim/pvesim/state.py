@@ -564,8 +564,9 @@ def seed_cluster(state: State) -> None:
     """The demo seed grown into a three-node cluster ``vmanyware-lab``.
 
     ``pve-test`` (the node answering, with template 9000), ``pve-test2`` and ``pve-test3``, all online.
-    Every node has ``vmbr0``; ``pve-test2`` also ``vmbr1``. A shared NFS storage ``shared`` holds
-    images, import and snippets on every node; ``local-lvm`` and ``local`` exist on every node.
+    Every node has ``vmbr0``; ``pve-test2`` also ``vmbr1``; ``pve-test`` and ``pve-test2`` also the VLAN-aware ``vmbr2``.
+    A shared NFS storage ``shared`` holds images, import and snippets on every node, and template 9001
+    (``debian-13-shared``); ``local-lvm`` and ``local`` exist on every node.
     One SDN VNet ``labnet`` in the simple zone ``lab``. The ``full`` token may also audit the cluster
     (``Sys.Audit`` on ``/``, not propagated), let nodes download (``Sys.AccessNetwork`` on ``/nodes``) and use ``shared``
     and ``labnet``: enough to build a template from a cloud image over the API.
@@ -581,6 +582,25 @@ def seed_cluster(state: State) -> None:
     state.storages["shared"] = Storage(
         "shared", "nfs", ["images", "import", "snippets", "iso"], total=2048 * GIB, used=100 * GIB, shared=1
     )
+    # A second template whose disks are on the shared storage: a clone of it may go to any node (``target``); one of
+    # 9000 (local-lvm) may not, as in qemu-server.
+    shared_template = dict(state.vms[9000].config)
+    shared_template.update(
+        {
+            "name": "debian-13-shared",
+            "scsi0": "shared:base-9001-disk-0,size=8G",
+            "ide2": "shared:vm-9001-cloudinit,media=cdrom",
+            "net0": f"virtio={random_mac(state.rng)},bridge=vmbr0",
+            "smbios1": "uuid=8c2e4f10-7a1b-4c3d-9e5f-a0b1c2d3e4f5",
+            "vmgenid": "3e1a9b7c-2d4f-4a6b-8c9d-0e1f2a3b4c5d",
+            "description": "Debian 13 (trixie) cloud image template on shared storage",
+        }
+    )
+    state.vms[9001] = VM(9001, state.node, shared_template)
+    state.storages["shared"].volumes = {"shared:base-9001-disk-0": 8 * GIB, "shared:vm-9001-cloudinit": 4 << 20}
+    # A VLAN-aware bridge on two of the three nodes (a tagged NIC needs one where the definition asks for it).
+    for bridges, ip in ((state.bridges, "203.0.113.10"), (state.members["pve-test2"].bridges, "203.0.113.11")):
+        bridges["vmbr2"] = {**_bridge("vmbr2", ip, "eno3"), "bridge_vlan_aware": 1, "bridge_vids": "2-4094"}
     state.vnets = {"labnet": {"vnet": "labnet", "zone": "lab", "type": "vnet", "tag": 100, "alias": "lab network"}}
     for subject in ("vmanyware@pve", "vmanyware@pve!full"):
         acl = state.acl.setdefault(subject, {})
@@ -592,3 +612,4 @@ def seed_cluster(state: State) -> None:
         )
         acl["/sdn/zones/lab/labnet"] = (frozenset({"SDN.Use", "SDN.Audit"}), True)
         acl["/sdn/zones/localnetwork"] = (frozenset({"SDN.Use", "SDN.Audit"}), True)
+        acl["/vms/9001"] = (frozenset({"VM.Clone", "VM.Audit"}), True)

@@ -95,18 +95,38 @@ def test_cluster_status_needs_sys_audit_on_root(pvesim: PvesimAdmin, api: Api) -
 
 def test_requests_for_another_member_are_served_by_that_node(cluster: PvesimAdmin, api: Api) -> None:
     bridges = api.data(api.get("/nodes/pve-test2/network", type="bridge"))
-    assert [(b["iface"], b["address"]) for b in bridges] == [("vmbr0", "192.0.2.11"), ("vmbr1", "198.51.100.11")]
-    assert [b["iface"] for b in api.data(api.get("/nodes/pve-test/network", type="bridge"))] == ["vmbr0"]
+    assert [(b["iface"], b["address"]) for b in bridges] == [
+        ("vmbr0", "192.0.2.11"),
+        ("vmbr1", "198.51.100.11"),
+        ("vmbr2", "203.0.113.11"),
+    ]
+    local = {b["iface"]: b for b in api.data(api.get("/nodes/pve-test/network", type="bridge"))}
+    assert sorted(local) == ["vmbr0", "vmbr2"]
+    # VLAN-aware (ifupdown2's bridge-vlan-aware, as PVE's network read shows it) and plain bridges
+    assert local["vmbr2"]["bridge_vlan_aware"] == 1 and local["vmbr2"]["bridge_vids"] == "2-4094"
+    assert "bridge_vlan_aware" not in local["vmbr0"]
+    assert "vmbr2" not in {b["iface"] for b in api.data(api.get("/nodes/pve-test3/network", type="bridge"))}
     # the template's config lives on pve-test: asked through pve-test2 it does not exist there
     resp = api.get("/nodes/pve-test2/qemu/9000/config")
     assert resp.status_code == 500 and "nodes/pve-test2/qemu-server/9000.conf" in resp.json()["message"]
     assert api.data(api.get("/nodes/pve-test2/qemu")) == []
-    assert [vm["vmid"] for vm in api.data(api.get("/nodes/pve-test/qemu"))] == [9000]
+    assert [vm["vmid"] for vm in api.data(api.get("/nodes/pve-test/qemu"))] == [9000, 9001]
+
+
+def test_clone_to_another_node_needs_shared_storage(cluster: PvesimAdmin, api: Api) -> None:
+    """qemu-server refuses a target node when any volume of the source is on local storage, whatever ``storage``
+    the clone would go to; the local node as target is no target."""
+    refused = api.post("/nodes/pve-test/qemu/9000/clone", newid=301, full=1, storage="shared", target="pve-test2")
+    assert (refused.status_code, refused.reason) == (500, "can't clone VM to node 'pve-test2' (VM uses local storage)")
+    assert api.get("/nodes/pve-test2/qemu/301/config").status_code == 500  # nothing was created
+    local = api.data(api.post("/nodes/pve-test/qemu/9000/clone", newid=302, full=1, target="pve-test"))
+    assert api.wait(local)["exitstatus"] == "OK"
+    assert cluster.schema_violations() == []
 
 
 def test_clone_to_another_node_and_its_tasks(cluster: PvesimAdmin, api: Api) -> None:
     upid = api.data(
-        api.post("/nodes/pve-test/qemu/9000/clone", newid=301, name="far", full=1, storage="shared", target="pve-test2")
+        api.post("/nodes/pve-test/qemu/9001/clone", newid=301, name="far", full=1, storage="shared", target="pve-test2")
     )
     assert upid.startswith("UPID:pve-test:")  # the clone worker runs on the source node
     assert api.wait(upid)["exitstatus"] == "OK"

@@ -17,6 +17,18 @@ from .core import ApiError, Call, Sim, cluster_member, param_error, perm_error, 
 from .qemu_volumes import free_volume, images_storage
 
 
+def _on_shared_storage(sim: Sim, conf: dict[str, str]) -> bool:
+    """check_storage_access_clone's ``$sharedvm``: every volume of the source (CD images too) on shared storage."""
+    for key, value in conf.items():
+        volid = value.split(",")[0]
+        if not DRIVE_RE.fullmatch(key) or volid in ("none", "cdrom", "") or ":" not in volid:
+            continue
+        storage = sim.state.storages.get(volid.split(":", 1)[0])
+        if storage is None or not storage.shared:
+            return False
+    return True
+
+
 @route("POST", "/nodes/{node}/qemu/{vmid}/clone")
 def qemu_clone(sim: Sim, call: Call) -> str:
     sim.check_node(call)
@@ -27,8 +39,8 @@ def qemu_clone(sim: Sim, call: Call) -> str:
     snapname = call.str("snapname")
     target = call.str("target")
     pool = call.str("pool")
-    if target == "localhost":
-        target = sim.call_node(call)
+    if target in ("localhost", sim.call_node(call)):
+        target = None  # qemu-server: the local node as target is no target
     if target:
         cluster_member(sim, target)
     with st.lock:
@@ -58,6 +70,8 @@ def qemu_clone(sim: Sim, call: Call) -> str:
                 bridge = parse_kv(value, "model").get("bridge")
                 if bridge:
                     sim.require(call.subject, f"/sdn/zones/localnetwork/{bridge}", ["SDN.Use"])
+        if target and not _on_shared_storage(sim, oldconf):
+            raise ApiError(500, f"can't clone VM to node '{target}' (VM uses local storage)")
         if call.fault("lock_timeout"):
             raise ApiError(500, f"can't lock file '/var/lock/qemu-server/lock-{newid}.conf' - got timeout")
         if newid in st.vms:
