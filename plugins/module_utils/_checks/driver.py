@@ -128,23 +128,31 @@ class Preflight:
         self.major: int | None = None
         self.minor: int | None = None
 
+    def codes(self) -> tuple[str, ...]:
+        """This plan's checks, in result order (a family may add checks a plan asks for)."""
+        return self.CHECK_CODES
+
+    def undecidable(self) -> t.Mapping[str, str]:
+        """This plan's checks no read can decide, with their fixed texts."""
+        return self.UNDECIDABLE
+
     def run(self) -> tuple[list[Check], dict[str, t.Any]]:
-        """Every check: the checks in ``CHECK_CODES`` order and the PVE-version capabilities."""
+        """Every check: the checks in ``codes()`` order and the PVE-version capabilities."""
         if self.version():
             self.read_checks()
         else:
             self.unknown(
-                [c for c in self.CHECK_CODES if c not in self.checks and c not in self.UNDECIDABLE], NOT_REACHABLE
+                [c for c in self.codes() if c not in self.checks and c not in self.undecidable()], NOT_REACHABLE
             )
         self.mark_undecidable()
-        return [self.checks[code] for code in self.CHECK_CODES], capabilities_for(self.major, self.minor)
+        return [self.checks[code] for code in self.codes()], capabilities_for(self.major, self.minor)
 
     def read_checks(self) -> None:
         """The family's checks once the API answered ``GET /version``."""
         raise NotImplementedError
 
     def mark_undecidable(self) -> None:
-        for code, message in self.UNDECIDABLE.items():
+        for code, message in self.undecidable().items():
             self.set(code, "unknown", message)
 
     def set(self, code: str, status: str, message: str) -> None:

@@ -64,6 +64,12 @@ UNDECIDABLE = {
     "template_revision": "The template revision is the operator's catalog label; reads cannot prove the template matches it.",
     **GUEST_UNDECIDABLE,
 }
+# A static address: what the reads of every guest cannot prove (docs/networks.md).
+ADDRESS_UNDECIDABLE = {
+    "address_outside_proxmox": "Reads of Proxmox's guests cannot prove that no host outside Proxmox uses the address.",
+}
+# More guests than this and the address check reads none of them (unknown): a preflight stays a bounded set of GETs.
+MAX_GUESTS_READ = 500
 
 _DRIVE_KEY = re.compile(r"^(ide|scsi|sata)\d+$")
 
@@ -82,12 +88,93 @@ class VmPreflight(Preflight):
         super().__init__(client, plan, tls_verified)
         self.stamp: tuple[str, str] | None = None
 
+    def codes(self) -> tuple[str, ...]:
+        """A named network adds its checks after ``bridge_exists``: ``bridge_vlan_aware`` (a VLAN tag) and
+        ``address_free`` (a static address, whose ``address_outside_proxmox`` replaces ``dhcp_available``)."""
+        nic = self.plan.get("nic")
+        if not isinstance(nic, dict):
+            return CHECK_CODES
+        added = (("bridge_vlan_aware",) if "vlan" in nic else ()) + (("address_free",) if self._static() else ())
+        codes = list(CHECK_CODES)
+        index = codes.index("bridge_exists") + 1
+        codes[index:index] = added
+        if self._static():
+            codes[codes.index("dhcp_available")] = "address_outside_proxmox"
+        return tuple(codes)
+
+    def undecidable(self) -> t.Mapping[str, str]:
+        if not self._static():
+            return UNDECIDABLE
+        return {**{k: v for k, v in UNDECIDABLE.items() if k != "dhcp_available"}, **ADDRESS_UNDECIDABLE}
+
+    def _static(self) -> bool:
+        nic = self.plan.get("nic")
+        return isinstance(nic, dict) and nic["ipv4"]["mode"] == "static"
+
     def read_checks(self) -> None:
         self.template()
         self.storage()
         self.bridge()
+        if "bridge_vlan_aware" in self.codes():
+            self.bridge_vlan_aware()
+        if self._static():
+            self.address_free()
         self.vmid()
         self.privileges()
+
+    def bridge_vlan_aware(self) -> None:
+        """A tagged NIC needs a VLAN-aware bridge (the catalog network's VLAN, docs/networks.md)."""
+        code = "bridge_vlan_aware"
+        if self.checks.get("bridge_exists") is None or self.checks["bridge_exists"].status != "passed":
+            self.set(code, "unknown", "Not checked: the bridge was not found on the mapped node.")
+            return
+        try:
+            entry = self.client.get(f"/nodes/{self.node}/network/{self.plan['bridge']}")
+        except ProviderError:
+            self.set(code, "unknown", "The bridge's settings could not be read.")
+            return
+        if not isinstance(entry, dict):
+            self.set(code, "unknown", "The bridge's settings could not be understood.")
+        elif truthy(entry.get("bridge_vlan_aware")):
+            self.set(code, "passed", "The bridge is VLAN-aware: the planned VLAN tag applies.")
+        else:
+            self.set(code, "failed", "The bridge is not VLAN-aware; the network's VLAN tag needs a VLAN-aware bridge.")
+
+    def address_free(self) -> None:
+        """No guest Proxmox knows declares the planned static address (``ipconfigN`` of VMs, ``netN`` of containers)."""
+        code = "address_free"
+        wanted = self.plan["nic"]["ipv4"]["address"].split("/", 1)[0]
+        try:
+            guests = self.client.get("/cluster/resources", type="vm")
+        except ProviderError:
+            self.set(code, "unknown", "The cluster's guests could not be listed.")
+            return
+        if not isinstance(guests, list):
+            self.set(code, "unknown", "The cluster's guest list could not be understood.")
+            return
+        listed = [g for g in guests if isinstance(g, dict) and g.get("type") in ("qemu", "lxc") and g.get("node")]
+        if len(listed) > MAX_GUESTS_READ:
+            self.set(code, "unknown", "More guests than the preflight reads (%d); not checked." % MAX_GUESTS_READ)
+            return
+        unread = 0
+        for guest in listed:
+            try:
+                config = self.client.get("/nodes/%s/%s/%s/config" % (guest["node"], guest["type"], guest["vmid"]))
+            except ProviderError:
+                unread += 1
+                continue
+            if isinstance(config, dict) and wanted in declared_addresses(config, guest["type"]):
+                self.set(code, "failed", "Guest %s declares the planned address." % int(guest["vmid"]))
+                return
+            unread += 0 if isinstance(config, dict) else 1
+        if unread:
+            self.set(
+                code,
+                "unknown",
+                "%d of %d guests could not be read; none of the others declares the address." % (unread, len(listed)),
+            )
+        else:
+            self.set(code, "passed", "None of the %d guests the token can see declares the address." % len(listed))
 
     def mark_undecidable(self) -> None:
         super().mark_undecidable()
@@ -217,6 +304,19 @@ class VmPreflight(Preflight):
         self.set("privileges", "failed", "The token lacks: " + "; ".join(seen) + ".")
 
 
+def declared_addresses(config: t.Mapping[str, t.Any], guest_type: str) -> set[str]:
+    """The IPv4 addresses a guest's configuration declares: ``ipconfigN`` ``ip=`` of a VM, ``netN`` ``ip=`` of a
+    container (DHCP declares none)."""
+    pattern = re.compile(r"\Aipconfig\d+\Z" if guest_type == "qemu" else r"\Anet\d+\Z")
+    found: set[str] = set()
+    for key, value in config.items():
+        if pattern.match(key) and isinstance(value, str):
+            ip = parse_property_string(value, "ip").get("ip", "")
+            if ip and ip not in ("dhcp", "manual"):
+                found.add(ip.split("/", 1)[0])
+    return found
+
+
 def run_checks(
     client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True
 ) -> tuple[list[Check], dict[str, t.Any]]:
@@ -249,7 +349,7 @@ def run_preflight(
         blockers=blockers,
         tls_verified=tls_verified,
         fail_on=fail_on,
-        undecidable=UNDECIDABLE,
+        undecidable={**UNDECIDABLE, **ADDRESS_UNDECIDABLE},
     )
 
 
@@ -277,5 +377,5 @@ def preflight_of_recorded(
         blockers=blockers,
         tls_verified=True,
         fail_on=fail_on,
-        undecidable=UNDECIDABLE,
+        undecidable={**UNDECIDABLE, **ADDRESS_UNDECIDABLE},
     )

@@ -30,6 +30,8 @@ ERROR_CODES: dict[str, str] = {
     "repeat_image_removed": "The repeated operation's image is no longer in the template catalog.",
     "repeat_mapping_changed": "The template catalog maps the repeated operation's image differently than when it was recorded.",
     "disk_shrink_unsupported": "The requested disk is smaller than the template's recorded source disk.",
+    "network_not_in_catalog": "The definition's network is not one of the template catalog's networks.",
+    "invalid_network_address": "The definition's address does not fit its network (mode, subnet, gateway).",
     "invalid_plan": "The inputs are inconsistent and no plan can be built from them.",
     "invalid_option": "A module option has an invalid value.",
     "configuration_error": "A configuration gate or connection setting has an invalid value.",

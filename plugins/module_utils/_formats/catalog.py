@@ -18,6 +18,7 @@ import os
 import typing as t
 
 from .format_errors import CATALOG, FormatError, check_document_schema
+from .networks import catalog_networks
 from .schemas import API_VERSION, CATALOG_SCHEMA_V1
 from .yaml_strict import load_document
 
@@ -109,7 +110,10 @@ def validate_catalog(data: t.Any) -> dict[str, t.Any]:
             raise FormatError(CATALOG, path + ".image", "duplicate_image")
         seen.add(mapping["image"])
         images.append(_mapping_rules(mapping, path, CATALOG))
-    return {"apiVersion": API_VERSION, "kind": "TemplateCatalog", "images": images}
+    catalog: dict[str, t.Any] = {"apiVersion": API_VERSION, "kind": "TemplateCatalog", "images": images}
+    if "networks" in data:  # optional: a catalog without it normalizes exactly as before
+        catalog["networks"] = catalog_networks(data["networks"], CATALOG)
+    return catalog
 
 
 def normalize_mapping(mapping: t.Any) -> dict[str, t.Any]:

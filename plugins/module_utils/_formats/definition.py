@@ -23,7 +23,7 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
     """Validate a parsed definition; return it normalized with defaults applied.
 
     Defaults: ``packages`` becomes ``[]`` and ``snapshotAfterProvisioning`` ``false`` when
-    absent; a package ``version`` stays absent when not given.
+    absent; a package ``version`` and ``network`` stay absent when not given.
     """
     check_document_schema(DEFINITION_SCHEMA_V1, data, DEFINITION)
     keys: set[tuple[str, bytes]] = set()
@@ -44,7 +44,7 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
             entry["version"] = str(package["version"])
         packages.append(entry)
     resources = data["resources"]
-    return {
+    normalized = {
         "apiVersion": API_VERSION,
         "kind": "Environment",
         "name": str(data["name"]),
@@ -58,6 +58,12 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
         "packages": packages,
         "snapshotAfterProvisioning": bool(data.get("snapshotAfterProvisioning", False)),
     }
+    if "network" in data:  # optional: without it the definition (and its hash) is exactly as before
+        network: dict[str, t.Any] = {"name": str(data["network"]["name"])}
+        if "ipv4" in data["network"]:
+            network["ipv4"] = {"address": str(data["network"]["ipv4"]["address"])}
+        normalized["network"] = network
+    return normalized
 
 
 def parse_definition(

@@ -50,6 +50,12 @@ RULE_TEXTS: dict[str, str] = {
     "duplicate_ssh_key": "repeats an earlier SSH public key",
     "duplicate_package": "repeats the name of an earlier package",
     "container_template_source": "must give exactly one of ostemplate and appliance",
+    "duplicate_network": "repeats the name of an earlier network",
+    "dhcp_static_field": "is a static setting; a DHCP network takes none",
+    "static_subnet_required": "a static network needs its subnet",
+    "subnet_host_bits": "must be the subnet's network address (host bits zero)",
+    "subnet_too_small": "must leave room for a guest and a gateway (prefix /30 at most)",
+    "gateway_outside_subnet": "must be a host address of the subnet",
 }
 
 

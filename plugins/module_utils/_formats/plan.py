@@ -23,6 +23,7 @@ import typing as t
 from .._core.errors import InputError
 from .definition import parse_definition
 from .catalog import is_container, parse_catalog
+from .networks import STATIC, planned_nic
 from .hashing import definition_hash as compute_definition_hash
 from .hashing import plan_hash as compute_plan_hash
 from .schemas import API_VERSION, VMID_MAX, VMID_MIN
@@ -91,13 +92,42 @@ def select_mapping(catalog: t.Mapping[str, t.Any], image: str) -> dict[str, t.An
     raise InputError(code="image_not_mapped", path="image", details={"rule": "not_in_catalog"})
 
 
-def check_repeat_mapping(catalog: t.Mapping[str, t.Any], image: str, recorded: t.Mapping[str, t.Any]) -> None:
+def resolve_mapping(catalog: t.Mapping[str, t.Any], definition: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The mapping a plan records: the catalog's for the definition's image, with the NIC of the definition's network
+    (``network``, docs/networks.md) when it names one; without, exactly the catalog's mapping."""
+    mapping = select_mapping(catalog, definition["image"])
+    nic = planned_nic(catalog, definition)
+    if nic is not None:
+        if is_container(mapping):
+            raise InputError(
+                "Named networks are not available for containers yet; remove network from the definition.",
+                code="invalid_plan",
+                path="network",
+                details={"rule": "container_network"},
+            )
+        mapping["network"] = nic
+    return mapping
+
+
+def planned_network(mapping: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The NIC of a recorded plan mapping; a mapping without one (every plan before networks) is the mapping's bridge
+    with IPv4 DHCP."""
+    nic = mapping.get("network")
+    if isinstance(nic, dict):
+        return dict(nic)
+    return {"bridge": mapping["bridge"], "ipv4": {"mode": "dhcp"}}
+
+
+def check_repeat_mapping(
+    catalog: t.Mapping[str, t.Any], definition: t.Mapping[str, t.Any], recorded: t.Mapping[str, t.Any]
+) -> None:
     """A repeat plans a recorded operation's definition again (the provision role's ``provision_repeat_operation``): the
-    current catalog must still map ``image``, exactly as the ``recorded`` mapping (``repeat_image_removed``,
-    ``repeat_mapping_changed`` naming the fields that differ, never their values)."""
-    current = next((mapping for mapping in catalog["images"] if mapping["image"] == image), None)
-    if current is None:
+    current catalog must still map its image, exactly as the ``recorded`` mapping, its network included
+    (``repeat_image_removed``, ``repeat_mapping_changed`` naming the fields that differ, never their values)."""
+    image = definition["image"]
+    if not any(mapping["image"] == image for mapping in catalog["images"]):
         raise InputError(code="repeat_image_removed", path="image", details={"rule": "in_current_catalog"})
+    current = resolve_mapping(catalog, definition)
     changed = sorted(key for key in set(current) | set(recorded) if current.get(key) != recorded.get(key))
     if changed:
         raise InputError(
@@ -129,9 +159,9 @@ def plan_document(
             "diskGiB": resources["diskGiB"],
         },
         "storage": mapping["storage"],
-        "bridge": mapping["bridge"],
+        "bridge": planned_network(mapping)["bridge"],
         "guestUser": mapping["guestUser"],
-        "network": NETWORK,
+        "network": NETWORK if "network" not in mapping else "ipv4-" + planned_network(mapping)["ipv4"]["mode"],
         "access": {"sshPublicKeyCount": len(definition["access"]["sshPublicKeys"])},
         "packages": [dict(package) for package in definition["packages"]],
         "snapshotAfterProvisioning": definition["snapshotAfterProvisioning"],
@@ -142,6 +172,8 @@ def plan_document(
     }
     if is_container(mapping):  # VM plans keep exactly their v1 fields
         document["guestType"] = "container"
+    if "network" in mapping:  # a named network; plans without one keep exactly their v1 fields
+        document["nic"] = planned_network(mapping)
     return document
 
 
@@ -159,7 +191,8 @@ def build_plan(
     Exactly one of ``catalog``/``catalog_path`` and one of ``definition``/``definition_path``
     must be given (``invalid_plan`` otherwise). Codes: ``invalid_catalog``,
     ``invalid_definition``, ``invalid_target_vmid``, ``image_not_mapped``,
-    ``disk_shrink_unsupported``, ``invalid_plan``; with ``repeat_mapping`` (the mapping a repeated operation recorded)
+    ``disk_shrink_unsupported``, ``network_not_in_catalog``, ``invalid_network_address``, ``invalid_plan``; with
+    ``repeat_mapping`` (the mapping a repeated operation recorded)
     ``repeat_image_removed`` and ``repeat_mapping_changed`` (``check_repeat_mapping``).
     """
     if (catalog is None) == (catalog_path is None):
@@ -180,8 +213,8 @@ def build_plan(
     parsed_catalog = parse_catalog(text=catalog, path=catalog_path)
     parsed_definition = parse_definition(text=definition, path=definition_path)
     if repeat_mapping is not None:
-        check_repeat_mapping(parsed_catalog, parsed_definition["image"], repeat_mapping)
-    mapping = select_mapping(parsed_catalog, parsed_definition["image"])
+        check_repeat_mapping(parsed_catalog, parsed_definition, repeat_mapping)
+    mapping = resolve_mapping(parsed_catalog, parsed_definition)
     vmid = check_target_vmid(target_vmid, mapping.get("templateVmid"))
     if not is_container(mapping) and parsed_definition["resources"]["diskGiB"] < mapping["sourceDiskGiB"]:
         raise InputError(

@@ -63,6 +63,14 @@ APPLIANCE_PATTERN = r"^[a-z0-9][a-z0-9.+-]{0,126}[a-z0-9]$"
 # A version glob: literal version characters plus "*" for any run ("12.*", "13.1-*").
 VERSION_GLOB_PATTERN = r"^[A-Za-z0-9.+~*-]{1,64}$"
 
+# Dotted-quad IPv4 (each octet 0-255, no leading zeros) and an IPv4 subnet in CIDR notation; networks.py checks the
+# arithmetic (a subnet's host bits, an address inside it).
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+IPV4_PATTERN = r"^%s(?:\.%s){3}$" % (_OCTET, _OCTET)
+IPV4_CIDR_PATTERN = r"^%s(?:\.%s){3}/(?:3[0-2]|[12]?[0-9])$" % (_OCTET, _OCTET)
+# A DNS search domain: dot-separated lowercase DNS labels, at most 253 characters.
+DOMAIN_PATTERN = r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$"
+
 VMID_MIN = 100
 VMID_MAX = 999999999
 
@@ -89,6 +97,12 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
     "properties": {
         "apiVersion": {"type": "string", "const": API_VERSION},
         "kind": {"type": "string", "const": "TemplateCatalog"},
+        "networks": {
+            "type": "array",
+            "maxItems": 64,
+            "description": "Named networks a definition may pick (network.name); see docs/networks.md.",
+            "items": {"$ref": "#/$defs/network"},
+        },
         "images": {
             "type": "array",
             "maxItems": 128,
@@ -105,6 +119,42 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
         },
     },
     "$defs": {
+        "network": {
+            "type": "object",
+            "description": "A network a guest's one NIC joins: the bridge, an optional VLAN tag and MTU, how IPv4 is set.",
+            "additionalProperties": False,
+            "required": ["name", "bridge", "ipv4"],
+            "properties": {
+                "name": _string(DNS_LABEL_PATTERN, "1-63 characters, a lowercase DNS label; unique in the catalog."),
+                "bridge": _string(
+                    BRIDGE_PATTERN,
+                    "1-15 letters, digits, dots, underscores or hyphens, starting with a letter or digit.",
+                ),
+                "vlan": _integer(1, 4094, "VLAN tag of the NIC, 1-4094; the bridge must be VLAN-aware."),
+                "mtu": _integer(576, 65520, "MTU of the NIC, 576-65520; absent, the bridge's."),
+                "ipv4": {
+                    "type": "object",
+                    "description": "dhcp: the guest asks for an address; static: the definition gives one in subnet.",
+                    "additionalProperties": False,
+                    "required": ["mode"],
+                    "properties": {
+                        "mode": {"type": "string", "enum": ["dhcp", "static"]},
+                        "subnet": _string(IPV4_CIDR_PATTERN, "The IPv4 subnet in CIDR notation (static only)."),
+                        "gateway": _string(
+                            IPV4_PATTERN, "The default gateway, an address in the subnet (static only)."
+                        ),
+                        "dns": {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": 3,
+                            "description": "1-3 DNS server addresses (static only).",
+                            "items": _string(IPV4_PATTERN, "An IPv4 address."),
+                        },
+                        "searchDomain": _string(DOMAIN_PATTERN, "The DNS search domain (static only)."),
+                    },
+                },
+            },
+        },
         "mapping": {
             "type": "object",
             "additionalProperties": False,
@@ -284,6 +334,23 @@ DEFINITION_SCHEMA_V1: dict[str, t.Any] = {
             },
         },
         "snapshotAfterProvisioning": {"type": "boolean"},
+        "network": {
+            "type": "object",
+            "description": "The catalog network the NIC joins; absent, the mapping's bridge with IPv4 DHCP.",
+            "additionalProperties": False,
+            "required": ["name"],
+            "properties": {
+                "name": _string(DNS_LABEL_PATTERN, "The name of a catalog network."),
+                "ipv4": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["address"],
+                    "properties": {
+                        "address": _string(IPV4_PATTERN, "The guest's address in the network's subnet (static only)."),
+                    },
+                },
+            },
+        },
     },
 }
 

@@ -42,7 +42,7 @@ from .._api.tasks import TaskOutcome, poll_once, wait_task
 from .._core.cancel import RunCancelled, cancellable_sleep, raise_if_cancelled
 from .._core.errors import InputError, ProviderError, VmanywareError
 from .._core.protocols import ApiClient, ApiVerbs, OperationStore
-from .._formats.plan import select_mapping
+from .._formats.plan import resolve_mapping
 from .._journal import utc_now
 from .._operation.create import read_gate
 from .guest_exec import GuestExecution
@@ -161,12 +161,12 @@ class StageRunner(GuestExecution):
                 raise StageError(code=GATE_CODES[gate], details={"stage": ctx.kind, "gate": gate})
         if self.settings.catalog is not None:
             try:
-                mapping: dict[str, t.Any] | None = select_mapping(self.settings.catalog, ctx.definition["image"])
+                mapping: dict[str, t.Any] | None = resolve_mapping(self.settings.catalog, ctx.definition)
             except InputError:
                 mapping = None
             if mapping != ctx.mapping:
                 raise StageError(
-                    "The catalog's mapping for the image is not the one this operation was confirmed with; nothing was sent.",
+                    "The catalog's mapping for the image (or its network) is not the one this operation was confirmed with; nothing was sent.",
                     code="plan_changed",
                     details={"stage": ctx.kind, "fields": ["mapping"]},
                 )

@@ -5,7 +5,8 @@
 
 """Stage ``cloudinit``: one digest-bound ``PUT {vm}/config`` with the Cloud-Init settings (docs/stages.md).
 
-Sets ``net0`` (the clone's MAC kept, the mapped bridge), ``ipconfig0: ip=dhcp``, ``citype:
+Sets ``net0`` (the clone's MAC kept, the planned bridge, and a named network's VLAN tag and MTU), ``ipconfig0``
+(``ip=dhcp``, or a static network's address and gateway, with its ``nameserver`` and ``searchdomain``), ``citype:
 nocloud``, ``sshkeys`` (the definition's exact public keys, URL-encoded as PVE expects) and
 ``ciupgrade: 0``; deletes ``cipassword``. With a validated ``imageDefaultUser`` attestation on the
 mapping it also deletes ``ciuser`` and ``cicustom`` (the image's default user gets the keys);
@@ -25,10 +26,22 @@ from ..._api.pveconfig import net_macaddr
 from ..protocol import StageContext, StageLogic
 from ..outcomes import Request, Resolution, StageError
 from .. import guest as _guest
+from .. import nic as _nic
 from ..adoption import AdoptionHook, Decision, Observations
 
 _NET_KEY = re.compile(r"\Anet\d+\Z")
-_COMPARED = ("net0", "ipconfig0", "citype", "sshkeys", "ciupgrade", "ciuser", "cipassword", "cicustom")
+_COMPARED = (
+    "net0",
+    "ipconfig0",
+    "nameserver",
+    "searchdomain",
+    "citype",
+    "sshkeys",
+    "ciupgrade",
+    "ciuser",
+    "cipassword",
+    "cicustom",
+)
 
 
 def attested(ctx: StageContext) -> bool:
@@ -38,14 +51,21 @@ def attested(ctx: StageContext) -> bool:
 
 def desired_settings(ctx: StageContext, mac: str) -> dict[str, t.Any]:
     """The values the stage sets (``None`` = must be absent)."""
+    nic = _nic.planned(ctx)
     settings: dict[str, t.Any] = {
-        "net0": "virtio=%s,bridge=%s" % (mac, ctx.plan["bridge"]),
-        "ipconfig0": "ip=dhcp",
-        "citype": "nocloud",
-        "sshkeys": _guest.encode_sshkeys(ctx.definition["access"]["sshPublicKeys"]),
-        "ciupgrade": 0,
-        "cipassword": None,
+        "net0": _nic.net0_value(nic, mac),
+        "ipconfig0": _nic.ipconfig0_value(nic),
     }
+    if _nic.named(ctx):  # a plan without a named network leaves the DNS settings as they are (as it always did)
+        settings.update(_nic.dns_settings(nic))
+    settings.update(
+        {
+            "citype": "nocloud",
+            "sshkeys": _guest.encode_sshkeys(ctx.definition["access"]["sshPublicKeys"]),
+            "ciupgrade": 0,
+            "cipassword": None,
+        }
+    )
     if attested(ctx):
         settings.update(ciuser=None, cicustom=None)
     else:
@@ -62,9 +82,7 @@ def mismatches(ctx: StageContext, config: t.Mapping[str, t.Any], mac: str) -> li
             if key in config:
                 wrong.append(key)
         elif key == "net0":
-            have_mac, have_bridge = _guest.net0_mac_bridge(config)
-            model = _guest.parse_property_string(str(have or ""))
-            if have_mac != mac or have_bridge != ctx.plan["bridge"] or "virtio" not in model:
+            if not _nic.net0_matches(have, _nic.planned(ctx), mac, with_options=_nic.named(ctx)):
                 wrong.append(key)
         elif key == "sshkeys":
             try:

@@ -20,7 +20,7 @@ Everything that must survive a crash is journaled in the stage evidence, by the 
 
 Ready means: the agent answers ``ping``, cloud-init reports ``done`` (``error``/``degraded``, exit
 code 1/2, fail with ``cloudinit_failed``) and the interface whose MAC is net0's has a usable IPv4
-(not loopback, not link-local). The guest's SSH host public keys are then read with ``agent/file-read`` and
+(not loopback, not link-local; on a static network, the planned address itself). The guest's SSH host public keys are then read with ``agent/file-read`` and
 returned as ``known_hosts`` lines with SHA256 fingerprints; readiness never trusts them itself.
 The handoff records them with the address and ``readinessObservedAt`` (historical, not current
 reachability).
@@ -42,6 +42,7 @@ from ..protocol import StageContext, StageLogic
 from ..outcomes import GuestCommand, Request, Resolution, StageError, StageInProgress, agent_reason, wall_clock
 from .. import common
 from .. import guest as _guest
+from .. import nic as _nic
 from ..adoption import AdoptionHook, Decision, Observations
 
 DEFAULT_READINESS_TIMEOUT = 300.0
@@ -92,8 +93,9 @@ def cloudinit_verdict(output: str, exitcode: int) -> str:
     return "failed:unknown"
 
 
-def usable_ipv4(interfaces: t.Any, mac: str) -> str | None:
-    """The first IPv4 of the interface whose hardware address is ``mac``, unless loopback or link-local."""
+def usable_ipv4(interfaces: t.Any, mac: str, wanted: str | None = None) -> str | None:
+    """The first IPv4 of the interface whose hardware address is ``mac``, unless loopback or link-local; with
+    ``wanted`` (a static network's address), that address only."""
     if not isinstance(interfaces, list):
         return None
     for iface in interfaces:
@@ -105,6 +107,8 @@ def usable_ipv4(interfaces: t.Any, mac: str) -> str | None:
             try:
                 ip = ipaddress.IPv4Address(str(address.get("ip-address")))
             except ValueError:
+                continue
+            if wanted is not None and str(ip) != wanted:
                 continue
             if not (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast):
                 return str(ip)
@@ -339,7 +343,7 @@ class ReadinessStage(StageLogic, AdoptionHook):
         except ProviderError as err:
             if not self._agent_down(err):
                 raise
-        return usable_ipv4(interfaces, mac)
+        return usable_ipv4(interfaces, mac, _nic.wanted_address(_nic.planned(ctx)))
 
     def _read_host_keys(self, ctx: StageContext) -> dict[str, str]:
         lines: dict[str, str] = {}

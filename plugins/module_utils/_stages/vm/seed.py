@@ -13,7 +13,8 @@ three parts are then read with ``GET {vm}/cloudinit/dump?type=user|network|meta`
   no ``password``;
 - a scalar ``user: NAME`` (deprecated in cloud-init) is ``seed_incompatible`` in any mode;
   other ``user`` values (null, mapping) are ``seed_mismatch`` in attestation mode;
-- network-config (v1) configures DHCP on the NIC whose MAC is net0's.
+- network-config (v1) configures the planned IPv4 on the NIC whose MAC is net0's: DHCP, or a static network's address,
+  netmask and gateway, and its DNS servers and search domain (docs/networks.md).
 
 Only verdicts and SHA-256 hashes of the three parts are recorded or returned, never their text.
 
@@ -28,6 +29,7 @@ from ..._api.pveconfig import config_of_pending, net_macaddr, read_pending
 from ..protocol import StageContext, StageLogic
 from ..outcomes import Request, Resolution, StageError
 from .. import guest as _guest
+from .. import nic as _nic
 from ..adoption import AdoptionHook, Decision, Observations
 from .cloudinit import attested as cloudinit_attested
 
@@ -89,8 +91,10 @@ def validate_user_data(text: str, keys: t.Sequence[str], *, attested: bool, gues
         raise _bad("seed_mismatch", "user", "ssh_authorized_keys")
 
 
-def validate_network(text: str, mac: str) -> None:
-    """network-config v1 with a physical entry for ``mac`` whose subnets include DHCPv4."""
+def validate_network(text: str, mac: str, nic: t.Mapping[str, t.Any] | None = None) -> None:
+    """network-config v1 with a physical entry for ``mac`` configuring ``nic``'s IPv4 (default: DHCPv4), and its
+    DNS settings in the ``nameserver`` entry."""
+    nic = nic or {"bridge": "", "ipv4": {"mode": "dhcp"}}
     data = _load(text, "network")
     if not isinstance(data, dict) or data.get("version") != 1 or not isinstance(data.get("config"), list):
         raise _bad("seed_mismatch", "network", "version_1")
@@ -100,12 +104,11 @@ def validate_network(text: str, mac: str) -> None:
             and entry.get("type") == "physical"
             and str(entry.get("mac_address", "")).lower() == mac.lower()
         ):
-            subnets = entry.get("subnets")
-            if isinstance(subnets, list) and any(
-                isinstance(s, dict) and s.get("type") in ("dhcp", "dhcp4") for s in subnets
-            ):
-                return
-            raise _bad("seed_mismatch", "network", "dhcp4")
+            if not _nic.network_config_matches(entry, nic):
+                raise _bad("seed_mismatch", "network", "static4" if nic["ipv4"]["mode"] == _nic.STATIC else "dhcp4")
+            if not _nic.nameservers_match(data["config"], nic):
+                raise _bad("seed_mismatch", "network", "nameserver")
+            return
     raise _bad("seed_mismatch", "network", "nic_mac")
 
 
@@ -171,7 +174,7 @@ class SeedStage(StageLogic, AdoptionHook):
             attested=attested,
             guest_user=ctx.plan["guestUser"],
         )
-        validate_network(dumps["network"], mac)
+        validate_network(dumps["network"], mac, _nic.planned(ctx))
         validate_meta(dumps["meta"])
         return {
             "seedHashes": dump_hashes(dumps),
@@ -217,7 +220,7 @@ class SeedStage(StageLogic, AdoptionHook):
                 attested=cloudinit_attested(ctx),
                 guest_user=ctx.plan["guestUser"],
             )
-            validate_network(dumps["network"], mac)
+            validate_network(dumps["network"], mac, _nic.planned(ctx))
             validate_meta(dumps["meta"])
         except StageError:
             return Decision(

@@ -1,0 +1,131 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Named networks end to end on the simulator (docs/networks.md): a static IPv4 address on a VLAN of a VLAN-aware
+bridge, with its MTU and DNS settings; the preflight's bridge and address checks; Cloud-Init, the seed check,
+readiness waiting for the planned address, and the handoff naming it."""
+
+from __future__ import annotations
+
+import typing as t
+from pathlib import Path
+
+import pytest
+import yaml
+
+import guest_support as gs
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import run_checks
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import StageOptions, run_stages
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
+
+pytestmark = pytest.mark.integration
+SPEED = 400
+GATES = {"VMANYWARE_PROVISIONING_ENABLED": "true", "VMANYWARE_SNAPSHOTS_ENABLED": "true"}
+ADDRESS = "203.0.113.50"
+LAB = {
+    "name": "lab",
+    "bridge": "vmbr2",
+    "vlan": 42,
+    "mtu": 1450,
+    "ipv4": {
+        "mode": "static",
+        "subnet": "203.0.113.0/24",
+        "gateway": "203.0.113.1",
+        "dns": ["203.0.113.53"],
+        "searchDomain": "lab.example",
+    },
+}
+
+
+@pytest.fixture()
+def cluster(pvesim: t.Any) -> t.Any:
+    pvesim.reset("cluster")  # pve-test has vmbr2, VLAN-aware, and vmbr0, plain
+    pvesim.set_speed(SPEED)
+    pvesim.set_timings(guest={"agent_up_after": 0.2, "dhcp_after_agent": 0.1, "cloudinit_done_after_boot": 0.4})
+    # the full token reads the bridge settings and the other guests' configurations, as docs/networks.md asks
+    return pvesim
+
+
+def _plan(network: dict[str, t.Any], address: str | None = ADDRESS) -> t.Any:
+    catalog = yaml.safe_load(gs.catalog_text())
+    catalog["networks"] = [network]
+    definition = yaml.safe_load(gs.definition_text())
+    definition["network"] = {"name": network["name"]}
+    if address is not None:
+        definition["network"]["ipv4"] = {"address": address}
+    return build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=gs.VMID)
+
+
+def _checks(sim: t.Any, planned: t.Any) -> dict[str, tuple[str, str]]:
+    client = ProxmoxClient(gs.settings_for(sim.connection))
+    checks, _capabilities = run_checks(client, planned.plan)
+    return {check.code: (check.status, check.message) for check in checks}
+
+
+def test_preflight_checks_of_a_static_vlan_network(cluster: t.Any) -> None:
+    checks = _checks(cluster, _plan(LAB))
+    codes = list(checks)
+    assert codes[codes.index("bridge_exists") : codes.index("bridge_exists") + 3] == [
+        "bridge_exists",
+        "bridge_vlan_aware",
+        "address_free",
+    ]
+    assert checks["bridge_exists"][0] == "passed" and checks["bridge_vlan_aware"][0] == "passed"
+    assert checks["address_free"] == ("passed", "None of the 2 guests the token can see declares the address.")
+    assert "dhcp_available" not in checks and checks["address_outside_proxmox"][0] == "unknown"
+    plain = _checks(cluster, _plan(dict(LAB, bridge="vmbr0")))
+    assert plain["bridge_vlan_aware"][0] == "failed"
+    # another guest declaring the address fails the check (here the template's own ipconfig0)
+    cluster.set_vm_config(9001, set={"ipconfig0": "ip=%s/24,gw=203.0.113.1" % ADDRESS})
+    taken = _checks(cluster, _plan(LAB))
+    assert taken["address_free"] == ("failed", "Guest 9001 declares the planned address.")
+    assert cluster.schema_violations() == []
+
+
+def test_provision_with_a_static_address(cluster: t.Any, tmp_path: Path) -> None:
+    planned = _plan(LAB)
+    client = ProxmoxClient(gs.settings_for(cluster.connection))
+    client.get("/version")
+    store = JournalStore(str(tmp_path / "journal"))
+    document, _created = store.create_operation(
+        idempotency_key="test-%s" % planned.plan_hash,
+        provider_scope_id=client.provider_scope_id,
+        definition=planned.definition,
+        mapping=planned.mapping,
+        plan=planned.plan,
+        confirmation={"confirmed": True},
+        target_node=gs.NODE,
+        target_vmid=gs.VMID,
+        stage_kinds=[step["kind"] for step in planned.plan["steps"]],
+    )
+    result = run_stages(
+        store,
+        client,
+        document["operationId"],
+        StageSettings(environ=GATES),
+        StageOptions(readiness_timeout=60),
+        progress_interval=30.0,
+        report=lambda line: None,
+    )
+    assert result["done"] and result["status"] == "completed", result
+    config = cluster.vm(gs.VMID)["config"]
+    assert config["net0"].endswith(",bridge=vmbr2,tag=42,mtu=1450")
+    assert config["ipconfig0"] == "ip=%s/24,gw=203.0.113.1" % ADDRESS
+    assert config["nameserver"] == "203.0.113.53" and config["searchdomain"] == "lab.example"
+    handoff = store.load(document["operationId"])["handoff"]
+    assert handoff["ipv4"] == ADDRESS
+    assert all(line.startswith(ADDRESS + " ") for line in handoff["knownHosts"])
+    # a re-run sends nothing: every setting is read back as planned
+    again = run_stages(
+        store,
+        client,
+        document["operationId"],
+        StageSettings(environ=GATES),
+        StageOptions(readiness_timeout=60),
+        progress_interval=30.0,
+        report=lambda line: None,
+    )
+    assert not again["changed"] and again["requests"] == []
+    assert cluster.schema_violations() == []
