@@ -41,8 +41,16 @@ options:
       - It is part of the plan hash.
     type: int
     required: true
+  addresses:
+    description:
+      - "The addresses leased for a definition whose C(network) asks for C(address: auto), as C(ipv4) and C(ipv6) keys
+        (M(vmanyware.proxmox.vmanyware_address) reserves them; the roles pass them on)."
+      - Each must lie in the catalog network's pool; the plan records it, so it is part of the plan hash.
+      - An address the definition gives itself needs no entry here (one given must be the same).
+    type: dict
 notes:
   - Invalid inputs fail with a fixed C(error_code) (for example V(invalid_catalog), V(invalid_definition), V(invalid_target_vmid),
-    V(image_not_mapped), V(disk_shrink_unsupported), V(invalid_plan)), the path of the offending field in C(error_path) and the
+    V(image_not_mapped), V(disk_shrink_unsupported), V(network_not_in_catalog), V(invalid_network_address),
+    V(invalid_plan)), the path of the offending field in C(error_path) and the
     rule it broke in C(error_details.rule); input values are never echoed.
 """

@@ -243,6 +243,15 @@ operation:
       description: The guest user of the image.
       type: str
       returned: success
+    network:
+      description:
+        - The planned NIC of a named network (C(network), C(bridge), C(vlan), C(mtu), and per family C(ipv4)/C(ipv6) the
+          C(mode), static C(address) with prefix, C(gateway), C(dns), C(search_domain), and C(leased) when the address came from
+          the network's pool); V(null) for a plan without a named network.
+        - C(addresses_held) says whether the operation still holds its static addresses (address claims in the journal), true
+          until it is closed, abandoned or cleaned up.
+      type: dict
+      returned: success
     stages:
       description: Position, kind, status, submission_started, upid and failure of each stage (and C(evidence) with O(evidence=true)).
       type: list

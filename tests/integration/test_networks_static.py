@@ -80,7 +80,7 @@ def test_preflight_checks_of_a_static_vlan_network(cluster: t.Any) -> None:
     # another guest declaring the address fails the check (here the template's own ipconfig0)
     cluster.set_vm_config(9001, set={"ipconfig0": "ip=%s/24,gw=203.0.113.1" % ADDRESS})
     taken = _checks(cluster, _plan(LAB))
-    assert taken["address_free"] == ("failed", "Guest 9001 declares the planned address.")
+    assert taken["address_free"] == ("failed", "Guest 9001 declares a planned address.")
     assert cluster.schema_violations() == []
 
 

@@ -15,6 +15,7 @@ provider bodies and configuration values are never forwarded.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import typing as t
 
@@ -24,6 +25,8 @@ from .._api.settings import ConnectionSettings
 from .._core.errors import InputError, ProviderError
 from .._core.protocols import ApiClient
 from .._formats.template_build import stamp_revision
+from .._formats.networks import planned_address, static_families
+from .._operation.addresses import scan_guests
 from .._operation.create import creation_blockers
 from .container import ContainerPreflight
 from .driver import (
@@ -68,8 +71,6 @@ UNDECIDABLE = {
 ADDRESS_UNDECIDABLE = {
     "address_outside_proxmox": "Reads of Proxmox's guests cannot prove that no host outside Proxmox uses the address.",
 }
-# More guests than this and the address check reads none of them (unknown): a preflight stays a bounded set of GETs.
-MAX_GUESTS_READ = 500
 
 _DRIVE_KEY = re.compile(r"^(ide|scsi|sata)\d+$")
 
@@ -109,7 +110,7 @@ class VmPreflight(Preflight):
 
     def _static(self) -> bool:
         nic = self.plan.get("nic")
-        return isinstance(nic, dict) and nic["ipv4"]["mode"] == "static"
+        return isinstance(nic, dict) and bool(static_families(nic))
 
     def read_checks(self) -> None:
         self.template()
@@ -141,40 +142,26 @@ class VmPreflight(Preflight):
             self.set(code, "failed", "The bridge is not VLAN-aware; the network's VLAN tag needs a VLAN-aware bridge.")
 
     def address_free(self) -> None:
-        """No guest Proxmox knows declares the planned static address (``ipconfigN`` of VMs, ``netN`` of containers)."""
+        """No guest Proxmox knows declares a planned static address (``ipconfigN`` of VMs, ``netN`` of containers)."""
         code = "address_free"
-        wanted = self.plan["nic"]["ipv4"]["address"].split("/", 1)[0]
-        try:
-            guests = self.client.get("/cluster/resources", type="vm")
-        except ProviderError:
-            self.set(code, "unknown", "The cluster's guests could not be listed.")
+        nic = self.plan["nic"]
+        wanted = {str(ipaddress.ip_address(planned_address(nic, family) or "")) for family in static_families(nic)}
+        scan = scan_guests(self.client)
+        if scan.problem is not None:
+            self.set(code, "unknown", scan.problem)
             return
-        if not isinstance(guests, list):
-            self.set(code, "unknown", "The cluster's guest list could not be understood.")
-            return
-        listed = [g for g in guests if isinstance(g, dict) and g.get("type") in ("qemu", "lxc") and g.get("node")]
-        if len(listed) > MAX_GUESTS_READ:
-            self.set(code, "unknown", "More guests than the preflight reads (%d); not checked." % MAX_GUESTS_READ)
-            return
-        unread = 0
-        for guest in listed:
-            try:
-                config = self.client.get("/nodes/%s/%s/%s/config" % (guest["node"], guest["type"], guest["vmid"]))
-            except ProviderError:
-                unread += 1
-                continue
-            if isinstance(config, dict) and wanted in declared_addresses(config, guest["type"]):
-                self.set(code, "failed", "Guest %s declares the planned address." % int(guest["vmid"]))
-                return
-            unread += 0 if isinstance(config, dict) else 1
-        if unread:
+        holders = sorted(scan.declared[address] for address in wanted if address in scan.declared)
+        if holders:
+            self.set(code, "failed", "Guest %d declares a planned address." % holders[0])
+        elif scan.unread:
             self.set(
                 code,
                 "unknown",
-                "%d of %d guests could not be read; none of the others declares the address." % (unread, len(listed)),
+                "%d of %d guests could not be read; none of the others declares the address."
+                % (scan.unread, scan.listed),
             )
         else:
-            self.set(code, "passed", "None of the %d guests the token can see declares the address." % len(listed))
+            self.set(code, "passed", "None of the %d guests the token can see declares the address." % scan.listed)
 
     def mark_undecidable(self) -> None:
         super().mark_undecidable()
@@ -302,19 +289,6 @@ class VmPreflight(Preflight):
             if text not in seen:
                 seen.append(text)
         self.set("privileges", "failed", "The token lacks: " + "; ".join(seen) + ".")
-
-
-def declared_addresses(config: t.Mapping[str, t.Any], guest_type: str) -> set[str]:
-    """The IPv4 addresses a guest's configuration declares: ``ipconfigN`` ``ip=`` of a VM, ``netN`` ``ip=`` of a
-    container (DHCP declares none)."""
-    pattern = re.compile(r"\Aipconfig\d+\Z" if guest_type == "qemu" else r"\Anet\d+\Z")
-    found: set[str] = set()
-    for key, value in config.items():
-        if pattern.match(key) and isinstance(value, str):
-            ip = parse_property_string(value, "ip").get("ip", "")
-            if ip and ip not in ("dhcp", "manual"):
-                found.add(ip.split("/", 1)[0])
-    return found
 
 
 def run_checks(

@@ -84,6 +84,8 @@ ERROR_CODES: dict[str, str] = {
     "observation_mismatch": "After the request, Proxmox does not show the state the stage requested.",
     "vmid_taken": "The VMID is used by a guest this operation did not create, or leased by another owner; nothing was sent.",
     "no_free_vmid": "No VMID of the range is free on Proxmox and unheld by local operations and leases.",
+    "address_taken": "The address is declared by a guest, or leased to another owner; nothing was reserved.",
+    "no_free_address": "No address of the network's pool is free of guests, local operations and leases.",
     # lifecycle (docs/operations.md, "Lifecycle")
     "operation_abandoned": "The operation was abandoned by the operator; no stage runs on it any more.",
     "operation_cleaned": "The operation's guest is being or was removed by vmanyware_cleanup; no stage runs on it any more.",

@@ -60,8 +60,9 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
     }
     if "network" in data:  # optional: without it the definition (and its hash) is exactly as before
         network: dict[str, t.Any] = {"name": str(data["network"]["name"])}
-        if "ipv4" in data["network"]:
-            network["ipv4"] = {"address": str(data["network"]["ipv4"]["address"])}
+        for family in ("ipv4", "ipv6"):
+            if family in data["network"]:
+                network[family] = {"address": str(data["network"][family]["address"])}
         normalized["network"] = network
     return normalized
 

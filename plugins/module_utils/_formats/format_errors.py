@@ -51,11 +51,17 @@ RULE_TEXTS: dict[str, str] = {
     "duplicate_package": "repeats the name of an earlier package",
     "container_template_source": "must give exactly one of ostemplate and appliance",
     "duplicate_network": "repeats the name of an earlier network",
-    "dhcp_static_field": "is a static setting; a DHCP network takes none",
+    "dhcp_static_field": "is a static setting; this mode takes none",
     "static_subnet_required": "a static network needs its subnet",
     "subnet_host_bits": "must be the subnet's network address (host bits zero)",
-    "subnet_too_small": "must leave room for a guest and a gateway (prefix /30 at most)",
+    "subnet_too_small": "must leave room for a guest and a gateway (prefix /30 at most; IPv6 /126)",
     "gateway_outside_subnet": "must be a host address of the subnet",
+    "no_address_family": "configures neither IPv4 nor IPv6",
+    "invalid_address": "is not a valid address of its family",
+    "search_domain_conflict": "differs from the other family's search domain (Proxmox has one)",
+    "pool_outside_subnet": "must be an address of the subnet",
+    "pool_order": "must not come before the range's first address",
+    "pool_empty": "is a range holding only a reserved address",
 }
 
 

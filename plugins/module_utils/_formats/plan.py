@@ -23,7 +23,7 @@ import typing as t
 from .._core.errors import InputError
 from .definition import parse_definition
 from .catalog import is_container, parse_catalog
-from .networks import STATIC, planned_nic
+from .networks import FAMILIES, planned_nic
 from .hashing import definition_hash as compute_definition_hash
 from .hashing import plan_hash as compute_plan_hash
 from .schemas import API_VERSION, VMID_MAX, VMID_MIN
@@ -41,6 +41,7 @@ def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
         "definition_path": {"type": "path"},
         "definition": {"type": "raw"},
         "target_vmid": {"type": "int", "required": True},
+        "addresses": {"type": "dict"},
     }
 
 
@@ -92,11 +93,25 @@ def select_mapping(catalog: t.Mapping[str, t.Any], image: str) -> dict[str, t.An
     raise InputError(code="image_not_mapped", path="image", details={"rule": "not_in_catalog"})
 
 
-def resolve_mapping(catalog: t.Mapping[str, t.Any], definition: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+def check_addresses(addresses: t.Any) -> dict[str, str]:
+    """The plan input ``addresses``: the addresses leased for ``address: auto``, ``{ipv4: A, ipv6: A}`` (either)."""
+    if addresses is None:
+        return {}
+    if not isinstance(addresses, t.Mapping) or set(addresses) - set(FAMILIES):
+        raise InputError("addresses may name ipv4 and ipv6 only.", path="addresses", details={"rule": "keys"})
+    if not all(isinstance(value, str) for value in addresses.values()):
+        raise InputError("addresses must be strings.", path="addresses", details={"rule": "type"})
+    return {str(key): str(value) for key, value in addresses.items()}
+
+
+def resolve_mapping(
+    catalog: t.Mapping[str, t.Any], definition: t.Mapping[str, t.Any], leased: t.Mapping[str, str] | None = None
+) -> dict[str, t.Any]:
     """The mapping a plan records: the catalog's for the definition's image, with the NIC of the definition's network
-    (``network``, docs/networks.md) when it names one; without, exactly the catalog's mapping."""
+    (``network``, docs/networks.md) when it names one; without, exactly the catalog's mapping. ``leased``: the
+    addresses leased for ``address: auto``."""
     mapping = select_mapping(catalog, definition["image"])
-    nic = planned_nic(catalog, definition)
+    nic = planned_nic(catalog, definition, leased)
     if nic is not None:
         if is_container(mapping):
             raise InputError(
@@ -107,6 +122,26 @@ def resolve_mapping(catalog: t.Mapping[str, t.Any], definition: t.Mapping[str, t
             )
         mapping["network"] = nic
     return mapping
+
+
+def recorded_leases(mapping: t.Mapping[str, t.Any]) -> dict[str, str]:
+    """The addresses a recorded mapping's NIC got from a pool (``address: auto``): resolving the definition again with
+    them must give the recorded mapping (the write gates' catalog re-check, a repeat's comparison)."""
+    nic: t.Mapping[str, t.Any] = mapping["network"] if isinstance(mapping.get("network"), dict) else {}
+    return {
+        family: str(nic[family]["address"]).split("/", 1)[0]
+        for family in FAMILIES
+        if isinstance(nic.get(family), dict) and nic[family].get("leased")
+    }
+
+
+def network_summary(mapping: t.Mapping[str, t.Any]) -> str:
+    """The plan's ``network``: ``ipv4-dhcp`` (every plan without a named network), else each configured family's mode
+    joined by ``+`` (``ipv4-static+ipv6-slaac``, ``ipv6-static``)."""
+    if "network" not in mapping:
+        return NETWORK
+    nic = planned_network(mapping)
+    return "+".join("%s-%s" % (f, nic[f]["mode"]) for f in FAMILIES if nic.get(f, {}).get("mode", "none") != "none")
 
 
 def planned_network(mapping: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
@@ -127,7 +162,12 @@ def check_repeat_mapping(
     image = definition["image"]
     if not any(mapping["image"] == image for mapping in catalog["images"]):
         raise InputError(code="repeat_image_removed", path="image", details={"rule": "in_current_catalog"})
-    current = resolve_mapping(catalog, definition)
+    try:
+        current = resolve_mapping(catalog, definition, recorded_leases(recorded))
+    except InputError as err:
+        if err.details.get("rule") != "outside_pool":
+            raise
+        current = {**recorded, "network": None}  # the recorded lease is no longer in the network's pool
     changed = sorted(key for key in set(current) | set(recorded) if current.get(key) != recorded.get(key))
     if changed:
         raise InputError(
@@ -161,7 +201,7 @@ def plan_document(
         "storage": mapping["storage"],
         "bridge": planned_network(mapping)["bridge"],
         "guestUser": mapping["guestUser"],
-        "network": NETWORK if "network" not in mapping else "ipv4-" + planned_network(mapping)["ipv4"]["mode"],
+        "network": network_summary(mapping),
         "access": {"sshPublicKeyCount": len(definition["access"]["sshPublicKeys"])},
         "packages": [dict(package) for package in definition["packages"]],
         "snapshotAfterProvisioning": definition["snapshotAfterProvisioning"],
@@ -185,6 +225,7 @@ def build_plan(
     definition_path: str | os.PathLike[str] | None = None,
     target_vmid: int,
     repeat_mapping: t.Mapping[str, t.Any] | None = None,
+    addresses: t.Mapping[str, str] | None = None,
 ) -> PlannedEnvironment:
     """Validate the inputs and build the plan; raise an ``InputError`` with a fixed code otherwise.
 
@@ -214,7 +255,7 @@ def build_plan(
     parsed_definition = parse_definition(text=definition, path=definition_path)
     if repeat_mapping is not None:
         check_repeat_mapping(parsed_catalog, parsed_definition, repeat_mapping)
-    mapping = resolve_mapping(parsed_catalog, parsed_definition)
+    mapping = resolve_mapping(parsed_catalog, parsed_definition, check_addresses(addresses))
     vmid = check_target_vmid(target_vmid, mapping.get("templateVmid"))
     if not is_container(mapping) and parsed_definition["resources"]["diskGiB"] < mapping["sourceDiskGiB"]:
         raise InputError(
@@ -242,4 +283,5 @@ def plan_from_params(params: t.Mapping[str, t.Any]) -> PlannedEnvironment:
         definition_path=params["definition_path"],
         target_vmid=params["target_vmid"],
         repeat_mapping=params.get("repeat_mapping"),
+        addresses=params.get("addresses"),
     )

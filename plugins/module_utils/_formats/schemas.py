@@ -68,6 +68,10 @@ VERSION_GLOB_PATTERN = r"^[A-Za-z0-9.+~*-]{1,64}$"
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 IPV4_PATTERN = r"^%s(?:\.%s){3}$" % (_OCTET, _OCTET)
 IPV4_CIDR_PATTERN = r"^%s(?:\.%s){3}/(?:3[0-2]|[12]?[0-9])$" % (_OCTET, _OCTET)
+# IPv6 text (hex groups, "::", an embedded dotted quad) and an IPv6 prefix; networks.py parses them (the pattern
+# only bounds the characters and length).
+IPV6_PATTERN = r"^[0-9A-Fa-f:.]{2,45}$"
+IPV6_CIDR_PATTERN = r"^[0-9A-Fa-f:.]{2,45}/(?:12[0-8]|1[01][0-9]|[1-9]?[0-9])$"
 # A DNS search domain: dot-separated lowercase DNS labels, at most 253 characters.
 DOMAIN_PATTERN = r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$"
 
@@ -84,6 +88,46 @@ def _string(pattern: str, description: str, max_length: int | None = None) -> di
 
 def _integer(minimum: int, maximum: int, description: str) -> dict[str, t.Any]:
     return {"type": "integer", "description": description, "minimum": minimum, "maximum": maximum}
+
+
+def _dns_servers(pattern: str, description: str) -> dict[str, t.Any]:
+    return {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 3,
+        "description": "1-3 DNS server addresses (static only).",
+        "items": _string(pattern, description),
+    }
+
+
+def _address_pool(pattern: str, description: str) -> dict[str, t.Any]:
+    return {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 16,
+        "description": "Ranges (first to last, inclusive) that address: auto leases from (static only).",
+        "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["first", "last"],
+            "properties": {"first": _string(pattern, description), "last": _string(pattern, description)},
+        },
+    }
+
+
+def _definition_address(pattern: str, family: str) -> dict[str, t.Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["address"],
+        "properties": {
+            "address": _string(
+                "^(?:auto|%s)$" % pattern[1:-1],
+                "The guest's %s address in the network's subnet, or auto: one leased from the network's pool "
+                "(static only)." % family,
+            ),
+        },
+    }
 
 
 CATALOG_SCHEMA_V1: dict[str, t.Any] = {
@@ -134,23 +178,37 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
                 "mtu": _integer(576, 65520, "MTU of the NIC, 576-65520; absent, the bridge's."),
                 "ipv4": {
                     "type": "object",
-                    "description": "dhcp: the guest asks for an address; static: the definition gives one in subnet.",
+                    "description": "dhcp: the guest asks for an address; static: the definition gives one in subnet (or "
+                    "auto: leased from pool); none: no IPv4.",
                     "additionalProperties": False,
                     "required": ["mode"],
                     "properties": {
-                        "mode": {"type": "string", "enum": ["dhcp", "static"]},
+                        "mode": {"type": "string", "enum": ["dhcp", "static", "none"]},
                         "subnet": _string(IPV4_CIDR_PATTERN, "The IPv4 subnet in CIDR notation (static only)."),
                         "gateway": _string(
                             IPV4_PATTERN, "The default gateway, an address in the subnet (static only)."
                         ),
-                        "dns": {
-                            "type": "array",
-                            "minItems": 1,
-                            "maxItems": 3,
-                            "description": "1-3 DNS server addresses (static only).",
-                            "items": _string(IPV4_PATTERN, "An IPv4 address."),
-                        },
+                        "dns": _dns_servers(IPV4_PATTERN, "An IPv4 address."),
                         "searchDomain": _string(DOMAIN_PATTERN, "The DNS search domain (static only)."),
+                        "pool": _address_pool(IPV4_PATTERN, "An IPv4 address of the subnet."),
+                    },
+                },
+                "ipv6": {
+                    "type": "object",
+                    "description": "static: the definition gives an address in subnet (or auto: leased from pool); "
+                    "slaac or dhcp: the guest configures itself from the router's prefix (subnet, when given, is "
+                    "that prefix); none (or absent): no IPv6 beyond link-local.",
+                    "additionalProperties": False,
+                    "required": ["mode"],
+                    "properties": {
+                        "mode": {"type": "string", "enum": ["dhcp", "slaac", "static", "none"]},
+                        "subnet": _string(
+                            IPV6_CIDR_PATTERN, "The IPv6 prefix in CIDR notation, e.g. 2001:db8:42::/64."
+                        ),
+                        "gateway": _string(IPV6_PATTERN, "The default gateway (static only)."),
+                        "dns": _dns_servers(IPV6_PATTERN, "An IPv6 address."),
+                        "searchDomain": _string(DOMAIN_PATTERN, "The DNS search domain (static only)."),
+                        "pool": _address_pool(IPV6_PATTERN, "An IPv6 address of the subnet."),
                     },
                 },
             },
@@ -341,14 +399,8 @@ DEFINITION_SCHEMA_V1: dict[str, t.Any] = {
             "required": ["name"],
             "properties": {
                 "name": _string(DNS_LABEL_PATTERN, "The name of a catalog network."),
-                "ipv4": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["address"],
-                    "properties": {
-                        "address": _string(IPV4_PATTERN, "The guest's address in the network's subnet (static only)."),
-                    },
-                },
+                "ipv4": _definition_address(IPV4_PATTERN, "IPv4"),
+                "ipv6": _definition_address(IPV6_PATTERN, "IPv6"),
             },
         },
     },

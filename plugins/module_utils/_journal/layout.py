@@ -7,7 +7,9 @@
 
 ``<journal_dir>/op-*.json`` the operation documents; ``targets/`` and ``keys/`` the claim files
 (``target_key``, idempotency-key hash); ``locks/`` one lock file per operation (``.lock`` at the
-top is the journal-wide lock); ``leases/`` the VMID leases (``_vmid``). Every directory is private
+top is the journal-wide lock); ``leases/`` the VMID leases (``_vmid``); ``address-claims/`` and
+``address-leases/`` the static addresses operations plan and those leased for ``address: auto``
+(``_operation/addresses.py``). Every directory is private
 to the user running the collection.
 
 This is a private module_utils file: not a public API.
@@ -37,6 +39,12 @@ def target_key(scope: str, vmid: int) -> str:
     of the key: two operations can never hold the same VMID in one provider scope, whatever node.
     """
     return hashlib.sha256(json.dumps([scope, int(vmid)], separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+def address_key(scope: str, family: str, address: str) -> str:
+    """Claim and lease file name stem of a static address: SHA-256 of compact JSON ``[scope, family, address]``
+    (the address in canonical form, without a prefix)."""
+    return hashlib.sha256(json.dumps([scope, family, address], separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def resolve_journal_dir(option: str | None, environ: t.Mapping[str, str]) -> str:
@@ -85,6 +93,9 @@ class JournalLayout:
         self.keys_dir = os.path.join(self.journal_dir, "keys")
         self.locks_dir = os.path.join(self.journal_dir, "locks")
         self.leases_dir = os.path.join(self.journal_dir, "leases")  # created by the first lease (_vmid)
+        # Static addresses of operations (claims) and leased for address: auto (leases); created on first use.
+        self.address_claims_dir = os.path.join(self.journal_dir, "address-claims")
+        self.address_leases_dir = os.path.join(self.journal_dir, "address-leases")
         self.journal_lock_path = os.path.join(self.journal_dir, ".lock")
 
     def create(self) -> None:
@@ -109,6 +120,14 @@ class JournalLayout:
     def lease_path(self, scope: str, vmid: int) -> str:
         """The VMID lease file of a target: the same key as its claim."""
         return os.path.join(self.leases_dir, target_key(scope, vmid) + ".json")
+
+    def address_claim_path(self, scope: str, family: str, address: str) -> str:
+        """The claim file of a static address an operation plans."""
+        return os.path.join(self.address_claims_dir, address_key(scope, family, address) + ".json")
+
+    def address_lease_path(self, scope: str, family: str, address: str) -> str:
+        """The lease file of an address leased for ``address: auto``: the same key as its claim."""
+        return os.path.join(self.address_leases_dir, address_key(scope, family, address) + ".json")
 
     def list_operations(self) -> list[str]:
         """Operation ids present in the directory, sorted; one directory scan, no file is parsed."""

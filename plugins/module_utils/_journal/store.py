@@ -57,6 +57,7 @@ from .builders import (
     adopted_operation_document,
     new_operation_document,
 )
+from .address_claims import AddressClaims
 from .layout import JournalLayout
 from .stage_records import StageRecords
 
@@ -86,7 +87,7 @@ def _is_regular_file(path: str) -> bool:
 # the store
 
 
-class JournalStore(StageRecords):
+class JournalStore(StageRecords, AddressClaims):
     """The operations of a journal directory (``JournalLayout``: where each file lives).
 
     ``journal_dir`` is created (mode 0700, parents too) if missing; an existing directory must be
@@ -292,6 +293,8 @@ class JournalStore(StageRecords):
                     self._complete_target_claim(existing, target_path)
                     return existing, False
             self._free_target(target_path)
+            for path in self._address_claim_paths(target["scope"], snapshots["mapping"]):
+                self._free_target(path, claim="address")
             operation_id = new_operation_id()
             while os.path.lexists(self.operation_path(operation_id)):  # pragma: no cover - 128 random bits
                 operation_id = new_operation_id()
@@ -367,13 +370,15 @@ class JournalStore(StageRecords):
             remove_file_durable(self.layout.key_path(key_hash))  # stale: its operation file is gone
         return existing
 
-    def _free_target(self, target_path: str) -> None:
-        """``conflicting_operation`` when another unreleased operation holds the target; a stale claim is removed."""
+    def _free_target(self, target_path: str, claim: str = "target") -> None:
+        """``conflicting_operation`` when another unreleased operation holds the target (or, ``claim="address"``, a
+        static address of the plan); a stale claim is removed."""
         holder = self._read_claim(target_path)
         if holder is not None:
             held_by = self._load_or_none(holder)
             if held_by is not None and held_by["release"] is None:
-                raise JournalError(code="conflicting_operation", details={"operationId": holder})
+                details = {"operationId": holder, **({"claim": claim} if claim != "target" else {})}
+                raise JournalError(code="conflicting_operation", details=details)
             remove_file_durable(target_path)  # stale: released, or its operation file is gone
 
     def _write_new(self, document: dict[str, t.Any], key_hash: str | None, target_path: str, status: str) -> None:
@@ -391,6 +396,7 @@ class JournalStore(StageRecords):
         if not self._claim(target_path, operation_id):  # pragma: no cover - checked under the lock
             raise journal_conflict(operation_id, "target_claim_exists")
         self._supersede_lease(document["target"])
+        self._claim_addresses(document)
 
     def _complete_target_claim(self, document: dict[str, t.Any], target_path: str) -> None:
         """Idempotent replay: make sure the operation still holds its target (a crash may have cut creation short)."""
@@ -399,6 +405,7 @@ class JournalStore(StageRecords):
         holder = self._read_claim(target_path)
         if holder == document["operationId"]:
             self._supersede_lease(document["target"])  # a crash may have come between the claim and the lease's removal
+            self._claim_addresses(document)
             return
         if holder is not None:
             other = self._load_or_none(holder)
@@ -407,6 +414,7 @@ class JournalStore(StageRecords):
             remove_file_durable(target_path)
         self._claim(target_path, document["operationId"])
         self._supersede_lease(document["target"])
+        self._claim_addresses(document)
 
     def _supersede_lease(self, target: t.Mapping[str, t.Any]) -> None:
         """The target's VMID lease (if any) has become this claim: remove it, so releasing the claim frees the VMID."""
@@ -476,6 +484,7 @@ class JournalStore(StageRecords):
         target_path = self.layout.target_path(document["target"]["scope"], document["target"]["vmid"])
         if self._read_claim(target_path) == document["operationId"]:
             remove_file_durable(target_path)
+        self._release_addresses(document)
         return document
 
     def close_operation(self, operation_id: str) -> dict[str, t.Any]:

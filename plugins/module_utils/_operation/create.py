@@ -29,6 +29,7 @@ from .._journal import (
     utc_now,
     validate_operation_id,
 )
+from .._formats.networks import static_families
 from .._formats.plan import PlannedEnvironment
 
 # The fact vmanyware_operation sets in check mode: the document an apply run would record (never written). A check-mode
@@ -181,8 +182,20 @@ def expected_confirmation(plan: t.Mapping[str, t.Any], provider_scope_id: str) -
         "sourceVmid": plan["source"].get("templateVmid"),  # None for a container (planHash binds its template)
         "storage": plan["storage"],
         "bridge": plan["bridge"],
+        **_leased_addresses(plan),
         "confirmed": True,
     }
+
+
+def _leased_addresses(plan: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """``addresses`` for a plan whose static addresses came from a pool (``address: auto``), else nothing: the apply
+    run passes them back to ``vmanyware_address``, which then finds them leased or claimed rather than leasing others
+    (the planHash binds them too). Every other confirmation block is exactly as before."""
+    nic = plan.get("nic")
+    if not isinstance(nic, dict):
+        return {}
+    leased = {f: str(nic[f]["address"]).split("/", 1)[0] for f in ("ipv4", "ipv6") if (nic.get(f) or {}).get("leased")}
+    return {"addresses": leased} if leased else {}
 
 
 def confirmation_complete(given: t.Any, fields: t.Sequence[str] = CONFIRMATION_FIELDS) -> bool:
@@ -248,7 +261,9 @@ def gate_and_confirm(
         )
     if blockers:
         raise VmanywareError(code=blockers[0])
-    return check_confirmation(confirmation, expected)
+    return check_confirmation(
+        confirmation, expected, CONFIRMATION_FIELDS + (("addresses",) if "addresses" in expected else ())
+    )
 
 
 def default_idempotency_key(plan: t.Mapping[str, t.Any], provider_scope_id: str) -> str:
@@ -392,6 +407,7 @@ def _public_fields(document: t.Mapping[str, t.Any], evidence: bool) -> dict[str,
             "guestType": plan.get("guestType", "vm"),
         },
         "guestUser": plan["guestUser"],
+        "network": _network_fields(document),
         "stages": [
             dict(
                 {
@@ -408,6 +424,15 @@ def _public_fields(document: t.Mapping[str, t.Any], evidence: bool) -> dict[str,
         ],
         "handoff": handoff,
     }
+
+
+def _network_fields(document: t.Mapping[str, t.Any]) -> dict[str, t.Any] | None:
+    """The planned NIC of a named network (``None`` without one) and whether its static addresses are still held: an
+    unreleased operation holds them (its address claims, docs/networks.md), a released one no longer does."""
+    nic = document["mapping"].get("network")
+    if not isinstance(nic, dict):
+        return None
+    return dict(copy.deepcopy(nic), addressesHeld=document["release"] is None and bool(static_families(nic)))
 
 
 def cleanup_summary(cleanup: t.Mapping[str, t.Any]) -> dict[str, t.Any]:

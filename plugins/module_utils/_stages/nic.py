@@ -22,7 +22,15 @@ from .._api.pveconfig import net_bridge, net_macaddr, parse_property_string
 from .._formats.plan import planned_network
 from .protocol import StageContext
 
-STATIC = "static"
+from .._formats.networks import NONE, STATIC, planned_address
+
+# ipconfigN's value per non-static mode (qemu-server's Network.pm: ip6=auto is SLAAC).
+_IPCONFIG_MODES = {"dhcp": "dhcp", "slaac": "auto"}
+# The network-config v1 subnet types Proxmox's nocloud generator writes per family and mode.
+_SUBNET_TYPES = {
+    "ipv4": {"dhcp": {"dhcp", "dhcp4"}, STATIC: {"static"}},
+    "ipv6": {"dhcp": {"dhcp6"}, "slaac": {"ipv6_slaac"}, STATIC: {"static6"}},
+}
 
 
 def planned(ctx: StageContext) -> dict[str, t.Any]:
@@ -47,21 +55,29 @@ def net0_value(nic: t.Mapping[str, t.Any], mac: str) -> str:
 
 
 def ipconfig0_value(nic: t.Mapping[str, t.Any]) -> str:
-    ipv4 = nic["ipv4"]
-    if ipv4["mode"] != STATIC:
-        return "ip=dhcp"
-    value = "ip=%s" % ipv4["address"]
-    if "gateway" in ipv4:
-        value += ",gw=%s" % ipv4["gateway"]
-    return value
+    """``ip=``/``gw=`` and ``ip6=``/``gw6=`` of the planned families (``ip=dhcp`` for every plan without a network)."""
+    parts = []
+    for family, ip_key, gw_key in (("ipv4", "ip", "gw"), ("ipv6", "ip6", "gw6")):
+        settings = nic.get(family) or {"mode": NONE}
+        if settings["mode"] == STATIC:
+            parts.append("%s=%s" % (ip_key, settings["address"]))
+            if "gateway" in settings:
+                parts.append("%s=%s" % (gw_key, settings["gateway"]))
+        elif settings["mode"] != NONE:
+            parts.append("%s=%s" % (ip_key, _IPCONFIG_MODES[settings["mode"]]))
+    return ",".join(parts)
 
 
 def dns_settings(nic: t.Mapping[str, t.Any]) -> dict[str, str | None]:
-    """``nameserver`` and ``searchdomain`` as a static network sets them (``None``: absent, so the guest gets the
-    DHCP server's, or the host's, as Proxmox generates it)."""
-    ipv4 = nic["ipv4"]
-    servers = ipv4.get("dns") if ipv4["mode"] == STATIC else None
-    domain = ipv4.get("searchDomain") if ipv4["mode"] == STATIC else None
+    """``nameserver`` and ``searchdomain`` as a static network sets them: the IPv4 servers, then the IPv6 ones, and the
+    (one) search domain (``None``: absent, so the guest gets the DHCP server's, or the host's, as Proxmox generates it)."""
+    servers: list[str] = []
+    domain = None
+    for family in ("ipv4", "ipv6"):
+        settings = nic.get(family) or {"mode": NONE}
+        if settings["mode"] == STATIC:
+            servers += settings.get("dns", [])
+            domain = domain or settings.get("searchDomain")
     return {"nameserver": " ".join(servers) if servers else None, "searchdomain": domain}
 
 
@@ -81,36 +97,51 @@ def net0_matches(value: t.Any, nic: t.Mapping[str, t.Any], mac: str, *, with_opt
     return True
 
 
-def network_config_matches(entry: t.Mapping[str, t.Any], nic: t.Mapping[str, t.Any]) -> bool:
-    """A network-config v1 ``physical`` entry configures the planned IPv4: DHCPv4, or the static address, netmask and
-    gateway."""
-    subnets = entry.get("subnets")
-    if not isinstance(subnets, list):
+def _static_subnet_matches(subnet: t.Mapping[str, t.Any], settings: t.Mapping[str, t.Any], family: str) -> bool:
+    address = str(subnet.get("address", ""))
+    if "/" not in address and subnet.get("netmask") is not None:
+        address = "%s/%s" % (address, subnet["netmask"])
+    try:
+        if ipaddress.ip_interface(address) != ipaddress.ip_interface(settings["address"]):
+            return False
+    except ValueError:
         return False
-    ipv4 = nic["ipv4"]
-    if ipv4["mode"] != STATIC:
-        return any(isinstance(s, dict) and s.get("type") in ("dhcp", "dhcp4") for s in subnets)
-    interface = ipaddress.IPv4Interface(ipv4["address"])
-    for subnet in subnets:
-        if not isinstance(subnet, dict) or subnet.get("type") != STATIC:
-            continue
-        address = str(subnet.get("address", ""))
-        if "/" not in address and subnet.get("netmask") is not None:
-            address = "%s/%s" % (address, subnet["netmask"])
-        try:
-            if ipaddress.IPv4Interface(address) != interface:
-                continue
-        except ValueError:
-            continue
-        gateway_ok = str(subnet.get("gateway")) == ipv4["gateway"] if "gateway" in ipv4 else "gateway" not in subnet
-        if gateway_ok:
-            return True
-    return False
+    if "gateway" not in settings:
+        return "gateway" not in subnet
+    try:
+        return ipaddress.ip_address(str(subnet.get("gateway"))) == ipaddress.ip_address(settings["gateway"])
+    except ValueError:
+        return False
+
+
+def family_config_matches(entry: t.Mapping[str, t.Any], nic: t.Mapping[str, t.Any], family: str) -> bool:
+    """A network-config v1 ``physical`` entry configures the planned ``family`` as Proxmox generates it: ``dhcp4``,
+    ``dhcp6``, ``ipv6_slaac``, or a ``static``/``static6`` subnet with the address, netmask and gateway; a family
+    that is ``none`` has no subnet of its kind."""
+    subnets = [s for s in entry.get("subnets") or [] if isinstance(s, dict)]
+    settings = nic.get(family)
+    if settings is None:  # the plan says nothing of this family (IPv6 before named networks): not judged
+        return True
+    kinds = _SUBNET_TYPES[family]
+    if settings["mode"] == NONE:
+        return not any(s.get("type") in set().union(*kinds.values()) for s in subnets)
+    if settings["mode"] != STATIC:
+        return any(s.get("type") in kinds[settings["mode"]] for s in subnets)
+    return any(s.get("type") in kinds[STATIC] and _static_subnet_matches(s, settings, family) for s in subnets)
+
+
+def network_config_mismatch(entry: t.Mapping[str, t.Any], nic: t.Mapping[str, t.Any]) -> str | None:
+    """The rule a ``physical`` entry breaks (``static4``, ``dhcp4``, ``none4``, ``static6``, ``slaac6``, ...), or
+    ``None`` when it configures every planned family."""
+    for family, suffix in (("ipv4", "4"), ("ipv6", "6")):
+        if not family_config_matches(entry, nic, family):
+            return str((nic.get(family) or {"mode": NONE})["mode"]) + suffix
+    return None
 
 
 def nameservers_match(config: t.Sequence[t.Any], nic: t.Mapping[str, t.Any]) -> bool:
-    """The network-config ``nameserver`` entry lists the planned DNS servers and search domain (a plan without
-    them: nothing to check, the guest gets the DHCP server's or the host's)."""
+    """The network-config ``nameserver`` entry lists the planned DNS servers and search domain. Each that the plan
+    leaves unset is not judged: Proxmox fills it from the host's resolv.conf (qemu-server's ``get_dns_conf``)."""
     dns = dns_settings(nic)
     if dns["nameserver"] is None and dns["searchdomain"] is None:
         return True
@@ -119,12 +150,22 @@ def nameservers_match(config: t.Sequence[t.Any], nic: t.Mapping[str, t.Any]) -> 
         return False
     servers = [str(a) for a in entry.get("address") or []]
     search = [str(s) for s in entry.get("search") or []]
-    return servers == (dns["nameserver"] or "").split() and search == (
-        [dns["searchdomain"]] if dns["searchdomain"] else []
-    )
+    if dns["nameserver"] is not None and servers != dns["nameserver"].split():
+        return False
+    return dns["searchdomain"] is None or search == [dns["searchdomain"]]
 
 
 def wanted_address(nic: t.Mapping[str, t.Any]) -> str | None:
     """The IPv4 address readiness waits for on net0: the static one; ``None`` for DHCP (any usable address)."""
-    ipv4 = nic["ipv4"]
-    return str(ipaddress.IPv4Interface(ipv4["address"]).ip) if ipv4["mode"] == STATIC else None
+    return planned_address(nic, "ipv4")
+
+
+def wanted_ipv6(nic: t.Mapping[str, t.Any]) -> dict[str, str] | None:
+    """What readiness waits for in IPv6 on net0: ``{address}`` (static), ``{prefix}`` (SLAAC or DHCPv6 with a known
+    prefix), ``{}`` (any global address); ``None`` when the plan configures no IPv6."""
+    settings = nic.get("ipv6") or {"mode": NONE}
+    if settings["mode"] == NONE:
+        return None
+    if settings["mode"] == STATIC:
+        return {"address": str(planned_address(nic, "ipv6"))}
+    return {"prefix": settings["subnet"]} if "subnet" in settings else {}

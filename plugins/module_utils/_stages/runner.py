@@ -42,7 +42,7 @@ from .._api.tasks import TaskOutcome, poll_once, wait_task
 from .._core.cancel import RunCancelled, cancellable_sleep, raise_if_cancelled
 from .._core.errors import InputError, ProviderError, VmanywareError
 from .._core.protocols import ApiClient, ApiVerbs, OperationStore
-from .._formats.plan import resolve_mapping
+from .._formats.plan import recorded_leases, resolve_mapping
 from .._journal import utc_now
 from .._operation.create import read_gate
 from .guest_exec import GuestExecution
@@ -161,7 +161,9 @@ class StageRunner(GuestExecution):
                 raise StageError(code=GATE_CODES[gate], details={"stage": ctx.kind, "gate": gate})
         if self.settings.catalog is not None:
             try:
-                mapping: dict[str, t.Any] | None = resolve_mapping(self.settings.catalog, ctx.definition)
+                mapping: dict[str, t.Any] | None = resolve_mapping(
+                    self.settings.catalog, ctx.definition, recorded_leases(ctx.mapping)
+                )
             except InputError:
                 mapping = None
             if mapping != ctx.mapping:

@@ -43,6 +43,7 @@ from ..outcomes import GuestCommand, Request, Resolution, StageError, StageInPro
 from .. import common
 from .. import guest as _guest
 from .. import nic as _nic
+from ..._formats.networks import NONE
 from ..adoption import AdoptionHook, Decision, Observations
 
 DEFAULT_READINESS_TIMEOUT = 300.0
@@ -93,26 +94,64 @@ def cloudinit_verdict(output: str, exitcode: int) -> str:
     return "failed:unknown"
 
 
-def usable_ipv4(interfaces: t.Any, mac: str, wanted: str | None = None) -> str | None:
-    """The first IPv4 of the interface whose hardware address is ``mac``, unless loopback or link-local; with
-    ``wanted`` (a static network's address), that address only."""
+def _addresses_of(interfaces: t.Any, mac: str, kind: str) -> t.Iterator[t.Any]:
+    """The parsed ``kind`` (ipv4/ipv6) addresses the agent reports on the interface whose hardware address is ``mac``."""
     if not isinstance(interfaces, list):
-        return None
+        return
     for iface in interfaces:
         if not isinstance(iface, dict) or str(iface.get("hardware-address", "")).lower() != mac.lower():
             continue
         for address in iface.get("ip-addresses") or []:
-            if not isinstance(address, dict) or address.get("ip-address-type") != "ipv4":
+            if not isinstance(address, dict) or address.get("ip-address-type") != kind:
                 continue
             try:
-                ip = ipaddress.IPv4Address(str(address.get("ip-address")))
+                yield ipaddress.ip_address(str(address.get("ip-address")))
             except ValueError:
                 continue
-            if wanted is not None and str(ip) != wanted:
-                continue
-            if not (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast):
-                return str(ip)
+
+
+def _usable(ip: t.Any) -> bool:
+    return not (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast)
+
+
+def usable_ipv4(interfaces: t.Any, mac: str, wanted: str | None = None) -> str | None:
+    """The first IPv4 of the interface whose hardware address is ``mac``, unless loopback or link-local; with
+    ``wanted`` (a static network's address), that address only."""
+    for ip in _addresses_of(interfaces, mac, "ipv4"):
+        if ip.version == 4 and (wanted is None or str(ip) == wanted) and _usable(ip):
+            return str(ip)
     return None
+
+
+def usable_ipv6(interfaces: t.Any, mac: str, wanted: t.Mapping[str, str]) -> str | None:
+    """The first global IPv6 of the interface whose hardware address is ``mac`` (not link-local): the planned
+    ``address`` itself (static), or one in the planned ``prefix`` (SLAAC, DHCPv6), or any (no prefix known)."""
+    prefix = ipaddress.IPv6Network(wanted["prefix"]) if "prefix" in wanted else None
+    for ip in _addresses_of(interfaces, mac, "ipv6"):
+        if ip.version != 6 or not _usable(ip):
+            continue
+        if ("address" in wanted and ip != ipaddress.IPv6Address(wanted["address"])) or (
+            prefix is not None and ip not in prefix
+        ):
+            continue
+        return str(ip)
+    return None
+
+
+def usable_addresses(interfaces: t.Any, mac: str, nic: t.Mapping[str, t.Any]) -> dict[str, str | None] | None:
+    """Every planned family's address on net0 (``ipv4``; ``ipv6`` when the plan configures IPv6), or ``None`` while
+    one is missing. A network whose IPv4 is ``none`` waits for IPv6 only."""
+    found: dict[str, str | None] = {"ipv4": None}
+    if (nic.get("ipv4") or {}).get("mode") != NONE:
+        found["ipv4"] = usable_ipv4(interfaces, mac, _nic.wanted_address(nic))
+        if found["ipv4"] is None:
+            return None
+    ipv6 = _nic.wanted_ipv6(nic)
+    if ipv6 is not None:
+        found["ipv6"] = usable_ipv6(interfaces, mac, ipv6)
+        if found["ipv6"] is None:
+            return None
+    return found
 
 
 def host_keys(lines: t.Mapping[str, str], address: str) -> tuple[list[str], dict[str, str]]:
@@ -193,7 +232,8 @@ class ReadinessStage(StageLogic, AdoptionHook):
             ),
             "network": (
                 "guest_network_unavailable",
-                "The guest got no usable IPv4 address on net0 before the readiness deadline.",
+                "The guest did not get its planned addresses on net0 (a usable IPv4, the planned IPv6) before the "
+                "readiness deadline.",
             ),
         }
         code, message = codes[phase]
@@ -263,7 +303,9 @@ class ReadinessStage(StageLogic, AdoptionHook):
         if ctx.evidence().get("cloudinit") != "done":
             self._until(ctx, "cloud-init", started, lambda: self._cloudinit(ctx, started))
             ctx.facts["reached"] = {"cloudinit": "done"}
-        address = self._until(ctx, "network", started, lambda: self._address(ctx, mac))
+        addresses = self._until(ctx, "network", started, lambda: self._address(ctx, mac))
+        # SSH goes to IPv4 when the network has it; usable_addresses returns a dict only with a planned family's address.
+        address = t.cast(str, addresses["ipv4"] or addresses["ipv6"])
         lines = self._read_host_keys(ctx)
         if not lines:
             raise StageError(
@@ -273,7 +315,8 @@ class ReadinessStage(StageLogic, AdoptionHook):
             )
         known, fingerprints = host_keys(lines, address)
         return {
-            "ipv4": address,
+            "ipv4": addresses["ipv4"],
+            **({"ipv6": addresses["ipv6"], "address": address} if "ipv6" in addresses else {}),
             "net0Mac": mac,
             "cloudinit": "done",
             "guestReady": True,
@@ -288,6 +331,7 @@ class ReadinessStage(StageLogic, AdoptionHook):
         handoff.update(
             {
                 "ipv4": evidence["ipv4"],
+                **{key: evidence[key] for key in ("ipv6", "address") if key in evidence},
                 "guestUser": ctx.plan["guestUser"],
                 "knownHosts": evidence["knownHosts"],
                 "hostKeyFingerprints": evidence["hostKeyFingerprints"],
@@ -335,7 +379,7 @@ class ReadinessStage(StageLogic, AdoptionHook):
             )
         return None  # still running (see the docstring): probe afresh after the interval
 
-    def _address(self, ctx: StageContext, mac: str) -> str | None:
+    def _address(self, ctx: StageContext, mac: str) -> dict[str, str | None] | None:
         interfaces = None
         try:
             data = ctx.client.get(ctx.vm_path + "/agent/network-get-interfaces")
@@ -343,7 +387,7 @@ class ReadinessStage(StageLogic, AdoptionHook):
         except ProviderError as err:
             if not self._agent_down(err):
                 raise
-        return usable_ipv4(interfaces, mac, _nic.wanted_address(_nic.planned(ctx)))
+        return usable_addresses(interfaces, mac, _nic.planned(ctx))
 
     def _read_host_keys(self, ctx: StageContext) -> dict[str, str]:
         lines: dict[str, str] = {}

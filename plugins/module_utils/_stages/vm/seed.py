@@ -104,8 +104,9 @@ def validate_network(text: str, mac: str, nic: t.Mapping[str, t.Any] | None = No
             and entry.get("type") == "physical"
             and str(entry.get("mac_address", "")).lower() == mac.lower()
         ):
-            if not _nic.network_config_matches(entry, nic):
-                raise _bad("seed_mismatch", "network", "static4" if nic["ipv4"]["mode"] == _nic.STATIC else "dhcp4")
+            mismatch = _nic.network_config_mismatch(entry, nic)
+            if mismatch is not None:
+                raise _bad("seed_mismatch", "network", mismatch)
             if not _nic.nameservers_match(data["config"], nic):
                 raise _bad("seed_mismatch", "network", "nameserver")
             return

@@ -49,8 +49,10 @@ def choosing(name: str, address: str | None = None) -> dict[str, t.Any]:
     return doc
 
 
-def plan(definition_doc: dict[str, t.Any], catalog_doc: dict[str, t.Any]) -> t.Any:
-    return build_plan(catalog=dump(catalog_doc), definition=dump(definition_doc), target_vmid=201)
+def plan(
+    definition_doc: dict[str, t.Any], catalog_doc: dict[str, t.Any], addresses: dict[str, str] | None = None
+) -> t.Any:
+    return build_plan(catalog=dump(catalog_doc), definition=dump(definition_doc), target_vmid=201, addresses=addresses)
 
 
 def test_no_network_keeps_every_hash() -> None:
@@ -198,3 +200,173 @@ def test_containers_refuse_a_named_network() -> None:
     with pytest.raises(InputError) as caught:
         plan(wanted, doc)
     assert (caught.value.code, caught.value.details["rule"]) == ("invalid_plan", "container_network")
+
+
+DUAL = {
+    "name": "dual",
+    "bridge": "vmbr2",
+    "ipv4": {
+        "mode": "static",
+        "subnet": "192.0.2.0/24",
+        "gateway": "192.0.2.1",
+        "pool": [{"first": "192.0.2.100", "last": "192.0.2.109"}],
+    },
+    "ipv6": {
+        "mode": "static",
+        "subnet": "2001:DB8:42::/64",
+        "gateway": "2001:db8:42::1",
+        "dns": ["2001:db8:42::53"],
+        "pool": [{"first": "2001:db8:42::100", "last": "2001:db8:42::1ff"}],
+    },
+}
+SLAAC = {
+    "name": "v6only",
+    "bridge": "vmbr0",
+    "ipv4": {"mode": "none"},
+    "ipv6": {"mode": "slaac", "subnet": "2001:db8:7::/64"},
+}
+
+
+def dual(ipv4: str, ipv6: str) -> dict[str, t.Any]:
+    doc = choosing("dual", ipv4)
+    doc["network"]["ipv6"] = {"address": ipv6}
+    return doc
+
+
+def test_static_ipv6_is_planned_in_its_compressed_form() -> None:
+    planned = plan(dual("192.0.2.20", "2001:0db8:0042:0000:0000:0000:0000:0020"), with_networks(DUAL))
+    nic = planned.plan["nic"]
+    assert nic["ipv6"] == {
+        "mode": "static",
+        "address": "2001:db8:42::20/64",
+        "gateway": "2001:db8:42::1",
+        "dns": ["2001:db8:42::53"],
+    }
+    assert planned.plan["network"] == "ipv4-static+ipv6-static"
+    # the pool is catalog data: the plan records only what the guest gets
+    assert "pool" not in nic["ipv4"] and "pool" not in nic["ipv6"]
+
+
+def test_slaac_without_ipv4() -> None:
+    planned = plan(choosing("v6only"), with_networks(SLAAC))
+    assert planned.plan["nic"] == {
+        "network": "v6only",
+        "bridge": "vmbr0",
+        "ipv4": {"mode": "none"},
+        "ipv6": {"mode": "slaac", "subnet": "2001:db8:7::/64"},
+    }
+    assert planned.plan["network"] == "ipv6-slaac"
+
+
+def test_auto_takes_the_leased_address_and_the_plan_binds_it() -> None:
+    wanted = dual("auto", "auto")
+    first = plan(wanted, with_networks(DUAL), {"ipv4": "192.0.2.100", "ipv6": "2001:db8:42::100"})
+    second = plan(wanted, with_networks(DUAL), {"ipv4": "192.0.2.101", "ipv6": "2001:db8:42::100"})
+    assert first.plan["nic"]["ipv4"]["address"] == "192.0.2.100/24" and first.plan["nic"]["ipv4"]["leased"] is True
+    assert first.definition_hash == second.definition_hash and first.plan_hash != second.plan_hash
+    assert first.definition["network"]["ipv4"] == {"address": "auto"}
+
+
+@pytest.mark.parametrize(
+    ("wanted", "addresses", "path", "rule"),
+    [
+        (("auto", "auto"), {"ipv6": "2001:db8:42::100"}, "network.ipv4.address", "address_not_leased"),
+        (("auto", "auto"), {"ipv4": "192.0.2.110", "ipv6": "2001:db8:42::100"}, "network.ipv4.address", "outside_pool"),
+        (
+            ("auto", "auto"),
+            {"ipv4": "192.0.2.100", "ipv6": "2001:db8:42::100/64"},
+            "network.ipv6.address",
+            "invalid_address",
+        ),
+        (("192.0.2.20", "2001:db8:42::5"), {"ipv4": "192.0.2.21"}, "network.ipv4.address", "address_mismatch"),
+        (("192.0.2.20", "2001:db8:43::5"), None, "network.ipv6.address", "outside_subnet"),
+        (("192.0.2.20", "2001:db8:42::"), None, "network.ipv6.address", "network_address"),
+        (("192.0.2.20", "2001:db8:42::1"), None, "network.ipv6.address", "gateway_address"),
+    ],
+)
+def test_refused_dual_stack_addresses(
+    wanted: tuple[str, str], addresses: dict[str, str] | None, path: str, rule: str
+) -> None:
+    with pytest.raises(InputError) as caught:
+        plan(dual(*wanted), with_networks(DUAL), addresses)
+    assert (caught.value.code, caught.value.path, caught.value.details["rule"]) == (
+        "invalid_network_address",
+        path,
+        rule,
+    )
+
+
+def test_auto_without_a_pool_and_addresses_without_a_network() -> None:
+    with pytest.raises(InputError) as caught:
+        plan(choosing("lab-static", "auto"), with_networks(STATIC), {"ipv4": "192.0.2.20"})
+    assert caught.value.details["rule"] == "no_pool"
+    with pytest.raises(InputError) as caught:
+        plan(definition(), with_networks(STATIC), {"ipv4": "192.0.2.20"})
+    assert caught.value.details["rule"] == "address_not_allowed"
+    with pytest.raises(InputError) as caught:
+        plan(definition(), with_networks(STATIC), {"ipv5": "x"})  # type: ignore[dict-item]
+    assert (caught.value.path, caught.value.details["rule"]) == ("addresses", "keys")
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "rule"),
+    [
+        ({"ipv4": {"mode": "none"}, "ipv6": {"mode": "none"}}, "networks[0]", "no_address_family"),
+        ({"ipv4": {"mode": "none"}}, "networks[0]", "no_address_family"),
+        ({"ipv6": {"mode": "slaac", "gateway": "2001:db8::1"}}, "networks[0].ipv6.gateway", "dhcp_static_field"),
+        ({"ipv6": {"mode": "static", "subnet": "2001:db8::1/64"}}, "networks[0].ipv6.subnet", "subnet_host_bits"),
+        ({"ipv6": {"mode": "static", "subnet": "2001:db8::/127"}}, "networks[0].ipv6.subnet", "subnet_too_small"),
+        (
+            {"ipv6": {"mode": "static", "subnet": "2001:db8::/64", "gateway": "::"}},
+            "networks[0].ipv6.gateway",
+            "gateway_outside_subnet",
+        ),
+        (
+            {"ipv6": {"mode": "static", "subnet": "2001:db8::/64", "gateway": "2001:db8:::1"}},
+            "networks[0].ipv6.gateway",
+            "invalid_address",
+        ),
+        (
+            {"ipv6": {"mode": "static", "subnet": "2001:db8::/64", "searchDomain": "other.example"}},
+            "networks[0].ipv6.searchDomain",
+            "search_domain_conflict",
+        ),
+        ({"ipv6": {"mode": "none", "subnet": "2001:db8::/64"}}, "networks[0].ipv6", "dhcp_static_field"),
+        (
+            {"ipv4": dict(STATIC["ipv4"], pool=[{"first": "192.0.2.10", "last": "192.0.3.10"}])},
+            "networks[0].ipv4.pool[0].last",
+            "pool_outside_subnet",
+        ),
+        (
+            {"ipv4": dict(STATIC["ipv4"], pool=[{"first": "192.0.2.10", "last": "192.0.2.9"}])},
+            "networks[0].ipv4.pool[0].last",
+            "pool_order",
+        ),
+        (
+            {"ipv4": {"mode": "dhcp", "pool": [{"first": "192.0.2.10", "last": "192.0.2.9"}]}},
+            "networks[0].ipv4.pool",
+            "dhcp_static_field",
+        ),
+    ],
+)
+def test_catalog_dual_stack_rules(change: dict[str, t.Any], path: str, rule: str) -> None:
+    with pytest.raises(FormatError) as caught:
+        parse_catalog(text=dump(with_networks(dict(STATIC, **change))))
+    assert (caught.value.path, caught.value.rule) == (path, rule)
+
+
+def test_a_repeat_of_auto_compares_with_the_recorded_lease() -> None:
+    recorded = plan(dual("auto", "2001:db8:42::5"), with_networks(DUAL), {"ipv4": "192.0.2.104"}).mapping
+    check_repeat_mapping(
+        parse_catalog(text=dump(with_networks(DUAL))),
+        parse_definition(text=dump(dual("auto", "2001:db8:42::5"))),
+        recorded,
+    )
+    shrunk = dict(DUAL, ipv4=dict(DUAL["ipv4"], pool=[{"first": "192.0.2.100", "last": "192.0.2.103"}]))
+    with pytest.raises(InputError) as caught:
+        check_repeat_mapping(
+            parse_catalog(text=dump(with_networks(shrunk))),
+            parse_definition(text=dump(dual("auto", "2001:db8:42::5"))),
+            recorded,
+        )
+    assert (caught.value.code, caught.value.details["fields"]) == ("repeat_mapping_changed", ["network"])
