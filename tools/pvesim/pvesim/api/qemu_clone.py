@@ -48,7 +48,11 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             raise perm_error(f"pool '{pool}' does not exist")
         src = sim.vm(call)
         if storage:
-            images_storage(sim, storage)
+            target_storage = images_storage(sim, storage)
+            if target and not target_storage.on_node(target):  # storage_check_enabled on the target node
+                raise ApiError(500, f"storage '{storage}' is not available on node '{target}'")
+            if target and not target_storage.shared:
+                raise ApiError(500, f"can't clone to non-shared storage '{storage}'")
         if src.lock:
             raise ApiError(500, f"VM is locked ({src.lock})")
         if snapname and snapname not in src.snapshots:
