@@ -84,8 +84,9 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             # PVE finds no qemu config file, then check_vmid_unused refuses the ID held by the container.
             raise ApiError(500, f"CT {newid} already exists on node '{st.node}'")
         # create the target config with the clone lock right away (atomic under the state lock)
+        # the config is created on the node the clone runs on and renamed into the target node's directory at the end
         target_vm = VM(
-            newid, target or sim.call_node(call), {"lock": "clone"}, pool=pool
+            newid, sim.call_node(call), {"lock": "clone"}, pool=pool
         )  # add_vm_to_pool: a member from the start
         st.vms[newid] = target_vm
         src_name = oldconf.get("name")
@@ -192,6 +193,8 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             sim.sleep("qmclone_full" if full else "qmclone_linked")
             with st.lock:
                 target_vm.config.pop("lock", None)
+                if target:
+                    target_vm.node = target  # qemu-server: rename($conffile, config_file($newid, $target))
                 target_vm.cloudinit_generated = guestlink.generated_snapshot(target_vm.config)
         except BaseException as err:
             end_allocating()
