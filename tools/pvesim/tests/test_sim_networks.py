@@ -295,3 +295,17 @@ def test_start_fails_on_an_mtu_above_the_bridge(fast: PvesimAdmin, api: Api) -> 
     status = api.run("POST", "/nodes/pve-test/qemu/301/status/start")
     assert status["exitstatus"].startswith("netdev net0: MTU '9000' is bigger than the bridge MTU '1500'")
     assert api.data(api.get("/nodes/pve-test/qemu/301/status/current"))["status"] == "stopped"
+
+
+def test_net_values_are_printed_as_qemu_server_prints_them(fast: PvesimAdmin, api: Api) -> None:
+    """print_net: ``model=MAC`` first, the other properties sorted by key, on update and on clone alike."""
+    fast.set_vm_config(9000, set={"net0": "virtio=BC:24:11:00:00:01,tag=42,bridge=vmbr0"})  # written by hand
+    assert api.run("POST", "/nodes/pve-test/qemu/9000/clone", newid=301, full=1)["exitstatus"] == "OK"
+    net0 = api.data(api.get("/nodes/pve-test/qemu/301/config"))["net0"]
+    assert net0.split(",", 1)[1] == "bridge=vmbr0,tag=42" and "BC:24:11:00:00:01" not in net0
+    api.data(api.put("/nodes/pve-test/qemu/301/config", net0="virtio,bridge=vmbr0,tag=42,mtu=1450,firewall=1"))
+    net0 = api.data(api.get("/nodes/pve-test/qemu/301/config"))["net0"]
+    mac = net0.split(",")[0].split("=")[1]
+    assert net0 == f"virtio={mac},bridge=vmbr0,firewall=1,mtu=1450,tag=42"
+    api.data(api.put("/nodes/pve-test/qemu/301/config", net0=f"model=e1000,link_down=1,macaddr={mac.lower()}"))
+    assert api.data(api.get("/nodes/pve-test/qemu/301/config"))["net0"] == f"e1000={mac},link_down=1"

@@ -14,7 +14,7 @@ from .. import guestlink, imagebuild
 from ..state import DRIVE_RE, GIB, VM, format_size, is_cdrom, is_cloudinit_volume, parse_kv, print_kv
 from ..tasks import Task, TaskFailed
 from .core import ApiError, Call, Sim, cluster_member, param_error, perm_error, route
-from .qemu_volumes import free_volume, images_storage
+from .qemu_volumes import free_volume, images_storage, print_net
 
 
 def _on_shared_storage(sim: Sim, conf: dict[str, str]) -> bool:
@@ -127,11 +127,12 @@ def qemu_clone(sim: Sim, call: Call) -> str:
                         continue
                     if re.fullmatch(r"unused\d+", key):
                         continue
-                    if re.fullmatch(r"net\d+", key):
+                    if re.fullmatch(r"net\d+", key):  # always a new MAC, the value printed anew (print_net)
                         first = value.split(",")[0]
                         model = first.split("=", 1)[0] if "=" in first else first
-                        rest = [p for p in value.split(",")[1:] if not p.startswith("macaddr=")]
-                        newconf[key] = ",".join([f"{model}={st.new_mac()}", *rest])
+                        if model == "model":
+                            model = first.split("=", 1)[1]
+                        newconf[key] = print_net(model, st.new_mac(), parse_kv(",".join(value.split(",")[1:]), "model"))
                     elif DRIVE_RE.fullmatch(key) and (not is_cdrom(value) or is_cloudinit_volume(value)):
                         drives.append((key, value))
                     else:
