@@ -309,3 +309,32 @@ def test_net_values_are_printed_as_qemu_server_prints_them(fast: PvesimAdmin, ap
     assert net0 == f"virtio={mac},bridge=vmbr0,firewall=1,mtu=1450,tag=42"
     api.data(api.put("/nodes/pve-test/qemu/301/config", net0=f"model=e1000,link_down=1,macaddr={mac.lower()}"))
     assert api.data(api.get("/nodes/pve-test/qemu/301/config"))["net0"] == f"e1000={mac},link_down=1"
+
+
+def test_sdn_use_is_checked_per_vlan(fast: PvesimAdmin, api: Api) -> None:
+    """pve-guest-common check_vnet_access: a tagged NIC needs SDN.Use on ``/sdn/zones/<zone>/<bridge>/<tag>``
+    (inherited from the bridge's ACL, or granted for that VLAN alone), each trunk VLAN too, an untagged one on the
+    bridge; the zone of an SDN VNet is its own."""
+    assert api.run("POST", "/nodes/pve-test/qemu/9000/clone", newid=301, full=1)["exitstatus"] == "OK"
+    mac = api.data(api.get("/nodes/pve-test/qemu/301/config"))["net0"].split(",")[0].split("=")[1]
+    token = fast.connection["tokens"]["full"]["id"]
+    privileges = {
+        "/vms": ["VM.Config.Network", "VM.Audit"],
+        "/sdn/zones/localnetwork/vmbr0/42": ["SDN.Use"],
+        "/sdn/zones/lab/labnet": ["SDN.Use"],
+    }
+    fast.set_token(token, privileges=privileges)
+    assert api.put("/nodes/pve-test/qemu/301/config", net0=f"virtio={mac},bridge=vmbr0,tag=42").status_code == 200
+    for value, path in (
+        (f"virtio={mac},bridge=vmbr0", "/sdn/zones/localnetwork/vmbr0"),
+        (f"virtio={mac},bridge=vmbr0,tag=43", "/sdn/zones/localnetwork/vmbr0/43"),
+        (f"virtio={mac},bridge=vmbr0,tag=42,trunks=42;44", "/sdn/zones/localnetwork/vmbr0/44"),
+    ):
+        resp = api.put("/nodes/pve-test/qemu/301/config", net0=value)
+        assert (resp.status_code, resp.reason) == (403, f"Permission check failed ({path}, SDN.Use)"), value
+    fast.set_token(token, privileges={**privileges, "/sdn/zones/localnetwork/vmbr0": ["SDN.Use"]})
+    assert api.put("/nodes/pve-test/qemu/301/config", net0=f"virtio={mac},bridge=vmbr0,tag=43").status_code == 200
+    fast.reset("cluster")
+    assert api.run("POST", "/nodes/pve-test/qemu/9000/clone", newid=301, full=1)["exitstatus"] == "OK"
+    fast.set_token(token, privileges=privileges)
+    assert api.put("/nodes/pve-test/qemu/301/config", net0=f"virtio={mac},bridge=labnet").status_code == 200

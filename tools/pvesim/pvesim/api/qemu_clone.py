@@ -71,9 +71,7 @@ def qemu_clone(sim: Sim, call: Call) -> str:
                 )
         for key, value in sorted(oldconf.items()):
             if re.fullmatch(r"net\d+", key):
-                bridge = parse_kv(value, "model").get("bridge")
-                if bridge:
-                    sim.require(call.subject, f"/sdn/zones/localnetwork/{bridge}", ["SDN.Use"])
+                sim.require_vnet(call.subject, parse_kv(value, "model"))
         if target and not _on_shared_storage(sim, oldconf):
             raise ApiError(500, f"can't clone VM to node '{target}' (VM uses local storage)")
         if call.fault("lock_timeout"):
