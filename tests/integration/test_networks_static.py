@@ -111,7 +111,7 @@ def test_provision_with_a_static_address(cluster: t.Any, tmp_path: Path) -> None
     )
     assert result["done"] and result["status"] == "completed", result
     config = cluster.vm(gs.VMID)["config"]
-    assert config["net0"].endswith(",bridge=vmbr2,tag=42,mtu=1450")
+    assert config["net0"].endswith(",bridge=vmbr2,mtu=1450,tag=42")  # print_net: properties sorted by key
     assert config["ipconfig0"] == "ip=%s/24,gw=203.0.113.1" % ADDRESS
     assert config["nameserver"] == "203.0.113.53" and config["searchdomain"] == "lab.example"
     handoff = store.load(document["operationId"])["handoff"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import typing as t
 
-from . import cloudinit, guest, imagebuild, qemu_launch
+from . import cloudinit, guest, imagebuild, qemu_launch, vmnet
 
 AgentNotRunning = guest.AgentNotRunning
 AgentError = guest.AgentCommandError
@@ -82,7 +82,15 @@ def create_guest(sim: t.Any, vm: t.Any) -> guest.GuestBackend:
         return real
     gfaults = guest.GuestFaults(**faults)
     gtiming = guest.GuestTiming(**timing) if timing else None
-    return guest.SimulatedGuest(vm.vmid, vm.config, seed, sim.clock.now, timing=gtiming, faults=gfaults)
+    return guest.SimulatedGuest(
+        vm.vmid,
+        vm.config,
+        seed,
+        sim.clock.now,
+        timing=gtiming,
+        faults=gfaults,
+        ipv6_prefixes=vmnet.nic_prefixes(sim.state, vm),  # what the routers announce where each NIC is plugged
+    )
 
 
 def stop_guest(guest_obj: guest.GuestBackend | None, graceful: bool = False) -> None:

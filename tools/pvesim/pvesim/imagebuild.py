@@ -265,9 +265,7 @@ def qemu_create(sim: Sim, call: Call) -> str:
                     call.subject, f"/storage/{source_sid}", ["Datastore.Audit", "Datastore.AllocateSpace"], any_of=True
                 )
         elif re.fullmatch(r"net\d+", key):
-            bridge = parse_kv(value, "model").get("bridge")
-            if bridge:
-                sim.require(call.subject, f"/sdn/zones/localnetwork/{bridge}", ["SDN.Use"])
+            sim.require_vnet(call.subject, parse_kv(value, "model"))
     with st.lock:
         if vmid in st.vms:
             raise ApiError(500, f"unable to create VM {vmid} - VM {vmid} already exists on node '{st.vms[vmid].node}'")

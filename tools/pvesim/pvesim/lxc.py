@@ -303,9 +303,7 @@ def _check_modify_perm(sim: Sim, call: Call, vmid: int, unprivileged: bool) -> N
             sim.require(call.subject, path, ["VM.Config.Disk"])
         elif re.fullmatch(r"net\d+", key):
             sim.require(call.subject, path, ["VM.Config.Network"])
-            bridge = parse_kv(call.str(key) or "", "name").get("bridge")
-            if bridge:
-                sim.require(call.subject, f"/sdn/zones/localnetwork/{bridge}", ["SDN.Use"])
+            sim.require_vnet(call.subject, parse_kv(call.str(key) or "", "name"))
         elif key in ("cores", "cpulimit", "cpuunits"):
             sim.require(call.subject, path, ["VM.Config.CPU"])
         elif key in ("memory", "swap"):

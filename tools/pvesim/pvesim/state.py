@@ -11,6 +11,7 @@ All mutation happens under ``State.lock`` (one re-entrant lock for the whole sta
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import random
 import re
 import secrets
@@ -389,6 +390,7 @@ class State:
                 "priority": 5,
             },
         }
+        with_ipv6(self.bridges["vmbr0"], gateway=True)
         self.vms = {}
         self.containers = {}
         self.datacenter = {}
@@ -541,23 +543,59 @@ CLUSTER_NAME = "vmanyware-lab"
 CLUSTER_NODES = (("pve-test", 1, "192.0.2.10"), ("pve-test2", 2, "192.0.2.11"), ("pve-test3", 3, "192.0.2.12"))
 
 
+def bridge_ipv6_prefix(name: str) -> str | None:
+    """The IPv6 prefix the untagged segment of a seed bridge carries: ``vmbrN`` -> ``2001:db8:N::/64`` (RFC 3849's
+    documentation prefix; ``N`` written as hex digits, so ``vmbr2`` -> ``2001:db8:2::/64``). A router on that segment
+    announces it (``pvesim.vmnet`` derives the VLANs' prefixes from it); other names carry none."""
+    match = re.fullmatch(r"vmbr(\d{1,4})", name)
+    if match is None:
+        return None
+    return str(ipaddress.IPv6Network(f"2001:db8:{match.group(1)}::/64"))
+
+
+def with_ipv6(bridge: dict[str, t.Any], gateway: bool = False) -> dict[str, t.Any]:
+    """Give a seed bridge the node's own static IPv6 address on that prefix, as ``GET /nodes/{node}/network`` shows an
+    ``iface vmbrN inet6 static`` stanza (``address6``, ``netmask6``, ``cidr6``, ``method6``, ``families``): the
+    interface id is the last octet of its IPv4 address read as hex digits (``192.0.2.10`` -> ``::10``); ``gateway``
+    adds ``gateway6`` (``::1``)."""
+    prefix = bridge_ipv6_prefix(str(bridge["iface"]))
+    if prefix is None:
+        return bridge
+    net = ipaddress.IPv6Network(prefix)
+    address = net.network_address + int(str(bridge["address"]).rsplit(".", 1)[1], 16)
+    bridge.update(
+        {
+            "method6": "static",
+            "families": ["inet", "inet6"],
+            "address6": str(address),
+            "netmask6": net.prefixlen,  # an integer in the API's return schema (netmask, IPv4, is a string)
+            "cidr6": f"{address}/{net.prefixlen}",
+        }
+    )
+    if gateway:
+        bridge["gateway6"] = str(net.network_address + 1)
+    return bridge
+
+
 def _bridge(name: str, ip: str, ports: str) -> dict[str, t.Any]:
-    return {
-        "iface": name,
-        "type": "bridge",
-        "active": 1,
-        "autostart": 1,
-        "bridge_ports": ports,
-        "bridge_stp": "off",
-        "bridge_fd": "0",
-        "method": "static",
-        "method6": "manual",
-        "families": ["inet"],
-        "cidr": f"{ip}/24",
-        "address": ip,
-        "netmask": "24",
-        "priority": 5,
-    }
+    return with_ipv6(
+        {
+            "iface": name,
+            "type": "bridge",
+            "active": 1,
+            "autostart": 1,
+            "bridge_ports": ports,
+            "bridge_stp": "off",
+            "bridge_fd": "0",
+            "method": "static",
+            "method6": "manual",
+            "families": ["inet"],
+            "cidr": f"{ip}/24",
+            "address": ip,
+            "netmask": "24",
+            "priority": 5,
+        }
+    )
 
 
 def seed_cluster(state: State) -> None:
@@ -565,6 +603,7 @@ def seed_cluster(state: State) -> None:
 
     ``pve-test`` (the node answering, with template 9000), ``pve-test2`` and ``pve-test3``, all online.
     Every node has ``vmbr0``; ``pve-test2`` also ``vmbr1``; ``pve-test`` and ``pve-test2`` also the VLAN-aware ``vmbr2``.
+    Each bridge carries IPv4 and IPv6 (``bridge_ipv6_prefix``: ``vmbrN`` -> ``2001:db8:N::/64``).
     A shared NFS storage ``shared`` holds images, import and snippets on every node, and template 9001
     (``debian-13-shared``); ``local-lvm`` and ``local`` exist on every node.
     One SDN VNet ``labnet`` in the simple zone ``lab``. The ``full`` token may also audit the cluster

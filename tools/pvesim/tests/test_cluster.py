@@ -124,6 +124,27 @@ def test_clone_to_another_node_needs_shared_storage(cluster: PvesimAdmin, api: A
     assert cluster.schema_violations() == []
 
 
+def test_clone_target_refuses_a_storage_that_is_not_shared_or_not_there(cluster: PvesimAdmin, api: Api) -> None:
+    """qemu-server clone_vm: with ``target`` the ``storage`` must be shared (checked before the source's volumes)."""
+    resp = api.post("/nodes/pve-test/qemu/9001/clone", newid=301, full=1, storage="local-lvm", target="pve-test2")
+    assert (resp.status_code, resp.reason) == (500, "can't clone to non-shared storage 'local-lvm'")
+    assert api.get("/nodes/pve-test2/qemu/301/config").status_code == 500
+
+
+def test_clone_to_another_node_moves_the_config_there_at_the_end(cluster: PvesimAdmin, api: Api) -> None:
+    """qemu-server writes the new config (``lock: clone``) on the node the clone runs on and renames it into the
+    target node's directory as the task's last step."""
+    cluster.set_timings(tasks={"qmclone_full": 50.0})  # 1 s real at the default speed
+    upid = api.data(
+        api.post("/nodes/pve-test/qemu/9001/clone", newid=301, full=1, storage="shared", target="pve-test2")
+    )
+    assert api.data(api.get("/nodes/pve-test/qemu/301/config"))["lock"] == "clone"
+    assert api.get("/nodes/pve-test2/qemu/301/config").status_code == 500
+    assert api.wait(upid)["exitstatus"] == "OK"
+    assert "lock" not in api.data(api.get("/nodes/pve-test2/qemu/301/config"))
+    assert api.get("/nodes/pve-test/qemu/301/config").status_code == 500
+
+
 def test_clone_to_another_node_and_its_tasks(cluster: PvesimAdmin, api: Api) -> None:
     upid = api.data(
         api.post("/nodes/pve-test/qemu/9001/clone", newid=301, name="far", full=1, storage="shared", target="pve-test2")

@@ -15,6 +15,10 @@ from the appliance index and creates, starts, stops and removes a container from
 The token gets the template build's privileges on ``local`` and the node (``Datastore.AllocateTemplate``,
 ``Sys.AccessNetwork``), which include the container part's ``pvesim.lxc.TEMPLATE_STORAGE_ACL`` (the template storage).
 Then (``peer/community_proxmox_absent.yml``) it stops and removes the clone.
+A second test runs ``peer/community_proxmox_cluster.yml`` on the ``cluster`` seed: proxmox_kvm clones the shared
+template 9001 to another node (``target``), is refused the same for template 9000 on local storage, sets ``net``
+(bridge, VLAN tag, MTU) and ``ipconfig`` (static IPv4 and IPv6) on the clone, starts it on its node, reads the guest
+agent's addresses there, and updates it once more with plain ``update: true``.
 Every request those clients send must validate against the PVE schema and hit an
 implemented endpoint.
 
@@ -50,6 +54,7 @@ REPO = Path(__file__).resolve().parents[3]
 FETCH_SCRIPT = REPO / "tools" / "dev" / "fetch_peer_collection.sh"
 PLAYBOOK = Path(__file__).resolve().parent / "peer" / "community_proxmox.yml"
 ABSENT_PLAYBOOK = Path(__file__).resolve().parent / "peer" / "community_proxmox_absent.yml"
+CLUSTER_PLAYBOOK = Path(__file__).resolve().parent / "peer" / "community_proxmox_cluster.yml"
 EX_TEMPFAIL = 75  # fetch_peer_collection.sh: the wheel could not be downloaded
 PEER_VMID = 301
 PEER_NAME = "peer-301"
@@ -59,6 +64,9 @@ PEER_CT_VMID = 303
 PEER_CT_TEMPLATE = "debian-12-standard_12.12-1_amd64.tar.zst"
 PEER_AUTO_VMID = 100  # the clone without newid (GET /cluster/nextid)
 PEER_ISO = b"\0" * (768 * 1024)  # over pve-http-server's 512 KiB body limit: only a streamed upload passes
+PEER_FAR_VMID = 311  # cloned from the shared template 9001 to PEER_TARGET_NODE (cluster seed)
+PEER_LOCAL_VMID = 312  # the clone of 9000 (local-lvm) to PEER_TARGET_NODE that Proxmox refuses
+PEER_TARGET_NODE = "pve-test2"
 PEER_SPEED = 200.0  # simulated task/boot durations / 200; the modules' own 1 s polls dominate the runtime
 
 # Endpoints the playbook must have exercised (method + schema path).
@@ -171,6 +179,26 @@ def _assert_clean_log(entries: t.Sequence[dict[str, t.Any]]) -> None:
     assert not errors, f"requests that failed: {errors}"
 
 
+def _vars_file(tmp_path: Path, extra_vars: dict[str, t.Any]) -> Path:
+    vars_file = tmp_path / "vars.json"
+    vars_file.touch(mode=0o600)
+    vars_file.write_text(json.dumps(extra_vars), encoding="utf-8")
+    return vars_file
+
+
+def _playbook_env(peer_collections: Path, tmp_path: Path) -> dict[str, str]:
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "PROXMOX_", "REQUESTS_CA_BUNDLE"))},
+        "ANSIBLE_COLLECTIONS_PATH": str(peer_collections),
+        "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "false",
+        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_RETRY_FILES_ENABLED": "false",
+        "ANSIBLE_DEPRECATION_WARNINGS": "false",
+    }
+
+
 @pytest.fixture()
 def fast_pvesim(pvesim: PvesimAdmin) -> t.Iterator[PvesimAdmin]:
     pvesim.set_speed(PEER_SPEED)
@@ -222,19 +250,8 @@ def test_community_proxmox_playbook(
         "peer_iso_file": str(tmp_path / "peer-upload.iso"),
         "ansible_python_interpreter": sys.executable,
     }
-    vars_file = tmp_path / "vars.json"
-    vars_file.touch(mode=0o600)
-    vars_file.write_text(json.dumps(extra_vars), encoding="utf-8")
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "PROXMOX_", "REQUESTS_CA_BUNDLE"))},
-        "ANSIBLE_COLLECTIONS_PATH": str(peer_collections),
-        "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "false",
-        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_RETRY_FILES_ENABLED": "false",
-        "ANSIBLE_DEPRECATION_WARNINGS": "false",
-    }
+    vars_file = _vars_file(tmp_path, extra_vars)
+    env = _playbook_env(peer_collections, tmp_path)
     started = time.monotonic()
     proc = subprocess.run(
         [_ansible_playbook(), "-i", "localhost,", "-e", f"@{vars_file}", str(PLAYBOOK)],
@@ -392,4 +409,89 @@ def test_community_proxmox_playbook(
         print(f"| `{endpoint}` | {count} | {statuses} |")
     print(f"proxmoxer: {len(proxmoxer_log)} requests")
     for endpoint, count, statuses in endpoint_table(proxmoxer_log):
+        print(f"| `{endpoint}` | {count} | {statuses} |")
+
+
+def test_community_proxmox_across_cluster_nodes(
+    fast_pvesim: PvesimAdmin, peer_collections: Path, tmp_path: Path
+) -> None:
+    """The cluster seed: proxmox_kvm's clone with ``target`` (shared template: the VM ends up on the target node; the
+    local-storage template: Proxmox's refusal), ``net`` (bridge, tag, mtu) and ``ipconfig`` (static IPv4 and IPv6)
+    on the clone, its start on its node and the agent's addresses there, then ``update: true`` alone."""
+    pvesim = fast_pvesim
+    pvesim.reset("cluster")  # the full token may clone 9000 and 9001, use ``shared`` and every local bridge
+    pvesim.set_timings(guest={"agent_up_after": 0.5, "dhcp_after_agent": 0.2})
+    conn = pvesim.connection
+    token_user, token_name = conn["tokens"]["full"]["id"].split("!")
+    extra_vars = {
+        "pve_port": conn["port"],
+        "pve_ca_file": conn["ca_file"],
+        "pve_node": conn["node"],
+        "pve_target_node": PEER_TARGET_NODE,
+        "pve_token_user": token_user,
+        "pve_token_name": token_name,
+        "pve_token_secret": conn["tokens"]["full"]["secret"],
+        "peer_far_vmid": PEER_FAR_VMID,
+        "peer_local_vmid": PEER_LOCAL_VMID,
+        "peer_results_file": str(tmp_path / "results.json"),
+        "ansible_python_interpreter": sys.executable,
+    }
+    vars_file = _vars_file(tmp_path, extra_vars)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [_ansible_playbook(), "-i", "localhost,", "-e", f"@{vars_file}", str(CLUSTER_PLAYBOOK)],
+        env=_playbook_env(peer_collections, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert results["local_clone"]["failed"] and not results["far_clone"].get("failed")
+
+    log = pvesim.requests()
+    assert {e["token"] for e in log} == {conn["tokens"]["full"]["id"]}
+    # The one expected failure: Proxmox refuses the local-storage clone in the request (before any task).
+    refused = [
+        e for e in log if e["endpoint"] == "POST /nodes/{node}/qemu/{vmid}/clone" and e["path"].endswith("/9000/clone")
+    ]
+    assert [(e["status"], e["params"]["target"], str(e["params"]["newid"])) for e in refused] == [
+        (500, PEER_TARGET_NODE, str(PEER_LOCAL_VMID))
+    ], refused
+    _assert_clean_log([e for e in log if e not in refused])
+    seen = {e["endpoint"] for e in log}
+    assert {
+        "POST /nodes/{node}/qemu/{vmid}/clone",
+        "PUT /nodes/{node}/qemu/{vmid}/config",
+        "POST /nodes/{node}/qemu/{vmid}/status/start",
+        "GET /nodes/{node}/qemu/{vmid}/agent/network-get-interfaces",
+    } <= seen
+    # Every request about the far VM after its clone went to the node it lives on.
+    far = [e for e in log if f"/qemu/{PEER_FAR_VMID}/" in e["path"] or e["path"].endswith(f"/qemu/{PEER_FAR_VMID}")]
+    assert far and {e["path"].split("/")[2] for e in far} == {PEER_TARGET_NODE}, far
+
+    # What the simulator holds: the VM on the target node, on the disks of the shared storage, with the NIC and the
+    # Cloud-Init settings asked for, net0 untouched by the plain update (the module drops ``net`` without update_unsafe).
+    vm = pvesim.vm(PEER_FAR_VMID)
+    cfg = vm["config"]
+    assert vm["status"] == "running" and cfg["name"] == "peer-far"
+    assert cfg["scsi0"].startswith(f"shared:vm-{PEER_FAR_VMID}-disk-0") and cfg["ide2"].startswith("shared:")
+    assert re.fullmatch(r"virtio=BC:24:11:[0-9A-F:]{8},bridge=vmbr2,mtu=1450,tag=42", cfg["net0"]), cfg["net0"]
+    assert cfg["ipconfig0"] == "ip=203.0.113.60/24,gw=203.0.113.1,ip6=auto"
+    assert (cfg["nameserver"], cfg["searchdomain"]) == ("203.0.113.53", "lab.example")
+    assert PEER_LOCAL_VMID not in {int(r["vmid"]) for r in pvesim.root_call("GET", "/cluster/resources", type="vm")}
+    resources = {int(r["vmid"]): r for r in pvesim.root_call("GET", "/cluster/resources", type="vm")}
+    assert resources[PEER_FAR_VMID]["node"] == PEER_TARGET_NODE
+    # The guest booted with the static addresses (the SLAAC change is pending for the next boot's Cloud-Init).
+    network = results["far_info"]["proxmox_vms"][0]["network"]
+    (nic,) = [i for i in network if i["name"] != "lo"]
+    assert nic["hardware-address"] == cfg["net0"].split(",")[0].split("=")[1].lower()
+    assert [(a["ip-address"], a["prefix"]) for a in nic["ip-addresses"]][:2] == [
+        ("203.0.113.60", 24),
+        ("2001:db8:2:42::60", 64),
+    ]
+    print(f"\ncommunity.proxmox cluster playbook: {elapsed:.1f} s, {len(log)} requests")
+    for endpoint, count, statuses in endpoint_table(log):
         print(f"| `{endpoint}` | {count} | {statuses} |")

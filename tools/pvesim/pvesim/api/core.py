@@ -176,6 +176,28 @@ class Sim:
             if p not in perms:
                 raise perm_error(f"{path}, {p}")
 
+    def require_vnet(self, subject: str, net: t.Mapping[str, str]) -> None:
+        """pve-guest-common ``check_vnet_access`` for a NIC's ``bridge``, ``tag`` and ``trunks``: the zone is the SDN
+        VNet's (``localnetwork`` for a plain bridge); a tag needs SDN.Use on ``/sdn/zones/<zone>/<bridge>/<tag>`` (or
+        inherited from the bridge), so does every VLAN of the trunks; only an untagged NIC is checked on the bridge."""
+        bridge = net.get("bridge")
+        if not bridge:
+            return
+        zone = self.state.vnets.get(bridge, {}).get("zone", "localnetwork")
+        path = f"/sdn/zones/{zone}/{bridge}"
+        tag, trunks = net.get("tag"), net.get("trunks")
+        if tag:
+            self.require(subject, f"{path}/{tag}", ["SDN.Use"])
+        vlans: set[int] = set()
+        for part in (trunks or "").split(";"):  # get_tags_from_trunk: "10;20-30"
+            low, _sep, high = part.partition("-")
+            if low.strip().isdigit():
+                vlans.update(range(int(low), int(high or low) + 1))
+        for vlan in sorted(vlans, key=str):  # Perl: sort keys (string order)
+            self.require(subject, f"{path}/{vlan}", ["SDN.Use"])
+        if not (tag or trunks):
+            self.require(subject, path, ["SDN.Use"])
+
     def sleep(self, key: str, factor: float = 1.0) -> None:
         self.clock.sleep(self.durations.get(key, 1.0) * factor, self.stop_event)
 

@@ -14,7 +14,7 @@ from .. import guestlink, imagebuild
 from ..state import DRIVE_RE, GIB, VM, format_size, is_cdrom, is_cloudinit_volume, parse_kv, print_kv
 from ..tasks import Task, TaskFailed
 from .core import ApiError, Call, Sim, cluster_member, param_error, perm_error, route
-from .qemu_volumes import free_volume, images_storage
+from .qemu_volumes import free_volume, images_storage, print_net
 
 
 def _on_shared_storage(sim: Sim, conf: dict[str, str]) -> bool:
@@ -48,7 +48,11 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             raise perm_error(f"pool '{pool}' does not exist")
         src = sim.vm(call)
         if storage:
-            images_storage(sim, storage)
+            target_storage = images_storage(sim, storage)
+            if target and not target_storage.on_node(target):  # storage_check_enabled on the target node
+                raise ApiError(500, f"storage '{storage}' is not available on node '{target}'")
+            if target and not target_storage.shared:
+                raise ApiError(500, f"can't clone to non-shared storage '{storage}'")
         if src.lock:
             raise ApiError(500, f"VM is locked ({src.lock})")
         if snapname and snapname not in src.snapshots:
@@ -67,9 +71,7 @@ def qemu_clone(sim: Sim, call: Call) -> str:
                 )
         for key, value in sorted(oldconf.items()):
             if re.fullmatch(r"net\d+", key):
-                bridge = parse_kv(value, "model").get("bridge")
-                if bridge:
-                    sim.require(call.subject, f"/sdn/zones/localnetwork/{bridge}", ["SDN.Use"])
+                sim.require_vnet(call.subject, parse_kv(value, "model"))
         if target and not _on_shared_storage(sim, oldconf):
             raise ApiError(500, f"can't clone VM to node '{target}' (VM uses local storage)")
         if call.fault("lock_timeout"):
@@ -80,8 +82,9 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             # PVE finds no qemu config file, then check_vmid_unused refuses the ID held by the container.
             raise ApiError(500, f"CT {newid} already exists on node '{st.node}'")
         # create the target config with the clone lock right away (atomic under the state lock)
+        # the config is created on the node the clone runs on and renamed into the target node's directory at the end
         target_vm = VM(
-            newid, target or sim.call_node(call), {"lock": "clone"}, pool=pool
+            newid, sim.call_node(call), {"lock": "clone"}, pool=pool
         )  # add_vm_to_pool: a member from the start
         st.vms[newid] = target_vm
         src_name = oldconf.get("name")
@@ -122,11 +125,12 @@ def qemu_clone(sim: Sim, call: Call) -> str:
                         continue
                     if re.fullmatch(r"unused\d+", key):
                         continue
-                    if re.fullmatch(r"net\d+", key):
+                    if re.fullmatch(r"net\d+", key):  # always a new MAC, the value printed anew (print_net)
                         first = value.split(",")[0]
                         model = first.split("=", 1)[0] if "=" in first else first
-                        rest = [p for p in value.split(",")[1:] if not p.startswith("macaddr=")]
-                        newconf[key] = ",".join([f"{model}={st.new_mac()}", *rest])
+                        if model == "model":
+                            model = first.split("=", 1)[1]
+                        newconf[key] = print_net(model, st.new_mac(), parse_kv(",".join(value.split(",")[1:]), "model"))
                     elif DRIVE_RE.fullmatch(key) and (not is_cdrom(value) or is_cloudinit_volume(value)):
                         drives.append((key, value))
                     else:
@@ -188,6 +192,8 @@ def qemu_clone(sim: Sim, call: Call) -> str:
             sim.sleep("qmclone_full" if full else "qmclone_linked")
             with st.lock:
                 target_vm.config.pop("lock", None)
+                if target:
+                    target_vm.node = target  # qemu-server: rename($conffile, config_file($newid, $target))
                 target_vm.cloudinit_generated = guestlink.generated_snapshot(target_vm.config)
         except BaseException as err:
             end_allocating()

@@ -253,9 +253,7 @@ def _prepare_update(sim: Sim, call: Call) -> tuple[VM, _ConfigChange]:
                     raise ApiError(500, f"storage '{sid}' does not exist")
                 sim.require(call.subject, f"/storage/{sid}", ["Datastore.AllocateSpace"])
         if re.fullmatch(r"net\d+", key):
-            bridge = parse_kv(value, "model").get("bridge")
-            if bridge:
-                sim.require(call.subject, f"/sdn/zones/localnetwork/{bridge}", ["SDN.Use"])
+            sim.require_vnet(call.subject, parse_kv(value, "model"))
     _early_checks(sim, vm, ch)
     return vm, ch
 

@@ -7,10 +7,9 @@
 
 from __future__ import annotations
 
-import re
 import typing as t
 
-from .. import guestlink
+from .. import guestlink, vmnet
 from ..state import DRIVE_RE, VM, is_cdrom, is_cloudinit_volume, parse_kv
 from ..tasks import Task, TaskFailed
 from .core import ApiError, Call, Sim, param_error, route
@@ -84,10 +83,6 @@ def _power(sim: Sim, call: Call, ttype: str) -> str:
                 if vm.status == "running":
                     raise TaskFailed(f"VM {vm.vmid} already running")
                 for key, value in vm.config.items():
-                    if re.fullmatch(r"net\d+", key):
-                        bridge = parse_kv(value, "model").get("bridge")
-                        if bridge and bridge not in st.members[vm.node].bridges:
-                            raise TaskFailed(f"bridge '{bridge}' does not exist")
                     if (
                         DRIVE_RE.fullmatch(key)
                         and not is_cdrom(value)
@@ -99,6 +94,7 @@ def _power(sim: Sim, call: Call, ttype: str) -> str:
                             raise TaskFailed(f"storage '{sid}' does not exist")
                         if not s.enabled or not s.active:
                             raise TaskFailed(f"storage '{sid}' is not available on node '{vm.node}'")
+                vmnet.check_start(st, vm, vm.pending_config(), task)  # the NICs, as QEMU is started
             sim.sleep("qmstart")
             with st.lock:
                 # apply pending changes (PVE applies [PENDING] on start) and regenerate cloud-init

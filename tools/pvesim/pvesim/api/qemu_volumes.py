@@ -73,13 +73,18 @@ def materialize(sim: Sim, vm: VM, key: str, value: str) -> str:
         first = parts[0]
         if "=" in first and first.split("=", 1)[0] not in ("model", "macaddr", "bridge"):
             model, mac = first.split("=", 1)  # virtio=MAC shorthand (keyAlias)
-            rest = parts[1:]
+            data = parse_kv(",".join(parts[1:]), "model")
         else:
             data = parse_kv(value, "model")
             model, mac = data.pop("model", "virtio"), data.pop("macaddr", None)
-            rest = [f"{k}={v}" for k, v in data.items()]
-        return ",".join([f"{model}={(mac or st.new_mac()).upper()}", *rest])
+        return print_net(model, mac or st.new_mac(), data)
     return value
+
+
+def print_net(model: str, mac: str, props: dict[str, str]) -> str:
+    """qemu-server ``print_net`` (pve-common ``print_property_string``): ``model=MAC`` first (the key alias combined
+    with ``macaddr``), then every other property sorted by key: ``virtio=MAC,bridge=vmbr2,mtu=1450,tag=42``."""
+    return ",".join([f"{model}={mac.upper()}", *(f"{k}={props[k]}" for k in sorted(props) if k != "macaddr")])
 
 
 def delete_key(sim: Sim, vm: VM, key: str, force: bool) -> None:

@@ -139,6 +139,7 @@ class GuestBase:
     vmid: int
     config: dict[str, str]
     seed: dict[str, str]
+    ipv6_prefixes: dict[str, str | None]
     timing: GuestTiming
     faults: GuestFaults
     boot_time: float

@@ -24,6 +24,7 @@ class Nic:
     mac: str
     link_down: bool
     subnets: tuple[Mapping[str, Any], ...]
+    prefix6: str | None = None  # the IPv6 prefix announced where the NIC is plugged (SLAAC, DHCPv6)
 
 
 class GuestNetwork(GuestBase):
@@ -58,13 +59,19 @@ class GuestNetwork(GuestBase):
                 subnets, name = ({"type": "dhcp4"},), f"ens{18 + idx}"
             else:
                 subnets, name = (), f"ens{18 + idx}"
-            nics.append(Nic(key, idx, name, mac, link_down, subnets))
+            nics.append(Nic(key, idx, name, mac, link_down, subnets, self.ipv6_prefixes.get(key)))
         return nics
 
     def dhcp_address(self, index: int = 0) -> str:
         """The address the simulated DHCP server leases to NIC ``index`` of this VMID."""
         n = self.vmid % 62500
         return f"10.{10 + index}.{n // 250}.{n % 250 + 2}"
+
+    def dhcp6_address(self, prefix: str) -> str:
+        """The address the simulated DHCPv6 server leases to this VMID from ``prefix``: interface id ``d6::`` plus the
+        VMID in its last 32 bits (VM 301 on ``2001:db8:2:42::/64``: ``2001:db8:2:42:d6::12d``)."""
+        net = ipaddress.IPv6Network(prefix)
+        return str(net.network_address + ((0xD6 << 48) | (self.vmid & 0xFFFFFFFF)))
 
     @staticmethod
     def _eui64(prefix: str, mac: str) -> str:
@@ -77,6 +84,8 @@ class GuestNetwork(GuestBase):
         v4: list[dict[str, Any]] = []
         v6: list[dict[str, Any]] = []
         leased = now >= self.dhcp_at and not nic.link_down
+        # router advertisements need no DHCP server: SLAAC addresses come at the lease time even with ``dhcp_never``
+        advertised = now >= self.timing.agent_up_after + self.timing.dhcp_after_agent and not nic.link_down
         for sub in nic.subnets:
             kind = sub.get("type")
             if kind == "static" and sub.get("address"):
@@ -91,15 +100,16 @@ class GuestNetwork(GuestBase):
             elif kind == "static6" and sub.get("address"):
                 iface = ipaddress.IPv6Interface(str(sub["address"]))
                 v6.append({"ip-address-type": "ipv6", "ip-address": str(iface.ip), "prefix": iface.network.prefixlen})
-            elif kind == "dhcp6" and leased:
-                addr = ipaddress.IPv6Address(f"fd00:10:{10 + nic.index}::{self.vmid % 65536:x}")
-                v6.append({"ip-address-type": "ipv6", "ip-address": str(addr), "prefix": 128})
-            elif kind == "ipv6_slaac" and leased:
+            elif kind == "dhcp6" and leased and nic.prefix6:
+                # a DHCPv6 lease (IA_NA) is a /128 in the guest; the on-link /64 comes from the router advertisement
+                v6.append({"ip-address-type": "ipv6", "ip-address": self.dhcp6_address(nic.prefix6), "prefix": 128})
+            elif kind == "ipv6_slaac" and advertised and nic.prefix6:
+                net = ipaddress.IPv6Network(nic.prefix6)
                 v6.append(
                     {
                         "ip-address-type": "ipv6",
-                        "ip-address": self._eui64(f"fd00:10:{10 + nic.index}::/64", nic.mac),
-                        "prefix": 64,
+                        "ip-address": self._eui64(nic.prefix6, nic.mac),
+                        "prefix": net.prefixlen,
                     }
                 )
         v6.append({"ip-address-type": "ipv6", "ip-address": self._eui64("fe80::/64", nic.mac), "prefix": 64})

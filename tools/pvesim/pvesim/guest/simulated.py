@@ -38,8 +38,12 @@ class SimulatedGuest(GuestNetwork, Commands):
         clock: Callable[[], float],
         timing: GuestTiming | None = None,
         faults: GuestFaults | None = None,
+        ipv6_prefixes: Mapping[str, str | None] | None = None,
     ) -> None:
+        """``ipv6_prefixes``: ``netN`` -> the IPv6 prefix routers announce where that NIC is plugged (None or absent:
+        none, so SLAAC and DHCPv6 give no global address); ``pvesim.vmnet.nic_prefixes`` computes it."""
         self.vmid = vmid
+        self.ipv6_prefixes = dict(ipv6_prefixes or {})
         self.config = dict(config)
         self.seed = dict(seed)
         self._clock = clock
