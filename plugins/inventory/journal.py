@@ -154,7 +154,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
                 continue
             handoff = document.get("handoff") or {}
             known = [line for line in handoff.get("knownHosts") or [] if isinstance(line, str)]
-            if not handoff.get("ipv4") or not known:
+            # SSH goes to "address" (a network with IPv6: the IPv4 one if any, else the IPv6); "ipv4" before networks
+            address = handoff.get("address") or handoff.get("ipv4")
+            if not address or not known:
                 continue  # no recorded address and host keys: nothing to connect to
             name = "%s-%d" % (document["plan"]["target"]["name"], document["target"]["vmid"])
             if name in hosts:
@@ -166,7 +168,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
                     group_name("vmanyware_definition", row["definition_name"]),
                     group_name("vmanyware_status", row["status"]),
                 ],
-                "ansible_host": handoff["ipv4"],
+                "ansible_host": address,
                 "ansible_user": document["plan"]["guestUser"],
                 "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o UserKnownHostsFile=%s" % known_hosts,
                 "vmanyware_operation_id": row["operation_id"],

@@ -48,13 +48,15 @@ def cluster(pvesim: t.Any) -> t.Any:
     return pvesim
 
 
-def _plan(network: dict[str, t.Any], address: str | None = ADDRESS) -> t.Any:
+def _plan(network: dict[str, t.Any], address: str | None = ADDRESS, ipv6: str | None = None) -> t.Any:
     catalog = yaml.safe_load(gs.catalog_text())
     catalog["networks"] = [network]
     definition = yaml.safe_load(gs.definition_text())
     definition["network"] = {"name": network["name"]}
     if address is not None:
         definition["network"]["ipv4"] = {"address": address}
+    if ipv6 is not None:
+        definition["network"]["ipv6"] = {"address": ipv6}
     return build_plan(catalog=yaml.safe_dump(catalog), definition=yaml.safe_dump(definition), target_vmid=gs.VMID)
 
 
@@ -81,6 +83,66 @@ def test_preflight_checks_of_a_static_vlan_network(cluster: t.Any) -> None:
     cluster.set_vm_config(9001, set={"ipconfig0": "ip=%s/24,gw=203.0.113.1" % ADDRESS})
     taken = _checks(cluster, _plan(LAB))
     assert taken["address_free"] == ("failed", "Guest 9001 declares a planned address.")
+    assert cluster.schema_violations() == []
+
+
+def _provision(cluster: t.Any, tmp_path: Path, planned: t.Any) -> tuple[JournalStore, str, t.Any]:
+    client = ProxmoxClient(gs.settings_for(cluster.connection))
+    client.get("/version")
+    store = JournalStore(str(tmp_path / "journal"))
+    document, _created = store.create_operation(
+        idempotency_key="test-%s" % planned.plan_hash,
+        provider_scope_id=client.provider_scope_id,
+        definition=planned.definition,
+        mapping=planned.mapping,
+        plan=planned.plan,
+        confirmation={"confirmed": True},
+        target_node=gs.NODE,
+        target_vmid=gs.VMID,
+        stage_kinds=[step["kind"] for step in planned.plan["steps"]],
+    )
+    result = run_stages(
+        store,
+        client,
+        document["operationId"],
+        StageSettings(environ=GATES),
+        StageOptions(readiness_timeout=60),
+        progress_interval=30.0,
+        report=lambda line: None,
+    )
+    assert result["done"] and result["status"] == "completed", result
+    return store, document["operationId"], client
+
+
+def test_provision_dual_stack_on_a_vlan(cluster: t.Any, tmp_path: Path) -> None:
+    """Static IPv4 and IPv6 on VLAN 42 of vmbr2 (the simulator announces 2001:db8:2:42::/64 there)."""
+    dual = dict(LAB, ipv6={"mode": "static", "subnet": "2001:db8:2:42::/64", "gateway": "2001:db8:2:42::1"})
+    store, operation_id, _client = _provision(cluster, tmp_path, _plan(dual, ipv6="2001:db8:2:42::50"))
+    config = cluster.vm(gs.VMID)["config"]
+    assert config["ipconfig0"] == "ip=%s/24,gw=203.0.113.1,ip6=2001:db8:2:42::50/64,gw6=2001:db8:2:42::1" % ADDRESS
+    handoff = store.load(operation_id)["handoff"]
+    assert (handoff["ipv4"], handoff["ipv6"], handoff["address"]) == (ADDRESS, "2001:db8:2:42::50", ADDRESS)
+    assert cluster.schema_violations() == []
+
+
+def test_provision_ipv6_only_with_slaac(cluster: t.Any, tmp_path: Path) -> None:
+    """No IPv4; SLAAC from the prefix vmbr0 announces (2001:db8::/64): readiness waits for a global address in it,
+    and SSH (the handoff's address and known_hosts) goes to it."""
+    v6 = {
+        "name": "v6",
+        "bridge": "vmbr0",
+        "ipv4": {"mode": "none"},
+        "ipv6": {"mode": "slaac", "subnet": "2001:db8::/64"},
+    }
+    planned = _plan(v6, address=None)
+    assert planned.plan["network"] == "ipv6-slaac"
+    store, operation_id, _client = _provision(cluster, tmp_path, planned)
+    assert cluster.vm(gs.VMID)["config"]["ipconfig0"] == "ip6=auto"
+    handoff = store.load(operation_id)["handoff"]
+    assert (
+        handoff["ipv4"] is None and handoff["ipv6"].startswith("2001:db8::") and handoff["address"] == handoff["ipv6"]
+    )
+    assert all(line.startswith(handoff["ipv6"] + " ") for line in handoff["knownHosts"])
     assert cluster.schema_violations() == []
 
 

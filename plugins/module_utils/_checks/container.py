@@ -101,6 +101,7 @@ class ContainerPreflight(Preflight):
         self.template()
         self.storage()
         self.bridge()
+        self.network_checks()
         self.vmid()
         self.privileges()
 

@@ -18,6 +18,7 @@ This is a private module_utils file: not a public API.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 import typing as t
 
@@ -26,6 +27,8 @@ from .._api.settings import ConnectionSettings
 from .._api.tls import mark_tls, require_tls_for_reads
 from .._core.errors import ERROR_CODES, InputError, ProviderError, VmanywareError, snake_keys
 from .._core.protocols import ApiClient
+from .._formats.networks import planned_address, static_families
+from .._operation.addresses import scan_guests
 from .._operation.create import PROVISIONING_GATE, SNAPSHOTS_GATE, read_gate
 
 SUPPORTED_MAJORS = (8, 9)
@@ -36,6 +39,10 @@ GUEST_UNDECIDABLE = {
     "dhcp_available": "DHCP on the bridge cannot be verified by reading the Proxmox API.",
     "guest_readiness": "Guest readiness is only observable after the VM has been created and started.",
     "workflow_permitted": "Change approval and maintenance windows are outside what the Proxmox API can show.",
+}
+# A static address: what the reads of every guest cannot prove (docs/networks.md); replaces dhcp_available.
+ADDRESS_UNDECIDABLE = {
+    "address_outside_proxmox": "Reads of Proxmox's guests cannot prove that no host outside Proxmox uses the address.",
 }
 NOT_REACHABLE = "Not checked: the API is not reachable with the configured credentials and TLS settings."
 
@@ -129,12 +136,76 @@ class Preflight:
         self.minor: int | None = None
 
     def codes(self) -> tuple[str, ...]:
-        """This plan's checks, in result order (a family may add checks a plan asks for)."""
-        return self.CHECK_CODES
+        """This plan's checks, in result order. A named network adds its checks after ``bridge_exists``:
+        ``bridge_vlan_aware`` (a VLAN tag) and ``address_free`` (a static address, whose ``address_outside_proxmox``
+        replaces ``dhcp_available``)."""
+        nic = self.plan.get("nic")
+        if not isinstance(nic, dict):
+            return self.CHECK_CODES
+        added = (("bridge_vlan_aware",) if "vlan" in nic else ()) + (("address_free",) if self._static() else ())
+        codes = list(self.CHECK_CODES)
+        index = codes.index("bridge_exists") + 1
+        codes[index:index] = added
+        if self._static():
+            codes[codes.index("dhcp_available")] = "address_outside_proxmox"
+        return tuple(codes)
 
     def undecidable(self) -> t.Mapping[str, str]:
         """This plan's checks no read can decide, with their fixed texts."""
-        return self.UNDECIDABLE
+        if not self._static():
+            return self.UNDECIDABLE
+        return {**{k: v for k, v in self.UNDECIDABLE.items() if k != "dhcp_available"}, **ADDRESS_UNDECIDABLE}
+
+    def _static(self) -> bool:
+        nic = self.plan.get("nic")
+        return isinstance(nic, dict) and bool(static_families(nic))
+
+    def network_checks(self) -> None:
+        """The named network's checks (after ``bridge_exists``), when the plan's NIC asks for them."""
+        if "bridge_vlan_aware" in self.codes():
+            self.bridge_vlan_aware()
+        if self._static():
+            self.address_free()
+
+    def bridge_vlan_aware(self) -> None:
+        """A tagged NIC needs a VLAN-aware bridge (the catalog network's VLAN, docs/networks.md)."""
+        code = "bridge_vlan_aware"
+        if self.checks.get("bridge_exists") is None or self.checks["bridge_exists"].status != "passed":
+            self.set(code, "unknown", "Not checked: the bridge was not found on the mapped node.")
+            return
+        try:
+            entry = self.client.get(f"/nodes/{self.node}/network/{self.plan['bridge']}")
+        except ProviderError:
+            self.set(code, "unknown", "The bridge's settings could not be read.")
+            return
+        if not isinstance(entry, dict):
+            self.set(code, "unknown", "The bridge's settings could not be understood.")
+        elif truthy(entry.get("bridge_vlan_aware")):
+            self.set(code, "passed", "The bridge is VLAN-aware: the planned VLAN tag applies.")
+        else:
+            self.set(code, "failed", "The bridge is not VLAN-aware; the network's VLAN tag needs a VLAN-aware bridge.")
+
+    def address_free(self) -> None:
+        """No guest Proxmox knows declares a planned static address (``ipconfigN`` of VMs, ``netN`` of containers)."""
+        code = "address_free"
+        nic = self.plan["nic"]
+        wanted = {str(ipaddress.ip_address(planned_address(nic, family) or "")) for family in static_families(nic)}
+        scan = scan_guests(self.client)
+        if scan.problem is not None:
+            self.set(code, "unknown", scan.problem)
+            return
+        holders = sorted(scan.declared[address] for address in wanted if address in scan.declared)
+        if holders:
+            self.set(code, "failed", "Guest %d declares a planned address." % holders[0])
+        elif scan.unread:
+            self.set(
+                code,
+                "unknown",
+                "%d of %d guests could not be read; none of the others declares the address."
+                % (scan.unread, scan.listed),
+            )
+        else:
+            self.set(code, "passed", "None of the %d guests the token can see declares the address." % scan.listed)
 
     def run(self) -> tuple[list[Check], dict[str, t.Any]]:
         """Every check: the checks in ``codes()`` order and the PVE-version capabilities."""

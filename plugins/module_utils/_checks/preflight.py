@@ -15,7 +15,6 @@ provider bodies and configuration values are never forwarded.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import typing as t
 
@@ -25,13 +24,12 @@ from .._api.settings import ConnectionSettings
 from .._core.errors import InputError, ProviderError
 from .._core.protocols import ApiClient
 from .._formats.template_build import stamp_revision
-from .._formats.networks import planned_address, static_families
-from .._operation.addresses import scan_guests
 from .._operation.create import creation_blockers
 from .container import ContainerPreflight
 from .driver import (
     FAIL_ON_CHOICES,
     GIB,
+    ADDRESS_UNDECIDABLE,
     GUEST_UNDECIDABLE,
     SUPPORTED_MAJORS,
     Check,
@@ -67,10 +65,6 @@ UNDECIDABLE = {
     "template_revision": "The template revision is the operator's catalog label; reads cannot prove the template matches it.",
     **GUEST_UNDECIDABLE,
 }
-# A static address: what the reads of every guest cannot prove (docs/networks.md).
-ADDRESS_UNDECIDABLE = {
-    "address_outside_proxmox": "Reads of Proxmox's guests cannot prove that no host outside Proxmox uses the address.",
-}
 
 _DRIVE_KEY = re.compile(r"^(ide|scsi|sata)\d+$")
 
@@ -89,79 +83,13 @@ class VmPreflight(Preflight):
         super().__init__(client, plan, tls_verified)
         self.stamp: tuple[str, str] | None = None
 
-    def codes(self) -> tuple[str, ...]:
-        """A named network adds its checks after ``bridge_exists``: ``bridge_vlan_aware`` (a VLAN tag) and
-        ``address_free`` (a static address, whose ``address_outside_proxmox`` replaces ``dhcp_available``)."""
-        nic = self.plan.get("nic")
-        if not isinstance(nic, dict):
-            return CHECK_CODES
-        added = (("bridge_vlan_aware",) if "vlan" in nic else ()) + (("address_free",) if self._static() else ())
-        codes = list(CHECK_CODES)
-        index = codes.index("bridge_exists") + 1
-        codes[index:index] = added
-        if self._static():
-            codes[codes.index("dhcp_available")] = "address_outside_proxmox"
-        return tuple(codes)
-
-    def undecidable(self) -> t.Mapping[str, str]:
-        if not self._static():
-            return UNDECIDABLE
-        return {**{k: v for k, v in UNDECIDABLE.items() if k != "dhcp_available"}, **ADDRESS_UNDECIDABLE}
-
-    def _static(self) -> bool:
-        nic = self.plan.get("nic")
-        return isinstance(nic, dict) and bool(static_families(nic))
-
     def read_checks(self) -> None:
         self.template()
         self.storage()
         self.bridge()
-        if "bridge_vlan_aware" in self.codes():
-            self.bridge_vlan_aware()
-        if self._static():
-            self.address_free()
+        self.network_checks()
         self.vmid()
         self.privileges()
-
-    def bridge_vlan_aware(self) -> None:
-        """A tagged NIC needs a VLAN-aware bridge (the catalog network's VLAN, docs/networks.md)."""
-        code = "bridge_vlan_aware"
-        if self.checks.get("bridge_exists") is None or self.checks["bridge_exists"].status != "passed":
-            self.set(code, "unknown", "Not checked: the bridge was not found on the mapped node.")
-            return
-        try:
-            entry = self.client.get(f"/nodes/{self.node}/network/{self.plan['bridge']}")
-        except ProviderError:
-            self.set(code, "unknown", "The bridge's settings could not be read.")
-            return
-        if not isinstance(entry, dict):
-            self.set(code, "unknown", "The bridge's settings could not be understood.")
-        elif truthy(entry.get("bridge_vlan_aware")):
-            self.set(code, "passed", "The bridge is VLAN-aware: the planned VLAN tag applies.")
-        else:
-            self.set(code, "failed", "The bridge is not VLAN-aware; the network's VLAN tag needs a VLAN-aware bridge.")
-
-    def address_free(self) -> None:
-        """No guest Proxmox knows declares a planned static address (``ipconfigN`` of VMs, ``netN`` of containers)."""
-        code = "address_free"
-        nic = self.plan["nic"]
-        wanted = {str(ipaddress.ip_address(planned_address(nic, family) or "")) for family in static_families(nic)}
-        scan = scan_guests(self.client)
-        if scan.problem is not None:
-            self.set(code, "unknown", scan.problem)
-            return
-        holders = sorted(scan.declared[address] for address in wanted if address in scan.declared)
-        if holders:
-            self.set(code, "failed", "Guest %d declares a planned address." % holders[0])
-        elif scan.unread:
-            self.set(
-                code,
-                "unknown",
-                "%d of %d guests could not be read; none of the others declares the address."
-                % (scan.unread, scan.listed),
-            )
-        else:
-            self.set(code, "passed", "None of the %d guests the token can see declares the address." % scan.listed)
 
     def mark_undecidable(self) -> None:
         super().mark_undecidable()

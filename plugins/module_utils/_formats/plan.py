@@ -113,13 +113,6 @@ def resolve_mapping(
     mapping = select_mapping(catalog, definition["image"])
     nic = planned_nic(catalog, definition, leased)
     if nic is not None:
-        if is_container(mapping):
-            raise InputError(
-                "Named networks are not available for containers yet; remove network from the definition.",
-                code="invalid_plan",
-                path="network",
-                details={"rule": "container_network"},
-            )
         mapping["network"] = nic
     return mapping
 

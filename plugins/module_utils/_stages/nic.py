@@ -169,3 +169,55 @@ def wanted_ipv6(nic: t.Mapping[str, t.Any]) -> dict[str, str] | None:
     if settings["mode"] == STATIC:
         return {"address": str(planned_address(nic, "ipv6"))}
     return {"prefix": settings["subnet"]} if "subnet" in settings else {}
+
+
+def container_net0_value(nic: t.Mapping[str, t.Any], mac: str) -> str:
+    """A container's ``net0`` (pct's ``--net0``): name, bridge and MAC, then per family ``ip=``/``gw=`` and
+    ``ip6=``/``gw6=`` (``dhcp``, ``auto`` for SLAAC, or the static address; a family that is ``none`` is left out),
+    then the VLAN ``tag`` and ``mtu``."""
+    value = "name=eth0,bridge=%s,hwaddr=%s" % (nic["bridge"], mac)
+    ipconfig = ipconfig0_value(nic)
+    if ipconfig:
+        value += "," + ipconfig
+    if "vlan" in nic:
+        value += ",tag=%d" % nic["vlan"]
+    if "mtu" in nic:
+        value += ",mtu=%d" % nic["mtu"]
+    return value
+
+
+def container_net0_mismatch(value: t.Any, nic: t.Mapping[str, t.Any]) -> str | None:
+    """The first ``net0`` field of a container that is not as planned (``bridge``, ``ip``, ``gw``, ``ip6``, ``gw6``,
+    ``tag``, ``mtu``), or ``None``; addresses compare in canonical form."""
+    planned = parse_property_string(container_net0_value(nic, "00:00:00:00:00:00"), "name")
+    actual = parse_property_string(str(value or ""), "name")
+    for key in ("bridge", "ip", "gw", "ip6", "gw6", "tag", "mtu"):
+        want, got = planned.get(key), actual.get(key)
+        if want == got:
+            continue
+        try:
+            if want is not None and got is not None and ipaddress.ip_interface(want) == ipaddress.ip_interface(got):
+                continue
+        except ValueError:
+            pass
+        return key
+    return None
+
+
+def pick_ipv6(candidates: t.Iterable[str], wanted: t.Mapping[str, str]) -> str | None:
+    """The first global IPv6 of ``candidates`` (not link-local, loopback or multicast): the planned ``address`` itself
+    (static), or one in the planned ``prefix`` (SLAAC, DHCPv6), or any (no prefix known)."""
+    prefix = ipaddress.IPv6Network(wanted["prefix"]) if "prefix" in wanted else None
+    for text in candidates:
+        try:
+            ip = ipaddress.IPv6Address(text)
+        except ValueError:
+            continue
+        if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
+            continue
+        if ("address" in wanted and ip != ipaddress.IPv6Address(wanted["address"])) or (
+            prefix is not None and ip not in prefix
+        ):
+            continue
+        return str(ip)
+    return None

@@ -43,6 +43,7 @@ import typing as t
 from .api.core import DURATIONS, ApiError, Call, Sim, param_error, perm_error, route
 from .state import GIB, format_size, parse_kv
 from .tasks import Task, TaskFailed
+from .vmnet import ipv6_prefix
 
 # simulated task durations (seconds of simulated time), tunable like the qemu ones (PUT /_pvesim/timings)
 DURATIONS.update(
@@ -602,6 +603,37 @@ def _address(sim: Sim, vmid: int, ct: dict[str, t.Any], index: int, net: dict[st
     return str(network.network_address + 100 + (vmid * 8 + index) % max(1, hosts - 100)), network.prefixlen
 
 
+def _eui64(prefix: str, mac: str) -> str:
+    octets = [int(x, 16) for x in mac.split(":")]
+    iid = bytes([octets[0] ^ 0x02, octets[1], octets[2], 0xFF, 0xFE, octets[3], octets[4], octets[5]])
+    return str(ipaddress.IPv6Address(int(ipaddress.IPv6Network(prefix).network_address) | int.from_bytes(iid, "big")))
+
+
+def _addresses6(sim: Sim, vmid: int, ct: dict[str, t.Any], net: dict[str, str]) -> list[tuple[str, int]]:
+    """A container NIC's IPv6 addresses, global first: ``ip6=CIDR`` as given; ``ip6=auto`` (SLAAC) and ``ip6=dhcp``
+    from the prefix announced on its bridge and VLAN (``vmnet.ipv6_prefix``; DHCPv6: interface id ``d6::`` + VMID, a
+    /128), once the container has run as long as a DHCP lease takes; the EUI-64 link-local address always."""
+    mac = net.get("hwaddr", "")
+    if not re.fullmatch(r"(?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}", mac):
+        return []
+    found: list[tuple[str, int]] = []
+    ip6 = net.get("ip6")
+    if ip6 and ip6 not in ("auto", "dhcp", "manual"):
+        iface = ipaddress.IPv6Interface(ip6)
+        found.append((str(iface.ip), iface.network.prefixlen))
+    elif ip6 in ("auto", "dhcp") and ct["started_at"] is not None:
+        up = sim.clock.now() - ct["started_at"] >= sim.durations.get("ct_dhcp", 3.0)
+        bridge = sim.state.members[ct["node"]].bridges.get(net.get("bridge", ""))
+        prefix = ipv6_prefix(bridge, int(net["tag"]) if net.get("tag") else None)
+        if up and prefix is not None:
+            if ip6 == "auto":
+                found.append((_eui64(prefix, mac), 64))
+            else:
+                found.append((str(ipaddress.IPv6Network(prefix).network_address + ((0xD6 << 48) | vmid)), 128))
+    found.append((_eui64("fe80::/64", mac), 64))
+    return found
+
+
 @route("GET", "/nodes/{node}/lxc/{vmid}/interfaces")
 def lxc_interfaces(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
     sim.check_node(call)
@@ -635,6 +667,9 @@ def lxc_interfaces(sim: Sim, call: Call) -> list[dict[str, t.Any]]:
         if address is not None:
             entry["inet"] = f"{address[0]}/{address[1]}"
             entry["ip-addresses"].append({"ip-address": address[0], "ip-address-type": "inet", "prefix": address[1]})
+        for ip6, prefix in _addresses6(sim, vmid, ct, net):
+            entry.setdefault("inet6", f"{ip6}/{prefix}")
+            entry["ip-addresses"].append({"ip-address": ip6, "ip-address-type": "inet6", "prefix": prefix})
         res.append(entry)
     return res
 

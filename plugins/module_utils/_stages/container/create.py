@@ -17,6 +17,7 @@ from ..._core.errors import ProviderError, VmanywareError
 from ..common import binding_description, find_tasks, is_ours, read_config_or_none, refusal_for_taken_vmid
 from ..protocol import StageContext, StageLogic
 from ..outcomes import Request, Resolution, StageError
+from .. import nic as _nic
 from .common import container_mac, require_container_plan, require_ours, template_volume
 
 TAG = "vmanyware"
@@ -76,13 +77,16 @@ class ContainerCreateStage(StageLogic):
             "cores": int(resources["cores"]),
             "memory": int(resources["memoryMiB"]),
             "swap": SWAP_MIB,
-            "net0": "name=eth0,bridge=%s,hwaddr=%s,ip=dhcp" % (ctx.plan["bridge"], container_mac(ctx.operation)),
+            "net0": _nic.container_net0_value(_nic.planned(ctx), container_mac(ctx.operation)),
             "ssh-public-keys": keys,
             "description": binding_description(ctx.operation),
             "tags": TAG,
         }
         if (ctx.mapping.get("features") or {}).get("nesting"):
             params["features"] = "nesting=1"
+        if _nic.named(ctx):  # a named network's DNS settings; without them the container gets the host's
+            dns = _nic.dns_settings(_nic.planned(ctx))
+            params.update({key: value for key, value in dns.items() if value is not None})
         return params
 
     def request(self, ctx: StageContext) -> Request | None:
@@ -108,6 +112,14 @@ class ContainerCreateStage(StageLogic):
                 code="observation_mismatch",
                 details={"stage": ctx.kind, "rule": "rootfs_storage"},
             )
+        if _nic.named(ctx):
+            wrong = _nic.container_net0_mismatch(config.get("net0"), _nic.planned(ctx))
+            if wrong is not None:
+                raise StageError(
+                    "The container's net0 is not the planned network's (%s)." % wrong,
+                    code="observation_mismatch",
+                    details={"stage": ctx.kind, "rule": "net0_" + wrong},
+                )
         unprivileged = str(config.get("unprivileged", "0")) in ("1", "True", "true")
         if unprivileged != bool(ctx.mapping.get("unprivileged", True)):
             raise StageError(
@@ -167,6 +179,11 @@ class ContainerCreateStage(StageLogic):
             "ostemplate": _safe_template(ctx),
             "rootfs": "%s:%d" % (ctx.plan["storage"], ctx.plan["resources"]["diskGiB"]),
             "net0Mac": container_mac(ctx.operation),
+            **(
+                {"net0": _nic.container_net0_value(_nic.planned(ctx), container_mac(ctx.operation))}
+                if _nic.named(ctx)
+                else {}
+            ),
             "unprivileged": bool(ctx.mapping.get("unprivileged", True)),
             "description": binding_description(ctx.operation),
         }

@@ -18,28 +18,53 @@ import typing as t
 from ..._core.errors import ProviderError
 from ..protocol import StageContext, StageLogic
 from ..outcomes import Request, StageError, StageInProgress
+from .. import nic as _nic
+from ..._formats.networks import NONE
 from .common import DEFAULT_READINESS_TIMEOUT, container_mac, power_state, require_ours
 
 _POLL = 2.0
 
 
-def usable_ipv4(entry: t.Mapping[str, t.Any]) -> str | None:
-    """The first global unicast IPv4 of an ``interfaces`` entry (not loopback, link-local or unspecified)."""
-    candidates = [
-        a.get("ip-address")
+def _candidates(entry: t.Mapping[str, t.Any], kind: str) -> list[str]:
+    """The ``kind`` (``inet``, ``inet6``) addresses of an ``interfaces`` entry, without prefix."""
+    found = [
+        str(a.get("ip-address"))
         for a in entry.get("ip-addresses") or []
-        if isinstance(a, dict) and a.get("ip-address-type") == "inet"
+        if isinstance(a, dict) and a.get("ip-address-type") == kind
     ]
-    if isinstance(entry.get("inet"), str):
-        candidates.append(entry["inet"].split("/", 1)[0])
-    for text in candidates:
+    if isinstance(entry.get(kind), str):
+        found.append(entry[kind].split("/", 1)[0])
+    return found
+
+
+def usable_ipv4(entry: t.Mapping[str, t.Any], wanted: str | None = None) -> str | None:
+    """The first global unicast IPv4 of an ``interfaces`` entry (not loopback, link-local or unspecified); with
+    ``wanted`` (a static network's address), that address only."""
+    for text in _candidates(entry, "inet"):
         try:
-            address = ipaddress.IPv4Address(str(text))
+            address = ipaddress.IPv4Address(text)
         except ValueError:
+            continue
+        if wanted is not None and str(address) != wanted:
             continue
         if not (address.is_loopback or address.is_link_local or address.is_unspecified or address.is_multicast):
             return str(address)
     return None
+
+
+def usable_addresses(entry: t.Mapping[str, t.Any], nic: t.Mapping[str, t.Any]) -> dict[str, str | None] | None:
+    """Every planned family's address on the entry (as the VM's readiness: ``usable_addresses``), or ``None``."""
+    found: dict[str, str | None] = {"ipv4": None}
+    if (nic.get("ipv4") or {}).get("mode") != NONE:
+        found["ipv4"] = usable_ipv4(entry, _nic.wanted_address(nic))
+        if found["ipv4"] is None:
+            return None
+    ipv6 = _nic.wanted_ipv6(nic)
+    if ipv6 is not None:
+        found["ipv6"] = _nic.pick_ipv6(_candidates(entry, "inet6"), ipv6)
+        if found["ipv6"] is None:
+            return None
+    return found
 
 
 def _iso(epoch: float) -> str:
@@ -98,10 +123,15 @@ class ContainerReadinessStage(StageLogic):
                     isinstance(entry, dict)
                     and str(entry.get("hwaddr", entry.get("hardware-address", ""))).lower() == mac
                 ):
-                    address = usable_ipv4(entry)
-                    if address is not None:
+                    addresses = usable_addresses(entry, _nic.planned(ctx))
+                    if addresses is not None:
                         return {
-                            "ipv4": address,
+                            "ipv4": addresses["ipv4"],
+                            **(
+                                {"ipv6": addresses["ipv6"], "address": addresses["ipv4"] or addresses["ipv6"]}
+                                if "ipv6" in addresses
+                                else {}
+                            ),
                             "net0Mac": container_mac(ctx.operation),
                             "guestReady": True,
                             "hostKeysVerified": False,
@@ -110,7 +140,8 @@ class ContainerReadinessStage(StageLogic):
             now = self.wall_clock()
             if now >= deadline:
                 raise StageError(
-                    "The container got no usable IPv4 address on net0 before the readiness deadline.",
+                    "The container did not get its planned addresses on net0 (a usable IPv4, the planned IPv6) before "
+                    "the readiness deadline.",
                     code="guest_network_unavailable",
                     details={"stage": ctx.kind, "phase": "network"},
                 )
@@ -126,6 +157,7 @@ class ContainerReadinessStage(StageLogic):
         return dict(
             ctx.operation.get("handoff") or {},
             ipv4=evidence["ipv4"],
+            **{key: evidence[key] for key in ("ipv6", "address") if key in evidence},
             guestUser=ctx.plan["guestUser"],
             readinessObservedAt=evidence["readinessObservedAt"],
             hostKeys="unverified: containers have no API to read SSH host keys (docs/containers.md)",

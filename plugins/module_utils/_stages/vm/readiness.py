@@ -124,18 +124,9 @@ def usable_ipv4(interfaces: t.Any, mac: str, wanted: str | None = None) -> str |
 
 
 def usable_ipv6(interfaces: t.Any, mac: str, wanted: t.Mapping[str, str]) -> str | None:
-    """The first global IPv6 of the interface whose hardware address is ``mac`` (not link-local): the planned
-    ``address`` itself (static), or one in the planned ``prefix`` (SLAAC, DHCPv6), or any (no prefix known)."""
-    prefix = ipaddress.IPv6Network(wanted["prefix"]) if "prefix" in wanted else None
-    for ip in _addresses_of(interfaces, mac, "ipv6"):
-        if ip.version != 6 or not _usable(ip):
-            continue
-        if ("address" in wanted and ip != ipaddress.IPv6Address(wanted["address"])) or (
-            prefix is not None and ip not in prefix
-        ):
-            continue
-        return str(ip)
-    return None
+    """The first global IPv6 of the interface whose hardware address is ``mac`` that readiness waits for
+    (``nic.pick_ipv6``)."""
+    return _nic.pick_ipv6((str(ip) for ip in _addresses_of(interfaces, mac, "ipv6")), wanted)
 
 
 def usable_addresses(interfaces: t.Any, mac: str, nic: t.Mapping[str, t.Any]) -> dict[str, str | None] | None:

@@ -182,8 +182,8 @@ def test_a_repeat_checks_the_network_too() -> None:
     check_repeat_mapping(same, parse_definition(text=dump(choosing("lab-static", "192.0.2.20"))), recorded)
 
 
-def test_containers_refuse_a_named_network() -> None:
-    doc = with_networks(DHCP)
+def test_containers_join_named_networks_too() -> None:
+    doc = with_networks(DHCP, STATIC)
     doc["images"].append(
         {
             "image": "debian-12-ct",
@@ -195,11 +195,11 @@ def test_containers_refuse_a_named_network() -> None:
             "guestUser": "root",
         }
     )
-    wanted = choosing("office")
+    wanted = choosing("lab-static", "192.0.2.20")
     wanted["image"] = "debian-12-ct"
-    with pytest.raises(InputError) as caught:
-        plan(wanted, doc)
-    assert (caught.value.code, caught.value.details["rule"]) == ("invalid_plan", "container_network")
+    planned = plan(wanted, doc)
+    assert planned.plan["guestType"] == "container" and planned.plan["bridge"] == "vmbr2"
+    assert planned.plan["nic"]["ipv4"]["address"] == "192.0.2.20/24" and planned.plan["network"] == "ipv4-static"
 
 
 DUAL = {
