@@ -19,6 +19,10 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan im
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import StageOptions, run_stages
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.cloudinit import CloudinitStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.disk import DiskStage
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.resources import ResourcesStage
 
 pytestmark = pytest.mark.integration
 SPEED = 400
@@ -123,6 +127,39 @@ def test_provision_dual_stack_on_a_vlan(cluster: t.Any, tmp_path: Path) -> None:
     handoff = store.load(operation_id)["handoff"]
     assert (handoff["ipv4"], handoff["ipv6"], handoff["address"]) == (ADDRESS, "2001:db8:2:42::50", ADDRESS)
     assert cluster.schema_violations() == []
+
+
+def test_check_mode_previews_the_network_settings_with_the_qm_equivalent(cluster: t.Any, tmp_path: Path) -> None:
+    dual = dict(LAB, ipv6={"mode": "static", "subnet": "2001:db8:2:42::/64", "gateway": "2001:db8:2:42::1"})
+    planned = _plan(dual, ipv6="2001:db8:2:42::50")
+    client = ProxmoxClient(gs.settings_for(cluster.connection))
+    client.get("/version")
+    store = JournalStore(str(tmp_path / "journal"))
+    document, _created = store.create_operation(
+        idempotency_key="test-%s" % planned.plan_hash,
+        provider_scope_id=client.provider_scope_id,
+        definition=planned.definition,
+        mapping=planned.mapping,
+        plan=planned.plan,
+        confirmation={"confirmed": True},
+        target_node=gs.NODE,
+        target_vmid=gs.VMID,
+        stage_kinds=[step["kind"] for step in planned.plan["steps"]],
+    )
+    env = gs.Env(store, client, document["operationId"], [])
+    for logic in (CloneStage(), ResourcesStage(), DiskStage()):
+        assert env.run(logic)["done"]
+    cluster.clear_requests()
+    preview = env.run(CloudinitStage(), check_mode=True, diff=True)
+    [request] = preview["requests"]
+    assert (
+        "--ipconfig0 ip=%s/24,gw=203.0.113.1,ip6=2001:db8:2:42::50/64,gw6=2001:db8:2:42::1" % ADDRESS in request["cli"]
+    )
+    assert ",bridge=vmbr2,tag=42,mtu=1450" in request["cli"] and "--nameserver 203.0.113.53" in request["cli"]
+    assert request["cli"].startswith("qm set %d " % gs.VMID) or ("\nqm set %d " % gs.VMID) in request["cli"]
+    after = preview["diff"]["after"]
+    assert after["ipconfig0"].endswith("gw6=2001:db8:2:42::1") and after["searchdomain"] == "lab.example"
+    assert [e for e in cluster.requests() if e["method"] != "GET"] == []  # check mode sent nothing
 
 
 def test_provision_ipv6_only_with_slaac(cluster: t.Any, tmp_path: Path) -> None:
