@@ -84,6 +84,11 @@ def create(
     planned = build_plan(
         catalog=catalog_text(attested), definition=definition_text(packages, snapshot), target_vmid=VMID
     )
+    return record(tmp_path, conn, planned)
+
+
+def record(tmp_path: Path, conn: dict[str, t.Any], planned: t.Any, vmid: int = VMID, node: str = NODE) -> Env:
+    """An operation of ``planned`` recorded in ``tmp_path``'s journal directly (no gates, no confirmation check)."""
     client = ProxmoxClient(settings_for(conn))
     client.get("/version")
     store = JournalStore(str(tmp_path / "journal"))
@@ -95,8 +100,8 @@ def create(
         mapping=planned.mapping,
         plan=planned.plan,
         confirmation={"confirmed": True},
-        target_node=NODE,
-        target_vmid=VMID,
+        target_node=node,
+        target_vmid=vmid,
         stage_kinds=kinds,
     )
     return Env(store, client, document["operationId"], kinds)

@@ -83,6 +83,14 @@ def _args(playbook: str, catalog: Path, definition: Path, *extra: str) -> list[s
     ]
 
 
+def _apply(
+    catalog: Path, definition: Path, confirm: Path, env: dict[str, str], tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    args = _args("provision", catalog, definition, "-e", "@%s" % confirm)
+    args += ["-e", "vmanyware_known_hosts_file=%s" % (tmp_path / "known_hosts")]
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
 def _leases(journal: Path) -> dict[str, str]:
     folder = journal / "address-leases"
     leases = [json.loads(path.read_text()) for path in folder.glob("*.json")] if folder.exists() else []

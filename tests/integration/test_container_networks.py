@@ -19,7 +19,6 @@ import guest_support as gs  # noqa: E402  pylint: disable=wrong-import-position
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import run_checks  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan  # noqa: E402
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.container.readiness import (  # noqa: E402
     ContainerReadinessStage,
 )
@@ -77,22 +76,7 @@ def _planned(network: dict[str, t.Any], **addresses: str) -> t.Any:
 
 
 def _run_all(sim: t.Any, tmp_path: Path, planned: t.Any) -> gs.Env:
-    client = ProxmoxClient(gs.settings_for(sim.connection))
-    client.get("/version")
-    store = JournalStore(str(tmp_path / "journal"))
-    kinds = [step["kind"] for step in planned.plan["steps"]]
-    document, _created = store.create_operation(
-        idempotency_key="test-%s" % planned.plan_hash,
-        provider_scope_id=client.provider_scope_id,
-        definition=planned.definition,
-        mapping=planned.mapping,
-        plan=planned.plan,
-        confirmation={"confirmed": True},
-        target_node=gs.NODE,
-        target_vmid=CTID,
-        stage_kinds=kinds,
-    )
-    env = gs.Env(store, client, document["operationId"], kinds)
+    env = gs.record(tmp_path, sim.connection, planned, vmid=CTID)
     for kind in ("template", "create", "start"):
         result = env.run(container_stage(kind), diff=True)
         assert result["done"] and result["stage"]["status"] == "completed", result

@@ -16,7 +16,6 @@ import guest_support as gs
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.preflight import run_checks
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import StageOptions, run_stages
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
@@ -90,63 +89,42 @@ def test_preflight_checks_of_a_static_vlan_network(cluster: t.Any) -> None:
     assert cluster.schema_violations() == []
 
 
-def _provision(cluster: t.Any, tmp_path: Path, planned: t.Any) -> tuple[JournalStore, str, t.Any]:
-    client = ProxmoxClient(gs.settings_for(cluster.connection))
-    client.get("/version")
-    store = JournalStore(str(tmp_path / "journal"))
-    document, _created = store.create_operation(
-        idempotency_key="test-%s" % planned.plan_hash,
-        provider_scope_id=client.provider_scope_id,
-        definition=planned.definition,
-        mapping=planned.mapping,
-        plan=planned.plan,
-        confirmation={"confirmed": True},
-        target_node=gs.NODE,
-        target_vmid=gs.VMID,
-        stage_kinds=[step["kind"] for step in planned.plan["steps"]],
+def _run(env: gs.Env) -> dict[str, t.Any]:
+    return t.cast(
+        "dict[str, t.Any]",
+        run_stages(
+            env.store,
+            env.client,
+            env.operation_id,
+            StageSettings(environ=GATES),
+            StageOptions(readiness_timeout=60),
+            progress_interval=30.0,
+            report=lambda line: None,
+        ),
     )
-    result = run_stages(
-        store,
-        client,
-        document["operationId"],
-        StageSettings(environ=GATES),
-        StageOptions(readiness_timeout=60),
-        progress_interval=30.0,
-        report=lambda line: None,
-    )
+
+
+def _provision(cluster: t.Any, tmp_path: Path, planned: t.Any) -> gs.Env:
+    env = gs.record(tmp_path, cluster.connection, planned)
+    result = _run(env)
     assert result["done"] and result["status"] == "completed", result
-    return store, document["operationId"], client
+    return env
 
 
 def test_provision_dual_stack_on_a_vlan(cluster: t.Any, tmp_path: Path) -> None:
     """Static IPv4 and IPv6 on VLAN 42 of vmbr2 (the simulator announces 2001:db8:2:42::/64 there)."""
     dual = dict(LAB, ipv6={"mode": "static", "subnet": "2001:db8:2:42::/64", "gateway": "2001:db8:2:42::1"})
-    store, operation_id, _client = _provision(cluster, tmp_path, _plan(dual, ipv6="2001:db8:2:42::50"))
+    env = _provision(cluster, tmp_path, _plan(dual, ipv6="2001:db8:2:42::50"))
     config = cluster.vm(gs.VMID)["config"]
     assert config["ipconfig0"] == "ip=%s/24,gw=203.0.113.1,ip6=2001:db8:2:42::50/64,gw6=2001:db8:2:42::1" % ADDRESS
-    handoff = store.load(operation_id)["handoff"]
+    handoff = env.document["handoff"]
     assert (handoff["ipv4"], handoff["ipv6"], handoff["address"]) == (ADDRESS, "2001:db8:2:42::50", ADDRESS)
     assert cluster.schema_violations() == []
 
 
 def test_check_mode_previews_the_network_settings_with_the_qm_equivalent(cluster: t.Any, tmp_path: Path) -> None:
     dual = dict(LAB, ipv6={"mode": "static", "subnet": "2001:db8:2:42::/64", "gateway": "2001:db8:2:42::1"})
-    planned = _plan(dual, ipv6="2001:db8:2:42::50")
-    client = ProxmoxClient(gs.settings_for(cluster.connection))
-    client.get("/version")
-    store = JournalStore(str(tmp_path / "journal"))
-    document, _created = store.create_operation(
-        idempotency_key="test-%s" % planned.plan_hash,
-        provider_scope_id=client.provider_scope_id,
-        definition=planned.definition,
-        mapping=planned.mapping,
-        plan=planned.plan,
-        confirmation={"confirmed": True},
-        target_node=gs.NODE,
-        target_vmid=gs.VMID,
-        stage_kinds=[step["kind"] for step in planned.plan["steps"]],
-    )
-    env = gs.Env(store, client, document["operationId"], [])
+    env = gs.record(tmp_path, cluster.connection, _plan(dual, ipv6="2001:db8:2:42::50"))
     for logic in (CloneStage(), ResourcesStage(), DiskStage()):
         assert env.run(logic)["done"]
     cluster.clear_requests()
@@ -173,9 +151,9 @@ def test_provision_ipv6_only_with_slaac(cluster: t.Any, tmp_path: Path) -> None:
     }
     planned = _plan(v6, address=None)
     assert planned.plan["network"] == "ipv6-slaac"
-    store, operation_id, _client = _provision(cluster, tmp_path, planned)
+    env = _provision(cluster, tmp_path, planned)
     assert cluster.vm(gs.VMID)["config"]["ipconfig0"] == "ip6=auto"
-    handoff = store.load(operation_id)["handoff"]
+    handoff = env.document["handoff"]
     assert (
         handoff["ipv4"] is None and handoff["ipv6"].startswith("2001:db8::") and handoff["address"] == handoff["ipv6"]
     )
@@ -184,47 +162,15 @@ def test_provision_ipv6_only_with_slaac(cluster: t.Any, tmp_path: Path) -> None:
 
 
 def test_provision_with_a_static_address(cluster: t.Any, tmp_path: Path) -> None:
-    planned = _plan(LAB)
-    client = ProxmoxClient(gs.settings_for(cluster.connection))
-    client.get("/version")
-    store = JournalStore(str(tmp_path / "journal"))
-    document, _created = store.create_operation(
-        idempotency_key="test-%s" % planned.plan_hash,
-        provider_scope_id=client.provider_scope_id,
-        definition=planned.definition,
-        mapping=planned.mapping,
-        plan=planned.plan,
-        confirmation={"confirmed": True},
-        target_node=gs.NODE,
-        target_vmid=gs.VMID,
-        stage_kinds=[step["kind"] for step in planned.plan["steps"]],
-    )
-    result = run_stages(
-        store,
-        client,
-        document["operationId"],
-        StageSettings(environ=GATES),
-        StageOptions(readiness_timeout=60),
-        progress_interval=30.0,
-        report=lambda line: None,
-    )
-    assert result["done"] and result["status"] == "completed", result
+    env = _provision(cluster, tmp_path, _plan(LAB))
     config = cluster.vm(gs.VMID)["config"]
     assert config["net0"].endswith(",bridge=vmbr2,mtu=1450,tag=42")  # print_net: properties sorted by key
     assert config["ipconfig0"] == "ip=%s/24,gw=203.0.113.1" % ADDRESS
     assert config["nameserver"] == "203.0.113.53" and config["searchdomain"] == "lab.example"
-    handoff = store.load(document["operationId"])["handoff"]
+    handoff = env.document["handoff"]
     assert handoff["ipv4"] == ADDRESS
     assert all(line.startswith(ADDRESS + " ") for line in handoff["knownHosts"])
     # a re-run sends nothing: every setting is read back as planned
-    again = run_stages(
-        store,
-        client,
-        document["operationId"],
-        StageSettings(environ=GATES),
-        StageOptions(readiness_timeout=60),
-        progress_interval=30.0,
-        report=lambda line: None,
-    )
+    again = _run(env)
     assert not again["changed"] and again["requests"] == []
     assert cluster.schema_violations() == []

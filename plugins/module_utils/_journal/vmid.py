@@ -191,6 +191,32 @@ def _corrupt_lease(path: str) -> JournalError:
     )
 
 
+def read_lease(
+    path: str,
+    *,
+    kind: str,
+    keys: tuple[str, ...],
+    valid: t.Callable[[dict[str, t.Any]], bool],
+    corrupt: t.Callable[[str], JournalError],
+) -> dict[str, t.Any] | None:
+    """A lease file (a VMID's here, an address's in ``_operation/addresses.py``): ``None`` when there is none; exactly
+    ``keys`` in order, the ``kind``, ``valid`` fields and parseable ``createdAt``/``expiresAt``, else ``corrupt``."""
+    try:
+        lease = read_json_strict(path, MAX_LEASE_BYTES, follow_symlinks=False)
+    except LocalFileError as err:
+        if err.code == "not_found":
+            return None
+        raise corrupt(path) from None
+    if not isinstance(lease, dict) or tuple(lease) != keys or lease["kind"] != kind or not valid(lease):
+        raise corrupt(path)
+    try:
+        epoch_seconds(lease["createdAt"])
+        epoch_seconds(lease["expiresAt"])
+    except (TypeError, ValueError):
+        raise corrupt(path) from None
+    return lease
+
+
 class LeaseBook:
     """The leases of one provider scope in one journal directory. Writers hold ``store.journal_lock()``."""
 
@@ -203,28 +229,18 @@ class LeaseBook:
         return self.store.lease_path(self.scope, vmid)
 
     def read_file(self, path: str) -> dict[str, t.Any] | None:
-        try:
-            lease = read_json_strict(path, MAX_LEASE_BYTES, follow_symlinks=False)
-        except LocalFileError as err:
-            if err.code == "not_found":
-                return None
-            raise _corrupt_lease(path) from None
-        if (
-            not isinstance(lease, dict)
-            or tuple(lease) != LEASE_KEYS
-            or lease["kind"] != LEASE_KIND
-            or not isinstance(lease["providerScopeId"], str)
-            or _as_int(lease["vmid"]) is None
-            or not isinstance(lease["owner"], str)
-            or lease["purpose"] not in PURPOSES
-        ):
-            raise _corrupt_lease(path)
-        try:
-            epoch_seconds(lease["createdAt"])
-            epoch_seconds(lease["expiresAt"])
-        except (TypeError, ValueError):
-            raise _corrupt_lease(path) from None
-        return lease
+        return read_lease(
+            path,
+            kind=LEASE_KIND,
+            keys=LEASE_KEYS,
+            valid=lambda lease: (
+                isinstance(lease["providerScopeId"], str)
+                and _as_int(lease["vmid"]) is not None
+                and isinstance(lease["owner"], str)
+                and lease["purpose"] in PURPOSES
+            ),
+            corrupt=_corrupt_lease,
+        )
 
     def read(self, vmid: int) -> dict[str, t.Any] | None:
         lease = self.read_file(self.path(vmid))

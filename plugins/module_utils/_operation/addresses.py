@@ -29,7 +29,7 @@ import typing as t
 
 from .._api.pveconfig import parse_property_string
 from .._core.errors import InputError, ProviderError, VmanywareError, snake_keys
-from .._core.files import LocalFileError, create_json_exclusive, read_json_strict, remove_file_durable
+from .._core.files import LocalFileError, create_json_exclusive, remove_file_durable
 from .._core.protocols import ApiClient
 from .._formats.networks import (
     AUTO,
@@ -42,10 +42,10 @@ from .._formats.networks import (
     reserved_addresses,
 )
 from .._journal import TIMESTAMP_FORMAT, JournalError, JournalStore, epoch_seconds
+from .._journal.vmid import read_lease
 
 LEASE_KIND = "vmanyware.dev/v1/AddressLease"
 LEASE_KEYS = ("kind", "providerScopeId", "network", "family", "address", "owner", "createdAt", "expiresAt")
-MAX_LEASE_BYTES = 4096
 # More guests than this and the scan reads none of their configurations: a bounded set of GETs.
 MAX_GUESTS_READ = 500
 
@@ -146,26 +146,13 @@ class AddressBook:
         return self.store.layout.address_lease_path(self.scope, family, address)
 
     def read_file(self, path: str) -> dict[str, t.Any] | None:
-        try:
-            lease = read_json_strict(path, MAX_LEASE_BYTES, follow_symlinks=False)
-        except LocalFileError as err:
-            if err.code == "not_found":
-                return None
-            raise _corrupt(path) from None
-        if (
-            not isinstance(lease, dict)
-            or tuple(lease) != LEASE_KEYS
-            or lease["kind"] != LEASE_KIND
-            or lease["family"] not in FAMILIES
-            or not all(isinstance(lease[key], str) for key in LEASE_KEYS)
-        ):
-            raise _corrupt(path)
-        try:
-            epoch_seconds(lease["createdAt"])
-            epoch_seconds(lease["expiresAt"])
-        except (TypeError, ValueError):
-            raise _corrupt(path) from None
-        return lease
+        return read_lease(
+            path,
+            kind=LEASE_KIND,
+            keys=LEASE_KEYS,
+            valid=lambda lease: lease["family"] in FAMILIES and all(isinstance(lease[key], str) for key in LEASE_KEYS),
+            corrupt=_corrupt,
+        )
 
     def read(self, family: str, address: str) -> dict[str, t.Any] | None:
         return self.read_file(self.path(family, address))
