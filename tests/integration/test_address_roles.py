@@ -130,22 +130,7 @@ def test_concurrent_reviews_lease_different_addresses_and_the_apply_run_uses_its
     blocks = {path: yaml.safe_load(confirms[path].read_text())["provision_confirmation"] for path in (web, db)}
     assert blocks[web]["addresses"] == {"ipv4": leases[str(web)]}  # the confirmation names the leased address
 
-    applied = subprocess.run(
-        _args(
-            "provision",
-            catalog,
-            web,
-            "-e",
-            "@%s" % confirms[web],
-            "-e",
-            "vmanyware_known_hosts_file=%s" % (tmp_path / "kh"),
-        ),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    applied = _apply(catalog, web, confirms[web], env, tmp_path)
     assert applied.returncode == 0, applied.stdout[-4000:]
     address = leases[str(web)]
     [operation] = [json.loads(path.read_text()) for path in journal.glob("op-*.json")]
@@ -158,22 +143,7 @@ def test_concurrent_reviews_lease_different_addresses_and_the_apply_run_uses_its
     assert len(list((journal / "address-claims").glob("*.json"))) == 1
 
     pvesim.clear_requests()
-    rerun = subprocess.run(
-        _args(
-            "provision",
-            catalog,
-            web,
-            "-e",
-            "@%s" % confirms[web],
-            "-e",
-            "vmanyware_known_hosts_file=%s" % (tmp_path / "kh"),
-        ),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    rerun = _apply(catalog, web, confirms[web], env, tmp_path)
     assert rerun.returncode == 0, rerun.stdout[-3000:]
     assert _mutations(pvesim) == []
     assert "is planned by operation %s" % operation["operationId"] in rerun.stdout
