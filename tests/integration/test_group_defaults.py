@@ -135,6 +135,7 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         "catalog_path": str(REPO / "examples/catalog.yml"),
         "definition_path": str(definition),
         "target_vmid": 201,
+        "addresses": {},  # the example definition names no network: nothing is leased
         "catalog": yaml.safe_load((REPO / "examples/catalog.yml").read_text()),
         "definition": yaml.safe_load(definition.read_text()),
         "journal_dir": str(journal),
