@@ -161,7 +161,7 @@ class StageRunner(GuestExecution):
                 raise StageError(code=GATE_CODES[gate], details={"stage": ctx.kind, "gate": gate})
         if self.settings.catalog is not None:
             try:
-                mapping: dict[str, t.Any] | None = resolve_mapping(self.settings.catalog, ctx.definition)
+                mapping: dict[str, t.Any] | None = resolve_mapping(self.settings.catalog, ctx.definition, ctx.node)
             except InputError:
                 mapping = None
             if mapping != ctx.mapping:
