@@ -106,6 +106,9 @@ options:
   target_vmid:
     description: With O(confirmation), the VMID of the new VM (as O(vmanyware.proxmox.vmanyware_operation#module:target_vmid)).
     type: int
+  target_node:
+    description: With O(confirmation), the node of the new VM (as O(vmanyware.proxmox.vmanyware_operation#module:target_node)).
+    type: str
   idempotency_key:
     description:
       - With O(confirmation), as O(vmanyware.proxmox.vmanyware_operation#module:idempotency_key) (default
