@@ -36,7 +36,7 @@ from .._core.errors import InputError, ProviderError, VmanywareError
 from .._core.protocols import ApiClient
 from .._formats.catalog import is_container
 from .._formats.plan import check_target_node, planned_network, resolve_mapping
-from .clone_source import PASSED, online_nodes, shared_flags, source_shared
+from .clone_source import PASSED, shared_flags, source_shared
 
 MIB = 1024**2
 GIB = 1024**3

@@ -24,7 +24,7 @@ import typing as t
 from .._core.errors import InputError
 from .definition import parse_definition
 from .catalog import is_container, parse_catalog
-from .networks import STATIC, planned_nic
+from .networks import planned_nic
 from .hashing import definition_hash as compute_definition_hash
 from .hashing import plan_hash as compute_plan_hash
 from .schemas import API_VERSION, NODE_PATTERN, VMID_MAX, VMID_MIN
