@@ -41,6 +41,16 @@ options:
       - It is part of the plan hash.
     type: int
     required: true
+  target_node:
+    description:
+      - The node the new guest goes to, a concrete node name as M(vmanyware.proxmox.vmanyware_placement) chose it (V(auto) is
+        refused with C(invalid_target_node), since placement runs first). Absent, the definition's C(targetNode), else the node of
+        the image's catalog mapping; the plan and every hash are then exactly as without this option.
+      - A catalog mapping of the image on that node is cloned there (a per-node template); otherwise the image's first mapping is
+        cloned with Proxmox's C(target) parameter, and the mapping the plan hashes records C(targetNode). The plan document's
+        C(clone) says which (C(method) V(per-node-template) or V(target), C(sourceNode)). See "Placement" in C(docs/operations.md).
+      - Must agree with the definition's C(targetNode) when it names a node (C(target_node_conflict)).
+    type: str
   addresses:
     description:
       - "The addresses leased for a definition whose C(network) asks for C(address: auto), as C(ipv4) and C(ipv6) keys

@@ -106,6 +106,9 @@ options:
   target_vmid:
     description: With O(confirmation), the VMID of the new VM (as O(vmanyware.proxmox.vmanyware_operation#module:target_vmid)).
     type: int
+  target_node:
+    description: With O(confirmation), the node of the new VM (as O(vmanyware.proxmox.vmanyware_operation#module:target_node)).
+    type: str
   addresses:
     description: With O(confirmation), the addresses leased for C(address) V(auto) (as O(vmanyware.proxmox.vmanyware_operation#module:addresses)).
     type: dict

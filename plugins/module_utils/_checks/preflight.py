@@ -25,6 +25,7 @@ from .._core.errors import InputError, ProviderError
 from .._core.protocols import ApiClient
 from .._formats.template_build import stamp_revision
 from .._operation.create import creation_blockers
+from .clone_source import online_nodes, shared_flags, source_shared
 from .container import ContainerPreflight
 from .driver import (
     FAIL_ON_CHOICES,
@@ -65,6 +66,9 @@ UNDECIDABLE = {
     "template_revision": "The template revision is the operator's catalog label; reads cannot prove the template matches it.",
     **GUEST_UNDECIDABLE,
 }
+# A plan that clones to another node (``clone.method: target``, docs/operations.md "Placement") adds these after the
+# template checks: the target node is online, and the template's volumes are on shared storage.
+CLONE_TARGET_CODES = ("target_node_online", "clone_source_shared")
 
 _DRIVE_KEY = re.compile(r"^(ide|scsi|sata)\d+$")
 
@@ -82,14 +86,49 @@ class VmPreflight(Preflight):
     def __init__(self, client: ApiClient, plan: t.Mapping[str, t.Any], tls_verified: bool = True) -> None:
         super().__init__(client, plan, tls_verified)
         self.stamp: tuple[str, str] | None = None
+        # The template is read on its own node; the guest's storage, bridge and privileges are checked on the target.
+        self.source_node: str = self.source["node"]
+        self.template_config: t.Mapping[str, t.Any] | None = None
+
+    def _clone_target(self) -> bool:
+        clone = self.plan.get("clone")
+        return isinstance(clone, dict) and clone.get("method") == "target"
+
+    def codes(self) -> tuple[str, ...]:
+        """The network's checks (the driver's), and after the template checks the clone-to-another-node ones."""
+        codes = list(super().codes())
+        if self._clone_target():
+            index = codes.index("template_guest_agent") + 1
+            codes[index:index] = CLONE_TARGET_CODES
+        return tuple(codes)
 
     def read_checks(self) -> None:
         self.template()
+        if self._clone_target():
+            self.clone_target()
         self.storage()
         self.bridge()
         self.network_checks()
         self.vmid()
         self.privileges()
+
+    def clone_target(self) -> None:
+        """A clone to another node: that node online (``GET /nodes``) and every template volume on shared storage (the
+        storage list of the template's node), which Proxmox requires (``clone_source.py``)."""
+        online = online_nodes(self.client)
+        if online is None:
+            self.set("target_node_online", "unknown", "The cluster's nodes could not be read.")
+        elif online.get(self.node):
+            self.set("target_node_online", "passed", "The target node is online.")
+        elif self.node in online:
+            self.set("target_node_online", "failed", "The target node is offline.")
+        else:
+            self.set("target_node_online", "failed", "The target node is not a node of the cluster.")
+        if self.template_config is None:
+            self.set("clone_source_shared", "unknown", "Not checked: the template's configuration could not be read.")
+            return
+        status, message = source_shared(self.template_config, shared_flags(self.client, self.source_node))
+        self.set("clone_source_shared", status, message)
 
     def mark_undecidable(self) -> None:
         super().mark_undecidable()
@@ -109,7 +148,7 @@ class VmPreflight(Preflight):
         codes = ("template_is_template", "template_disk", "template_cloudinit_drive", "template_guest_agent")
         vmid = self.source["templateVmid"]
         try:
-            config = self.client.get(f"/nodes/{self.node}/qemu/{vmid}/config")
+            config = self.client.get(f"/nodes/{self.source_node}/qemu/{vmid}/config")
         except ProviderError as err:
             if err.code == "not_found":
                 self.set("template_exists", "failed", "The template VMID does not exist on the mapped node.")
@@ -128,6 +167,7 @@ class VmPreflight(Preflight):
             self.unknown(codes, "Not checked: the template's configuration could not be understood.")
             return
         self.set("template_exists", "passed", "The template VMID exists on the mapped node.")
+        self.template_config = config
         self.stamp = stamp_revision(config.get("description"))
         if truthy(config.get("template")):
             self.set("template_is_template", "passed", "The source VM is a template.")

@@ -26,6 +26,9 @@ ERROR_CODES: dict[str, str] = {
     "invalid_definition": "The environment definition is not a valid v1 Environment.",
     "invalid_template_build": "The template build is not a valid v1 TemplateBuild.",
     "invalid_target_vmid": "The target VMID is outside 100-999999999 or equals the template VMID.",
+    "invalid_target_node": "The target node is not a node name, is auto (resolved by placement first), or cannot hold this guest.",
+    "target_node_conflict": "The target node differs from the node the definition's targetNode names.",
+    "placement_required": "The definition asks for targetNode auto: run placement and plan with the node it chose.",
     "image_not_mapped": "The definition's image has no mapping in the template catalog.",
     "repeat_image_removed": "The repeated operation's image is no longer in the template catalog.",
     "repeat_mapping_changed": "The template catalog maps the repeated operation's image differently than when it was recorded.",
@@ -84,6 +87,7 @@ ERROR_CODES: dict[str, str] = {
     "observation_mismatch": "After the request, Proxmox does not show the state the stage requested.",
     "vmid_taken": "The VMID is used by a guest this operation did not create, or leased by another owner; nothing was sent.",
     "no_free_vmid": "No VMID of the range is free on Proxmox and unheld by local operations and leases.",
+    "no_node_qualifies": "Placement found no cluster node that qualifies for the plan; nothing was chosen.",
     "address_taken": "The address is declared by a guest, or leased to another owner; nothing was reserved.",
     "no_free_address": "No address of the network's pool is free of guests, local operations and leases.",
     # lifecycle (docs/operations.md, "Lifecycle")

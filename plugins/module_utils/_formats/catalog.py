@@ -102,13 +102,15 @@ def _mapping_rules(mapping: t.Mapping[str, t.Any], path: str, code: str) -> dict
 def validate_catalog(data: t.Any) -> dict[str, t.Any]:
     """Validate a parsed catalog; return it normalized (plain types, catalog field order)."""
     check_document_schema(CATALOG_SCHEMA_V1, data, CATALOG)
-    seen: set[str] = set()
+    # One image may map to a template on each node (per-node templates, docs/operations.md "Placement"): only the
+    # same image twice on one node is ambiguous.
+    seen: set[tuple[str, str]] = set()
     images: list[dict[str, t.Any]] = []
     for index, mapping in enumerate(data["images"]):
         path = "images[%d]" % index
-        if mapping["image"] in seen:
+        if (mapping["image"], mapping["node"]) in seen:
             raise FormatError(CATALOG, path + ".image", "duplicate_image")
-        seen.add(mapping["image"])
+        seen.add((mapping["image"], mapping["node"]))
         images.append(_mapping_rules(mapping, path, CATALOG))
     catalog: dict[str, t.Any] = {"apiVersion": API_VERSION, "kind": "TemplateCatalog", "images": images}
     if "networks" in data:  # optional: a catalog without it normalizes exactly as before

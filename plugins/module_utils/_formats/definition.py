@@ -23,7 +23,7 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
     """Validate a parsed definition; return it normalized with defaults applied.
 
     Defaults: ``packages`` becomes ``[]`` and ``snapshotAfterProvisioning`` ``false`` when
-    absent; a package ``version`` and ``network`` stay absent when not given.
+    absent; a package ``version``, ``targetNode`` and ``network`` stay absent when not given.
     """
     check_document_schema(DEFINITION_SCHEMA_V1, data, DEFINITION)
     keys: set[tuple[str, bytes]] = set()
@@ -58,6 +58,8 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
         "packages": packages,
         "snapshotAfterProvisioning": bool(data.get("snapshotAfterProvisioning", False)),
     }
+    if "targetNode" in data:  # optional: without it the definition (and its hash) is exactly as before
+        normalized["targetNode"] = str(data["targetNode"])
     if "network" in data:  # optional: without it the definition (and its hash) is exactly as before
         network: dict[str, t.Any] = {"name": str(data["network"]["name"])}
         for family in ("ipv4", "ipv6"):

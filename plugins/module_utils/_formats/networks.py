@@ -271,3 +271,17 @@ def planned_address(nic: t.Mapping[str, t.Any], family: str) -> str | None:
     if settings.get("mode") != STATIC:
         return None
     return str(settings["address"]).split("/", 1)[0]
+
+
+def pool_placeholders(catalog: t.Mapping[str, t.Any], definition: t.Mapping[str, t.Any]) -> dict[str, str]:
+    """For each family a definition leaves to the pool (``address: auto``), the pool's first address: what placement
+    resolves the NIC with, as it reads only the bridge and VLAN (the real address is leased separately, and planned)."""
+    chosen = definition.get("network") or {}
+    network = next((n for n in catalog.get("networks", []) if n["name"] == chosen.get("name")), None)
+    if network is None:
+        return {}
+    return {
+        family: network[family]["pool"][0]["first"]
+        for family in FAMILIES
+        if (chosen.get(family) or {}).get("address") == AUTO and "pool" in (network.get(family) or {})
+    }

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import re
 import typing as t
 
 from .._core.errors import InputError
@@ -26,11 +27,17 @@ from .catalog import is_container, parse_catalog
 from .networks import FAMILIES, planned_nic
 from .hashing import definition_hash as compute_definition_hash
 from .hashing import plan_hash as compute_plan_hash
-from .schemas import API_VERSION, VMID_MAX, VMID_MIN
+from .schemas import API_VERSION, NODE_PATTERN, VMID_MAX, VMID_MIN
 from .._stages.registry import CONTAINER, VM, planned_steps
 
 PROVIDER = "proxmox-ve"
 NETWORK = "ipv4-dhcp"
+# A definition's targetNode (and the roles' target_node) asking placement to choose the node.
+AUTO_NODE = "auto"
+# How the new guest's clone reaches its node (the plan's ``clone.method``, docs/operations.md "Placement").
+PER_NODE_TEMPLATE = "per-node-template"
+CLONE_TARGET = "target"
+_NODE = re.compile(NODE_PATTERN)
 
 
 def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
@@ -42,6 +49,9 @@ def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
         "definition": {"type": "raw"},
         "target_vmid": {"type": "int", "required": True},
         "addresses": {"type": "dict"},
+        # The concrete node the guest goes to (placement, docs/operations.md); absent: the mapping's node, and the plan
+        # and every hash are exactly what they were before the option existed.
+        "target_node": {"type": "str"},
     }
 
 
@@ -85,12 +95,65 @@ def check_target_vmid(target_vmid: t.Any, template_vmid: int | None = None) -> i
     return int(target_vmid)
 
 
-def select_mapping(catalog: t.Mapping[str, t.Any], image: str) -> dict[str, t.Any]:
-    """The catalog mapping whose ``image`` equals ``image`` exactly (``image_not_mapped`` otherwise)."""
-    for mapping in catalog["images"]:
-        if mapping["image"] == image:
+def check_target_node(target_node: t.Any) -> str | None:
+    """A concrete node name or ``None`` (``invalid_target_node``: ``auto`` is resolved by placement before planning)."""
+    if target_node is None:
+        return None
+    if not isinstance(target_node, str) or not _NODE.match(target_node):
+        raise InputError(code="invalid_target_node", path="target_node", details={"rule": "format"})
+    if target_node == AUTO_NODE:
+        raise InputError(
+            "target_node auto is resolved by vmanyware_placement before planning; plan with the node it chose.",
+            code="invalid_target_node",
+            path="target_node",
+            details={"rule": "placement_first"},
+        )
+    return target_node
+
+
+def requested_node(definition: t.Mapping[str, t.Any], target_node: str | None) -> str | None:
+    """The concrete node a plan targets from the definition's ``targetNode`` and the ``target_node`` input: they must
+    agree (``target_node_conflict``); a definition asking for ``auto`` needs the node placement chose
+    (``placement_required``); neither: ``None`` (the mapping's node)."""
+    wanted = definition.get("targetNode")
+    if wanted == AUTO_NODE and target_node is None:
+        raise InputError(
+            "The definition asks for targetNode auto: run placement (vmanyware_placement) and plan with its node.",
+            code="placement_required",
+            path="targetNode",
+            details={"rule": "placement_first"},
+        )
+    if wanted not in (None, AUTO_NODE) and target_node is not None and wanted != target_node:
+        raise InputError(code="target_node_conflict", path="target_node", details={"rule": "equals_definition"})
+    return target_node if target_node is not None else t.cast("str | None", wanted if wanted != AUTO_NODE else None)
+
+
+def select_mapping(catalog: t.Mapping[str, t.Any], image: str, target_node: str | None = None) -> dict[str, t.Any]:
+    """The catalog mapping for ``image`` (``image_not_mapped`` when there is none).
+
+    Without ``target_node``: the image's first mapping, exactly as recorded. With it: the image's mapping on that node
+    (a per-node template), else the first mapping plus ``targetNode`` (a clone with Proxmox's ``target`` parameter,
+    which needs the template on shared storage: preflight ``clone_source_shared``). ``targetNode`` is in the hashed
+    mapping only when the guest does not go to the template's node.
+    """
+    mappings = [mapping for mapping in catalog["images"] if mapping["image"] == image]
+    if not mappings:
+        raise InputError(code="image_not_mapped", path="image", details={"rule": "not_in_catalog"})
+    if target_node is None:
+        return copy.deepcopy(dict(mappings[0]))
+    for mapping in mappings:
+        if mapping["node"] == target_node:
             return copy.deepcopy(dict(mapping))
-    raise InputError(code="image_not_mapped", path="image", details={"rule": "not_in_catalog"})
+    chosen = copy.deepcopy(dict(mappings[0]))
+    if is_container(chosen):
+        raise InputError(
+            "A container is created on its mapping's node; map the image on the target node.",
+            code="invalid_target_node",
+            path="target_node",
+            details={"rule": "container_mapping_on_node"},
+        )
+    chosen["targetNode"] = target_node
+    return chosen
 
 
 def check_addresses(addresses: t.Any) -> dict[str, str]:
@@ -104,13 +167,21 @@ def check_addresses(addresses: t.Any) -> dict[str, str]:
     return {str(key): str(value) for key, value in addresses.items()}
 
 
+def target_node_of(mapping: t.Mapping[str, t.Any]) -> str:
+    """The node the new guest goes to: the mapping's ``targetNode`` when placed elsewhere, else the template's node."""
+    return t.cast(str, mapping.get("targetNode", mapping["node"]))
+
+
 def resolve_mapping(
-    catalog: t.Mapping[str, t.Any], definition: t.Mapping[str, t.Any], leased: t.Mapping[str, str] | None = None
+    catalog: t.Mapping[str, t.Any],
+    definition: t.Mapping[str, t.Any],
+    target_node: str | None = None,
+    leased: t.Mapping[str, str] | None = None,
 ) -> dict[str, t.Any]:
-    """The mapping a plan records: the catalog's for the definition's image, with the NIC of the definition's network
-    (``network``, docs/networks.md) when it names one; without, exactly the catalog's mapping. ``leased``: the
-    addresses leased for ``address: auto``."""
-    mapping = select_mapping(catalog, definition["image"])
+    """The mapping a plan records: the catalog's for the definition's image (on ``target_node``, ``select_mapping``),
+    with the NIC of the definition's network (``network``, docs/networks.md) when it names one; without, exactly the
+    catalog's mapping. ``leased``: the addresses leased for ``address: auto``."""
+    mapping = select_mapping(catalog, definition["image"], target_node)
     nic = planned_nic(catalog, definition, leased)
     if nic is not None:
         mapping["network"] = nic
@@ -147,7 +218,10 @@ def planned_network(mapping: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
 
 
 def check_repeat_mapping(
-    catalog: t.Mapping[str, t.Any], definition: t.Mapping[str, t.Any], recorded: t.Mapping[str, t.Any]
+    catalog: t.Mapping[str, t.Any],
+    definition: t.Mapping[str, t.Any],
+    recorded: t.Mapping[str, t.Any],
+    target_node: str | None = None,
 ) -> None:
     """A repeat plans a recorded operation's definition again (the provision role's ``provision_repeat_operation``): the
     current catalog must still map its image, exactly as the ``recorded`` mapping, its network included
@@ -156,7 +230,7 @@ def check_repeat_mapping(
     if not any(mapping["image"] == image for mapping in catalog["images"]):
         raise InputError(code="repeat_image_removed", path="image", details={"rule": "in_current_catalog"})
     try:
-        current = resolve_mapping(catalog, definition, recorded_leases(recorded))
+        current = resolve_mapping(catalog, definition, target_node, recorded_leases(recorded))
     except InputError as err:
         if err.details.get("rule") != "outside_pool":
             raise
@@ -174,8 +248,10 @@ def plan_document(
     target_vmid: int,
     definition_hash: str,
     plan_hash: str,
+    placed: bool = False,
 ) -> dict[str, t.Any]:
-    """The v1 plan document (docs/formats.md, "Plan v1")."""
+    """The v1 plan document (docs/formats.md, "Plan v1"); ``placed``: a target node was given, and ``clone`` says how
+    the guest reaches it."""
     resources = definition["resources"]
     document = {
         "apiVersion": API_VERSION,
@@ -185,7 +261,7 @@ def plan_document(
         "planHash": plan_hash,
         "provider": PROVIDER,
         "source": copy.deepcopy(dict(mapping)),
-        "target": {"node": mapping["node"], "vmid": target_vmid, "name": definition["name"]},
+        "target": {"node": target_node_of(mapping), "vmid": target_vmid, "name": definition["name"]},
         "resources": {
             "cores": resources["cores"],
             "memoryMiB": resources["memoryMiB"],
@@ -207,6 +283,9 @@ def plan_document(
         document["guestType"] = "container"
     if "network" in mapping:  # a named network; plans without one keep exactly their v1 fields
         document["nic"] = planned_network(mapping)
+    if placed or "targetNode" in mapping:  # a plan without a target node keeps exactly its v1 fields
+        method = CLONE_TARGET if "targetNode" in mapping else PER_NODE_TEMPLATE
+        document["clone"] = {"method": method, "sourceNode": mapping["node"]}
     return document
 
 
@@ -217,6 +296,7 @@ def build_plan(
     definition: str | t.Mapping[str, t.Any] | None = None,
     definition_path: str | os.PathLike[str] | None = None,
     target_vmid: int,
+    target_node: str | None = None,
     repeat_mapping: t.Mapping[str, t.Any] | None = None,
     addresses: t.Mapping[str, str] | None = None,
 ) -> PlannedEnvironment:
@@ -225,7 +305,8 @@ def build_plan(
     Exactly one of ``catalog``/``catalog_path`` and one of ``definition``/``definition_path``
     must be given (``invalid_plan`` otherwise). Codes: ``invalid_catalog``,
     ``invalid_definition``, ``invalid_target_vmid``, ``image_not_mapped``,
-    ``disk_shrink_unsupported``, ``network_not_in_catalog``, ``invalid_network_address``, ``invalid_plan``; with
+    ``disk_shrink_unsupported``, ``network_not_in_catalog``, ``invalid_network_address``, ``invalid_plan``,
+    ``invalid_target_node``, ``target_node_conflict``, ``placement_required``; with
     ``repeat_mapping`` (the mapping a repeated operation recorded)
     ``repeat_image_removed`` and ``repeat_mapping_changed`` (``check_repeat_mapping``).
     """
@@ -244,11 +325,13 @@ def build_plan(
             details={"rule": "one_source"},
         )
     check_target_vmid(target_vmid)
+    given_node = check_target_node(target_node)
     parsed_catalog = parse_catalog(text=catalog, path=catalog_path)
     parsed_definition = parse_definition(text=definition, path=definition_path)
+    node = requested_node(parsed_definition, given_node)
     if repeat_mapping is not None:
-        check_repeat_mapping(parsed_catalog, parsed_definition, repeat_mapping)
-    mapping = resolve_mapping(parsed_catalog, parsed_definition, check_addresses(addresses))
+        check_repeat_mapping(parsed_catalog, parsed_definition, repeat_mapping, node)
+    mapping = resolve_mapping(parsed_catalog, parsed_definition, node, check_addresses(addresses))
     vmid = check_target_vmid(target_vmid, mapping.get("templateVmid"))
     if not is_container(mapping) and parsed_definition["resources"]["diskGiB"] < mapping["sourceDiskGiB"]:
         raise InputError(
@@ -261,7 +344,7 @@ def build_plan(
     return PlannedEnvironment(
         definition=parsed_definition,
         mapping=mapping,
-        plan=plan_document(parsed_definition, mapping, vmid, def_hash, hash_of_plan),
+        plan=plan_document(parsed_definition, mapping, vmid, def_hash, hash_of_plan, placed=node is not None),
         definition_hash=def_hash,
         plan_hash=hash_of_plan,
     )
@@ -275,6 +358,7 @@ def plan_from_params(params: t.Mapping[str, t.Any]) -> PlannedEnvironment:
         definition=params["definition"],
         definition_path=params["definition_path"],
         target_vmid=params["target_vmid"],
+        target_node=params.get("target_node") or None,
         repeat_mapping=params.get("repeat_mapping"),
         addresses=params.get("addresses"),
     )

@@ -392,6 +392,9 @@ DEFINITION_SCHEMA_V1: dict[str, t.Any] = {
             },
         },
         "snapshotAfterProvisioning": {"type": "boolean"},
+        "targetNode": _string(
+            NODE_PATTERN, "auto (placement chooses the node) or the node the guest goes to; absent, the mapping's node."
+        ),
         "network": {
             "type": "object",
             "description": "The catalog network the NIC joins; absent, the mapping's bridge with IPv4 DHCP.",

@@ -333,7 +333,15 @@ def _done_text(summary: t.Mapping[str, t.Any], check_mode: bool) -> str:
 
 # The options of vmanyware_operation (state present) that vmanyware_provision takes to record the confirmed operation itself
 # (with the stage options catalog_path and catalog, which are then the plan's catalog too).
-RECORD_OPTIONS = ("definition_path", "definition", "target_vmid", "addresses", "confirmation", "idempotency_key")
+RECORD_OPTIONS = (
+    "definition_path",
+    "definition",
+    "target_vmid",
+    "target_node",
+    "addresses",
+    "confirmation",
+    "idempotency_key",
+)
 
 
 def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
@@ -355,6 +363,7 @@ def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
             "definition_path": plan_inputs["definition_path"],
             "definition": plan_inputs["definition"],
             "target_vmid": dict(plan_inputs["target_vmid"], required=False),
+            "target_node": plan_inputs["target_node"],
             "addresses": plan_inputs["addresses"],
             "confirmation": {"type": "dict"},
             "idempotency_key": {"type": "str", "no_log": False},

@@ -184,12 +184,14 @@ def task_list_params(ctx: StageContext, task_type: str, task_vmid: int) -> dict[
     return params
 
 
-def find_tasks(ctx: StageContext, task_type: str, task_vmid: int) -> list[dict[str, t.Any]]:
-    """Tasks of ``task_type`` with id ``task_vmid`` started by exactly our token since the dispatch (newest first).
+def find_tasks(ctx: StageContext, task_type: str, task_vmid: int, node: str | None = None) -> list[dict[str, t.Any]]:
+    """Tasks of ``task_type`` with id ``task_vmid`` started by exactly our token since the dispatch (newest first), on
+    ``node`` (default: the guest's; a clone to another node runs its task on the template's node).
 
     Each item: ``upid``, ``running`` (bool), ``ok`` (None while running, else whether it succeeded).
     """
-    data = ctx.client.get("/nodes/%s/tasks" % ctx.node, **task_list_params(ctx, task_type, task_vmid))
+    node = ctx.node if node is None else node
+    data = ctx.client.get("/nodes/%s/tasks" % node, **task_list_params(ctx, task_type, task_vmid))
     user = token_identity(ctx.client)
     found: list[dict[str, t.Any]] = []
     for entry in data if isinstance(data, list) else []:
@@ -199,7 +201,7 @@ def find_tasks(ctx: StageContext, task_type: str, task_vmid: int) -> list[dict[s
             upid = parse_upid(entry.get("upid"))
         except ProviderError:
             continue
-        if upid.type != task_type or upid.id != str(task_vmid) or upid.node != ctx.node:
+        if upid.type != task_type or upid.id != str(task_vmid) or upid.node != node:
             continue
         if user is not None and upid.user != user:
             continue

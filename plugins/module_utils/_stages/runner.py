@@ -162,7 +162,7 @@ class StageRunner(GuestExecution):
         if self.settings.catalog is not None:
             try:
                 mapping: dict[str, t.Any] | None = resolve_mapping(
-                    self.settings.catalog, ctx.definition, recorded_leases(ctx.mapping)
+                    self.settings.catalog, ctx.definition, ctx.node, recorded_leases(ctx.mapping)
                 )
             except InputError:
                 mapping = None

@@ -12,6 +12,7 @@ import re
 import typing as t
 
 from . import cluster, guestlink, lxc
+from .api import ha
 from .timings import apply_timings, timings_dict
 
 API_PREFIX = "/api2/json"
@@ -67,6 +68,9 @@ class AdminApi:
             if method in ("GET", "PUT"):
                 return sim.storage_locks.stats()
         handled = cluster.admin(sim, method, path, data)
+        if handled is not NotImplemented:
+            return handled
+        handled = ha.admin(sim, method, path, data)
         if handled is not NotImplemented:
             return handled
         m = re.fullmatch(r"/vms/(\d+)(/config|/guest)?", path)

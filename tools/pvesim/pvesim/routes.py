@@ -15,6 +15,7 @@ import typing as t
 from . import appliances, cluster, imagebuild, lxc, lxc_snapshots, uploads
 from .api import (
     access,
+    ha,
     node_tasks,
     nodes,
     pools,
@@ -45,6 +46,7 @@ ENDPOINT_MODULES: tuple[types.ModuleType, ...] = (
     qemu_agent,
     node_tasks,
     cluster,
+    ha,
     imagebuild,
     lxc,
     lxc_snapshots,

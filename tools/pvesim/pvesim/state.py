@@ -273,6 +273,7 @@ class Member:
     ip: str
     online: bool = True
     bridges: dict[str, dict[str, t.Any]] = field(default_factory=dict)
+    maintenance: bool = False  # HA maintenance mode (api/ha.py)
 
 
 SEEDS = ("demo", "cluster")

@@ -182,6 +182,10 @@ class PvesimAdmin:
         """Take a cluster member offline (requests for it then fail like a failed proxy connection) or back online."""
         return dict(self._call("PUT", f"/nodes/{node}", {"online": online}))
 
+    def set_node_maintenance(self, node: str, maintenance: bool) -> dict[str, t.Any]:
+        """Put a cluster member into HA maintenance mode (``ha-manager crm-command node-maintenance``) or take it out."""
+        return dict(self._call("PUT", f"/ha/nodes/{node}", {"maintenance": maintenance}))
+
     def set_token(
         self, tokenid: str, expire: int | None = None, privileges: dict[str, list[str]] | None = None, **fields: t.Any
     ) -> dict[str, t.Any]:

@@ -20,6 +20,7 @@ from ..outcomes import Request, Resolution, StageError, accept_task
 from ..adoption import AdoptionHook, Decision, Observations, single_ok
 from ..common import binding_description, find_tasks, is_ours, read_config_or_none, refusal_for_taken_vmid
 from ..._api.tasks import parse_upid, read_log_tail
+from ..._checks.clone_source import shared_flags, source_shared
 
 _TRANSFERRED = re.compile(r"transferred .* \((\d+(?:\.\d+)?)%\)")
 _DRIVE = re.compile(r"(ide|sata|scsi|virtio)\d+|efidisk0|tpmstate0")
@@ -94,6 +95,8 @@ class CloneStage(StageLogic, AdoptionHook):
                 details={"stage": ctx.kind, "templateVmid": self.template_vmid(ctx), "rule": "is_template"},
             )
         ctx.facts["allocations"] = cloned_volumes(template)
+        if ctx.node != ctx.mapping["node"]:
+            self.require_shared_source(ctx, template)
         if ctx.recent_vmid is not None and ctx.recent_vmid.vmid_free(ctx.vmid):
             return  # "free" read moments ago (rule 8); a "taken" answer is never recorded, so adoption always reads
         try:
@@ -111,6 +114,17 @@ class CloneStage(StageLogic, AdoptionHook):
                     details={"stage": ctx.kind, "vmid": ctx.vmid, "lock": str(existing["lock"])},
                 ) from None
             ctx.facts["adopt"] = True
+
+    def require_shared_source(self, ctx: StageContext, template: t.Mapping[str, t.Any]) -> None:
+        """A clone to another node (Proxmox's ``target``) needs every template volume on shared storage: read again right
+        before the write (the preflight's ``clone_source_shared``), so a refusal Proxmox would give is ours, nothing sent."""
+        status, _message = source_shared(template, shared_flags(ctx.client, ctx.mapping["node"]))
+        if status != "passed":
+            raise StageError(
+                "The template cannot be cloned to the target node: its volumes are not all on shared storage, or the "
+                "storages could not be read; nothing was sent.",
+                details={"stage": ctx.kind, "templateVmid": self.template_vmid(ctx), "rule": "clone_source_shared"},
+            )
 
     def request(self, ctx: StageContext) -> Request | None:
         if ctx.facts.get("adopt"):
@@ -174,7 +188,7 @@ class CloneStage(StageLogic, AdoptionHook):
         - anything else (a VM with another description, tasks that cannot be singled out): undecidable.
         """
         config = read_config_or_none(ctx)
-        tasks = find_tasks(ctx, "qmclone", self.template_vmid(ctx))
+        tasks = find_tasks(ctx, "qmclone", self.template_vmid(ctx), ctx.mapping["node"])
         template = self.template_vmid(ctx)
         if config is not None:
             if is_ours(ctx, config):

@@ -194,6 +194,7 @@ def test_argument_spec() -> None:
         "definition_path": {"type": "path"},
         "definition": {"type": "raw"},
         "target_vmid": {"type": "int", "required": True},
+        "target_node": {"type": "str"},
         "addresses": {"type": "dict"},
     }
     assert spec is not plan_input_argument_spec()  # callers may extend their copy

@@ -1,0 +1,344 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Placement: the node ``target_node: auto`` resolves to, chosen by one documented rule from GETs only
+(docs/operations.md, "Placement (``target_node: auto``)").
+
+Candidates are the cluster's nodes (``GET /nodes``). A node qualifies when all of these hold, each read, never assumed:
+
+1. online (``GET /nodes``), and not in HA maintenance (``GET /cluster/ha/status/manager_status``: the CRM's
+   ``node_status`` or the node's LRM ``mode`` says ``maintenance``; unreadable: ``maintenance_unknown``);
+2. the storage of the node's mapping exists there, is enabled and active and takes the guest's content (``images``, or
+   ``rootdir`` for a container);
+3. the NIC's bridge exists there, VLAN-aware when the NIC has a VLAN tag;
+4. the template is reachable: the catalog maps the image on that node (a per-node template), or the image's first
+   mapping's template has every volume on shared storage (a clone with Proxmox's ``target``; never for a container);
+5. free memory (``maxmem - mem``) and the storage's ``avail``, each minus what the journal's confirmed but unfinished
+   operations on that node ask for (``_journal/pending.py``, passed in as data), cover the definition's memory and disk.
+
+Among qualifying nodes: fewest running guests (``GET /cluster/resources?type=vm``), then most free memory (after the
+subtraction), then node name. ``prefer`` (the node an apply run's confirmation names) is kept when it qualifies, so the
+plan, and so the confirmation, stay what was reviewed; when it no longer qualifies the rule chooses (``preferred_kept``
+false) and the confirmation then no longer matches (``plan_changed``). No node qualifies: ``no_node_qualifies`` with
+every candidate's reasons. Reasons are fixed codes and texts; provider bodies are never forwarded.
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as t
+
+from .._core.errors import InputError, ProviderError, VmanywareError
+from .._core.protocols import ApiClient
+from .._formats.catalog import is_container
+from .._formats.networks import pool_placeholders
+from .._formats.plan import check_target_node, planned_network, resolve_mapping
+from .clone_source import PASSED, shared_flags, source_shared
+
+MIB = 1024**2
+GIB = 1024**3
+RULE = "online, not in maintenance, storage and bridge there, template reachable, memory and storage free after the "
+RULE += "journal's pending operations; then fewest running guests, most free memory, node name"
+# The fixed text of every reason a node does not qualify (result ``candidates[].reasons``, docs/operations.md).
+REASONS = {
+    "offline": "The node is offline.",
+    "maintenance": "The node is in HA maintenance mode.",
+    "maintenance_unknown": "The HA manager status could not be read (Sys.Audit on /): maintenance mode is unknown.",
+    "storage_missing": "The storage does not exist on the node.",
+    "storage_inactive": "The storage is disabled or not active on the node.",
+    "storage_content": "The storage does not take the guest's disks (content type).",
+    "storage_unknown": "The storage status on the node could not be read.",
+    "bridge_missing": "The bridge does not exist on the node.",
+    "bridge_not_vlan_aware": "The bridge is not VLAN-aware, and the network has a VLAN tag.",
+    "bridge_unknown": "The node's network interfaces could not be read.",
+    "template_unreachable": "No catalog mapping on the node, and the template is not on shared storage.",
+    "template_unknown": "No catalog mapping on the node, and whether the template is on shared storage is unknown.",
+    "memory_short": "Free memory, after the journal's pending operations, is less than the definition's memory.",
+    "memory_unknown": "The node does not report its memory.",
+    "storage_space_short": "Free storage, after the journal's pending operations, is less than the definition's disk.",
+    "storage_space_unknown": "The storage does not report its available space.",
+}
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One node and what the reads said about it."""
+
+    node: str
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    clone: str | None = None  # per-node-template | target
+    running_guests: int = 0
+    free_memory: int | None = None
+    free_storage: int | None = None
+    storage: str | None = None  # the storage of the node's mapping: pending operations on it are subtracted
+
+    def to_result(self, chosen: str | None) -> dict[str, t.Any]:
+        qualifies = not self.reasons
+        if self.node == chosen:
+            why = "chosen"
+        elif qualifies:
+            why = "qualifies; ranked after the chosen node"
+        else:
+            why = " ".join(REASONS[code] for code in self.reasons)
+        return {
+            "node": self.node,
+            "qualifies": qualifies,
+            "chosen": self.node == chosen,
+            "reasons": list(self.reasons),
+            "reason": why,
+            "clone": self.clone,
+            "running_guests": self.running_guests,
+            "free_memory_bytes": self.free_memory,
+            "free_storage_bytes": self.free_storage,
+        }
+
+
+def _as_int(value: t.Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return int(value)
+    return None
+
+
+def _truthy(value: t.Any) -> bool:
+    return value in (1, True, "1", "on", "yes", "true")
+
+
+def _unexpected(path: str) -> ProviderError:
+    return ProviderError(
+        "Proxmox answered with a body the collection does not understand.",
+        code="unexpected_response",
+        details={"method": "GET", "path": path},
+    )
+
+
+class Placement:
+    """One placement run: the plan's inputs (parsed catalog and definition), the client, the pending operations."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        catalog: t.Mapping[str, t.Any],
+        definition: t.Mapping[str, t.Any],
+        pending_of: t.Callable[[str], t.Sequence[t.Mapping[str, t.Any]]],
+    ) -> None:
+        self.client = client
+        self.catalog = catalog
+        self.definition = definition
+        self.pending_of = pending_of
+        self.leased = pool_placeholders(catalog, definition)  # address: auto does not change the bridge or VLAN
+        self.first = resolve_mapping(catalog, definition, None, self.leased)  # image_not_mapped when there is none
+        self.mapped_nodes = {m["node"] for m in catalog["images"] if m["image"] == definition["image"]}
+        self._shared: str | None = None  # source_shared status of the first mapping's template, read once
+
+    # -- cluster-wide reads ---------------------------------------------------------------------------------------
+    def nodes(self) -> dict[str, dict[str, t.Any]]:
+        data = self.client.get("/nodes")
+        if not isinstance(data, list):
+            raise _unexpected("/nodes")
+        return {str(e["node"]): e for e in data if isinstance(e, dict) and isinstance(e.get("node"), str)}
+
+    def maintenance(self) -> dict[str, bool] | None:
+        """``node -> in maintenance`` from the HA manager; None when it cannot be read (a token without Sys.Audit on /)."""
+        try:
+            data = self.client.get("/cluster/ha/status/manager_status")
+        except ProviderError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        status = (data.get("manager_status") or {}).get("node_status") or {}
+        lrm = data.get("lrm_status") or {}
+        if not isinstance(status, dict) or not isinstance(lrm, dict):
+            return None
+        names = set(status) | set(lrm)
+        return {
+            str(name): status.get(name) == "maintenance"
+            or (isinstance(lrm.get(name), dict) and lrm[name].get("mode") == "maintenance")
+            for name in names
+        }
+
+    def running_guests(self) -> dict[str, int]:
+        data = self.client.get("/cluster/resources", type="vm")
+        if not isinstance(data, list):
+            raise _unexpected("/cluster/resources")
+        counts: dict[str, int] = {}
+        for entry in data:
+            if isinstance(entry, dict) and entry.get("status") == "running" and isinstance(entry.get("node"), str):
+                counts[entry["node"]] = counts.get(entry["node"], 0) + 1
+        return counts
+
+    # -- per node -------------------------------------------------------------------------------------------------
+    def template_reachable(self, node: str, mapping: t.Mapping[str, t.Any]) -> tuple[str | None, str | None]:
+        """(clone method, reason code): a mapping on the node, or the first mapping's template on shared storage."""
+        if node in self.mapped_nodes:
+            return "per-node-template", None
+        if is_container(mapping):
+            return None, "template_unreachable"
+        if self._shared is None:
+            source = self.first["node"]
+            try:
+                config = self.client.get("/nodes/%s/qemu/%d/config" % (source, self.first["templateVmid"]))
+            except ProviderError:
+                config = None
+            if isinstance(config, dict):
+                self._shared = source_shared(config, shared_flags(self.client, source))[0]
+            else:
+                self._shared = "unknown"
+        if self._shared == PASSED:
+            return "target", None
+        return None, "template_unreachable" if self._shared == "failed" else "template_unknown"
+
+    def storage(self, candidate: Candidate, node: str, mapping: t.Mapping[str, t.Any]) -> None:
+        storage = mapping["storage"]
+        try:
+            status = self.client.get("/nodes/%s/storage/%s/status" % (node, storage))
+        except ProviderError as err:
+            missing = err.code == "not_found" or (
+                err.code == "parameter_invalid" and "storage" in err.details.get("parameters", [])
+            )
+            candidate.reasons.append("storage_missing" if missing else "storage_unknown")
+            return
+        if not isinstance(status, dict):
+            candidate.reasons.append("storage_unknown")
+            return
+        if not _truthy(status.get("active")) or status.get("enabled") not in (None, 1, True, "1"):
+            candidate.reasons.append("storage_inactive")
+        wanted = "rootdir" if is_container(mapping) else "images"
+        content = status.get("content")
+        if not isinstance(content, str) or wanted not in [c.strip() for c in content.split(",")]:
+            candidate.reasons.append("storage_content")
+        candidate.free_storage = _as_int(status.get("avail"))
+
+    def bridge(self, candidate: Candidate, node: str, nic: t.Mapping[str, t.Any]) -> None:
+        try:
+            interfaces = self.client.get("/nodes/%s/network" % node, type="any_bridge")
+        except ProviderError:
+            candidate.reasons.append("bridge_unknown")
+            return
+        if not isinstance(interfaces, list):
+            candidate.reasons.append("bridge_unknown")
+            return
+        entry = next((i for i in interfaces if isinstance(i, dict) and i.get("iface") == nic["bridge"]), None)
+        if entry is None:
+            candidate.reasons.append("bridge_missing")
+        elif "vlan" in nic and not _truthy(entry.get("bridge_vlan_aware")):
+            candidate.reasons.append("bridge_not_vlan_aware")
+
+    def examine(
+        self, node: str, entry: t.Mapping[str, t.Any], maintenance: dict[str, bool] | None, running: int
+    ) -> Candidate:
+        candidate = Candidate(node, running_guests=running)
+        if entry.get("status") != "online":
+            candidate.reasons.append("offline")
+            return candidate
+        if maintenance is None:
+            candidate.reasons.append("maintenance_unknown")
+        elif maintenance.get(node):
+            candidate.reasons.append("maintenance")
+        try:
+            mapping = resolve_mapping(self.catalog, self.definition, node, self.leased)
+        except InputError:  # a container image not mapped on this node
+            mapping = dict(self.first)
+        candidate.clone, unreachable = self.template_reachable(node, mapping)
+        if unreachable:
+            candidate.reasons.append(unreachable)
+        self.storage(candidate, node, mapping)
+        self.bridge(candidate, node, planned_network(mapping))
+        maxmem, mem = _as_int(entry.get("maxmem")), _as_int(entry.get("mem"))
+        candidate.free_memory = maxmem - mem if maxmem is not None and mem is not None else None
+        candidate.storage = mapping["storage"]
+        return candidate
+
+    def subtract(self, candidate: Candidate, pending: t.Sequence[t.Mapping[str, t.Any]]) -> None:
+        """Free memory and storage minus the pending operations on the node (and its storage), then the thresholds."""
+        if "offline" in candidate.reasons:
+            return
+        mine = [p for p in pending if p.get("node") == candidate.node]
+        if candidate.free_memory is None:
+            candidate.reasons.append("memory_unknown")
+        else:
+            candidate.free_memory -= sum(int(p.get("memoryMiB", 0)) for p in mine) * MIB
+            if candidate.free_memory < int(self.definition["resources"]["memoryMiB"]) * MIB:
+                candidate.reasons.append("memory_short")
+        if not any(r.startswith("storage_") for r in candidate.reasons):
+            if candidate.free_storage is None:
+                candidate.reasons.append("storage_space_unknown")
+            else:
+                candidate.free_storage -= (
+                    sum(int(p.get("diskGiB", 0)) for p in mine if p.get("storage") == candidate.storage) * GIB
+                )
+                if candidate.free_storage < int(self.definition["resources"]["diskGiB"]) * GIB:
+                    candidate.reasons.append("storage_space_short")
+
+    def run(self, prefer: str | None) -> dict[str, t.Any]:
+        entries = self.nodes()  # the first request: afterwards the provider scope is known
+        maintenance = self.maintenance()
+        running = self.running_guests()
+        scope = self.client.provider_scope_id
+        if not scope:
+            raise VmanywareError("The provider scope could not be determined.", code="internal_error")
+        pending = list(self.pending_of(scope))
+        candidates = []
+        for node in sorted(entries):
+            candidate = self.examine(node, entries[node], maintenance, running.get(node, 0))
+            self.subtract(candidate, pending)
+            candidates.append(candidate)
+        return decide(candidates, prefer, scope)
+
+
+def rank(candidates: t.Sequence[Candidate]) -> list[Candidate]:
+    """The qualifying candidates in the rule's order: fewest running guests, most free memory, node name."""
+    qualifying = [c for c in candidates if not c.reasons]
+    return sorted(qualifying, key=lambda c: (c.running_guests, -(c.free_memory or 0), c.node))
+
+
+def decide(candidates: t.Sequence[Candidate], prefer: str | None, scope: str) -> dict[str, t.Any]:
+    """The module result: the chosen node (``prefer`` when it qualifies) and every candidate with its reasons."""
+    ranked = rank(candidates)
+    if not ranked:
+        raise VmanywareError(
+            code="no_node_qualifies",
+            details={"candidates": [{"node": c.node, "reasons": list(c.reasons)} for c in candidates]},
+        )
+    kept = prefer is not None and any(c.node == prefer for c in ranked)
+    chosen = prefer if kept else ranked[0].node
+    return {
+        "changed": False,
+        "node": chosen,
+        "clone": next(c.clone for c in ranked if c.node == chosen),
+        "preferred_kept": kept if prefer is not None else None,
+        "candidates": [c.to_result(chosen) for c in candidates],
+        "order": [c.node for c in ranked],
+        "rule": RULE,
+        "provider_scope_id": scope,
+    }
+
+
+def place(
+    client: ApiClient,
+    catalog: t.Mapping[str, t.Any],
+    definition: t.Mapping[str, t.Any],
+    *,
+    pending_of: t.Callable[[str], t.Sequence[t.Mapping[str, t.Any]]],
+    prefer: str | None = None,
+) -> dict[str, t.Any]:
+    """Choose the node for the definition's guest (the module ``vmanyware_placement``); Proxmox is only read.
+
+    ``pending_of(scope)``: the journal's unfinished operations of the provider scope (``_journal/pending.py``);
+    ``prefer``: the node an apply run's confirmation names (kept when it still qualifies).
+    """
+    preferred = check_target_node(prefer) if prefer else None
+    wanted = definition.get("targetNode")
+    if wanted not in (None, "auto"):
+        raise InputError(
+            "The definition names its node (targetNode): plan with that node; placement is for targetNode auto.",
+            code="target_node_conflict",
+            path="targetNode",
+            details={"rule": "placement_for_auto"},
+        )
+    return Placement(client, catalog, definition, pending_of).run(preferred)

@@ -1,0 +1,244 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vmanyware_placement
+short_description: Choose the cluster node for a definition's guest by a documented rule (target_node auto), reading Proxmox only
+version_added: 0.3.0
+description:
+  - Chooses the node a definition's guest goes to, so that a plan can be built for C(target_node=auto) with a concrete node
+    (RV(node)); the plan, its C(planHash) and the confirmation then bind that node exactly as a node chosen by hand.
+  - Proxmox is only read (C(GET /nodes), C(GET /cluster/ha/status/manager_status), C(GET /cluster/resources), and per node its
+    storage status and network interfaces; the template's configuration and its node's storages when the guest may be cloned to
+    another node). The journal is only read (its confirmed but unfinished operations).
+  - A node qualifies when it is online, not in HA maintenance mode, has the plan's storage (enabled, active, content C(images))
+    and bridge (VLAN-aware when the network has a VLAN tag), the template is reachable from it (the catalog maps the image on
+    that node, or the template's volumes are all on shared storage so Proxmox can clone it there with C(target)), and its free
+    memory and storage space, minus what the journal's confirmed but unfinished operations on that node ask for, cover the
+    definition's memory and disk.
+  - Among qualifying nodes the one with the fewest running guests wins, then the most free memory, then the node name.
+    RV(candidates) lists every node with the reasons it was or was not chosen.
+  - See "Placement" in C(docs/operations.md) in the collection.
+author:
+  - vmanyware developers (@vmanyware)
+extends_documentation_fragment:
+  - vmanyware.proxmox.connection
+  - vmanyware.proxmox.stage.journal
+  - vmanyware.proxmox.attributes
+options:
+  catalog_path:
+    description: Path of the template catalog (v1), as for M(vmanyware.proxmox.vmanyware_plan). Exactly one of this and O(catalog).
+    type: path
+  catalog:
+    description: The template catalog as YAML text or a dictionary, as for M(vmanyware.proxmox.vmanyware_plan).
+    type: raw
+  definition_path:
+    description: Path of the environment definition (v1). Exactly one of this and O(definition).
+    type: path
+  definition:
+    description:
+      - The environment definition as YAML text or a dictionary.
+      - Its C(targetNode), when present, must be V(auto); a definition naming its node is planned for that node, and placement
+        refuses it with C(target_node_conflict).
+    type: raw
+  prefer:
+    description:
+      - The node an apply run's confirmation names (C(targetNode)). When it still qualifies it is returned (RV(preferred_kept=true)),
+        so the plan, and so the confirmation, stay what was reviewed; otherwise the rule chooses and RV(preferred_kept) is V(false)
+        (the confirmation then no longer matches, and the run stops with C(plan_changed)).
+    type: str
+attributes:
+  check_mode:
+    support: full
+    details:
+      - The module only reads; check mode makes the same reads and returns the same node.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details:
+      - Reads only; the same cluster state gives the same node.
+requirements:
+  - requests
+  - truststore
+  - PyYAML
+  - jsonschema
+notes:
+  - Needs verified TLS (a CA or a O(api_fingerprint) pin), since the journal's pending operations are counted per provider scope.
+  - HA maintenance mode is read from C(GET /cluster/ha/status/manager_status), which needs C(Sys.Audit) on C(/); without it every
+    node is excluded with V(maintenance_unknown).
+"""
+
+EXAMPLES = r"""
+- name: Choose a node (review run)
+  vmanyware.proxmox.vmanyware_placement:
+    catalog_path: files/catalog.yml
+    definition_path: /srv/envs/kernel-lab.yml
+  register: placed
+
+- name: Plan for the chosen node
+  vmanyware.proxmox.vmanyware_plan:
+    catalog_path: files/catalog.yml
+    definition_path: /srv/envs/kernel-lab.yml
+    target_vmid: 201
+    target_node: "{{ placed.node }}"
+
+- name: Apply run - keep the confirmed node while it still qualifies
+  vmanyware.proxmox.vmanyware_placement:
+    catalog_path: files/catalog.yml
+    definition_path: /srv/envs/kernel-lab.yml
+    prefer: "{{ provision_confirmation.targetNode }}"
+"""
+
+RETURN = r"""
+node:
+  description: The chosen node.
+  returned: success
+  type: str
+  sample: pve-test2
+clone:
+  description: How the guest reaches the chosen node, V(per-node-template) (the catalog maps the image there) or V(target).
+  returned: success
+  type: str
+preferred_kept:
+  description: With O(prefer), whether that node still qualified and was kept; V(null) without O(prefer).
+  returned: success
+  type: bool
+candidates:
+  description: Every node of the cluster, sorted by name, with what the reads said.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    node:
+      description: The node.
+      type: str
+      returned: always
+    qualifies:
+      description: Whether the node qualifies.
+      type: bool
+      returned: always
+    chosen:
+      description: Whether it is RV(node).
+      type: bool
+      returned: always
+    reasons:
+      description: The fixed codes of what excludes it (empty when it qualifies), as listed in C(docs/operations.md).
+      type: list
+      elements: str
+      returned: always
+    reason:
+      description: The fixed text of why it was or was not chosen.
+      type: str
+      returned: always
+    clone:
+      description: V(per-node-template), V(target) or V(null) (the template is not reachable, or the node was not examined).
+      type: str
+      returned: always
+    running_guests:
+      description: Running guests on the node.
+      type: int
+      returned: always
+    free_memory_bytes:
+      description: Free memory after the journal's pending operations; V(null) when unknown or not examined.
+      type: int
+      returned: always
+    free_storage_bytes:
+      description: The storage's available space after the journal's pending operations; V(null) when unknown.
+      type: int
+      returned: always
+order:
+  description: The qualifying nodes in the rule's order.
+  returned: success
+  type: list
+  elements: str
+rule:
+  description: The rule in one line.
+  returned: success
+  type: str
+provider_scope_id:
+  description: The provider scope whose pending operations were counted.
+  returned: success
+  type: str
+error_code:
+  description: On failure, the fixed error code, for example V(no_node_qualifies), V(target_node_conflict), V(tls_unverified).
+  returned: failure
+  type: str
+error_details:
+  description: With V(no_node_qualifies), C(candidates) (each C(node) and its C(reasons)).
+  returned: failure, when available
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec import (
+    connection_argument_spec,
+    connection_settings,
+)
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.placement import place
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import PLAN_INPUT_CONSTRAINTS
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.pending import pending_operations
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import require_verified_tls
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import (
+    journal_argument_spec,
+    open_store,
+)
+
+
+def argument_spec() -> dict:
+    spec = connection_argument_spec()
+    spec.update(journal_argument_spec())
+    spec.update(
+        {
+            "catalog_path": {"type": "path"},
+            "catalog": {"type": "raw"},
+            "definition_path": {"type": "path"},
+            "definition": {"type": "raw"},
+            "prefer": {"type": "str"},
+        }
+    )
+    return spec
+
+
+def action(params, check_mode, diff) -> dict:
+    catalog = parse_catalog(text=params["catalog"], path=params["catalog_path"])
+    definition = parse_definition(text=params["definition"], path=params["definition_path"])
+    store = open_store(params["journal_dir"])
+    settings = connection_settings(params)
+    require_verified_tls(
+        settings
+    )  # pending operations are counted per verified provider scope; nothing is sent otherwise
+    with ProxmoxClient(settings) as client:
+        return place(
+            client,
+            catalog,
+            definition,
+            pending_of=lambda scope: pending_operations(store, scope),
+            prefer=params["prefer"] or None,
+        )
+
+
+ENTRY = ModuleEntry(
+    argument_spec=argument_spec,
+    action=action,
+    libraries=("requests", "PyYAML", "jsonschema"),
+    **PLAN_INPUT_CONSTRAINTS,
+)
+
+
+def main() -> None:
+    run_entry(AnsibleModule(**ENTRY.module_kwargs()), ENTRY)
+
+
+if __name__ == "__main__":
+    main()
