@@ -137,6 +137,7 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         "target_vmid": 201,
         "addresses": {},  # the example definition names no network: nothing is leased
         "target_node": "pve-test",  # the mapping's own node
+        "prefer": "pve-test",  # vmanyware_placement: keep this node while it qualifies
         "catalog": yaml.safe_load((REPO / "examples/catalog.yml").read_text()),
         "definition": yaml.safe_load(definition.read_text()),
         "journal_dir": str(journal),

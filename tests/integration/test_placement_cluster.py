@@ -48,9 +48,10 @@ def cluster(pvesim: t.Any) -> t.Any:
     return pvesim
 
 
-def _inputs(template_vmid: int, *, network: bool = True) -> tuple[str, str]:
+def _inputs(template_vmid: int, *, network: bool = True, storage: str = "shared") -> tuple[str, str]:
     catalog = yaml.safe_load(gs.catalog_text())
     catalog["images"][0]["templateVmid"] = template_vmid
+    catalog["images"][0]["storage"] = storage  # a clone to another node goes onto shared storage only
     definition = yaml.safe_load(gs.definition_text())
     if network:
         catalog["networks"] = [LAB]
@@ -166,3 +167,26 @@ def test_cross_node_clone_of_a_local_template_fails_in_preflight_with_nothing_se
     placed = _placed(cluster, tmp_path, catalog, definition)
     assert {c["node"]: c["reasons"] for c in placed["candidates"]}["pve-test2"] == ["template_unreachable"]
     assert placed["node"] == "pve-test"
+
+
+def test_cross_node_clone_onto_local_storage_fails_in_preflight_with_nothing_sent(
+    cluster: t.Any, tmp_path: Path
+) -> None:
+    """Template 9001 is on shared storage, but the plan's storage local-lvm is not: qemu-server refuses the clone
+    ("can't clone to non-shared storage"), so the preflight stops it and placement skips the other nodes."""
+    catalog, definition = _inputs(9001, network=False, storage="local-lvm")
+    confirmation = _review(cluster, tmp_path, catalog, definition, "pve-test2")
+    cluster.clear_requests()
+    with pytest.raises(ProvisionStopped) as info:
+        provision(
+            _params(cluster, tmp_path, catalog, definition, target_node="pve-test2", confirmation=confirmation),
+            check_mode=False,
+            diff=False,
+        )
+    result = info.value.to_result()
+    assert result["error_code"] == "preflight_failed"
+    assert result["error_details"]["failed_checks"] == ["clone_storage_shared"]
+    assert [e for e in cluster.requests() if e["method"] in ("POST", "PUT", "DELETE")] == []
+    placed = _placed(cluster, tmp_path, catalog, definition)
+    reasons = {c["node"]: c["reasons"] for c in placed["candidates"]}
+    assert reasons["pve-test2"] == reasons["pve-test3"] == ["storage_not_shared"] and placed["node"] == "pve-test"

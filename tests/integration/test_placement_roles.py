@@ -49,6 +49,7 @@ def test_provision_role_places_reviews_and_applies_on_the_chosen_node(pvesim: t.
     pvesim.set_node_maintenance("pve-test", True)  # pve-test2 and pve-test3 tie: the name decides
     catalog = yaml.safe_load((REPO / "examples/catalog.yml").read_text())
     catalog["images"][0]["templateVmid"] = 9001  # on the shared storage: it may be cloned to any node
+    catalog["images"][0]["storage"] = "shared"  # ... onto shared storage only (can't clone to non-shared storage)
     catalog_path = tmp_path / "catalog.yml"
     catalog_path.write_text(yaml.safe_dump(catalog))
     journal = tmp_path / "journal"

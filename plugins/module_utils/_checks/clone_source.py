@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Whether a template can be cloned to another node: every volume on shared storage, and the node online.
+"""Whether a template can be cloned to another node: every volume on shared storage, the clone's own storage shared
+(qemu-server: ``can't clone to non-shared storage``), and the node online.
 
 Proxmox clones to another node (``POST .../clone`` with ``target``) only when every volume of the source is on shared
 storage (qemu-server's ``check_storage_access_clone``; otherwise "can't clone VM to node ... (VM uses local storage)").
@@ -73,6 +74,22 @@ def source_shared(config: t.Mapping[str, t.Any], flags: t.Mapping[str, bool] | N
     if unseen:
         return UNKNOWN, "The token cannot see storage %s of the template's volumes." % ", ".join(unseen)
     return PASSED, "Every volume of the template is on shared storage: Proxmox can clone it to the target node."
+
+
+def target_storage_shared(storage: str, flags: t.Mapping[str, bool] | None) -> tuple[str, str]:
+    """(status, fixed message) of "the clone's own storage is shared": qemu-server's clone with ``target`` refuses a
+    storage that is not (``can't clone to non-shared storage``), as the disks are written on the template's node."""
+    if flags is None:
+        return UNKNOWN, "The storages of the target node could not be read."
+    if storage not in flags:
+        return FAILED, "The plan's storage is not available on the target node (or the token cannot see it)."
+    if not flags[storage]:
+        return (
+            FAILED,
+            "The plan's storage is not shared: Proxmox clones to another node only onto shared storage; map the image "
+            "with a shared storage, or a template on the target node.",
+        )
+    return PASSED, "The plan's storage is shared and available on the target node."
 
 
 def online_nodes(client: ApiClient) -> dict[str, bool] | None:

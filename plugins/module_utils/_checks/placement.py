@@ -51,6 +51,7 @@ REASONS = {
     "storage_missing": "The storage does not exist on the node.",
     "storage_inactive": "The storage is disabled or not active on the node.",
     "storage_content": "The storage does not take the guest's disks (content type).",
+    "storage_not_shared": "The plan's storage is not shared, and a clone to another node must go to shared storage.",
     "storage_unknown": "The storage status on the node could not be read.",
     "bridge_missing": "The bridge does not exist on the node.",
     "bridge_not_vlan_aware": "The bridge is not VLAN-aware, and the network has a VLAN tag.",
@@ -212,6 +213,8 @@ class Placement:
         content = status.get("content")
         if not isinstance(content, str) or wanted not in [c.strip() for c in content.split(",")]:
             candidate.reasons.append("storage_content")
+        if candidate.clone == "target" and not _truthy(status.get("shared")):
+            candidate.reasons.append("storage_not_shared")  # qemu-server: can't clone to non-shared storage
         candidate.free_storage = _as_int(status.get("avail"))
 
     def bridge(self, candidate: Candidate, node: str, nic: t.Mapping[str, t.Any]) -> None:

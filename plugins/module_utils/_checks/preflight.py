@@ -25,7 +25,7 @@ from .._core.errors import InputError, ProviderError
 from .._core.protocols import ApiClient
 from .._formats.template_build import stamp_revision
 from .._operation.create import creation_blockers
-from .clone_source import online_nodes, shared_flags, source_shared
+from .clone_source import online_nodes, shared_flags, source_shared, target_storage_shared
 from .container import ContainerPreflight
 from .driver import (
     FAIL_ON_CHOICES,
@@ -68,7 +68,7 @@ UNDECIDABLE = {
 }
 # A plan that clones to another node (``clone.method: target``, docs/operations.md "Placement") adds these after the
 # template checks: the target node is online, and the template's volumes are on shared storage.
-CLONE_TARGET_CODES = ("target_node_online", "clone_source_shared")
+CLONE_TARGET_CODES = ("target_node_online", "clone_source_shared", "clone_storage_shared")
 
 _DRIVE_KEY = re.compile(r"^(ide|scsi|sata)\d+$")
 
@@ -124,6 +124,9 @@ class VmPreflight(Preflight):
             self.set("target_node_online", "failed", "The target node is offline.")
         else:
             self.set("target_node_online", "failed", "The target node is not a node of the cluster.")
+        self.set(
+            "clone_storage_shared", *target_storage_shared(self.plan["storage"], shared_flags(self.client, self.node))
+        )
         if self.template_config is None:
             self.set("clone_source_shared", "unknown", "Not checked: the template's configuration could not be read.")
             return

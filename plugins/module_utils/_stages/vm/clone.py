@@ -20,7 +20,7 @@ from ..outcomes import Request, Resolution, StageError, accept_task
 from ..adoption import AdoptionHook, Decision, Observations, single_ok
 from ..common import binding_description, find_tasks, is_ours, read_config_or_none, refusal_for_taken_vmid
 from ..._api.tasks import parse_upid, read_log_tail
-from ..._checks.clone_source import shared_flags, source_shared
+from ..._checks.clone_source import shared_flags, source_shared, target_storage_shared
 
 _TRANSFERRED = re.compile(r"transferred .* \((\d+(?:\.\d+)?)%\)")
 _DRIVE = re.compile(r"(ide|sata|scsi|virtio)\d+|efidisk0|tpmstate0")
@@ -119,10 +119,12 @@ class CloneStage(StageLogic, AdoptionHook):
         """A clone to another node (Proxmox's ``target``) needs every template volume on shared storage: read again right
         before the write (the preflight's ``clone_source_shared``), so a refusal Proxmox would give is ours, nothing sent."""
         status, _message = source_shared(template, shared_flags(ctx.client, ctx.mapping["node"]))
+        if status == "passed":
+            status, _message = target_storage_shared(ctx.plan["storage"], shared_flags(ctx.client, ctx.node))
         if status != "passed":
             raise StageError(
-                "The template cannot be cloned to the target node: its volumes are not all on shared storage, or the "
-                "storages could not be read; nothing was sent.",
+                "The template cannot be cloned to the target node: its volumes, or the plan's storage, are not all on "
+                "shared storage, or the storages could not be read; nothing was sent.",
                 details={"stage": ctx.kind, "templateVmid": self.template_vmid(ctx), "rule": "clone_source_shared"},
             )
 

@@ -37,7 +37,10 @@ def cluster() -> dict[str, t.Any]:
         "nodes": {n: {"node": n, "status": "online", "mem": 8 * GIB, "maxmem": 64 * GIB} for n in NODES},
         "maintenance": {n: "online" for n in NODES},
         "guests": [],
-        "storage": {n: {"active": 1, "enabled": 1, "content": "images,rootdir", "avail": 500 * GIB} for n in NODES},
+        # the plan's storage: shared, as a clone to another node needs (qemu-server: can't clone to non-shared storage)
+        "storage": {
+            n: {"active": 1, "enabled": 1, "shared": 1, "content": "images,rootdir", "avail": 500 * GIB} for n in NODES
+        },
         "bridges": {n: [{"iface": "vmbr0", "type": "bridge"}] for n in NODES},
         "template": {
             "template": 1,
@@ -60,7 +63,7 @@ def client(state: dict[str, t.Any]) -> FakeClient:
         "/nodes/pve-a/storage": state["shared"],
     }
     for node in NODES:
-        routes["/nodes/%s/storage/local-lvm/status" % node] = state["storage"][node]
+        routes["/nodes/%s/storage/shared/status" % node] = state["storage"][node]
         routes["/nodes/%s/network" % node] = state["bridges"][node]
     fake = FakeClient(routes)
     fake.provider_scope_id = SCOPE
@@ -72,6 +75,7 @@ def inputs(catalog_doc: dict[str, t.Any] | None = None, **fields: t.Any) -> tupl
     for item in doc["images"]:
         if item["node"] == "pve-test":
             item["node"] = "pve-a"
+        item["storage"] = "shared"
     defn = definition()
     defn.update(fields)
     return validate_catalog(doc), validate_definition(defn)
@@ -189,15 +193,15 @@ def test_pending_operations_are_subtracted() -> None:
     state["nodes"]["pve-a"]["mem"] = 4 * GIB  # the most free memory: first
     assert run(state)["node"] == "pve-a"
     pending = [
-        {"node": "pve-a", "storage": "local-lvm", "memoryMiB": 8 * 1024, "diskGiB": 0},
+        {"node": "pve-a", "storage": "shared", "memoryMiB": 8 * 1024, "diskGiB": 0},
         {"node": "pve-b", "storage": "other", "memoryMiB": 0, "diskGiB": 490},  # another storage: not counted
     ]
     result = run(state, pending=pending)
     assert result["order"] == ["pve-b", "pve-c", "pve-a"]  # pve-a's free memory 52 GiB after the subtraction
     assert by_node(result)["pve-a"]["free_memory_bytes"] == 52 * GIB
-    pending = [{"node": "pve-b", "storage": "local-lvm", "memoryMiB": 0, "diskGiB": 490}]
+    pending = [{"node": "pve-b", "storage": "shared", "memoryMiB": 0, "diskGiB": 490}]
     assert by_node(run(state, pending=pending))["pve-b"]["reasons"] == ["storage_space_short"]
-    pending = [{"node": "pve-c", "storage": "local-lvm", "memoryMiB": 59 * 1024, "diskGiB": 0}]
+    pending = [{"node": "pve-c", "storage": "shared", "memoryMiB": 59 * 1024, "diskGiB": 0}]
     assert by_node(run(state, pending=pending))["pve-c"]["reasons"] == ["memory_short"]
 
 
@@ -243,3 +247,14 @@ def test_source_shared_statuses() -> None:
     del shared_only["efidisk0"]
     assert source_shared(shared_only, {"shared": True})[0] == "passed"
     assert source_shared({"net0": "virtio"}, {})[0] == "failed"
+
+
+def test_a_clone_with_target_needs_the_plans_storage_shared() -> None:
+    """qemu-server refuses a clone to another node onto storage that is not shared: those nodes do not qualify."""
+    state = cluster()
+    for node in ("pve-b", "pve-c"):
+        state["storage"][node] = dict(state["storage"][node], shared=0)
+    result = run(state)
+    reasons = {node: candidate["reasons"] for node, candidate in by_node(result).items()}
+    assert reasons == {"pve-a": [], "pve-b": ["storage_not_shared"], "pve-c": ["storage_not_shared"]}
+    assert result["node"] == "pve-a"
