@@ -52,6 +52,13 @@ options:
         so the plan, and so the confirmation, stay what was reviewed; otherwise the rule chooses and RV(preferred_kept) is V(false)
         (the confirmation then no longer matches, and the run stops with C(plan_changed)).
     type: str
+  target_node:
+    description:
+      - What the run asks for, as the roles' C(target_node) says it. V(auto) places the guest. A node name, or nothing while the
+        definition's C(targetNode) is not V(auto), does not place it - nothing is read and RV(node) is that node (or V(null), meaning the
+        mapping's) with RV(placed=false) - so the roles call this module on every run.
+      - Unset, the definition's C(targetNode) decides (V(auto) places).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -96,8 +103,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+placed:
+  description: Whether the guest was placed (O(target_node=auto), or the definition's C(targetNode) V(auto)); V(false) when nothing was read.
+  returned: success
+  type: bool
 node:
-  description: The chosen node.
+  description: The chosen node; without placement the node asked for, or V(null) (the mapping's node).
   returned: success
   type: str
   sample: pve-test2
@@ -182,7 +193,11 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec imp
     connection_settings,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.placement import place
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.placement import (
+    not_placed,
+    place,
+    placement_requested,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import PLAN_INPUT_CONSTRAINTS
@@ -205,6 +220,7 @@ def argument_spec() -> dict:
             "definition_path": {"type": "path"},
             "definition": {"type": "raw"},
             "prefer": {"type": "str"},
+            "target_node": {"type": "str"},
         }
     )
     return spec
@@ -213,6 +229,8 @@ def argument_spec() -> dict:
 def action(params, check_mode, diff) -> dict:
     catalog = parse_catalog(text=params["catalog"], path=params["catalog_path"])
     definition = parse_definition(text=params["definition"], path=params["definition_path"])
+    if not placement_requested(params["target_node"], definition):  # offline: the roles call this on every run
+        return not_placed(params["target_node"], definition)
     store = open_store(params["journal_dir"])
     settings = connection_settings(params)
     require_verified_tls(

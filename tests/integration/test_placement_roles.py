@@ -101,3 +101,62 @@ def test_provision_role_places_reviews_and_applies_on_the_chosen_node(pvesim: t.
     assert operation["target"]["node"] == "pve-test2" and operation["status"] == "completed"
     assert operation["mapping"]["targetNode"] == "pve-test2" and operation["plan"]["clone"]["method"] == "target"
     assert pvesim.schema_violations() == []
+
+
+def test_a_definition_asking_for_auto_is_placed_without_the_role_variable(pvesim: t.Any, tmp_path: Path) -> None:
+    """The issue's whole case in one definition: a static address on a VLAN and ``targetNode: auto``, provisioned by
+    the playbook with no placement variable to the chosen node, the address verified by readiness through the agent."""
+    pvesim.reset("cluster")
+    pvesim.set_speed(200)
+    pvesim.set_node_maintenance("pve-test", True)  # vmbr2 is on pve-test and pve-test2 only: pve-test2 is chosen
+    catalog = yaml.safe_load((REPO / "examples/catalog.yml").read_text())
+    catalog["images"][0].update(templateVmid=9001, storage="shared")
+    catalog["networks"] = [
+        {
+            "name": "lab",
+            "bridge": "vmbr2",
+            "vlan": 42,
+            "ipv4": {"mode": "static", "subnet": "203.0.113.0/24", "gateway": "203.0.113.1", "dns": ["203.0.113.53"]},
+        }
+    ]
+    definition = yaml.safe_load((REPO / "examples/definition.yml").read_text())
+    definition.update(targetNode="auto", packages=[], network={"name": "lab", "ipv4": {"address": "203.0.113.70"}})
+    paths = {"catalog": tmp_path / "catalog.yml", "definition": tmp_path / "definition.yml"}
+    paths["catalog"].write_text(yaml.safe_dump(catalog))
+    paths["definition"].write_text(yaml.safe_dump(definition))
+    confirm = tmp_path / "confirm.yml"
+    env = _env(pvesim, tmp_path / "journal")
+    args = [
+        str(BIN / "ansible-playbook"),
+        "vmanyware.proxmox.provision",
+        "-e",
+        "vmanyware_catalog_path=%s" % paths["catalog"],
+        "-e",
+        "vmanyware_definition_path=%s" % paths["definition"],
+        "-e",
+        "vmanyware_target_vmid=auto",
+        "-e",
+        "vmanyware_confirmation_file=%s" % confirm,
+        "-e",
+        "vmanyware_known_hosts_file=%s" % (tmp_path / "known_hosts"),
+    ]
+    review = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert review.returncode == 0, review.stdout[-3000:]
+    assert _mutations(pvesim) == []
+    block = yaml.safe_load(confirm.read_text())["provision_confirmation"]
+    assert block["targetNode"] == "pve-test2"
+    applied = subprocess.run(
+        args + ["-e", "@%s" % confirm], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert applied.returncode == 0, applied.stdout[-4000:]
+    [operation] = [json.loads(p.read_text()) for p in (tmp_path / "journal").glob("op-*.json")]
+    vmid = operation["target"]["vmid"]
+    assert operation["target"]["node"] == "pve-test2"
+    [listed] = [g for g in pvesim.root_call("GET", "/cluster/resources", type="vm") if g["vmid"] == vmid]
+    assert listed["node"] == "pve-test2"
+    config = pvesim.root_call("GET", "/nodes/pve-test2/qemu/%d/config" % vmid)
+    assert config["ipconfig0"] == "ip=203.0.113.70/24,gw=203.0.113.1" and "tag=42" in config["net0"]
+    assert operation["handoff"]["ipv4"] == "203.0.113.70"  # readiness saw the address through the guest agent
+    [clone] = [e for e in pvesim.requests() if e["method"] == "POST" and e["path"].endswith("/clone")]
+    assert clone["path"] == "/nodes/pve-test/qemu/9001/clone" and clone["params"]["target"] == "pve-test2"
+    assert pvesim.schema_violations() == []

@@ -312,6 +312,7 @@ def decide(candidates: t.Sequence[Candidate], prefer: str | None, scope: str) ->
     chosen = prefer if kept else ranked[0].node
     return {
         "changed": False,
+        "placed": True,
         "node": chosen,
         "clone": next(c.clone for c in ranked if c.node == chosen),
         "preferred_kept": kept if prefer is not None else None,
@@ -345,3 +346,27 @@ def place(
             details={"rule": "placement_for_auto"},
         )
     return Placement(client, catalog, definition, pending_of).run(preferred)
+
+
+def placement_requested(target_node: str | None, definition: t.Mapping[str, t.Any]) -> bool:
+    """Whether a run places the guest: the role's ``target_node`` is ``auto``, or it is unset and the definition asks
+    for ``targetNode: auto``. Anything else plans without reading Proxmox for it (``not_placed``)."""
+    if target_node:
+        return target_node == "auto"
+    return definition.get("targetNode") == "auto"
+
+
+def not_placed(target_node: str | None, definition: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The result of a run that does not place: the node asked for (the role's, else the definition's), or ``None``
+    for the mapping's node; nothing was read."""
+    node = target_node or definition.get("targetNode")
+    return {
+        "changed": False,
+        "placed": False,
+        "node": node,
+        "clone": None,
+        "preferred_kept": None,
+        "candidates": [],
+        "order": [],
+        "rule": RULE,
+    }
