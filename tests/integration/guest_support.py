@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import typing as t
 from pathlib import Path
 
@@ -36,6 +37,24 @@ def settings_for(conn: dict[str, t.Any], token: str = "full") -> t.Any:
         token_secret=conn["tokens"][token]["secret"],
         ca_path=conn["ca_file"],
         timeout=10,
+    )
+
+
+def playbook_env(pvesim: t.Any, journal: Path, **extra: str) -> dict[str, str]:
+    """The environment of a real ``ansible-playbook`` run against the simulator: the full token by ``PROXMOX_*``
+    variables (CA-verified), the journal directory, provisioning enabled, no colour; ``extra`` added."""
+    conn = pvesim.connection
+    return dict(
+        os.environ,
+        PROXMOX_HOST=conn["host"],
+        PROXMOX_PORT=str(conn["port"]),
+        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+        PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+        PROXMOX_CA_PATH=conn["ca_file"],
+        VMANYWARE_JOURNAL_DIR=str(journal),
+        VMANYWARE_PROVISIONING_ENABLED="true",
+        ANSIBLE_NOCOLOR="1",
+        **extra,
     )
 
 

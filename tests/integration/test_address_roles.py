@@ -10,7 +10,6 @@ Real ``ansible-playbook`` runs of the collection's playbooks against the simulat
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import typing as t
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+import guest_support as gs
 
 pytestmark = pytest.mark.integration
 
@@ -38,19 +39,7 @@ LAB = {
 }
 
 
-def _env(pvesim: t.Any, journal: Path) -> dict[str, str]:
-    conn = pvesim.connection
-    return dict(
-        os.environ,
-        PROXMOX_HOST=conn["host"],
-        PROXMOX_PORT=str(conn["port"]),
-        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
-        PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
-        PROXMOX_CA_PATH=conn["ca_file"],
-        VMANYWARE_JOURNAL_DIR=str(journal),
-        VMANYWARE_PROVISIONING_ENABLED="true",
-        ANSIBLE_NOCOLOR="1",
-    )
+_env = gs.playbook_env
 
 
 def _files(tmp_path: Path, *names: str) -> tuple[Path, list[Path]]:
