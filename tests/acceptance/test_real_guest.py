@@ -17,6 +17,8 @@ qemu-guest-agent the build installed, sshd) boots from the seed the collection's
 readiness sees the real ``cloud-init status: done``, the real DHCP address and the real host keys;
 the packages stage installs a package from Debian's mirror through QEMU's user-mode NAT; a second play
 then logs in over SSH with strict host key checking against the known_hosts lines the role wrote.
+Then (issue 34) a second guest from the same template on a static IPv4 address inside QEMU's user-mode
+network (``_static_run``): readiness sees that address through the real agent, and SSH logs in to it.
 docs/real-guest.md ("Acceptance") and docs/templates.md explain the pieces.
 
 Opt-in like ``tools/pvesim/tests/test_realguest.py`` (``-m realguest`` or ``PVESIM_REALGUEST=1``);
@@ -61,6 +63,21 @@ PACKAGE = "hello"
 SPEED = 50
 MUTATING = ("POST", "PUT", "DELETE")
 READINESS_TIMEOUT = 900
+# Issue 34: a second guest on a static IPv4 address inside QEMU's user-mode network (slirp's defaults: 10.0.2.0/24, the
+# gateway 10.0.2.2 and the DNS forwarder 10.0.2.3; its DHCP hands out 10.0.2.15, which this guest must not take).
+STATIC_VMID = 202
+STATIC_ADDRESS = "10.0.2.50"
+USERNET = {
+    "name": "usernet",
+    "bridge": "vmbr0",
+    "ipv4": {
+        "mode": "static",
+        "subnet": "10.0.2.0/24",
+        "gateway": "10.0.2.2",
+        "dns": ["10.0.2.3"],
+        "searchDomain": "acceptance.test",
+    },
+}
 
 
 def _say(msg: str) -> None:
@@ -324,6 +341,191 @@ def _timings_from_log(log: list[dict[str, t.Any]], timings: dict[str, t.Any]) ->
             timings[name] = round(t_end - t_begin, 1)
 
 
+def _ssh(port: int, key: Path, known_hosts: Path, alias: str, command: str) -> subprocess.CompletedProcess[str]:
+    """One login through the loopback forward, strict host key checking against ``known_hosts`` under ``alias``."""
+    return subprocess.run(
+        [
+            "ssh",
+            "-p",
+            str(port),
+            "-i",
+            str(key),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            f"UserKnownHostsFile={known_hosts}",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            f"HostKeyAlias={alias}",
+            "debian@127.0.0.1",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def _static_run(  # noqa: C901
+    tmp: Path,
+    env: dict[str, str],
+    admin: PvesimAdmin,
+    conn: dict[str, t.Any],
+    conn_file: Path,
+    mapping: dict[str, t.Any],
+    key: Path,
+    timings: dict[str, t.Any],
+) -> int:
+    """Issue 34: provision a second guest whose definition names the static network ``usernet`` (10.0.2.50 inside
+    QEMU's user-mode network), with the same acceptance.yml; returns its QEMU pid.
+
+    The simulator shapes the guest's ``-netdev user`` after ``ipconfig0`` (``qemu_launch.slirp_network``: here slirp's
+    own defaults) and forwards ``127.0.0.1:<ssh_forward_port>`` to 10.0.2.50:22, the static address itself: the
+    controller cannot route into slirp, so that forward is the transport, and SSH checks the host key the role recorded
+    under 10.0.2.50 (HostKeyAlias). Real cloud-init configures the address from Proxmox's network-config, the real
+    agent reports it to readiness, and the checks over SSH show it static on eth0 with no DHCP client and no lease.
+    """
+    # pylint: disable=too-many-locals,too-many-statements
+    t0, since = time.monotonic(), time.time()
+    sub = tmp / "static"
+    sub.mkdir()
+    definition = yaml.safe_load((HERE / "definition-static.yml").read_text(encoding="utf-8"))
+    definition["access"]["sshPublicKeys"] = [key.with_suffix(".pub").read_text(encoding="utf-8").strip()]
+    assert definition["network"] == {"name": USERNET["name"], "ipv4": {"address": STATIC_ADDRESS}}
+    definition_file, catalog = sub / "definition.yml", sub / "catalog.yml"
+    definition_file.write_text(yaml.safe_dump(definition, sort_keys=False), encoding="utf-8")
+    catalog.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "vmanyware.dev/v1", "kind": "TemplateCatalog", "images": [mapping], "networks": [USERNET]},
+            sort_keys=False,
+        ),
+        encoding="utf-8",
+    )
+    journal, confirm, known_hosts, results_file = (
+        sub / "journal",
+        sub / "confirm.yml",
+        sub / "known_hosts",
+        sub / "ssh-results.json",
+    )
+    env = dict(env, VMANYWARE_JOURNAL_DIR=str(journal))
+    extra = [
+        "-e",
+        f"vmanyware_catalog_path={catalog}",
+        "-e",
+        f"vmanyware_definition_path={definition_file}",
+        "-e",
+        f"vmanyware_target_vmid={STATIC_VMID}",
+        "-e",
+        f"vmanyware_confirmation_file={confirm}",
+        "-e",
+        f"vmanyware_known_hosts_file={known_hosts}",
+        "-e",
+        f"acceptance_pvesim_connection_file={conn_file}",
+        "-e",
+        f"acceptance_ssh_private_key_file={key}",
+        "-e",
+        f"acceptance_results_file={results_file}",
+        # no packages in this definition: the SSH play's dpkg check reads the server it logs in to
+        "-e",
+        "acceptance_package=openssh-server",
+        "-e",
+        f"provision_readiness_timeout={READINESS_TIMEOUT}",
+    ]
+    _say(f"static run 1/2: without confirmation (network usernet, {STATIC_ADDRESS})")
+    rc, out = _playbook(sub, env, extra, "static1", timeout=600)
+    assert rc == 0, out[-4000:]
+    assert confirm.exists()
+    assert [e for e in admin.requests() if e["method"] in MUTATING and e["time"] >= since] == []
+
+    _say("static run 2/2: with -e @confirm.yml")
+    t_apply = time.monotonic()
+    rc, out = _playbook(sub, env, [*extra, "-e", f"@{confirm}"], "static2")
+    timings["static_apply_s"] = round(time.monotonic() - t_apply, 1)
+    assert rc == 0, out[-6000:]
+
+    vm = f"/nodes/{NODE}/qemu/{STATIC_VMID}"
+    log = [e for e in admin.requests() if e["time"] >= since]
+    start = next(e["time"] for e in log if e["method"] == "POST" and e["path"] == f"{vm}/status/start")
+    reads = [e["time"] for e in log if e["path"] == f"{vm}/agent/network-get-interfaces" and e["status"] == 200]
+    timings["static_boot_to_address_s"] = round(max(reads) - start, 1)
+    assert [e for e in log if e.get("schema_errors")] == []
+
+    # what Proxmox holds: the static ipconfig0 and the network's DNS settings the cloudinit stage set
+    config = admin.vm(STATIC_VMID)["config"]
+    assert config["ipconfig0"] == f"ip={STATIC_ADDRESS}/24,gw=10.0.2.2", config
+    assert config["nameserver"] == "10.0.2.3" and config["searchdomain"] == "acceptance.test", config
+
+    # the operation: every stage completed, no packages stage; the handoff names the static address
+    docs = [json.loads(p.read_text(encoding="utf-8")) for p in journal.glob("op-*.json")]
+    assert len(docs) == 1, [p.name for p in journal.iterdir()]
+    op = docs[0]
+    assert op["status"] == "completed" and all(s["status"] == "completed" for s in op["stages"]), op["status"]
+    assert [s["kind"] for s in op["stages"]] == [
+        "clone",
+        "resources",
+        "disk",
+        "cloudinit",
+        "seed",
+        "start",
+        "readiness",
+    ]
+    handoff = op["handoff"]
+    assert handoff["ipv4"] == STATIC_ADDRESS and handoff.get("address", STATIC_ADDRESS) == STATIC_ADDRESS, handoff
+    kh = [line for line in known_hosts.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
+    assert sorted(kh) == sorted(handoff["knownHosts"]) and all(line.startswith(f"{STATIC_ADDRESS} ") for line in kh)
+
+    # the real guest agent reports the static address on eth0, and not slirp's DHCP address
+    token = conn["tokens"]["full"]
+    resp = requests.get(
+        conn["url"] + f"{vm}/agent/network-get-interfaces",
+        verify=conn["ca_file"],
+        timeout=60,
+        headers={"Authorization": f"PVEAPIToken={token['id']}={token['secret']}"},
+    )
+    assert resp.status_code == 200, resp.text
+    eth0 = next(i for i in resp.json()["data"]["result"] if i["name"] == "eth0")
+    v4 = [(a["ip-address"], a["prefix"]) for a in eth0["ip-addresses"] if a["ip-address-type"] == "ipv4"]
+    assert v4 == [(STATIC_ADDRESS, 24)], eth0
+
+    # the controller's way in: QEMU forwards the loopback port to the static address itself
+    info = admin.vm(STATIC_VMID)
+    port = int(info["ssh_forward_port"])
+    assert info["guest_address"] == STATIC_ADDRESS, info
+    cmdline = Path(f"/proc/{info['qemu_pid']}/cmdline").read_text(encoding="utf-8").split("\0")
+    netdev = cmdline[cmdline.index("-netdev") + 1]
+    assert f"hostfwd=tcp:127.0.0.1:{port}-{STATIC_ADDRESS}:22" in netdev.split(","), netdev
+
+    # what acceptance.yml's SSH play saw (strict host key checking under the handed-over address)
+    ssh = json.loads(results_file.read_text(encoding="utf-8"))
+    _say(f"static run over SSH: {json.dumps(ssh)}")
+    net = dict(line.split("=", 1) for line in ssh["network"] if "=" in line)
+    assert ssh["user"] == "debian" and ssh["hostname"] == definition["name"] and ssh["sshPort"] == port
+    assert ssh["cloudinit"].startswith("status: done") and ssh["handoffAddress"] == STATIC_ADDRESS
+    # exactly the static address on eth0: no "dynamic" lifetime (a DHCP lease has one), no dhclient running
+    assert net["eth0"].count(" inet ") == 1 and f" inet {STATIC_ADDRESS}/24 " in net["eth0"], net
+    assert "dynamic" not in net["eth0"] and net["dhclient"] == "0", net
+    assert net["ifupdown"] == "iface eth0 inet static|", net
+    assert net["route"].startswith("default via 10.0.2.2 dev eth0"), net
+    assert "nameserver 10.0.2.3" in net["resolv"].split("|") and net["dns"], net
+
+    # and the test's own logins: the key recorded under the static address opens it, under slirp's DHCP address it fails
+    res = _ssh(port, key, known_hosts, STATIC_ADDRESS, "ip -4 -o addr show scope global")
+    assert res.returncode == 0 and [line.split()[3] for line in res.stdout.splitlines()] == [f"{STATIC_ADDRESS}/24"], (
+        res.stdout,
+        res.stderr,
+    )
+    res = _ssh(port, key, known_hosts, "10.0.2.15", "true")
+    assert res.returncode == 255 and "Host key verification failed" in res.stderr, res.stderr
+    timings["static_run_s"] = round(time.monotonic() - t0, 1)
+    return int(info["qemu_pid"])
+
+
 def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_path: Path) -> None:  # noqa: C901
     # pylint: disable=too-many-locals,too-many-statements
     if not _opted_in(request.config):
@@ -353,7 +555,7 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
     results_file = tmp_path / "ssh-results.json"
     proc, conn = _start_pvesim(state, image_dir)
     admin = PvesimAdmin(conn)
-    qemu_pid = None
+    qemu_pid = static_qemu_pid = None
     try:
         env = dict(
             os.environ,
@@ -464,6 +666,9 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
         assert ssh["user"] == "debian" and ssh["hostname"] == definition["name"]
         assert ssh["dpkg"].startswith("install ok installed ") and ssh["cloudinit"].startswith("status: done")
         assert ssh["handoffAddress"] == "10.0.2.15" and " inet 10.0.2.15/" in ssh["eth0"]
+        # slirp's DHCP lease: a "dynamic" lifetime and dhclient running (the static run below shows neither)
+        net = dict(line.split("=", 1) for line in ssh["network"] if "=" in line)
+        assert " dynamic " in net["eth0"] and net["dhclient"] != "0" and net["ifupdown"] == "iface eth0 inet dhcp|", net
         assert ssh["sshPort"] == info["ssh_forward_port"]
         # the disk stage grew the overlay; cloud-init's resize_rootfs grew the filesystem (ext4 overhead < 5 %)
         assert ssh["rootBytes"] > 0.95 * definition["resources"]["diskGiB"] * 2**30, ssh["rootBytes"]
@@ -560,6 +765,10 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
         assert sorted((journal / "known_hosts" / op["operationId"]).read_text(encoding="utf-8").splitlines()) == sorted(
             handoff["knownHosts"]
         )
+
+        # 4. issue 34: a second guest on a static address in QEMU's user-mode network, SSH to that address
+        _say(f"static run: VM {STATIC_VMID} on the static network {USERNET['name']} ({STATIC_ADDRESS})")
+        static_qemu_pid = _static_run(tmp_path, env, admin, conn, state / "connection.json", mapping, key, timings)
     finally:
         try:
             timings["accel"] = admin.vm(VMID).get("accel")
@@ -584,3 +793,4 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
     assert rc == 0, (state / "pvesim.log").read_text(errors="replace")[-3000:]
     assert leftovers == []
     assert qemu_pid is not None and not _alive(qemu_pid)
+    assert static_qemu_pid is not None and not _alive(static_qemu_pid)

@@ -2,7 +2,8 @@
 # Acceptance (issues 10 and 20, docs/real-guest.md "Acceptance", docs/templates.md "Acceptance on a real guest"): a template built
 # from the agent-less image (qemu-guest-agent installed over SSH in its preparation boot), then
 # the real-guest backend tests, and the provision playbook end to end against pvesim --guests real, i.e. a real QEMU guest with real
-# cloud-init, qemu-guest-agent and sshd; then SSH with strict host key checking. Builds or reuses the
+# cloud-init, qemu-guest-agent and sshd; then SSH with strict host key checking; then (issue 34) a second guest on a
+# static IPv4 address in QEMU's user-mode network, and SSH to that address. Builds or reuses the
 # guest image and installs QEMU and the image tools with apt when missing (needs root for both).
 # Then (issue 21, docs/containers.md "Acceptance on a real container"): pvesim --containers real and the provision
 # playbook on a real LXC container (rootfs from Debian's mirror, cached; lxc and mmdebstrap installed with apt when missing).

@@ -117,11 +117,14 @@ EOF
 : > "$ROOTFS/etc/resolv.conf"   # dhclient writes it from the DHCP lease; a static address: the hook below
 # ifupdown applies `dns-nameservers` (where cloud-init's eni renderer puts network-config's nameservers) only through
 # resolvconf, which a minimal image lacks: without it a static address (the template build's preparation boot) has no
-# resolver. This hook writes them when nothing else did; a DHCP lease (dhclient) still replaces the file.
+# resolver. This hook stands in for resolvconf: on every ifup of a stanza that is not DHCP (cloud-init's eni renderer
+# puts the network-config's nameservers on lo) it writes them, so a static-address clone of a template built with a
+# static build address gets its own resolver, not the template's stale file (issue 34's acceptance found 10.10.0.1
+# there). A DHCP stanza leaves the file to dhclient, which writes it from the lease.
 cat > "$ROOTFS/etc/network/if-up.d/vmanyware-resolv" <<'EOF'
 #!/bin/sh
 [ -n "$IF_DNS_NAMESERVERS" ] || exit 0
-grep -q '^nameserver' /etc/resolv.conf 2>/dev/null && exit 0
+[ "$METHOD" != dhcp ] || exit 0
 {
   [ -z "$IF_DNS_SEARCH" ] || echo "search $IF_DNS_SEARCH"
   for ns in $IF_DNS_NAMESERVERS; do echo "nameserver $ns"; done

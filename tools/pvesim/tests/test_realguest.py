@@ -477,6 +477,11 @@ def test_a_static_ipconfig0_shapes_the_user_mode_network() -> None:
         ["net=10.10.0.0/24", "host=10.10.0.254", "dns=10.10.0.1"],
         "10.10.0.50",
     )
+    # the acceptance's static run (issue 34): an address in slirp's own subnet, with its gateway and DNS forwarder;
+    # SSH is forwarded to the static address, not to 10.0.2.15 (slirp's DHCP address, which this guest does not take)
+    assert qemu_launch.slirp_network(
+        {"ipconfig0": "ip=10.0.2.50/24,gw=10.0.2.2", "nameserver": "10.0.2.3", "searchdomain": "acceptance.test"}
+    ) == (["net=10.0.2.0/24", "host=10.0.2.2", "dns=10.0.2.3"], "10.0.2.50")
     # a resolver outside the network, or a gateway outside it, keeps slirp's default there
     assert qemu_launch.slirp_network({"ipconfig0": "ip=192.0.2.50/24,gw=192.0.2.1"}) == (
         ["net=192.0.2.0/24", "host=192.0.2.1"],
