@@ -690,33 +690,7 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
         ]
         assert sorted(kh) == sorted(handoff["knownHosts"]) and all(line.startswith("10.0.2.15 ") for line in kh), kh
         # and strict checking is really in force: the same login under another address is refused
-        res = subprocess.run(
-            [
-                "ssh",
-                "-p",
-                str(info["ssh_forward_port"]),
-                "-i",
-                str(key),
-                "-o",
-                "IdentitiesOnly=yes",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "StrictHostKeyChecking=yes",
-                "-o",
-                f"UserKnownHostsFile={known_hosts}",
-                "-o",
-                "GlobalKnownHostsFile=/dev/null",
-                "-o",
-                "HostKeyAlias=10.0.2.16",
-                "debian@127.0.0.1",
-                "true",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
+        res = _ssh(info["ssh_forward_port"], key, known_hosts, "10.0.2.16", "true")
         assert res.returncode == 255 and "Host key verification failed" in res.stderr, res.stderr
 
         # 3. the journal inventory plugin feeds a play that logs in with the plugin's strict host key options; as in

@@ -179,7 +179,8 @@ def resolve_range(client: ApiClient, purpose: str, option: tuple[int, int] | Non
 # the lease files
 
 
-def _timestamp(epoch: float) -> str:
+def lease_timestamp(epoch: float) -> str:
+    """A lease's ``createdAt``/``expiresAt``: UTC in the journal's timestamp format."""
     return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime(TIMESTAMP_FORMAT)
 
 
@@ -283,8 +284,8 @@ class LeaseBook:
             "vmid": vmid,
             "owner": owner,
             "purpose": purpose,
-            "createdAt": _timestamp(now),
-            "expiresAt": _timestamp(now + seconds),
+            "createdAt": lease_timestamp(now),
+            "expiresAt": lease_timestamp(now + seconds),
         }
 
     def create(self, lease: t.Mapping[str, t.Any]) -> bool:

@@ -20,7 +20,6 @@ This is a private module_utils file: not a public API.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import ipaddress
 import os
 import re
@@ -41,8 +40,8 @@ from .._formats.networks import (
     parse_subnet,
     reserved_addresses,
 )
-from .._journal import TIMESTAMP_FORMAT, JournalError, JournalStore, epoch_seconds
-from .._journal.vmid import read_lease
+from .._journal import JournalError, JournalStore, epoch_seconds
+from .._journal.vmid import check_owner, lease_timestamp, read_lease
 
 LEASE_KIND = "vmanyware.dev/v1/AddressLease"
 LEASE_KEYS = ("kind", "providerScopeId", "network", "family", "address", "owner", "createdAt", "expiresAt")
@@ -115,25 +114,12 @@ def scan_guests(client: ApiClient) -> GuestScan:
 # leases
 
 
-def _timestamp(epoch: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime(TIMESTAMP_FORMAT)
-
-
 def _corrupt(path: str) -> JournalError:
     return JournalError(
         "An address lease file is not valid; it was left untouched.",
         code="journal_corrupt",
         details={"lease": os.path.basename(path)},
     )
-
-
-def check_owner(owner: t.Any) -> str:
-    """The lease owner: 1-512 characters without control characters (a label, never a secret)."""
-    if not isinstance(owner, str) or not re.match(r"\A[^\x00-\x1f\x7f]{1,512}\Z", owner):
-        raise InputError(
-            "owner must be 1-512 characters without control characters.", path="owner", details={"rule": "format"}
-        )
-    return owner
 
 
 class AddressBook:
@@ -195,8 +181,8 @@ class AddressBook:
             "family": family,
             "address": address,
             "owner": owner,
-            "createdAt": _timestamp(now),
-            "expiresAt": _timestamp(now + seconds),
+            "createdAt": lease_timestamp(now),
+            "expiresAt": lease_timestamp(now + seconds),
         }
         path = self.path(family, address)
         try:

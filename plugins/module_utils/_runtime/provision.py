@@ -331,19 +331,6 @@ def _done_text(summary: t.Mapping[str, t.Any], check_mode: bool) -> str:
     return "completed in %.1f s" % summary["seconds"]
 
 
-# The options of vmanyware_operation (state present) that vmanyware_provision takes to record the confirmed operation itself
-# (with the stage options catalog_path and catalog, which are then the plan's catalog too).
-RECORD_OPTIONS = (
-    "definition_path",
-    "definition",
-    "target_vmid",
-    "target_node",
-    "addresses",
-    "confirmation",
-    "idempotency_key",
-)
-
-
 def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
     """The stage options plus the per-stage ones, ``progress_interval``, the preflight's and those recording the operation."""
     spec = stage_argument_spec()
