@@ -246,5 +246,13 @@ def render_permissions_doc() -> str:
         "container operation's container: both are `/vms/{target}`) before it sends anything and needs `VM.PowerMgmt` only",
         "to stop a running guest (`stop: true`).",
         "",
+        'Named networks and placement (docs/networks.md, docs/operations.md "Placement") only add reads: the address check',
+        "and `vmanyware_address` read every guest's configuration (`VM.Audit` on the guests; unreadable ones make",
+        "`address_free` unknown), a VLAN-tagged NIC's bridge is read on the node (`Sys.Audit` on `/nodes/{node}`), and",
+        "`vmanyware_placement` reads the HA manager status (`Sys.Audit` on `/`; without it every node is",
+        "`maintenance_unknown`) and each node's storage status (`Datastore.Audit`). A clone with `target` to another node needs",
+        "the clone privileges above on the template's and the target's paths, and `SDN.Use` on the tagged bridge's VLAN",
+        "(`/sdn/zones/localnetwork/{bridge}/{tag}`, inherited from the bridge's path).",
+        "",
     ]
     return "\n".join(lines)
