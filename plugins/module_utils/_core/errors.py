@@ -24,6 +24,10 @@ ERROR_CODES: dict[str, str] = {
     # input validation
     "invalid_catalog": "The template catalog is not a valid v1 TemplateCatalog.",
     "invalid_definition": "The environment definition is not a valid v1 Environment.",
+    "invalid_preset": "A preset is not a valid v1 Preset, or the presets cannot be read.",
+    "preset_not_found": "The definition names a preset that is not among the presets.",
+    "preset_version_mismatch": "The preset's version or hash differs from the one the definition pins.",
+    "invalid_ssh_key_source": "An SSH key source is misconfigured, cannot be read, or holds an invalid public key.",
     "invalid_template_build": "The template build is not a valid v1 TemplateBuild.",
     "invalid_target_vmid": "The target VMID is outside 100-999999999 or equals the template VMID.",
     "invalid_target_node": "The target node is not a node name, is auto (resolved by placement first), or cannot hold this guest.",

@@ -44,6 +44,13 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
             entry["version"] = str(package["version"])
         packages.append(entry)
     resources = data["resources"]
+    access: dict[str, t.Any] = {"sshPublicKeys": [str(line) for line in data["access"]["sshPublicKeys"]]}
+    if "excludeKeySources" in data["access"]:  # optional (docs/profiles.md): absent, the definition is as before
+        excluded = [str(name) for name in data["access"]["excludeKeySources"]]
+        for index, name in enumerate(excluded):
+            if name in excluded[:index]:
+                raise FormatError(DEFINITION, "access.excludeKeySources[%d]" % index, "duplicate_key_source")
+        access["excludeKeySources"] = excluded
     normalized = {
         "apiVersion": API_VERSION,
         "kind": "Environment",
@@ -54,7 +61,7 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
             "memoryMiB": int(resources["memoryMiB"]),
             "diskGiB": int(resources["diskGiB"]),
         },
-        "access": {"sshPublicKeys": [str(line) for line in data["access"]["sshPublicKeys"]]},
+        "access": access,
         "packages": packages,
         "snapshotAfterProvisioning": bool(data.get("snapshotAfterProvisioning", False)),
     }
@@ -66,6 +73,10 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
             if family in data["network"]:
                 network[family] = {"address": str(data["network"][family]["address"])}
         normalized["network"] = network
+    if "preset" in data:  # the preset it was merged with (presets.py); absent, the definition is exactly as before
+        normalized["preset"] = {
+            key: data["preset"][key] for key in ("name", "version", "hash") if key in data["preset"]
+        }
     return normalized
 
 

@@ -22,6 +22,8 @@ from .schemas import SchemaViolation, check_schema
 
 CATALOG = "invalid_catalog"
 DEFINITION = "invalid_definition"
+PRESET = "invalid_preset"
+KEY_SOURCE = "invalid_ssh_key_source"
 
 # Fixed texts of the rules that are not schema keywords (schema rules carry their own text).
 RULE_TEXTS: dict[str, str] = {
@@ -49,6 +51,17 @@ RULE_TEXTS: dict[str, str] = {
     "ssh_key_too_short": "is an RSA key shorter than 2048 bits",
     "duplicate_ssh_key": "repeats an earlier SSH public key",
     "duplicate_package": "repeats the name of an earlier package",
+    "duplicate_preset": "repeats the name of an earlier preset",
+    "preset_field_not_allowed": "is a definition field a preset may not carry (image, resources and network only)",
+    "too_many_presets": "holds more than 256 preset files",
+    "not_a_directory": "is not a directory",
+    "duplicate_key_source": "repeats the name of an earlier SSH key source",
+    "reserved_key_source": "uses the name definition, which labels the definition's own keys",
+    "unknown_key_source": "names no configured SSH key source",
+    "symlink": "is a symbolic link (key sources must be regular files or directories)",
+    "too_many_files": "holds more than 64 *.pub files",
+    "ssh_key_line": "is not an OpenSSH public key line (type, base64 key data, optional comment)",
+    "too_many_keys": "gives the guest more than 16 SSH public keys in all",
     "container_template_source": "must give exactly one of ostemplate and appliance",
     "duplicate_network": "repeats the name of an earlier network",
     "dhcp_static_field": "is a static setting; this mode takes none",
@@ -74,12 +87,18 @@ class FormatError(InputError):
         details: dict[str, t.Any] = {"rule": rule}
         details.update(extra or {})
         text = text if text is not None else RULE_TEXTS[rule]
+        self.text = text  # the fixed text, so a refusal can be located again (a preset's file, a key source's)
         message = "%s At %s: %s." % (ERROR_CODES[code], path, text)
         super().__init__(message, code=code, path=path, details=details)
 
     @property
     def rule(self) -> str:
         return t.cast(str, self.details["rule"])
+
+    def located(self, code: str, path: str) -> FormatError:
+        """The same refusal (rule, text, position) as ``code`` at ``path``."""
+        extra = {key: value for key, value in self.details.items() if key != "rule"}
+        return FormatError(code, path, self.rule, self.text, extra=extra)
 
 
 def check_document_schema(schema: dict[str, t.Any], data: t.Any, code: str) -> None:

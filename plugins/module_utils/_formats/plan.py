@@ -22,7 +22,11 @@ import re
 import typing as t
 
 from .._core.errors import InputError
-from .definition import parse_definition
+from .definition import validate_definition
+from .format_errors import FormatError
+from .key_sources import apply_key_sources, check_key_sources
+from .presets import Preset, load_presets, merge_preset, preset_fields
+from .yaml_strict import load_document
 from .catalog import is_container, parse_catalog
 from .networks import FAMILIES, planned_nic
 from .hashing import definition_hash as compute_definition_hash
@@ -52,10 +56,20 @@ def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
         # The concrete node the guest goes to (placement, docs/operations.md); absent: the mapping's node, and the plan
         # and every hash are exactly what they were before the option existed.
         "target_node": {"type": "str"},
+        # Presets (docs/profiles.md): read only when the definition names one; absent, presets_path defaults to the
+        # catalog file's presets directory when it exists.
+        "presets_path": {"type": "path"},
+        "presets": {"type": "list", "elements": "raw"},
+        # The operator's SSH key sources, [{name, path}]; absent or empty, the plan and every hash are as before.
+        "ssh_key_sources": {"type": "list", "elements": "dict"},
     }
 
 
-PLAN_INPUT_MUTUALLY_EXCLUSIVE = (("catalog_path", "catalog"), ("definition_path", "definition"))
+PLAN_INPUT_MUTUALLY_EXCLUSIVE = (
+    ("catalog_path", "catalog"),
+    ("definition_path", "definition"),
+    ("presets_path", "presets"),
+)
 PLAN_INPUT_REQUIRED_ONE_OF = (("catalog_path", "catalog"), ("definition_path", "definition"))
 # ``ModuleEntry`` keyword arguments of every module that takes the plan inputs.
 PLAN_INPUT_CONSTRAINTS: dict[str, t.Any] = {
@@ -73,6 +87,74 @@ class PlannedEnvironment:
     plan: dict[str, t.Any]
     definition_hash: str
     plan_hash: str
+
+
+@dataclasses.dataclass(frozen=True)
+class EffectiveDefinition:
+    """The validated definition merged with its preset and given its key sources' keys; ``preset_fields``: the fields
+    the preset gave (``None`` without a preset); ``keys``: the key listing (``None`` without key sources)."""
+
+    definition: dict[str, t.Any]
+    preset_fields: list[str] | None
+    keys: list[dict[str, t.Any]] | None
+
+
+def presets_reader(
+    presets_path: str | os.PathLike[str] | None,
+    presets: t.Any,
+    catalog_path: str | os.PathLike[str] | None,
+) -> t.Callable[[], dict[str, Preset]]:
+    """Reads the presets when called: inline ``presets``, else ``presets_path``, else the ``presets`` directory beside
+    the catalog file when it exists, else none."""
+
+    def read() -> dict[str, Preset]:
+        if presets is not None:
+            return load_presets(documents=presets)
+        if presets_path is not None:
+            return load_presets(path=presets_path)
+        if catalog_path is not None:
+            beside = os.path.join(os.path.dirname(os.path.abspath(os.fspath(catalog_path))), "presets")
+            if os.path.isdir(beside):
+                return load_presets(path=beside)
+        return {}
+
+    return read
+
+
+def effective_definition(
+    *,
+    definition: str | t.Mapping[str, t.Any] | None = None,
+    definition_path: str | os.PathLike[str] | None = None,
+    presets: t.Callable[[], t.Mapping[str, Preset]] = dict,
+    ssh_key_sources: t.Any = None,
+) -> EffectiveDefinition:
+    """Read the definition, merge it over the preset it names (``presets_reader``), validate the merged definition (a
+    refusal names the merged field and, in ``error_details.preset``, the preset) and add the key sources' keys
+    (docs/profiles.md). Without a preset and key sources the definition is exactly ``parse_definition``'s."""
+    sources = check_key_sources(ssh_key_sources)
+    request = load_document(text=definition, path=definition_path, code="invalid_definition")
+    merged = merge_preset(request, presets)
+    try:
+        validated = validate_definition(merged)
+    except FormatError as err:
+        if merged is not request:
+            err.details["preset"] = merged["preset"]["name"]
+        raise
+    fields = preset_fields(validated, request) if merged is not request else None
+    if not sources:
+        return EffectiveDefinition(validated, fields, None)
+    with_keys, keys = apply_key_sources(validated, sources)
+    return EffectiveDefinition(with_keys, fields, keys)
+
+
+def definition_from_params(params: t.Mapping[str, t.Any]) -> EffectiveDefinition:
+    """``effective_definition`` from a module's plan input options (the new ones may be absent from its spec)."""
+    return effective_definition(
+        definition=params["definition"],
+        definition_path=params["definition_path"],
+        presets=presets_reader(params.get("presets_path"), params.get("presets"), params.get("catalog_path")),
+        ssh_key_sources=params.get("ssh_key_sources") or None,
+    )
 
 
 def plan_steps(definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any]) -> list[dict[str, t.Any]]:
@@ -249,9 +331,10 @@ def plan_document(
     definition_hash: str,
     plan_hash: str,
     placed: bool = False,
+    effective: EffectiveDefinition | None = None,
 ) -> dict[str, t.Any]:
     """The v1 plan document (docs/formats.md, "Plan v1"); ``placed``: a target node was given, and ``clone`` says how
-    the guest reaches it."""
+    the guest reaches it; ``effective``: the preset's fields and the key listing (docs/profiles.md)."""
     resources = definition["resources"]
     document = {
         "apiVersion": API_VERSION,
@@ -286,6 +369,10 @@ def plan_document(
     if placed or "targetNode" in mapping:  # a plan without a target node keeps exactly its v1 fields
         method = CLONE_TARGET if "targetNode" in mapping else PER_NODE_TEMPLATE
         document["clone"] = {"method": method, "sourceNode": mapping["node"]}
+    if "preset" in definition:  # a definition without a preset keeps exactly its v1 plan
+        document["preset"] = dict(definition["preset"], fields=list(effective.preset_fields or []) if effective else [])
+    if effective is not None and effective.keys is not None:  # without key sources the plan is exactly as before
+        document["access"]["sshPublicKeys"] = copy.deepcopy(effective.keys)
     return document
 
 
@@ -299,6 +386,9 @@ def build_plan(
     target_node: str | None = None,
     repeat_mapping: t.Mapping[str, t.Any] | None = None,
     addresses: t.Mapping[str, str] | None = None,
+    presets_path: str | os.PathLike[str] | None = None,
+    presets: t.Any = None,
+    ssh_key_sources: t.Any = None,
 ) -> PlannedEnvironment:
     """Validate the inputs and build the plan; raise an ``InputError`` with a fixed code otherwise.
 
@@ -308,7 +398,9 @@ def build_plan(
     ``disk_shrink_unsupported``, ``network_not_in_catalog``, ``invalid_network_address``, ``invalid_plan``,
     ``invalid_target_node``, ``target_node_conflict``, ``placement_required``; with
     ``repeat_mapping`` (the mapping a repeated operation recorded)
-    ``repeat_image_removed`` and ``repeat_mapping_changed`` (``check_repeat_mapping``).
+    ``repeat_image_removed`` and ``repeat_mapping_changed`` (``check_repeat_mapping``); with a preset or key sources
+    (``effective_definition``) ``invalid_preset``, ``preset_not_found``, ``preset_version_mismatch`` and
+    ``invalid_ssh_key_source``.
     """
     if (catalog is None) == (catalog_path is None):
         raise InputError(
@@ -327,7 +419,13 @@ def build_plan(
     check_target_vmid(target_vmid)
     given_node = check_target_node(target_node)
     parsed_catalog = parse_catalog(text=catalog, path=catalog_path)
-    parsed_definition = parse_definition(text=definition, path=definition_path)
+    effective = effective_definition(
+        definition=definition,
+        definition_path=definition_path,
+        presets=presets_reader(presets_path, presets, catalog_path),
+        ssh_key_sources=ssh_key_sources or None,
+    )
+    parsed_definition = effective.definition
     node = requested_node(parsed_definition, given_node)
     if repeat_mapping is not None:
         check_repeat_mapping(parsed_catalog, parsed_definition, repeat_mapping, node)
@@ -344,7 +442,9 @@ def build_plan(
     return PlannedEnvironment(
         definition=parsed_definition,
         mapping=mapping,
-        plan=plan_document(parsed_definition, mapping, vmid, def_hash, hash_of_plan, placed=node is not None),
+        plan=plan_document(
+            parsed_definition, mapping, vmid, def_hash, hash_of_plan, placed=node is not None, effective=effective
+        ),
         definition_hash=def_hash,
         plan_hash=hash_of_plan,
     )
@@ -361,4 +461,7 @@ def plan_from_params(params: t.Mapping[str, t.Any]) -> PlannedEnvironment:
         target_node=params.get("target_node") or None,
         repeat_mapping=params.get("repeat_mapping"),
         addresses=params.get("addresses"),
+        presets_path=params.get("presets_path"),
+        presets=params.get("presets"),
+        ssh_key_sources=params.get("ssh_key_sources"),
     )

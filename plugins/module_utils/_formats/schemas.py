@@ -75,6 +75,7 @@ IPV6_CIDR_PATTERN = r"^[0-9A-Fa-f:.]{2,45}/(?:12[0-8]|1[01][0-9]|[1-9]?[0-9])$"
 # A DNS search domain: dot-separated lowercase DNS labels, at most 253 characters.
 DOMAIN_PATTERN = r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$"
 
+SHA256_HEX_PATTERN = r"^[0-9a-f]{64}$"
 VMID_MIN = 100
 VMID_MAX = 999999999
 
@@ -371,6 +372,12 @@ DEFINITION_SCHEMA_V1: dict[str, t.Any] = {
                         "An OpenSSH public key line: ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa (>= 2048 bits), optional comment.",
                     ),
                 },
+                "excludeKeySources": {
+                    "type": "array",
+                    "description": "Names of the operator's SSH key sources whose keys this guest does not get (docs/profiles.md).",
+                    "maxItems": 16,
+                    "items": _string(DNS_LABEL_PATTERN, "The name of a configured SSH key source."),
+                },
             },
         },
         "packages": {
@@ -404,6 +411,19 @@ DEFINITION_SCHEMA_V1: dict[str, t.Any] = {
                 "name": _string(DNS_LABEL_PATTERN, "The name of a catalog network."),
                 "ipv4": _definition_address(IPV4_PATTERN, "IPv4"),
                 "ipv6": _definition_address(IPV6_PATTERN, "IPv6"),
+            },
+        },
+        "preset": {
+            "type": "object",
+            "description": "The preset this definition starts from (docs/profiles.md); its own fields win.",
+            "additionalProperties": False,
+            "required": ["name"],
+            "properties": {
+                "name": _string(DNS_LABEL_PATTERN, "The name of a preset."),
+                "version": _integer(1, 999999999, "The preset version this definition pins, 1-999999999."),
+                "hash": _string(
+                    SHA256_HEX_PATTERN, "The preset's canonical SHA-256 (lowercase hex) this definition pins."
+                ),
             },
         },
     },

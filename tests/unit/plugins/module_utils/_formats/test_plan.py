@@ -196,6 +196,9 @@ def test_argument_spec() -> None:
         "target_vmid": {"type": "int", "required": True},
         "target_node": {"type": "str"},
         "addresses": {"type": "dict"},
+        "presets_path": {"type": "path"},
+        "presets": {"type": "list", "elements": "raw"},
+        "ssh_key_sources": {"type": "list", "elements": "dict"},
     }
     assert spec is not plan_input_argument_spec()  # callers may extend their copy
 

@@ -1,0 +1,199 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) vmanyware developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Presets v1 (docs/profiles.md, "Presets"): named, versioned definition fragments a definition starts from.
+
+A preset is a strict document (``kind: Preset``, ``name``, integer ``version``, a ``spec`` fragment of
+``PRESET_FIELDS``). A definition naming one (``preset: {name, version?, hash?}``) is merged over it field by field:
+mappings merge recursively, scalars and lists of the request replace the preset's. The merged (effective)
+definition records ``preset: {name, version, hash}`` (hash: the canonical SHA-256 of the preset), so the definition
+hash, and with it the plan hash, covers the preset. Presets are read only when a definition names one.
+
+This is a private module_utils file: not a public API.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import re
+import typing as t
+
+from .._core.errors import InputError
+from .format_errors import DEFINITION, PRESET, FormatError, check_document_schema
+from .hashing import canonical_json, sha256_hex
+from .schemas import API_VERSION, DEFINITION_SCHEMA_V1, DNS_LABEL_PATTERN, _integer, _string
+from .yaml_strict import load_document, load_strict_yaml, read_source
+
+# The definition fields a preset may carry. Extension point: ``profiles`` joins this tuple (and the schema below
+# takes its definition schema) once docs/profiles.md "Profiles" defines it; nothing else needs to change here.
+PRESET_FIELDS: tuple[str, ...] = ("image", "resources", "network")
+MAX_PRESETS = 256
+PRESET_SUFFIXES = (".yml", ".yaml")
+# A file name that may appear in an error path (it is the operator's, but only a plain one is repeated).
+PLAIN_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")
+
+
+def _partial(schema: t.Any) -> t.Any:
+    """A definition field's schema with every ``required`` dropped: a preset may give part of a mapping."""
+    if isinstance(schema, dict):
+        return {key: _partial(value) for key, value in schema.items() if key != "required"}
+    if isinstance(schema, list):
+        return [_partial(item) for item in schema]
+    return schema
+
+
+PRESET_SCHEMA_V1: dict[str, t.Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://vmanyware.dev/schemas/preset-v1.schema.json",
+    "title": "vmanyware Preset v1",
+    "description": "A named, versioned fragment of an environment definition. See docs/profiles.md.",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "name", "version", "spec"],
+    "properties": {
+        "apiVersion": {"type": "string", "const": API_VERSION},
+        "kind": {"type": "string", "const": "Preset"},
+        "name": _string(DNS_LABEL_PATTERN, "1-63 characters, a lowercase DNS label; definitions name it."),
+        "version": _integer(1, 999999999, "The preset's version, an integer 1-999999999; a definition may pin it."),
+        "spec": {
+            "type": "object",
+            "description": "The definition fields the preset gives (image, resources, network); the definition's own win.",
+            "additionalProperties": False,
+            "properties": {field: _partial(DEFINITION_SCHEMA_V1["properties"][field]) for field in PRESET_FIELDS},
+        },
+    },
+}
+# Only the request's ``preset`` reference, checked before the merge (the rest is checked on the merged definition).
+_REFERENCE_SCHEMA: dict[str, t.Any] = {
+    "type": "object",
+    "properties": {"preset": DEFINITION_SCHEMA_V1["properties"]["preset"]},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A validated preset: its name, version, canonical hash and spec fragment."""
+
+    name: str
+    version: int
+    hash: str
+    spec: dict[str, t.Any]
+
+
+def validate_preset(data: t.Any) -> Preset:
+    """A parsed preset document validated (``invalid_preset``); its hash is that of the validated document."""
+    spec = data.get("spec") if isinstance(data, dict) else None
+    if isinstance(spec, dict):
+        for key in spec:
+            if key in DEFINITION_SCHEMA_V1["properties"] and key not in PRESET_FIELDS:
+                raise FormatError(PRESET, "spec.%s" % key, "preset_field_not_allowed")
+    check_document_schema(PRESET_SCHEMA_V1, data, PRESET)
+    document = {
+        "apiVersion": API_VERSION,
+        "kind": "Preset",
+        "name": str(data["name"]),
+        "version": int(data["version"]),
+        "spec": copy.deepcopy(data["spec"]),
+    }
+    return Preset(document["name"], document["version"], sha256_hex(canonical_json(document)), document["spec"])
+
+
+def _parsed(label: str, load: t.Callable[[], t.Any]) -> Preset:
+    try:
+        return validate_preset(load())
+    except FormatError as err:
+        raise err.located(PRESET, label if err.path == "$" else "%s:%s" % (label, err.path)) from None
+
+
+def load_presets(*, path: str | os.PathLike[str] | None = None, documents: t.Any = None) -> dict[str, Preset]:
+    """The presets of a directory ``path`` (its ``*.yml``/``*.yaml`` files, in name order) or of ``documents`` (a list of
+    YAML texts or mappings), by name (``duplicate_preset``); neither: none."""
+    sources: list[tuple[str, t.Callable[[], t.Any]]] = []
+    if documents is not None:
+        if not isinstance(documents, (list, tuple)):
+            raise FormatError(PRESET, "presets", "type", "must be a list of preset documents")
+        for index, item in enumerate(documents):
+            sources.append(("presets[%d]" % index, lambda item=item: load_document(text=item, path=None, code=PRESET)))
+    elif path is not None:
+        if not os.path.isdir(path):
+            raise FormatError(PRESET, "presets_path", "not_a_directory")
+        try:
+            names = sorted(name for name in os.listdir(path) if name.endswith(PRESET_SUFFIXES))
+        except OSError:
+            raise FormatError(PRESET, "presets_path", "unreadable") from None
+        for position, name in enumerate(names):
+            label = name if PLAIN_FILE_NAME.match(name) else "presets_path[%d]" % position
+            file_path = os.path.join(path, name)
+            sources.append(
+                (
+                    label,
+                    lambda file_path=file_path: load_strict_yaml(
+                        read_source(text=None, path=file_path, code=PRESET), code=PRESET
+                    ),
+                )
+            )
+    if len(sources) > MAX_PRESETS:
+        raise FormatError(PRESET, "presets_path" if documents is None else "presets", "too_many_presets")
+    presets: dict[str, Preset] = {}
+    for label, load in sources:
+        preset = _parsed(label, load)
+        if preset.name in presets:
+            raise FormatError(PRESET, "%s:name" % label, "duplicate_preset")
+        presets[preset.name] = preset
+    return presets
+
+
+def merge(base: t.Any, override: t.Any) -> t.Any:
+    """``override`` over ``base``: mappings merge key by key (recursively); any other value of ``override`` wins."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = copy.deepcopy(base)
+        for key, value in override.items():
+            merged[key] = merge(base[key], value) if key in base else copy.deepcopy(value)
+        return merged
+    return copy.deepcopy(override)
+
+
+def merge_preset(data: t.Any, presets: t.Callable[[], t.Mapping[str, Preset]]) -> t.Any:
+    """The definition document ``data`` merged over the preset it names (``presets`` is called only then), with
+    ``preset: {name, version, hash}`` recorded; a document naming none is returned as it is.
+
+    Codes: ``invalid_definition`` (the reference itself), ``preset_not_found``, ``preset_version_mismatch``."""
+    if not isinstance(data, dict) or "preset" not in data:
+        return data
+    check_document_schema(_REFERENCE_SCHEMA, {"preset": data["preset"]}, DEFINITION)
+    reference = data["preset"]
+    preset = presets().get(reference["name"])
+    if preset is None:
+        raise InputError(code="preset_not_found", path="preset.name", details={"rule": "not_among_presets"})
+    if "version" in reference and reference["version"] != preset.version:
+        raise InputError(
+            code="preset_version_mismatch",
+            path="preset.version",
+            details={"rule": "pinned_version", "version": preset.version},
+        )
+    if "hash" in reference and reference["hash"] != preset.hash:
+        raise InputError(code="preset_version_mismatch", path="preset.hash", details={"rule": "pinned_hash"})
+    merged = merge(preset.spec, {key: value for key, value in data.items() if key != "preset"})
+    merged["preset"] = {"name": preset.name, "version": preset.version, "hash": preset.hash}
+    return merged
+
+
+def preset_fields(definition: t.Mapping[str, t.Any], request: t.Any, prefix: str = "") -> list[str]:
+    """The dotted paths of the merged ``definition``'s leaves the preset gave (absent from the ``request``)."""
+    fields: list[str] = []
+    for key, value in definition.items():
+        if not prefix and key == "preset":
+            continue
+        path = prefix + key
+        given = request.get(key) if isinstance(request, dict) else None
+        if isinstance(request, dict) and key in request and not (isinstance(value, dict) and isinstance(given, dict)):
+            continue
+        if isinstance(value, dict):
+            fields.extend(preset_fields(value, given if isinstance(given, dict) else {}, path + "."))
+        else:
+            fields.append(path)
+    return fields
