@@ -58,9 +58,33 @@ options:
       - Each must lie in the catalog network's pool; the plan records it, so it is part of the plan hash.
       - An address the definition gives itself needs no entry here (one given must be the same).
     type: dict
+  presets_path:
+    description:
+      - Directory on the controller of the presets, v1 C(Preset) files (C(*.yml), C(*.yaml), read in name order), each a named,
+        versioned fragment (C(image), C(resources), C(network)) a definition may start from with C(preset.name).
+      - Read only when the definition names a preset; absent, the C(presets) directory beside O(catalog_path) when it exists.
+      - The definition's own fields win, field by field; the plan records the preset's name, version and hash, so a changed preset
+        changes the plan hash. See C(docs/profiles.md), "Presets".
+      - Mutually exclusive with O(presets).
+    type: path
+  presets:
+    description:
+      - The presets inline, a list of v1 C(Preset) documents (YAML text or dictionaries). Mutually exclusive with O(presets_path).
+    type: list
+    elements: raw
+  ssh_key_sources:
+    description:
+      - The operator's SSH key sources, each C(name) (a lowercase DNS label, not V(definition)) and C(path) (a public key file, or a
+        directory whose C(*.pub) files are read in name order; symbolic links are refused).
+      - Every guest gets their keys besides the definition's own, unless the definition leaves a source out
+        (C(access.excludeKeySources)); each key is checked as the definition's are, listed once (with every source that gives it),
+        and the plan lists each with its sources and SHA-256 fingerprint. See C(docs/profiles.md), "SSH key sources".
+      - Absent or empty, the plan and every hash are exactly as without this option.
+    type: list
+    elements: dict
 notes:
   - Invalid inputs fail with a fixed C(error_code) (for example V(invalid_catalog), V(invalid_definition), V(invalid_target_vmid),
     V(image_not_mapped), V(disk_shrink_unsupported), V(network_not_in_catalog), V(invalid_network_address),
-    V(invalid_plan)), the path of the offending field in C(error_path) and the
+    V(invalid_plan), V(invalid_preset), V(preset_not_found), V(preset_version_mismatch), V(invalid_ssh_key_source)), the path of the offending field in C(error_path) and the
     rule it broke in C(error_details.rule); input values are never echoed.
 """

@@ -58,6 +58,15 @@ options:
   definition:
     description: The environment definition as a string or mapping. Mutually exclusive with O(definition_path).
     type: raw
+  presets_path:
+    description:
+      - The presets directory, as for M(vmanyware.proxmox.vmanyware_plan) (read only when the definition names a preset, whose
+        fields it then starts from; default the C(presets) directory beside O(catalog_path)). Mutually exclusive with O(presets).
+    type: path
+  presets:
+    description: The presets inline, as for M(vmanyware.proxmox.vmanyware_plan).
+    type: list
+    elements: raw
   addresses:
     description:
       - Reserve exactly these addresses, by C(ipv4) and C(ipv6) (the ones a confirmation names). O(owner)'s live lease is reused; an
@@ -159,8 +168,10 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec imp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client import ProxmoxClient
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import InputError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import check_addresses
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import (
+    check_addresses,
+    definition_from_params,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.vmid import (
     DEFAULT_LEASE_SECONDS,
     STATES,
@@ -194,6 +205,8 @@ def argument_spec() -> dict:
             "catalog": {"type": "raw"},
             "definition_path": {"type": "path"},
             "definition": {"type": "raw"},
+            "presets_path": {"type": "path"},
+            "presets": {"type": "list", "elements": "raw"},
             "addresses": {"type": "dict"},
             "lease_seconds": {"type": "int", "default": DEFAULT_LEASE_SECONDS},
         }
@@ -216,7 +229,7 @@ def action(params, check_mode, diff) -> dict:
                 details={"rule": "required"},
             )
     catalog = parse_catalog(text=params["catalog"], path=params["catalog_path"])
-    definition = parse_definition(text=params["definition"], path=params["definition_path"])
+    definition = definition_from_params(params).definition  # merged with its preset (docs/profiles.md)
     if not wants_leases(catalog, definition):  # offline: no connection, no journal (the plan role calls this always)
         return no_leases(definition)
     settings = connection_settings(params)
@@ -239,7 +252,7 @@ ENTRY = ModuleEntry(
     argument_spec=argument_spec,
     action=action,
     libraries=("requests",),
-    mutually_exclusive=(("catalog_path", "catalog"), ("definition_path", "definition")),
+    mutually_exclusive=(("catalog_path", "catalog"), ("definition_path", "definition"), ("presets_path", "presets")),
 )
 
 

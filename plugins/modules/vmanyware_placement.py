@@ -46,6 +46,15 @@ options:
       - Its C(targetNode), when present, must be V(auto); a definition naming its node is planned for that node, and placement
         refuses it with C(target_node_conflict).
     type: raw
+  presets_path:
+    description:
+      - The presets directory, as for M(vmanyware.proxmox.vmanyware_plan) (read only when the definition names a preset, whose
+        fields it then starts from; default the C(presets) directory beside O(catalog_path)). Mutually exclusive with O(presets).
+    type: path
+  presets:
+    description: The presets inline, as for M(vmanyware.proxmox.vmanyware_plan).
+    type: list
+    elements: raw
   prefer:
     description:
       - The node an apply run's confirmation names (C(targetNode)). When it still qualifies it is returned (RV(preferred_kept=true)),
@@ -199,8 +208,10 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.placemen
     placement_requested,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import PLAN_INPUT_CONSTRAINTS
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import (
+    PLAN_INPUT_CONSTRAINTS,
+    definition_from_params,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.pending import pending_operations
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import require_verified_tls
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
@@ -219,6 +230,8 @@ def argument_spec() -> dict:
             "catalog": {"type": "raw"},
             "definition_path": {"type": "path"},
             "definition": {"type": "raw"},
+            "presets_path": {"type": "path"},
+            "presets": {"type": "list", "elements": "raw"},
             "prefer": {"type": "str"},
             "target_node": {"type": "str"},
         }
@@ -228,7 +241,7 @@ def argument_spec() -> dict:
 
 def action(params, check_mode, diff) -> dict:
     catalog = parse_catalog(text=params["catalog"], path=params["catalog_path"])
-    definition = parse_definition(text=params["definition"], path=params["definition_path"])
+    definition = definition_from_params(params).definition  # merged with its preset (docs/profiles.md)
     if not placement_requested(params["target_node"], definition):  # offline: the roles call this on every run
         return not_placed(params["target_node"], definition)
     store = open_store(params["journal_dir"])

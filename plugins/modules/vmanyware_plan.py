@@ -55,6 +55,17 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ planned.plan_hash }}"
 
+- name: Plan a definition that starts from a preset, with the operator's SSH key sources
+  vmanyware.proxmox.vmanyware_plan:
+    catalog_path: files/catalog.yml  # presets are read from files/presets unless presets_path says otherwise
+    definition_path: files/kernel-lab-big.yml
+    ssh_key_sources:
+      - name: personal
+        path: ~/.ssh/id_ed25519.pub
+      - name: team
+        path: /srv/team-keys
+    target_vmid: 203
+
 - name: Plan from inline text
   vmanyware.proxmox.vmanyware_plan:
     catalog: "{{ lookup('ansible.builtin.file', 'catalog.yml') }}"
@@ -73,6 +84,13 @@ definition_hash:
   returned: success
   type: str
   sample: 109cb47497a9c1740f37adc432f0f14bd3fd31d43e2bf67d435a696a44345366
+definition:
+  description:
+    - The effective definition the plan is built from, as validated (defaults applied), merged with its preset (with C(preset),
+      its C(name), C(version) and C(hash)) and with the keys of the SSH key sources; the keys are shown as a count
+      (C(access.sshPublicKeyCount)), as the journal's snapshots show them. The C(definitionHash) is this definition's.
+  returned: success
+  type: dict
 creation_enabled:
   description:
     - Whether an operation for this plan could be created now, judged from the gates and the mapping alone (the plan
@@ -157,9 +175,18 @@ plan:
       type: str
       returned: success
     access:
-      description: Access summary; C(sshPublicKeyCount) is the number of declared keys (the keys are not returned).
+      description:
+        - Access summary; C(sshPublicKeyCount) is the number of keys the guest gets (the keys are not returned).
+        - With O(ssh_key_sources), C(sshPublicKeys) lists each key once, in the order the guest gets them, with its C(type),
+          C(fingerprint) (C(SHA256:...), as C(ssh-keygen -l) prints it) and C(sources) (V(definition) for the definition's own).
       type: dict
       returned: success
+    preset:
+      description:
+        - The preset the definition starts from (docs/profiles.md) - C(name), C(version), C(hash) (its canonical SHA-256, covered
+          by C(definitionHash) and so by C(planHash)) and C(fields), the dotted fields of the definition the preset gave.
+      type: dict
+      returned: when the definition names a preset
     packages:
       description: The declared packages (C(name), and C(version) when declared).
       type: list
@@ -211,7 +238,10 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import creation_blockers
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import (
+    creation_blockers,
+    snapshots_view,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import (
     PLAN_INPUT_CONSTRAINTS,
     plan_from_params,
@@ -233,6 +263,8 @@ def action(params, check_mode, diff) -> dict:
         "plan": planned.plan,
         "plan_hash": planned.plan_hash,
         "definition_hash": planned.definition_hash,
+        # the effective definition (merged with its preset), its keys as a count as the journal's snapshots show them
+        "definition": snapshots_view({"definition": planned.definition, "mapping": {}, "plan": {}})["definition"],
         "creation_enabled": not blockers,
         "creation_blockers": blockers,
     }

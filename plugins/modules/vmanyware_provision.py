@@ -112,6 +112,17 @@ options:
   addresses:
     description: With O(confirmation), the addresses leased for C(address) V(auto) (as O(vmanyware.proxmox.vmanyware_operation#module:addresses)).
     type: dict
+  presets_path:
+    description: With O(confirmation), the presets directory (as O(vmanyware.proxmox.vmanyware_operation#module:presets_path)).
+    type: path
+  presets:
+    description: With O(confirmation), the presets inline (as O(vmanyware.proxmox.vmanyware_operation#module:presets)).
+    type: list
+    elements: raw
+  ssh_key_sources:
+    description: With O(confirmation), the SSH key sources (as O(vmanyware.proxmox.vmanyware_operation#module:ssh_key_sources)).
+    type: list
+    elements: dict
   idempotency_key:
     description:
       - With O(confirmation), as O(vmanyware.proxmox.vmanyware_operation#module:idempotency_key) (default

@@ -103,6 +103,8 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         .replace("snapshotAfterProvisioning: false", "snapshotAfterProvisioning: true")
     )
     planned = build_plan(catalog_path=REPO / "examples/catalog.yml", definition_path=definition, target_vmid=201)
+    team_keys = tmp_path / "team.pub"
+    team_keys.write_text(yaml.safe_load(definition.read_text())["access"]["sshPublicKeys"][0] + "\n", encoding="utf-8")
     journal = tmp_path / "journal"
     gates = {"VMANYWARE_PROVISIONING_ENABLED": "true", "VMANYWARE_SNAPSHOTS_ENABLED": "true"}
     confirmation = expected_confirmation(planned.plan, scope)
@@ -171,6 +173,11 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         "path": str(tmp_path / "ssh" / "known_hosts"),
         "known_hosts": ["192.0.2.10 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGroupDefaultsTest"],
         "known_hosts_path": str(tmp_path / "ssh" / "provision_known_hosts"),  # vmanyware_provision's (not run here)
+        # Presets (read only when a definition names one: the example names none) and a key source repeating the
+        # definition's own key, listed once: the definition, so the recorded operation's hashes, are unchanged.
+        "presets_path": str(REPO / "examples/presets"),
+        "presets": [(REPO / "examples/presets/build-box.yml").read_text()],
+        "ssh_key_sources": [{"name": "team", "path": str(team_keys)}],
         # vmanyware_plan's repeat check: the mapping the operation recorded, which the current catalog still has
         "repeat_mapping": dict(planned.mapping),
     }
@@ -185,8 +192,8 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
             values[name] = spec["choices"][0]
     assert set(options) - set(values) == set(), "options without a value to test with"
     exclusive = {
-        "files": ("catalog", "definition", "template_build"),
-        "dictionaries": ("catalog_path", "definition_path", "template_build_path"),
+        "files": ("catalog", "definition", "template_build", "presets"),
+        "dictionaries": ("catalog_path", "definition_path", "template_build_path", "presets_path"),
     }
 
     plays = []

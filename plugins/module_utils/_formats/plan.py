@@ -25,7 +25,7 @@ from .._core.errors import InputError
 from .definition import validate_definition
 from .format_errors import FormatError
 from .key_sources import apply_key_sources, check_key_sources
-from .presets import Preset, load_presets, merge_preset, preset_fields
+from .presets import Preset, load_presets, merge_preset
 from .yaml_strict import load_document
 from .catalog import is_container, parse_catalog
 from .networks import FAMILIES, planned_nic
@@ -133,14 +133,13 @@ def effective_definition(
     (docs/profiles.md). Without a preset and key sources the definition is exactly ``parse_definition``'s."""
     sources = check_key_sources(ssh_key_sources)
     request = load_document(text=definition, path=definition_path, code="invalid_definition")
-    merged = merge_preset(request, presets)
+    merged, fields = merge_preset(request, presets)
     try:
         validated = validate_definition(merged)
     except FormatError as err:
-        if merged is not request:
+        if fields is not None:  # located in the merged definition; the preset is named, no value is
             err.details["preset"] = merged["preset"]["name"]
         raise
-    fields = preset_fields(validated, request) if merged is not request else None
     if not sources:
         return EffectiveDefinition(validated, fields, None)
     with_keys, keys = apply_key_sources(validated, sources)

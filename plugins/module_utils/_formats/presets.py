@@ -157,13 +157,14 @@ def merge(base: t.Any, override: t.Any) -> t.Any:
     return copy.deepcopy(override)
 
 
-def merge_preset(data: t.Any, presets: t.Callable[[], t.Mapping[str, Preset]]) -> t.Any:
+def merge_preset(data: t.Any, presets: t.Callable[[], t.Mapping[str, Preset]]) -> tuple[t.Any, list[str] | None]:
     """The definition document ``data`` merged over the preset it names (``presets`` is called only then), with
-    ``preset: {name, version, hash}`` recorded; a document naming none is returned as it is.
+    ``preset: {name, version, hash}`` recorded, and the fields the preset gave (``preset_fields``); a document naming
+    none is returned as it is, with ``None``.
 
     Codes: ``invalid_definition`` (the reference itself), ``preset_not_found``, ``preset_version_mismatch``."""
     if not isinstance(data, dict) or "preset" not in data:
-        return data
+        return data, None
     check_document_schema(_REFERENCE_SCHEMA, {"preset": data["preset"]}, DEFINITION)
     reference = data["preset"]
     preset = presets().get(reference["name"])
@@ -177,23 +178,20 @@ def merge_preset(data: t.Any, presets: t.Callable[[], t.Mapping[str, Preset]]) -
         )
     if "hash" in reference and reference["hash"] != preset.hash:
         raise InputError(code="preset_version_mismatch", path="preset.hash", details={"rule": "pinned_hash"})
-    merged = merge(preset.spec, {key: value for key, value in data.items() if key != "preset"})
+    request = {key: value for key, value in data.items() if key != "preset"}
+    merged = merge(preset.spec, request)
     merged["preset"] = {"name": preset.name, "version": preset.version, "hash": preset.hash}
-    return merged
+    return merged, preset_fields(preset.spec, request)
 
 
-def preset_fields(definition: t.Mapping[str, t.Any], request: t.Any, prefix: str = "") -> list[str]:
-    """The dotted paths of the merged ``definition``'s leaves the preset gave (absent from the ``request``)."""
+def preset_fields(spec: t.Mapping[str, t.Any], request: t.Any, prefix: str = "") -> list[str]:
+    """The dotted paths of the leaves of a preset's ``spec`` the ``request`` does not give (the fields the preset gave)."""
     fields: list[str] = []
-    for key, value in definition.items():
-        if not prefix and key == "preset":
-            continue
+    for key, value in spec.items():
         path = prefix + key
         given = request.get(key) if isinstance(request, dict) else None
-        if isinstance(request, dict) and key in request and not (isinstance(value, dict) and isinstance(given, dict)):
-            continue
-        if isinstance(value, dict):
-            fields.extend(preset_fields(value, given if isinstance(given, dict) else {}, path + "."))
-        else:
+        if isinstance(value, dict) and isinstance(given, dict):
+            fields.extend(preset_fields(value, given, path + "."))
+        elif not isinstance(request, dict) or key not in request:
             fields.append(path)
     return fields

@@ -352,6 +352,9 @@ def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
             "target_vmid": dict(plan_inputs["target_vmid"], required=False),
             "target_node": plan_inputs["target_node"],
             "addresses": plan_inputs["addresses"],
+            "presets_path": plan_inputs["presets_path"],
+            "presets": plan_inputs["presets"],
+            "ssh_key_sources": plan_inputs["ssh_key_sources"],
             "confirmation": {"type": "dict"},
             "idempotency_key": {"type": "str", "no_log": False},
         }
