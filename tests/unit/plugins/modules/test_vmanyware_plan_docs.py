@@ -51,6 +51,11 @@ def test_return_documents_every_plan_key() -> None:
         definition_path=str(repo / "examples/definition.yml"),
         target_vmid=201,
     )
-    assert set(returned["plan"]["contains"]) == set(planned.plan)
+    with_preset = build_plan(
+        catalog_path=str(repo / "examples/catalog.yml"),
+        definition_path=str(repo / "examples/definition-preset.yml"),
+        target_vmid=201,
+    )
+    assert set(returned["plan"]["contains"]) == set(planned.plan) | {"preset"} == set(with_preset.plan)
     assert returned["plan_hash"]["sample"] == planned.plan_hash
     assert returned["definition_hash"]["sample"] == planned.definition_hash
