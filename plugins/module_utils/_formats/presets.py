@@ -26,7 +26,7 @@ from .._core.errors import InputError
 from .format_errors import DEFINITION, PRESET, FormatError, check_document_schema
 from .hashing import canonical_json, sha256_hex
 from .schemas import API_VERSION, DEFINITION_SCHEMA_V1, DNS_LABEL_PATTERN, _integer, _string
-from .yaml_strict import load_document, load_strict_yaml, read_source
+from .yaml_strict import load_document
 
 # The definition fields a preset may carry. Extension point: ``profiles`` joins this tuple (and the schema below
 # takes its definition schema) once docs/profiles.md "Profiles" defines it; nothing else needs to change here.
@@ -102,22 +102,15 @@ def validate_preset(data: t.Any) -> Preset:
     return Preset(document["name"], document["version"], sha256_hex(canonical_json(document)), document["spec"])
 
 
-def _parsed(label: str, load: t.Callable[[], t.Any]) -> Preset:
-    try:
-        return validate_preset(load())
-    except FormatError as err:
-        raise err.located(PRESET, label if err.path == "$" else "%s:%s" % (label, err.path)) from None
-
-
 def load_presets(*, path: str | os.PathLike[str] | None = None, documents: t.Any = None) -> dict[str, Preset]:
     """The presets of a directory ``path`` (its ``*.yml``/``*.yaml`` files, in name order) or of ``documents`` (a list of
     YAML texts or mappings), by name (``duplicate_preset``); neither: none."""
-    sources: list[tuple[str, t.Callable[[], t.Any]]] = []
+    # (label for errors, inline document, file path): one of the two
+    sources: list[tuple[str, t.Any, str | None]] = []
     if documents is not None:
         if not isinstance(documents, (list, tuple)):
             raise FormatError(PRESET, "presets", "type", "must be a list of preset documents")
-        for index, item in enumerate(documents):
-            sources.append(("presets[%d]" % index, lambda item=item: load_document(text=item, path=None, code=PRESET)))
+        sources = [("presets[%d]" % index, item, None) for index, item in enumerate(documents)]
     elif path is not None:
         if not os.path.isdir(path):
             raise FormatError(PRESET, "presets_path", "not_a_directory")
@@ -125,22 +118,18 @@ def load_presets(*, path: str | os.PathLike[str] | None = None, documents: t.Any
             names = sorted(name for name in os.listdir(path) if name.endswith(PRESET_SUFFIXES))
         except OSError:
             raise FormatError(PRESET, "presets_path", "unreadable") from None
-        for position, name in enumerate(names):
-            label = name if PLAIN_FILE_NAME.match(name) else "presets_path[%d]" % position
-            file_path = os.path.join(path, name)
-            sources.append(
-                (
-                    label,
-                    lambda file_path=file_path: load_strict_yaml(
-                        read_source(text=None, path=file_path, code=PRESET), code=PRESET
-                    ),
-                )
-            )
+        sources = [
+            (name if PLAIN_FILE_NAME.match(name) else "presets_path[%d]" % position, None, os.path.join(path, name))
+            for position, name in enumerate(names)
+        ]
     if len(sources) > MAX_PRESETS:
         raise FormatError(PRESET, "presets_path" if documents is None else "presets", "too_many_presets")
     presets: dict[str, Preset] = {}
-    for label, load in sources:
-        preset = _parsed(label, load)
+    for label, item, file_path in sources:
+        try:
+            preset = validate_preset(load_document(text=item, path=file_path, code=PRESET))
+        except FormatError as err:
+            raise err.located(PRESET, label if err.path == "$" else "%s:%s" % (label, err.path)) from None
         if preset.name in presets:
             raise FormatError(PRESET, "%s:name" % label, "duplicate_preset")
         presets[preset.name] = preset
