@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 
 from . import guest
 from .qemu_launch import _set_pdeathsig
-from .realcontainer import ContainerRootfsError, RealContainerBackend, _run, _write, log
+from .realcontainer import RealContainerBackend, _run, _write
 
 __all__ = ["ContainerGuest", "ContainerGuestBackend"]
 
