@@ -292,7 +292,12 @@ class ContainerGuest:
             ["python3", "-I", "-S", "-c", _FILE_HELPER, *args],
             subprocess.PIPE if data is not None else subprocess.DEVNULL,
         )
-        out, err = proc.communicate(data, timeout=self.backend.command_timeout)
+        try:
+            out, err = proc.communicate(data, timeout=self.backend.command_timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise self._error(command, "got timeout") from None  # what qemu-server says when the agent is silent
         if proc.returncode != 0:
             raise self._error(command, err.decode("utf-8", errors="replace").strip() or f"exit {proc.returncode}")
         return out
