@@ -7,20 +7,24 @@
 # --container-rootfs DIR`, docs/containers.md "A real container on this machine"): Debian 12
 # (bookworm) from Debian's mirror, the minbase variant plus openssh-server, python3 and python3-apt
 # (Ansible's apt module). Proxmox's appliance (debian-12-standard) cannot be downloaded here, and
-# ships these packages too.
+# ships these packages too. The same tree backs `--guests container` (pvesim/containerguest.py: VMs
+# whose agent commands really run), hence cloud-init with what its default modules call (passwd's
+# useradd, sudo, locales' locale-gen); `--containers real` never starts cloud-init.
 #
 #   tools/container-rootfs/build.sh [OUT_DIR]
 #
 # Output (in OUT_DIR, default ${VMANYWARE_CACHE:-~/.cache/vmanyware}/container-rootfs/<key>/):
 #   rootfs.tar    the tree (SSH host keys removed: pvesim makes new ones for every container)
 #   rootfs.json   key, suite, package versions of note, build time
+#   tree/         made by `pvesim --guests container` on first use: the tar unpacked once, the
+#                 read-only lower layer of every VM container's overlay
 # The last line printed on stdout is the output directory. <key> hashes this script and the package
 # list: an existing build with the same key is reused (nothing is downloaded).
 set -euo pipefail
 
 SUITE=bookworm
 MIRROR="${VMANYWARE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-PACKAGES=(openssh-server python3 python3-apt iproute2)
+PACKAGES=(openssh-server python3 python3-apt iproute2 cloud-init passwd sudo locales)
 
 log() { printf '[container-rootfs %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 [[ "$(id -u)" == 0 ]] || { echo "build.sh: run as root (mmdebstrap --mode=root keeps real file ownership)" >&2; exit 2; }
@@ -43,7 +47,7 @@ log "mmdebstrap $SUITE minbase + ${PACKAGES[*]}"
 mmdebstrap --mode=root --variant=minbase --include="$(IFS=,; echo "${PACKAGES[*]}")" \
   --dpkgopt='path-exclude=/usr/share/{doc,man,info,locale}/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
   --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*' \
-  --customize-hook='chroot "$1" dpkg-query -W -f "\${Package} \${Version}\n" openssh-server python3 python3-apt > "$1"/.vmw-versions' \
+  --customize-hook='chroot "$1" dpkg-query -W -f "\${Package} \${Version}\n" openssh-server python3 python3-apt cloud-init > "$1"/.vmw-versions' \
   --customize-hook='mv "$1"/.vmw-versions '"$work"'/versions' \
   "$SUITE" "$work/rootfs.tar" "$MIRROR" >&2
 python3 - "$work" "$KEY" "$SUITE" "$((SECONDS - start))" <<'PY'

@@ -7,6 +7,7 @@
 # guest image and installs QEMU and the image tools with apt when missing (needs root for both).
 # Then (issue 21, docs/containers.md "Acceptance on a real container"): pvesim --containers real and the provision
 # playbook on a real LXC container (rootfs from Debian's mirror, cached; lxc and mmdebstrap installed with apt when missing).
+# And pvesim --guests container: a VM's agent exec/file endpoints and real cloud-init in an LXC container (same rootfs).
 # Skips (exit 0, reason printed) only where QEMU, or a privileged LXC container, cannot run at all. Extra arguments go to pytest.
 # Timings: printed at the end; also written to $VMANYWARE_ACCEPTANCE_TIMINGS (and ...-container) when set.
 set -euo pipefail
@@ -21,6 +22,7 @@ fi
 if [[ $parts == *" container "* ]]; then
   start=$SECONDS
   "$venv/bin/python" -m pytest -m realcontainer tests/acceptance/test_real_container.py tools/pvesim/tests/test_realcontainer.py \
+    tools/pvesim/tests/test_containerguest.py \
     -s -q -p no:cacheprovider "$@"
   echo "[acceptance] real-container part: $((SECONDS - start)) s"
 fi

@@ -4,8 +4,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """``python -m pvesim serve --port PORT --state-dir DIR [--seed demo] [--speed F] [--schema P] [--faults F]
-[--timings FILE] [--storage-lock on|off] [--guests simulated|real [--guest-image DIR] [--guest-accel auto|kvm|tcg]]
-[--containers simulated|real [--container-rootfs DIR]]``."""
+[--timings FILE] [--storage-lock on|off] [--guests simulated|real|container [--guest-image DIR]
+[--guest-accel auto|kvm|tcg]] [--containers simulated|real] [--container-rootfs DIR]``."""
 
 from __future__ import annotations
 
@@ -43,9 +43,10 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     )
     serve.add_argument(
         "--guests",
-        choices=("simulated", "real"),
+        choices=("simulated", "real", "container"),
         default="simulated",
-        help="guest backend: simulated (default) or real QEMU VMs (docs/real-guest.md)",
+        help="guest backend: simulated (default), real QEMU VMs (docs/real-guest.md), or LXC containers whose agent "
+        "commands really run (container; needs --container-rootfs; docs/simulator-guest.md)",
     )
     serve.add_argument(
         "--guest-image", default=None, help="with --guests real: image directory from tools/guest-image/build.sh"
@@ -65,7 +66,7 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     serve.add_argument(
         "--container-rootfs",
         default=None,
-        help="with --containers real: directory from tools/container-rootfs/build.sh",
+        help="with --containers real or --guests container: directory from tools/container-rootfs/build.sh",
     )
     args = parser.parse_args(argv)
 
@@ -75,6 +76,8 @@ def main(argv: t.Sequence[str] | None = None) -> int:
 
     if args.guests == "real" and not args.guest_image:
         parser.error("--guests real needs --guest-image DIR (build it with tools/guest-image/build.sh)")
+    if args.guests == "container" and not args.container_rootfs:
+        parser.error("--guests container needs --container-rootfs DIR (build it with tools/container-rootfs/build.sh)")
     if args.containers == "real" and not args.container_rootfs:
         parser.error("--containers real needs --container-rootfs DIR (build it with tools/container-rootfs/build.sh)")
     try:
@@ -97,7 +100,9 @@ def main(argv: t.Sequence[str] | None = None) -> int:
         sys.stderr.write(f"pvesim: cannot use real guests: {exc}\n")
         return 2
     except ContainerRootfsError as exc:
-        sys.stderr.write(f"pvesim: cannot use real containers: {exc}\n")
+        sys.stderr.write(
+            f"pvesim: cannot use real containers ({args.containers}) or container guests ({args.guests}): {exc}\n"
+        )
         return 2
     stop = threading.Event()
 

@@ -55,8 +55,9 @@ def split_knobs(knobs: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], dict[st
 def create_guest(sim: t.Any, vm: t.Any) -> guest.GuestBackend:
     """A fresh guest for a VM that just (re)started, booted from its cloud-init drive.
 
-    With a real-guest backend (``sim.guest_backend``, ``--guests real``) this boots a QEMU VM
-    (:class:`pvesim.realguest.RealGuest`) instead of creating a ``SimulatedGuest``.
+    With a real-guest backend (``sim.guest_backend``) this boots a QEMU VM (``--guests real``,
+    :class:`pvesim.realguest.RealGuest`) or starts an LXC container (``--guests container``,
+    :class:`pvesim.containerguest.ContainerGuest`) instead of creating a ``SimulatedGuest``.
     """
     knobs = {
         **getattr(sim, "guest_timing", {}),
@@ -74,7 +75,10 @@ def create_guest(sim: t.Any, vm: t.Any) -> guest.GuestBackend:
         source = (
             imagebuild.image_file(sim, volid) if volid else None
         )  # an imported image, or what a template carried on
-        real: guest.GuestBackend = backend.start(vm.vmid, vm.config, seed, disk_source=source)
+        extra = (
+            {"ipv6_prefixes": vmnet.nic_prefixes(sim.state, vm)} if getattr(backend, "simulated_network", False) else {}
+        )  # a container guest reports the simulated network's addresses
+        real: guest.GuestBackend = backend.start(vm.vmid, vm.config, seed, disk_source=source, **extra)
         disk = getattr(real, "disk", None)
         if volid and source and disk:
             imagebuild.set_image_file(sim, volid, disk)  # from now on the volume's content is the guest's disk

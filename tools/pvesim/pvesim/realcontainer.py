@@ -104,6 +104,9 @@ def _write(path: str, text: str, mode: int) -> None:
 class RealContainerBackend:
     """Owns every LXC container of one simulator; ``pvesim.lxc`` calls it as ``sim.container_backend``."""
 
+    PREFIX = "ct"  # LXC names: ct<vmid> (pvesim.containerguest's VM containers: vm<vmid>)
+    LABEL = "CT"  # in log lines and errors
+
     def __init__(
         self,
         rootfs_dir: str,
@@ -132,9 +135,8 @@ class RealContainerBackend:
         log(f"real containers from {self.rootfs['dir']} (key {self.rootfs.get('key')}), lxcpath {self.lxcpath}")
 
     # names and paths
-    @staticmethod
-    def name(vmid: int) -> str:
-        return f"ct{vmid}"
+    def name(self, vmid: int) -> str:
+        return f"{self.PREFIX}{vmid}"
 
     def ct_dir(self, vmid: int) -> str:
         return os.path.join(self.lxcpath, self.name(vmid))
@@ -162,7 +164,7 @@ class RealContainerBackend:
         """Unpack the tree, then what ``pct create`` writes into it: host keys, authorized_keys, hostname, DNS."""
         ct_dir = self.ct_dir(vmid)
         if os.path.exists(ct_dir):
-            raise ContainerRootfsError(f"CT {vmid}: {ct_dir} already exists")
+            raise ContainerRootfsError(f"{self.LABEL} {vmid}: {ct_dir} already exists")
         rootfs = os.path.join(ct_dir, "rootfs")
         os.makedirs(rootfs)
         try:
@@ -222,12 +224,12 @@ class RealContainerBackend:
         except BaseException:
             shutil.rmtree(ct_dir, ignore_errors=True)
             raise
-        log(f"CT {vmid}: created {ct_dir} (sshd 127.0.0.1:{self.ssh_port(vmid)})")
+        log(f"{self.LABEL} {vmid}: created {ct_dir} (sshd 127.0.0.1:{self.ssh_port(vmid)})")
 
     # power state
     def start(self, vmid: int) -> None:
         if not self.exists(vmid):
-            raise ContainerRootfsError(f"CT {vmid}: no real container in {self.lxcpath}")
+            raise ContainerRootfsError(f"{self.LABEL} {vmid}: no real container in {self.lxcpath}")
         log_file = os.path.join(self.ct_dir(vmid), "lxc.log")
 
         def spawn() -> subprocess.Popen[bytes]:
@@ -248,16 +250,19 @@ class RealContainerBackend:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise ContainerRootfsError(
-                    f"CT {vmid}: lxc-start exited with {proc.returncode}: {self._log_tail(log_file)}"
+                    f"{self.LABEL} {vmid}: lxc-start exited with {proc.returncode}: {self._log_tail(log_file)}"
                 )
             if self.state(vmid) == "RUNNING":
-                log(f"CT {vmid}: running (lxc-start pid {proc.pid}), sshd 127.0.0.1:{self.ssh_port(vmid)}")
+                log(f"{self.LABEL} {vmid}: running (lxc-start pid {proc.pid}){self._running_note(vmid)}")
                 return
             time.sleep(0.2)
         self.stop(vmid, graceful=False)
         raise ContainerRootfsError(
-            f"CT {vmid}: not RUNNING after {self.start_timeout:.0f} s: {self._log_tail(log_file)}"
+            f"{self.LABEL} {vmid}: not RUNNING after {self.start_timeout:.0f} s: {self._log_tail(log_file)}"
         )
+
+    def _running_note(self, vmid: int) -> str:
+        return f", sshd 127.0.0.1:{self.ssh_port(vmid)}"
 
     @staticmethod
     def _log_tail(path: str) -> str:
@@ -282,7 +287,7 @@ class RealContainerBackend:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        log(f"CT {vmid}: stopped ({'shutdown' if graceful else 'stop'})")
+        log(f"{self.LABEL} {vmid}: stopped ({'shutdown' if graceful else 'stop'})")
 
     def destroy(self, vmid: int) -> None:
         """The container is gone: stop it and remove its tree."""
@@ -316,14 +321,16 @@ class RealContainerBackend:
     # lifecycle of the backend
     def vmids(self) -> list[int]:
         return sorted(
-            int(name[2:]) for name in os.listdir(self.lxcpath) if name.startswith("ct") and name[2:].isdigit()
+            int(name[len(self.PREFIX) :])
+            for name in os.listdir(self.lxcpath)
+            if name.startswith(self.PREFIX) and name[len(self.PREFIX) :].isdigit()
         )
 
     def sweep_stale(self) -> None:
         """Stop containers that a previous simulator on this state dir left running."""
         for vmid in self.vmids():
             if self.state(vmid) != "STOPPED":
-                log(f"CT {vmid}: left running by an earlier simulator; stopping it")
+                log(f"{self.LABEL} {vmid}: left running by an earlier simulator; stopping it")
                 self.stop(vmid, graceful=False)
 
     def reset(self) -> None:
@@ -336,4 +343,4 @@ class RealContainerBackend:
             try:
                 self.stop(vmid, graceful=False)
             except (OSError, subprocess.SubprocessError) as exc:
-                log(f"CT {vmid}: stop failed ({exc})")
+                log(f"{self.LABEL} {vmid}: stop failed ({exc})")

@@ -468,15 +468,12 @@ class RealGuest:
         res = self._call("guest-exec", args)
         return int(res["pid"])
 
-    def file_write(self, path: str, content: str) -> None:
-        """``POST .../agent/file-write``: what PVE does (guest-file-open mode ``w``, guest-file-write, guest-file-close)."""
+    def file_write(self, path: str, content: bytes) -> None:
+        """``POST .../agent/file-write``: what PVE does (guest-file-open mode ``wb``, guest-file-write, guest-file-close)."""
         with self._qga_lock, self._session() as session:
-            handle = session.call("guest-file-open", {"path": path, "mode": "w"})
+            handle = session.call("guest-file-open", {"path": path, "mode": "wb"})
             try:
-                session.call(
-                    "guest-file-write",
-                    {"handle": handle, "buf-b64": base64.b64encode(content.encode("utf-8")).decode()},
-                )
+                session.call("guest-file-write", {"handle": handle, "buf-b64": base64.b64encode(content).decode()})
             finally:
                 try:
                     session.call("guest-file-close", {"handle": handle})
@@ -491,11 +488,12 @@ class RealGuest:
                 res[key] = _decode(res[key])
         return {k: (int(v) if isinstance(v, bool) else v) for k, v in res.items()}
 
-    def file_read(self, path: str, count: int | None = None, offset: int = 0) -> dict[str, t.Any]:
+    def file_read(self, path: str, count: int | None = None, offset: int = 0, decode: bool = True) -> dict[str, t.Any]:
         """``GET .../agent/file-read``: ``content``, ``bytes-read``, ``truncated: 1`` if it stopped before EOF."""
         with self._qga_lock, self._session() as session:
             handle = session.call("guest-file-open", {"path": path, "mode": "r"})
             data = bytearray()
+            encoded: list[str] = []  # decode=0: PVE forwards each chunk's base64 as the agent sent it
             eof = False
             try:
                 if offset:
@@ -503,7 +501,8 @@ class RealGuest:
                 left = MAX_READ_SIZE if count is None else int(count)
                 while left > 0 and not eof:
                     chunk = session.call("guest-file-read", {"handle": handle, "count": min(READ_CHUNK, left)})
-                    part = base64.b64decode(chunk.get("buf-b64", "") or "")
+                    encoded.append(str(chunk.get("buf-b64", "") or ""))
+                    part = base64.b64decode(encoded[-1])
                     data += part
                     left -= len(part)
                     eof = bool(chunk.get("eof"))
@@ -514,7 +513,8 @@ class RealGuest:
                     session.call("guest-file-close", {"handle": handle})
                 except AgentCommandError:
                     pass
-        result: dict[str, t.Any] = {"content": bytes(data).decode("utf-8", errors="replace"), "bytes-read": len(data)}
+        content = bytes(data).decode("utf-8", errors="replace") if decode else "".join(encoded)
+        result: dict[str, t.Any] = {"content": content, "bytes-read": len(data)}
         if not eof:
             result["truncated"] = 1
         return result

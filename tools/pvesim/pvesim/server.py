@@ -465,6 +465,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         reason = reply.reason
         if reason is not None:
             reason = reason.split("\n", 1)[0].replace("\r", " ")
+            # http.server writes the status line as Latin-1: a UTF-8 message (GLib's quotes) goes out as its bytes
+            reason = reason.encode("utf-8", errors="replace").decode("latin-1")
         self.send_response(reply.status, reason)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(payload)))
@@ -566,8 +568,18 @@ class PvesimServer:
             if not guest_image:
                 raise ValueError("--guests real needs --guest-image DIR (built by tools/guest-image/build.sh)")
             self.guest_backend = RealGuestBackend(guest_image, self.state_dir, accel=guest_accel)
+        elif guests == "container":
+            # VM guests as LXC containers whose agent commands really run (pvesim.containerguest, docs/simulator-guest.md)
+            from .containerguest import ContainerGuestBackend  # pylint: disable=import-outside-toplevel
+
+            if not container_rootfs:
+                raise ValueError(
+                    "--guests container needs --container-rootfs DIR (built by tools/container-rootfs/build.sh)"
+                )
+            self.guest_backend = ContainerGuestBackend(container_rootfs, self.state_dir)
         elif guests != "simulated":
-            raise ValueError(f"unknown guest backend {guests!r} (simulated or real)")
+            raise ValueError(f"unknown guest backend {guests!r} (simulated, real or container)")
+        self.guests_kind = guests
         self.app.sim.guest_backend = self.guest_backend
         self.container_backend: t.Any = None
         if containers == "real":
@@ -624,7 +636,7 @@ class PvesimServer:
             "admin_token": self.app.admin_token,
             "admin_url": f"https://127.0.0.1:{self.port}{ADMIN_PREFIX}",
             "pid": os.getpid(),
-            "guests": "real" if self.guest_backend is not None else "simulated",
+            "guests": self.guests_kind,
             **({"guest_accel": self.guest_backend.accel} if self.guest_backend is not None else {}),
             "containers": "real" if self.container_backend is not None else "simulated",
         }

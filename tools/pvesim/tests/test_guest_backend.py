@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Both guest implementations satisfy ``pvesim.guest.GuestBackend``: same method names, parameters
+"""The guest implementations satisfy ``pvesim.guest.GuestBackend``: same method names, parameters
 (names, kinds, defaults, in order) and return types, and the attributes the API layer reads."""
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from pvesim.containerguest import ContainerGuest
 from pvesim.guest import GuestBackend, GuestFaults, GuestTiming, SimulatedGuest
 from pvesim.realguest import RealGuest
 
-IMPLEMENTATIONS = (SimulatedGuest, RealGuest)
+IMPLEMENTATIONS = (SimulatedGuest, RealGuest, ContainerGuest)
 
 
 def _protocol_methods() -> dict[str, inspect.Signature]:
@@ -104,7 +105,8 @@ def test_instances_carry_the_attributes_the_api_reads(tmp_path: Path) -> None:
         accel="tcg",
     )
     real = RealGuest(backend, 302, {}, {})  # type: ignore[arg-type]  # only paths are computed; nothing starts
-    for guest, vmid in ((simulated, 301), (real, 302)):
+    container = ContainerGuest(backend, 303, {"net0": "virtio=BC:24:11:AA:BB:CD,bridge=vmbr0"}, {})  # type: ignore[arg-type]
+    for guest, vmid in ((simulated, 301), (real, 302), (container, 303)):
         assert isinstance(guest, GuestBackend)
         assert guest.vmid == vmid and isinstance(guest.faults, GuestFaults) and isinstance(guest.timing, GuestTiming)
     assert simulated.admin_info() == {"exec_wrapper": {}} and real.admin_info()["guest_backend"] == "real"

@@ -141,12 +141,14 @@ def agent_exec_status(sim: Sim, call: Call) -> dict[str, t.Any]:
 @route("POST", "/nodes/{node}/qemu/{vmid}/agent/file-write")
 @_waits_for_agent
 def agent_file_write(sim: Sim, call: Call) -> None:
-    """PVE base64-encodes ``content`` for QEMU unless ``encode`` is 0 (then it already is base64)."""
+    """PVE base64-encodes ``content`` for QEMU unless ``encode`` is 0 (then it already is base64): the guest gets
+    exactly those bytes (binary-safe), or the text's UTF-8."""
     path = str(call.params["file"])
-    content = str(call.params.get("content", ""))
+    text = str(call.params.get("content", ""))
+    content = text.encode("utf-8", errors="surrogateescape")
     if call.params.get("encode") in (0, "0", False):
         try:
-            content = base64.b64decode(content, validate=True).decode("utf-8", errors="replace")
+            content = base64.b64decode(text, validate=True)
         except (ValueError, binascii.Error):
             raise ApiError(
                 500, f"VM {call.params['vmid']} qga command 'guest-file-write' failed - invalid base64 content"
@@ -161,4 +163,10 @@ def agent_file_read(sim: Sim, call: Call) -> dict[str, t.Any]:
     path = str(call.params["file"])
     count = call.int("count")
     offset = call.int("offset", 0) or 0
-    return _agent(sim, call, lambda g: g.file_read(path, count, offset))
+    decode = str(call.params.get("decode", 1)).lower() not in (
+        "0",
+        "false",
+        "no",
+        "off",
+    )  # decode=0: each chunk's base64, as the agent sent it
+    return _agent(sim, call, lambda g: g.file_read(path, count, offset, decode))

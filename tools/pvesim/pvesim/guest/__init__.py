@@ -35,7 +35,7 @@ Facts followed (see docs/simulator-guest.md for the sources):
 from __future__ import annotations
 
 from .hostkeys import host_public_keys, key_fingerprint
-from .model import DEFAULT_PREINSTALLED, AgentCommandError, AgentNotRunning, GuestFaults, GuestTiming
+from .model import DEFAULT_PREINSTALLED, AgentCommandError, AgentNotRunning, GuestFaults, GuestTiming, read_content
 from ..debversion import dpkg_version_compare
 from .protocol import GuestBackend
 from .simulated import OSINFO, SimulatedGuest
@@ -54,4 +54,5 @@ __all__ = [
     "dpkg_version_compare",
     "key_fingerprint",
     "host_public_keys",
+    "read_content",
 ]

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -202,3 +203,16 @@ class GuestBase:
         return AgentCommandError(
             f"VM {self.vmid} qga command 'guest-{command}' failed - {desc}", desc=desc, command=f"guest-{command}"
         )
+
+
+READ_CHUNK = 1024 * 1024  # PVE's file-read asks the agent for 1 MiB per guest-file-read
+
+
+def read_content(data: bytes, decode: bool = True) -> str:
+    """PVE's file-read ``content`` for ``data``: text (UTF-8, invalid bytes replaced), or with ``decode`` false the
+    base64 of each 1 MiB chunk as the agent returned it, concatenated (each chunk padded on its own)."""
+    if decode:
+        return data.decode("utf-8", errors="replace")
+    return "".join(
+        base64.b64encode(data[start : start + READ_CHUNK]).decode("ascii") for start in range(0, len(data), READ_CHUNK)
+    )

@@ -5,8 +5,9 @@
 
 """``GuestBackend``: what the API layer and the admin API use of a running VM's guest.
 
-Implemented by :class:`pvesim.guest.SimulatedGuest` (the default) and :class:`pvesim.realguest.RealGuest`
-(``--guests real``); ``tools/pvesim/tests/test_guest_backend.py`` checks both against it.
+Implemented by :class:`pvesim.guest.SimulatedGuest` (the default), :class:`pvesim.realguest.RealGuest`
+(``--guests real``) and :class:`pvesim.containerguest.ContainerGuest` (``--guests container``);
+``tools/pvesim/tests/test_guest_backend.py`` checks them against it.
 Agent calls raise :class:`AgentNotRunning` (PVE: ``QEMU guest agent is not running``) or
 :class:`AgentCommandError` (``.message`` is PVE's error text).
 """
@@ -45,11 +46,13 @@ class GuestBackend(Protocol):
     def exec_status(self, pid: int) -> dict[str, Any]:
         """``GET .../agent/exec-status``: PVE's shape (out-data/err-data decoded, booleans as 0/1)."""
 
-    def file_read(self, path: str, count: int | None = None, offset: int = 0) -> dict[str, Any]:
-        """``GET .../agent/file-read``: ``content``, ``bytes-read`` and ``truncated: 1`` before EOF."""
+    def file_read(self, path: str, count: int | None = None, offset: int = 0, decode: bool = True) -> dict[str, Any]:
+        """``GET .../agent/file-read``: ``content``, ``bytes-read`` and ``truncated: 1`` before EOF; ``decode`` false:
+        ``content`` is the base64 of each 1 MiB chunk read, concatenated (PVE's ``decode=0``; ``read_content``)."""
 
-    def file_write(self, path: str, content: str) -> None:
-        """``POST .../agent/file-write``: write ``content`` (text) to ``path``, replacing it."""
+    def file_write(self, path: str, content: bytes) -> None:
+        """``POST .../agent/file-write``: write exactly ``content`` to ``path``, replacing it (the API layer decodes
+        PVE's ``encode=0`` base64, or encodes text as UTF-8)."""
 
     def stop(self, graceful: bool = False) -> None:
         """The VM stopped (``graceful``: shut down): end whatever runs the guest."""

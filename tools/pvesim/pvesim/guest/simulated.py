@@ -12,7 +12,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .commands import EXEC_WRAPPER, Commands
-from .model import IMAGE_DEFAULT_HOSTNAME, AgentCommandError, GuestFaults, GuestTiming, Outcome, Proc, load_yaml_text
+from .model import (
+    IMAGE_DEFAULT_HOSTNAME,
+    AgentCommandError,
+    GuestFaults,
+    GuestTiming,
+    Outcome,
+    Proc,
+    load_yaml_text,
+    read_content,
+)
 from .network import GuestNetwork
 
 OSINFO = {
@@ -137,10 +146,11 @@ class SimulatedGuest(GuestNetwork, Commands):
             self._wrapped[marker] = pid
         return pid
 
-    def file_write(self, path: str, content: str) -> None:
-        """``POST .../agent/file-write``: (re)write ``path`` with ``content`` (QGA opens it with mode ``w``)."""
+    def file_write(self, path: str, content: bytes) -> None:
+        """``POST .../agent/file-write``: (re)write ``path`` with ``content`` (PVE opens it with mode ``wb``); kept as
+        text with the undecodable bytes escaped, so a read gives back exactly these bytes."""
         self._require_agent()
-        self._written[path] = content
+        self._written[path] = bytes(content).decode("utf-8", errors="surrogateescape")
 
     # -- the exec-marker wrapper (``commands.EXEC_WRAPPER``), step by step on the guest's files ------------------
 
@@ -224,13 +234,13 @@ class SimulatedGuest(GuestNetwork, Commands):
             result["err-truncated"] = 0
         return result
 
-    def file_read(self, path: str, count: int | None = None, offset: int = 0) -> dict[str, Any]:
+    def file_read(self, path: str, count: int | None = None, offset: int = 0, decode: bool = True) -> dict[str, Any]:
         """``GET .../agent/file-read``: ``{"content", "bytes-read"}`` plus ``"truncated": 1`` before EOF."""
         self._require_agent()
         text = self._file(path)
         if text is None:
             raise self._error("file-open", f"failed to open file '{path}' (mode: 'r'): No such file or directory")
-        data = text.encode("utf-8")[offset:]
+        data = text.encode("utf-8", errors="surrogateescape")[offset:]
         limit = 16 * 1024 * 1024 if count is None else count
         chunk_size = 1024 * 1024
         read = 0
@@ -240,7 +250,7 @@ class SimulatedGuest(GuestNetwork, Commands):
             got = data[read : read + want]
             read += len(got)
             eof = len(got) < want
-        result: dict[str, Any] = {"content": data[:read].decode("utf-8", errors="replace"), "bytes-read": read}
+        result: dict[str, Any] = {"content": read_content(data[:read], decode), "bytes-read": read}
         if not eof:
             result["truncated"] = 1
         return result
