@@ -158,7 +158,11 @@ def agent_file_write(sim: Sim, call: Call) -> None:
 @route("GET", "/nodes/{node}/qemu/{vmid}/agent/file-read")
 @_waits_for_agent
 def agent_file_read(sim: Sim, call: Call) -> dict[str, t.Any]:
+    """With ``decode`` 0, ``content`` is the base64 of the bytes read, as qemu-server forwards the agent's buffer."""
     path = str(call.params["file"])
     count = call.int("count")
     offset = call.int("offset", 0) or 0
-    return _agent(sim, call, lambda g: g.file_read(path, count, offset))
+    result = _agent(sim, call, lambda g: g.file_read(path, count, offset))
+    if call.params.get("decode") in (0, "0", False) and isinstance(result, dict):
+        result = dict(result, content=base64.b64encode(str(result.get("content", "")).encode("utf-8")).decode("ascii"))
+    return result
