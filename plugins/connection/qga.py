@@ -16,7 +16,7 @@ description:
     transfers files with C(agent/file-write) and C(agent/file-read). No SSH, no network path to the guest; the guest needs
     qemu-guest-agent running and the VM C(agent=1).
   - The connection to the Proxmox API follows the same options and TLS rules as the collection's modules (the
-    P(vmanyware.proxmox.connection#doc_fragment) options). TLS must be verified (a CA or a SHA-256 pin); O(unverified_tls_read_only)
+    C(vmanyware.proxmox.connection) doc fragment options). TLS must be verified (a CA or a SHA-256 pin); O(unverified_tls_read_only)
     never applies, since an exec is a write.
   - An exec whose reply was lost is never sent again (C(qga_exec_outcome_unknown)); Ansible decides about retries.
   - Commands run as the guest agent's user (root on the usual images), through C(/bin/sh); become (C(sudo), C(su)) works as with any
