@@ -16,10 +16,6 @@ import dataclasses
 import time
 import typing as t
 
-# Re-exported: the stages read these from here; they live with the HTTP classification they interpret.
-from .._api.http_errors import NOT_APPLIED_CODES as NOT_APPLIED_CODES  # pylint: disable=useless-import-alias
-from .._api.http_errors import agent_reason as agent_reason  # pylint: disable=useless-import-alias
-from .._api.http_errors import proves_not_applied as proves_not_applied  # pylint: disable=useless-import-alias
 from .._api.tasks import parse_upid
 from .._core.errors import VmanywareError
 from .._core.redaction import redact

@@ -285,10 +285,12 @@ def test_the_exec_script_sets_home_from_passwd_when_the_agent_gives_none(tmp_pat
     home = pwd.getpwuid(os.getuid()).pw_dir
     assert out.stdout == "%s|%s" % (home, home)
     kept = subprocess.run(
-        command_argv('echo "$HOME"'), env=dict(env, HOME=str(tmp_path)), capture_output=True, text=True
+        command_argv('echo "$HOME"'), env=dict(env, HOME=str(tmp_path)), capture_output=True, text=True, check=True
     )
     assert kept.stdout.strip() == str(tmp_path)
-    quoted = subprocess.run(command_argv("echo '$1 stays' \"a b\""), env=env, capture_output=True, text=True)
+    quoted = subprocess.run(
+        command_argv("echo '$1 stays' \"a b\""), env=env, capture_output=True, text=True, check=True
+    )
     assert quoted.stdout == "$1 stays a b\n"  # the command is $1 of the script, never spliced into it
 
 
