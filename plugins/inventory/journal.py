@@ -84,10 +84,8 @@ since: "2026-01-01"
 keyed_groups:
   - key: vmanyware_node
     prefix: node
-
-# file: inventory/agent.vmanyware_journal.yml - the same guests, reached through the QEMU guest agent (no SSH)
-plugin: vmanyware.proxmox.journal
-connection: qga
+# qga - the VMs are reached through the Proxmox API and the QEMU guest agent (vmanyware.proxmox.qga), no SSH
+connection: ssh
 """
 
 import os
