@@ -61,6 +61,18 @@ options:
     description:
       - Directory for the per-operation known_hosts files (created with mode 0700). Default - C(known_hosts) in the journal directory.
     type: path
+  connection:
+    description:
+      - How Ansible reaches the VMs. V(ssh) - C(ansible_host), C(ansible_user) and the strict known_hosts file above.
+      - V(qga) - C(ansible_connection=vmanyware.proxmox.qga) with C(vmanyware_vmid) and C(vmanyware_node), so tasks run through the
+        Proxmox API and the QEMU guest agent (docs/guest-agent-connection.md); no SSH and no guest address are needed, so an operation
+        that recorded none is listed too. The plugin reads the API connection from C(vmanyware_connection), C(vmanyware_qga_*) or
+        E(PROXMOX_*) variables.
+      - Containers (C(guestType=container)) have no guest agent; they keep V(ssh).
+    type: str
+    default: ssh
+    choices: [ssh, qga]
+    version_added: 0.3.0
 """
 
 EXAMPLES = r"""
@@ -72,6 +84,8 @@ since: "2026-01-01"
 keyed_groups:
   - key: vmanyware_node
     prefix: node
+# qga - the VMs are reached through the Proxmox API and the QEMU guest agent (vmanyware.proxmox.qga), no SSH
+connection: ssh
 """
 
 import os
@@ -139,6 +153,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
             self.get_option("since"),
         )
         known_hosts_dir = self.get_option("known_hosts_dir") or os.path.join(journal_dir, "known_hosts")
+        qga = self.get_option("connection") == "qga"
         hosts: dict[str, dict[str, t.Any]] = {}
         listed = list_operations(store, filters, self.get_option("limit"))
         for entry in listed[
@@ -156,21 +171,28 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
             known = [line for line in handoff.get("knownHosts") or [] if isinstance(line, str)]
             # SSH goes to "address" (a network with IPv6: the IPv4 one if any, else the IPv6); "ipv4" before networks
             address = handoff.get("address") or handoff.get("ipv4")
-            if not address or not known:
+            agent = qga and document["plan"].get("guestType", "vm") != "container"
+            if not agent and (not address or not known):
                 continue  # no recorded address and host keys: nothing to connect to
             name = "%s-%d" % (document["plan"]["target"]["name"], document["target"]["vmid"])
             if name in hosts:
                 continue  # an older operation of the same host name
-            known_hosts = self._write_known_hosts(known_hosts_dir, row["operation_id"], known)
+            if agent:  # the guest agent through the Proxmox API: the VMID and node below are all it needs
+                reach: dict[str, t.Any] = {"ansible_connection": "vmanyware.proxmox.qga"}
+            else:
+                known_hosts = self._write_known_hosts(known_hosts_dir, row["operation_id"], known)
+                reach = {
+                    "ansible_host": address,
+                    "ansible_user": document["plan"]["guestUser"],
+                    "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o UserKnownHostsFile=%s" % known_hosts,
+                }
             hosts[name] = {
                 "inventory_hostname": name,
                 "groups": [
                     group_name("vmanyware_definition", row["definition_name"]),
                     group_name("vmanyware_status", row["status"]),
                 ],
-                "ansible_host": address,
-                "ansible_user": document["plan"]["guestUser"],
-                "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o UserKnownHostsFile=%s" % known_hosts,
+                **reach,
                 "vmanyware_operation_id": row["operation_id"],
                 "vmanyware_status": row["status"],
                 "vmanyware_definition_name": row["definition_name"],

@@ -161,6 +161,9 @@ CASES: list[tuple[str, str, bool]] = [
     ("module_utils/_checks/new_check.py", "module_utils/_stages/runner.py", False),
     ("modules/vmanyware_disk.py", "module_utils/_stages/vm/disk.py", True),
     ("action/vmanyware_disk.py", "module_utils/_api/client.py", False),
+    ("connection/qga.py", "module_utils/_api/guest_agent.py", True),
+    ("connection/qga.py", "module_utils/_journal/store.py", False),
+    ("connection/qga.py", "module_utils/_stages/runner.py", False),
 ]
 
 

@@ -5,7 +5,7 @@
 
 """Talking to Proxmox: the client (settings, TLS and pinning, HTTP error classification, transport), tasks, Proxmox
 configuration parsing, certificate inspection, the connection argument spec, CLI equivalents, recent reads, storage
-admission.
+admission, the guest agent transport of the connection plugin.
 
 May import: ``_core``. Never the journal.
 

@@ -269,3 +269,38 @@ def transport_failure(exc: BaseException, facts: ExchangeFacts | None, method: s
     ):
         return connect_failure(exc, method, path)
     return provider_error("reply_lost", REPLY_LOST_TEXT, method=method, path=path)
+
+
+# Codes with which Proxmox (or the transport) proves the request changed nothing. The transport's three are raised only
+# when no byte of the request was written (``_client.transport_failure``); a failure after the first byte is ambiguous.
+NOT_APPLIED_CODES = frozenset(
+    {
+        "transport_lost",
+        "tls_verification_failed",
+        "certificate_changed",
+        "auth_failed",
+        "permission_denied",
+        "parameter_invalid",
+        "conflict",
+        "not_found",
+        "locked",
+    }
+)
+
+
+def agent_reason(err: ProviderError) -> str | None:
+    """The fixed token ``map_http_error`` derived from a guest agent failure (``not_running``, ``exec_disabled``...)."""
+    return t.cast("str | None", err.details.get("agent"))
+
+
+def proves_not_applied(err: ProviderError) -> bool:
+    """True when ``err`` proves the request changed nothing, so it may be sent again.
+
+    Without an HTTP status it is the transport's verdict (``NOT_APPLIED_CODES``: nothing was sent); with one, only a reply
+    ``map_http_error`` classified as a pre-check refusal (``details['precheck']``, fixed tokens, never the text).
+    Any other reply to a request that starts work (a plain 500, 503, 596, a reply over the size bound) leaves its
+    outcome unknown: reads decide, else the stage is ``uncertain``.
+    """
+    if err.details.get("status") is None:
+        return err.code in NOT_APPLIED_CODES
+    return err.details.get("precheck") is True

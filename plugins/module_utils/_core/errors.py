@@ -118,6 +118,15 @@ ERROR_CODES: dict[str, str] = {
     "image_checksum_mismatch": "The downloaded cloud image does not match the declared checksum; Proxmox kept nothing of it.",
     # container stages (docs/containers.md)
     "template_not_found": "No container template matches the catalog mapping (ostemplate or appliance version glob).",
+    # the guest agent connection plugin vmanyware.proxmox.qga (docs/guest-agent-connection.md)
+    "qga_agent_unavailable": "The VM's QEMU guest agent is not running, not configured (agent: 1) or refuses guest-exec; nothing ran.",
+    "qga_vm_not_running": "The VM is not running, so its guest agent cannot run anything; nothing ran.",
+    "qga_exec_outcome_unknown": "The reply to the guest-agent exec was lost: no PID is known and the command may be running; it is not sent again.",
+    "qga_exec_status_lost": "The exit status of a started command could not be read (reply lost or status already consumed); the error names its PID.",
+    "qga_command_timeout": "The command did not exit within command_timeout; it may still run in the guest (the error names its PID).",
+    "qga_output_truncated": "The guest agent truncated the command's stdout or stderr at its capture limit; the result is refused.",
+    "qga_file_too_large": "A file to transfer is larger than file_size_limit; nothing was transferred.",
+    "qga_transfer_failed": "Joining the uploaded parts into the destination file failed in the guest; the destination was not replaced.",
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import typing as t
 
+from .._api.http_errors import agent_reason, proves_not_applied
 from .._api.tasks import next_pause
 from .._core.errors import ProviderError
 from .._core.protocols import ApiClient, OperationStore
@@ -23,8 +24,6 @@ from .outcomes import (
     GuestOutcome,
     StageError,
     StageUncertain,
-    agent_reason,
-    proves_not_applied,
     wall_clock,
 )
 from .protocol import StageContext, StageSettings

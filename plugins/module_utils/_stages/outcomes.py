@@ -17,29 +17,12 @@ import time
 import typing as t
 
 from .._api.tasks import parse_upid
-from .._core.errors import ProviderError, VmanywareError
+from .._core.errors import VmanywareError
 from .._core.redaction import redact
 from .._operation.create import LIFECYCLE_GATE, PROVISIONING_GATE, SNAPSHOTS_GATE
 
 # How long reads may go on resolving a lost reply (or an unreadable exec marker) before the stage says ``uncertain``.
 DEFAULT_RESOLVE_WAIT = 30.0
-
-# Codes with which Proxmox (or the transport) proves the request changed nothing. The transport's three are raised only
-# when no byte of the request was written (``_client.transport_failure``); a failure after the first byte is ambiguous.
-NOT_APPLIED_CODES = frozenset(
-    {
-        "transport_lost",
-        "tls_verification_failed",
-        "certificate_changed",
-        "auth_failed",
-        "permission_denied",
-        "parameter_invalid",
-        "conflict",
-        "not_found",
-        "locked",
-    }
-)
-
 
 # Journaled as the "request" of a stage that needed none, so completing it never passes for a lost reply.
 NOOP_REQUEST: dict[str, t.Any] = {"noop": True}
@@ -187,21 +170,3 @@ def accept_task(data: t.Any, *, task_type: str, node: str, task_id: str) -> str:
 def wall_clock() -> float:
     """Epoch seconds: deadlines persisted in the journal must survive the process (monotonic clocks do not)."""
     return time.time()
-
-
-def agent_reason(err: ProviderError) -> str | None:
-    """The fixed token ``_client`` derived from a guest agent failure (``not_running``, ``exec_disabled``...)."""
-    return t.cast("str | None", err.details.get("agent"))
-
-
-def proves_not_applied(err: ProviderError) -> bool:
-    """True when ``err`` proves the request changed nothing, so it may be sent again.
-
-    Without an HTTP status it is the transport's verdict (``NOT_APPLIED_CODES``: nothing was sent); with one, only a reply
-    ``_client.map_http_error`` classified as a pre-check refusal (``details['precheck']``, fixed tokens, never the text).
-    Any other reply to a request that starts work (a plain 500, 503, 596, a reply over the size bound) leaves its
-    outcome unknown: reads decide, else the stage is ``uncertain``.
-    """
-    if err.details.get("status") is None:
-        return err.code in NOT_APPLIED_CODES
-    return err.details.get("precheck") is True

@@ -38,6 +38,7 @@ import typing as t
 
 from .._api import admission as _admission
 from .._api.cli import with_cli
+from .._api.http_errors import proves_not_applied
 from .._api.tasks import TaskOutcome, poll_once, wait_task
 from .._core.cancel import RunCancelled, cancellable_sleep, raise_if_cancelled
 from .._core.errors import InputError, ProviderError, VmanywareError
@@ -55,7 +56,6 @@ from .outcomes import (
     StageError,
     StageInProgress,
     StageUncertain,
-    proves_not_applied,
 )
 from .protocol import StageContext, StageLogic, StageSettings
 

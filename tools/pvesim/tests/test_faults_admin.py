@@ -300,7 +300,9 @@ def test_error_after_effect_on_agent_exec_starts_the_wrapped_command_in_the_gues
         data={"command": ["/bin/sh", "-c", EXEC_WRAPPER, "vmanyware", late, "/bin/true"]},
     )
     assert _guest_file(api, late + ".exit") == "superseded\n"
-    # Any other sh script is refused by the simulated guest (it runs only the wrapper).
-    other = api.data(api.req("POST", f"{N}/qemu/201/agent/exec", data={"command": ["/bin/sh", "-c", "true"]}))["pid"]
+    # Any other sh script that is not one simple command is refused by the simulated guest (guest/shell.py).
+    other = api.data(api.req("POST", f"{N}/qemu/201/agent/exec", data={"command": ["/bin/sh", "-c", "true; true"]}))[
+        "pid"
+    ]
     time.sleep(0.3)
     assert api.data(api.get(f"{N}/qemu/201/agent/exec-status", pid=other))["exitcode"] == 2

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import typing as t
 
+from ..._api.http_errors import agent_reason
 from ..._api.pveconfig import read_status
 from ..._core.errors import ProviderError
 from ..protocol import StageContext, StageLogic
-from ..outcomes import Request, StageError, StageInProgress, agent_reason
+from ..outcomes import Request, StageError, StageInProgress
 from .. import guest as _guest
 from .common import PREPARED_BY, require_build_vm
 

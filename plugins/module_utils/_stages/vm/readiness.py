@@ -35,11 +35,12 @@ import ipaddress
 import re
 import typing as t
 
+from ..._api.http_errors import agent_reason
 from ..._core.errors import ProviderError
 from ..._journal import TIMESTAMP_FORMAT
 from ..guest_exec import exec_marker_state
 from ..protocol import StageContext, StageLogic
-from ..outcomes import GuestCommand, Request, Resolution, StageError, StageInProgress, agent_reason, wall_clock
+from ..outcomes import GuestCommand, Request, Resolution, StageError, StageInProgress, wall_clock
 from .. import common
 from .. import guest as _guest
 from .. import nic as _nic

@@ -160,6 +160,7 @@ def agent_file_write(sim: Sim, call: Call) -> None:
 @route("GET", "/nodes/{node}/qemu/{vmid}/agent/file-read")
 @_waits_for_agent
 def agent_file_read(sim: Sim, call: Call) -> dict[str, t.Any]:
+    """With ``decode`` 0, ``content`` is the base64 of the bytes read, as qemu-server forwards the agent's buffer."""
     path = str(call.params["file"])
     count = call.int("count")
     offset = call.int("offset", 0) or 0

@@ -12,13 +12,13 @@ import pytest
 from test_runner import ON, UPID, CloneLike, _run, operation_id, scripted, sent, store  # noqa: F401  pylint: disable=unused-import
 from test_guest_exec import FakeAgent, GuestProbe
 
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.http_errors import NOT_APPLIED_CODES
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import ProviderError, VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import (
     AMBIGUOUS_CODES,
-    NOT_APPLIED_CODES,
     GuestCommand,
     Resolution,
 )
