@@ -157,22 +157,25 @@ def probe_command(vmid: int | None) -> str:
     return f"echo {PROBE_MARK}; command -v pct >/dev/null 2>&1 || exit 127; {check}"
 
 
-# ssh's own failures (exit 255 before the command ran), by its diagnostic text; the text itself is never reported
+# ssh's own failures (exit 255 before the command ran), by the client's own line formats (a command's stderr that
+# merely mentions "connection refused" is not one of them); the text itself is never reported
 _SSH_FAILURES = (
     (
         "node_ssh_host_key_not_verified",
-        re.compile(r"host key verification failed|host key .* (?:changed|not known)", re.I),
+        re.compile(r"^Host key verification failed\.|REMOTE HOST IDENTIFICATION HAS CHANGED", re.MULTILINE),
     ),
     (
         "node_ssh_auth_failed",
-        re.compile(r"permission denied|too many authentication failures|no more authentication", re.I),
+        re.compile(
+            r"^\S+: Permission denied \(|^Received disconnect from .*Too many authentication failures", re.MULTILINE
+        ),
     ),
     (
         "node_ssh_unreachable",
         re.compile(
-            r"connection refused|timed out|no route to host|could not resolve|network is unreachable|"
-            r"connection closed|connection reset|kex_exchange_identification|name or service not known",
-            re.I,
+            r"^ssh: (?:connect to host|Could not resolve hostname)|^kex_exchange_identification:|"
+            r"^Connection (?:closed|reset|timed out) by |^ssh_exchange_identification:",
+            re.MULTILINE,
         ),
     ),
 )
@@ -204,7 +207,9 @@ class NodeSshRoute:
         self.settings = settings
         self.runner = runner
 
-    def run(self, remote_command: str, stdin: bytes | None = None, timeout: float | None = None) -> RunResult:
+    def run(
+        self, remote_command: str, stdin: bytes | None = None, timeout: float | None = None, *, classify: bool = True
+    ) -> RunResult:
         limit = self.settings.command_timeout if timeout is None else timeout
         try:
             result = self.runner(ssh_argv(self.settings, remote_command), stdin, limit)
@@ -218,17 +223,17 @@ class NodeSshRoute:
             raise NodeSshError(
                 "The ssh client could not be started (is OpenSSH installed?).", code="node_ssh_unreachable"
             ) from None
-        code = classify_ssh_failure(result.rc, result.stderr)
+        code = classify_ssh_failure(result.rc, result.stderr) if classify else None
         if code is not None:
             raise NodeSshError(code=code)
         return result
 
     def probe(self, vmid: int | None = None) -> None:
         """Read-only check of the route (login with the verified host key, pct present, and the container running)."""
-        result = self.run(probe_command(vmid), timeout=self.settings.connect_timeout + 30)
+        result = self.run(probe_command(vmid), timeout=self.settings.connect_timeout + 30, classify=False)
         if not result.stdout.startswith(PROBE_MARK.encode()):
-            # exit 255 without a known diagnostic: the login did not happen either
-            raise NodeSshError(code="node_ssh_unreachable")
+            # no mark: the login did not happen; ssh's diagnostic says why (unknown ones count as unreachable)
+            raise NodeSshError(code=classify_ssh_failure(255, result.stderr) or "node_ssh_unreachable")
         if result.rc == 127:
             raise NodeSshError("The node has no pct command (is it a Proxmox VE node?).", code="node_ssh_pct_missing")
         if vmid is None:
