@@ -90,6 +90,7 @@ def test_node_ssh_endpoint_runs_pct_on_a_real_container(request: pytest.FixtureR
 
         api_container(conn, CTID, "nodessh", start=False)
         assert ssh(f"pct status {CTID}").stdout == b"status: stopped\n"
+        assert ssh(f"pct exec {CTID} -- true").returncode != 0  # lxc-attach finds no running container
         stopped = ssh(f"pct push {CTID} /etc/hostname /tmp/x")
         assert (stopped.returncode, stopped.stderr) == (255, b"can only push files to a running CT\n")
         stopped = ssh(f"pct pull {CTID} /etc/hostname /tmp/x")
