@@ -36,6 +36,37 @@ options:
   template_vmid:
     description: The catalog template's VMID, to check V(VM.Clone) and V(VM.Audit) on its own ACL path instead of C(/vms).
     type: int
+  node_ssh:
+    description:
+      - The node SSH route's settings (connection plugin P(vmanyware.proxmox.pct#connection), docs/containers.md). When given, each online
+        node is probed read-only over SSH (login with the verified host key and the dedicated key, then C(pct help)) and
+        RV(node_ssh) says per node whether the route is usable, with a fixed reason code. Without it nothing is attempted
+        and every node is V(not_configured).
+    type: dict
+    suboptions:
+      private_key_file:
+        description: The dedicated private key for the node login.
+        type: path
+        required: true
+      known_hosts_file:
+        description: The known_hosts file with the nodes' SSH host keys (no trust on first use).
+        type: path
+        required: true
+      user:
+        description: The login user on the nodes.
+        type: str
+        default: root
+      port:
+        description: The SSH port of a node whose endpoint names none.
+        type: int
+        default: 22
+      endpoints:
+        description: Node name to C(host), C(host:port) or C([address]:port); a node not listed is reached by its name.
+        type: dict
+      connect_timeout:
+        description: Seconds to wait for each node's SSH endpoint.
+        type: int
+        default: 10
 attributes:
   check_mode:
     support: full
@@ -143,6 +174,13 @@ tls_verified:
   description: Whether TLS was verified (a CA or a pin); V(false) only under O(unverified_tls_read_only), with a warning.
   returned: success
   type: bool
+node_ssh:
+  description:
+    - The node SSH route per node (C(pct exec) over SSH) - C(configured) (whether O(node_ssh) was given) and C(nodes), each with
+      C(node), C(status) (V(usable), V(unusable) or V(not_configured)) and C(reason) (V(null) when usable, V(not_configured),
+      V(node_offline), or a C(node_ssh_*) error code of docs/errors.md), and the C(host) and C(port) probed.
+  returned: success
+  type: dict
 provider_scope_id:
   description: The provider scope id of this connection (see C(docs/connection.md)); V(null) when read over unverified TLS.
   returned: success
@@ -166,11 +204,24 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module 
 def argument_spec() -> dict:
     spec = connection_argument_spec()
     spec["template_vmid"] = {"type": "int"}
+    spec["node_ssh"] = {
+        "type": "dict",
+        "options": {
+            "private_key_file": {"type": "path", "required": True},
+            "known_hosts_file": {"type": "path", "required": True},
+            "user": {"type": "str", "default": "root"},
+            "port": {"type": "int", "default": 22},
+            "endpoints": {"type": "dict"},
+            "connect_timeout": {"type": "int", "default": 10},
+        },
+    }
     return spec
 
 
 def action(params, check_mode, diff) -> dict:
-    return capabilities(connection_settings(params), template_vmid=params.get("template_vmid"))
+    return capabilities(
+        connection_settings(params), template_vmid=params.get("template_vmid"), node_ssh=params.get("node_ssh")
+    )
 
 
 ENTRY = ModuleEntry(argument_spec=argument_spec, action=action, libraries=("requests",))

@@ -127,6 +127,9 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         environ=gates,
     )["operation_id"]
 
+    (tmp_path / "ssh").mkdir(exist_ok=True)
+    for name in ("node_key", "node_known_hosts"):
+        (tmp_path / "ssh" / name).write_text("unused: the node SSH probe below meets a closed port\n")
     known: dict[str, t.Any] = {
         **connection,
         "api_user": token["id"].split("!", 1)[0],
@@ -155,6 +158,12 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         "timeout": 600,
         "lock_wait": 60,
         "template_vmid": 9000,
+        # vmanyware_capabilities' node SSH probe: a closed loopback port (the node reports node_ssh_unreachable)
+        "node_ssh": {
+            "private_key_file": str(tmp_path / "ssh" / "node_key"),
+            "known_hosts_file": str(tmp_path / "ssh" / "node_known_hosts"),
+            "endpoints": {"pve-test": "127.0.0.1:9"},
+        },
         "lifecycle_enabled": True,
         "reason": "group defaults test",
         "definition_name": "kernel-lab",

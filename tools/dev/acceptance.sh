@@ -7,7 +7,8 @@
 # guest image and installs QEMU and the image tools with apt when missing (needs root for both).
 # Then (issue 21, docs/containers.md "Acceptance on a real container"): pvesim --containers real and the provision
 # playbook on a real LXC container (rootfs from Debian's mirror, cached; lxc and mmdebstrap installed with apt when missing).
-# And pvesim --guests container: a VM's agent exec/file endpoints and real cloud-init in an LXC container (same rootfs).
+# And pvesim --guests container: a VM's agent exec/file endpoints and real cloud-init in an LXC container (same rootfs);
+# then the node SSH route (pvesim's node sshd with pct, and ansible-playbook through vmanyware.proxmox.pct).
 # Skips (exit 0, reason printed) only where QEMU, or a privileged LXC container, cannot run at all. Extra arguments go to pytest.
 # Timings: printed at the end; also written to $VMANYWARE_ACCEPTANCE_TIMINGS (and ...-container) when set.
 set -euo pipefail
@@ -23,6 +24,6 @@ if [[ $parts == *" container "* ]]; then
   start=$SECONDS
   "$venv/bin/python" -m pytest -m realcontainer tests/acceptance/test_real_container.py tools/pvesim/tests/test_realcontainer.py \
     tools/pvesim/tests/test_containerguest.py \
-    -s -q -p no:cacheprovider "$@"
+    tools/pvesim/tests/test_nodessh.py tests/integration/test_pct_route.py -s -q -p no:cacheprovider "$@"
   echo "[acceptance] real-container part: $((SECONDS - start)) s"
 fi

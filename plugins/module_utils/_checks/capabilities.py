@@ -12,7 +12,8 @@ collection can run it here over the API, and why not: a missing privilege (with 
 purpose), a missing storage content type, no bridge, or a PVE version too old. Facts per PVE
 version: building a template from a cloud image over the API needs PVE 8.4+ and a storage with
 content ``import`` (``download-url`` into ``import``); snippets and commands inside a container
-are never possible over the API (no upload for snippets, no exec for containers: SSH to the node).
+are never possible over the API (no upload for snippets, no exec for containers: SSH to the node). Given the node
+SSH route's settings, it also probes that route per node (read-only: login with the verified host key, ``pct help``).
 
 This is a private module_utils file: not a public API.
 """
@@ -28,9 +29,10 @@ import re
 import typing as t
 
 from .._api.client import ProxmoxClient
+from .._api.node_ssh import NodeSshRoute, NodeSshSettings, validate_settings
 from .._api.tls import mark_tls, require_tls_for_reads
 from .._api.settings import ConnectionSettings
-from .._core.errors import ProviderError
+from .._core.errors import ConfigurationError, NodeSshError, ProviderError
 from .permissions import STAGE_ORDER, STAGE_PRIVILEGES, effective_privileges
 from .driver import SUPPORTED_MAJORS
 from .._core.protocols import ApiClient
@@ -440,14 +442,73 @@ def run_report(client: ApiClient, *, template_vmid: int | None = None, tls_verif
     )
 
 
+def _endpoint(node: str, value: t.Any) -> tuple[str, int | None]:
+    """``host``, ``host:port`` or ``[v6]:port`` of a node's SSH endpoint (the node's name when not given)."""
+    text = str(value if value is not None else node).strip()
+    match = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?|([^:\[\]]+)(?::(\d+))?", text)
+    if match is None:
+        raise ConfigurationError(
+            "A node SSH endpoint is not host, host:port or [address]:port.", path=f"node_ssh.endpoints.{node}"
+        )
+    host, port = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+    return host, int(port) if port else None
+
+
+def node_ssh_report(
+    nodes: t.Sequence[t.Mapping[str, t.Any]],
+    options: t.Mapping[str, t.Any] | None,
+    route_factory: t.Callable[[NodeSshSettings], NodeSshRoute] = NodeSshRoute,
+) -> dict[str, t.Any]:
+    """Per node, whether the node SSH route (``pct exec`` over SSH, docs/containers.md) is usable: a read-only probe
+    (login with the verified host key, ``pct help``). Without ``options`` nothing is attempted: ``not_configured``."""
+    if not options:
+        rows = [{"node": node["node"], "status": "not_configured", "reason": "not_configured"} for node in nodes]
+        return {"configured": False, "nodes": rows}
+    endpoints = options.get("endpoints") or {}
+    if not isinstance(endpoints, t.Mapping):
+        raise ConfigurationError(
+            "node_ssh.endpoints must map node names to host or host:port.", path="node_ssh.endpoints"
+        )
+    rows = []
+    for node in nodes:
+        name = str(node["node"])
+        host, port = _endpoint(name, endpoints.get(name))
+        settings = NodeSshSettings(
+            host=host,
+            port=port or int(options.get("port") or 22),
+            user=str(options.get("user") or "root"),
+            private_key_file=str(options.get("private_key_file") or ""),
+            known_hosts_file=str(options.get("known_hosts_file") or ""),
+            connect_timeout=int(options.get("connect_timeout") or 10),
+        )
+        try:
+            validate_settings(settings)
+        except ConfigurationError as err:
+            raise ConfigurationError(err.message, path=f"node_ssh.{err.path}") from None
+        row: dict[str, t.Any] = {"node": name, "host": host, "port": settings.port}
+        if not node.get("online"):
+            rows.append({**row, "status": "unusable", "reason": "node_offline"})
+            continue
+        try:
+            route_factory(settings).probe(None)
+        except NodeSshError as err:
+            rows.append({**row, "status": "unusable", "reason": err.code})
+            continue
+        rows.append({**row, "status": "usable", "reason": None})
+    return {"configured": True, "nodes": rows}
+
+
 def capabilities(
     settings: ConnectionSettings,
     *,
     template_vmid: int | None = None,
+    node_ssh: t.Mapping[str, t.Any] | None = None,
     client_factory: t.Callable[[ConnectionSettings], t.Any] = ProxmoxClient,
 ) -> dict[str, t.Any]:
     """``vmanyware_capabilities``: unverified TLS is refused (``tls_unverified``) before any client is built, unless
-    ``unverified_tls_read_only`` with an API token (the client then sends GETs only)."""
+    ``unverified_tls_read_only`` with an API token (the client then sends GETs only). With ``node_ssh``, each node's
+    SSH route is probed too (``node_ssh_report``)."""
     require_tls_for_reads(settings)
     with client_factory(settings) as client:
-        return run_report(client, template_vmid=template_vmid, tls_verified=settings.tls_verified)
+        result = run_report(client, template_vmid=template_vmid, tls_verified=settings.tls_verified)
+    return dict(result, node_ssh=node_ssh_report(result["nodes"], node_ssh))

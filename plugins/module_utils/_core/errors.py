@@ -127,6 +127,16 @@ ERROR_CODES: dict[str, str] = {
     "qga_output_truncated": "The guest agent truncated the command's stdout or stderr at its capture limit; the result is refused.",
     "qga_file_too_large": "A file to transfer is larger than file_size_limit; nothing was transferred.",
     "qga_transfer_failed": "Joining the uploaded parts into the destination file failed in the guest; the destination was not replaced.",
+    # the node SSH route: pct exec over SSH to the node (docs/containers.md, "The node SSH route (pct exec)")
+    "node_ssh_host_key_not_verified": "The node's SSH host key is not in the given known_hosts file or differs from it; nothing ran on the node.",
+    "node_ssh_auth_failed": "The node refused the SSH login with the dedicated key; nothing ran on the node.",
+    "node_ssh_unreachable": "The node's SSH endpoint could not be reached; nothing ran on the node.",
+    "node_ssh_pct_missing": "The node has no pct command (not a Proxmox VE node, or another PATH).",
+    "node_ssh_pct_failed": "pct on the node failed before it reached the container.",
+    "node_ssh_container_not_found": "The container does not exist on the node the route reaches.",
+    "node_ssh_container_not_running": "The container is not running; pct exec needs a running container.",
+    "node_ssh_command_timeout": "A command over the node SSH route did not finish before the command timeout.",
+    "node_ssh_transfer_failed": "Copying a file into or out of the container over the node SSH route failed.",
 }
 
 
@@ -209,3 +219,9 @@ class TaskError(VmanywareError):
     """A Proxmox task failed, timed out or could not be observed."""
 
     default_code = "task_failed"
+
+
+class NodeSshError(VmanywareError):
+    """The node SSH route (``pct exec`` over SSH) failed: ssh itself, pct on the node, or the container's state."""
+
+    default_code = "node_ssh_unreachable"

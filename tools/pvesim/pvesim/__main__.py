@@ -5,7 +5,8 @@
 
 """``python -m pvesim serve --port PORT --state-dir DIR [--seed demo] [--speed F] [--schema P] [--faults F]
 [--timings FILE] [--storage-lock on|off] [--guests simulated|real|container [--guest-image DIR]
-[--guest-accel auto|kvm|tcg]] [--containers simulated|real] [--container-rootfs DIR]``."""
+[--guest-accel auto|kvm|tcg]] [--containers simulated|real] [--container-rootfs DIR]
+[--node-ssh-authorized-keys FILE]``."""
 
 from __future__ import annotations
 
@@ -68,9 +69,15 @@ def main(argv: t.Sequence[str] | None = None) -> int:
         default=None,
         help="with --containers real or --guests container: directory from tools/container-rootfs/build.sh",
     )
+    serve.add_argument(
+        "--node-ssh-authorized-keys",
+        default=None,
+        help="offer each node's SSH endpoint with pct on 127.0.0.1, accepting these public keys (docs/containers.md)",
+    )
     args = parser.parse_args(argv)
 
     from .realcontainer import ContainerRootfsError  # pylint: disable=import-outside-toplevel
+    from .nodessh import NodeSshError  # pylint: disable=import-outside-toplevel
     from .realguest import GuestImageError  # pylint: disable=import-outside-toplevel
     from .server import PvesimServer  # pylint: disable=import-outside-toplevel
 
@@ -95,6 +102,7 @@ def main(argv: t.Sequence[str] | None = None) -> int:
             storage_lock=args.storage_lock == "on",
             containers=args.containers,
             container_rootfs=args.container_rootfs,
+            node_ssh_authorized_keys=args.node_ssh_authorized_keys,
         )
     except GuestImageError as exc:
         sys.stderr.write(f"pvesim: cannot use real guests: {exc}\n")
@@ -104,6 +112,9 @@ def main(argv: t.Sequence[str] | None = None) -> int:
             f"pvesim: cannot use real containers ({args.containers}) or container guests ({args.guests}): {exc}\n"
         )
         return 2
+    except NodeSshError as exc:
+        sys.stderr.write(f"pvesim: cannot offer the node SSH endpoints: {exc}\n")
+        return 2
     stop = threading.Event()
 
     def on_signal(signum: int, frame: t.Any) -> None:
@@ -112,7 +123,12 @@ def main(argv: t.Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    server.start()
+    try:
+        server.start()
+    except NodeSshError as exc:
+        sys.stderr.write(f"pvesim: cannot offer the node SSH endpoints: {exc}\n")
+        server.stop()
+        return 2
     sys.stderr.write(f"pvesim listening on https://127.0.0.1:{server.port}/api2/json (state dir {server.state_dir})\n")
     sys.stderr.flush()
     try:

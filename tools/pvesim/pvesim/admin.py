@@ -162,6 +162,7 @@ class AdminApi:
                 info = {
                     "vmid": vmid,
                     "name": ct.get("name"),
+                    "node": ct.get("node", st.node),
                     "status": ct.get("status"),
                     "config": dict(ct.get("config") or {}),
                 }
@@ -182,6 +183,11 @@ class AdminApi:
                     "status": "stopped",
                 }
                 return dict(st.containers[vmid], vmid=vmid)
+        if (method, path) == (
+            "GET",
+            "/node-ssh",
+        ):  # pvesim.nodessh: each node's SSH endpoint, {} without --node-ssh-...
+            return dict(getattr(self, "node_ssh_info", None) or {})
         m = re.fullmatch(r"/bridges/([^/]+)", path)
         if m and method == "DELETE":
             with st.lock:

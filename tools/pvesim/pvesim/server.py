@@ -555,6 +555,7 @@ class PvesimServer:
         storage_lock: bool = True,
         containers: str = "simulated",
         container_rootfs: str | None = None,
+        node_ssh_authorized_keys: str | None = None,
     ) -> None:
         self.state_dir = os.path.abspath(state_dir)
         os.makedirs(self.state_dir, exist_ok=True)
@@ -594,6 +595,14 @@ class PvesimServer:
         elif containers != "simulated":
             raise ValueError(f"unknown container backend {containers!r} (simulated or real)")
         self.app.sim.container_backend = self.container_backend
+        self.node_ssh: t.Any = None
+        if node_ssh_authorized_keys:
+            # each node's sshd with pct (pvesim.nodessh, docs/containers.md "The node SSH route (pct exec)")
+            from .nodessh import NodeSshEndpoints  # pylint: disable=import-outside-toplevel
+
+            self.node_ssh = NodeSshEndpoints(
+                self.state_dir, sorted(self.app.sim.state.members), node_ssh_authorized_keys
+            )
         if timings_file:
             apply_timings(self.app.sim, load_timings_file(timings_file))
             self.app.start_durations = dict(self.app.sim.durations)
@@ -639,6 +648,7 @@ class PvesimServer:
             "guests": self.guests_kind,
             **({"guest_accel": self.guest_backend.accel} if self.guest_backend is not None else {}),
             "containers": "real" if self.container_backend is not None else "simulated",
+            **({"node_ssh": self.node_ssh.info} if self.node_ssh is not None else {}),
         }
 
     def write_connection_file(self) -> str:
@@ -654,6 +664,9 @@ class PvesimServer:
         self.thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="pvesim-http", daemon=True
         )
+        if self.node_ssh is not None:
+            self.node_ssh.start()
+            self.app.node_ssh_info = self.node_ssh.info
         self.thread.start()
         self.write_connection_file()
 
@@ -667,3 +680,5 @@ class PvesimServer:
             self.guest_backend.stop_all()
         if self.container_backend is not None:
             self.container_backend.stop_all()
+        if self.node_ssh is not None:
+            self.node_ssh.stop_all()

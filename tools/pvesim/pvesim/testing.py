@@ -266,6 +266,7 @@ REALCONTAINER_TOOLS = {
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
     "ssh-keyscan": "openssh-client",
+    "sshd": "openssh-server",  # the node SSH endpoints (pvesim.nodessh)
 }
 
 
@@ -299,6 +300,41 @@ def build_container_rootfs(repo: str, say: t.Callable[[str], None]) -> tuple[str
     rootfs = res.stdout.strip().splitlines()[-1]
     say(f"container rootfs {rootfs} ({'cache hit' if seconds < 5 else 'built'} in {seconds} s)")
     return rootfs, seconds
+
+
+def api_task(conn: dict[str, t.Any], path: str, node: str = "pve-test", **data: t.Any) -> None:
+    """POST ``/nodes/{node}{path}`` as root@pam and wait for its task to end OK."""
+    api = f"https://{conn['host']}:{conn['port']}/api2/json"
+    base = f"{api}/nodes/{node}"
+    login = requests.post(
+        f"{api}/access/ticket",
+        data={"username": "root@pam", "password": conn["root_password"]},
+        verify=conn["ca_file"],
+        timeout=60,
+    ).json()["data"]
+    headers = {"Cookie": f"PVEAuthCookie={login['ticket']}", "CSRFPreventionToken": login["CSRFPreventionToken"]}
+    resp = requests.post(base + path, data=data, headers=headers, verify=conn["ca_file"], timeout=60)
+    assert resp.status_code == 200, f"POST {path}: {resp.status_code} {resp.text}"
+    upid, deadline = resp.json()["data"], time.monotonic() + 300
+    while time.monotonic() < deadline:
+        reply = requests.get(f"{base}/tasks/{upid}/status", headers=headers, verify=conn["ca_file"], timeout=60)
+        status = reply.json()["data"]
+        if status["status"] == "stopped":
+            assert status["exitstatus"] == "OK", f"{path}: {status}"
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"task {upid} did not finish")
+
+
+def api_container(conn: dict[str, t.Any], vmid: int, hostname: str, start: bool = True, node: str = "pve-test") -> None:
+    """Create container ``vmid`` from the simulator's appliance index through the API (as root@pam), and start it."""
+    template = "debian-12-standard_12.12-1_amd64.tar.zst"
+    api_task(conn, "/aplinfo", node, storage="local", template=template)
+    api_task(
+        conn, "/lxc", node, vmid=vmid, ostemplate=f"local:vztmpl/{template}", hostname=hostname, rootfs="local-lvm:4"
+    )
+    if start:
+        api_task(conn, f"/lxc/{vmid}/status/start", node)
 
 
 def lxc_cleanup(lxcpath: str) -> list[str]:
