@@ -49,8 +49,8 @@ def test_operators_and_expansions_are_refused_not_misread() -> None:
 
 def test_the_join_script_concatenates_renames_and_removes_the_parts() -> None:
     guest, clock = make()
-    guest.file_write("/tmp/d.p.0", "abc")
-    guest.file_write("/tmp/d.p.1", "def\n")
+    guest.file_write("/tmp/d.p.0", b"abc")
+    guest.file_write("/tmp/d.p.1", b"def\n")
     joined = run(
         guest, clock, ["/bin/sh", "-c", QGA_JOIN_SCRIPT, "j", "/tmp/d", "/tmp/d.tmp", "/tmp/d.p.0", "/tmp/d.p.1"]
     )
