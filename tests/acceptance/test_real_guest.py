@@ -32,6 +32,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -372,6 +373,50 @@ def _ssh(port: int, key: Path, known_hosts: Path, alias: str, command: str) -> s
     )
 
 
+def _configure_both_ways(
+    tmp_path: Path, env: dict[str, str], journal: Path, key: Path, forward_port: int, admin: PvesimAdmin
+) -> dict[str, float]:
+    """configure.yml on the provisioned VM over SSH, then through the guest agent (issue 35): both from the journal
+    inventory, the same tasks on files of their own; the wall time of each run. The qga run has no SSH client at all."""
+    seconds: dict[str, float] = {}
+    inventories = {
+        "ssh": {
+            "plugin": "vmanyware.proxmox.journal",
+            "journal_dir": str(journal),
+            "compose": {
+                "ansible_ssh_common_args": "ansible_ssh_common_args ~ ' -o HostKeyAlias=' ~ ansible_host",
+                "ansible_host": "'127.0.0.1'",
+                "ansible_port": str(forward_port),
+            },
+        },
+        "qga": {"plugin": "vmanyware.proxmox.journal", "journal_dir": str(journal), "connection": "qga"},
+    }
+    for via, inventory in inventories.items():
+        source = tmp_path / f"configure-{via}.vmanyware_journal.yml"
+        source.write_text(json.dumps(inventory), encoding="utf-8")
+        run_env = dict(env, ANSIBLE_SSH_EXECUTABLE="/bin/false") if via == "qga" else env
+        seen = len(admin.requests())
+        started = time.monotonic()
+        rc, out = _playbook(
+            tmp_path,
+            run_env,
+            ["-i", str(source), "-e", f"ansible_ssh_private_key_file={key}", "-e", f"configure_via={via}"],
+            f"configure-{via}",
+            timeout=900,
+            playbook="configure.yml",
+        )
+        seconds[f"configure_{via}_s"] = round(time.monotonic() - started, 1)
+        assert rc == 0, out[-4000:]
+        assert re.search(r": ok=7\s+changed=2\s+unreachable=0\s+failed=0", out), out[-2000:]
+        execs = [e for e in admin.requests()[seen:] if e["method"] == "POST" and e["path"].endswith("/agent/exec")]
+        # over SSH the agent runs nothing; through the agent every module runs there
+        assert (len(execs) > 0) == (via == "qga"), len(execs)
+    _say(
+        f"configure.yml over SSH {seconds['configure_ssh_s']} s, through the guest agent {seconds['configure_qga_s']} s"
+    )
+    return seconds
+
+
 def _static_run(  # noqa: C901
     tmp: Path,
     env: dict[str, str],
@@ -556,6 +601,7 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
     proc, conn = _start_pvesim(state, image_dir)
     admin = PvesimAdmin(conn)
     qemu_pid = static_qemu_pid = None
+    provision_log: list[dict[str, t.Any]] | None = None
     try:
         env = dict(
             os.environ,
@@ -740,13 +786,18 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
             handoff["knownHosts"]
         )
 
+        # 3b. issue 35: the same configure play over SSH and through the guest agent, timed (the provisioning
+        # timings come from the request log before it, which these agent calls would extend)
+        provision_log = admin.requests()
+        timings.update(_configure_both_ways(tmp_path, env, journal, key, int(info["ssh_forward_port"]), admin))
+
         # 4. issue 34: a second guest on a static address in QEMU's user-mode network, SSH to that address
         _say(f"static run: VM {STATIC_VMID} on the static network {USERNET['name']} ({STATIC_ADDRESS})")
         static_qemu_pid = _static_run(tmp_path, env, admin, conn, state / "connection.json", mapping, key, timings)
     finally:
         try:
             timings["accel"] = admin.vm(VMID).get("accel")
-            _timings_from_log(admin.requests(), timings)
+            _timings_from_log(admin.requests() if provision_log is None else provision_log, timings)
         except Exception as exc:  # pylint: disable=broad-exception-caught  # timings are best effort when a step failed
             _say(f"some timings unavailable: {exc!r}")
         _say(
