@@ -72,6 +72,24 @@ options:
       - The presets inline, a list of v1 C(Preset) documents (YAML text or dictionaries). Mutually exclusive with O(presets_path).
     type: list
     elements: raw
+  profiles_path:
+    description:
+      - Directory on the controller of the profile declarations, v1 C(Profile) files (C(*.yml), C(*.yaml), read in name order),
+        each naming the Ansible role that implements it, the distro families it supports, its typed variables and the profiles
+        it requires.
+      - Read only when the definition requests profiles (C(profiles)); absent, the C(profiles) directory beside O(catalog_path)
+        when it exists.
+      - The plan lists the profiles in run order with their version, declaration hash and variables, pins them in the
+        definition, so a changed declaration changes the plan hash, and picks among templates of the image the one with the most
+        requested profiles baked in. See C(docs/profiles.md), "Profiles".
+      - Mutually exclusive with O(profiles).
+    type: path
+  profiles:
+    description:
+      - The profile declarations inline, a list of v1 C(Profile) documents (YAML text or dictionaries). Mutually exclusive with
+        O(profiles_path).
+    type: list
+    elements: raw
   ssh_key_sources:
     description:
       - The operator's SSH key sources, each C(name) (a lowercase DNS label, not V(definition)) and C(path) (a public key file, or a
@@ -85,6 +103,7 @@ options:
 notes:
   - Invalid inputs fail with a fixed C(error_code) (for example V(invalid_catalog), V(invalid_definition), V(invalid_target_vmid),
     V(image_not_mapped), V(disk_shrink_unsupported), V(network_not_in_catalog), V(invalid_network_address),
-    V(invalid_plan), V(invalid_preset), V(preset_not_found), V(preset_version_mismatch), V(invalid_ssh_key_source)), the path of the offending field in C(error_path) and the
+    V(invalid_plan), V(invalid_preset), V(preset_not_found), V(preset_version_mismatch), V(invalid_ssh_key_source), V(invalid_profile), V(profile_not_found),
+    V(invalid_profile_vars), V(profile_distro_unsupported)), the path of the offending field in C(error_path) and the
     rule it broke in C(error_details.rule); input values are never echoed.
 """

@@ -67,6 +67,16 @@ options:
     description: The presets inline, as for M(vmanyware.proxmox.vmanyware_plan).
     type: list
     elements: raw
+  profiles_path:
+    description:
+      - The profile declarations directory, as for M(vmanyware.proxmox.vmanyware_plan) (read only when the definition requests
+        profiles, which pick among templates of the image; default the C(profiles) directory beside O(catalog_path)). Mutually
+        exclusive with O(profiles).
+    type: path
+  profiles:
+    description: The profile declarations inline, as for M(vmanyware.proxmox.vmanyware_plan).
+    type: list
+    elements: raw
   addresses:
     description:
       - Reserve exactly these addresses, by C(ipv4) and C(ipv6) (the ones a confirmation names). O(owner)'s live lease is reused; an
@@ -207,6 +217,8 @@ def argument_spec() -> dict:
             "definition": {"type": "raw"},
             "presets_path": {"type": "path"},
             "presets": {"type": "list", "elements": "raw"},
+            "profiles_path": {"type": "path"},
+            "profiles": {"type": "list", "elements": "raw"},
             "addresses": {"type": "dict"},
             "lease_seconds": {"type": "int", "default": DEFAULT_LEASE_SECONDS},
         }
@@ -252,7 +264,12 @@ ENTRY = ModuleEntry(
     argument_spec=argument_spec,
     action=action,
     libraries=("requests",),
-    mutually_exclusive=(("catalog_path", "catalog"), ("definition_path", "definition"), ("presets_path", "presets")),
+    mutually_exclusive=(
+        ("catalog_path", "catalog"),
+        ("definition_path", "definition"),
+        ("presets_path", "presets"),
+        ("profiles_path", "profiles"),
+    ),
 )
 
 

@@ -55,6 +55,16 @@ options:
     description: The presets inline, as for M(vmanyware.proxmox.vmanyware_plan).
     type: list
     elements: raw
+  profiles_path:
+    description:
+      - The profile declarations directory, as for M(vmanyware.proxmox.vmanyware_plan) (read only when the definition requests
+        profiles, which pick among templates of the image; default the C(profiles) directory beside O(catalog_path)). Mutually
+        exclusive with O(profiles).
+    type: path
+  profiles:
+    description: The profile declarations inline, as for M(vmanyware.proxmox.vmanyware_plan).
+    type: list
+    elements: raw
   prefer:
     description:
       - The node an apply run's confirmation names (C(targetNode)). When it still qualifies it is returned (RV(preferred_kept=true)),
@@ -232,6 +242,8 @@ def argument_spec() -> dict:
             "definition": {"type": "raw"},
             "presets_path": {"type": "path"},
             "presets": {"type": "list", "elements": "raw"},
+            "profiles_path": {"type": "path"},
+            "profiles": {"type": "list", "elements": "raw"},
             "prefer": {"type": "str"},
             "target_node": {"type": "str"},
         }

@@ -119,6 +119,13 @@ options:
     description: With O(confirmation), the presets inline (as O(vmanyware.proxmox.vmanyware_operation#module:presets)).
     type: list
     elements: raw
+  profiles_path:
+    description: With O(confirmation), the profile declarations directory (as O(vmanyware.proxmox.vmanyware_operation#module:profiles_path)).
+    type: path
+  profiles:
+    description: With O(confirmation), the profile declarations inline (as O(vmanyware.proxmox.vmanyware_operation#module:profiles)).
+    type: list
+    elements: raw
   ssh_key_sources:
     description: With O(confirmation), the SSH key sources (as O(vmanyware.proxmox.vmanyware_operation#module:ssh_key_sources)).
     type: list

@@ -66,7 +66,31 @@ def _container_rules(mapping: t.Mapping[str, t.Any], path: str, code: str) -> di
             "features": {"nesting": bool((mapping.get("features") or {}).get("nesting", False))},
         }
     )
+    if "distroFamily" in mapping:  # optional (docs/profiles.md): absent, the mapping is exactly as before
+        result["distroFamily"] = str(mapping["distroFamily"])
     return result
+
+
+def _baked_profiles(baked: t.Any, path: str, code: str) -> list[dict[str, t.Any]]:
+    """A mapping's ``bakedProfiles`` normalized (name, version, declarationHash); a name at most once."""
+    prefix = "bakedProfiles" if path == "$" else path + ".bakedProfiles"
+    entries: list[dict[str, t.Any]] = []
+    for index, entry in enumerate(baked):
+        if any(seen["name"] == entry["name"] for seen in entries):
+            raise FormatError(code, "%s[%d].name" % (prefix, index), "duplicate_baked_profile")
+        entries.append(
+            {
+                "name": str(entry["name"]),
+                "version": int(entry["version"]),
+                "declarationHash": str(entry["declarationHash"]),
+            }
+        )
+    return entries
+
+
+def baked_identities(mapping: t.Mapping[str, t.Any]) -> frozenset[tuple[str, int, str]]:
+    """The (name, version, declarationHash) of each profile baked into a mapping's template."""
+    return frozenset((e["name"], e["version"], e["declarationHash"]) for e in mapping.get("bakedProfiles", []))
 
 
 def _mapping_rules(mapping: t.Mapping[str, t.Any], path: str, code: str) -> dict[str, t.Any]:
@@ -96,22 +120,29 @@ def _mapping_rules(mapping: t.Mapping[str, t.Any], path: str, code: str) -> dict
             "passwordLocked": True,
             "noAuthorizedKeys": True,
         }
+    if "distroFamily" in mapping:  # optional (docs/profiles.md): absent, the mapping (and its hashes) is as before
+        result["distroFamily"] = str(mapping["distroFamily"])
+    if "bakedProfiles" in mapping:
+        result["bakedProfiles"] = _baked_profiles(mapping["bakedProfiles"], path, code)
     return result
 
 
 def validate_catalog(data: t.Any) -> dict[str, t.Any]:
     """Validate a parsed catalog; return it normalized (plain types, catalog field order)."""
     check_document_schema(CATALOG_SCHEMA_V1, data, CATALOG)
-    # One image may map to a template on each node (per-node templates, docs/operations.md "Placement"): only the
-    # same image twice on one node is ambiguous.
-    seen: set[tuple[str, str]] = set()
+    # One image may map to a template on each node (per-node templates, docs/operations.md "Placement"), and to several
+    # on one node only when they differ in the profiles baked in (the plan picks among them, docs/profiles.md): the
+    # same image twice on one node with the same baked profiles is ambiguous.
+    seen: dict[tuple[str, str], list[frozenset[tuple[str, int, str]]]] = {}
     images: list[dict[str, t.Any]] = []
     for index, mapping in enumerate(data["images"]):
         path = "images[%d]" % index
-        if (mapping["image"], mapping["node"]) in seen:
+        normalized = _mapping_rules(mapping, path, CATALOG)
+        baked = seen.setdefault((mapping["image"], mapping["node"]), [])
+        if baked_identities(normalized) in baked:
             raise FormatError(CATALOG, path + ".image", "duplicate_image")
-        seen.add((mapping["image"], mapping["node"]))
-        images.append(_mapping_rules(mapping, path, CATALOG))
+        baked.append(baked_identities(normalized))
+        images.append(normalized)
     catalog: dict[str, t.Any] = {"apiVersion": API_VERSION, "kind": "TemplateCatalog", "images": images}
     if "networks" in data:  # optional: a catalog without it normalizes exactly as before
         catalog["networks"] = catalog_networks(data["networks"], CATALOG)

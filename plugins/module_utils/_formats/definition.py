@@ -10,6 +10,7 @@ This is a private module_utils file: not a public API.
 
 from __future__ import annotations
 
+import copy
 import os
 import typing as t
 
@@ -77,6 +78,11 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
         normalized["preset"] = {
             key: data["preset"][key] for key in ("name", "version", "hash") if key in data["preset"]
         }
+    if "profiles" in data:  # optional (docs/profiles.md): absent, the definition is exactly as before
+        keys = ("name", "version", "declarationHash", "vars", "requiredBy")
+        normalized["profiles"] = [
+            {key: copy.deepcopy(entry[key]) for key in keys if key in entry} for entry in data["profiles"]
+        ]
     return normalized
 
 

@@ -52,7 +52,7 @@ RULE_TEXTS: dict[str, str] = {
     "duplicate_ssh_key": "repeats an earlier SSH public key",
     "duplicate_package": "repeats the name of an earlier package",
     "duplicate_preset": "repeats the name of an earlier preset",
-    "preset_field_not_allowed": "is a definition field a preset may not carry (image, resources and network only)",
+    "preset_field_not_allowed": "is a definition field a preset may not carry (image, resources, network and profiles only)",
     "too_many_presets": "holds more than 256 preset files",
     "not_a_directory": "is not a directory",
     "duplicate_key_source": "repeats the name of an earlier SSH key source",
@@ -75,6 +75,18 @@ RULE_TEXTS: dict[str, str] = {
     "pool_outside_subnet": "must be an address of the subnet",
     "pool_order": "must not come before the range's first address",
     "pool_empty": "is a range holding only a reserved address",
+    "too_many_profiles": "holds more than 256 profile files",
+    "duplicate_profile": "repeats the name of an earlier profile declaration",
+    "too_many_variables": "declares more than 64 variables",
+    "variable_name": "is not a variable name ([a-z_][a-z0-9_]*, at most 64 characters)",
+    "variable_default": "must give exactly one of a default and required: true",
+    "variable_type": "is not of the variable's declared type",
+    "duplicate_requires": "repeats an earlier required profile, or names the profile itself",
+    "duplicate_profile_request": "requests a profile an earlier entry requests",
+    "required_by": "records requiredBy (and no vars) only for a profile added because the listed profiles require it",
+    "unknown_variable": "is not a variable the profile declares",
+    "required_variable": "lacks a variable the profile requires (a profile added by requires gets defaults only)",
+    "duplicate_baked_profile": "repeats the name of an earlier baked profile",
 }
 
 

@@ -26,13 +26,23 @@ from .definition import validate_definition
 from .format_errors import FormatError
 from .key_sources import apply_key_sources, check_key_sources
 from .presets import Preset, load_presets, merge_preset
+from .profiles import (
+    PlannedProfile,
+    Profile,
+    check_distro_families,
+    choose_template,
+    plan_profiles,
+    profiles_reader,
+    requested_identities,
+    resolve_profiles,
+)
 from .yaml_strict import load_document
 from .catalog import is_container, parse_catalog
 from .networks import FAMILIES, planned_nic
 from .hashing import definition_hash as compute_definition_hash
 from .hashing import plan_hash as compute_plan_hash
 from .schemas import API_VERSION, NODE_PATTERN, VMID_MAX, VMID_MIN
-from .._stages.registry import CONTAINER, VM, planned_steps
+from .._stages.registry import CONTAINER, VM, planned_steps, stage_kinds
 
 PROVIDER = "proxmox-ve"
 NETWORK = "ipv4-dhcp"
@@ -42,6 +52,8 @@ AUTO_NODE = "auto"
 PER_NODE_TEMPLATE = "per-node-template"
 CLONE_TARGET = "target"
 _NODE = re.compile(NODE_PATTERN)
+# The stage kind of a profile's step (one step per profile that runs, docs/profiles.md).
+PROFILE_STEP = "profile"
 
 
 def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
@@ -60,6 +72,10 @@ def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
         # catalog file's presets directory when it exists.
         "presets_path": {"type": "path"},
         "presets": {"type": "list", "elements": "raw"},
+        # Profile declarations (docs/profiles.md): read only when the definition requests profiles; absent,
+        # profiles_path defaults to the catalog file's profiles directory when it exists.
+        "profiles_path": {"type": "path"},
+        "profiles": {"type": "list", "elements": "raw"},
         # The operator's SSH key sources, [{name, path}]; absent or empty, the plan and every hash are as before.
         "ssh_key_sources": {"type": "list", "elements": "dict"},
     }
@@ -69,6 +85,7 @@ PLAN_INPUT_MUTUALLY_EXCLUSIVE = (
     ("catalog_path", "catalog"),
     ("definition_path", "definition"),
     ("presets_path", "presets"),
+    ("profiles_path", "profiles"),
 )
 PLAN_INPUT_REQUIRED_ONE_OF = (("catalog_path", "catalog"), ("definition_path", "definition"))
 # ``ModuleEntry`` keyword arguments of every module that takes the plan inputs.
@@ -92,11 +109,13 @@ class PlannedEnvironment:
 @dataclasses.dataclass(frozen=True)
 class EffectiveDefinition:
     """The validated definition merged with its preset and given its key sources' keys; ``preset_fields``: the fields
-    the preset gave (``None`` without a preset); ``keys``: the key listing (``None`` without key sources)."""
+    the preset gave (``None`` without a preset); ``keys``: the key listing (``None`` without key sources);
+    ``profiles``: the profiles' run list (``None`` when the definition requests none)."""
 
     definition: dict[str, t.Any]
     preset_fields: list[str] | None
     keys: list[dict[str, t.Any]] | None
+    profiles: list[PlannedProfile] | None = None
 
 
 def presets_reader(
@@ -127,10 +146,12 @@ def effective_definition(
     definition_path: str | os.PathLike[str] | None = None,
     presets: t.Callable[[], t.Mapping[str, Preset]] = dict,
     ssh_key_sources: t.Any = None,
+    profiles: t.Callable[[], t.Mapping[str, Profile]] = dict,
 ) -> EffectiveDefinition:
     """Read the definition, merge it over the preset it names (``presets_reader``), validate the merged definition (a
-    refusal names the merged field and, in ``error_details.preset``, the preset) and add the key sources' keys
-    (docs/profiles.md). Without a preset and key sources the definition is exactly ``parse_definition``'s."""
+    refusal names the merged field and, in ``error_details.preset``, the preset), pin the profiles it requests to their
+    declarations (``profiles_reader``, called only then) and add the key sources' keys (docs/profiles.md). Without a
+    preset, profiles and key sources the definition is exactly ``parse_definition``'s."""
     sources = check_key_sources(ssh_key_sources)
     request = load_document(text=definition, path=definition_path, code="invalid_definition")
     merged, fields = merge_preset(request, presets)
@@ -140,10 +161,13 @@ def effective_definition(
         if fields is not None:  # located in the merged definition; the preset is named, no value is
             err.details["preset"] = merged["preset"]["name"]
         raise
+    planned = None
+    if validated.get("profiles"):
+        validated["profiles"], planned = resolve_profiles(validated["profiles"], profiles)
     if not sources:
-        return EffectiveDefinition(validated, fields, None)
+        return EffectiveDefinition(validated, fields, None, planned)
     with_keys, keys = apply_key_sources(validated, sources)
-    return EffectiveDefinition(with_keys, fields, keys)
+    return EffectiveDefinition(with_keys, fields, keys, planned)
 
 
 def definition_from_params(params: t.Mapping[str, t.Any]) -> EffectiveDefinition:
@@ -153,13 +177,28 @@ def definition_from_params(params: t.Mapping[str, t.Any]) -> EffectiveDefinition
         definition_path=params["definition_path"],
         presets=presets_reader(params.get("presets_path"), params.get("presets"), params.get("catalog_path")),
         ssh_key_sources=params.get("ssh_key_sources") or None,
+        profiles=profiles_reader(params.get("profiles_path"), params.get("profiles"), params.get("catalog_path")),
     )
 
 
-def plan_steps(definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any]) -> list[dict[str, t.Any]]:
-    """The ordered provisioning steps (1-based ``position``) for a definition and its mapping (the stage registry's conditions)."""
+def plan_steps(
+    definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], profiles: t.Sequence[str] = ()
+) -> list[dict[str, t.Any]]:
+    """The ordered provisioning steps (1-based ``position``) for a definition and its mapping (the stage registry's
+    conditions), with one ``profile`` step (``name``: ``profile:<name>``) per profile that runs, in run order, where
+    the registry puts the ``profile`` kind, else right after ``packages`` (docs/profiles.md)."""
     family = CONTAINER if is_container(mapping) else VM
-    return planned_steps(family, {"definition": definition, "mapping": mapping})
+    inputs = {"definition": definition, "mapping": mapping, "profiles": list(profiles)}
+    kinds = [step["kind"] for step in planned_steps(family, inputs) if step["kind"] != PROFILE_STEP]
+    if not profiles:
+        return [{"position": position, "kind": kind} for position, kind in enumerate(kinds, start=1)]
+    order = list(stage_kinds(family))
+    anchor = order.index(PROFILE_STEP) if PROFILE_STEP in order else order.index("packages") + 1
+    split = len([kind for kind in kinds if order.index(kind) < anchor])
+    steps: list[dict[str, t.Any]] = [{"kind": kind} for kind in kinds[:split]]
+    steps += [{"kind": PROFILE_STEP, "name": "%s:%s" % (PROFILE_STEP, name)} for name in profiles]
+    steps += [{"kind": kind} for kind in kinds[split:]]
+    return [dict(position=position, **step) for position, step in enumerate(steps, start=1)]
 
 
 def check_target_vmid(target_vmid: t.Any, template_vmid: int | None = None) -> int:
@@ -209,23 +248,31 @@ def requested_node(definition: t.Mapping[str, t.Any], target_node: str | None) -
     return target_node if target_node is not None else t.cast("str | None", wanted if wanted != AUTO_NODE else None)
 
 
-def select_mapping(catalog: t.Mapping[str, t.Any], image: str, target_node: str | None = None) -> dict[str, t.Any]:
-    """The catalog mapping for ``image`` (``image_not_mapped`` when there is none).
+def select_template(
+    catalog: t.Mapping[str, t.Any],
+    image: str,
+    target_node: str | None = None,
+    requested: frozenset[tuple[str, int, str]] = frozenset(),
+) -> tuple[dict[str, t.Any], dict[str, t.Any]]:
+    """The catalog mapping for ``image`` (``image_not_mapped`` when there is none) and the plan's ``templateChoice``.
 
-    Without ``target_node``: the image's first mapping, exactly as recorded. With it: the image's mapping on that node
-    (a per-node template), else the first mapping plus ``targetNode`` (a clone with Proxmox's ``target`` parameter,
-    which needs the template on shared storage: preflight ``clone_source_shared``). ``targetNode`` is in the hashed
-    mapping only when the guest does not go to the template's node.
+    Without ``target_node``: the image's mapping on its first mapping's node, exactly as recorded. With it: the image's
+    mapping on that node (a per-node template), else the one on the first mapping's node plus ``targetNode`` (a clone
+    with Proxmox's ``target`` parameter, which needs the template on shared storage: preflight ``clone_source_shared``).
+    ``targetNode`` is in the hashed mapping only when the guest does not go to the template's node. Several mappings of
+    the image on that node (they differ in ``bakedProfiles``): the one with the most ``requested`` profiles baked in
+    (``profiles.choose_template``).
     """
     mappings = [mapping for mapping in catalog["images"] if mapping["image"] == image]
     if not mappings:
         raise InputError(code="image_not_mapped", path="image", details={"rule": "not_in_catalog"})
-    if target_node is None:
-        return copy.deepcopy(dict(mappings[0]))
-    for mapping in mappings:
-        if mapping["node"] == target_node:
-            return copy.deepcopy(dict(mapping))
-    chosen = copy.deepcopy(dict(mappings[0]))
+    on_target = [mapping for mapping in mappings if mapping["node"] == target_node]
+    if target_node is None or on_target:
+        node = mappings[0]["node"] if target_node is None else target_node
+        return choose_template([mapping for mapping in mappings if mapping["node"] == node], requested)
+    chosen, choice = choose_template(
+        [mapping for mapping in mappings if mapping["node"] == mappings[0]["node"]], requested
+    )
     if is_container(chosen):
         raise InputError(
             "A container is created on its mapping's node; map the image on the target node.",
@@ -234,7 +281,17 @@ def select_mapping(catalog: t.Mapping[str, t.Any], image: str, target_node: str 
             details={"rule": "container_mapping_on_node"},
         )
     chosen["targetNode"] = target_node
-    return chosen
+    return chosen, choice
+
+
+def select_mapping(
+    catalog: t.Mapping[str, t.Any],
+    image: str,
+    target_node: str | None = None,
+    requested: frozenset[tuple[str, int, str]] = frozenset(),
+) -> dict[str, t.Any]:
+    """The catalog mapping for ``image`` (``select_template``)."""
+    return select_template(catalog, image, target_node, requested)[0]
 
 
 def check_addresses(addresses: t.Any) -> dict[str, str]:
@@ -261,8 +318,9 @@ def resolve_mapping(
 ) -> dict[str, t.Any]:
     """The mapping a plan records: the catalog's for the definition's image (on ``target_node``, ``select_mapping``),
     with the NIC of the definition's network (``network``, docs/networks.md) when it names one; without, exactly the
-    catalog's mapping. ``leased``: the addresses leased for ``address: auto``."""
-    mapping = select_mapping(catalog, definition["image"], target_node)
+    catalog's mapping. ``leased``: the addresses leased for ``address: auto``. Among several mappings of the image on the
+    node, the one with the most of the definition's (pinned) profiles baked in (docs/profiles.md, "Template choice")."""
+    mapping = select_mapping(catalog, definition["image"], target_node, requested_identities(definition))
     nic = planned_nic(catalog, definition, leased)
     if nic is not None:
         mapping["network"] = nic
@@ -331,10 +389,13 @@ def plan_document(
     plan_hash: str,
     placed: bool = False,
     effective: EffectiveDefinition | None = None,
+    choice: t.Mapping[str, t.Any] | None = None,
 ) -> dict[str, t.Any]:
     """The v1 plan document (docs/formats.md, "Plan v1"); ``placed``: a target node was given, and ``clone`` says how
-    the guest reaches it; ``effective``: the preset's fields and the key listing (docs/profiles.md)."""
+    the guest reaches it; ``effective``: the preset's fields, the key listing and the profiles (docs/profiles.md);
+    ``choice``: the ``templateChoice`` (recorded with profiles, or among several templates)."""
     resources = definition["resources"]
+    profiles = plan_profiles(mapping, effective.profiles) if effective is not None and effective.profiles else None
     document = {
         "apiVersion": API_VERSION,
         "kind": "Plan",
@@ -357,7 +418,7 @@ def plan_document(
         "packages": [dict(package) for package in definition["packages"]],
         "snapshotAfterProvisioning": definition["snapshotAfterProvisioning"],
         "diskExpansion": not is_container(mapping) and resources["diskGiB"] > mapping["sourceDiskGiB"],
-        "steps": plan_steps(definition, mapping),
+        "steps": plan_steps(definition, mapping, [entry["name"] for entry in profiles or [] if entry["run"]]),
         "liveVerified": False,
         "vmidReserved": False,
     }
@@ -372,6 +433,10 @@ def plan_document(
         document["preset"] = dict(definition["preset"], fields=list(effective.preset_fields or []) if effective else [])
     if effective is not None and effective.keys is not None:  # without key sources the plan is exactly as before
         document["access"]["sshPublicKeys"] = copy.deepcopy(effective.keys)
+    if profiles is not None:  # a definition requesting no profiles keeps exactly its v1 plan
+        document["profiles"] = profiles
+    if choice is not None and (profiles is not None or choice["candidates"] > 1):
+        document["templateChoice"] = dict(choice)
     return document
 
 
@@ -388,6 +453,8 @@ def build_plan(
     presets_path: str | os.PathLike[str] | None = None,
     presets: t.Any = None,
     ssh_key_sources: t.Any = None,
+    profiles_path: str | os.PathLike[str] | None = None,
+    profiles: t.Any = None,
 ) -> PlannedEnvironment:
     """Validate the inputs and build the plan; raise an ``InputError`` with a fixed code otherwise.
 
@@ -399,7 +466,9 @@ def build_plan(
     ``repeat_mapping`` (the mapping a repeated operation recorded)
     ``repeat_image_removed`` and ``repeat_mapping_changed`` (``check_repeat_mapping``); with a preset or key sources
     (``effective_definition``) ``invalid_preset``, ``preset_not_found``, ``preset_version_mismatch`` and
-    ``invalid_ssh_key_source``.
+    ``invalid_ssh_key_source``; with profiles (docs/profiles.md) ``invalid_profile``, ``profile_not_found``,
+    ``profile_version_mismatch``, ``invalid_profile_vars``, ``profile_requires_cycle``, ``profile_distro_unsupported``
+    and ``distro_family_not_recorded``.
     """
     if (catalog is None) == (catalog_path is None):
         raise InputError(
@@ -423,12 +492,18 @@ def build_plan(
         definition_path=definition_path,
         presets=presets_reader(presets_path, presets, catalog_path),
         ssh_key_sources=ssh_key_sources or None,
+        profiles=profiles_reader(profiles_path, profiles, catalog_path),
     )
     parsed_definition = effective.definition
     node = requested_node(parsed_definition, given_node)
     if repeat_mapping is not None:
         check_repeat_mapping(parsed_catalog, parsed_definition, repeat_mapping, node)
     mapping = resolve_mapping(parsed_catalog, parsed_definition, node, check_addresses(addresses))
+    choice = select_template(parsed_catalog, parsed_definition["image"], node, requested_identities(parsed_definition))[
+        1
+    ]
+    if effective.profiles:
+        check_distro_families(mapping, effective.profiles)
     vmid = check_target_vmid(target_vmid, mapping.get("templateVmid"))
     if not is_container(mapping) and parsed_definition["resources"]["diskGiB"] < mapping["sourceDiskGiB"]:
         raise InputError(
@@ -442,7 +517,14 @@ def build_plan(
         definition=parsed_definition,
         mapping=mapping,
         plan=plan_document(
-            parsed_definition, mapping, vmid, def_hash, hash_of_plan, placed=node is not None, effective=effective
+            parsed_definition,
+            mapping,
+            vmid,
+            def_hash,
+            hash_of_plan,
+            placed=node is not None,
+            effective=effective,
+            choice=choice,
         ),
         definition_hash=def_hash,
         plan_hash=hash_of_plan,
@@ -463,4 +545,6 @@ def plan_from_params(params: t.Mapping[str, t.Any]) -> PlannedEnvironment:
         presets_path=params.get("presets_path"),
         presets=params.get("presets"),
         ssh_key_sources=params.get("ssh_key_sources"),
+        profiles_path=params.get("profiles_path"),
+        profiles=params.get("profiles"),
     )

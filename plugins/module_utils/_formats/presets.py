@@ -28,9 +28,9 @@ from .hashing import canonical_json, sha256_hex
 from .schemas import API_VERSION, DEFINITION_SCHEMA_V1, DNS_LABEL_PATTERN, _integer, _string
 from .yaml_strict import load_document
 
-# The definition fields a preset may carry. Extension point: ``profiles`` joins this tuple (and the schema below
-# takes its definition schema) once docs/profiles.md "Profiles" defines it; nothing else needs to change here.
-PRESET_FIELDS: tuple[str, ...] = ("image", "resources", "network")
+# The definition fields a preset may carry (the preset's schema takes each one's definition schema); a preset's
+# ``profiles`` is replaced by the definition's, as every list is.
+PRESET_FIELDS: tuple[str, ...] = ("image", "resources", "network", "profiles")
 MAX_PRESETS = 256
 PRESET_SUFFIXES = (".yml", ".yaml")
 # A file name that may appear in an error path (it is the operator's, but only a plain one is repeated).
@@ -61,7 +61,7 @@ PRESET_SCHEMA_V1: dict[str, t.Any] = {
         "version": _integer(1, 999999999, "The preset's version, an integer 1-999999999; a definition may pin it."),
         "spec": {
             "type": "object",
-            "description": "The definition fields the preset gives (image, resources, network); the definition's own win.",
+            "description": "The definition fields the preset gives (image, resources, network, profiles); the definition's own win.",
             "additionalProperties": False,
             "properties": {field: _partial(DEFINITION_SCHEMA_V1["properties"][field]) for field in PRESET_FIELDS},
         },
@@ -102,38 +102,68 @@ def validate_preset(data: t.Any) -> Preset:
     return Preset(document["name"], document["version"], sha256_hex(canonical_json(document)), document["spec"])
 
 
-def load_presets(*, path: str | os.PathLike[str] | None = None, documents: t.Any = None) -> dict[str, Preset]:
-    """The presets of a directory ``path`` (its ``*.yml``/``*.yaml`` files, in name order) or of ``documents`` (a list of
-    YAML texts or mappings), by name (``duplicate_preset``); neither: none."""
+N = t.TypeVar("N")
+
+
+def load_named_documents(
+    validate: t.Callable[[t.Any], N],
+    *,
+    code: str,
+    path: str | os.PathLike[str] | None,
+    documents: t.Any,
+    options: tuple[str, str],
+    rules: tuple[str, str],
+) -> list[tuple[str, N]]:
+    """Named documents (presets, profiles) of a directory ``path`` (its ``*.yml``/``*.yaml`` files, in name order) or of
+    inline ``documents`` (a list of YAML texts or mappings), each validated and with its error label (a plain file
+    name, else ``<directory option>[N]``, or ``<inline option>[N]``); ``options``: the (directory, inline) option
+    names; ``rules``: the (too many, duplicate name) rules. Neither source: none."""
+    directory, inline = options
     # (label for errors, inline document, file path): one of the two
     sources: list[tuple[str, t.Any, str | None]] = []
     if documents is not None:
         if not isinstance(documents, (list, tuple)):
-            raise FormatError(PRESET, "presets", "type", "must be a list of preset documents")
-        sources = [("presets[%d]" % index, item, None) for index, item in enumerate(documents)]
+            raise FormatError(code, inline, "type", "must be a list of documents")
+        sources = [("%s[%d]" % (inline, index), item, None) for index, item in enumerate(documents)]
     elif path is not None:
         if not os.path.isdir(path):
-            raise FormatError(PRESET, "presets_path", "not_a_directory")
+            raise FormatError(code, directory, "not_a_directory")
         try:
             names = sorted(name for name in os.listdir(path) if name.endswith(PRESET_SUFFIXES))
         except OSError:
-            raise FormatError(PRESET, "presets_path", "unreadable") from None
+            raise FormatError(code, directory, "unreadable") from None
         sources = [
-            (name if PLAIN_FILE_NAME.match(name) else "presets_path[%d]" % position, None, os.path.join(path, name))
+            (name if PLAIN_FILE_NAME.match(name) else "%s[%d]" % (directory, position), None, os.path.join(path, name))
             for position, name in enumerate(names)
         ]
     if len(sources) > MAX_PRESETS:
-        raise FormatError(PRESET, "presets_path" if documents is None else "presets", "too_many_presets")
-    presets: dict[str, Preset] = {}
+        raise FormatError(code, directory if documents is None else inline, rules[0])
+    loaded: list[tuple[str, N]] = []
+    names_seen: set[str] = set()
     for label, item, file_path in sources:
         try:
-            preset = validate_preset(load_document(text=item, path=file_path, code=PRESET))
+            document = validate(load_document(text=item, path=file_path, code=code))
         except FormatError as err:
-            raise err.located(PRESET, label if err.path == "$" else "%s:%s" % (label, err.path)) from None
-        if preset.name in presets:
-            raise FormatError(PRESET, "%s:name" % label, "duplicate_preset")
-        presets[preset.name] = preset
-    return presets
+            raise err.located(code, label if err.path == "$" else "%s:%s" % (label, err.path)) from None
+        name = getattr(document, "name")
+        if name in names_seen:
+            raise FormatError(code, "%s:name" % label, rules[1])
+        names_seen.add(name)
+        loaded.append((label, document))
+    return loaded
+
+
+def load_presets(*, path: str | os.PathLike[str] | None = None, documents: t.Any = None) -> dict[str, Preset]:
+    """The presets of a directory ``path`` or of ``documents`` (``load_named_documents``), by name; neither: none."""
+    loaded = load_named_documents(
+        validate_preset,
+        code=PRESET,
+        path=path,
+        documents=documents,
+        options=("presets_path", "presets"),
+        rules=("too_many_presets", "duplicate_preset"),
+    )
+    return {preset.name: preset for _label, preset in loaded}
 
 
 def merge(base: t.Any, override: t.Any) -> t.Any:

@@ -26,6 +26,7 @@ import re
 import typing as t
 
 from .._core.errors import ConfigurationError
+from .profile_schemas import BAKED_PROFILES, DEFINITION_PROFILES, DISTRO_FAMILY
 
 try:
     import jsonschema
@@ -260,6 +261,8 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
                     "Optional resource pool the VM is cloned into (PVE pool id, up to three levels a/b/c).",
                 ),
                 "imageDefaultUser": {"$ref": "#/$defs/imageDefaultUser"},
+                "distroFamily": DISTRO_FAMILY,
+                "bakedProfiles": BAKED_PROFILES,
             },
         },
         "containerMapping": {
@@ -299,6 +302,7 @@ CATALOG_SCHEMA_V1: dict[str, t.Any] = {
                     "additionalProperties": False,
                     "properties": {"nesting": {"type": "boolean"}},
                 },
+                "distroFamily": DISTRO_FAMILY,
             },
         },
         "appliance": {
@@ -426,6 +430,7 @@ DEFINITION_SCHEMA_V1: dict[str, t.Any] = {
                 ),
             },
         },
+        "profiles": DEFINITION_PROFILES,
     },
 }
 

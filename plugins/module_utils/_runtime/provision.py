@@ -354,6 +354,8 @@ def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
             "addresses": plan_inputs["addresses"],
             "presets_path": plan_inputs["presets_path"],
             "presets": plan_inputs["presets"],
+            "profiles_path": plan_inputs["profiles_path"],
+            "profiles": plan_inputs["profiles"],
             "ssh_key_sources": plan_inputs["ssh_key_sources"],
             "confirmation": {"type": "dict"},
             "idempotency_key": {"type": "str", "no_log": False},

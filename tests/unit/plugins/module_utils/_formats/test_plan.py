@@ -199,6 +199,8 @@ def test_argument_spec() -> None:
         "presets_path": {"type": "path"},
         "presets": {"type": "list", "elements": "raw"},
         "ssh_key_sources": {"type": "list", "elements": "dict"},
+        "profiles_path": {"type": "path"},
+        "profiles": {"type": "list", "elements": "raw"},
     }
     assert spec is not plan_input_argument_spec()  # callers may extend their copy
 

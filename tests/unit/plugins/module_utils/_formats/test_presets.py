@@ -215,7 +215,7 @@ def test_the_merged_definition_is_validated_at_the_merged_field() -> None:
 
 
 def test_preset_schema_file_and_fields() -> None:
-    assert PRESET_FIELDS == ("image", "resources", "network")
+    assert PRESET_FIELDS == ("image", "resources", "network", "profiles")
     path = REPO / "docs/schemas/preset-v1.schema.json"
     assert path.read_text(encoding="utf-8") == schema_json(PRESET_SCHEMA_V1), "regenerate with schema_json()"
 
