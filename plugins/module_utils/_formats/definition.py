@@ -79,9 +79,9 @@ def validate_definition(data: t.Any) -> dict[str, t.Any]:
             key: data["preset"][key] for key in ("name", "version", "hash") if key in data["preset"]
         }
     if "profiles" in data:  # optional (docs/profiles.md): absent, the definition is exactly as before
-        keys = ("name", "version", "declarationHash", "vars", "requiredBy")
+        fields = ("name", "version", "declarationHash", "vars", "requiredBy")
         normalized["profiles"] = [
-            {key: copy.deepcopy(entry[key]) for key in keys if key in entry} for entry in data["profiles"]
+            {key: copy.deepcopy(entry[key]) for key in fields if key in entry} for entry in data["profiles"]
         ]
     return normalized
 

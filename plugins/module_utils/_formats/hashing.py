@@ -137,7 +137,7 @@ def template_build_mapping(build: t.Mapping[str, t.Any], template_vmid: int, dis
     Not hashed itself: it is derived from the hashed TemplateBuild and VMID, so the journal checks a recorded one
     against this derivation (``_journal.document.recorded_hashes_match``).
     """
-    return {
+    mapping = {
         "image": build["image"],
         "node": build["node"],
         "templateVmid": template_vmid,
@@ -147,3 +147,6 @@ def template_build_mapping(build: t.Mapping[str, t.Any], template_vmid: int, dis
         "diskDevice": disk_device,
         "guestUser": build["guestUser"],
     }
+    if "distroFamily" in build:  # the OS family the operator declared (docs/profiles.md); absent, as before
+        mapping["distroFamily"] = build["distroFamily"]
+    return mapping

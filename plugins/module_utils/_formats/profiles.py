@@ -283,10 +283,10 @@ def resolve_profiles(
     planned: list[PlannedProfile] = []
     for name in order:
         required_by = None if name in requested else [n for n in order if name in known[n].requires]
-        index = requested.get(name)
-        given = request[index].get("vars", {}) if index is not None else {}
-        path = "profiles[%d]" % index if index is not None else None
-        planned.append(PlannedProfile(known[name], _typed_vars(known[name], given, path), required_by))
+        position = requested.get(name)
+        given = request[position].get("vars", {}) if position is not None else {}
+        entry_path = "profiles[%d]" % position if position is not None else None
+        planned.append(PlannedProfile(known[name], _typed_vars(known[name], given, entry_path), required_by))
     for index, entry in enumerate(request):
         if "requiredBy" in entry:
             match = [p for p in planned if p.profile.name == entry["name"]]

@@ -31,6 +31,7 @@ from .._core.errors import InputError
 from .yaml_strict import load_strict_yaml, read_source
 from .format_errors import RULE_TEXTS, FormatError, check_document_schema
 from .hashing import definition_hash, template_plan_hash
+from .profile_schemas import DISTRO_FAMILY
 from .schemas import (
     API_VERSION,
     BRIDGE_PATTERN,
@@ -199,6 +200,7 @@ TEMPLATE_BUILD_SCHEMA_V1: dict[str, t.Any] = {
             GUEST_USER_PATTERN, "The image's default user (not root); the build logs in as this user."
         ),
         "packages": _PACKAGES_SCHEMA,
+        "distroFamily": DISTRO_FAMILY,
         "buildAddress": {
             "type": "object",
             "additionalProperties": False,
@@ -277,7 +279,7 @@ def validate_template_build(data: t.Any) -> dict[str, t.Any]:
     machine = dict(MACHINE_DEFAULTS)
     machine.update(data.get("machine", {}))
     vmid = data["templateVmid"]
-    return {
+    normalized: dict[str, t.Any] = {
         "apiVersion": API_VERSION,
         "kind": "TemplateBuild",
         "image": str(data["image"]),
@@ -309,6 +311,9 @@ def validate_template_build(data: t.Any) -> dict[str, t.Any]:
             "gateway": str(data["buildAddress"]["gateway"]),
         },
     }
+    if "distroFamily" in data:  # optional (docs/profiles.md): absent, the build and its hashes are as before
+        normalized["distroFamily"] = str(data["distroFamily"])
+    return normalized
 
 
 def parse_template_build(

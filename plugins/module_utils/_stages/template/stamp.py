@@ -69,6 +69,8 @@ def catalog_mapping(operation: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         for key in ("image", "node", "templateVmid", "templateVersion", "storage", "bridge", "diskDevice")
     }
     ordered.update(sourceDiskGiB=size // GIB, guestUser=mapping["guestUser"])
+    if "distroFamily" in mapping:  # declared in the TemplateBuild (docs/profiles.md): profiles need it in the catalog
+        ordered["distroFamily"] = mapping["distroFamily"]
     generalized = journal_stage(operation, "generalize")["evidence"]
     if (
         generalized.get("passwordLocked") is True

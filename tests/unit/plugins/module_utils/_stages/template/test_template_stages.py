@@ -120,6 +120,19 @@ def test_catalog_mapping_and_its_yaml_are_a_valid_catalog_entry() -> None:
     assert stamp_output({"stages": [{"kind": "stamp", "status": "pending", "evidence": {}}]}) == {}
 
 
+def test_catalog_mapping_records_the_declared_distro_family() -> None:
+    """A TemplateBuild that declares distroFamily prints it in the catalog mapping (profiles need it); one that does
+    not prints the mapping exactly as before, since the build itself never reads the guest's OS (docs/profiles.md)."""
+    assert "distroFamily" not in catalog_mapping(operation())
+    mapping = catalog_mapping(operation(distroFamily="debian"))
+    assert mapping["distroFamily"] == "debian"
+    text = mapping_yaml(mapping)
+    catalog = parse_catalog(
+        text="apiVersion: vmanyware.dev/v1\nkind: TemplateCatalog\nimages:\n" + re.sub(r"(?m)^", "  ", text)
+    )
+    assert catalog["images"] == [mapping]
+
+
 @pytest.mark.parametrize(
     "generalized",
     [
