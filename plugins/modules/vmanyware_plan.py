@@ -87,7 +87,8 @@ definition_hash:
 definition:
   description:
     - The effective definition the plan is built from, as validated (defaults applied), merged with its preset (with C(preset),
-      its C(name), C(version) and C(hash)) and with the keys of the SSH key sources; the keys are shown as a count
+      its C(name), C(version) and C(hash)), with its profiles pinned (C(profiles), each with C(version) and C(declarationHash))
+      and with the keys of the SSH key sources; the keys are shown as a count
       (C(access.sshPublicKeyCount)), as the journal's snapshots show them. The C(definitionHash) is this definition's.
   returned: success
   type: dict
@@ -187,6 +188,22 @@ plan:
           by C(definitionHash) and so by C(planHash)) and C(fields), the dotted fields of the definition the preset gave.
       type: dict
       returned: when the definition names a preset
+    profiles:
+      description:
+        - The profiles in run order (docs/profiles.md, "Profiles") - C(name), C(version), C(role), C(declarationHash),
+          C(vars) (the request's over the declaration's defaults), C(requiredBy) (only for a profile added because others
+          require it), C(perGuest), C(lockoutRisk), C(baked) (the chosen template has it baked in) and C(run) (false only
+          when baked and not per-guest). Each profile that runs is one C(profile) step named C(profile:<name>).
+      type: list
+      elements: dict
+      returned: when the definition requests profiles
+    templateChoice:
+      description:
+        - Which template of the image was chosen and why - C(templateVmid), C(bakedRequested) (requested profiles baked in),
+          C(candidates) (templates of the image on the node) and C(reason) (V(single_template), V(most_requested_baked),
+          V(fewest_other_baked), V(lowest_template_vmid)).
+      type: dict
+      returned: when the definition requests profiles, or the catalog has several templates of the image on the node
     packages:
       description: The declared packages (C(name), and C(version) when declared).
       type: list

@@ -186,6 +186,9 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         # definition's own key, listed once: the definition, so the recorded operation's hashes, are unchanged.
         "presets_path": str(REPO / "examples/presets"),
         "presets": [(REPO / "examples/presets/build-box.yml").read_text()],
+        # Profile declarations (read only when a definition requests one: the example requests none)
+        "profiles_path": str(REPO / "examples/profiles"),
+        "profiles": [(REPO / "examples/profiles/base.yml").read_text()],
         "ssh_key_sources": [{"name": "team", "path": str(team_keys)}],
         # vmanyware_plan's repeat check: the mapping the operation recorded, which the current catalog still has
         "repeat_mapping": dict(planned.mapping),
@@ -201,8 +204,8 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
             values[name] = spec["choices"][0]
     assert set(options) - set(values) == set(), "options without a value to test with"
     exclusive = {
-        "files": ("catalog", "definition", "template_build", "presets"),
-        "dictionaries": ("catalog_path", "definition_path", "template_build_path", "presets_path"),
+        "files": ("catalog", "definition", "template_build", "presets", "profiles"),
+        "dictionaries": ("catalog_path", "definition_path", "template_build_path", "presets_path", "profiles_path"),
     }
 
     plays = []

@@ -56,6 +56,13 @@ def test_return_documents_every_plan_key() -> None:
         definition_path=str(repo / "examples/definition-preset.yml"),
         target_vmid=201,
     )
-    assert set(returned["plan"]["contains"]) == set(planned.plan) | {"preset"} == set(with_preset.plan)
+    with_profiles = build_plan(
+        catalog_path=str(repo / "examples/catalog-profiles.yml"),
+        definition_path=str(repo / "examples/definition-profiles.yml"),
+        target_vmid=201,
+    )
+    assert set(returned["plan"]["contains"]) - {"profiles", "templateChoice"} == set(planned.plan) | {"preset"}
+    assert set(planned.plan) | {"preset"} == set(with_preset.plan)
+    assert set(planned.plan) | {"profiles", "templateChoice"} == set(with_profiles.plan)
     assert returned["plan_hash"]["sample"] == planned.plan_hash
     assert returned["definition_hash"]["sample"] == planned.definition_hash
