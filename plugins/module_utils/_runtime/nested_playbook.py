@@ -143,9 +143,7 @@ def _write_private(path: str, text: str) -> None:
         handle.write(text)
 
 
-def child_environment(
-    base: t.Mapping[str, str], connection: t.Mapping[str, t.Any], transport: str
-) -> dict[str, str]:
+def child_environment(base: t.Mapping[str, str], connection: t.Mapping[str, t.Any], transport: str) -> dict[str, str]:
     """The nested run's environment: the worker's, every ``PROXMOX_*`` replaced by this task's connection (qga only: an
     SSH run needs no API credential, so none is passed), plain output and this collection on the collections path."""
     env = {key: value for key, value in base.items() if not key.startswith("PROXMOX_")}
@@ -239,7 +237,11 @@ def _end(process: subprocess.Popen[bytes]) -> None:
 
 
 def run_nested(
-    nested: NestedPlaybook, cancel_check: t.Callable[[], str | None], timeout: float, *, clock: t.Callable[[], float] = time.monotonic
+    nested: NestedPlaybook,
+    cancel_check: t.Callable[[], str | None],
+    timeout: float,
+    *,
+    clock: t.Callable[[], float] = time.monotonic,
 ) -> NestedResult:
     """Start the nested run and wait for it, the cancel asked every ``POLL`` seconds; ``RunCancelled`` after its process
     group was ended; a run past ``timeout`` is ended too and reported with rc -1."""
@@ -273,4 +275,11 @@ def run_nested(
     seconds = round(clock() - started, 2)
     if counts is None:
         return NestedResult(ok=0, changed=0, failed=0, unreachable=0, rc=rc, seconds=seconds, recap_found=False)
-    return NestedResult(rc=rc, seconds=seconds, **counts)
+    return NestedResult(
+        ok=counts["ok"],
+        changed=counts["changed"],
+        failed=counts["failed"],
+        unreachable=counts["unreachable"],
+        rc=rc,
+        seconds=seconds,
+    )

@@ -196,7 +196,9 @@ def run_profile(
     environ = os.environ if settings.environ is None else settings.environ
     if record["status"] == "dispatching":
         # The controller died while the nested run went on (or before it recorded the end): the outcome is unknown.
-        store.record_uncertain(operation_id, kind, "profile_uncertain", "The profile's nested run did not record its end.")
+        store.record_uncertain(
+            operation_id, kind, "profile_uncertain", "The profile's nested run did not record its end."
+        )
         record = dict(record, status="uncertain")
     if record["status"] == "uncertain" and not settings.rerun_uncertain:
         report("%s: uncertain, not run again without rerun_uncertain_profile" % line)
@@ -218,7 +220,9 @@ def run_profile(
             "vars": sorted((entry.get("vars") or {}).keys()),
         }
         store.record_dispatch(operation_id, kind, summary)
-    report("%s: %s role %s through %s" % (line, "running again" if rerun else "running", entry["role"], settings.transport))
+    report(
+        "%s: %s role %s through %s" % (line, "running again" if rerun else "running", entry["role"], settings.transport)
+    )
     started = clock()
     nested = prepare(
         profile,
@@ -245,13 +249,23 @@ def run_profile(
     if not _succeeded(outcome):
         store.record_evidence(operation_id, kind, evidence)
         if not rerun:
-            store.record_uncertain(operation_id, kind, "profile_failed", "The profile's role did not run to a clean end.")
-        report("%s: failed (%d failed, %d unreachable, %d changed)" % (line, outcome.failed, outcome.unreachable, outcome.changed))
+            store.record_uncertain(
+                operation_id, kind, "profile_failed", "The profile's role did not run to a clean end."
+            )
+        report(
+            "%s: failed (%d failed, %d unreachable, %d changed)"
+            % (line, outcome.failed, outcome.unreachable, outcome.changed)
+        )
         raise StageError(
             "The profile's role did not run to a clean end (a failed or unreachable task, or no recap); the stage is "
             "uncertain. " + UNCERTAIN_TEXT,
             code="profile_failed",
-            details={"stage": kind, "operationId": operation_id, "failed": outcome.failed, "unreachable": outcome.unreachable},
+            details={
+                "stage": kind,
+                "operationId": operation_id,
+                "failed": outcome.failed,
+                "unreachable": outcome.unreachable,
+            },
         )
     written = store.record_completed(operation_id, kind, evidence)
     if (
@@ -285,7 +299,9 @@ def profile_argument_spec() -> dict[str, dict[str, t.Any]]:
 def profile_module(params: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
     """``vmanyware_profile``: run, skip or preview one profile stage; progress lines shown and returned in ``log``."""
     if params.get("profile_timeout") is not None and params["profile_timeout"] <= 0:
-        raise InputError("profile_timeout must be greater than 0.", path="profile_timeout", details={"rule": "positive"})
+        raise InputError(
+            "profile_timeout must be greater than 0.", path="profile_timeout", details={"rule": "positive"}
+        )
     store, operation_id = _store_and_operation(params, check_mode)
     connection = {name: params.get(name) for name in CONNECTION_OPTION_NAMES}
     if params["guest_connection"] == "qga" and not check_mode:

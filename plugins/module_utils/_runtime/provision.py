@@ -253,13 +253,13 @@ def run_stages(
             report(_line(kind, position, total, handed["preview"] if settings.check_mode else handed["note"]))
             if handed["done"] or settings.check_mode:
                 continue
-            result = _provision_result(store, operation_id, summaries, reads)
-            result["profiles_pending"] = [
+            handed_over = _provision_result(store, operation_id, summaries, reads)
+            handed_over["profiles_pending"] = [
                 item["kind"][len(STAGE_PREFIX) :]
                 for item in store.load(operation_id)["stages"]
                 if is_profile_stage(item["kind"]) and item["status"] != "completed"
             ]
-            return result
+            return handed_over
         started = settings.clock()
         deadline = started + (settings.timeout if settings.timeout is not None else logic.default_timeout)
         result: dict[str, t.Any] | None = None

@@ -38,7 +38,13 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.profile
     ProfileSettings,
     run_profile,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import (  # noqa: E402
+    StageOptions,
+    _profile_stage,
+    run_stages,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.outcomes import StageError  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageSettings  # noqa: E402
 
 SECRET = "s3cr3t-token-value-0123456789"
 CONNECTION = {
@@ -235,7 +241,9 @@ def test_a_failed_nested_run_leaves_the_stage_uncertain_with_its_counts(store: J
     assert (record["evidence"]["failed"], record["evidence"]["changed"]) == (1, 1)
     # fixed, re-run explicitly: the same stage completes; a failed re-run would leave it uncertain
     with pytest.raises(StageError):
-        run_profile(store, operation_id, "base", settings(rerun_uncertain=True), runner=FakeRunner(failed), report=print)
+        run_profile(
+            store, operation_id, "base", settings(rerun_uncertain=True), runner=FakeRunner(failed), report=print
+        )
     assert stage_of(store, operation_id, "profile:base")["status"] == "uncertain"
     run_profile(store, operation_id, "base", settings(rerun_uncertain=True), runner=FakeRunner(ok()), report=print)
     assert stage_of(store, operation_id, "profile:base")["status"] == "completed"
@@ -302,7 +310,11 @@ def test_the_generated_files_are_private_and_no_secret_is_in_them_or_the_argv(st
     assert call["env"]["PROXMOX_HOST"] == "127.0.0.1" and call["env"]["PROXMOX_VALIDATE_CERTS"] == "true"
     assert call["argv"][1:3] == ["-m", "ansible.cli.playbook"] and "-e" in call["argv"]
     inventory = json.loads(call["files"]["inventory.json"]["text"])["all"]["hosts"]["vmanyware_guest"]
-    assert inventory == {"ansible_connection": "vmanyware.proxmox.qga", "vmanyware_vmid": 201, "vmanyware_node": "pve-test"}
+    assert inventory == {
+        "ansible_connection": "vmanyware.proxmox.qga",
+        "vmanyware_vmid": 201,
+        "vmanyware_node": "pve-test",
+    }
     assert json.loads(call["files"]["vars.json"]["text"]) == {"packages": ["jq"]}
     play = json.loads(call["files"]["playbook.json"]["text"])[0]
     assert play["roles"] == [{"role": "vmanyware.proxmox.profile_base"}] and play["hosts"] == "vmanyware_guest"
@@ -335,3 +347,29 @@ def test_the_recap_of_the_guest_is_parsed() -> None:
     )
     assert parse_recap(text) == {"ok": 7, "changed": 3, "unreachable": 0, "failed": 1}
     assert parse_recap("ERROR! the role 'x' was not found\n") is None
+
+
+def test_the_one_task_run_stops_at_the_first_pending_profile_and_hands_it_over(store: JournalStore) -> None:
+    operation_id = new_profile_operation(store)
+    through_packages(store, operation_id)
+    lines: list[str] = []
+    result = run_stages(
+        store, object(), operation_id, StageSettings(environ=GATES), StageOptions(), report=lines.append
+    )
+    assert result["done"] is False and result["profiles_pending"] == ["base", "ssh-hardening"]
+    # the completed stages before it send nothing (no client call: the client here has no method at all)
+    assert result["stages"][-1]["kind"] == "profile:base" and result["requests"] == []
+    assert all(item["status"] == "completed" for item in result["stages"][:-1])
+    assert lines[-1].endswith("profile:base: handed to vmanyware_profile (the provision role runs it next)")
+    assert stage_of(store, operation_id, "profile:base")["status"] == "pending"  # nothing recorded for it
+
+
+def test_the_one_task_run_previews_profile_stages_from_the_plan_in_check_mode(store: JournalStore) -> None:
+    operation_id = new_profile_operation(store)
+    through_packages(store, operation_id)
+    complete(store, operation_id, "profile:base", {})
+    summary = _profile_stage(store.load(operation_id), "profile:ssh-hardening", 10, True)
+    assert summary["preview"] == "would run role vmanyware.proxmox.profile_ssh_hardening (vars: none) through qga"
+    assert summary["done"] is False
+    done = _profile_stage(store.load(operation_id), "profile:base", 9, False)
+    assert done["done"] is True and done["note"] == "completed earlier"
