@@ -80,7 +80,7 @@ def _profile_operation(source: dict[str, t.Any], journal: Path) -> str:
     plan["steps"] = [dict(step, position=index) for index, step in enumerate(steps, start=1)]
     store = JournalStore(str(journal))
     scope = source["providerScopeId"]
-    document, _ = store.create_operation(
+    document, _created = store.create_operation(
         idempotency_key=None,
         provider_scope_id=scope,
         definition=source["definition"],

@@ -71,7 +71,7 @@ def test_a_cancel_ends_the_child_and_its_process_group(tmp_path: Path) -> None:
         run_nested(nested(tmp_path, script), cancel, 60)
     assert time.monotonic() - started < 30
     grandchild = int(pid_file.read_text())
-    for _ in range(50):
+    for _attempt in range(50):
         if not alive(grandchild):
             break
         time.sleep(0.1)
@@ -95,7 +95,7 @@ def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
     process = subprocess.Popen([sys.executable, "-c", parent], env=env)  # noqa: S603
     try:
-        for _ in range(100):
+        for _attempt in range(100):
             if pid_file.exists() and pid_file.read_text():
                 break
             time.sleep(0.1)
@@ -103,7 +103,7 @@ def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
         assert alive(child)
         process.send_signal(signal.SIGKILL)
         process.wait(10)
-        for _ in range(50):
+        for _attempt in range(50):
             if not alive(child):
                 break
             time.sleep(0.1)

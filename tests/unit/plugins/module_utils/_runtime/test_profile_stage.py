@@ -109,7 +109,7 @@ def new_profile_operation(store: JournalStore) -> str:
             steps.append({"position": 0, "kind": "profile", "name": "profile:" + entry["name"]})
     steps.append({"position": 0, "kind": "snapshot"})
     document["steps"] = [dict(step, position=index) for index, step in enumerate(steps, start=1)]
-    created, _ = store.create_operation(
+    created, _new = store.create_operation(
         idempotency_key=None,
         provider_scope_id=SCOPE,
         definition=plan.definition,
