@@ -60,10 +60,12 @@ RUN_ORDER = (
     "cleanup",
     "template_plan",
     "known_hosts",
+    "profile",
 )
 STAGES = RUN_ORDER[7:16]
 # Cleanup takes every option but refuses the open operation: its own refusal shows the options were accepted.
-EXPECTED_REFUSAL = {"cleanup": "cleanup_not_eligible"}
+# vmanyware_profile: the example plan requests no profile, so it refuses the name after taking every group option.
+EXPECTED_REFUSAL = {"cleanup": "cleanup_not_eligible", "profile": "invalid_option"}
 
 
 def group_modules() -> list[str]:
@@ -182,6 +184,7 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         "path": str(tmp_path / "ssh" / "known_hosts"),
         "known_hosts": ["192.0.2.10 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGroupDefaultsTest"],
         "known_hosts_path": str(tmp_path / "ssh" / "provision_known_hosts"),  # vmanyware_provision's (not run here)
+        "profile": "base",  # vmanyware_profile: a name the example plan does not request (refused, see EXPECTED_REFUSAL)
         # Presets (read only when a definition names one: the example names none) and a key source repeating the
         # definition's own key, listed once: the definition, so the recorded operation's hashes, are unchanged.
         "presets_path": str(REPO / "examples/presets"),

@@ -96,6 +96,8 @@ ERROR_CODES: dict[str, str] = {
     "stage_failed": "The stage failed earlier; the operation keeps the target for the operator.",
     "outcome_uncertain": "A submission's outcome is unknown and reads cannot prove it; it is never sent again: check Proxmox, then re-run or abandon.",
     "observation_mismatch": "After the request, Proxmox does not show the state the stage requested.",
+    "profile_failed": "A profile's role did not run to a clean end; its stage is uncertain (re-run it explicitly, or abandon).",
+    "profile_uncertain": "A profile's stage is uncertain (its run may have applied part of the role); it runs again only when asked.",
     "vmid_taken": "The VMID is used by a guest this operation did not create, or leased by another owner; nothing was sent.",
     "no_free_vmid": "No VMID of the range is free on Proxmox and unheld by local operations and leases.",
     "no_node_qualifies": "Placement found no cluster node that qualifies for the plan; nothing was chosen.",

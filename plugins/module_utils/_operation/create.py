@@ -297,7 +297,8 @@ def create_operation(
         key=key,
         provider_scope_id=provider_scope_id,
         snapshots=snapshots,
-        stage_kinds=[step["kind"] for step in plan["steps"]],
+        # a profile step's journal stage is its name (profile:<name>), one per profile
+        stage_kinds=[step.get("name") or step["kind"] for step in plan["steps"]],
         target=plan["target"],
         check_mode=check_mode,
     )

@@ -49,6 +49,7 @@ from .operation_states import operation_from_params
 from .._formats.plan import PLAN_INPUT_MUTUALLY_EXCLUSIVE, plan_input_argument_spec
 from .._checks.preflight import preflight_of_recorded
 from .._checks.driver import FAIL_ON_CHOICES, PreflightFailed
+from .profile import STAGE_PREFIX, is_profile_stage, plan_profile, preview_text
 from .progress import report, reporting
 from .._api.recent_reads import ObservingClient, RecentReads
 from .._stages.runner import StageRunner
@@ -236,12 +237,29 @@ def run_stages(
     observing = ObservingClient(client, reads)
     declared = sorted(store.load(operation_id)["stages"], key=lambda item: item["position"])
     total = len(declared)
-    # Every stage's logic first: an undeclared kind (a container operation) fails before anything runs.
-    logics = [(item["kind"], item["position"], stage_logic(item["kind"], options)) for item in declared]
+    # Every stage's logic first: an undeclared kind (a container operation) fails before anything runs. A profile stage
+    # has none: vmanyware_profile runs it (its nested ansible-playbook), the role hands it over (docs/profiles-running.md).
+    logics = [
+        (item["kind"], item["position"], None if is_profile_stage(item["kind"]) else stage_logic(item["kind"], options))
+        for item in declared
+    ]
     summaries: list[dict[str, t.Any]] = []
     # wait_budget: this call returns done=false once it has followed the stages that long (a re-run continues).
     call_deadline = None if settings.wait_budget is None else settings.clock() + settings.wait_budget
     for kind, position, logic in logics:
+        if logic is None:
+            handed = _profile_stage(store.load(operation_id), kind, position, settings.check_mode)
+            summaries.append(handed)
+            report(_line(kind, position, total, handed["preview"] if settings.check_mode else handed["note"]))
+            if handed["done"] or settings.check_mode:
+                continue
+            handed_over = _provision_result(store, operation_id, summaries, reads)
+            handed_over["profiles_pending"] = [
+                item["kind"][len(STAGE_PREFIX) :]
+                for item in store.load(operation_id)["stages"]
+                if is_profile_stage(item["kind"]) and item["status"] != "completed"
+            ]
+            return handed_over
         started = settings.clock()
         deadline = started + (settings.timeout if settings.timeout is not None else logic.default_timeout)
         result: dict[str, t.Any] | None = None
@@ -290,6 +308,27 @@ def run_stages(
         summaries.append(summary)
         report(_line(kind, position, total, _done_text(summary, settings.check_mode)))
     return _provision_result(store, operation_id, summaries, reads)
+
+
+def _profile_stage(document: t.Mapping[str, t.Any], kind: str, position: int, check_mode: bool) -> dict[str, t.Any]:
+    """A profile stage's summary: completed (skipped), the role's preview (check mode), or handed to vmanyware_profile."""
+    record = next(item for item in document["stages"] if item["kind"] == kind)
+    done = record["status"] == "completed"
+    summary: dict[str, t.Any] = {
+        "kind": kind,
+        "position": position,
+        "seconds": 0.0,
+        "status": record["status"],
+        "changed": False,
+        "done": done,
+        "upid": None,
+        "requests": [],
+        "note": "completed earlier" if done else "handed to vmanyware_profile (the provision role runs it next)",
+    }
+    if check_mode:
+        entry = plan_profile(document["plan"], kind[len(STAGE_PREFIX) :])
+        summary["preview"] = preview_text(entry)
+    return summary
 
 
 def _provision_result(
