@@ -85,6 +85,7 @@ options:
 notes:
   - Invalid inputs fail with a fixed C(error_code) (for example V(invalid_catalog), V(invalid_definition), V(invalid_target_vmid),
     V(image_not_mapped), V(disk_shrink_unsupported), V(network_not_in_catalog), V(invalid_network_address),
-    V(invalid_plan), V(invalid_preset), V(preset_not_found), V(preset_version_mismatch), V(invalid_ssh_key_source)), the path of the offending field in C(error_path) and the
+    V(invalid_plan), V(invalid_preset), V(preset_not_found), V(preset_version_mismatch), V(invalid_ssh_key_source)),
+    the path of the offending field in C(error_path) and the
     rule it broke in C(error_details.rule); input values are never echoed.
 """
