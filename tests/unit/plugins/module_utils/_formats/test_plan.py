@@ -198,7 +198,7 @@ def test_argument_spec() -> None:
         "addresses": {"type": "dict"},
         "presets_path": {"type": "path"},
         "presets": {"type": "list", "elements": "raw"},
-        "ssh_key_sources": {"type": "list", "elements": "dict"},
+        "ssh_key_sources": {"type": "list", "elements": "dict", "no_log": False},
     }
     assert spec is not plan_input_argument_spec()  # callers may extend their copy
 
