@@ -58,20 +58,6 @@ options:
       - Each must lie in the catalog network's pool; the plan records it, so it is part of the plan hash.
       - An address the definition gives itself needs no entry here (one given must be the same).
     type: dict
-  presets_path:
-    description:
-      - Directory on the controller of the presets, v1 C(Preset) files (C(*.yml), C(*.yaml), read in name order), each a named,
-        versioned fragment (C(image), C(resources), C(network)) a definition may start from with C(preset.name).
-      - Read only when the definition names a preset; absent, the C(presets) directory beside O(catalog_path) when it exists.
-      - The definition's own fields win, field by field; the plan records the preset's name, version and hash, so a changed preset
-        changes the plan hash. See C(docs/profiles.md), "Presets".
-      - Mutually exclusive with O(presets).
-    type: path
-  presets:
-    description:
-      - The presets inline, a list of v1 C(Preset) documents (YAML text or dictionaries). Mutually exclusive with O(presets_path).
-    type: list
-    elements: raw
   ssh_key_sources:
     description:
       - The operator's SSH key sources, each C(name) (a lowercase DNS label, not V(definition)) and C(path) (a public key file, or a
@@ -88,4 +74,23 @@ notes:
     V(invalid_plan), V(invalid_preset), V(preset_not_found), V(preset_version_mismatch), V(invalid_ssh_key_source)),
     the path of the offending field in C(error_path) and the
     rule it broke in C(error_details.rule); input values are never echoed.
+"""
+
+    # The presets alone, for the modules that read a definition without planning it (address, placement).
+    PRESETS = r"""
+options:
+  presets_path:
+    description:
+      - Directory on the controller of the presets, v1 C(Preset) files (C(*.yml), C(*.yaml), read in name order), each a named,
+        versioned fragment (C(image), C(resources), C(network)) a definition may start from with C(preset.name).
+      - Read only when the definition names a preset; absent, the C(presets) directory beside O(catalog_path) when it exists.
+      - The definition's own fields win, field by field; the plan records the preset's name, version and hash, so a changed preset
+        changes the plan hash. See C(docs/profiles.md), "Presets".
+      - Mutually exclusive with O(presets).
+    type: path
+  presets:
+    description:
+      - The presets inline, a list of v1 C(Preset) documents (YAML text or dictionaries). Mutually exclusive with O(presets_path).
+    type: list
+    elements: raw
 """

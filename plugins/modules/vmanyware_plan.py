@@ -29,6 +29,7 @@ author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
   - vmanyware.proxmox.plan_inputs
+  - vmanyware.proxmox.plan_inputs.presets
   - vmanyware.proxmox.attributes
 attributes:
   check_mode:
