@@ -199,7 +199,8 @@ class Connection(ConnectionBase):
 
     def _ready(self) -> tuple[NodeSshRoute, int]:
         self._connect()
-        assert self._route is not None and self._vmid is not None  # nosec - set by _connect
+        if self._route is None or self._vmid is None:  # pragma: no cover - _connect sets both or raises
+            raise AnsibleConnectionFailure("[internal_error] The node SSH route is not open.")
         return self._route, self._vmid
 
     def exec_command(self, cmd: str, in_data: bytes | None = None, sudoable: bool = True) -> tuple[int, bytes, bytes]:

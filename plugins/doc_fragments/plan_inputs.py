@@ -58,6 +58,28 @@ options:
       - Each must lie in the catalog network's pool; the plan records it, so it is part of the plan hash.
       - An address the definition gives itself needs no entry here (one given must be the same).
     type: dict
+  ssh_key_sources:
+    description:
+      - The operator's SSH key sources, each C(name) (a lowercase DNS label, not V(definition)) and C(path) (a public key file, or a
+        directory whose C(*.pub) files are read in name order; symbolic links are refused).
+      - Every guest gets their keys besides the definition's own, unless the definition leaves a source out
+        (C(access.excludeKeySources)); each key is checked as the definition's are, listed once (with every source that gives it),
+        and the plan lists each with its sources and SHA-256 fingerprint. See C(docs/profiles.md), "SSH key sources".
+      - Absent or empty, the plan and every hash are exactly as without this option.
+    type: list
+    elements: dict
+notes:
+  - Invalid inputs fail with a fixed C(error_code) (for example V(invalid_catalog), V(invalid_definition), V(invalid_target_vmid),
+    V(image_not_mapped), V(disk_shrink_unsupported), V(network_not_in_catalog), V(invalid_network_address),
+    V(invalid_plan), V(invalid_preset), V(preset_not_found), V(preset_version_mismatch), V(invalid_ssh_key_source), V(invalid_profile),
+    V(profile_not_found), V(invalid_profile_vars), V(profile_distro_unsupported)),
+    the path of the offending field in C(error_path) and the
+    rule it broke in C(error_details.rule); input values are never echoed.
+"""
+
+    # Where a definition's presets and profiles come from: every module that reads a definition, planned or not.
+    DEFINITION_SOURCES = r"""
+options:
   presets_path:
     description:
       - Directory on the controller of the presets, v1 C(Preset) files (C(*.yml), C(*.yaml), read in name order), each a named,
@@ -90,20 +112,4 @@ options:
         O(profiles_path).
     type: list
     elements: raw
-  ssh_key_sources:
-    description:
-      - The operator's SSH key sources, each C(name) (a lowercase DNS label, not V(definition)) and C(path) (a public key file, or a
-        directory whose C(*.pub) files are read in name order; symbolic links are refused).
-      - Every guest gets their keys besides the definition's own, unless the definition leaves a source out
-        (C(access.excludeKeySources)); each key is checked as the definition's are, listed once (with every source that gives it),
-        and the plan lists each with its sources and SHA-256 fingerprint. See C(docs/profiles.md), "SSH key sources".
-      - Absent or empty, the plan and every hash are exactly as without this option.
-    type: list
-    elements: dict
-notes:
-  - Invalid inputs fail with a fixed C(error_code) (for example V(invalid_catalog), V(invalid_definition), V(invalid_target_vmid),
-    V(image_not_mapped), V(disk_shrink_unsupported), V(network_not_in_catalog), V(invalid_network_address),
-    V(invalid_plan), V(invalid_preset), V(preset_not_found), V(preset_version_mismatch), V(invalid_ssh_key_source), V(invalid_profile), V(profile_not_found),
-    V(invalid_profile_vars), V(profile_distro_unsupported)), the path of the offending field in C(error_path) and the
-    rule it broke in C(error_details.rule); input values are never echoed.
 """

@@ -31,6 +31,7 @@ author:
 extends_documentation_fragment:
   - vmanyware.proxmox.connection
   - vmanyware.proxmox.stage.journal
+  - vmanyware.proxmox.plan_inputs.definition_sources
   - vmanyware.proxmox.attributes
 options:
   state:
@@ -58,25 +59,6 @@ options:
   definition:
     description: The environment definition as a string or mapping. Mutually exclusive with O(definition_path).
     type: raw
-  presets_path:
-    description:
-      - The presets directory, as for M(vmanyware.proxmox.vmanyware_plan) (read only when the definition names a preset, whose
-        fields it then starts from; default the C(presets) directory beside O(catalog_path)). Mutually exclusive with O(presets).
-    type: path
-  presets:
-    description: The presets inline, as for M(vmanyware.proxmox.vmanyware_plan).
-    type: list
-    elements: raw
-  profiles_path:
-    description:
-      - The profile declarations directory, as for M(vmanyware.proxmox.vmanyware_plan) (read only when the definition requests
-        profiles, which pick among templates of the image; default the C(profiles) directory beside O(catalog_path)). Mutually
-        exclusive with O(profiles).
-    type: path
-  profiles:
-    description: The profile declarations inline, as for M(vmanyware.proxmox.vmanyware_plan).
-    type: list
-    elements: raw
   addresses:
     description:
       - Reserve exactly these addresses, by C(ipv4) and C(ipv6) (the ones a confirmation names). O(owner)'s live lease is reused; an

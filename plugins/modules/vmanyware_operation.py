@@ -41,6 +41,7 @@ author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
   - vmanyware.proxmox.plan_inputs
+  - vmanyware.proxmox.plan_inputs.definition_sources
   - vmanyware.proxmox.connection
   - vmanyware.proxmox.stage.journal
   - vmanyware.proxmox.attributes

@@ -29,6 +29,7 @@ author:
 extends_documentation_fragment:
   - vmanyware.proxmox.connection
   - vmanyware.proxmox.stage.journal
+  - vmanyware.proxmox.plan_inputs.definition_sources
   - vmanyware.proxmox.attributes
 options:
   catalog_path:
@@ -46,25 +47,6 @@ options:
       - Its C(targetNode), when present, must be V(auto); a definition naming its node is planned for that node, and placement
         refuses it with C(target_node_conflict).
     type: raw
-  presets_path:
-    description:
-      - The presets directory, as for M(vmanyware.proxmox.vmanyware_plan) (read only when the definition names a preset, whose
-        fields it then starts from; default the C(presets) directory beside O(catalog_path)). Mutually exclusive with O(presets).
-    type: path
-  presets:
-    description: The presets inline, as for M(vmanyware.proxmox.vmanyware_plan).
-    type: list
-    elements: raw
-  profiles_path:
-    description:
-      - The profile declarations directory, as for M(vmanyware.proxmox.vmanyware_plan) (read only when the definition requests
-        profiles, which pick among templates of the image; default the C(profiles) directory beside O(catalog_path)). Mutually
-        exclusive with O(profiles).
-    type: path
-  profiles:
-    description: The profile declarations inline, as for M(vmanyware.proxmox.vmanyware_plan).
-    type: list
-    elements: raw
   prefer:
     description:
       - The node an apply run's confirmation names (C(targetNode)). When it still qualifies it is returned (RV(preferred_kept=true)),

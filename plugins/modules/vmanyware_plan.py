@@ -29,6 +29,7 @@ author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
   - vmanyware.proxmox.plan_inputs
+  - vmanyware.proxmox.plan_inputs.definition_sources
   - vmanyware.proxmox.attributes
 attributes:
   check_mode:

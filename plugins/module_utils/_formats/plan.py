@@ -77,7 +77,7 @@ def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
         "profiles_path": {"type": "path"},
         "profiles": {"type": "list", "elements": "raw"},
         # The operator's SSH key sources, [{name, path}]; absent or empty, the plan and every hash are as before.
-        "ssh_key_sources": {"type": "list", "elements": "dict"},
+        "ssh_key_sources": {"type": "list", "elements": "dict", "no_log": False},  # public keys, not secrets
     }
 
 

@@ -247,9 +247,7 @@ class ContainerGuest:
     # -- helpers -------------------------------------------------------------------------------
 
     def _error(self, command: str, desc: str) -> AgentCommandError:
-        return AgentCommandError(
-            f"VM {self.vmid} qga command 'guest-{command}' failed - {desc}", desc=desc, command=f"guest-{command}"
-        )
+        return guest.agent_error(self.vmid, command, desc)
 
     def _require_agent(self) -> None:
         if self.faults.agent_never or self.backend.state(self.vmid) != "RUNNING":
@@ -353,7 +351,7 @@ class ContainerGuest:
         }
 
     def _find_program(self, program: str) -> str | None:
-        """What GLib's spawn (``G_SPAWN_SEARCH_PATH``) reports for ``program``: None when it runs, else the error."""
+        """Why GLib's spawn (``G_SPAWN_SEARCH_PATH``) cannot start ``program`` (strerror text); None when it runs."""
         root = self._root()
         candidates = [program] if "/" in program else [f"{d}/{program}" for d in QGA_PATH.split(":")]
         denied = False
@@ -364,22 +362,15 @@ class ContainerGuest:
             if os.access(host, os.X_OK):
                 return None
             denied = True
-        reason = os.strerror(errno.EACCES if denied else errno.ENOENT)
-        return f"Failed to execute child process \u201c{program}\u201d ({reason})"
+        return os.strerror(errno.EACCES if denied else errno.ENOENT)
 
     def exec(self, command: Sequence[str] | None, input_data: str | None = None) -> int:
         """``POST .../agent/exec``: start argv (no shell) in the container; the pid at once, the command runs on."""
         argv = [str(a) for a in (command or [])]
-        if not argv and input_data is None:
-            raise AgentCommandError("command or input-data (or both) required")
-        self._require_agent()
-        if self.faults.exec_disabled:
-            raise self._error("exec", "The command guest-exec has been disabled for this instance")
-        if not argv:
-            raise self._error("exec", "Invalid parameter type for 'path', expected: string")
+        guest.check_exec(self.vmid, argv, input_data, self._require_agent, self.faults.exec_disabled)
         problem = self._find_program(argv[0])
         if problem is not None:
-            raise self._error("exec", f"Guest agent command failed, error was '{problem}'")
+            raise self._error("exec", guest.spawn_failed(argv[0], problem))
         data = None if input_data is None else input_data.encode("utf-8", errors="surrogateescape")
         proc = self._spawn(argv, subprocess.PIPE if data is not None else subprocess.DEVNULL)
         with self._lock:

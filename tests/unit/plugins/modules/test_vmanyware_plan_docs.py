@@ -17,9 +17,14 @@ from ansible_collections.vmanyware.proxmox.plugins.modules import vmanyware_plan
 def test_documented_options_match_the_argument_spec() -> None:
     doc = yaml.safe_load(vmanyware_plan.DOCUMENTATION)
     # it contacts no host, so it takes no connection options (issue 32)
-    assert doc["extends_documentation_fragment"] == ["vmanyware.proxmox.plan_inputs", "vmanyware.proxmox.attributes"]
+    assert doc["extends_documentation_fragment"] == [
+        "vmanyware.proxmox.plan_inputs",
+        "vmanyware.proxmox.plan_inputs.definition_sources",
+        "vmanyware.proxmox.attributes",
+    ]
     assert not {"api_host", "api_token_id", "validate_certs"} & set(vmanyware_plan.argument_spec())
     options = yaml.safe_load(PlanInputs.DOCUMENTATION)["options"]
+    options.update(yaml.safe_load(PlanInputs.PRESETS)["options"])
     spec = plan_input_argument_spec()
     assert set(options) == set(spec)
     for name, option in spec.items():

@@ -35,7 +35,17 @@ Facts followed (see docs/simulator-guest.md for the sources):
 from __future__ import annotations
 
 from .hostkeys import host_public_keys, key_fingerprint
-from .model import DEFAULT_PREINSTALLED, AgentCommandError, AgentNotRunning, GuestFaults, GuestTiming, read_content
+from .model import (
+    DEFAULT_PREINSTALLED,
+    AgentCommandError,
+    AgentNotRunning,
+    GuestFaults,
+    GuestTiming,
+    agent_error,
+    check_exec,
+    read_content,
+    spawn_failed,
+)
 from ..debversion import dpkg_version_compare
 from .protocol import GuestBackend
 from .simulated import OSINFO, SimulatedGuest
@@ -51,6 +61,9 @@ __all__ = [
     "GuestFaults",
     "GuestTiming",
     "SimulatedGuest",
+    "agent_error",
+    "check_exec",
+    "spawn_failed",
     "dpkg_version_compare",
     "key_fingerprint",
     "host_public_keys",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,31 @@ class AgentCommandError(Exception):
         self.message = message
         self.desc = desc or message
         self.command = command
+
+
+def agent_error(vmid: int, command: str, desc: str) -> AgentCommandError:
+    """qemu-server's text for a failed ``guest-<command>`` (HTTP 500): ``VM <vmid> qga command ... failed - <desc>``."""
+    return AgentCommandError(
+        f"VM {vmid} qga command 'guest-{command}' failed - {desc}", desc=desc, command=f"guest-{command}"
+    )
+
+
+def spawn_failed(program: str, reason: str = "No such file or directory") -> str:
+    """GLib's ``g_spawn`` error for a program it cannot start, as qemu-ga reports it (typographic quotes included)."""
+    return f"Guest agent command failed, error was 'Failed to execute child process \u201c{program}\u201d ({reason})'"
+
+
+def check_exec(
+    vmid: int, argv: Sequence[str], input_data: str | None, require_agent: Callable[[], None], exec_disabled: bool
+) -> None:
+    """The refusals of ``agent/exec`` before anything starts, in qemu-server's and qemu-ga's order (every backend)."""
+    if not argv and input_data is None:
+        raise AgentCommandError("command or input-data (or both) required")
+    require_agent()
+    if exec_disabled:
+        raise agent_error(vmid, "exec", "The command guest-exec has been disabled for this instance")
+    if not argv:
+        raise agent_error(vmid, "exec", "Invalid parameter type for 'path', expected: string")
 
 
 @dataclass(frozen=True)
@@ -200,9 +225,7 @@ class GuestBase:
             raise AgentNotRunning()
 
     def _error(self, command: str, desc: str) -> AgentCommandError:
-        return AgentCommandError(
-            f"VM {self.vmid} qga command 'guest-{command}' failed - {desc}", desc=desc, command=f"guest-{command}"
-        )
+        return agent_error(self.vmid, command, desc)
 
 
 READ_CHUNK = 1024 * 1024  # PVE's file-read asks the agent for 1 MiB per guest-file-read

@@ -14,13 +14,14 @@ from typing import Any
 from .commands import EXEC_WRAPPER, Commands
 from .model import (
     IMAGE_DEFAULT_HOSTNAME,
-    AgentCommandError,
     GuestFaults,
     GuestTiming,
     Outcome,
     Proc,
+    check_exec,
     load_yaml_text,
     read_content,
+    spawn_failed,
 )
 from .network import GuestNetwork
 
@@ -119,16 +120,9 @@ class SimulatedGuest(GuestNetwork, Commands):
     def exec(self, command: Sequence[str] | None, input_data: str | None = None) -> int:
         """``POST .../agent/exec``: start ``command`` (argv, no shell); returns the pid (PVE: ``{"pid": pid}``)."""
         argv = list(command or [])
-        if not argv and input_data is None:
-            raise AgentCommandError("command or input-data (or both) required")
-        self._require_agent()
-        if self.faults.exec_disabled:
-            raise self._error("exec", "The command guest-exec has been disabled for this instance")
-        if not argv:
-            raise self._error("exec", "Invalid parameter type for 'path', expected: string")
+        check_exec(self.vmid, argv, input_data, self._require_agent, self.faults.exec_disabled)
         if self._resolve(argv[0]) is None:
-            desc = f"Guest agent command failed, error was 'Failed to execute child process \u201c{argv[0]}\u201d (No such file or directory)'"
-            raise self._error("exec", desc)
+            raise self._error("exec", spawn_failed(argv[0]))
         now = self.uptime()
         marker = self._wrapper_marker(argv)
         if marker is None:

@@ -198,7 +198,7 @@ def test_argument_spec() -> None:
         "addresses": {"type": "dict"},
         "presets_path": {"type": "path"},
         "presets": {"type": "list", "elements": "raw"},
-        "ssh_key_sources": {"type": "list", "elements": "dict"},
+        "ssh_key_sources": {"type": "list", "elements": "dict", "no_log": False},
         "profiles_path": {"type": "path"},
         "profiles": {"type": "list", "elements": "raw"},
     }
