@@ -24,7 +24,7 @@ def test_documented_options_match_the_argument_spec() -> None:
     ]
     assert not {"api_host", "api_token_id", "validate_certs"} & set(vmanyware_plan.argument_spec())
     options = yaml.safe_load(PlanInputs.DOCUMENTATION)["options"]
-    options.update(yaml.safe_load(PlanInputs.PRESETS)["options"])
+    options.update(yaml.safe_load(PlanInputs.DEFINITION_SOURCES)["options"])
     spec = plan_input_argument_spec()
     assert set(options) == set(spec)
     for name, option in spec.items():
