@@ -36,7 +36,7 @@ MODULES = GEN.modules(SOURCE)
 
 
 def test_every_module_running_registry_stages_takes_its_return_from_the_source() -> None:
-    assert {spec.module for spec in STAGES} <= set(MODULES)
+    assert {spec.module for spec in STAGES if not spec.nested_playbook} <= set(MODULES)
     assert {"vmanyware_preflight", "vmanyware_template_preflight"} <= set(MODULES)
 
 
@@ -56,7 +56,7 @@ def test_a_shared_entry_is_one_edit_for_every_stage_module() -> None:
     """Changing the source's stage entry changes every stage module's RETURN (nothing is copied per module)."""
     changed = copy.deepcopy(SOURCE)
     changed["entries"]["operation_id@stage"]["description"] = "The operation (edited once)."
-    stage_modules = {spec.module for spec in STAGES if spec.family != "cleanup"}
+    stage_modules = {spec.module for spec in STAGES if spec.family != "cleanup" and not spec.nested_playbook}
     for module in stage_modules:
         assert "The operation (edited once)." in GEN.render(changed, module)
         assert "The operation (edited once)." not in GEN.render(SOURCE, module)

@@ -99,10 +99,13 @@ def _flow(value: t.Any) -> t.Any:
 
 
 def modules(source: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """The source's modules, plus every VM stage module of the registry it does not list (the stage returns, its kind)."""
+    """The source's modules, plus every VM stage module of the registry it does not list (the stage returns, its kind);
+    a nested-playbook row's module keeps its own RETURN."""
     listed = dict(source["modules"])
     registry = _registry()
     for stage in registry.stages_in_order(registry.VM):
+        if stage.nested_playbook:  # vmanyware_profile returns a nested run's result, documented in its own module
+            continue
         listed.setdefault(
             stage.module, {"return": source["stage_returns"], "vars": {"stage_kind": "V(%s)." % stage.kind}}
         )

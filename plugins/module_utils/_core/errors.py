@@ -35,6 +35,7 @@ ERROR_CODES: dict[str, str] = {
     "profile_requires_cycle": "The profiles the definition requests require each other in a cycle.",
     "profile_distro_unsupported": "A profile does not support the distro family of the image's catalog mapping.",
     "distro_family_not_recorded": "The catalog mapping records no distroFamily, which profiles need.",
+    "container_profiles_unsupported": "Profiles run on VMs only; the definition's image maps to a container.",
     "invalid_template_build": "The template build is not a valid v1 TemplateBuild.",
     "invalid_target_vmid": "The target VMID is outside 100-999999999 or equals the template VMID.",
     "invalid_target_node": "The target node is not a node name, is auto (resolved by placement first), or cannot hold this guest.",

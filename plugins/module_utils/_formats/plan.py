@@ -42,7 +42,7 @@ from .networks import FAMILIES, planned_nic
 from .hashing import definition_hash as compute_definition_hash
 from .hashing import plan_hash as compute_plan_hash
 from .schemas import API_VERSION, NODE_PATTERN, VMID_MAX, VMID_MIN
-from .._stages.registry import CONTAINER, VM, planned_steps, stage_kinds
+from .._stages.registry import CONTAINER, PROFILE, VM, planned_steps
 
 PROVIDER = "proxmox-ve"
 NETWORK = "ipv4-dhcp"
@@ -52,8 +52,6 @@ AUTO_NODE = "auto"
 PER_NODE_TEMPLATE = "per-node-template"
 CLONE_TARGET = "target"
 _NODE = re.compile(NODE_PATTERN)
-# The stage kind of a profile's step (one step per profile that runs, docs/profiles.md).
-PROFILE_STEP = "profile"
 
 
 def plan_input_argument_spec() -> dict[str, dict[str, t.Any]]:
@@ -185,19 +183,16 @@ def plan_steps(
     definition: t.Mapping[str, t.Any], mapping: t.Mapping[str, t.Any], profiles: t.Sequence[str] = ()
 ) -> list[dict[str, t.Any]]:
     """The ordered provisioning steps (1-based ``position``) for a definition and its mapping (the stage registry's
-    conditions), with one ``profile`` step (``name``: ``profile:<name>``) per profile that runs, in run order, where
-    the registry puts the ``profile`` kind, else right after ``packages`` (docs/profiles.md)."""
+    conditions), where the registry's ``profile`` row stands one step per profile that runs (``name``:
+    ``profile:<name>``), in run order (docs/profiles.md). Only VMs run profiles (``container_profiles_unsupported``)."""
     family = CONTAINER if is_container(mapping) else VM
     inputs = {"definition": definition, "mapping": mapping, "profiles": list(profiles)}
-    kinds = [step["kind"] for step in planned_steps(family, inputs) if step["kind"] != PROFILE_STEP]
-    if not profiles:
-        return [{"position": position, "kind": kind} for position, kind in enumerate(kinds, start=1)]
-    order = list(stage_kinds(family))
-    anchor = order.index(PROFILE_STEP) if PROFILE_STEP in order else order.index("packages") + 1
-    split = len([kind for kind in kinds if order.index(kind) < anchor])
-    steps: list[dict[str, t.Any]] = [{"kind": kind} for kind in kinds[:split]]
-    steps += [{"kind": PROFILE_STEP, "name": "%s:%s" % (PROFILE_STEP, name)} for name in profiles]
-    steps += [{"kind": kind} for kind in kinds[split:]]
+    steps: list[dict[str, t.Any]] = []
+    for step in planned_steps(family, inputs):
+        if step["kind"] == PROFILE:
+            steps += [{"kind": PROFILE, "name": "%s:%s" % (PROFILE, name)} for name in profiles]
+        else:
+            steps.append({"kind": step["kind"]})
     return [dict(position=position, **step) for position, step in enumerate(steps, start=1)]
 
 
@@ -503,6 +498,8 @@ def build_plan(
         1
     ]
     if effective.profiles:
+        if is_container(mapping):
+            raise InputError(code="container_profiles_unsupported", path="profiles", details={"rule": "vm_only"})
         check_distro_families(mapping, effective.profiles)
     vmid = check_target_vmid(target_vmid, mapping.get("templateVmid"))
     if not is_container(mapping) and parsed_definition["resources"]["diskGiB"] < mapping["sourceDiskGiB"]:

@@ -48,7 +48,7 @@ from .._operation.create import default_idempotency_key, gate_and_confirm, publi
 from .._formats.plan import PlannedEnvironment
 from .._core.protocols import ApiClient, ClientIdentity
 from .._stages.protocol import StageContext
-from .._stages.registry import CONTAINER, VM, stage_spec
+from .._stages.registry import CONTAINER, VM, stage_spec, step_kind
 from .._stages.logic import build_logic
 from .._stages.adoption import Decision, Observations, adoption_hook
 from .._stages.common import binding_description, read_config_or_none
@@ -106,7 +106,9 @@ def decide(obs: Observations, kinds: list[str], family: str = VM) -> list[tuple[
     decisions: list[tuple[str, Decision]] = []
     blocked: str | None = None
     for kind in kinds:
-        hook = adoption_hook(build_logic(stage_spec(kind, family)))
+        spec = stage_spec(step_kind(kind), family)
+        # A profile's effect is not in any API read: its stage is not judged and runs again (its role is idempotent).
+        hook = adoption_hook(None if spec.nested_playbook else build_logic(spec))
         if blocked is not None:
             decisions.append(
                 (
@@ -157,7 +159,7 @@ def adopt_operation(
     confirmed = gate_and_confirm(planned, provider_scope_id, confirmation, environ, provisioning_option)
     plan = planned.plan
     key = idempotency_key if idempotency_key else default_idempotency_key(plan, provider_scope_id)
-    kinds = [step["kind"] for step in plan["steps"]]
+    kinds = [step.get("name") or step["kind"] for step in plan["steps"]]
     target = {"scope": provider_scope_id, "node": plan["target"]["node"], "vmid": plan["target"]["vmid"]}
     snapshots = {
         "definition": dict(planned.definition),

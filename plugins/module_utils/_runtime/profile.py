@@ -35,13 +35,14 @@ from .._core.errors import InputError
 from .._journal.document import utc_now
 from .._operation.create import PROVISIONING_GATE, read_gate, require_verified_tls
 from .._stages.outcomes import StageError
+from .._stages.registry import PROFILE, step_kind
 from .._stages.runner import _require_not_ended
 from .nested_playbook import GuestTarget, NestedResult, NestedRunner, cleanup, prepare, run_nested
 from .module import ModuleEntry
 from .progress import report as show
 from .stage_module import _store_and_operation, journal_argument_spec
 
-STAGE_PREFIX = "profile:"
+STAGE_PREFIX = PROFILE + ":"
 TRANSPORTS = ("qga", "ssh")
 DEFAULT_TIMEOUT = 3600.0
 UNCERTAIN_TEXT = (
@@ -72,7 +73,7 @@ def stage_name(profile: str) -> str:
 
 
 def is_profile_stage(kind: str) -> bool:
-    return kind.startswith(STAGE_PREFIX)
+    return step_kind(kind) == PROFILE
 
 
 def plan_profile(plan: t.Mapping[str, t.Any], profile: str) -> dict[str, t.Any]:

@@ -39,6 +39,8 @@ CONTAINER = "container"
 TEMPLATE = "template"
 CLEANUP = "cleanup"
 FAMILIES = (VM, CONTAINER, TEMPLATE, CLEANUP)
+# The profile stage's kind; each of a plan's profile steps is named ``profile:<profile name>`` (its journal stage).
+PROFILE = "profile"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +80,8 @@ class StageSpec:
     is the role task file that calls the module (None: no role runs it step by step). ``when`` decides from
     the planning inputs whether a plan includes the stage (None: always). ``options`` are the logic's
     construction options of this row (a parametrised stage); ``privileges``, ``endpoints`` and ``purpose``
-    feed the privilege table (VM stages).
+    feed the privilege table (VM stages). A ``nested_playbook`` row (the profile stage) is run by its module as a
+    nested ansible-playbook, not by a ``StageLogic``: it has no logic class, and adoption cannot judge it from reads.
     """
 
     kind: str
@@ -91,6 +94,7 @@ class StageSpec:
     purpose: str = ""
     privileges: tuple[Requirement, ...] = ()
     endpoints: tuple[Endpoint, ...] = ()
+    nested_playbook: bool = False
 
     def planned(self, inputs: Inputs) -> bool:
         """Whether a plan built from ``inputs`` includes this stage."""
@@ -101,6 +105,11 @@ class StageSpec:
 def disk_grows(inputs: Inputs) -> bool:
     """The definition's disk is larger than the template's: the VM's disk is grown."""
     return bool(inputs["definition"]["resources"]["diskGiB"] > inputs["mapping"]["sourceDiskGiB"])
+
+
+def runs_profiles(inputs: Inputs) -> bool:
+    """The plan runs profiles (one ``profile:<name>`` step each, docs/profiles.md); ``inputs['profiles']`` lists them."""
+    return bool(inputs.get("profiles"))
 
 
 def has_packages(inputs: Inputs) -> bool:
@@ -235,6 +244,15 @@ STAGES: tuple[StageSpec, ...] = (
         privileges=GUEST_AGENT,
         endpoints=_AGENT_EXEC,
     ),
+    # One step per profile that runs (kind profile, name profile:<name>), in the plan's run order.
+    _vm(
+        PROFILE,
+        when=runs_profiles,
+        nested_playbook=True,
+        purpose="run the definition's profiles (Ansible roles) through the guest agent",
+        privileges=GUEST_AGENT,
+        endpoints=_AGENT_EXEC,
+    ),
     _vm(
         "snapshot",
         when=wants_snapshot,
@@ -277,6 +295,11 @@ def stages_in_order(family: str = VM) -> tuple[StageSpec, ...]:
 def stage_kinds(family: str = VM) -> tuple[str, ...]:
     """Every kind of ``family``, in order (a plan has a subset of them, in this order)."""
     return tuple(spec.kind for spec in stages_in_order(family))
+
+
+def step_kind(stage: str) -> str:
+    """The registry kind of a journal stage or plan step name: ``profile:<name>`` is a ``profile`` row's step."""
+    return PROFILE if stage.startswith(PROFILE + ":") else stage
 
 
 def stage_spec(kind: str, family: str = VM) -> StageSpec:

@@ -142,7 +142,8 @@ def test_download_privilege_alternative_and_one_entry_per_privilege() -> None:
     assert len(missing) == 1 and missing[0]["path"] == "/vms"
     assert (
         missing[0]["purpose"]
-        == "readiness: wait for the guest agent and cloud-init; packages: install packages through the guest agent"
+        == "readiness: wait for the guest agent and cloud-init; packages: install packages through the guest agent; "
+        "profile: run the definition's profiles (Ansible roles) through the guest agent"
     )
 
 

@@ -502,16 +502,8 @@ def test_no_value_is_echoed_in_a_plan_refusal() -> None:
     assert err.code == "invalid_profile_vars"
 
 
-def test_profile_steps_are_the_same_when_the_registry_has_a_profile_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The execution half may add a ``profile`` row (between packages and snapshot, planned when profiles run): the
-    plan then expands that row into one step per profile, exactly as without it."""
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages import registry
-
-    without_row = plan(request({"name": "ssh-hardening"}, snapshotAfterProvisioning=True)).plan["steps"]
-    at = [spec.kind for spec in registry.STAGES].index("snapshot")
-    row = registry.StageSpec("profile", registry.VM, "vmanyware_profile", when=lambda inputs: bool(inputs["profiles"]))
-    monkeypatch.setattr(registry, "STAGES", registry.STAGES[:at] + (row,) + registry.STAGES[at:])
-    assert plan(request({"name": "ssh-hardening"}, snapshotAfterProvisioning=True)).plan["steps"] == without_row
+def test_the_registry_profile_row_becomes_one_step_per_profile_before_the_snapshot() -> None:
+    """The registry's ``profile`` row (between packages and snapshot) stands one step per profile that runs."""
     assert plan(request({"name": "guest-user"}, snapshotAfterProvisioning=True)).plan["steps"][-2:] == [
         {"position": 9, "kind": "profile", "name": "profile:guest-user"},
         {"position": 10, "kind": "snapshot"},

@@ -21,8 +21,10 @@ from stage_fakes import PVE, SCOPE, VM, FakeClient, new_operation, planned, pve_
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.adopt import (
     ReadOnlyClient,
     adopt_operation,
+    decide,
     parse_binding,
 )  # noqa: E402
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.adoption import NOT_JUDGED  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError  # noqa: E402
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import (
     JournalError,
@@ -582,3 +584,15 @@ def test_a_crash_before_the_target_claim_is_completed_by_the_next_adoption(store
     again = adopt(store, client_for(FULL))
     assert again["changed"] is False and again["adopted"] is False
     assert store.target_holder(SCOPE, 201) == OPID and Path(path).read_bytes() == before
+
+
+def test_a_profile_stage_is_not_judged_from_reads_and_runs_again() -> None:
+    """No API read shows what a profile's role did: its ``profile:<name>`` stage stays pending (it runs again), and
+    the profiles after it wait for it; no observation is read for either (``None`` would fail on a read)."""
+    decisions = decide(t.cast(t.Any, None), ["profile:base", "profile:ssh-hardening"])
+    assert [(kind, decision.status) for kind, decision in decisions] == [
+        ("profile:base", "pending"),
+        ("profile:ssh-hardening", "pending"),
+    ]
+    assert decisions[0][1].reason == NOT_JUDGED
+    assert decisions[1][1].reason.startswith("Stages complete in order: profile:base is not completed.")

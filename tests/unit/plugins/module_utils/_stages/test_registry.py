@@ -25,6 +25,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry
     CLEANUP,
     CONTAINER,
     FAMILIES,
+    PROFILE,
     STAGES,
     TEMPLATE,
     VM,
@@ -33,6 +34,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry
     stage_kinds,
     stage_spec,
     stages_in_order,
+    step_kind,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import LOGIC, build_logic, logic_class
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.adoption import AdoptionHook
@@ -72,7 +74,7 @@ def test_module_action_plugin_and_action_group(spec: StageSpec) -> None:
     assert spec.module in ACTION_GROUP, "meta/runtime.yml action group proxmox lacks %s" % spec.module
 
 
-@pytest.mark.parametrize("spec", STAGES, ids=spec_id)
+@pytest.mark.parametrize("spec", [s for s in STAGES if not s.nested_playbook], ids=spec_id)
 def test_logic_class_is_a_stage_of_this_kind(spec: StageSpec) -> None:
     cls = logic_class(spec)
     assert issubclass(cls, StageLogic)
@@ -80,7 +82,24 @@ def test_logic_class_is_a_stage_of_this_kind(spec: StageSpec) -> None:
         assert cls.kind == spec.kind
 
 
-@pytest.mark.parametrize("spec", [s for s in STAGES if not s.module_stage and s.family != CLEANUP], ids=spec_id)
+def test_the_profile_row_is_a_nested_playbook_with_no_logic_class_and_its_steps_map_to_it() -> None:
+    """The profile stage is run by vmanyware_profile as a nested ansible-playbook: no StageLogic, its module runs the
+    profile runtime, and every ``profile:<name>`` journal stage is a step of that one row."""
+    nested = [spec for spec in STAGES if spec.nested_playbook]
+    assert [(spec.family, spec.kind) for spec in nested] == [(VM, PROFILE)]
+    with pytest.raises(KeyError):
+        logic_class(nested[0])
+    tree = ast.parse((REPO / "plugins" / "modules" / (nested[0].module + ".py")).read_text(encoding="utf-8"))
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert "profile_entry" in imported
+    assert step_kind("profile:ssh-hardening") == PROFILE and step_kind("packages") == "packages"
+    vm = stage_kinds(VM)
+    assert vm.index("packages") < vm.index(PROFILE) < vm.index("snapshot")
+
+
+@pytest.mark.parametrize(
+    "spec", [s for s in STAGES if not s.module_stage and s.family != CLEANUP and not s.nested_playbook], ids=spec_id
+)
 def test_single_stage_module_runs_the_registry_logic(spec: StageSpec) -> None:
     """A module of one stage imports exactly the class the logic table binds to its row."""
     cls = logic_class(spec)
@@ -155,7 +174,8 @@ MAPPING = {"sourceDiskGiB": 8}
 
 
 def test_plan_steps_follow_the_registry_conditions() -> None:
-    assert [step["kind"] for step in plan_steps(DEFINITION, MAPPING)] == list(stage_kinds(VM))
+    assert [step["kind"] for step in plan_steps(DEFINITION, MAPPING, ["base"])] == list(stage_kinds(VM))
+    assert PROFILE not in [step["kind"] for step in plan_steps(DEFINITION, MAPPING)]
     bare = {"resources": {"diskGiB": 8}, "packages": [], "snapshotAfterProvisioning": False}
     assert plan_steps(bare, MAPPING) == [
         {"position": n, "kind": kind}
@@ -197,7 +217,9 @@ def test_build_logic_passes_the_options_each_stage_takes() -> None:
 
 
 def test_adoption_hooks_are_on_the_stage_logic() -> None:
-    judged = {spec.kind for spec in stages_in_order(VM) if "adopt" in vars(logic_class(spec))}
+    judged = {
+        spec.kind for spec in stages_in_order(VM) if not spec.nested_playbook and "adopt" in vars(logic_class(spec))
+    }
     assert judged == {"clone", "resources", "disk", "cloudinit", "seed", "start", "readiness"}
     assert all(isinstance(build_logic(spec), AdoptionHook) for spec in stages_in_order(VM) if spec.kind in judged)
 
@@ -212,7 +234,7 @@ def test_registry_imports_no_stage_logic() -> None:
 def test_the_logic_table_binds_every_row_by_import_and_nothing_else() -> None:
     """Every registry row has its class in ``_stages/logic.py``, imported by name (AnsiballZ packages what a module imports
     by name; tools that draw import graphs see it), and the table binds no stage the registry does not have."""
-    assert set(LOGIC) == {(spec.family, spec.kind) for spec in STAGES}
+    assert set(LOGIC) == {(spec.family, spec.kind) for spec in STAGES if not spec.nested_playbook}
     tree = ast.parse((REPO / "plugins" / "module_utils" / "_stages" / "logic.py").read_text(encoding="utf-8"))
     imported = {
         alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom) for alias in node.names
