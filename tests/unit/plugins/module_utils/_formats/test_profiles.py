@@ -316,6 +316,22 @@ def test_distro_family_refusals() -> None:
     )
     assert "record" in str(err) and "distroFamily" in str(err)
 
+    containers = catalog()
+    containers["images"] = [
+        {
+            "image": "debian-13",
+            "guestType": "container",
+            "node": "pve-test",
+            "ostemplate": "local:vztmpl/debian-13-standard.tar.zst",
+            "storage": "local-lvm",
+            "bridge": "vmbr0",
+            "guestUser": "root",
+            "distroFamily": "debian",
+        }
+    ]
+    err = refusal(request({"name": "base"}), catalog_doc=containers)
+    assert (err.code, err.path, err.details) == ("container_profiles_unsupported", "profiles", {"rule": "vm_only"})
+
 
 @pytest.mark.parametrize(
     ("documents", "path", "rule"),
