@@ -19,7 +19,7 @@ description:
   - The journal records the dispatch before the nested run starts and the evidence (changed, ok, failed and unreachable task counts,
     seconds) after it. A completed stage is skipped; a plan entry baked into the template (C(run=false)) is skipped with its reason.
   - A stage found dispatched but unfinished (the controller died), a failed nested run and a cancelled one leave the stage
-    C(uncertain); it runs again only with O(rerun_uncertain_profile=true). See C(docs/profiles-running.md) in the collection.
+    C(uncertain); it runs again only with O(rerun_uncertain_profile=true). See C(docs/profiles.md), "Running profiles" in the collection.
 author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:

@@ -2,15 +2,14 @@
 # Copyright (c) vmanyware developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Both example profile roles run by ``vmanyware_profile`` through ``vmanyware.proxmox.qga`` on a VM whose agent commands
-really run (pvesim ``--guests container``), with their changed counts in the journal, and a second operation on the same
-guest showing 0 changed (the roles are idempotent).
+"""A definition with two profiles provisions end to end through the provision role, on a VM whose agent commands really
+run (pvesim ``--guests container``), with no SSH from the controller: plan (run order, the profile steps), preflight,
+confirmation, every stage, then each profile's role in its own journaled stage through ``vmanyware.proxmox.qga``, with
+its progress line and changed count. A re-run of the confirmed play runs nothing again; a second operation on the same
+guest runs both roles again and they change nothing (the roles are idempotent).
 
-The VM is provisioned by the provision role (readiness through the agent). The operation whose plan requests the
-profiles is built here from that operation's plan, with the ``profiles`` list and ``profile:<name>`` steps of the shared
-interface (docs/profiles-running.md), in a journal of its own: the plan half (declarations, the definition's
-``profiles`` field) builds the same from a definition once both halves are merged. The controller's SSH client is
-``/bin/false`` throughout. Opt-in with the real-container lane (``-m realcontainer`` or ``PVESIM_REALCONTAINER=1``).
+The controller's SSH client is ``/bin/false`` throughout. Opt-in with the real-container lane (``-m realcontainer`` or
+``PVESIM_REALCONTAINER=1``).
 """
 
 from __future__ import annotations
@@ -38,6 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 VMID = 202
 
+# Requested in the "wrong" order on purpose: the plan runs base first (ssh-hardening requires it) and the lockout-risk
+# profile last.
 DEFINITION = """\
 apiVersion: vmanyware.dev/v1
 kind: Environment
@@ -47,18 +48,15 @@ resources: {cores: 1, memoryMiB: 1024, diskGiB: 20}
 access:
   sshPublicKeys:
     - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK42LaKHQ1bNNIG3KlABIQ77kwljfXjfi9bunMkuYAO alice@laptop
+profiles:
+  - name: ssh-hardening
+  - name: base
+    vars: {packages: [hello], motd: "profiles-lab"}
 """
-PROFILES = [
-    {"name": "base", "version": 1, "role": "vmanyware.proxmox.profile_base",
-     "vars": {"packages": ["hello"], "admin_group": "vmadmin", "motd": "profiles-lab\n", "update_cache": True},
-     "requiredBy": [], "perGuest": False, "lockoutRisk": False, "baked": False, "run": True},
-    {"name": "ssh-hardening", "version": 1, "role": "vmanyware.proxmox.profile_ssh_hardening", "vars": {},
-     "requiredBy": [], "perGuest": False, "lockoutRisk": True, "baked": False, "run": True},
-]  # fmt: skip
 
 
 RUNNING = "profile 1/2 base: running role vmanyware.proxmox.profile_base through qga"
-SKIPPED = "profile 1/2 base: completed earlier, skipped"
+HARDENING = "profile 2/2 ssh-hardening: running role vmanyware.proxmox.profile_ssh_hardening through qga"
 
 
 def _say(msg: str) -> None:
@@ -70,14 +68,10 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
     return subprocess.run(argv, env=env, cwd=str(cwd), capture_output=True, text=True, timeout=1800, check=False)
 
 
-def _profile_operation(source: dict[str, t.Any], journal: Path) -> str:
-    """An operation on the provisioned VM whose plan runs both profiles; every stage before them completed, as the
-    provision role leaves them, with the readiness handoff."""
+def _second_operation(source: dict[str, t.Any], journal: Path) -> str:
+    """A second operation on the provisioned VM with the same plan (its profiles and steps), in a journal of its own,
+    every stage before the profiles completed as the first one left them, with the readiness handoff."""
     plan = copy.deepcopy(source["plan"])
-    plan["profiles"] = copy.deepcopy(PROFILES)
-    steps = [step for step in plan["steps"] if step["kind"] != "snapshot"]
-    steps += [{"position": 0, "kind": "profile", "name": "profile:" + entry["name"]} for entry in PROFILES]
-    plan["steps"] = [dict(step, position=index) for index, step in enumerate(steps, start=1)]
     store = JournalStore(str(journal))
     scope = source["providerScopeId"]
     document, _created = store.create_operation(
@@ -101,6 +95,12 @@ def _profile_operation(source: dict[str, t.Any], journal: Path) -> str:
     return operation_id
 
 
+def _profile_stages(journal: Path, operation_id: str, env: dict[str, str]) -> dict[str, t.Any]:
+    document = JournalStore(str(journal)).load(operation_id)
+    assert env["PROXMOX_TOKEN_SECRET"] not in json.dumps(document)
+    return {item["kind"]: item for item in document["stages"] if item["kind"].startswith("profile:")}
+
+
 def _run_profiles(
     tmp_path: Path, env: dict[str, str], journal: Path, operation_id: str, name: str, line: str
 ) -> dict[str, t.Any]:
@@ -117,7 +117,7 @@ def _run_profiles(
                         "journal_dir": str(journal),
                         "profile": "{{ item }}",
                     },
-                    "loop": [entry["name"] for entry in PROFILES],
+                    "loop": ["base", "ssh-hardening"],
                 }
             ],
         }
@@ -129,12 +129,10 @@ def _run_profiles(
     assert ran.returncode == 0, ran.stdout[-6000:] + ran.stderr[-2000:]
     assert env["PROXMOX_TOKEN_SECRET"] not in ran.stdout + ran.stderr
     assert line in ran.stdout  # the progress line of the first profile
-    document = JournalStore(str(journal)).load(operation_id)
-    assert env["PROXMOX_TOKEN_SECRET"] not in json.dumps(document)
-    return {item["kind"]: item for item in document["stages"] if item["kind"].startswith("profile:")}
+    return _profile_stages(journal, operation_id, env)
 
 
-def test_example_profiles_through_the_guest_agent(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+def test_a_definition_with_two_profiles_provisions_without_ssh(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     if os.environ.get("PVESIM_REALCONTAINER") != "1" and "realcontainer" not in (
         request.config.getoption("markexpr") or ""
     ):
@@ -146,6 +144,9 @@ def test_example_profiles_through_the_guest_agent(request: pytest.FixtureRequest
     proc, conn = start_server(str(state), speed=50, extra=["--guests", "container", "--container-rootfs", rootfs])
     try:
         (tmp_path / "definition.yml").write_text(DEFINITION)
+        catalog = yaml.safe_load((REPO / "examples" / "catalog.yml").read_text(encoding="utf-8"))
+        catalog["images"][0]["distroFamily"] = "debian"  # profiles need the image's OS family
+        (tmp_path / "catalog.yml").write_text(yaml.safe_dump(catalog, sort_keys=False))
         provision = {
             "name": "Provision",
             "hosts": "localhost",
@@ -153,7 +154,8 @@ def test_example_profiles_through_the_guest_agent(request: pytest.FixtureRequest
             "roles": [
                 {
                     "role": "vmanyware.proxmox.provision",
-                    "provision_catalog_path": str(REPO / "examples" / "catalog.yml"),
+                    "provision_catalog_path": str(tmp_path / "catalog.yml"),
+                    "provision_profiles_path": str(REPO / "examples" / "profiles"),
                     "provision_definition_path": str(tmp_path / "definition.yml"),
                     "provision_target_vmid": VMID,
                     "provision_confirmation_file": str(tmp_path / "confirm.yml"),
@@ -178,19 +180,28 @@ def test_example_profiles_through_the_guest_agent(request: pytest.FixtureRequest
         )
         review = _run([str(BIN / "ansible-playbook"), "provision.yml"], env, tmp_path)
         assert review.returncode == 0 and (tmp_path / "confirm.yml").is_file(), review.stdout[-4000:]
+        # the review shows the run order: base (required by ssh-hardening) first, the lockout-risk profile last
+        assert review.stdout.index("profile:base") < review.stdout.index("profile:ssh-hardening"), review.stdout[-4000:]
+        t0 = time.monotonic()
         applied = _run([str(BIN / "ansible-playbook"), "provision.yml", "-e", "@confirm.yml"], env, tmp_path)
+        _say(f"apply with two profiles: {time.monotonic() - t0:.1f} s")
         assert applied.returncode == 0, applied.stdout[-6000:] + applied.stderr[-2000:]
+        assert env["PROXMOX_TOKEN_SECRET"] not in applied.stdout + applied.stderr
+        assert RUNNING in applied.stdout and HARDENING in applied.stdout
         journal = tmp_path / "journal"
-        source = JournalStore(str(journal)).load(_only_operation(journal))
+        operation_id = _only_operation(journal)
+        source = JournalStore(str(journal)).load(operation_id)
         assert source["status"] == "completed"
-
-        first_journal = tmp_path / "journal-profiles-1"
-        first = _run_profiles(tmp_path, env, first_journal, _profile_operation(source, first_journal), "first", RUNNING)
+        kinds = [item["kind"] for item in source["stages"]]
+        assert [kind for kind in kinds if kind.startswith("profile:")] == ["profile:base", "profile:ssh-hardening"]
+        assert kinds.index("profile:base") == kinds.index("readiness") + 1  # no packages: right after readiness
+        first = _profile_stages(journal, operation_id, env)
         base, hardening = first["profile:base"], first["profile:ssh-hardening"]
         assert base["status"] == hardening["status"] == "completed"
         # base: motd, group, apt install of hello; hardening: the drop-in (its handler's reload counts as changed too)
         assert base["evidence"]["changed"] == 3 and base["evidence"]["failed"] == 0, base["evidence"]
         assert hardening["evidence"]["changed"] >= 1 and hardening["evidence"]["failed"] == 0, hardening["evidence"]
+        assert base["evidence"]["transport"] == "qga", base["evidence"]
         _say(f"first: base {base['evidence']}, ssh-hardening {hardening['evidence']}")
 
         attach = ["lxc-attach", "-P", str(state / "guest-containers" / "lxc"), "-n", f"vm{VMID}", "--"]
@@ -201,15 +212,19 @@ def test_example_profiles_through_the_guest_agent(request: pytest.FixtureRequest
         assert "PasswordAuthentication no" in dropin.stdout and "PermitRootLogin prohibit-password" in dropin.stdout
         hello = subprocess.run([*attach, "hello"], capture_output=True, check=True, timeout=60, text=True)
         assert hello.stdout.strip() == "Hello, world!"
+        motd = subprocess.run([*attach, "cat", "/etc/motd"], capture_output=True, check=True, timeout=60, text=True)
+        assert motd.stdout.strip() == "profiles-lab"
 
-        # the completed stages are skipped: nothing runs again
-        again = _run_profiles(tmp_path, env, first_journal, _only_operation(first_journal), "again", SKIPPED)
-        assert again == first
+        # the confirmed play again: the operation is completed, nothing runs again
+        again = _run([str(BIN / "ansible-playbook"), "provision.yml", "-e", "@confirm.yml"], env, tmp_path)
+        assert again.returncode == 0, again.stdout[-6000:] + again.stderr[-2000:]
+        assert RUNNING not in again.stdout
+        assert _profile_stages(journal, operation_id, env) == first
 
         # a second operation on the same guest: both roles run again and change nothing
         second_journal = tmp_path / "journal-profiles-2"
         second = _run_profiles(
-            tmp_path, env, second_journal, _profile_operation(source, second_journal), "second", RUNNING
+            tmp_path, env, second_journal, _second_operation(source, second_journal), "second", RUNNING
         )
         assert [second[kind]["evidence"]["changed"] for kind in ("profile:base", "profile:ssh-hardening")] == [0, 0]
         assert all(item["status"] == "completed" and item["evidence"]["ok"] > 0 for item in second.values())

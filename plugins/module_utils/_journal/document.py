@@ -47,7 +47,7 @@ _MAX_DEPTH = 32
 
 _OPERATION_ID = re.compile(r"\Aop-[a-z2-7]{26}\Z")
 _HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
-# A profile stage is ``profile:<profile name>`` (docs/profiles-running.md): one stage per profile of the plan.
+# A profile stage is ``profile:<profile name>`` (docs/profiles.md, "Running profiles"): one stage per profile of the plan.
 _STAGE_KIND = re.compile(r"\A(?:[a-z][a-z0-9_-]{0,63}|profile:[a-z0-9][a-z0-9-]{0,63})\Z")
 _NODE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _SCOPE = re.compile(r"\A[\x21-\x7e]{1,256}\Z")

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""A profile's role run against one guest in a nested ``ansible-playbook`` on the controller (docs/profiles-running.md).
+"""A profile's role run against one guest in a nested ``ansible-playbook`` on the controller (docs/profiles.md, "Running profiles").
 
 ``NestedPlaybook`` is what the run needs (argv, environment, the generated files); ``prepare`` writes the generated files
 into a private directory (0700, every file 0600) and ``run_nested`` runs it:

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The profile stage (``vmanyware_profile``, docs/profiles-running.md): one journaled stage ``profile:<name>`` per profile
+"""The profile stage (``vmanyware_profile``, docs/profiles.md, "Running profiles"): one journaled stage ``profile:<name>`` per profile
 of the plan, run as a nested ``ansible-playbook`` of the profile's role against the guest (_runtime/nested_playbook.py).
 
 The journal records the dispatch before the nested run starts and the evidence ``{changed, ok, failed, unreachable,

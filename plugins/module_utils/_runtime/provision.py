@@ -238,7 +238,7 @@ def run_stages(
     declared = sorted(store.load(operation_id)["stages"], key=lambda item: item["position"])
     total = len(declared)
     # Every stage's logic first: an undeclared kind (a container operation) fails before anything runs. A profile stage
-    # has none: vmanyware_profile runs it (its nested ansible-playbook), the role hands it over (docs/profiles-running.md).
+    # has none: vmanyware_profile runs it (its nested ansible-playbook), the role hands it over (docs/profiles.md, "Running profiles").
     logics = [
         (item["kind"], item["position"], None if is_profile_stage(item["kind"]) else stage_logic(item["kind"], options))
         for item in declared

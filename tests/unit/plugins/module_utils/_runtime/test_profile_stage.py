@@ -7,7 +7,7 @@
 explicit re-run, order, baked entries, evidence, check mode, and no secret in the generated files or argv.
 
 The plan's ``profiles`` list and its ``profile:<name>`` steps are built here as the interface fixes them
-(/docs/profiles-running.md); the plan half of the feature builds them from declarations.
+(/docs/profiles.md, "Running profiles"); the plan half of the feature builds them from declarations.
 """
 
 from __future__ import annotations
