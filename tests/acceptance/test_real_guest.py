@@ -67,6 +67,7 @@ READINESS_TIMEOUT = 900
 # Issue 34: a second guest on a static IPv4 address inside QEMU's user-mode network (slirp's defaults: 10.0.2.0/24, the
 # gateway 10.0.2.2 and the DNS forwarder 10.0.2.3; its DHCP hands out 10.0.2.15, which this guest must not take).
 STATIC_VMID = 202
+PROFILES_VMID = 203
 STATIC_ADDRESS = "10.0.2.50"
 USERNET = {
     "name": "usernet",
@@ -417,6 +418,122 @@ def _configure_both_ways(
     return seconds
 
 
+def _agent_output(conn: dict[str, t.Any], vm: str, argv: list[str]) -> str:
+    """The stdout of ``argv`` run in the guest by the test itself through agent/exec (the check reads what the real
+    guest holds, independently of the collection's code)."""
+    token = conn["tokens"]["full"]
+    headers = {"Authorization": f"PVEAPIToken={token['id']}={token['secret']}"}
+    started = requests.post(
+        conn["url"] + f"{vm}/agent/exec", json={"command": argv}, verify=conn["ca_file"], timeout=60, headers=headers
+    )
+    assert started.status_code == 200, started.text
+    pid = started.json()["data"]["pid"]
+    for _ in range(120):
+        status = requests.get(
+            conn["url"] + f"{vm}/agent/exec-status",
+            params={"pid": pid},
+            verify=conn["ca_file"],
+            timeout=60,
+            headers=headers,
+        ).json()["data"]
+        if status.get("exited"):
+            assert status.get("exitcode") == 0, status
+            return t.cast(str, status.get("out-data", ""))
+        time.sleep(0.5)
+    raise AssertionError(f"{argv} did not end in the guest")
+
+
+def _profiles_run(
+    tmp: Path,
+    env: dict[str, str],
+    admin: PvesimAdmin,
+    conn: dict[str, t.Any],
+    mapping: dict[str, t.Any],
+    key: Path,
+    timings: dict[str, t.Any],
+) -> int:
+    """Issue 35: a third guest from a definition with two profiles, provisioned by playbooks/provision.yml with no SSH
+    client at all (``ANSIBLE_SSH_EXECUTABLE=/bin/false``): both roles run through the guest agent, each in its own
+    journaled stage, and the real guest holds what they wrote. Returns its QEMU pid."""
+    t0, since = time.monotonic(), time.time()
+    sub = tmp / "profiles"
+    sub.mkdir()
+    definition = yaml.safe_load((HERE / "definition-profiles.yml").read_text(encoding="utf-8"))
+    definition["access"]["sshPublicKeys"] = [key.with_suffix(".pub").read_text(encoding="utf-8").strip()]
+    (sub / "definition.yml").write_text(yaml.safe_dump(definition, sort_keys=False), encoding="utf-8")
+    # the declarations in the profiles directory beside the catalog (the default profiles_path)
+    (sub / "profiles").mkdir()
+    for declaration in sorted((REPO / "examples" / "profiles").glob("*.yml")):
+        (sub / "profiles" / declaration.name).write_text(declaration.read_text(encoding="utf-8"), encoding="utf-8")
+    (sub / "catalog.yml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "vmanyware.dev/v1",
+                "kind": "TemplateCatalog",
+                "images": [dict(mapping, distroFamily="debian")],
+            },
+            sort_keys=False,
+        ),
+        encoding="utf-8",
+    )
+    journal, confirm = sub / "journal", sub / "confirm.yml"
+    env = dict(env, VMANYWARE_JOURNAL_DIR=str(journal), ANSIBLE_SSH_EXECUTABLE="/bin/false")
+    extra = [
+        "-e",
+        f"vmanyware_catalog_path={sub / 'catalog.yml'}",
+        "-e",
+        f"vmanyware_definition_path={sub / 'definition.yml'}",
+        "-e",
+        f"vmanyware_target_vmid={PROFILES_VMID}",
+        "-e",
+        f"vmanyware_confirmation_file={confirm}",
+        "-e",
+        f"vmanyware_known_hosts_file={sub / 'known_hosts'}",
+        "-e",
+        f"provision_readiness_timeout={READINESS_TIMEOUT}",
+    ]
+    provision = str(REPO / "playbooks" / "provision.yml")
+    _say("profiles run 1/2: without confirmation")
+    rc, out = _playbook(sub, env, extra, "profiles1", timeout=600, playbook=provision)
+    assert rc == 0 and confirm.exists(), out[-4000:]
+    assert out.index("profile:base") < out.index("profile:ssh-hardening"), out[-4000:]
+    _say("profiles run 2/2: with -e @confirm.yml, no SSH client")
+    t_apply = time.monotonic()
+    rc, out = _playbook(sub, env, [*extra, "-e", f"@{confirm}"], "profiles2", playbook=provision)
+    timings["profiles_apply_s"] = round(time.monotonic() - t_apply, 1)
+    assert rc == 0, out[-6000:]
+    assert "profile 2/2 ssh-hardening: running role vmanyware.proxmox.profile_ssh_hardening through qga" in out
+
+    docs = [json.loads(p.read_text(encoding="utf-8")) for p in journal.glob("op-*.json")]
+    assert len(docs) == 1, [p.name for p in journal.iterdir()]
+    op = docs[0]
+    assert op["status"] == "completed" and all(s["status"] == "completed" for s in op["stages"]), op["status"]
+    stages = {s["kind"]: s for s in op["stages"]}
+    assert [kind for kind in stages if kind.startswith("profile:")] == ["profile:base", "profile:ssh-hardening"]
+    for kind in ("profile:base", "profile:ssh-hardening"):
+        evidence = stages[kind]["evidence"]
+        assert evidence["transport"] == "qga" and evidence["failed"] == 0 and evidence["changed"] >= 1, evidence
+        timings[f"{kind.replace(':', '_').replace('-', '_')}_s"] = evidence["seconds"]
+    _say(
+        f"profiles: base {stages['profile:base']['evidence']}, ssh-hardening {stages['profile:ssh-hardening']['evidence']}"
+    )
+
+    vm = f"/nodes/{NODE}/qemu/{PROFILES_VMID}"
+    log = [e for e in admin.requests() if e["time"] >= since]
+    assert [e for e in log if e.get("schema_errors")] == []
+    assert _agent_output(conn, vm, ["cat", "/etc/motd"]).strip() == "acceptance-profiles"
+    dropin = _agent_output(conn, vm, ["cat", "/etc/ssh/sshd_config.d/50-vmanyware-hardening.conf"])
+    assert "PasswordAuthentication no" in dropin and "PermitRootLogin prohibit-password" in dropin, dropin
+    assert _agent_output(conn, vm, ["getent", "group", "vmadmin"]).startswith("vmadmin:")
+    # sshd took the drop-in: its effective configuration (sshd -T) says so
+    effective = _agent_output(conn, vm, ["/usr/sbin/sshd", "-T"]).splitlines()
+    assert "passwordauthentication no" in effective, effective
+    # OpenSSH prints prohibit-password under its older name
+    assert {"permitrootlogin without-password", "permitrootlogin prohibit-password"} & set(effective), effective
+    timings["profiles_run_s"] = round(time.monotonic() - t0, 1)
+    return int(admin.vm(PROFILES_VMID)["qemu_pid"])
+
+
 def _static_run(  # noqa: C901
     tmp: Path,
     env: dict[str, str],
@@ -600,7 +717,7 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
     results_file = tmp_path / "ssh-results.json"
     proc, conn = _start_pvesim(state, image_dir)
     admin = PvesimAdmin(conn)
-    qemu_pid = static_qemu_pid = None
+    qemu_pid = static_qemu_pid = profiles_qemu_pid = None
     provision_log: list[dict[str, t.Any]] | None = None
     try:
         env = dict(
@@ -794,6 +911,10 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
         # 4. issue 34: a second guest on a static address in QEMU's user-mode network, SSH to that address
         _say(f"static run: VM {STATIC_VMID} on the static network {USERNET['name']} ({STATIC_ADDRESS})")
         static_qemu_pid = _static_run(tmp_path, env, admin, conn, state / "connection.json", mapping, key, timings)
+
+        # 5. issue 35: a third guest with two profiles, provisioned with no SSH client, its profiles through the agent
+        _say(f"profiles run: VM {PROFILES_VMID} with profiles base and ssh-hardening, no SSH")
+        profiles_qemu_pid = _profiles_run(tmp_path, env, admin, conn, mapping, key, timings)
     finally:
         try:
             timings["accel"] = admin.vm(VMID).get("accel")
@@ -819,3 +940,4 @@ def test_provision_playbook_on_a_real_guest(request: pytest.FixtureRequest, tmp_
     assert leftovers == []
     assert qemu_pid is not None and not _alive(qemu_pid)
     assert static_qemu_pid is not None and not _alive(static_qemu_pid)
+    assert profiles_qemu_pid is not None and not _alive(profiles_qemu_pid)
