@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import typing as t
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
 
@@ -77,3 +80,63 @@ def test_plan_role_shows_the_template_choice_and_the_skip(tmp_path: Path) -> Non
     at = out.index('"plan_document": {')
     shown = json.loads(out[out.rindex("{", 0, at) : out.index("\n}", at) + 2])
     assert shown["plan_document"] == plan
+
+
+@pytest.mark.parametrize("step_by_step", [False, True], ids=["one-task", "step-by-step"])
+def test_check_mode_previews_each_profile_and_sends_nothing(pvesim: t.Any, tmp_path: Path, step_by_step: bool) -> None:
+    """The confirmed play in check mode, on both paths of the provision role (vmanyware_provision's handover and one
+    task per step, which includes stages/profile.yml): each profile is previewed with its role, variable names and
+    transport, and nothing is sent or recorded."""
+    catalog = yaml.safe_load((REPO / "examples/catalog.yml").read_text(encoding="utf-8"))
+    catalog["images"][0]["distroFamily"] = "debian"
+    (tmp_path / "catalog.yml").write_text(yaml.safe_dump(catalog, sort_keys=False), encoding="utf-8")
+    shutil.copytree(REPO / "examples/profiles", tmp_path / "profiles")  # the default: beside the catalog
+    conn = pvesim.connection
+    env = dict(
+        os.environ,
+        PROXMOX_HOST=conn["host"],
+        PROXMOX_PORT=str(conn["port"]),
+        PROXMOX_TOKEN_ID=conn["tokens"]["full"]["id"],
+        PROXMOX_TOKEN_SECRET=conn["tokens"]["full"]["secret"],
+        PROXMOX_CA_PATH=conn["ca_file"],
+        VMANYWARE_JOURNAL_DIR=str(tmp_path / "journal"),
+        VMANYWARE_PROVISIONING_ENABLED="true",
+        ANSIBLE_NOCOLOR="1",
+    )
+    argv = [
+        str(BIN / "ansible-playbook"),
+        "vmanyware.proxmox.provision",
+        "-e",
+        "vmanyware_catalog_path=%s" % (tmp_path / "catalog.yml"),
+        "-e",
+        "vmanyware_definition_path=%s" % (REPO / "examples/definition-profiles.yml"),
+        "-e",
+        "vmanyware_target_vmid=201",
+        "-e",
+        "vmanyware_confirmation_file=%s" % (tmp_path / "confirm.yml"),
+        "-e",
+        "vmanyware_known_hosts_file=%s" % (tmp_path / "known_hosts"),
+        "-e",
+        "provision_step_by_step=%s" % step_by_step,
+    ]
+    review = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert review.returncode == 0, review.stdout[-3000:]
+    preview = subprocess.run(
+        [*argv, "-e", "@%s" % (tmp_path / "confirm.yml"), "--check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert preview.returncode == 0, preview.stdout[-5000:]
+    out = preview.stdout
+    base = "would run role vmanyware.proxmox.profile_base (vars: admin_group, motd, packages, update_cache) through qga"
+    hardening = (
+        "would run role vmanyware.proxmox.profile_ssh_hardening "
+        "(vars: password_authentication, permit_root_login, ssh_service) through qga"
+    )
+    assert base in out and hardening in out, out[-5000:]
+    assert out.index(base) < out.index(hardening)
+    assert [e for e in pvesim.requests() if e["method"] in ("POST", "PUT", "DELETE")] == []
+    assert not list((tmp_path / "journal").glob("op-*.json"))
