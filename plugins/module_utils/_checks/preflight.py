@@ -221,7 +221,8 @@ class VmPreflight(Preflight):
             )
 
     def privileges(self) -> None:
-        stages = ["audit"] + [step["kind"] for step in self.plan["steps"]]
+        # one entry per kind: a plan has one profile step per profile, all of the registry's one profile row
+        stages = list(dict.fromkeys(["audit"] + [step["kind"] for step in self.plan["steps"]]))
         rows = required_privileges(
             stages,
             major=self.major if self.major in SUPPORTED_MAJORS else 9,

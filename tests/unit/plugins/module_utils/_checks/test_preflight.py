@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import typing as t
+from pathlib import Path
 
 import pytest
 from format_samples import catalog, definition, dump
@@ -33,6 +34,7 @@ schema_mod = pytest.importorskip("pvesim.schema")
 SECRET = "planted-secret-7f3c9a1e"
 NODE = "pve-test"
 UNDECIDABLE = {"template_revision", "dhcp_available", "guest_readiness", "workflow_permitted"}
+REPO = Path(__file__).resolve().parents[5]
 ALL_PRIVS = sorted({r.privilege for rows in STAGE_PRIVILEGES.values() for r in rows})
 
 
@@ -306,6 +308,27 @@ def test_privileges_message_names_path_privilege_and_stage() -> None:
     assert "VM.Snapshot on /vms/201 (snapshot)" in next(
         c["message"] for c in with_snapshot["checks"] if c["code"] == "privileges"
     )
+
+
+def test_a_plan_with_two_profiles_checks_the_profile_privileges_once() -> None:
+    """Two profile steps are two steps of the registry's one profile row: the privileges check runs (no unknown stage),
+    names the profile stage once, and passes when the guest-agent privileges are held."""
+    profiled = catalog()
+    profiled["images"][1]["distroFamily"] = "debian"  # the debian-13 mapping
+    doc = definition()
+    doc["profiles"] = [{"name": "ssh-hardening"}]  # base comes with it (required)
+    declarations = [path.read_text(encoding="utf-8") for path in sorted((REPO / "examples/profiles").glob("*.yml"))]
+    plan = build_plan(catalog=dump(profiled), definition=dump(doc), target_vmid=201, profiles=declarations)
+    assert [step.get("name") for step in plan.plan["steps"] if step["kind"] == "profile"] == [
+        "profile:base",
+        "profile:ssh-hardening",
+    ]
+    assert run(healthy_state(), plan=plan)[0]["privileges"] == "passed"
+    state = healthy_state()
+    state["privileges"] = {p: 1 for p in ALL_PRIVS if p != "VM.GuestAgent.Unrestricted"}
+    checks, result, _adapter = run(state, plan=plan)
+    message = next(c["message"] for c in result["checks"] if c["code"] == "privileges")
+    assert checks["privileges"] == "failed" and message.count("profile") == 1, message
 
 
 @pytest.mark.parametrize(
