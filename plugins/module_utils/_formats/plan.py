@@ -25,7 +25,7 @@ from .._core.errors import InputError
 from .definition import validate_definition
 from .format_errors import FormatError
 from .key_sources import apply_key_sources, check_key_sources
-from .presets import Preset, load_presets, merge_preset
+from .presets import Preset, beside_catalog_reader, load_presets, merge_preset
 from .profiles import (
     PlannedProfile,
     Profile,
@@ -123,19 +123,7 @@ def presets_reader(
 ) -> t.Callable[[], dict[str, Preset]]:
     """Reads the presets when called: inline ``presets``, else ``presets_path``, else the ``presets`` directory beside
     the catalog file when it exists, else none."""
-
-    def read() -> dict[str, Preset]:
-        if presets is not None:
-            return load_presets(documents=presets)
-        if presets_path is not None:
-            return load_presets(path=presets_path)
-        if catalog_path is not None:
-            beside = os.path.join(os.path.dirname(os.path.abspath(os.fspath(catalog_path))), "presets")
-            if os.path.isdir(beside):
-                return load_presets(path=beside)
-        return {}
-
-    return read
+    return beside_catalog_reader(load_presets, presets, presets_path, catalog_path, "presets")
 
 
 def effective_definition(

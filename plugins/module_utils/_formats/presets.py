@@ -153,6 +153,30 @@ def load_named_documents(
     return loaded
 
 
+def beside_catalog_reader(
+    load: t.Callable[..., dict[str, N]],
+    documents: t.Any,
+    path: str | os.PathLike[str] | None,
+    catalog_path: str | os.PathLike[str] | None,
+    directory: str,
+) -> t.Callable[[], dict[str, N]]:
+    """Reads with ``load`` when called: inline ``documents``, else the directory ``path``, else the directory named
+    ``directory`` beside the catalog file when it exists, else none (presets and profiles are found alike)."""
+
+    def read() -> dict[str, N]:
+        if documents is not None:
+            return load(documents=documents)
+        if path is not None:
+            return load(path=path)
+        if catalog_path is not None:
+            beside = os.path.join(os.path.dirname(os.path.abspath(os.fspath(catalog_path))), directory)
+            if os.path.isdir(beside):
+                return load(path=beside)
+        return {}
+
+    return read
+
+
 def load_presets(*, path: str | os.PathLike[str] | None = None, documents: t.Any = None) -> dict[str, Preset]:
     """The presets of a directory ``path`` or of ``documents`` (``load_named_documents``), by name; neither: none."""
     loaded = load_named_documents(

@@ -28,7 +28,7 @@ from .._core.errors import InputError
 from .catalog import baked_identities, is_container
 from .format_errors import DEFINITION, FormatError, check_document_schema
 from .hashing import canonical_json, sha256_hex
-from .presets import load_named_documents
+from .presets import beside_catalog_reader, load_named_documents
 from .profile_schemas import DISTRO_FAMILY_PATTERN, MAX_PROFILES, PROFILE_NAME_PATTERN
 from .schemas import API_VERSION, PLAIN_KEY, _integer, _string
 
@@ -185,19 +185,7 @@ def profiles_reader(
 ) -> t.Callable[[], dict[str, Profile]]:
     """Reads the declarations when called: inline ``profiles``, else ``profiles_path``, else the ``profiles`` directory
     beside the catalog file when it exists, else none."""
-
-    def read() -> dict[str, Profile]:
-        if profiles is not None:
-            return load_profiles(documents=profiles)
-        if profiles_path is not None:
-            return load_profiles(path=profiles_path)
-        if catalog_path is not None:
-            beside = os.path.join(os.path.dirname(os.path.abspath(os.fspath(catalog_path))), "profiles")
-            if os.path.isdir(beside):
-                return load_profiles(path=beside)
-        return {}
-
-    return read
+    return beside_catalog_reader(load_profiles, profiles, profiles_path, catalog_path, "profiles")
 
 
 def _typed_vars(profile: Profile, given: t.Mapping[str, t.Any], path: str | None) -> dict[str, t.Any]:
