@@ -428,7 +428,7 @@ def _agent_output(conn: dict[str, t.Any], vm: str, argv: list[str]) -> str:
     )
     assert started.status_code == 200, started.text
     pid = started.json()["data"]["pid"]
-    for _ in range(120):
+    for _attempt in range(120):
         status = requests.get(
             conn["url"] + f"{vm}/agent/exec-status",
             params={"pid": pid},
