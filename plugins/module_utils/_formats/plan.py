@@ -189,11 +189,20 @@ def plan_steps(
     the registry puts the ``profile`` kind, else right after ``packages`` (docs/profiles.md)."""
     family = CONTAINER if is_container(mapping) else VM
     inputs = {"definition": definition, "mapping": mapping, "profiles": list(profiles)}
-    kinds = [step["kind"] for step in planned_steps(family, inputs) if step["kind"] != PROFILE_STEP]
+    return with_profile_steps(family, planned_steps(family, inputs), profiles, "packages")
+
+
+def with_profile_steps(
+    family: str, planned: t.Sequence[t.Mapping[str, t.Any]], profiles: t.Sequence[str], after: str
+) -> list[dict[str, t.Any]]:
+    """``planned`` (the registry's steps of ``family``) with one ``profile`` step per name of ``profiles`` where the
+    registry puts the ``profile`` kind, else right after the kind ``after`` (the VM plan's ``packages``, the template
+    build's ``prepare``); without profiles exactly the registry's steps (1-based ``position``)."""
+    kinds = [step["kind"] for step in planned if step["kind"] != PROFILE_STEP]
     if not profiles:
         return [{"position": position, "kind": kind} for position, kind in enumerate(kinds, start=1)]
     order = list(stage_kinds(family))
-    anchor = order.index(PROFILE_STEP) if PROFILE_STEP in order else order.index("packages") + 1
+    anchor = order.index(PROFILE_STEP) if PROFILE_STEP in order else order.index(after) + 1
     split = len([kind for kind in kinds if order.index(kind) < anchor])
     steps: list[dict[str, t.Any]] = [{"kind": kind} for kind in kinds[:split]]
     steps += [{"kind": PROFILE_STEP, "name": "%s:%s" % (PROFILE_STEP, name)} for name in profiles]
