@@ -476,9 +476,8 @@ def template_plan_document(
 ) -> dict[str, t.Any]:
     """The TemplateBuildPlan v1 document (docs/templates.md, "Plan"); ``profiles``: the plan's entries of the profiles
     to bake (``resolve_build_profiles``), each with a ``profile:<name>`` step right after ``prepare``."""
-    steps = with_profile_steps(
-        TEMPLATE, planned_steps(TEMPLATE, {"build": build}), [p["name"] for p in profiles], "prepare"
-    )
+    names = [entry["name"] for entry in profiles]
+    steps = with_profile_steps(TEMPLATE, planned_steps(TEMPLATE, {"build": build, "profiles": names}), names, "prepare")
     document = {
         "apiVersion": API_VERSION,
         "kind": "TemplateBuildPlan",
