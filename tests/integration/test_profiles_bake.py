@@ -211,6 +211,7 @@ def test_a_template_build_bakes_a_profile_and_the_plan_picks_it(request: pytest.
         privileges = {path: list(privs) for path, privs in FULL_TOKEN_ACL.items()}
         privileges["/storage/local"] = ["Datastore.AllocateTemplate", "Datastore.Audit"]
         privileges["/nodes/pve-test"] = privileges["/nodes/pve-test"] + ["Sys.AccessNetwork"]
+        privileges[f"/vms/{VMID}"] = privileges["/vms"] + ["VM.Clone"]  # the build, and the roll-out clones it
         PvesimAdmin(conn).set_token(conn["tokens"]["full"]["id"], privileges=privileges)
         build = tmp_path / "template-build.yml"
         build.write_text(yaml.safe_dump(_build_document(images), sort_keys=False), encoding="utf-8")
