@@ -195,7 +195,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import stage_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import (
     CONTAINER,
-    stage_kinds,
+    module_stage_kinds,
     stage_spec,
 )
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.logic import build_logic
@@ -210,7 +210,7 @@ def _logic(params: dict[str, t.Any]) -> StageLogic:
 ENTRY = stage_entry(
     _logic,
     {
-        "stage": {"type": "str", "required": True, "choices": list(stage_kinds(CONTAINER))},
+        "stage": {"type": "str", "required": True, "choices": list(module_stage_kinds(CONTAINER))},
         "installed": {"type": "dict"},
         "write_check": {"type": "bool", "default": False},
         "readiness_timeout": {"type": "float", "default": 300.0},

@@ -217,7 +217,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_m
     run_stage,
     stage_argument_spec,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import TEMPLATE, stage_kinds
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import TEMPLATE, module_stage_kinds
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.template.common import (
     GUEST_WRITE_STAGES,
     PREPARED_BY,
@@ -230,7 +230,7 @@ def argument_spec() -> dict:
     spec = stage_argument_spec()
     spec.update(
         {
-            "stage": {"type": "str", "required": True, "choices": list(stage_kinds(TEMPLATE))},
+            "stage": {"type": "str", "required": True, "choices": list(module_stage_kinds(TEMPLATE))},
             "build_ssh_public_key": {"type": "str"},
             "prepared_by": {"type": "str", "choices": list(PREPARED_BY)},
             "passwd_status": {"type": "str", "no_log": False},  # the status line of passwd -S: no secret

@@ -25,6 +25,7 @@ if [[ $parts == *" container "* ]]; then
   "$venv/bin/python" -m pytest -m realcontainer tests/acceptance/test_real_container.py tools/pvesim/tests/test_realcontainer.py \
     tools/pvesim/tests/test_containerguest.py \
     tools/pvesim/tests/test_nodessh.py tests/integration/test_pct_route.py \
-    tests/integration/test_qga_modules.py tests/integration/test_profiles_run.py -s -q -p no:cacheprovider "$@"
+    tests/integration/test_qga_modules.py tests/integration/test_profiles_run.py \
+    tests/integration/test_profiles_bake.py -s -q -p no:cacheprovider "$@"
   echo "[acceptance] real-container part: $((SECONDS - start)) s"
 fi

@@ -66,7 +66,7 @@ def _registry_vars() -> dict[str, str]:
     registry = _registry()
 
     def kinds(family: str) -> str:
-        names = ["V(%s)" % kind for kind in registry.stage_kinds(family)]
+        names = ["V(%s)" % kind for kind in registry.module_stage_kinds(family)]
         return ", ".join(names[:-1]) + " or " + names[-1]
 
     return {"container_kinds": kinds(registry.CONTAINER), "template_kinds": kinds(registry.TEMPLATE)}

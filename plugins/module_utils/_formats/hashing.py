@@ -149,4 +149,9 @@ def template_build_mapping(build: t.Mapping[str, t.Any], template_vmid: int, dis
     }
     if "distroFamily" in build:  # the OS family the operator declared (docs/profiles.md); absent, as before
         mapping["distroFamily"] = build["distroFamily"]
+    if build.get("profiles"):  # the profiles the build bakes (docs/templates.md, "Baking profiles"); absent, as before
+        mapping["bakedProfiles"] = [
+            {"name": entry["name"], "version": entry["version"], "declarationHash": entry["declarationHash"]}
+            for entry in build["profiles"]
+        ]
     return mapping

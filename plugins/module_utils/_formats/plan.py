@@ -42,7 +42,7 @@ from .networks import FAMILIES, planned_nic
 from .hashing import definition_hash as compute_definition_hash
 from .hashing import plan_hash as compute_plan_hash
 from .schemas import API_VERSION, NODE_PATTERN, VMID_MAX, VMID_MIN
-from .._stages.registry import CONTAINER, PROFILE, VM, planned_steps
+from .._stages.registry import CONTAINER, VM, planned_steps
 
 PROVIDER = "proxmox-ve"
 NETWORK = "ipv4-dhcp"
@@ -175,13 +175,7 @@ def plan_steps(
     ``profile:<name>``), in run order (docs/profiles.md). Only VMs run profiles (``container_profiles_unsupported``)."""
     family = CONTAINER if is_container(mapping) else VM
     inputs = {"definition": definition, "mapping": mapping, "profiles": list(profiles)}
-    steps: list[dict[str, t.Any]] = []
-    for step in planned_steps(family, inputs):
-        if step["kind"] == PROFILE:
-            steps += [{"kind": PROFILE, "name": "%s:%s" % (PROFILE, name)} for name in profiles]
-        else:
-            steps.append({"kind": step["kind"]})
-    return [dict(position=position, **step) for position, step in enumerate(steps, start=1)]
+    return planned_steps(family, inputs)
 
 
 def check_target_vmid(target_vmid: t.Any, template_vmid: int | None = None) -> int:

@@ -15,11 +15,17 @@ credentials in the URL, a usable build address). Every refusal is a ``FormatErro
 applied; ``planHash`` is the SHA-256 of the compact JSON ``[templateBuildHash, templateVmid]``
 (docs/templates.md). Planning never contacts Proxmox.
 
+Profiles to bake (docs/templates.md, "Baking profiles") are read with the plan's declaration inputs
+(``_formats.profiles``); the hashed build records each one that runs as ``{name, version,
+declarationHash, vars}`` in run order, and the plan gains one ``profile:<name>`` step each after
+``prepare``. Without ``profiles`` the build, the plan and both hashes are exactly as before.
+
 This is a private module_utils file: not a public API.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import ipaddress
 import os
@@ -31,7 +37,8 @@ from .._core.errors import InputError
 from .yaml_strict import load_strict_yaml, read_source
 from .format_errors import RULE_TEXTS, FormatError, check_document_schema
 from .hashing import definition_hash, template_plan_hash
-from .profile_schemas import DISTRO_FAMILY
+from .profile_schemas import DEFINITION_PROFILES, DISTRO_FAMILY
+from .profiles import NOT_RECORDED, Profile, check_distro_families, plan_profiles, profiles_reader, resolve_profiles
 from .schemas import (
     API_VERSION,
     BRIDGE_PATTERN,
@@ -83,6 +90,15 @@ def _refuse(path: str, rule: str) -> FormatError:
 
 
 _PACKAGES_SCHEMA = DEFINITION_SCHEMA_V1["properties"]["packages"]
+# A build requests profiles as a definition does (name, vars, optional pins), without the plan-recorded requiredBy.
+_BUILD_PROFILES: dict[str, t.Any] = dict(
+    DEFINITION_PROFILES,
+    description="The profiles to bake into the template, run in the preparation boot (docs/templates.md).",
+    items=dict(
+        DEFINITION_PROFILES["items"],
+        properties={k: v for k, v in DEFINITION_PROFILES["items"]["properties"].items() if k != "requiredBy"},
+    ),
+)
 
 
 def _string(pattern: str, description: str) -> dict[str, t.Any]:
@@ -201,6 +217,7 @@ TEMPLATE_BUILD_SCHEMA_V1: dict[str, t.Any] = {
         ),
         "packages": _PACKAGES_SCHEMA,
         "distroFamily": DISTRO_FAMILY,
+        "profiles": _BUILD_PROFILES,
         "buildAddress": {
             "type": "object",
             "additionalProperties": False,
@@ -313,7 +330,41 @@ def validate_template_build(data: t.Any) -> dict[str, t.Any]:
     }
     if "distroFamily" in data:  # optional (docs/profiles.md): absent, the build and its hashes are as before
         normalized["distroFamily"] = str(data["distroFamily"])
+    if data.get("profiles"):  # the request; build_template_plan replaces it by the resolved profiles. Empty = absent
+        normalized["profiles"] = copy.deepcopy(list(data["profiles"]))
     return normalized
+
+
+def resolve_build_profiles(
+    build: t.Mapping[str, t.Any], declarations: t.Callable[[], t.Mapping[str, Profile]]
+) -> tuple[dict[str, t.Any], list[dict[str, t.Any]]]:
+    """The build with its ``profiles`` request resolved (what ``templateBuildHash`` covers) and the plan's ``profiles``.
+
+    The rules are the definition's (``resolve_profiles``: ``profile_not_found``, ``invalid_profile_vars``, ...; a
+    required variable needs a value in the build), and every profile must support the build's ``distroFamily``, which
+    a build that bakes profiles must declare (``distro_family_not_recorded``, path ``distroFamily``). Each resolved
+    entry is ``{name, version, declarationHash, vars}`` (vars typed, request over defaults), plus ``requiredBy`` for one
+    added because others require it, in run order. ``declarations`` is called only when profiles are requested."""
+    if not build.get("profiles"):
+        return dict(build), []
+    _pins, planned = resolve_profiles(build["profiles"], declarations)
+    if "distroFamily" not in build:
+        raise InputError(
+            "The TemplateBuild bakes profiles but declares no distroFamily; declare the image's OS family.",
+            code=NOT_RECORDED,
+            path="distroFamily",
+            details={"rule": "distro_family_not_recorded"},
+        )
+    check_distro_families(build, planned)
+    entries = [
+        {key: value for key, value in entry.items() if key not in ("baked", "run")}
+        for entry in plan_profiles({}, planned)
+    ]
+    resolved = [
+        {key: entry[key] for key in ("name", "version", "declarationHash", "vars", "requiredBy") if key in entry}
+        for entry in entries
+    ]
+    return dict(build, profiles=resolved), entries
 
 
 def parse_template_build(
@@ -376,6 +427,31 @@ def read_stamp(description: t.Any) -> dict[str, str] | None:
     return stamp
 
 
+_BAKED_ENTRY = re.compile(r"^([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)@([1-9][0-9]{0,8}):([0-9a-f]{64})$")
+
+
+def baked_profiles_text(baked: t.Sequence[t.Mapping[str, t.Any]]) -> str:
+    """The stamp's ``bakedProfiles`` value: ``name@version:declarationHash`` per baked profile, comma-separated."""
+    return ",".join("%s@%d:%s" % (entry["name"], entry["version"], entry["declarationHash"]) for entry in baked)
+
+
+def stamp_baked_profiles(description: t.Any) -> list[dict[str, t.Any]] | None:
+    """The ``bakedProfiles`` a template's stamp records (the catalog mapping's shape), ``[]`` when it records none,
+    ``None`` when the description is no stamp or the line is not in its exact form."""
+    stamp = read_stamp(description)
+    if stamp is None:
+        return None
+    if "bakedProfiles" not in stamp:
+        return []
+    baked: list[dict[str, t.Any]] = []
+    for item in stamp["bakedProfiles"].split(","):
+        match = _BAKED_ENTRY.match(item)
+        if match is None:
+            return None
+        baked.append({"name": match.group(1), "version": int(match.group(2)), "declarationHash": match.group(3)})
+    return baked
+
+
 @dataclasses.dataclass(frozen=True)
 class PlannedTemplateBuild:
     """A validated TemplateBuild, its plan document and both hashes."""
@@ -391,10 +467,17 @@ class PlannedTemplateBuild:
 
 
 def template_plan_document(
-    build: t.Mapping[str, t.Any], vmid: int, build_hash: str, plan_hash: str
+    build: t.Mapping[str, t.Any],
+    vmid: int,
+    build_hash: str,
+    plan_hash: str,
+    profiles: t.Sequence[t.Mapping[str, t.Any]] = (),
 ) -> dict[str, t.Any]:
-    """The TemplateBuildPlan v1 document (docs/templates.md, "Plan")."""
-    return {
+    """The TemplateBuildPlan v1 document (docs/templates.md, "Plan"); ``profiles``: the plan's entries of the profiles
+    to bake (``resolve_build_profiles``), each with a ``profile:<name>`` step right after ``prepare``."""
+    names = [entry["name"] for entry in profiles]
+    steps = planned_steps(TEMPLATE, {"build": build, "profiles": names})
+    document = {
         "apiVersion": API_VERSION,
         "kind": "TemplateBuildPlan",
         "image": build["image"],
@@ -414,19 +497,28 @@ def template_plan_document(
         "templateVersion": build["templateVersion"],
         **({"resources": {"diskGiB": build["diskGiB"]}} if "diskGiB" in build else {}),
         # The registry's template stages; disk (grow the imported disk) only when diskGiB is declared.
-        "steps": planned_steps(TEMPLATE, {"build": build}),
+        "steps": steps,
         "liveVerified": False,
         "vmidReserved": False,
     }
+    if profiles:  # a build baking no profiles keeps exactly its v1 plan
+        document["profiles"] = [copy.deepcopy(dict(entry)) for entry in profiles]
+    return document
 
 
 def build_template_plan(
-    *, text: str | bytes | None = None, path: str | os.PathLike[str] | None = None
+    *,
+    text: str | bytes | None = None,
+    path: str | os.PathLike[str] | None = None,
+    profiles_path: str | os.PathLike[str] | None = None,
+    profiles: t.Any = None,
 ) -> PlannedTemplateBuild:
-    """Validate a TemplateBuild and plan it offline; ``invalid_template_build`` for every refusal.
+    """Validate a TemplateBuild and plan it offline; ``invalid_template_build`` for every refusal of the document.
 
     ``templateVmid: auto`` is valid in the document but cannot be planned before VMID allocation
-    exists (rule ``auto_needs_allocation``).
+    exists (rule ``auto_needs_allocation``). Profile declarations (read only when the build requests profiles):
+    inline ``profiles``, else ``profiles_path``, else the ``profiles`` directory beside the TemplateBuild file
+    ``path`` when it exists.
     """
     if (text is None) == (path is None):
         raise InputError(
@@ -439,26 +531,38 @@ def build_template_plan(
     if build["templateVmid"] == "auto":
         raise _refuse("templateVmid", "auto_needs_allocation")
     vmid = int(build["templateVmid"])
+    build, entries = resolve_build_profiles(build, profiles_reader(profiles_path, profiles, path))
     build_hash = template_build_hash(build)
     plan_hash = template_plan_hash(build_hash, vmid)
     return PlannedTemplateBuild(
         build=build,
-        plan=template_plan_document(build, vmid, build_hash, plan_hash),
+        plan=template_plan_document(build, vmid, build_hash, plan_hash, entries),
         template_build_hash=build_hash,
         plan_hash=plan_hash,
     )
 
 
 def template_build_argument_spec() -> dict[str, dict[str, t.Any]]:
-    """The TemplateBuild input options (documented by the ``vmanyware.proxmox.template_build_inputs`` doc fragment)."""
-    return {"template_build_path": {"type": "path"}, "template_build": {"type": "str"}}
+    """The TemplateBuild input options (documented by the ``vmanyware.proxmox.template_build_inputs`` doc fragment);
+    the profile declarations are read as the plan reads them (``profiles_path``, ``profiles``)."""
+    return {
+        "template_build_path": {"type": "path"},
+        "template_build": {"type": "str"},
+        "profiles_path": {"type": "path"},
+        "profiles": {"type": "list", "elements": "raw"},
+    }
 
 
 TEMPLATE_BUILD_CONSTRAINTS: dict[str, t.Any] = {
-    "mutually_exclusive": (("template_build_path", "template_build"),),
+    "mutually_exclusive": (("template_build_path", "template_build"), ("profiles_path", "profiles")),
     "required_one_of": (("template_build_path", "template_build"),),
 }
 
 
 def template_plan_from_params(params: t.Mapping[str, t.Any]) -> PlannedTemplateBuild:
-    return build_template_plan(text=params["template_build"], path=params["template_build_path"])
+    return build_template_plan(
+        text=params["template_build"],
+        path=params["template_build_path"],
+        profiles_path=params.get("profiles_path"),
+        profiles=params.get("profiles"),
+    )

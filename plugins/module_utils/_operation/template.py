@@ -100,7 +100,7 @@ def create_template_operation(
         key=key,
         provider_scope_id=provider_scope_id,
         snapshots=snapshots,
-        stage_kinds=[step["kind"] for step in plan["steps"]],
+        stage_kinds=[step.get("name") or step["kind"] for step in plan["steps"]],  # a profile's stage: profile:<name>
         target=plan["target"],
         check_mode=check_mode,
     )

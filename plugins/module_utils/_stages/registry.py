@@ -108,7 +108,7 @@ def disk_grows(inputs: Inputs) -> bool:
 
 
 def runs_profiles(inputs: Inputs) -> bool:
-    """The plan runs profiles (one ``profile:<name>`` step each, docs/profiles.md); ``inputs['profiles']`` lists them."""
+    """The plan runs (or the build bakes) profiles, one ``profile:<name>`` step each: ``inputs['profiles']`` names them."""
     return bool(inputs.get("profiles"))
 
 
@@ -274,6 +274,15 @@ STAGES: tuple[StageSpec, ...] = (
     _template("configure"),
     _template("start"),
     _template("prepare"),
+    # One step per profile the build bakes (docs/templates.md, "Baking profiles"), in the preparation boot.
+    StageSpec(
+        PROFILE,
+        TEMPLATE,
+        "vmanyware_profile",
+        role_file="roles/template/tasks/profile.yml",
+        when=runs_profiles,
+        nested_playbook=True,
+    ),
     _template("generalize"),
     _template("shutdown"),
     _template("unconfigure"),
@@ -297,6 +306,11 @@ def stage_kinds(family: str = VM) -> tuple[str, ...]:
     return tuple(spec.kind for spec in stages_in_order(family))
 
 
+def module_stage_kinds(family: str) -> tuple[str, ...]:
+    """The kinds of ``family`` its stage module runs through its ``stage`` option (not a nested playbook's), in order."""
+    return tuple(spec.kind for spec in stages_in_order(family) if spec.module_stage)
+
+
 def step_kind(stage: str) -> str:
     """The registry kind of a journal stage or plan step name: ``profile:<name>`` is a ``profile`` row's step."""
     return PROFILE if stage.startswith(PROFILE + ":") else stage
@@ -311,6 +325,14 @@ def stage_spec(kind: str, family: str = VM) -> StageSpec:
 
 
 def planned_steps(family: str, inputs: Inputs) -> list[dict[str, t.Any]]:
-    """The plan steps of ``family`` for ``inputs``: ``[{'position': 1, 'kind': ...}, ...]`` (1-based)."""
-    kinds = [spec.kind for spec in stages_in_order(family) if spec.planned(inputs)]
-    return [{"position": position, "kind": kind} for position, kind in enumerate(kinds, start=1)]
+    """The plan steps of ``family`` for ``inputs``: ``[{'position': 1, 'kind': ...}, ...]`` (1-based); a ``profile``
+    row stands one step per name of ``inputs['profiles']``, in that order, each named ``profile:<name>``."""
+    steps: list[dict[str, t.Any]] = []
+    for spec in stages_in_order(family):
+        if not spec.planned(inputs):
+            continue
+        if spec.kind == PROFILE:
+            steps += [{"kind": PROFILE, "name": "%s:%s" % (PROFILE, name)} for name in inputs.get("profiles") or ()]
+        else:
+            steps.append({"kind": spec.kind})
+    return [dict(position=position, **step) for position, step in enumerate(steps, start=1)]

@@ -16,6 +16,7 @@ import typing as t
 from ..._api.pveconfig import int_value, tag_list
 from ..._formats.catalog import normalize_mapping
 from ..._formats.format_errors import FormatError
+from ..._formats.template_build import baked_profiles_text
 from ..._journal import stage as journal_stage
 from ..._operation.create import instance_tag
 from ..protocol import StageContext, StageLogic
@@ -40,6 +41,7 @@ def stamp_description(operation: t.Mapping[str, t.Any], prepared_by: str) -> str
         "templateVersion %s" % plan["templateVersion"],
         "buildOperation %s" % operation["operationId"],
         "packages %s" % ",".join(p["name"] for p in plan["packages"]),
+        *(["bakedProfiles %s" % baked_profiles_text(plan["profiles"])] if plan.get("profiles") else []),
         "preparedBy %s"
         % (
             "stand-in (simulated guest: nothing was installed or verified)"
@@ -71,6 +73,15 @@ def catalog_mapping(operation: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     ordered.update(sourceDiskGiB=size // GIB, guestUser=mapping["guestUser"])
     if "distroFamily" in mapping:  # declared in the TemplateBuild (docs/profiles.md): profiles need it in the catalog
         ordered["distroFamily"] = mapping["distroFamily"]
+    if mapping.get("bakedProfiles"):  # every one ran to a clean end in the preparation boot (docs/templates.md)
+        for entry in mapping["bakedProfiles"]:
+            if journal_stage(operation, "profile:" + entry["name"]).get("status") != "completed":
+                raise StageError(
+                    "A profile to bake has not completed; the template would not have it baked in.",
+                    code="observation_mismatch",
+                    details={"stage": "stamp", "rule": "profile_not_completed", "profile": entry["name"]},
+                )
+        ordered["bakedProfiles"] = [dict(entry) for entry in mapping["bakedProfiles"]]
     generalized = journal_stage(operation, "generalize")["evidence"]
     if (
         generalized.get("passwordLocked") is True
@@ -182,6 +193,13 @@ def mapping_yaml(mapping: t.Mapping[str, t.Any]) -> str:
         if isinstance(value, dict):
             lines.append("%s%s:" % (prefix, key))
             lines.extend("    %s: %s" % (inner, scalar(item)) for inner, item in value.items())
+        elif isinstance(value, list):  # bakedProfiles: a list of flat mappings
+            lines.append("%s%s:" % (prefix, key))
+            for entry in value:
+                lines.extend(
+                    "    %s%s: %s" % ("- " if position == 0 else "  ", inner, scalar(item))
+                    for position, (inner, item) in enumerate(entry.items())
+                )
         else:
             lines.append("%s%s: %s" % (prefix, key, scalar(value)))
     return "\n".join(lines) + "\n"

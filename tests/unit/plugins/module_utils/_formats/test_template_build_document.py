@@ -212,12 +212,12 @@ def test_plan_document() -> None:
     assert plan["source"]["importVolume"] == "local:import/vmanyware-debian-13-aaaaaaaaaaaaaaaa.qcow2"
     assert import_file_name(planned.build) == "vmanyware-debian-13-aaaaaaaaaaaaaaaa.qcow2"
     assert [step["kind"] for step in plan["steps"]] == [
-        kind for kind in stage_kinds(TEMPLATE) if kind != "disk"
-    ]  # no diskGiB declared
+        kind for kind in stage_kinds(TEMPLATE) if kind not in ("disk", "profile")
+    ]  # no diskGiB declared, no profiles baked
     grown = build_template_plan(text=yaml.safe_dump(minimal(diskGiB=8))).plan
-    assert [step["kind"] for step in grown["steps"]] == list(stage_kinds(TEMPLATE)) and grown["resources"] == {
-        "diskGiB": 8
-    }
+    assert [step["kind"] for step in grown["steps"]] == [k for k in stage_kinds(TEMPLATE) if k != "profile"] and grown[
+        "resources"
+    ] == {"diskGiB": 8}
     assert plan["liveVerified"] is False and plan["vmidReserved"] is False
     assert planned.vmid == 9000
 

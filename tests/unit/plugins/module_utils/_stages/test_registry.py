@@ -30,6 +30,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry
     TEMPLATE,
     VM,
     StageSpec,
+    module_stage_kinds,
     planned_steps,
     stage_kinds,
     stage_spec,
@@ -86,15 +87,23 @@ def test_the_profile_row_is_a_nested_playbook_with_no_logic_class_and_its_steps_
     """The profile stage is run by vmanyware_profile as a nested ansible-playbook: no StageLogic, its module runs the
     profile runtime, and every ``profile:<name>`` journal stage is a step of that one row."""
     nested = [spec for spec in STAGES if spec.nested_playbook]
-    assert [(spec.family, spec.kind) for spec in nested] == [(VM, PROFILE)]
+    assert [(spec.family, spec.kind) for spec in nested] == [(VM, PROFILE), (TEMPLATE, PROFILE)]
+    assert {spec.module for spec in nested} == {"vmanyware_profile"}
     with pytest.raises(KeyError):
         logic_class(nested[0])
     tree = ast.parse((REPO / "plugins" / "modules" / (nested[0].module + ".py")).read_text(encoding="utf-8"))
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
     assert "profile_entry" in imported
     assert step_kind("profile:ssh-hardening") == PROFILE and step_kind("packages") == "packages"
-    vm = stage_kinds(VM)
+    vm, template = stage_kinds(VM), stage_kinds(TEMPLATE)
     assert vm.index("packages") < vm.index(PROFILE) < vm.index("snapshot")
+    assert template.index("prepare") < template.index(PROFILE) < template.index("generalize")
+    build = {"build": {}, "profiles": ["base", "ssh-hardening"]}
+    assert [step.get("name") for step in planned_steps(TEMPLATE, build) if step["kind"] == PROFILE] == [
+        "profile:base",
+        "profile:ssh-hardening",
+    ]
+    assert PROFILE not in [step["kind"] for step in planned_steps(TEMPLATE, {"build": {}})]
 
 
 @pytest.mark.parametrize(
@@ -112,10 +121,12 @@ def test_single_stage_module_runs_the_registry_logic(spec: StageSpec) -> None:
 
 @pytest.mark.parametrize("family", [CONTAINER, TEMPLATE])
 def test_stage_option_choices_are_the_registry_kinds(family: str) -> None:
-    modules = {spec.module for spec in stages_in_order(family)}
-    assert len(modules) == 1 and all(spec.module_stage for spec in stages_in_order(family))
+    rows = [spec for spec in stages_in_order(family) if not spec.nested_playbook]
+    modules = {spec.module for spec in rows}
+    assert len(modules) == 1 and all(spec.module_stage for spec in rows)
     module = importlib.import_module("ansible_collections.vmanyware.proxmox.plugins.modules." + modules.pop())
-    assert module.ENTRY.module_kwargs()["argument_spec"]["stage"]["choices"] == list(stage_kinds(family))
+    choices = module.ENTRY.module_kwargs()["argument_spec"]["stage"]["choices"]
+    assert choices == list(module_stage_kinds(family)) == [spec.kind for spec in rows]
 
 
 @pytest.mark.parametrize("spec", [s for s in STAGES if s.role_file], ids=spec_id)
@@ -186,7 +197,9 @@ def test_plan_steps_follow_the_registry_conditions() -> None:
     assert [
         step["kind"] for step in plan_steps(bare, {"guestType": "container", "ostemplate": "local:vztmpl/x.tar.zst"})
     ] == ["create", "start", "readiness"]
-    assert [step["kind"] for step in planned_steps(TEMPLATE, {"build": {"diskGiB": 8}})] == list(stage_kinds(TEMPLATE))
+    assert [step["kind"] for step in planned_steps(TEMPLATE, {"build": {"diskGiB": 8}, "profiles": ["base"]})] == list(
+        stage_kinds(TEMPLATE)
+    )
     assert "disk" not in [step["kind"] for step in planned_steps(TEMPLATE, {"build": {}})]
 
 

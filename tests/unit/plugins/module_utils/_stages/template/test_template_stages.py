@@ -37,16 +37,21 @@ OPERATION_ID = "op-" + "a" * 26
 
 
 def operation(
-    disk_bytes: int = 8 * GIB, generalized: dict[str, t.Any] | None = None, **changes: t.Any
+    disk_bytes: int = 8 * GIB,
+    generalized: dict[str, t.Any] | None = None,
+    profile_documents: t.Any = None,
+    **changes: t.Any,
 ) -> dict[str, t.Any]:
-    planned = build_template_plan(text=yaml.safe_dump(minimal(diskGiB=8, **changes)))
+    """A template build operation document with the evidence the stamp reads; ``profile_documents``: the declarations
+    of the profiles the build (``changes``) bakes."""
+    planned = build_template_plan(text=yaml.safe_dump(minimal(diskGiB=8, **changes)), profiles=profile_documents)
     definition, mapping, plan = journal_snapshots(planned)
     document = new_operation_document(
         OPERATION_ID,
         None,
         {"scope": "pve:x", "node": "pve-test", "vmid": 9000},
         {"definition": definition, "mapping": mapping, "plan": plan, "confirmation": {}},
-        [step["kind"] for step in plan["steps"]],
+        [step.get("name") or step["kind"] for step in plan["steps"]],
         "2026-12-01T00:00:00.000000Z",
     )
     stages = {item["kind"]: item for item in document["stages"]}
