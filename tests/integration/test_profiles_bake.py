@@ -3,17 +3,16 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """A template build that bakes a profile (docs/templates.md, "Baking profiles"), on pvesim ``--guests container``, and the
-plan that picks the baked template.
+plan that picks the baked template, then the roll-out from it.
 
 The shipped ``vmanyware.proxmox.template`` playbook builds template 9100 from a TemplateBuild requesting ``base``: the
 profile's role really runs through ``vmanyware.proxmox.qga`` in the build VM's LXC container between ``prepare`` and
 ``generalize`` (journaled as ``profile:base``), and the printed catalog mapping records ``bakedProfiles``. A catalog of
 that mapping and a bare template of the same image then plans a definition requesting ``[base, ssh-hardening]``: the
-plan picks 9100 (``most_requested_baked``) and skips ``base`` (``run: false``).
-
-Not here yet: the roll-out from 9100 with the provision role. It passes (base skipped with its reason, ssh-hardening run
-through the agent) once the VM stage registry has a ``profile`` row; without it the VM preflight's privilege table has
-no ``profile`` stage and fails (``internal_error``). The commit before the one that removed it has that part.
+plan picks 9100 (``most_requested_baked``) and skips ``base`` (``run: false``), and the provision role provisions
+from 9100 with only ``ssh-hardening`` running (through the agent). The simulator starts a clone from the container root
+file system, not from its template's tree, so the clone does not carry the baked files: the roll-out shows the plan's
+skip and the remaining profile, not the baked content (which the build VM's disk shows).
 
 Why the stand-in: the build VM is a container on the host's network, so the build address is not reachable over SSH
 and the role's SSH preparation and generalization cannot run (``vmanyware_template_stand_in``); the guest agent is
@@ -77,6 +76,12 @@ BARE = {  # the demo seed's template 9000, declared as having nothing baked in
         "passwordLocked": True,
         "noAuthorizedKeys": True,
     },
+}
+ATTESTATION = {
+    "name": "debian",
+    "templateVersion": "debian-13-baked-base",
+    "passwordLocked": True,
+    "noAuthorizedKeys": True,
 }
 DEFINITION = {
     "apiVersion": "vmanyware.dev/v1",
@@ -158,6 +163,37 @@ def _plan(tmp_path: Path, env: dict[str, str], catalog: Path) -> dict[str, t.Any
     return t.cast(dict[str, t.Any], json.loads(out.read_text(encoding="utf-8")))
 
 
+def _provision(tmp_path: Path, env: dict[str, str], catalog: Path) -> dict[str, dict[str, t.Any]]:
+    """DEFINITION provisioned by the provision role through the guest agent; its operation's stages by kind."""
+    provision = {
+        "name": "Provision",
+        "hosts": "localhost",
+        "gather_facts": False,
+        "roles": [
+            {
+                "role": "vmanyware.proxmox.provision",
+                "provision_catalog_path": str(catalog),
+                "provision_definition_path": str(tmp_path / "definition.yml"),
+                "provision_target_vmid": PROVISIONED,
+                "provision_confirmation_file": str(tmp_path / "provision-confirm.yml"),
+                "provision_known_hosts_file": str(tmp_path / "known_hosts"),
+                "provision_guest_connection": "qga",
+            }
+        ],
+    }
+    (tmp_path / "provision.yml").write_text(yaml.safe_dump([provision], sort_keys=False), encoding="utf-8")
+    env = dict(env, VMANYWARE_JOURNAL_DIR=str(tmp_path / "journal-provision"))
+    review = _run([str(BIN / "ansible-playbook"), "provision.yml"], env, tmp_path)
+    assert review.returncode == 0 and (tmp_path / "provision-confirm.yml").is_file(), review.stdout[-4000:]
+    applied = _run([str(BIN / "ansible-playbook"), "provision.yml", "-e", "@provision-confirm.yml"], env, tmp_path)
+    assert applied.returncode == 0, applied.stdout[-6000:] + applied.stderr[-2000:]
+    assert "baked into the template (version 1) and not per guest" in applied.stdout, applied.stdout[-6000:]
+    (path,) = list((tmp_path / "journal-provision").glob("op-*.json"))
+    document = JournalStore(str(tmp_path / "journal-provision")).load(json.loads(path.read_text())["operationId"])
+    assert document["status"] == "completed" and document["plan"]["templateChoice"]["templateVmid"] == VMID
+    return {item["kind"]: item for item in document["stages"]}
+
+
 def test_a_template_build_bakes_a_profile_and_the_plan_picks_it(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     if os.environ.get("PVESIM_REALCONTAINER") != "1" and "realcontainer" not in (
         request.config.getoption("markexpr") or ""
@@ -175,6 +211,7 @@ def test_a_template_build_bakes_a_profile_and_the_plan_picks_it(request: pytest.
         privileges = {path: list(privs) for path, privs in FULL_TOKEN_ACL.items()}
         privileges["/storage/local"] = ["Datastore.AllocateTemplate", "Datastore.Audit"]
         privileges["/nodes/pve-test"] = privileges["/nodes/pve-test"] + ["Sys.AccessNetwork"]
+        privileges[f"/vms/{VMID}"] = privileges["/vms"] + ["VM.Clone"]  # the build, and the roll-out clones it
         PvesimAdmin(conn).set_token(conn["tokens"]["full"]["id"], privileges=privileges)
         build = tmp_path / "template-build.yml"
         build.write_text(yaml.safe_dump(_build_document(images), sort_keys=False), encoding="utf-8")
@@ -264,6 +301,21 @@ def test_a_template_build_bakes_a_profile_and_the_plan_picks_it(request: pytest.
         names = [step.get("name", step["kind"]) for step in plan["steps"]]
         assert "profile:ssh-hardening" in names and "profile:base" not in names
 
+        # roll-out from the baked template: base is skipped with its reason, ssh-hardening runs through the agent. The
+        # operator attests the default user after reviewing the template (a stand-in build attests nothing itself).
+        attested = dict(built, imageDefaultUser=ATTESTATION)
+        catalog.write_text(
+            yaml.safe_dump(
+                {"apiVersion": "vmanyware.dev/v1", "kind": "TemplateCatalog", "images": [BARE, attested]},
+                sort_keys=False,
+            ),
+            encoding="utf-8",
+        )
+        stages = _provision(tmp_path, env, catalog)
+        assert "profile:base" not in stages
+        hardening = stages["profile:ssh-hardening"]
+        assert hardening["status"] == "completed" and hardening["evidence"]["failed"] == 0, hardening
+        assert hardening["evidence"]["changed"] >= 1 and hardening["evidence"]["transport"] == "qga"
     finally:
         images.close()
         if proc.poll() is None:
