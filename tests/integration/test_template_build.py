@@ -25,7 +25,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.tls import 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors import VmanywareError
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import normalize_mapping
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import open_store, run_stage
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import TEMPLATE, stage_kinds
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.registry import TEMPLATE, module_stage_kinds
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.template_build import (
     build_template_plan,
     read_stamp,
@@ -138,8 +138,8 @@ def test_build_every_stage_then_output_the_catalog_mapping(pvesim: t.Any, tmp_pa
     preview = build.run("download", check_mode=True)
     assert preview["done"] is False and preview["requests"][0]["path"] == "/nodes/pve-test/storage/local/download-url"
     assert preview["requests"][0]["params"]["checksum-algorithm"] == "sha256" and pvesim.requests(method="POST") == []
-    assert [step["kind"] for step in build.planned.plan["steps"]] == list(stage_kinds(TEMPLATE))
-    for kind in stage_kinds(TEMPLATE):
+    assert [step["kind"] for step in build.planned.plan["steps"]] == list(module_stage_kinds(TEMPLATE))
+    for kind in module_stage_kinds(TEMPLATE):
         result = build.until_done(kind)
         assert result["stage"]["status"] == "completed", (kind, result)
         again = build.run(kind)
@@ -325,7 +325,7 @@ def test_an_ssh_prepared_build_keeps_its_attestation_through_the_journal(
     real-guest acceptance). The guest reports are what the role hands over after its SSH work."""
     build = Build(pvesim, tmp_path, images, diskGiB=8)
     build.params.update(prepared_by="ssh", passwd_status="debian L 12/01/2026 0 99999 7 -1", authorized_keys_left=0)
-    for kind in stage_kinds(TEMPLATE):
+    for kind in module_stage_kinds(TEMPLATE):
         assert build.until_done(kind)["stage"]["status"] == "completed", kind
     document = build.store.load(build.operation_id)
     generalized = next(s for s in document["stages"] if s["kind"] == "generalize")["evidence"]
