@@ -73,6 +73,17 @@ def connection_argument_spec() -> dict[str, dict[str, t.Any]]:
     }
 
 
+def connection_environment() -> dict[str, str]:
+    """Connection option -> the ``PROXMOX_*`` variable its fallback reads first, for handing a connection to a child
+    process through its environment (the nested profile run's qga connection). ``unverified_tls_read_only`` is left
+    out: a child that sends commands must never inherit the read-only TLS exception."""
+    return {
+        option: spec["fallback"][1][0]
+        for option, spec in connection_argument_spec().items()
+        if option != "unverified_tls_read_only"
+    }
+
+
 def connection_settings(params: t.Mapping[str, t.Any]) -> ConnectionSettings:
     """Build validated ``ConnectionSettings`` from option values (``configuration_error`` on bad values).
 

@@ -35,22 +35,12 @@ import tempfile
 import time
 import typing as t
 
+from .._api.argspec import connection_environment
 from .._core.cancel import raise_if_cancelled
 
 GUEST_ALIAS = "vmanyware_guest"
 # connection option -> the environment variable the qga connection plugin reads it from (plugins/connection/qga.py)
-API_ENVIRONMENT = {
-    "api_host": "PROXMOX_HOST",
-    "api_port": "PROXMOX_PORT",
-    "api_user": "PROXMOX_USER",
-    "api_token_id": "PROXMOX_TOKEN_ID",
-    "api_token_secret": "PROXMOX_TOKEN_SECRET",
-    "api_password": "PROXMOX_PASSWORD",
-    "validate_certs": "PROXMOX_VALIDATE_CERTS",
-    "ca_path": "PROXMOX_CA_PATH",
-    "api_fingerprint": "PROXMOX_FINGERPRINT",
-    "api_timeout": "PROXMOX_TIMEOUT",
-}
+API_ENVIRONMENT = connection_environment()
 _RECAP = re.compile(
     r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)\s+"
     r"failed=(?P<failed>\d+)",

@@ -20,6 +20,7 @@ import pytest
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.cancel import RunCancelled
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.nested_playbook import (
+    API_ENVIRONMENT,
     NestedPlaybook,
     child_environment,
     run_nested,
@@ -120,3 +121,17 @@ def test_the_child_environment_replaces_proxmox_variables_and_adds_no_credential
     assert "PROXMOX_TOKEN_SECRET" not in qga and qga["PATH"] == "/usr/bin"
     ssh = child_environment(base, {"api_token_secret": "x"}, "ssh")
     assert not any(key.startswith("PROXMOX_") for key in ssh)
+
+
+def test_the_child_gets_every_connection_option_the_qga_plugin_reads_but_never_the_read_only_tls_exception() -> None:
+    import yaml
+
+    from ansible_collections.vmanyware.proxmox.plugins.connection import qga
+
+    options = yaml.safe_load(qga.DOCUMENTATION)["options"]
+    connection = {"api_host": "h", "api_token_secret": "s", "api_timeout": 5, "unverified_tls_read_only": True}
+    env = child_environment({"PROXMOX_UNVERIFIED_TLS_READ_ONLY": "true"}, connection, "qga")
+    assert (env["PROXMOX_HOST"], env["PROXMOX_TOKEN_SECRET"], env["PROXMOX_TIMEOUT"]) == ("h", "s", "5")
+    assert not any("UNVERIFIED" in key for key in env)
+    for option, name in API_ENVIRONMENT.items():
+        assert options[option]["env"][0]["name"] == name  # the plugin reads the variable the child is given
