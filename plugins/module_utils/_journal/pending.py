@@ -7,9 +7,11 @@
 storage (docs/operations.md, "Placement").
 
 An operation counts while its status is ``open`` or ``uncertain`` (confirmed, recorded, not completed, failed, abandoned
-or cleaned) in the given provider scope: its guest may not exist yet, or not use its memory yet, so Proxmox's reads do
-not show what it will take. It counts with the whole memory and disk its definition asks for (a conservative estimate:
-a guest already cloned is then counted twice for its disk).
+or cleaned) and its target is not released, in the given provider scope: its guest may not exist yet, or not use its
+memory yet, so Proxmox's reads do not show what it will take. The release decides, not the status alone: an operation
+abandoned without a reason keeps its provisioning status (``open`` say) and only its ``release`` says it is over. It
+counts with the whole memory and disk its definition asks for (a conservative estimate: a guest already cloned is then
+counted twice for its disk).
 
 This is a private module_utils file: not a public API.
 """
@@ -24,20 +26,24 @@ PENDING_STATUSES = ("open", "uncertain")
 
 
 def pending_operations(store: JournalStore, scope: str) -> list[dict[str, t.Any]]:
-    """``node``, ``storage``, ``memoryMiB``, ``diskGiB`` of each unfinished operation of ``scope`` (an unreadable
-    operation file is skipped: the history listing reports it, placement does not stop on it)."""
+    """``operationId``, ``vmid``, ``node``, ``storage``, ``memoryMiB``, ``diskGiB`` of each unfinished, unreleased
+    operation of ``scope`` (an unreadable operation file is skipped: the history listing reports it, placement does not
+    stop on it)."""
     found = []
     for operation_id in store.list_operations():
         try:
             document = store.load(operation_id)
         except JournalError:
             continue
-        if document["providerScopeId"] != scope or lifecycle_status(document) not in PENDING_STATUSES:
+        if document["providerScopeId"] != scope or document["release"] is not None:
+            continue
+        if lifecycle_status(document) not in PENDING_STATUSES:
             continue
         resources = document["definition"].get("resources") or {}
         found.append(
             {
                 "operationId": operation_id,
+                "vmid": document["target"]["vmid"],
                 "node": document["target"]["node"],
                 "storage": document["plan"].get("storage"),
                 "memoryMiB": int(resources.get("memoryMiB", 0)),
