@@ -424,7 +424,7 @@ def test_sequential_reviews_spread_and_without_vmid_pile_up(tmp_path: Path) -> N
     assert len(list((tmp_path / "journal" / "placement-leases").iterdir())) == 6
     # without a vmid nothing is leased: every review sees the same state and chooses the same node
     fresh = ledger(tmp_path / "fresh")
-    assert {run(cluster(), journal=fresh)["node"] for _ in range(6)} == {"pve-a"}
+    assert {run(cluster(), journal=fresh)["node"] for _review in range(6)} == {"pve-a"}
     assert not (tmp_path / "fresh" / "journal" / "placement-leases").exists()
 
 
