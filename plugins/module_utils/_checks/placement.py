@@ -356,8 +356,10 @@ class Placement:
         candidates = [
             self.examine(node, entries[node], maintenance, running.get(node, frozenset())) for node in sorted(entries)
         ]
-        # What the journal expects, the choice and the lease in one locked section: a concurrent review waits here and
-        # then counts this one's lease.
+        # The whole journal is read before the lock (it may hold thousands of operations); under the lock only what was
+        # created meanwhile. What the journal expects, the choice and the lease are then one locked section: a
+        # concurrent review waits here and then counts this one's lease.
+        self.journal.pending(scope)
         with self.journal.locked():
             pending = self.journal.pending(scope)
             leases = self.journal.leases(scope, exclude_vmid=vmid)

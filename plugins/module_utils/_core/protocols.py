@@ -138,7 +138,8 @@ class OperationStore(t.Protocol):
 class PlacementJournal(t.Protocol):
     """What placement may use of the journal (``_journal/placement_leases.py``, ``PlacementLedger``): the pending
     operations and the placement leases, read and written under the journal lock (``locked``), so concurrent reviews
-    serialize and each counts the leases of those before it."""
+    serialize and each counts the leases of those before it. ``pending`` may also be called before the lock, to read
+    the whole journal there: the call under the lock may then read only what changed."""
 
     def locked(self) -> t.ContextManager[None]: ...
 

@@ -81,6 +81,7 @@ class PlacementLedger:
         self.lease_seconds = check_lease_seconds(lease_seconds)
         self.check_mode = check_mode
         self.clock = clock
+        self.known: dict[str, dict[str, dict[str, t.Any] | None]] = {}  # per scope: the operations read so far
 
     @property
     def directory(self) -> str:
@@ -91,8 +92,10 @@ class PlacementLedger:
         return self.store.journal_lock()
 
     def pending(self, scope: str) -> list[dict[str, t.Any]]:
-        """The confirmed, unfinished operations of ``scope`` (``_journal/pending.py``)."""
-        return pending_operations(self.store, scope)
+        """The confirmed, unfinished operations of ``scope`` (``_journal/pending.py``). A later call of the same ledger
+        loads only the operation files that appeared since the first: placement reads the whole journal before it
+        takes the lock, and under it only what was created meanwhile."""
+        return pending_operations(self.store, scope, self.known.setdefault(scope, {}))
 
     # -- the lease files ----------------------------------------------------------------------------------------------
     def path(self, scope: str, vmid: int) -> str:

@@ -99,6 +99,7 @@ class Journal:
         self.held = {lease["vmid"]: dict(lease) for lease in leases}
         self.depth = 0
         self.dropped: list[int] = []
+        self.pending_depths: list[int] = []
 
     @contextlib.contextmanager
     def locked(self) -> t.Iterator[None]:
@@ -109,7 +110,8 @@ class Journal:
             self.depth -= 1
 
     def pending(self, scope: str) -> list[dict[str, t.Any]]:
-        assert self.depth == 1 and scope == SCOPE
+        assert scope == SCOPE
+        self.pending_depths.append(self.depth)  # read once before the lock, and again under it
         return list(self.pending_ops)
 
     def leases(self, scope: str, *, exclude_vmid: int | None = None) -> list[dict[str, t.Any]]:
@@ -144,6 +146,8 @@ def run(
     journal = journal if journal is not None else Journal(pending)
     result = place(fake, parsed_catalog, parsed_definition, journal=journal, vmid=vmid, prefer=prefer)
     assert fake.mutations() == []  # placement only reads Proxmox
+    if isinstance(journal, Journal):
+        assert journal.pending_depths[-2:] == [0, 1]  # the pending operations counted are those read under the lock
     return result
 
 

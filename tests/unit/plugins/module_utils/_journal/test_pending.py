@@ -56,3 +56,21 @@ def test_released_operations_are_not_pending(tmp_path: Path) -> None:
     assert [p["vmid"] for p in pending_operations(store, SCOPE)] == [202]
     store.abandon_operation(second, "not needed")
     assert pending_operations(store, SCOPE) == []
+
+
+def test_known_operations_are_not_loaded_again(tmp_path: Path, monkeypatch: t.Any) -> None:
+    """Placement reads the journal before the lock and, under it, only the operations created since."""
+    store = JournalStore(str(tmp_path / "journal"))
+    first = _operation(store, 201)
+    known: dict[str, t.Any] = {}
+    assert [p["vmid"] for p in pending_operations(store, SCOPE, known)] == [201]
+    loaded: list[str] = []
+    load = store.load
+    monkeypatch.setattr(store, "load", lambda operation_id: loaded.append(operation_id) or load(operation_id))
+    second = _operation(store, 202)
+    loaded.clear()
+    assert sorted(p["vmid"] for p in pending_operations(store, SCOPE, known)) == [201, 202]
+    assert loaded == [second] and set(known) == {first, second}
+    store.abandon_operation(first, "gone")  # a known entry may be stale: it still counts (conservative) ...
+    assert sorted(p["vmid"] for p in pending_operations(store, SCOPE, known)) == [201, 202]
+    assert [p["vmid"] for p in pending_operations(store, SCOPE)] == [202]  # ... until the next fresh read
