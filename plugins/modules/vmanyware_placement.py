@@ -15,15 +15,21 @@ description:
     (RV(node)); the plan, its C(planHash) and the confirmation then bind that node exactly as a node chosen by hand.
   - Proxmox is only read (C(GET /nodes), C(GET /cluster/ha/status/manager_status), C(GET /cluster/resources), and per node its
     storage status and network interfaces; the template's configuration and its node's storages when the guest may be cloned to
-    another node). The journal is only read (its confirmed but unfinished operations).
+    another node). The journal is read (its confirmed but unfinished operations and the placement leases of other reviewed
+    plans); with O(vmid) this plan's placement lease is written to it.
   - A node qualifies when it is online, not in HA maintenance mode, has the plan's storage (enabled, active, content C(images))
     and bridge (VLAN-aware when the network has a VLAN tag), the template is reachable from it (the catalog maps the image on
     that node, or the template's volumes are all on shared storage so Proxmox can clone it there with C(target)), and its free
-    memory and storage space, minus what the journal's confirmed but unfinished operations on that node ask for, cover the
-    definition's memory and disk.
-  - Among qualifying nodes the one with the fewest running guests wins, then the most free memory, then the node name.
-    RV(candidates) lists every node with the reasons it was or was not chosen.
-  - See "Placement" in C(docs/operations.md) in the collection.
+    memory and storage space, minus what the journal's confirmed but unfinished operations and the other plans' live placement
+    leases on that node ask for, cover the definition's memory and disk.
+  - Among qualifying nodes the one with the fewest expected guests wins (running guests, plus the journal's pending operations and
+    the other plans' live placement leases on the node), then the most free memory, then the node name. RV(candidates) lists
+    every node with its counts and the reason it was or was not chosen.
+  - With O(vmid), the choice is recorded as a placement lease for that VMID in the same journal-locked section in which the other
+    leases were read, so reviews run at once (parallel forks, before anything is confirmed) serialize and spread over the nodes
+    instead of all choosing the same one. A repeated review of the VMID replaces its lease. The lease ends when the operation for
+    the VMID is created, after O(lease_seconds), or when the VMID lease of the VMID is released.
+  - See "Placement" and "Placement leases" in C(docs/operations.md) in the collection.
 author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
@@ -60,33 +66,49 @@ options:
         mapping's) with RV(placed=false) - so the roles call this module on every run.
       - Unset, the definition's C(targetNode) decides (V(auto) places).
     type: str
+  vmid:
+    description:
+      - The target VMID of the plan being reviewed (the roles pass the reserved or given VMID). The chosen node is then held by a
+        placement lease for this VMID, which other reviews count and this VMID's own reviews do not; a repeated review replaces
+        it, and a review where no node qualifies removes it.
+      - Without it no lease is written; the other plans' leases are still counted.
+    type: int
+  lease_seconds:
+    description:
+      - How long the placement lease written for O(vmid) lives (1-604800). The roles pass their VMID lease time
+        (C(vmid_lease_seconds)), so a review's VMID and node are held alike.
+    type: int
+    default: 3600
 attributes:
   check_mode:
     support: full
     details:
-      - The module only reads; check mode makes the same reads and returns the same node.
+      - Check mode makes the same reads and returns the same node, and writes no placement lease (RV(lease_written=false)).
   diff_mode:
     support: none
   idempotent:
     support: full
     details:
-      - Reads only; the same cluster state gives the same node.
+      - Proxmox is only read; the same cluster and journal state gives the same node. A repeated review of the same O(vmid)
+        renews its lease (C(changed) is V(false) unless the node or the resources it counts changed).
 requirements:
   - requests
   - truststore
   - PyYAML
   - jsonschema
 notes:
-  - Needs verified TLS (a CA or a O(api_fingerprint) pin), since the journal's pending operations are counted per provider scope.
+  - Needs verified TLS (a CA or a O(api_fingerprint) pin), since the journal's pending operations and leases are counted per provider
+    scope.
   - HA maintenance mode is read from C(GET /cluster/ha/status/manager_status), which needs C(Sys.Audit) on C(/); without it every
     node is excluded with V(maintenance_unknown).
 """
 
 EXAMPLES = r"""
-- name: Choose a node (review run)
+- name: Choose a node (review run) and hold it for VMID 201, so reviews running at the same time spread
   vmanyware.proxmox.vmanyware_placement:
     catalog_path: files/catalog.yml
     definition_path: /srv/envs/kernel-lab.yml
+    vmid: 201
   register: placed
 
 - name: Plan for the chosen node
@@ -101,6 +123,7 @@ EXAMPLES = r"""
     catalog_path: files/catalog.yml
     definition_path: /srv/envs/kernel-lab.yml
     prefer: "{{ provision_confirmation.targetNode }}"
+    vmid: "{{ provision_confirmation.targetVmid }}"
 """
 
 RETURN = r"""
@@ -145,7 +168,11 @@ candidates:
       elements: str
       returned: always
     reason:
-      description: The fixed text of why it was or was not chosen.
+      description:
+        - Why it was or was not chosen, a fixed text with the numbers the rule compared. The chosen node's text starts with
+          C(chosen:) and names its expected guests (running, pending, leased); a qualifying node ranked after it says whether it
+          has more expected guests, as many with less free memory, or ties and sorts after it by name; a node that does not
+          qualify gets the texts of its RV(candidates[].reasons).
       type: str
       returned: always
     clone:
@@ -156,12 +183,25 @@ candidates:
       description: Running guests on the node.
       type: int
       returned: always
+    pending_guests:
+      description: The journal's confirmed but unfinished operations on the node whose guest is not running yet.
+      type: int
+      returned: always
+    leased_guests:
+      description: Live placement leases of other reviewed plans on the node (this plan's own O(vmid) is never counted).
+      type: int
+      returned: always
+    expected_guests:
+      description: RV(candidates[].running_guests) + RV(candidates[].pending_guests) + RV(candidates[].leased_guests), the rule's
+        first ordering key.
+      type: int
+      returned: always
     free_memory_bytes:
-      description: Free memory after the journal's pending operations; V(null) when unknown or not examined.
+      description: Free memory after the journal's pending operations and leases; V(null) when unknown or not examined.
       type: int
       returned: always
     free_storage_bytes:
-      description: The storage's available space after the journal's pending operations; V(null) when unknown.
+      description: The storage's available space after the journal's pending operations and leases; V(null) when unknown.
       type: int
       returned: always
 order:
@@ -174,9 +214,52 @@ rule:
   returned: success
   type: str
 provider_scope_id:
-  description: The provider scope whose pending operations were counted.
+  description: The provider scope whose pending operations and leases were counted.
   returned: success
   type: str
+lease:
+  description:
+    - With O(vmid), the placement lease written for it (in check mode, the lease that would have been written); V(null) without
+      O(vmid) or when the guest was not placed.
+  returned: success
+  type: dict
+  contains:
+    vmid:
+      description: The plan's target VMID.
+      type: int
+      returned: always
+    node:
+      description: The chosen node, which the lease holds.
+      type: str
+      returned: always
+    storage:
+      description: The storage of the node's mapping, where the lease counts the disk.
+      type: str
+      returned: always
+    memory_mib:
+      description: The memory the lease counts on the node (the definition's C(memoryMiB)).
+      type: int
+      returned: always
+    disk_gib:
+      description: The disk the lease counts on the storage (the definition's C(diskGiB)).
+      type: int
+      returned: always
+    created_at:
+      description: When the lease was written (UTC).
+      type: str
+      returned: always
+    expires_at:
+      description: When the lease ends unless the operation is created or the VMID lease released before (O(lease_seconds) later).
+      type: str
+      returned: always
+    provider_scope_id:
+      description: The provider scope of the lease.
+      type: str
+      returned: always
+lease_written:
+  description: Whether RV(lease) was written to the journal; V(false) without O(vmid), without placement, and in check mode.
+  returned: success
+  type: bool
 error_code:
   description: On failure, the fixed error code, for example V(no_node_qualifies), V(target_node_conflict), V(tls_unverified).
   returned: failure
@@ -204,7 +287,10 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan im
     PLAN_INPUT_CONSTRAINTS,
     definition_from_params,
 )
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.pending import pending_operations
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.placement_leases import (
+    DEFAULT_LEASE_SECONDS,
+    PlacementLedger,
+)
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import require_verified_tls
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.stage_module import (
@@ -228,6 +314,8 @@ def argument_spec() -> dict:
             "profiles": {"type": "list", "elements": "raw"},
             "prefer": {"type": "str"},
             "target_node": {"type": "str"},
+            "vmid": {"type": "int"},
+            "lease_seconds": {"type": "int", "default": DEFAULT_LEASE_SECONDS},
         }
     )
     return spec
@@ -239,16 +327,17 @@ def action(params, check_mode, diff) -> dict:
     if not placement_requested(params["target_node"], definition):  # offline: the roles call this on every run
         return not_placed(params["target_node"], definition)
     store = open_store(params["journal_dir"])
+    ledger = PlacementLedger(store, lease_seconds=params["lease_seconds"], check_mode=check_mode)
     settings = connection_settings(params)
-    require_verified_tls(
-        settings
-    )  # pending operations are counted per verified provider scope; nothing is sent otherwise
+    # pending operations and leases are counted per verified provider scope; nothing is sent otherwise
+    require_verified_tls(settings)
     with ProxmoxClient(settings) as client:
         return place(
             client,
             catalog,
             definition,
-            pending_of=lambda scope: pending_operations(store, scope),
+            journal=ledger,
+            vmid=params["vmid"],
             prefer=params["prefer"] or None,
         )
 

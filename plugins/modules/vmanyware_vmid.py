@@ -36,7 +36,9 @@ options:
   state:
     description:
       - V(reserved) reserves (or reuses) a VMID.
-      - V(released) removes O(owner)'s leases for O(purpose) (only O(vmid)'s when given); operations' target claims are never touched.
+      - V(released) removes O(owner)'s leases for O(purpose) (only O(vmid)'s when given), and with each the placement lease of that
+        VMID (M(vmanyware.proxmox.vmanyware_placement) with O(vmanyware.proxmox.vmanyware_placement#module:vmid)); operations'
+        target claims are never touched.
         It sends no API request (the provider is identified by its certificate, as M(vmanyware.proxmox.vmanyware_operation) does).
     type: str
     choices: [reserved, released]

@@ -20,7 +20,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._core.errors imp
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.catalog import parse_catalog
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.definition import parse_definition
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.pending import pending_operations
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal.placement_leases import PlacementLedger
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.provision import ProvisionStopped, provision
 
 pytestmark = pytest.mark.integration
@@ -96,7 +96,7 @@ def _placed(sim: t.Any, tmp_path: Path, catalog: str, definition: str, prefer: s
             client,
             parse_catalog(text=catalog),
             parse_definition(text=definition),
-            pending_of=lambda scope: pending_operations(store, scope),
+            journal=PlacementLedger(store),
             prefer=prefer,
         )
 

@@ -72,6 +72,10 @@ def test_provision_role_places_reviews_and_applies_on_the_chosen_node(pvesim: t.
     assert _mutations(pvesim) == [] and not list(journal.glob("op-*.json"))
     block = yaml.safe_load(confirm.read_text())["provision_confirmation"]
     assert block["targetNode"] == "pve-test2" and block["sourceVmid"] == 9001
+    # the review holds its choice for VMID 201 with a placement lease (docs/operations.md, "Placement leases")
+    assert "lease: node pve-test2 held for VMID 201 until" in review.stdout
+    [lease] = [json.loads(path.read_text()) for path in (journal / "placement-leases").glob("*.json")]
+    assert (lease["vmid"], lease["node"]) == (201, "pve-test2")
 
     # the confirmed node went into maintenance: placement chooses another, the plan changed, nothing is sent
     pvesim.set_node_maintenance("pve-test2", True)
@@ -89,6 +93,7 @@ def test_provision_role_places_reviews_and_applies_on_the_chosen_node(pvesim: t.
     [operation] = [json.loads(path.read_text()) for path in journal.glob("op-*.json")]
     assert operation["target"]["node"] == "pve-test2" and operation["status"] == "completed"
     assert operation["mapping"]["targetNode"] == "pve-test2" and operation["plan"]["clone"]["method"] == "target"
+    assert list((journal / "placement-leases").glob("*.json")) == []  # creating the operation ended the lease
     assert pvesim.schema_violations() == []
 
 

@@ -16,13 +16,20 @@ Candidates are the cluster's nodes (``GET /nodes``). A node qualifies when all o
 4. the template is reachable: the catalog maps the image on that node (a per-node template), or the image's first
    mapping's template has every volume on shared storage (a clone with Proxmox's ``target``; never for a container);
 5. free memory (``maxmem - mem``) and the storage's ``avail``, each minus what the journal's confirmed but unfinished
-   operations on that node ask for (``_journal/pending.py``, passed in as data), cover the definition's memory and disk.
+   operations (``_journal/pending.py``) and the live placement leases of other reviewed plans
+   (``_journal/placement_leases.py``) on that node ask for, cover the definition's memory and disk.
 
-Among qualifying nodes: fewest running guests (``GET /cluster/resources?type=vm``), then most free memory (after the
+Among qualifying nodes: fewest expected guests (running guests of ``GET /cluster/resources?type=vm``, plus the pending
+operations and the other plans' placement leases on the node, each VMID once), then most free memory (after the
 subtraction), then node name. ``prefer`` (the node an apply run's confirmation names) is kept when it qualifies, so the
 plan, and so the confirmation, stay what was reviewed; when it no longer qualifies the rule chooses (``preferred_kept``
 false) and the confirmation then no longer matches (``plan_changed``). No node qualifies: ``no_node_qualifies`` with
 every candidate's reasons. Reasons are fixed codes and texts; provider bodies are never forwarded.
+
+The journal is reached only through ``PlacementJournal`` (``_core/protocols.py``; checks never import the journal): the
+Proxmox reads come first, then, under the journal lock, the pending operations and leases are read, the node is chosen
+and, for a plan whose target VMID is given, its placement lease is written (replaced), so concurrent reviews serialize
+and each counts the ones before it (docs/operations.md, "Placement leases").
 
 This is a private module_utils file: not a public API.
 """
@@ -33,16 +40,17 @@ import dataclasses
 import typing as t
 
 from .._core.errors import InputError, ProviderError, VmanywareError
-from .._core.protocols import ApiClient
+from .._core.protocols import ApiClient, PlacementJournal
 from .._formats.catalog import is_container
 from .._formats.networks import pool_placeholders
-from .._formats.plan import check_target_node, planned_network, resolve_mapping
+from .._formats.plan import check_target_node, check_target_vmid, planned_network, resolve_mapping
 from .clone_source import PASSED, shared_flags, source_shared
 
 MIB = 1024**2
 GIB = 1024**3
 RULE = "online, not in maintenance, storage and bridge there, template reachable, memory and storage free after the "
-RULE += "journal's pending operations; then fewest running guests, most free memory, node name"
+RULE += "journal's pending operations and placement leases; then fewest expected guests (running + pending + leased), "
+RULE += "most free memory, node name"
 # The fixed text of every reason a node does not qualify (result ``candidates[].reasons``, docs/operations.md).
 REASONS = {
     "offline": "The node is offline.",
@@ -58,9 +66,9 @@ REASONS = {
     "bridge_unknown": "The node's network interfaces could not be read.",
     "template_unreachable": "No catalog mapping on the node, and the template is not on shared storage.",
     "template_unknown": "No catalog mapping on the node, and whether the template is on shared storage is unknown.",
-    "memory_short": "Free memory, after the journal's pending operations, is less than the definition's memory.",
+    "memory_short": "Free memory, after the journal's pending operations and leases, is less than the definition's memory.",
     "memory_unknown": "The node does not report its memory.",
-    "storage_space_short": "Free storage, after the journal's pending operations, is less than the definition's disk.",
+    "storage_space_short": "Free storage, after the journal's pending operations and leases, is less than the definition's disk.",
     "storage_space_unknown": "The storage does not report its available space.",
 }
 
@@ -73,26 +81,62 @@ class Candidate:
     reasons: list[str] = dataclasses.field(default_factory=list)
     clone: str | None = None  # per-node-template | target
     running_guests: int = 0
+    pending_guests: int = 0  # confirmed, unfinished operations on the node whose guest is not running yet
+    leased_guests: int = 0  # other reviewed plans' live placement leases on the node (no guest, no operation yet)
     free_memory: int | None = None
     free_storage: int | None = None
     storage: str | None = None  # the storage of the node's mapping: pending operations on it are subtracted
+    running: frozenset[int] = frozenset()  # the VMIDs running there: a pending operation's running guest counts once
 
-    def to_result(self, chosen: str | None) -> dict[str, t.Any]:
-        qualifies = not self.reasons
-        if self.node == chosen:
-            why = "chosen"
-        elif qualifies:
-            why = "qualifies; ranked after the chosen node"
-        else:
-            why = " ".join(REASONS[code] for code in self.reasons)
+    @property
+    def expected_guests(self) -> int:
+        """The rule's first ordering key: the guests the node will run once what the journal expects exists."""
+        return self.running_guests + self.pending_guests + self.leased_guests
+
+    def counts(self) -> str:
+        return "%d expected: %d running, %d pending, %d leased" % (
+            self.expected_guests,
+            self.running_guests,
+            self.pending_guests,
+            self.leased_guests,
+        )
+
+    def why(self, chosen: Candidate | None, kept: bool) -> str:
+        """The fixed text of why the node was or was not chosen, with the counts the rule compared."""
+        if self.reasons:
+            return " ".join(REASONS[code] for code in self.reasons)
+        if chosen is None:  # pragma: no cover - a qualifying node always leaves a chosen one
+            return "qualifies"
+        if self is chosen:
+            if kept:
+                return "chosen: the node the confirmation names, and it still qualifies (%s guests)" % self.counts()
+            return "chosen: fewest expected guests (%s), then most free memory, then name" % self.counts()
+        if kept:
+            return "qualifies; the node the confirmation names was kept (%s guests)" % self.counts()
+        if self.expected_guests > chosen.expected_guests:
+            return "qualifies; more expected guests than the chosen node (%s, chosen %d)" % (
+                self.counts(),
+                chosen.expected_guests,
+            )
+        if (self.free_memory or 0) < (chosen.free_memory or 0):
+            return "qualifies; as many expected guests as the chosen node (%d), less free memory" % self.expected_guests
+        return (
+            "qualifies; ties with the chosen node (%d expected guests, as much free memory), whose name sorts first"
+            % (self.expected_guests)
+        )
+
+    def to_result(self, chosen: Candidate | None, kept: bool = False) -> dict[str, t.Any]:
         return {
             "node": self.node,
-            "qualifies": qualifies,
-            "chosen": self.node == chosen,
+            "qualifies": not self.reasons,
+            "chosen": self is chosen,
             "reasons": list(self.reasons),
-            "reason": why,
+            "reason": self.why(chosen, kept),
             "clone": self.clone,
             "running_guests": self.running_guests,
+            "pending_guests": self.pending_guests,
+            "leased_guests": self.leased_guests,
+            "expected_guests": self.expected_guests,
             "free_memory_bytes": self.free_memory,
             "free_storage_bytes": self.free_storage,
         }
@@ -119,19 +163,20 @@ def _unexpected(path: str) -> ProviderError:
 
 
 class Placement:
-    """One placement run: the plan's inputs (parsed catalog and definition), the client, the pending operations."""
+    """One placement run: the plan's inputs (parsed catalog and definition), the client, the journal (pending
+    operations and placement leases)."""
 
     def __init__(
         self,
         client: ApiClient,
         catalog: t.Mapping[str, t.Any],
         definition: t.Mapping[str, t.Any],
-        pending_of: t.Callable[[str], t.Sequence[t.Mapping[str, t.Any]]],
+        journal: PlacementJournal,
     ) -> None:
         self.client = client
         self.catalog = catalog
         self.definition = definition
-        self.pending_of = pending_of
+        self.journal = journal
         self.leased = pool_placeholders(catalog, definition)  # address: auto does not change the bridge or VLAN
         self.first = resolve_mapping(catalog, definition, None, self.leased)  # image_not_mapped when there is none
         self.mapped_nodes = {m["node"] for m in catalog["images"] if m["image"] == definition["image"]}
@@ -163,15 +208,17 @@ class Placement:
             for name in names
         }
 
-    def running_guests(self) -> dict[str, int]:
+    def running_guests(self) -> dict[str, frozenset[int]]:
+        """``node -> the VMIDs running there`` (VMs and containers)."""
         data = self.client.get("/cluster/resources", type="vm")
         if not isinstance(data, list):
             raise _unexpected("/cluster/resources")
-        counts: dict[str, int] = {}
-        for entry in data:
+        running: dict[str, set[int]] = {}
+        for index, entry in enumerate(data):
             if isinstance(entry, dict) and entry.get("status") == "running" and isinstance(entry.get("node"), str):
-                counts[entry["node"]] = counts.get(entry["node"], 0) + 1
-        return counts
+                vmid = _as_int(entry.get("vmid"))
+                running.setdefault(entry["node"], set()).add(vmid if vmid is not None else -1 - index)
+        return {node: frozenset(vmids) for node, vmids in running.items()}
 
     # -- per node -------------------------------------------------------------------------------------------------
     def template_reachable(self, node: str, mapping: t.Mapping[str, t.Any]) -> tuple[str | None, str | None]:
@@ -233,9 +280,9 @@ class Placement:
             candidate.reasons.append("bridge_not_vlan_aware")
 
     def examine(
-        self, node: str, entry: t.Mapping[str, t.Any], maintenance: dict[str, bool] | None, running: int
+        self, node: str, entry: t.Mapping[str, t.Any], maintenance: dict[str, bool] | None, running: frozenset[int]
     ) -> Candidate:
-        candidate = Candidate(node, running_guests=running)
+        candidate = Candidate(node, running_guests=len(running), running=running)
         if entry.get("status") != "online":
             candidate.reasons.append("offline")
             return candidate
@@ -257,11 +304,20 @@ class Placement:
         candidate.storage = mapping["storage"]
         return candidate
 
-    def subtract(self, candidate: Candidate, pending: t.Sequence[t.Mapping[str, t.Any]]) -> None:
-        """Free memory and storage minus the pending operations on the node (and its storage), then the thresholds."""
+    def subtract(
+        self,
+        candidate: Candidate,
+        pending: t.Sequence[t.Mapping[str, t.Any]],
+        leases: t.Sequence[t.Mapping[str, t.Any]] = (),
+    ) -> None:
+        """Count the pending operations and leases on the node (each VMID once, a running guest not again); free memory
+        and storage minus what they ask for (disks on the node's storage only), then the thresholds."""
+        counted: set[t.Any] = set(candidate.running)
+        candidate.pending_guests = self.new_guests(candidate.node, pending, counted)
+        candidate.leased_guests = self.new_guests(candidate.node, leases, counted)
         if "offline" in candidate.reasons:
             return
-        mine = [p for p in pending if p.get("node") == candidate.node]
+        mine = [p for p in list(pending) + list(leases) if p.get("node") == candidate.node]
         if candidate.free_memory is None:
             candidate.reasons.append("memory_unknown")
         else:
@@ -278,26 +334,79 @@ class Placement:
                 if candidate.free_storage < int(self.definition["resources"]["diskGiB"]) * GIB:
                     candidate.reasons.append("storage_space_short")
 
-    def run(self, prefer: str | None) -> dict[str, t.Any]:
+    @staticmethod
+    def new_guests(node: str, entries: t.Sequence[t.Mapping[str, t.Any]], counted: set[t.Any]) -> int:
+        """How many of ``entries`` (pending operations or leases) are on ``node`` with a VMID not ``counted`` yet; those
+        VMIDs are then counted (an entry without a VMID always counts)."""
+        found = 0
+        for entry in entries:
+            vmid = entry.get("vmid")
+            if entry.get("node") == node and (vmid is None or vmid not in counted):
+                found += 1
+                counted.add(vmid)
+        return found
+
+    def run(self, prefer: str | None, vmid: int | None) -> dict[str, t.Any]:
         entries = self.nodes()  # the first request: afterwards the provider scope is known
         maintenance = self.maintenance()
         running = self.running_guests()
         scope = self.client.provider_scope_id
         if not scope:
             raise VmanywareError("The provider scope could not be determined.", code="internal_error")
-        pending = list(self.pending_of(scope))
-        candidates = []
-        for node in sorted(entries):
-            candidate = self.examine(node, entries[node], maintenance, running.get(node, 0))
-            self.subtract(candidate, pending)
-            candidates.append(candidate)
-        return decide(candidates, prefer, scope)
+        candidates = [
+            self.examine(node, entries[node], maintenance, running.get(node, frozenset())) for node in sorted(entries)
+        ]
+        # The whole journal is read before the lock (it may hold thousands of operations); under the lock only what was
+        # created meanwhile. What the journal expects, the choice and the lease are then one locked section: a
+        # concurrent review waits here and then counts this one's lease.
+        self.journal.pending(scope)
+        with self.journal.locked():
+            pending = self.journal.pending(scope)
+            leases = self.journal.leases(scope, exclude_vmid=vmid)
+            for candidate in candidates:
+                self.subtract(candidate, pending, leases)
+            try:
+                result = decide(candidates, prefer, scope)
+            except VmanywareError:
+                if vmid is not None:
+                    self.journal.drop(scope, vmid)  # a failed review holds no node: its earlier lease ends
+                raise
+            result.update(lease=None, lease_written=False)
+            if vmid is not None:
+                chosen = next(c for c in candidates if c.node == result["node"])
+                held = self.journal.hold(scope, vmid, self.choice(chosen))
+                result.update(lease=public_lease(held["lease"]), lease_written=held["written"], changed=held["changed"])
+        return result
+
+    def choice(self, chosen: Candidate) -> dict[str, t.Any]:
+        """What a lease counts for the chosen node: the guest's memory and disk on the node's storage."""
+        resources = self.definition["resources"]
+        return {
+            "node": chosen.node,
+            "storage": chosen.storage,
+            "memoryMiB": int(resources["memoryMiB"]),
+            "diskGiB": int(resources["diskGiB"]),
+        }
+
+
+def public_lease(lease: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """A placement lease as the module returns it (snake_case keys; the file keeps its camelCase fields)."""
+    return {
+        "vmid": lease["vmid"],
+        "node": lease["node"],
+        "storage": lease["storage"],
+        "memory_mib": lease["memoryMiB"],
+        "disk_gib": lease["diskGiB"],
+        "created_at": lease["createdAt"],
+        "expires_at": lease["expiresAt"],
+        "provider_scope_id": lease["providerScopeId"],
+    }
 
 
 def rank(candidates: t.Sequence[Candidate]) -> list[Candidate]:
-    """The qualifying candidates in the rule's order: fewest running guests, most free memory, node name."""
+    """The qualifying candidates in the rule's order: fewest expected guests, most free memory, node name."""
     qualifying = [c for c in candidates if not c.reasons]
-    return sorted(qualifying, key=lambda c: (c.running_guests, -(c.free_memory or 0), c.node))
+    return sorted(qualifying, key=lambda c: (c.expected_guests, -(c.free_memory or 0), c.node))
 
 
 def decide(candidates: t.Sequence[Candidate], prefer: str | None, scope: str) -> dict[str, t.Any]:
@@ -309,18 +418,25 @@ def decide(candidates: t.Sequence[Candidate], prefer: str | None, scope: str) ->
             details={"candidates": [{"node": c.node, "reasons": list(c.reasons)} for c in candidates]},
         )
     kept = prefer is not None and any(c.node == prefer for c in ranked)
-    chosen = prefer if kept else ranked[0].node
+    chosen = next(c for c in ranked if c.node == prefer) if kept else ranked[0]
     return {
         "changed": False,
         "placed": True,
-        "node": chosen,
-        "clone": next(c.clone for c in ranked if c.node == chosen),
+        "node": chosen.node,
+        "clone": chosen.clone,
         "preferred_kept": kept if prefer is not None else None,
-        "candidates": [c.to_result(chosen) for c in candidates],
+        "candidates": [c.to_result(chosen, kept) for c in candidates],
         "order": [c.node for c in ranked],
         "rule": RULE,
         "provider_scope_id": scope,
     }
+
+
+def _check_vmid(vmid: t.Any) -> int:
+    try:
+        return check_target_vmid(vmid)
+    except InputError:
+        raise InputError(code="invalid_target_vmid", path="vmid", details={"rule": "range"}) from None
 
 
 def place(
@@ -328,15 +444,18 @@ def place(
     catalog: t.Mapping[str, t.Any],
     definition: t.Mapping[str, t.Any],
     *,
-    pending_of: t.Callable[[str], t.Sequence[t.Mapping[str, t.Any]]],
+    journal: PlacementJournal,
+    vmid: int | None = None,
     prefer: str | None = None,
 ) -> dict[str, t.Any]:
     """Choose the node for the definition's guest (the module ``vmanyware_placement``); Proxmox is only read.
 
-    ``pending_of(scope)``: the journal's unfinished operations of the provider scope (``_journal/pending.py``);
-    ``prefer``: the node an apply run's confirmation names (kept when it still qualifies).
+    ``journal``: the pending operations and placement leases (``_journal/placement_leases.py``, ``PlacementLedger``);
+    ``vmid``: the reviewed plan's target VMID: its lease is written (replaced) with the choice and never counted;
+    without it nothing is written; ``prefer``: the node an apply run's confirmation names (kept when it still qualifies).
     """
     preferred = check_target_node(prefer) if prefer else None
+    target_vmid = _check_vmid(vmid) if vmid is not None else None
     wanted = definition.get("targetNode")
     if wanted not in (None, "auto"):
         raise InputError(
@@ -345,7 +464,7 @@ def place(
             path="targetNode",
             details={"rule": "placement_for_auto"},
         )
-    return Placement(client, catalog, definition, pending_of).run(preferred)
+    return Placement(client, catalog, definition, journal).run(preferred, target_vmid)
 
 
 def placement_requested(target_node: str | None, definition: t.Mapping[str, t.Any]) -> bool:
@@ -369,4 +488,6 @@ def not_placed(target_node: str | None, definition: t.Mapping[str, t.Any]) -> di
         "candidates": [],
         "order": [],
         "rule": RULE,
+        "lease": None,
+        "lease_written": False,
     }

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The interfaces the logic depends on: the Proxmox API client, the operation store, a stage record.
+"""The interfaces the logic depends on: the Proxmox API client, the operation store, a stage record, placement's journal.
 
 The logic takes these Protocols rather than the concrete classes, so the collection's client
 (``_client.ProxmoxClient``), adoption's read-only wrapper, check mode's in-memory store and the unit
@@ -133,3 +133,20 @@ class OperationStore(t.Protocol):
     def update_operation_status(
         self, operation_id: str, status: str, *, expected_status: str | None = None
     ) -> dict[str, t.Any]: ...
+
+
+class PlacementJournal(t.Protocol):
+    """What placement may use of the journal (``_journal/placement_leases.py``, ``PlacementLedger``): the pending
+    operations and the placement leases, read and written under the journal lock (``locked``), so concurrent reviews
+    serialize and each counts the leases of those before it. ``pending`` may also be called before the lock, to read
+    the whole journal there: the call under the lock may then read only what changed."""
+
+    def locked(self) -> t.ContextManager[None]: ...
+
+    def pending(self, scope: str) -> list[dict[str, t.Any]]: ...
+
+    def leases(self, scope: str, *, exclude_vmid: int | None = None) -> list[dict[str, t.Any]]: ...
+
+    def hold(self, scope: str, vmid: int, choice: t.Mapping[str, t.Any]) -> dict[str, t.Any]: ...
+
+    def drop(self, scope: str, vmid: int) -> bool: ...

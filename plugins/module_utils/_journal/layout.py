@@ -9,8 +9,8 @@
 (``target_key``, idempotency-key hash); ``locks/`` one lock file per operation (``.lock`` at the
 top is the journal-wide lock); ``leases/`` the VMID leases (``_vmid``); ``address-claims/`` and
 ``address-leases/`` the static addresses operations plan and those leased for ``address: auto``
-(``_operation/addresses.py``). Every directory is private
-to the user running the collection.
+(``_operation/addresses.py``); ``placement-leases/`` the nodes placement chose for reviewed plans, by target VMID
+(``_journal/placement_leases.py``). Every directory is private to the user running the collection.
 
 This is a private module_utils file: not a public API.
 """
@@ -96,6 +96,8 @@ class JournalLayout:
         # Static addresses of operations (claims) and leased for address: auto (leases); created on first use.
         self.address_claims_dir = os.path.join(self.journal_dir, "address-claims")
         self.address_leases_dir = os.path.join(self.journal_dir, "address-leases")
+        # The node placement chose for a reviewed plan, by its target VMID (_journal/placement_leases.py); first use.
+        self.placement_leases_dir = os.path.join(self.journal_dir, "placement-leases")
         self.journal_lock_path = os.path.join(self.journal_dir, ".lock")
 
     def create(self) -> None:
@@ -120,6 +122,10 @@ class JournalLayout:
     def lease_path(self, scope: str, vmid: int) -> str:
         """The VMID lease file of a target: the same key as its claim."""
         return os.path.join(self.leases_dir, target_key(scope, vmid) + ".json")
+
+    def placement_lease_path(self, scope: str, vmid: int) -> str:
+        """The placement lease file of a reviewed plan's target: the same key as its claim and its VMID lease."""
+        return os.path.join(self.placement_leases_dir, target_key(scope, vmid) + ".json")
 
     def address_claim_path(self, scope: str, family: str, address: str) -> str:
         """The claim file of a static address an operation plans."""

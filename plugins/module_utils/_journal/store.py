@@ -417,8 +417,18 @@ class JournalStore(StageRecords, AddressClaims):
         self._claim_addresses(document)
 
     def _supersede_lease(self, target: t.Mapping[str, t.Any]) -> None:
-        """The target's VMID lease (if any) has become this claim: remove it, so releasing the claim frees the VMID."""
+        """The target's VMID lease (if any) has become this claim: remove it, so releasing the claim frees the VMID; the
+        placement lease of the reviewed plan (if any) goes too: the operation now counts as pending on its node."""
         remove_file_durable(self.lease_path(target["scope"], target["vmid"]))
+        self.drop_placement_lease(target["scope"], target["vmid"])
+
+    def drop_placement_lease(self, scope: str, vmid: int) -> bool:
+        """Remove the placement lease of ``vmid`` (``_journal/placement_leases.py``); the caller holds the journal lock.
+        ``False`` when there was none."""
+        try:
+            return remove_file_durable(self.layout.placement_lease_path(scope, vmid))
+        except LocalFileError:
+            raise JournalError("A placement lease file cannot be removed.", code="io_error") from None
 
     def _mutate(
         self,

@@ -11,7 +11,7 @@ reserving at once, each gets its own VMID. When an operation is created for the 
 removes the lease in the same locked step that writes the operation's target claim
 (``JournalStore._supersede_lease``): from then on the VMID is held by the claim alone, and releasing the
 claim (close, abandon, cleanup) is all that frees it. A lease ends on expiry, when it becomes a claim,
-or with ``release_leases``.
+or with ``release`` (which drops the VMID's placement lease too, ``_journal/placement_leases.py``).
 
 Free means: not listed by ``GET /cluster/resources`` (qemu VMs, templates, LXC containers), not held by
 a live local operation or an unexpired lease, and accepted by ``GET /cluster/nextid?vmid=N`` (which sees
@@ -511,7 +511,8 @@ def release(
     check_mode: bool = False,
     clock: t.Callable[[], float] = time.time,
 ) -> dict[str, t.Any]:
-    """Remove ``owner``'s leases for ``purpose`` in ``scope`` (only ``vmid``'s when given); operation claims are never touched."""
+    """Remove ``owner``'s leases for ``purpose`` in ``scope`` (only ``vmid``'s when given), and the placement lease of each
+    released VMID (``_journal/placement_leases.py``) with it; operation claims are never touched."""
     book = LeaseBook(store, scope, clock)
     owner, purpose = check_owner(owner), check_purpose(purpose)
     wanted = check_vmid(vmid) if vmid is not None else None
@@ -520,4 +521,5 @@ def release(
         if not check_mode:
             for lease in leases:
                 book.remove(lease)
+                store.drop_placement_lease(scope, lease["vmid"])  # the reviewed plan placed for this VMID is gone
     return {"changed": bool(leases), "released": [lease["vmid"] for lease in leases], "provider_scope_id": scope}
