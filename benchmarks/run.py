@@ -777,6 +777,7 @@ def run_slices(runner: Runner, k: int, n: int, forks: int | None) -> dict[str, t
             torn += 1
     per_host = collections.Counter(doc.get("plan", {}).get("definitionName") for doc in docs)
     completed = {doc["plan"]["definitionName"] for doc in docs if doc.get("status") == "completed"}
+    claims = collections.Counter(doc.get("target", {}).get("vmid") for doc in docs)
     requests = sim.admin.requests()
     clones = collections.Counter(
         int(e["params"]["newid"])
@@ -804,10 +805,12 @@ def run_slices(runner: Runner, k: int, n: int, forks: int | None) -> dict[str, t
         "duplicate_vms": sum(c - 1 for c in by_name.values() if c > 1) + sum(c - 1 for c in clones.values() if c > 1),
         "vms_per_host_max": max(by_name.values(), default=0),
         "distinct_vmids": len(clones),
+        # a conflict: a torn document, an operation refused as conflicting, a host with two operations, or a VMID
+        # two operations target
         "journal_conflicts": conflicts
         + torn
         + sum(c - 1 for c in per_host.values() if c > 1)
-        + sum(1 for name in names if per_host.get(name, 0) == 0 and name in completed),
+        + sum(c - 1 for c in claims.values() if c > 1),
         "torn_documents": torn,
         "conflicting_operation": conflicts,
         "operations": len(docs),
