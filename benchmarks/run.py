@@ -425,6 +425,7 @@ class Runner:
         ours_python: str,
         setups: dict[str, Ansible],
         forks: int | None = None,
+        ours_placement: str = "auto",
     ) -> None:
         self.sim = sim
         self.work = work
@@ -448,7 +449,7 @@ class Runner:
             catalog["images"][0]["storage"] = sim.template["storage"]
             self.catalog = work / "catalog-cluster.yml"
             self.catalog.write_text(yaml.safe_dump(catalog, sort_keys=False), encoding="utf-8")
-            self.target_node = "auto"
+            self.target_node = ours_placement  # auto: vmanyware_placement; round-robin: the peers' assignment
         self.base = {
             k: v
             for k, v in os.environ.items()
@@ -502,11 +503,15 @@ class Runner:
         return self.ours_python if tool == "ours" else self.setups[tool].python
 
     def inventory(self, n: int, python: str) -> Path:
+        """One host per VM; with ``target_node`` ``round-robin`` each host also names its node (``bench_target_node``),
+        the assignment the peer playbooks compute."""
         path = self.work / f"inventory-{n}-{abs(hash(python))}.ini"
-        lines = ["[all]"] + [
-            f"vm{FIRST_VMID + i} bench_vmid={FIRST_VMID + i} ansible_connection=local ansible_python_interpreter={python}"
-            for i in range(n)
-        ]
+        lines = ["[all]"]
+        for i in range(n):
+            line = f"vm{FIRST_VMID + i} bench_vmid={FIRST_VMID + i} ansible_connection=local ansible_python_interpreter={python}"
+            if self.target_node == "round-robin":
+                line += f" bench_target_node={self.sim.nodes[i % len(self.sim.nodes)]}"
+            lines.append(line)
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         return path
 
@@ -524,8 +529,7 @@ class Runner:
                 f"bench_state={state}",
                 "-e",
                 f"bench_phase={phase}",
-                "-e",
-                f"bench_target_node={self.target_node}",
+                *(["-e", f"bench_target_node={self.target_node}"] if self.target_node != "round-robin" else []),
                 "-e",
                 f"provision_step_by_step={self.ours_path == 'step-by-step'}",
                 str(HERE / "ours.yml"),
@@ -692,8 +696,9 @@ def run_slices(runner: Runner, k: int, n: int, forks: int | None) -> dict[str, t
         "slice_definition_dir": str(definitions),
         "slice_confirm_dir": str(confirm),
         "slice_vmid_range": vmid_range,
-        "slice_target_node": runner.target_node,
     }
+    if runner.target_node != "round-robin":  # else each host's own node, in the inventory below
+        extravars["slice_target_node"] = runner.target_node
     envvars = {k_: v for k_, v in runner.env_ours.items() if k_.startswith(("PROXMOX_", "VMANYWARE_", "ANSIBLE_"))}
     envvars["VMANYWARE_JOURNAL_DIR"] = str(journal)  # the shared volume every slice mounts
     slices = [names[i::k] for i in range(k)]
@@ -706,7 +711,13 @@ def run_slices(runner: Runner, k: int, n: int, forks: int | None) -> dict[str, t
         inventory = {
             "all": {
                 "hosts": {
-                    h: {"ansible_connection": "local", "ansible_python_interpreter": runner.ours_python} for h in hosts
+                    h: {"ansible_connection": "local", "ansible_python_interpreter": runner.ours_python}
+                    | (
+                        {"slice_target_node": sim.nodes[names.index(h) % len(sim.nodes)]}
+                        if runner.target_node == "round-robin"
+                        else {}
+                    )
+                    for h in hosts
                 }
             }
         }
@@ -1060,7 +1071,9 @@ def plot(results: dict[str, t.Any], path: Path) -> bool:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for tool in tools:
         have = [n for n in sizes if tool in results["wall"][str(n)]]
-        label = results["config"]["labels"][tool]
+        label = LABELS[tool] + (
+            f" ({results['config']['peers'][tool]['community.proxmox']})" if tool in results["config"]["peers"] else ""
+        )
         ax1.plot(
             have, [results["wall"][str(n)][tool]["median"] for n in have], marker="o", color=colors[tool], label=label
         )
@@ -1076,8 +1089,14 @@ def plot(results: dict[str, t.Any], path: Path) -> bool:
         ax.set_xscale("log")
         ax.set_xticks(sizes)
         ax.set_xticklabels([str(n) for n in sizes])
+        ax.minorticks_off()
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    ax1.legend(fontsize=8, loc="upper left")
+    most = max(
+        (results["failed"][str(n)][tool]["median"] for n in sizes for tool in results["failed"][str(n)]), default=0
+    )
+    ax2.set_ylim(-0.05 * max(1, most), 1.1 * max(1, most))
+    ax2.yaxis.get_major_locator().set_params(integer=True)
     ax1.set_ylabel("wall time [s]")
     ax2.set_ylabel("failed VMs")
     seed = results["config"]["seed"]
@@ -1383,6 +1402,12 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", choices=("cluster", "demo"), default="cluster", help="pvesim seed (default: three nodes)")
     ap.add_argument("--forks", type=int, default=None, help="ansible forks (default: N, one per VM)")
     ap.add_argument(
+        "--ours-placement",
+        choices=("auto", "round-robin"),
+        default="auto",
+        help="cluster seed: ours with target_node auto (vmanyware_placement), or the peers' round-robin node per host",
+    )
+    ap.add_argument(
         "--budget",
         type=float,
         default=0,
@@ -1507,6 +1532,7 @@ def main(argv: t.Sequence[str] | None = None) -> int:
             "tools": tools,
             "labels": labels,
             "forks": args.forks,
+            "ours_placement": args.ours_placement if args.seed == "cluster" else None,
             "timings": args.timings,
             "storage_lock": args.storage_lock,
             "storage_concurrency": args.storage_concurrency,
@@ -1522,7 +1548,7 @@ def main(argv: t.Sequence[str] | None = None) -> int:
             print(f"tool {tool}: {labels[tool]}")
         sim = Simulator(work / "sim", args.speed, Path(args.timings), args.storage_lock, args.seed)
         results["config"]["time_model"] = sim.timings
-        runner = Runner(sim, work, ours_python, setups, forks=args.forks)
+        runner = Runner(sim, work, ours_python, setups, forks=args.forks, ours_placement=args.ours_placement)
         runner.ours_path = args.ours_path
         if args.storage_concurrency is not None:
             runner.env_ours["VMANYWARE_STORAGE_CONCURRENCY"] = str(args.storage_concurrency)
