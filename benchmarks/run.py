@@ -224,7 +224,7 @@ def failure_excerpt(stdout: str) -> str:
 
 
 FATAL = re.compile(
-    r"^(?:fatal|failed): \[([^\]]+)\](?: \(item=[^)]*\))?: (?:FAILED!|UNREACHABLE!) => (.*)$", re.MULTILINE
+    r"^(?:fatal|failed): \[([^\]]+)\](?: \(item=[^)]*\))?(?:: (?:FAILED!|UNREACHABLE!))? => (.*)$", re.MULTILINE
 )
 
 
