@@ -3,12 +3,24 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Benchmark: vmanyware.proxmox (the provision role) against community.proxmox doing the same job.
 
-One run on one machine: a pvesim simulator with the realistic time model (benchmarks/timings.yml,
-scaled by --speed), both tools provisioning N VMs in parallel (N inventory hosts, forks = N),
-alternating A/B per repetition, then in-process measurements of the journal and the planner.
-Prints seven figure lines ``[1]`` .. ``[7]`` and writes every raw number to ``--json``.
+One run on one machine: a pvesim simulator (by default the three-node cluster seed, template 9001 on
+shared storage) with the realistic time model (benchmarks/timings.yml, scaled by --speed) and the
+storage lock, every tool provisioning N VMs in parallel (N inventory hosts, forks = N unless
+--forks), rotating the order per repetition, then in-process measurements of the journal and the
+planner. Tools (docs/benchmarks.md, "Issue 36: method"):
 
-    .venv/bin/python benchmarks/run.py --sizes 1,10,50 --reps 3 --speed 10 --json out.json --plot docs/benchmarks.png
+    ours    vmanyware.proxmox's provision role (benchmarks/ours.yml), target_node auto on the cluster
+    peer    community.proxmox "as documented" (benchmarks/peer.yml), newest release
+    equal   community.proxmox doing equal work (benchmarks/peer-equal.yml), newest release
+    pinned  peer.yml with the pinned community.proxmox 1.4.0 and the project's ansible-core
+
+The newest release (ansible 14.5.0: community.proxmox 2.0.0, ansible-core 2.21) lives in the venv of
+tools/dev/fetch_newest_peer.sh; without it, peer and equal run with the pinned collection and the
+pinned column is left out. Figure lines ``[1]`` .. ``[11]`` (``[12]`` with --slices), every raw
+number in ``--json``.
+
+    .venv/bin/python benchmarks/run.py --sizes 1,10 --reps 1 --speed 10 --json out.json --plot docs/benchmarks.png
+    .venv/bin/python benchmarks/run.py --sizes 10 --slices 4 --slice-n 20 ...     # AWX-style slices too
     .venv/bin/python benchmarks/run.py --smoke      # N=1, one repetition, speed 50, small journal/plan counts
 """
 
@@ -23,21 +35,37 @@ import os
 import platform
 import re
 import resource
-import signal
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import typing as t
 from pathlib import Path
 from unittest import mock
 
+import requests as http
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 FIRST_VMID = 301
 TASK_STATUS = re.compile(r"^/nodes/[^/]+/tasks/(UPID:[^/]+)/status$")
+ALL_TOOLS = ("ours", "peer", "equal", "pinned")
+LABELS = {
+    "ours": "vmanyware.proxmox",
+    "peer": "peer (as documented)",
+    "equal": "peer (equal work)",
+    "pinned": "peer (as documented, pinned)",
+}
+PEER_PLAYBOOKS = {"peer": "peer.yml", "equal": "peer-equal.yml", "pinned": "peer.yml"}
+NEWEST_PEER_DEFAULT = Path(os.environ.get("VMANYWARE_CACHE", str(Path.home() / ".cache" / "vmanyware"))) / "peer-newest"
+# the three nodes of pvesim's cluster seed (pvesim.state.CLUSTER_NODES) and its template on shared storage
+CLUSTER_NODES = ("pve-test", "pve-test2", "pve-test3")
+CLUSTER_TEMPLATE = {"vmid": 9001, "name": "debian-13-shared", "node": "pve-test", "storage": "shared"}
 # the time model of one VM's critical path (keys of timings.yml); figure [3] uses the tasks as run plus the guest waits
 OUR_PATH = (
     ("tasks", "qmclone_full"),
@@ -55,6 +83,13 @@ PEER_PATH = (
     ("guest", "dhcp_after_agent"),
     ("tasks", "qmsnapshot"),
 )
+# what each tool waits for in the guest after the start task (ours and the equal-work peer: cloud-init done)
+GUEST_WAIT = {
+    "ours": ("cloudinit_done_after_boot",),
+    "equal": ("cloudinit_done_after_boot",),
+    "peer": ("agent_up_after", "dhcp_after_agent"),
+    "pinned": ("agent_up_after", "dhcp_after_agent"),
+}
 
 
 class Interrupted(BaseException):
@@ -68,13 +103,18 @@ def _interrupt(signum: int, frame: t.Any) -> None:
     raise Interrupted(signum)
 
 
-def _descendants(root: int) -> list[int]:
-    """Every live descendant of ``root`` (ansible's forks call setsid, so a process group is not enough)."""
+def _children_map() -> dict[int, list[int]]:
     children: dict[int, list[int]] = collections.defaultdict(list)
     for stat_file in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
             fields = stat_file.read_text(encoding="utf-8").rsplit(")", 1)[1].split()
             children[int(fields[1])].append(int(stat_file.parent.name))
+    return children
+
+
+def _descendants(root: int, children: dict[int, list[int]] | None = None) -> list[int]:
+    """Every live descendant of ``root`` (ansible's forks call setsid, so a process group is not enough)."""
+    children = _children_map() if children is None else children
     found, todo = [], [root]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -83,7 +123,80 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-def run_playbook(cmd: list[str], env: dict[str, str], timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+def _pss_kib(pid: int) -> int:
+    """The process's proportional set size (``Pss:`` of /proc/PID/smaps_rollup), 0 when it is gone."""
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh,
+    ):
+        for line in fh:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    return 0
+
+
+class PssSampler(threading.Thread):
+    """Peak of the summed PSS of the controller: the roots added (ansible-playbook / ansible-runner processes) and
+    every live descendant (forks, module processes), sampled every ``interval`` s, or twice as long as one sample took
+    (so the sampler itself stays a small share of the machine). PSS counts shared pages once over all sharers, so the
+    sum over a process tree is its real memory, unlike a sum of RSS."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.roots: list[int] = []
+        self.interval = interval
+        self.peak_kib = 0
+        self.procs_at_peak = 0
+        self.max_procs = 0
+        self.samples = 0
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+
+    def add(self, pid: int) -> None:
+        with self._lock:
+            self.roots.append(pid)
+
+    def sample(self) -> float:
+        began = time.monotonic()
+        with self._lock:
+            roots = list(self.roots)
+        if roots:
+            children = _children_map()
+            pids = set(roots)
+            for root in roots:
+                pids.update(_descendants(root, children))
+            total = sum(_pss_kib(pid) for pid in pids)
+            self.samples += 1
+            self.max_procs = max(self.max_procs, len(pids))
+            if total > self.peak_kib:
+                self.peak_kib, self.procs_at_peak = total, len(pids)
+        return time.monotonic() - began
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            took = self.sample()
+            self._halt.wait(max(self.interval, 2 * took))
+
+    def stop(self) -> dict[str, t.Any]:
+        self._halt.set()
+        self.join()
+        return {
+            "pss_peak_mib": round(self.peak_kib / 1024, 1),
+            "procs_at_peak": self.procs_at_peak,
+            "max_procs": self.max_procs,
+            "samples": self.samples,
+        }
+
+
+def _kill_tree(pid: int) -> None:
+    for each in [pid, *_descendants(pid)]:  # only processes this run started
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(each, signal.SIGKILL)
+
+
+def run_playbook(
+    cmd: list[str], env: dict[str, str], timeout: float = 3600, sampler: PssSampler | None = None
+) -> subprocess.CompletedProcess[str]:
     """``subprocess.run`` in a new session, so that the playbook's forks and modules die with it."""
     proc = subprocess.Popen(
         cmd,
@@ -93,12 +206,12 @@ def run_playbook(cmd: list[str], env: dict[str, str], timeout: float = 3600) -> 
         text=True,  # pylint: disable=consider-using-with
         start_new_session=True,
     )
+    if sampler is not None:
+        sampler.add(proc.pid)
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
-        for pid in [proc.pid, *_descendants(proc.pid)]:  # only processes this run started
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        _kill_tree(proc.pid)
         proc.communicate()
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
@@ -106,8 +219,42 @@ def run_playbook(cmd: list[str], env: dict[str, str], timeout: float = 3600) -> 
 
 def failure_excerpt(stdout: str) -> str:
     """The first failure of a playbook's output (what ``fatal:``/``failed:`` said), else its tail."""
-    m = re.search(r"^(fatal|failed): .*", stdout, re.M)
+    m = re.search(r"^(fatal|failed): .*", stdout, re.MULTILINE)
     return stdout[m.start() : m.start() + 3000] if m else stdout[-3000:]
+
+
+FATAL = re.compile(
+    r"^(?:fatal|failed): \[([^\]]+)\](?: \(item=[^)]*\))?(?:: (?:FAILED!|UNREACHABLE!))? => (.*)$", re.MULTILINE
+)
+
+
+def host_errors(stdout: str) -> dict[str, str]:
+    """The first error of each failed host in a playbook's output: its result's ``msg`` (and ``code`` where the
+    module gives one), else the result line itself, cut to 300 characters."""
+    errors: dict[str, str] = {}
+    for m in FATAL.finditer(stdout):
+        host, body = m.group(1), m.group(2)
+        if host in errors:
+            continue
+        text = body
+        with contextlib.suppress(ValueError, AttributeError):
+            result = json.loads(body)
+            text = str(result.get("msg") or result.get("message") or body)
+            code = result.get("code") or (result.get("error") or {}).get("code") if isinstance(result, dict) else None
+            if code and str(code) not in text:
+                text = f"{code}: {text}"
+        errors[host] = " ".join(text.split())[:300]
+    return errors
+
+
+def recap_failed_hosts(stdout: str) -> set[str]:
+    return {
+        m.group(1)
+        for m in re.finditer(
+            r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=(\d+)\s+failed=(\d+)", stdout, re.MULTILINE
+        )
+        if int(m.group(2)) or int(m.group(3))
+    }
 
 
 def log(msg: str) -> None:
@@ -127,23 +274,66 @@ def percentile(values: t.Sequence[float], q: float) -> float:
     return ordered[int(rank) - 1]
 
 
+def ratio(a: float | None, b: float | None) -> float:
+    return a / b if a is not None and b else float("nan")
+
+
 # ------------------------------------------------------------------------------------------------
 # simulator
 
 
 class Simulator:
-    """``python -m pvesim serve`` with the time model, plus its admin API."""
+    """``python -m pvesim serve`` with the time model and the seed, plus its admin API."""
 
-    def __init__(self, state_dir: Path, speed: float, timings: Path, storage_lock: str = "on") -> None:
+    def __init__(self, state_dir: Path, speed: float, timings: Path, storage_lock: str = "on", seed: str = "cluster"):
         sys.path.insert(0, str(REPO / "tools" / "pvesim"))
         from pvesim.testing import PvesimAdmin, start_server  # pylint: disable=import-outside-toplevel
 
+        self.seed = seed
         self.proc, self.conn = start_server(
-            str(state_dir), speed=speed, extra=["--timings", str(timings), "--storage-lock", storage_lock]
+            str(state_dir),
+            speed=speed,
+            extra=["--timings", str(timings), "--storage-lock", storage_lock, "--seed", seed],
         )
         self.admin = PvesimAdmin(self.conn)
         self.timings = self.admin.timings()
         self.speed = speed
+        if seed == "cluster":
+            self.nodes = list(CLUSTER_NODES)
+            self.template = dict(CLUSTER_TEMPLATE)
+        else:
+            self.nodes = [self.conn["node"]]
+            self.template = {
+                "vmid": self.conn["template_vmid"],
+                "name": "debian-13",
+                "node": self.conn["node"],
+                "storage": self.conn["storage"],
+            }
+        token = self.conn["tokens"]["full"]
+        self.api = http.Session()
+        self.api.headers["Authorization"] = f"PVEAPIToken={token['id']}={token['secret']}"
+
+    def fresh(self) -> None:
+        """The seed again, storages large enough for every size (see STORAGE_TOTAL), an empty request log."""
+        self.admin.reset(self.seed)
+        for storage in {self.conn["storage"], self.template["storage"]}:
+            self.admin.set_storage(storage, total=STORAGE_TOTAL)
+
+    def vm_nodes(self) -> dict[int, dict[str, str]]:
+        """Every VM of the cluster: its node and name (``GET /cluster/resources?type=vm``, one request, read after
+        the run's request log was taken)."""
+        resp = self.api.get(
+            f"https://{self.conn['host']}:{self.conn['port']}/api2/json/cluster/resources",
+            params={"type": "vm"},
+            verify=self.conn["ca_file"],  # per call: a session's verify loses to REQUESTS_CA_BUNDLE
+            timeout=30,
+        )
+        resp.raise_for_status()
+        return {
+            int(e["vmid"]): {"node": e.get("node", ""), "name": e.get("name", "")}
+            for e in resp.json()["data"]
+            if not e.get("template")
+        }
 
     def stop(self) -> None:
         from pvesim.testing import stop_server  # pylint: disable=import-outside-toplevel
@@ -152,20 +342,95 @@ class Simulator:
 
 
 # ------------------------------------------------------------------------------------------------
-# the two tools
+# the tools
 
 
-# The demo seed's local-lvm has 200 GiB: ten 20 GiB VMs do not fit (resize fails with lvextend's
-# "Insufficient free space", as PVE would). Every run gets this much instead.
+# The demo seed's local-lvm has 200 GiB and the cluster's shared storage 2 TiB: ten (or ninety-seven) 20 GiB VMs do
+# not fit (resize fails with lvextend's "Insufficient free space", as PVE would). Every run gets this much instead.
 STORAGE_TOTAL = 16 * 1024**4
 
 
+class Ansible(t.NamedTuple):
+    """One ansible-core + collections pairing a tool runs with."""
+
+    name: str  # "ours", "newest", "pinned"
+    python: str  # interpreter of the venv (its bin/ has ansible-playbook); also the hosts' interpreter
+    collections: Path  # ANSIBLE_COLLECTIONS_PATH
+    versions: dict[str, str]
+
+    @property
+    def bin(self) -> Path:
+        return Path(self.python).parent
+
+
+def core_version(python: str) -> str:
+    return subprocess.run(
+        [python, "-c", "import ansible.release as r; print(r.__version__)"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+
+
+def proxmox_version(collections_root: Path) -> str:
+    manifest = collections_root / "ansible_collections" / "community" / "proxmox" / "MANIFEST.json"
+    try:
+        return str(json.loads(manifest.read_text(encoding="utf-8"))["collection_info"]["version"])
+    except (OSError, ValueError, KeyError):
+        return "?"
+
+
+def newest_peer(path: str | None) -> Ansible | None:
+    """The venv of tools/dev/fetch_newest_peer.sh: ``auto`` uses the default one if it exists, ``fetch`` builds it
+    (or reuses it), ``none`` none, else that directory."""
+    if path in (None, "none"):
+        return None
+    venv = NEWEST_PEER_DEFAULT if path in ("auto", "fetch") else Path(path)
+    if path == "fetch" or (path not in ("auto",) and not (venv / "bin" / "ansible-playbook").exists()):
+        proc = subprocess.run(
+            ["bash", str(REPO / "tools" / "dev" / "fetch_newest_peer.sh"), str(venv)],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"fetch_newest_peer.sh failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    if not (venv / "bin" / "ansible-playbook").exists():
+        return None
+    python = str(venv / "bin" / "python")
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    root = Path(site)
+    return Ansible(
+        "newest",
+        python,
+        root,
+        {"ansible-core": core_version(python), "community.proxmox": proxmox_version(root), "python": python_of(python)},
+    )
+
+
+def python_of(python: str) -> str:
+    return subprocess.run(
+        [python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+
+
 class Runner:
-    def __init__(self, sim: Simulator, work: Path, peer_root: Path, python: str) -> None:
+    def __init__(
+        self,
+        sim: Simulator,
+        work: Path,
+        ours_python: str,
+        setups: dict[str, Ansible],
+        forks: int | None = None,
+        ours_placement: str = "auto",
+    ) -> None:
         self.sim = sim
         self.work = work
-        self.python = python
-        self.bin = Path(python).parent
+        self.setups = setups  # tool -> Ansible
+        self.forks = forks
         conn = sim.conn
         # our collection: a private collections root with a symlink to this checkout
         self.ours_root = work / "collections"
@@ -173,15 +438,24 @@ class Runner:
         link = self.ours_root / "ansible_collections" / "vmanyware" / "proxmox"
         if not link.exists():
             link.symlink_to(REPO)
-        self.peer_root = peer_root
+        self.ours_python = ours_python
         # ours: the role's default one-task path (vmanyware_provision) or one task per stage (provision_step_by_step)
         self.ours_path = "one-task"
-        base = {
+        self.catalog = REPO / "examples" / "catalog.yml"
+        self.target_node = ""
+        if sim.seed == "cluster":  # the example catalog's image on the shared template; placement picks the node
+            catalog = yaml.safe_load(self.catalog.read_text(encoding="utf-8"))
+            catalog["images"][0]["templateVmid"] = sim.template["vmid"]
+            catalog["images"][0]["storage"] = sim.template["storage"]
+            self.catalog = work / "catalog-cluster.yml"
+            self.catalog.write_text(yaml.safe_dump(catalog, sort_keys=False), encoding="utf-8")
+            self.target_node = ours_placement  # auto: vmanyware_placement; round-robin: the peers' assignment
+        self.base = {
             k: v
             for k, v in os.environ.items()
             if not k.startswith(("ANSIBLE_", "PROXMOX_", "VMANYWARE_", "REQUESTS_CA_BUNDLE"))
         }
-        base.update(
+        self.base.update(
             {
                 "ANSIBLE_NOCOLOR": "1",
                 "ANSIBLE_RETRY_FILES_ENABLED": "false",
@@ -190,11 +464,11 @@ class Runner:
                 "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "false",
                 "ANSIBLE_HOME": str(work / "ansible-home"),
                 "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
-                "ANSIBLE_PYTHON_INTERPRETER": python,
             }
         )
         self.env_ours = {
-            **base,
+            **self.base,
+            "ANSIBLE_PYTHON_INTERPRETER": ours_python,
             "ANSIBLE_COLLECTIONS_PATH": str(self.ours_root),
             "PROXMOX_HOST": conn["host"],
             "PROXMOX_PORT": str(conn["port"]),
@@ -204,7 +478,6 @@ class Runner:
             "VMANYWARE_PROVISIONING_ENABLED": "true",
             "VMANYWARE_SNAPSHOTS_ENABLED": "true",
         }
-        self.env_peer = {**base, "ANSIBLE_COLLECTIONS_PATH": str(peer_root)}
         token_user, token_name = conn["tokens"]["full"]["id"].split("!")
         self.peer_vars = work / "peer-vars.json"
         self.peer_vars.touch(mode=0o600)
@@ -213,9 +486,11 @@ class Runner:
                 {
                     "pve_port": conn["port"],
                     "pve_ca_file": conn["ca_file"],
-                    "pve_node": conn["node"],
-                    "pve_storage": conn["storage"],
-                    "pve_template_vmid": conn["template_vmid"],
+                    "pve_nodes": sim.nodes,
+                    "pve_storage": sim.template["storage"],
+                    "pve_template_vmid": sim.template["vmid"],
+                    "pve_template_name": sim.template["name"],
+                    "pve_template_node": sim.template["node"],
                     "pve_token_user": token_user,
                     "pve_token_name": token_name,
                     "pve_token_secret": conn["tokens"]["full"]["secret"],
@@ -224,42 +499,55 @@ class Runner:
             encoding="utf-8",
         )
 
-    def inventory(self, n: int) -> Path:
-        path = self.work / f"inventory-{n}.ini"
-        lines = ["[all]"] + [
-            f"vm{FIRST_VMID + i} bench_vmid={FIRST_VMID + i} ansible_connection=local ansible_python_interpreter={self.python}"
-            for i in range(n)
-        ]
+    def python_for(self, tool: str) -> str:
+        return self.ours_python if tool == "ours" else self.setups[tool].python
+
+    def inventory(self, n: int, python: str) -> Path:
+        """One host per VM; with ``target_node`` ``round-robin`` each host also names its node (``bench_target_node``),
+        the assignment the peer playbooks compute."""
+        path = self.work / f"inventory-{n}-{abs(hash(python))}.ini"
+        lines = ["[all]"]
+        for i in range(n):
+            line = f"vm{FIRST_VMID + i} bench_vmid={FIRST_VMID + i} ansible_connection=local ansible_python_interpreter={python}"
+            if self.target_node == "round-robin":
+                line += f" bench_target_node={self.sim.nodes[i % len(self.sim.nodes)]}"
+            lines.append(line)
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         return path
 
     def _playbook(self, tool: str, n: int, state: Path, phase: str = "confirmed") -> tuple[list[str], dict[str, str]]:
-        inv = self.inventory(n)
-        cmd = [str(self.bin / "ansible-playbook"), "-i", str(inv), "-f", str(n)]
+        python = self.python_for(tool)
+        inv = self.inventory(n, python)
+        cmd = [str(Path(python).parent / "ansible-playbook"), "-i", str(inv), "-f", str(self.forks or n)]
         if tool == "ours":
             cmd += [
                 "-e",
-                f"bench_catalog_path={REPO / 'examples' / 'catalog.yml'}",
+                f"bench_catalog_path={self.catalog}",
                 "-e",
                 f"bench_definition_path={HERE / 'definition.yml'}",
                 "-e",
                 f"bench_state={state}",
                 "-e",
                 f"bench_phase={phase}",
+                *(["-e", f"bench_target_node={self.target_node}"] if self.target_node != "round-robin" else []),
                 "-e",
                 f"provision_step_by_step={self.ours_path == 'step-by-step'}",
                 str(HERE / "ours.yml"),
             ]
             env = {**self.env_ours, "VMANYWARE_JOURNAL_DIR": str(state / "journal")}
         else:
-            cmd += ["-e", f"@{self.peer_vars}", str(HERE / "peer.yml")]
-            env = self.env_peer
+            setup = self.setups[tool]
+            cmd += ["-e", f"@{self.peer_vars}", "-e", f"bench_state={state}", str(HERE / PEER_PLAYBOOKS[tool])]
+            env = {
+                **self.base,
+                "ANSIBLE_PYTHON_INTERPRETER": setup.python,
+                "ANSIBLE_COLLECTIONS_PATH": str(setup.collections),
+            }
         return cmd, env
 
     def review(self, n: int, state: Path) -> None:
         """Ours, first run (no confirmation): writes each host's confirmation block; not timed."""
-        self.sim.admin.reset()
-        self.sim.admin.set_storage(self.sim.conn["storage"], total=STORAGE_TOTAL)
+        self.sim.fresh()
         cmd, env = self._playbook("ours", n, state, phase="review")
         proc = run_playbook(cmd, env)
         if proc.returncode != 0 or len(list(state.glob("confirm-*.yml"))) != n:
@@ -268,29 +556,27 @@ class Runner:
             )
 
     def run(self, tool: str, n: int, state: Path) -> dict[str, t.Any]:
-        """One timed run on a fresh simulator state: wall, CPU (RUSAGE_CHILDREN), request log, tasks."""
-        admin = self.sim.admin
-        admin.reset()
-        admin.set_storage(self.sim.conn["storage"], total=STORAGE_TOTAL)
+        """One timed run on a fresh simulator state: wall, CPU (RUSAGE_CHILDREN), peak PSS, request log, tasks."""
+        sim, admin = self.sim, self.sim.admin
+        sim.fresh()
         shutil.rmtree(state / "journal", ignore_errors=True)
         for old in state.glob("known_hosts-*"):
             old.unlink()
         cmd, env = self._playbook(tool, n, state)
         load_before = os.getloadavg()[0]
+        sampler = PssSampler()
+        sampler.start()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started_epoch = time.time()
         started = time.monotonic()
-        proc = run_playbook(cmd, env)
+        try:
+            proc = run_playbook(cmd, env, sampler=sampler)
+        finally:
+            memory = sampler.stop()
         wall = time.monotonic() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        failed_hosts = {
-            m.group(1)
-            for m in re.finditer(
-                r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=(\d+)\s+failed=(\d+)", proc.stdout, re.M
-            )
-            if int(m.group(2)) or int(m.group(3))
-        }
+        failed_hosts = recap_failed_hosts(proc.stdout)
         if proc.returncode != 0 and not failed_hosts:
             raise SystemExit(
                 f"{tool} N={n} failed ({proc.returncode}, wall {wall:.0f} s) without a failed host:\n"
@@ -298,21 +584,32 @@ class Runner:
             )
         requests = admin.requests()
         tasks = admin.tasks()
-        failed_vms = []
-        for i in range(n):  # the job was done: running, snapshot present, disk grown
+        placed = sim.vm_nodes()
+        errors_by_host = host_errors(proc.stdout)
+        failed: dict[int, str] = {}
+        for i in range(n):  # the job was done: running, snapshot present, disk grown (and the host keys written)
             vmid = FIRST_VMID + i
+            host = f"vm{vmid}"
             try:
                 vm = admin.vm(vmid)
             except RuntimeError:
                 vm = {"status": "missing", "snapshots": [], "config": {}}
-            if (
-                f"vm{vmid}" in failed_hosts
-                or vm["status"] != "running"
-                or len(vm["snapshots"]) != 1
-                or "size=20G" not in vm["config"].get("scsi0", "")
-            ):
-                failed_vms.append(vmid)
-        if len(failed_vms) == n:
+            reasons = []
+            if host in failed_hosts:
+                reasons.append(errors_by_host.get(host, "failed (no error line found)"))
+            if vm["status"] != "running":
+                reasons.append(f"VM {vm['status']}")
+            if len(vm["snapshots"]) != 1:
+                reasons.append(f"{len(vm['snapshots'])} snapshots")
+            if "size=20G" not in vm["config"].get("scsi0", ""):
+                reasons.append("disk not grown")
+            if tool in ("ours", "equal"):
+                known = state / f"known_hosts-{host}"
+                if not known.exists() or not known.read_text(encoding="utf-8").strip():
+                    reasons.append("no known_hosts written")
+            if reasons:
+                failed[vmid] = "; ".join(reasons)
+        if len(failed) == n and n == 1:
             raise SystemExit(
                 f"{tool} N={n}: no VM provisioned ({proc.returncode}, wall {wall:.0f} s):\n{failure_excerpt(proc.stdout)}"
             )
@@ -324,26 +621,212 @@ class Runner:
             if task["type"] == "qmsnapshot"
             and task["ended"] is not None
             and task["exitstatus"] == "OK"
-            and int(task["id"]) not in failed_vms
+            and int(task["id"]) not in failed
         ]
         finished_wall = max(snapshots) - started_epoch if snapshots else None
         bad = [e for e in requests if e.get("schema_errors") or e.get("implemented") is False]
-        locks = admin.storage_locks()["storages"].get(self.sim.conn["storage"], {})
+        locks = admin.storage_locks()["storages"].get(sim.template["storage"], {})
+        nodes = collections.Counter(placed[FIRST_VMID + i]["node"] for i in range(n) if FIRST_VMID + i in placed)
         return {
             "tool": tool,
             "n": n,
+            "forks": self.forks or n,
             "wall": wall,
             "cpu": cpu,
+            "memory": memory,
             "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             "requests": requests,
             "tasks": tasks,
             "schema_or_501": len(bad),
-            "failed_vms": failed_vms,
+            "schema_examples": [{k: e.get(k) for k in ("method", "path", "status", "schema_errors")} for e in bad[:5]],
+            "failed_vms": sorted(failed),
+            "errors": {str(k): v for k, v in sorted(failed.items())},
+            "nodes": dict(sorted(nodes.items())),
             "lock_timeout_tasks": len(lock_errors),
             "finished_wall": finished_wall,
-            "failure_excerpt": failure_excerpt(proc.stdout)[:1500] if failed_vms else "",
+            "failure_excerpt": failure_excerpt(proc.stdout)[:1500] if failed else "",
             "storage_lock": {k: v for k, v in locks.items() if k != "history"},
         }
+
+
+# ------------------------------------------------------------------------------------------------
+# AWX-style job slices: K ansible-runner processes at once, each with its slice of one inventory, one shared journal
+
+SLICE_PLAYBOOK = """\
+---
+- name: Provision one VM per inventory host (one slice of the inventory)
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: vmanyware.proxmox.provision
+      provision_catalog_path: "{{ slice_catalog_path }}"
+      provision_definition_path: "{{ slice_definition_dir }}/{{ inventory_hostname }}.yml"
+      provision_target_vmid: auto
+      provision_target_node: "{{ slice_target_node }}"
+      provision_vmid_range: "{{ slice_vmid_range }}"
+      provision_vmid_owner: "{{ inventory_hostname }}"
+      provision_confirmation: "{{ (lookup('ansible.builtin.file', slice_confirm_dir ~ '/' ~ inventory_hostname ~ '.yml',
+        errors='ignore') | default('{}', true) | from_yaml).provision_confirmation | default({}) }}"
+      provision_confirmation_file: "{{ slice_confirm_dir }}/{{ inventory_hostname }}.yml"
+      provision_known_hosts_file: "{{ slice_confirm_dir }}/known_hosts-{{ inventory_hostname }}"
+      provision_add_host: false
+"""
+
+
+def run_slices(runner: Runner, k: int, n: int, forks: int | None) -> dict[str, t.Any]:
+    """The same n VMs (hosts s000.., each with its own definition named after it, ``target_vmid: auto`` from one range
+    with the host as lease owner, ``target_node`` auto on the cluster) as k slices: host i in slice i mod k, each
+    slice an ``ansible-runner run`` process of its own (its own private data dir and process tree, as AWX runs a
+    sliced job), all with one journal directory. Review (plan, preflight, confirmation files) and apply both run
+    sliced; the apply is timed. Checks: distinct VMIDs, one VM per host, one operation per host, no torn journal
+    document, no ``conflicting_operation``."""
+    sim = runner.sim
+    root = runner.work / f"slices-{k}-{n}"
+    shutil.rmtree(root, ignore_errors=True)
+    definitions, confirm, journal = root / "definitions", root / "confirm", root / "journal"
+    definitions.mkdir(parents=True)
+    confirm.mkdir()
+    names = [f"s{i:03d}" for i in range(n)]
+    base = yaml.safe_load((HERE / "definition.yml").read_text(encoding="utf-8"))
+    for name in names:
+        (definitions / f"{name}.yml").write_text(yaml.safe_dump(dict(base, name=name)), encoding="utf-8")
+    vmid_range = [FIRST_VMID, FIRST_VMID + 2 * n + 10]
+    extravars = {
+        "slice_catalog_path": str(runner.catalog),
+        "slice_definition_dir": str(definitions),
+        "slice_confirm_dir": str(confirm),
+        "slice_vmid_range": vmid_range,
+    }
+    if runner.target_node != "round-robin":  # else each host's own node, in the inventory below
+        extravars["slice_target_node"] = runner.target_node
+    envvars = {k_: v for k_, v in runner.env_ours.items() if k_.startswith(("PROXMOX_", "VMANYWARE_", "ANSIBLE_"))}
+    envvars["VMANYWARE_JOURNAL_DIR"] = str(journal)  # the shared volume every slice mounts
+    slices = [names[i::k] for i in range(k)]
+    pdds = []
+    for i, hosts in enumerate(slices):
+        pdd = root / f"slice-{i}"
+        (pdd / "project").mkdir(parents=True)
+        (pdd / "project" / "slice.yml").write_text(SLICE_PLAYBOOK, encoding="utf-8")
+        (pdd / "inventory").mkdir()
+        inventory = {
+            "all": {
+                "hosts": {
+                    h: {"ansible_connection": "local", "ansible_python_interpreter": runner.ours_python}
+                    | (
+                        {"slice_target_node": sim.nodes[names.index(h) % len(sim.nodes)]}
+                        if runner.target_node == "round-robin"
+                        else {}
+                    )
+                    for h in hosts
+                }
+            }
+        }
+        (pdd / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")
+        (pdd / "env").mkdir()
+        (pdd / "env" / "extravars").write_text(yaml.safe_dump(extravars), encoding="utf-8")
+        (pdd / "env" / "envvars").write_text(yaml.safe_dump(envvars), encoding="utf-8")
+        pdds.append((pdd, len(hosts)))
+    bin_dir = Path(runner.ours_python).parent
+    env = {**runner.base, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def launch(ident: str, sampler: PssSampler | None) -> tuple[list[int], float]:
+        procs = []
+        started = time.monotonic()
+        for pdd, count in pdds:
+            cmd = [
+                str(bin_dir / "ansible-runner"),
+                "run",
+                str(pdd),
+                "-p",
+                "slice.yml",
+                "--ident",
+                ident,
+                "--forks",
+                str(forks or count),
+                "--rotate-artifacts",
+                "0",
+            ]
+            with open(pdd / f"{ident}.out", "w", encoding="utf-8") as out:
+                proc = subprocess.Popen(  # pylint: disable=consider-using-with
+                    cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            procs.append(proc)
+            if sampler is not None:
+                sampler.add(proc.pid)
+        try:
+            codes = [proc.wait(timeout=3600) for proc in procs]
+        except BaseException:
+            for proc in procs:
+                _kill_tree(proc.pid)
+            raise
+        return codes, time.monotonic() - started
+
+    sim.fresh()
+    codes, review_wall = launch("review", None)
+    if codes != [0] * k:
+        tails = [(pdd / "review.out").read_text(encoding="utf-8")[-2000:] for pdd, _ in pdds]
+        raise SystemExit(f"slices K={k}: review failed {codes}:\n" + "\n".join(tails))
+    sim.admin.clear_requests()
+    sampler = PssSampler()
+    sampler.start()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        codes, wall = launch("apply", sampler)
+    finally:
+        memory = sampler.stop()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    outputs = [(pdd / "apply.out").read_text(encoding="utf-8") for pdd, _ in pdds]
+    errors: dict[str, str] = {}
+    for out in outputs:
+        errors.update(host_errors(out))
+    docs, torn = [], 0
+    for path in sorted(journal.glob("op-*.json")):
+        try:
+            docs.append(json.loads(path.read_text(encoding="utf-8")))
+        except ValueError:
+            torn += 1
+    per_host = collections.Counter(doc.get("plan", {}).get("definitionName") for doc in docs)
+    completed = {doc["plan"]["definitionName"] for doc in docs if doc.get("status") == "completed"}
+    claims = collections.Counter(doc.get("target", {}).get("vmid") for doc in docs)
+    requests = sim.admin.requests()
+    clones = collections.Counter(
+        int(e["params"]["newid"])
+        for e in requests
+        if e["method"] == "POST"
+        and e["path"].endswith("/clone")
+        and isinstance(e.get("status"), int)
+        and e["status"] < 300
+    )
+    placed = sim.vm_nodes()
+    by_name = collections.Counter(v["name"] for v in placed.values() if v["name"] in set(names))
+    conflicts = sum(out.count("conflicting_operation") for out in outputs)
+    return {
+        "k": k,
+        "n": n,
+        "rc": codes,
+        "wall": wall,
+        "review_wall": review_wall,
+        "cpu": cpu,
+        "memory": memory,
+        "requests": len(requests),
+        "provisioned": len(completed),
+        "failed": sorted(set(names) - completed),
+        "errors": errors,
+        "duplicate_vms": sum(c - 1 for c in by_name.values() if c > 1) + sum(c - 1 for c in clones.values() if c > 1),
+        "vms_per_host_max": max(by_name.values(), default=0),
+        "distinct_vmids": len(clones),
+        # a conflict: a torn document, an operation refused as conflicting, a host with two operations, or a VMID
+        # two operations target
+        "journal_conflicts": conflicts
+        + torn
+        + sum(c - 1 for c in per_host.values() if c > 1)
+        + sum(c - 1 for c in claims.values() if c > 1),
+        "torn_documents": torn,
+        "conflicting_operation": conflicts,
+        "operations": len(docs),
+        "nodes": dict(sorted(collections.Counter(v["node"] for v in placed.values() if v["name"] in names).items())),
+    }
 
 
 # ------------------------------------------------------------------------------------------------
@@ -406,8 +889,8 @@ def journal_cost(root: Path, sizes: t.Sequence[int], reps: int, work: Path) -> d
     """One stage's journal work (create the operation, dispatch, submitted, completed, reload)
     with ``size`` earlier operations in the journal directory. Median over ``reps``, in ms."""
     _import_collection(root)
-    from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import hashing as _hashing  # pylint: disable=import-outside-toplevel
     from ansible_collections.vmanyware.proxmox.plugins.module_utils import _journal  # pylint: disable=import-outside-toplevel
+    from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats import hashing as _hashing  # pylint: disable=import-outside-toplevel
 
     definition, mapping = {"name": "bench"}, {"image": "debian-13"}
     definition_hash = _hashing.definition_hash(definition)
@@ -554,7 +1037,7 @@ def machine_info(python: str) -> dict[str, t.Any]:
         [python, "-c", "import ansible.release as r; print(r.__version__)"], capture_output=True, text=True, check=False
     ).stdout.strip()
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": os.cpu_count(),
         "mem_gib": round(mem_kib / 1048576, 1),
         "python": platform.python_version(),
@@ -573,55 +1056,52 @@ def fmt_methods(d: dict[str, float]) -> str:
 
 
 def plot(results: dict[str, t.Any], path: Path) -> bool:
+    """Wall time and failed VMs against N for every tool (docs/benchmarks.png)."""
     try:
         import matplotlib  # pylint: disable=import-outside-toplevel
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     except ImportError:
-        log("matplotlib not installed: no plot")
+        log("matplotlib not installed: no plot (pip install matplotlib into the venv)")
         return False
     sizes = sorted(int(n) for n in results["wall"])
+    tools = results["config"]["tools"]
+    colors = {"ours": "tab:blue", "peer": "tab:orange", "equal": "tab:red", "pinned": "tab:gray"}
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for tool, color in (("ours", "tab:blue"), ("peer", "tab:orange")):
-        med = [results["wall"][str(n)][tool]["median"] for n in sizes]
-        ax1.plot(
-            sizes, med, marker="o", color=color, label="vmanyware.proxmox" if tool == "ours" else "community.proxmox"
+    for tool in tools:
+        have = [n for n in sizes if tool in results["wall"][str(n)]]
+        label = LABELS[tool] + (
+            f" ({results['config']['peers'][tool]['community.proxmox']})" if tool in results["config"]["peers"] else ""
         )
-        for n in sizes:
-            runs = results["wall"][str(n)][tool]["runs"]
-            ax1.scatter([n] * len(runs), runs, color=color, alpha=0.35, s=12)
-    ax1.set_xlabel("VMs in parallel (forks = N)")
+        ax1.plot(
+            have, [results["wall"][str(n)][tool]["median"] for n in have], marker="o", color=colors[tool], label=label
+        )
+        ax2.plot(
+            have,
+            [results["failed"][str(n)][tool]["median"] for n in have],
+            marker="o",
+            color=colors[tool],
+            label=label,
+        )
+    for ax in (ax1, ax2):
+        ax.set_xlabel("VMs in parallel (N)")
+        ax.set_xscale("log")
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([str(n) for n in sizes])
+        ax.minorticks_off()
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=8, loc="upper left")
+    most = max(
+        (results["failed"][str(n)][tool]["median"] for n in sizes for tool in results["failed"][str(n)]), default=0
+    )
+    ax2.set_ylim(-0.05 * max(1, most), 1.1 * max(1, most))
+    ax2.yaxis.get_major_locator().set_params(integer=True)
     ax1.set_ylabel("wall time [s]")
-    ax1.set_xscale("log")
-    ax1.set_xticks(sizes)
-    ax1.set_xticklabels([str(n) for n in sizes])
-    ax1.set_title(f"Wall time vs N (speed x{results['config']['speed']:g})")
-    ax1.legend()
-    ax1.grid(alpha=0.3)
-    req = results["requests_per_vm"]
-    methods = sorted({m for tool in ("ours", "peer") for m in req[tool] if m != "total"})
-    x = range(len(methods))
-    ax2.bar(
-        [i - 0.2 for i in x],
-        [req["ours"].get(m, 0) for m in methods],
-        width=0.4,
-        color="tab:blue",
-        label="vmanyware.proxmox",
-    )
-    ax2.bar(
-        [i + 0.2 for i in x],
-        [req["peer"].get(m, 0) for m in methods],
-        width=0.4,
-        color="tab:orange",
-        label="community.proxmox",
-    )
-    ax2.set_xticks(list(x))
-    ax2.set_xticklabels(methods)
-    ax2.set_ylabel("API requests per VM (N=1)")
-    ax2.set_title(f"Requests per VM: ours {req['ours']['total']:g}, peer {req['peer']['total']:g}")
-    ax2.legend()
-    ax2.grid(alpha=0.3, axis="y")
+    ax2.set_ylabel("failed VMs")
+    seed = results["config"]["seed"]
+    ax1.set_title(f"Wall time vs N ({seed} seed, speed x{results['config']['speed']:g})")
+    ax2.set_title("Failed VMs vs N")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return True
@@ -632,13 +1112,14 @@ def measure_sizes(
     runner: Runner,
     work: Path,
     sizes: list[int],
-    reps_for: dict[int, int],  # noqa: C901
+    reps_for: dict[int, int],
     sizes_done: list[int],
     runs: list[dict[str, t.Any]],
     results: dict[str, t.Any],
     begun: float,
+    tools: list[str],
 ) -> None:
-    """The A/B runs of every size (appends to ``runs``; failures and skips go into ``results``)."""
+    """The runs of every size (appends to ``runs``; failures and skips go into ``results``)."""
     prev_n = 0
     last_per_vm = None  # seconds per VM of the previous size (review + all runs)
     for n in sizes:
@@ -651,22 +1132,22 @@ def measure_sizes(
                 results.setdefault("skipped", []).append({"n": n, "projected_s": projected, "left_s": left})
                 sizes_done.remove(n)
                 continue
-        state = work / f"ours-{n}"
+        state = work / f"state-{n}"
         state.mkdir()
-        log(f"N={n}: review run (ours, not timed)")
-        try:
-            runner.review(n, state)
-        except SystemExit as exc:
-            if n == min(sizes):
-                raise
-            log(f"N={n}: review failed, size skipped: {str(exc)[-3000:]}")
-            results.setdefault("failures", []).append({"n": n, "tool": "ours-review", "error": str(exc)[-3000:]})
-            sizes_done.remove(n)
-            continue
+        if "ours" in tools:
+            log(f"N={n}: review run (ours, not timed)")
+            try:
+                runner.review(n, state)
+            except SystemExit as exc:
+                if n == min(sizes):
+                    raise
+                log(f"N={n}: review failed, size skipped: {str(exc)[-3000:]}")
+                results.setdefault("failures", []).append({"n": n, "tool": "ours-review", "error": str(exc)[-3000:]})
+                sizes_done.remove(n)
+                continue
         reps = reps_for[n]
         for rep in range(reps):
-            order = ("ours", "peer") if rep % 2 == 0 else ("peer", "ours")
-            pair = []
+            order = tools[rep % len(tools) :] + tools[: rep % len(tools)]  # each tool goes first in turn
             for tool in order:
                 try:
                     run = runner.run(tool, n, state)
@@ -677,24 +1158,254 @@ def measure_sizes(
                     results.setdefault("failures", []).append({"n": n, "tool": tool, "error": str(exc)[-3000:]})
                     continue
                 run["rep"] = rep
-                pair.append(run)
+                runs.append(run)
                 log(
                     f"N={n} rep {rep + 1}/{reps} {tool}: wall {run['wall']:.2f} s, cpu {run['cpu']:.2f} s, "
-                    f"{len(run['requests'])} requests, failed VMs {len(run['failed_vms'])}, lock timeouts {run['lock_timeout_tasks']}, "
-                    f"load {run['load'][0]:.2f} -> {run['load'][1]:.2f}"
+                    f"{len(run['requests'])} requests, failed VMs {len(run['failed_vms'])}, lock timeouts "
+                    f"{run['lock_timeout_tasks']}, peak PSS {run['memory']['pss_peak_mib']:.0f} MiB, nodes "
+                    f"{run['nodes']}, load {run['load'][0]:.2f} -> {run['load'][1]:.2f}"
                 )
-            runs.extend(pair)  # ratios use only repetitions where both tools completed
         last_per_vm, prev_n = (time.monotonic() - size_started) / n, n
 
 
-def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
+def _per(runs: list[dict[str, t.Any]], tool: str, n: int, fn: t.Callable[[dict[str, t.Any]], float]) -> list[float]:
+    return [fn(r) for r in runs if r["tool"] == tool and r["n"] == n]
+
+
+def _paired(runs: list[dict[str, t.Any]], n: int, other: str, key: str = "wall") -> list[float]:
+    """ours/other of the same repetition, for every repetition where both completed."""
+    by_rep = {(r["tool"], r["rep"]): r[key] for r in runs if r["n"] == n}
+    return [
+        by_rep[("ours", rep)] / by_rep[(other, rep)]
+        for rep in sorted({r["rep"] for r in runs if r["n"] == n})
+        if ("ours", rep) in by_rep and (other, rep) in by_rep and by_rep[(other, rep)]
+    ]
+
+
+def report(
+    args: argparse.Namespace,
+    runner: Runner,
+    sim: Simulator,
+    runs: list[dict[str, t.Any]],
+    sizes: list[int],
+    tools: list[str],
+    results: dict[str, t.Any],
+) -> None:
+    """Figures [1]-[5] and [8]-[11] from the runs (printed, and into ``results``)."""
+    others = [tool for tool in tools if tool != "ours"]
+    have_ours = "ours" in tools
+
+    def with_ratios(values: dict[str, float], fmt: str = "{:.2f}") -> str:
+        parts = [f"{tool} {fmt.format(values[tool])}" for tool in tools if tool in values]
+        if have_ours:
+            parts += [f"ours/{o} {ratio(values.get('ours'), values.get(o)):.2f}" for o in others if o in values]
+        return ", ".join(parts)
+
+    # [1] requests per VM by method (the smallest N), and per N
+    n0 = min(sizes)
+    first = {tool: next((r for r in runs if r["tool"] == tool and r["n"] == n0), None) for tool in tools}
+    results["requests_per_vm"] = {tool: by_method(r["requests"], n0) for tool, r in first.items() if r}
+    results["requests_by_endpoint"] = {tool: by_endpoint(r["requests"]) for tool, r in first.items() if r}
+    results["requests_per_vm_by_n"] = {
+        str(n): {tool: median(_per(runs, tool, n, lambda r: len(r["requests"]) / r["n"])) for tool in tools}
+        for n in sizes
+    }
+    results["schema_or_501"] = sum(r["schema_or_501"] for r in runs)
+    rq = results["requests_per_vm"]
+    print(
+        f"[1] requests per VM (N={n0}): "
+        + " | ".join(f"{tool} {fmt_methods(rq[tool])}" for tool in tools if tool in rq)
+        + " | per VM by N: "
+        + "; ".join(f"N={n} " + with_ratios(v, "{:.1f}") for n, v in results["requests_per_vm_by_n"].items())
+    )
+
+    # [2] wall time, paired ratios
+    results["wall"] = {}
+    parts = []
+    for n in sizes:
+        entry: dict[str, t.Any] = {}
+        for tool in tools:
+            walls = _per(runs, tool, n, lambda r: r["wall"])
+            if walls:
+                entry[tool] = {"median": median(walls), "runs": walls}
+        for other in others:
+            ratios = _paired(runs, n, other) if have_ours else []
+            entry[f"ratio_{other}"] = {"median": median(ratios), "runs": ratios}
+        loads = [value for r in runs if r["n"] == n for value in r["load"]]
+        entry["load"] = [min(loads), max(loads)] if loads else None
+        results["wall"][str(n)] = entry
+        parts.append(
+            f"N={n}: "
+            + with_ratios({tool: entry[tool]["median"] for tool in tools if tool in entry}, "{:.1f}")
+            + (f" (load average {min(loads):.1f}-{max(loads):.1f})" if loads else "")
+        )
+    print("[2] wall time, s (median; ratio = median of same-repetition ours/other): " + "; ".join(parts))
+
+    # [3] overhead over the critical path, N=1 only: the VM's tasks as the simulator ran them (so the storage lock's
+    # allocation and resize seconds count) plus the guest's wait from the model; with more VMs a clone task cannot be
+    # told apart from the others (its id is the template's) and tasks queue.
+    model = sim.timings
+    if n0 != 1:
+        print("[3] overhead over the critical path: needs N=1 among --sizes")
+    else:
+        results["overhead"] = {"n": 1}
+        parts = []
+        for tool in tools:
+            walls = _per(runs, tool, 1, lambda r: r["wall"])
+            if not walls:
+                continue
+            tasks_s = median(_per(runs, tool, 1, lambda r: task_path_seconds(r, FIRST_VMID, sim.template["vmid"])))
+            guest_s = sum(model["guest"][key] for key in GUEST_WAIT[tool]) / args.speed
+            path = tasks_s + guest_s
+            wall = median(walls)
+            results["overhead"][tool] = {
+                "wall_s": wall,
+                "critical_path_s": path,
+                "task_seconds_measured": tasks_s,
+                "guest_wait_s": guest_s,
+                "overhead": wall / path,
+            }
+            parts.append(
+                f"{tool} {wall:.1f} s / {path:.1f} s = {wall / path:.2f}x (tasks {tasks_s:.1f} s + guest {guest_s:.1f} s)"
+            )
+        print(
+            "[3] overhead over the critical path (N=1; path = the VM's tasks as run + the guest wait from the model: "
+            "cloud-init done for ours and equal, agent + IPv4 lease for peer and pinned): " + "; ".join(parts)
+        )
+
+    # [4] poll latency
+    results["poll_latency"] = {}
+    parts = []
+    for tool in tools:
+        lat: list[float] = []
+        missed = 0
+        for r in runs:
+            if r["tool"] == tool:
+                got, miss = poll_latencies(r)
+                lat += got
+                missed += miss
+        results["poll_latency"][tool] = {
+            "median_s": median(lat),
+            "p95_s": percentile(lat, 95),
+            "tasks": len(lat),
+            "not_polled": missed,
+        }
+        parts.append(
+            f"{tool} median {median(lat):.3f} s p95 {percentile(lat, 95):.3f} s ({len(lat)} tasks, {missed} not polled after end)"
+        )
+    print("[4] poll latency (task end -> first status GET after it): " + "; ".join(parts))
+
+    # [5] controller CPU per VM
+    results["cpu_per_vm"] = {}
+    parts = []
+    for n in sizes:
+        per = {tool: median(_per(runs, tool, n, lambda r: r["cpu"] / r["n"])) for tool in tools}
+        results["cpu_per_vm"][str(n)] = per
+        parts.append(f"N={n}: " + with_ratios(per))
+    print("[5] controller CPU seconds per VM (user+sys of the ansible-playbook tree): " + "; ".join(parts))
+
+    # [8] failed VMs (with each failure's error), lock timeouts
+    results["failed"] = {}
+    results["contention"] = {}
+    parts = []
+    for n in sizes:
+        per: dict[str, t.Any] = {}
+        for tool in tools:
+            tool_runs = [r for r in runs if r["tool"] == tool and r["n"] == n]
+            if not tool_runs:
+                continue
+            counts = [len(r["failed_vms"]) for r in tool_runs]
+            errors = collections.Counter(e for r in tool_runs for e in r["errors"].values())
+            per[tool] = {
+                "median": median(counts),
+                "runs": counts,
+                "errors": {str(r["rep"]): r["errors"] for r in tool_runs},
+                "distinct_errors": dict(errors.most_common()),
+            }
+            results["contention"].setdefault(str(n), {})[tool] = {
+                "lock_timeout_tasks": [r["lock_timeout_tasks"] for r in tool_runs],
+                "finished_wall": [r["finished_wall"] for r in tool_runs],
+                "storage_lock": [r["storage_lock"] for r in tool_runs],
+            }
+        results["failed"][str(n)] = per
+        parts.append(
+            f"N={n}: "
+            + ", ".join(
+                f"{tool} {per[tool]['runs']}"
+                + (
+                    " (" + "; ".join(f"{c}x {e[:160]}" for e, c in list(per[tool]["distinct_errors"].items())[:3]) + ")"
+                    if per[tool]["distinct_errors"]
+                    else ""
+                )
+                + f" lock timeouts {results['contention'][str(n)][tool]['lock_timeout_tasks']}"
+                for tool in tools
+                if tool in per
+            )
+        )
+    print(f"[8] failed VMs (storage lock {args.storage_lock}): " + "; ".join(parts))
+
+    # [9] peak memory of the controller: summed PSS of the process tree
+    results["memory"] = {}
+    parts = []
+    for n in sizes:
+        per = {
+            tool: max(_per(runs, tool, n, lambda r: r["memory"]["pss_peak_mib"]), default=float("nan"))
+            for tool in tools
+        }
+        procs = {tool: max(_per(runs, tool, n, lambda r: r["memory"]["max_procs"]), default=0) for tool in tools}
+        results["memory"][str(n)] = {"pss_peak_mib": per, "max_procs": procs, "forks": runner.forks or n}
+        parts.append(f"N={n} (forks {runner.forks or n}): " + with_ratios(per, "{:.0f} MiB"))
+    print("[9] controller peak memory (sum of PSS over the process tree, max over repetitions): " + "; ".join(parts))
+
+    # [10] time per VM as N grows
+    results["time_per_vm"] = {}
+    parts = []
+    for n in sizes:
+        per = {tool: results["wall"][str(n)][tool]["median"] / n for tool in tools if tool in results["wall"][str(n)]}
+        results["time_per_vm"][str(n)] = per
+        parts.append(f"N={n}: " + with_ratios(per, "{:.2f} s"))
+    print("[10] wall time per VM: " + "; ".join(parts))
+
+    # [11] where the VMs went
+    results["nodes"] = {}
+    parts = []
+    for n in sizes:
+        per = {tool: next((r["nodes"] for r in runs if r["tool"] == tool and r["n"] == n), {}) for tool in tools}
+        results["nodes"][str(n)] = per
+        parts.append(f"N={n}: " + ", ".join(f"{tool} {per[tool]}" for tool in tools))
+    print(
+        f"[11] VMs per node ({sim.seed} seed; ours target_node {runner.target_node or 'as catalog'}, peers round-robin): "
+        + "; ".join(parts)
+    )
+
+
+def main(argv: t.Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="1,10,50", help="VM counts run in parallel (forks = N), comma separated")
+    ap.add_argument("--sizes", default="1,10", help="VM counts run in parallel (forks = N), comma separated")
     ap.add_argument(
         "--reps",
-        default="3",
-        help="A/B repetitions per size (alternating order; median): one number, or one per "
-        "size (e.g. 3,3,1; the last repeats)",
+        default="1",
+        help="repetitions per size (rotating order; median): one number, or one per size (e.g. 3,3,1; the last repeats)",
+    )
+    ap.add_argument(
+        "--tools",
+        default=",".join(ALL_TOOLS),
+        help="comma separated, of: ours, peer (as documented), equal (equal work), pinned (as documented, pinned "
+        "community.proxmox); pinned is left out when the newest peer is absent (peer and equal then are the pinned one)",
+    )
+    ap.add_argument(
+        "--newest-peer",
+        default="auto",
+        help="the newest peer's venv (tools/dev/fetch_newest_peer.sh): auto (the default location if it exists), fetch "
+        "(build it there first), none, or a directory",
+    )
+    ap.add_argument("--seed", choices=("cluster", "demo"), default="cluster", help="pvesim seed (default: three nodes)")
+    ap.add_argument("--forks", type=int, default=None, help="ansible forks (default: N, one per VM)")
+    ap.add_argument(
+        "--ours-placement",
+        choices=("auto", "round-robin"),
+        default="auto",
+        help="cluster seed: ours with target_node auto (vmanyware_placement), or the peers' round-robin node per host",
     )
     ap.add_argument(
         "--budget",
@@ -717,6 +1428,8 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
         default=None,
         help="ours: VMANYWARE_STORAGE_CONCURRENCY (allocating submissions in flight per storage; default: the collection's)",
     )
+    ap.add_argument("--slices", type=int, default=0, help="also run the ours job as K AWX-style slices (and as 1)")
+    ap.add_argument("--slice-n", type=int, default=8, help="VMs of the sliced job")
     ap.add_argument("--journal-sizes", default="0,1000,10000", help="earlier operations in the journal directory")
     ap.add_argument("--journal-reps", type=int, default=30)
     ap.add_argument("--plan-images", type=int, default=128)
@@ -729,24 +1442,42 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
         help="ours: every stage in one vmanyware_provision task (the role's default) or one task per stage",
     )
     ap.add_argument(
-        "--peer-collections", default=None, help="collections root holding community.proxmox (default: fetch it)"
+        "--peer-collections",
+        default=None,
+        help="collections root holding the pinned community.proxmox (default: fetch it)",
     )
-    ap.add_argument("--python", default=sys.executable, help="interpreter whose bin/ has ansible-playbook")
+    ap.add_argument(
+        "--python", default=sys.executable, help="interpreter whose bin/ has ansible-playbook (the pinned peer's too)"
+    )
+    ap.add_argument(
+        "--ours-python",
+        default=None,
+        help="run ours with this interpreter's venv (its ansible-core; needs requirements.txt there; default --python)",
+    )
     ap.add_argument("--json", default=None, help="write all raw results here")
     ap.add_argument("--plot", default=None, help="write the PNG plot here (needs matplotlib)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument(
-        "--smoke", action="store_true", help="smallest run: N=1, 1 repetition, speed 50, 0/50/200 journal, 8 plan reps"
+        "--smoke",
+        action="store_true",
+        help="smallest run: N=1, 1 repetition, speed 50, tools ours,peer,equal, 0/50/200 journal, 5 plan reps",
     )
     args = ap.parse_args(argv)
     if args.smoke:
         args.sizes, args.reps, args.speed = "1", "1", 50.0
         args.journal_sizes, args.journal_reps, args.plan_reps, args.plan_proc_reps = "0,50,200", 5, 5, 1
+        if args.tools == ",".join(ALL_TOOLS):
+            args.tools = "ours,peer,equal"
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     rep_list = [int(x) for x in args.reps.split(",") if x.strip()]
     reps_for = {n: rep_list[min(i, len(rep_list) - 1)] for i, n in enumerate(sizes)}
     jsizes = [int(x) for x in args.journal_sizes.split(",") if x.strip()]
+    tools = [x.strip() for x in args.tools.split(",") if x.strip()]
+    unknown = set(tools) - set(ALL_TOOLS)
+    if unknown:
+        ap.error(f"unknown tools: {', '.join(sorted(unknown))}")
     python = str(Path(args.python).absolute())  # keep the venv path (no symlink resolution)
+    ours_python = str(Path(args.ours_python).absolute()) if args.ours_python else python
     begun = time.monotonic()
     # SIGTERM: unwind through the finally below (stops the simulator, removes the work directory)
     signal.signal(signal.SIGTERM, _interrupt)
@@ -754,22 +1485,7 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
     work = Path(tempfile.mkdtemp(prefix="vmanyware-bench-"))
     info = machine_info(python)
     info["command"] = " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])
-    results: dict[str, t.Any] = {
-        "machine": info,
-        "config": {
-            "sizes": sizes,
-            "reps": reps_for,
-            "speed": args.speed,
-            "timings": args.timings,
-            "storage_lock": args.storage_lock,
-            "storage_concurrency": args.storage_concurrency,
-            "ours_path": args.ours_path,
-        },
-    }
-    print(
-        f"machine: {info['date']}, nproc={info['nproc']}, mem={info['mem_gib']} GiB, Python {info['python']}, "
-        f"ansible-core {info['ansible_core']}, loadavg at start {' '.join(f'{x:.2f}' for x in info['loadavg_start'])}"
-    )
+    results: dict[str, t.Any] = {"machine": info}
     sim = None
     try:
         if args.peer_collections:
@@ -787,16 +1503,66 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
             if proc.returncode != 0:
                 print(proc.stderr, file=sys.stderr)
                 return proc.returncode
-        sim = Simulator(work / "sim", args.speed, Path(args.timings), args.storage_lock)
+        pinned = Ansible(
+            "pinned",
+            python,
+            peer_root,
+            {
+                "ansible-core": info["ansible_core"],
+                "community.proxmox": proxmox_version(peer_root),
+                "python": info["python"],
+            },
+        )
+        newest = newest_peer(args.newest_peer)
+        if (newest is None or newest.versions == pinned.versions) and "pinned" in tools:
+            tools.remove("pinned")
+            log("no newest peer (or it is the pinned one): peer and equal run with the pinned community.proxmox")
+        setups = {tool: (newest or pinned) for tool in ("peer", "equal")} | {"pinned": pinned}
+        ours_setup = {"ansible-core": core_version(ours_python), "python": python_of(ours_python)}
+        labels = dict(LABELS)
+        for tool in ("peer", "equal", "pinned"):
+            v = setups[tool].versions
+            labels[tool] += f", community.proxmox {v['community.proxmox']}, ansible-core {v['ansible-core']}"
+        labels["ours"] += f", ansible-core {ours_setup['ansible-core']}"
+        results["config"] = {
+            "sizes": sizes,
+            "reps": reps_for,
+            "speed": args.speed,
+            "seed": args.seed,
+            "tools": tools,
+            "labels": labels,
+            "forks": args.forks,
+            "ours_placement": args.ours_placement if args.seed == "cluster" else None,
+            "timings": args.timings,
+            "storage_lock": args.storage_lock,
+            "storage_concurrency": args.storage_concurrency,
+            "ours_path": args.ours_path,
+            "ours": ours_setup,
+            "peers": {tool: setups[tool].versions for tool in ("peer", "equal", "pinned") if tool in tools},
+        }
+        print(
+            f"machine: {info['date']}, nproc={info['nproc']}, mem={info['mem_gib']} GiB, "
+            f"loadavg at start {' '.join(f'{x:.2f}' for x in info['loadavg_start'])}; seed {args.seed}, speed x{args.speed:g}"
+        )
+        for tool in tools:
+            print(f"tool {tool}: {labels[tool]}")
+        sim = Simulator(work / "sim", args.speed, Path(args.timings), args.storage_lock, args.seed)
         results["config"]["time_model"] = sim.timings
-        runner = Runner(sim, work, peer_root, python)
+        runner = Runner(sim, work, ours_python, setups, forks=args.forks, ours_placement=args.ours_placement)
         runner.ours_path = args.ours_path
         if args.storage_concurrency is not None:
             runner.env_ours["VMANYWARE_STORAGE_CONCURRENCY"] = str(args.storage_concurrency)
         runs: list[dict[str, t.Any]] = []
         sizes_done = list(sizes)
         try:
-            measure_sizes(args, runner, work, sizes, reps_for, sizes_done, runs, results, begun)
+            measure_sizes(args, runner, work, sizes, reps_for, sizes_done, runs, results, begun, tools)
+            if args.slices:
+                results["slices"] = []
+                for k in sorted({1, args.slices}):
+                    log(f"slices: K={k}, {args.slice_n} VMs")
+                    sl = run_slices(runner, k, args.slice_n, args.forks)
+                    results["slices"].append(sl)
+                    log(f"slices K={k}: apply wall {sl['wall']:.1f} s, provisioned {sl['provisioned']}/{args.slice_n}")
         except Interrupted:
             log("interrupted: reporting what was measured")
             results["interrupted"] = True
@@ -805,167 +1571,15 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
         info["loadavg_end"] = os.getloadavg()
         sizes = [n for n in sizes_done if any(r["n"] == n for r in runs)]
         if not sizes:
-            print("no complete A/B pair was measured", file=sys.stderr)
+            print("no complete run was measured", file=sys.stderr)
             return 1
         results["config"]["sizes_completed"] = sizes
-        if results.get("failures") or results.get("skipped"):
-            for f in results.get("failures", []):
-                print(f"failed: N={f['n']} {f['tool']}: {f['error'].splitlines()[0]}")
-            for sk in results.get("skipped", []):
-                print(
-                    f"skipped: N={sk['n']}: projected {sk['projected_s']:.0f} s > {sk['left_s']:.0f} s left of --budget"
-                )
+        for f in results.get("failures", []):
+            print(f"failed: N={f['n']} {f['tool']}: {f['error'].splitlines()[0]}")
+        for sk in results.get("skipped", []):
+            print(f"skipped: N={sk['n']}: projected {sk['projected_s']:.0f} s > {sk['left_s']:.0f} s left of --budget")
 
-        # [1] requests per VM by method (N=1 runs if any, else the smallest N)
-        n0 = min(sizes)
-        first = {tool: next(r for r in runs if r["tool"] == tool and r["n"] == n0) for tool in ("ours", "peer")}
-        results["requests_per_vm"] = {tool: by_method(first[tool]["requests"], n0) for tool in first}
-        results["requests_by_endpoint"] = {tool: by_endpoint(first[tool]["requests"]) for tool in first}
-        results["requests_per_vm_by_n"] = {
-            str(n): {
-                tool: median([len(r["requests"]) / n for r in runs if r["tool"] == tool and r["n"] == n])
-                for tool in ("ours", "peer")
-            }
-            for n in sizes
-        }
-        results["schema_or_501"] = sum(r["schema_or_501"] for r in runs)
-        rq = results["requests_per_vm"]
-        print(
-            f"[1] requests per VM (N={n0}): ours {fmt_methods(rq['ours'])} | peer {fmt_methods(rq['peer'])} | "
-            f"ours/peer {rq['ours']['total'] / rq['peer']['total']:.2f} | per VM by N: "
-            + ", ".join(f"N={n} {v['ours']:g}/{v['peer']:g}" for n, v in results["requests_per_vm_by_n"].items())
-        )
-
-        # [2] wall time, paired ratios
-        results["wall"] = {}
-        parts = []
-        for n in sizes:
-            per = {tool: [r["wall"] for r in runs if r["tool"] == tool and r["n"] == n] for tool in ("ours", "peer")}
-            by_rep = {(r["tool"], r["rep"]): r["wall"] for r in runs if r["n"] == n}
-            ratios = [
-                by_rep[("ours", rep)] / by_rep[("peer", rep)]
-                for rep in sorted({r["rep"] for r in runs if r["n"] == n})
-                if ("ours", rep) in by_rep and ("peer", rep) in by_rep
-            ]
-            results["wall"][str(n)] = {tool: {"median": median(v), "runs": v} for tool, v in per.items()}
-            results["wall"][str(n)]["ratio_median"] = median(ratios)
-            results["wall"][str(n)]["ratios"] = ratios
-            loads = [value for r in runs if r["n"] == n for value in r["load"]]
-            results["wall"][str(n)]["load"] = [min(loads), max(loads)] if loads else None
-            parts.append(
-                f"N={n}: ours {median(per['ours']):.1f} s, peer {median(per['peer']):.1f} s, ratio {median(ratios):.2f} "
-                f"({len(ratios)} paired runs; ratios {' '.join(f'{x:.2f}' for x in ratios)}; load average "
-                f"{min(loads):.1f}-{max(loads):.1f})"
-            )
-        print("[2] wall time (median; ratio = median of same-repetition ours/peer): " + "; ".join(parts))
-
-        # [3] overhead over the critical path, N=1 only. The path is the VM's tasks as the simulator ran them (so the
-        # storage lock's allocation and resize seconds count when it is on) plus the guest's wait from the model; with
-        # more VMs a clone task cannot be told apart from the others (its id is the template's) and tasks queue.
-        model = sim.timings
-        if n0 != 1:
-            print("[3] overhead over the critical path: needs N=1 among --sizes")
-        else:
-            ours_model_path = sum(model[a][b] for a, b in OUR_PATH) / args.speed
-            peer_model_path = sum(model[a][b] for a, b in PEER_PATH) / args.speed
-            ours_wall = results["wall"][str(n0)]["ours"]["median"]
-            peer_wall = results["wall"][str(n0)]["peer"]["median"]
-            measured = {
-                tool: median(
-                    [
-                        task_path_seconds(r, FIRST_VMID, sim.conn["template_vmid"])
-                        for r in runs
-                        if r["tool"] == tool and r["n"] == n0
-                    ]
-                )
-                for tool in ("ours", "peer")
-            }
-            ours_path = measured["ours"] + model["guest"]["cloudinit_done_after_boot"] / args.speed
-            peer_path = (
-                measured["peer"] + (model["guest"]["agent_up_after"] + model["guest"]["dhcp_after_agent"]) / args.speed
-            )
-            results["overhead"] = {
-                "n": n0,
-                "ours_critical_path_s": ours_path,
-                "peer_critical_path_s": peer_path,
-                "ours_model_path_s": ours_model_path,
-                "peer_model_path_s": peer_model_path,
-                "ours_wall_s": ours_wall,
-                "peer_wall_s": peer_wall,
-                "ours_overhead": ours_wall / ours_path,
-                "peer_overhead": peer_wall / peer_path,
-                "ours_task_seconds_measured": measured["ours"],
-                "peer_task_seconds_measured": measured["peer"],
-            }
-            print(
-                f"[3] overhead over the critical path (N={n0}): ours {ours_wall:.1f} s / {ours_path:.1f} s = {ours_wall / ours_path:.2f}x "
-                f"(path: the VM's tasks as run, {measured['ours']:.1f} s, + cloud-init done after boot; time model without the storage "
-                f"lock {ours_model_path:.1f} s) | peer {peer_wall:.1f} s / {peer_path:.1f} s = {peer_wall / peer_path:.2f}x "
-                f"(tasks {measured['peer']:.1f} s + IPv4 lease after boot; model {peer_model_path:.1f} s)"
-            )
-
-        # [4] poll latency
-        results["poll_latency"] = {}
-        parts = []
-        for tool in ("ours", "peer"):
-            lat: list[float] = []
-            missed = 0
-            for r in runs:
-                if r["tool"] == tool:
-                    got, miss = poll_latencies(r)
-                    lat += got
-                    missed += miss
-            results["poll_latency"][tool] = {
-                "median_s": median(lat),
-                "p95_s": percentile(lat, 95),
-                "tasks": len(lat),
-                "not_polled": missed,
-            }
-            parts.append(
-                f"{tool} median {median(lat):.3f} s p95 {percentile(lat, 95):.3f} s ({len(lat)} tasks, {missed} not polled after end)"
-            )
-        print("[4] poll latency (task end -> first status GET after it): " + "; ".join(parts))
-
-        # [5] controller CPU per VM
-        results["cpu_per_vm"] = {}
-        parts = []
-        for n in sizes:
-            per = {
-                tool: median([r["cpu"] / n for r in runs if r["tool"] == tool and r["n"] == n])
-                for tool in ("ours", "peer")
-            }
-            results["cpu_per_vm"][str(n)] = per
-            parts.append(
-                f"N={n}: ours {per['ours']:.2f} s, peer {per['peer']:.2f} s, ratio {per['ours'] / per['peer']:.2f}"
-            )
-        print("[5] controller CPU seconds per VM (user+sys of the ansible-playbook tree): " + "; ".join(parts))
-
-        # [8] failed VMs under the storage lock, and wall time counting only what each tool finished
-        results["contention"] = {}
-        parts = []
-        for n in sizes:
-            per: dict[str, t.Any] = {}
-            for tool in ("ours", "peer"):
-                tool_runs = [r for r in runs if r["tool"] == tool and r["n"] == n]
-                failed = [len(r["failed_vms"]) for r in tool_runs]
-                per[tool] = {
-                    "failed_vms": failed,
-                    "lock_timeout_tasks": [r["lock_timeout_tasks"] for r in tool_runs],
-                    "wall": [r["wall"] for r in tool_runs],
-                    "finished": [n - f for f in failed],
-                    "finished_wall": [r["finished_wall"] for r in tool_runs],
-                    "storage_lock": [r["storage_lock"] for r in tool_runs],
-                }
-            per["ratio"] = results["wall"][str(n)]["ratio_median"]
-            results["contention"][str(n)] = per
-            parts.append(
-                f"N={n}: failed VMs ours {per['ours']['failed_vms']} peer {per['peer']['failed_vms']}, "
-                f"lock-timeout tasks ours {per['ours']['lock_timeout_tasks']} peer {per['peer']['lock_timeout_tasks']}, "
-                f"finished ours {per['ours']['finished']} peer {per['peer']['finished']}, wall ratio {per['ratio']:.2f}, "
-                f"last finished VM's snapshot after ours {fmt_seconds(per['ours']['finished_wall'])} "
-                f"peer {fmt_seconds(per['peer']['finished_wall'])}"
-            )
-        print(f"[8] storage lock ({args.storage_lock}): " + "; ".join(parts))
+        report(args, runner, sim, runs, sizes, tools, results)
 
         # [6] journal cost
         log("journal cost")
@@ -980,13 +1594,33 @@ def main(argv: t.Sequence[str] | None = None) -> int:  # noqa: C901
 
         # [7] plan and preflight
         log("plan cost")
-        pc = plan_cost(runner.ours_root, args.plan_images, args.plan_reps, args.plan_proc_reps, work, python)
+        pc = plan_cost(runner.ours_root, args.plan_images, args.plan_reps, args.plan_proc_reps, work, ours_python)
         results["plan"] = pc
         print(
             f"[7] plan: build_plan with a {pc['images']}-image catalog {pc['build_plan_ms']:.2f} ms median "
             f"(p95 {pc['build_plan_p95_ms']:.2f} ms, in-process); vmanyware_plan module process {pc['module_process_s']:.2f} s median "
             f"(min {pc['module_process_min_s']:.2f} s)"
         )
+
+        # [12] AWX-style slices
+        if results.get("slices"):
+            one = next(s for s in results["slices"] if s["k"] == 1)
+            parts = []
+            for sl in results["slices"]:
+                sl["speedup"] = one["wall"] / sl["wall"] if sl["wall"] else float("nan")
+                parts.append(
+                    f"K={sl['k']}: apply wall {sl['wall']:.1f} s (speed-up {sl['speedup']:.2f}), provisioned "
+                    f"{sl['provisioned']}/{sl['n']}, duplicate VMs {sl['duplicate_vms']}, journal conflicts "
+                    f"{sl['journal_conflicts']} (torn {sl['torn_documents']}, conflicting_operation "
+                    f"{sl['conflicting_operation']}), distinct VMIDs {sl['distinct_vmids']}, CPU/VM "
+                    f"{sl['cpu'] / sl['n']:.2f} s, peak PSS {sl['memory']['pss_peak_mib']:.0f} MiB, nodes {sl['nodes']}"
+                    + (f", errors {dict(list(sl['errors'].items())[:3])}" if sl["errors"] else "")
+                )
+            print(
+                f"[12] AWX-style slices of {args.slice_n} VMs (ansible-runner processes, one journal): "
+                + "; ".join(parts)
+            )
+
         results["elapsed_s"] = time.monotonic() - begun
         print(
             f"done in {results['elapsed_s']:.0f} s; schema errors or 501s in all runs: {results['schema_or_501']}; "

@@ -1,10 +1,15 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Keeps ``benchmarks/run.py`` working: its smallest size (N=1, one repetition, speed 50, small
-journal and plan counts) must complete and print every figure line. No timing assertions: the
-figures themselves are for docs/benchmarks.md, measured by a full run.
+journal and plan counts) on the three-node cluster seed, with ours, the peer as documented and the
+equal-work peer, plus AWX-style slices of two VMs (K=1 and K=2), must complete and print every
+figure line. No timing assertions: the figures themselves are for docs/benchmarks.md, measured by a
+full run.
 
-Needs community.proxmox from the ansible wheel (tools/dev/fetch_peer_collection.sh): skips when
-it cannot be downloaded, fails instead under ``CI=true`` (as the simulator fidelity test does).
+Needs the pinned community.proxmox from the ansible wheel (tools/dev/fetch_peer_collection.sh):
+skips when it cannot be downloaded, fails instead under ``CI=true`` (as the simulator fidelity test
+does). The newest peer (tools/dev/fetch_newest_peer.sh, a Python 3.13 venv) is used when it is
+already there and not downloaded otherwise: without it, peer and equal run with the pinned
+collection, so the equal-work playbook is exercised either way.
 """
 
 from __future__ import annotations
@@ -53,6 +58,10 @@ def test_benchmark_smoke_prints_every_figure(peer_root: Path, tmp_path: Path) ->
             "--smoke",
             "--peer-collections",
             str(peer_root),
+            "--slices",
+            "2",
+            "--slice-n",
+            "2",
             "--json",
             str(out_json),
         ],
@@ -63,7 +72,7 @@ def test_benchmark_smoke_prints_every_figure(peer_root: Path, tmp_path: Path) ->
         check=False,
     )
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    for figure in range(1, 9):
+    for figure in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12):
         assert re.search(rf"^\[{figure}\] ", proc.stdout, re.M), f"figure [{figure}] missing:\n{proc.stdout}"
     m = re.search(
         r"^\[1\] requests per VM \(N=1\): ours .*total=(\d+(?:\.\d+)?) \| peer .*total=(\d+(?:\.\d+)?) \|",
@@ -73,15 +82,31 @@ def test_benchmark_smoke_prints_every_figure(peer_root: Path, tmp_path: Path) ->
     assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, proc.stdout
 
     results = json.loads(out_json.read_text(encoding="utf-8"))
-    for tool in ("ours", "peer"):
+    assert results["config"]["tools"][:3] == ["ours", "peer", "equal"]
+    for tool in ("ours", "peer", "equal"):
         per_vm = results["requests_per_vm"][tool]
         assert per_vm["total"] > 0 and per_vm.get("GET", 0) > 0 and per_vm.get("POST", 0) > 0, per_vm
         assert results["wall"]["1"][tool]["median"] > 0
         assert results["cpu_per_vm"]["1"][tool] > 0
         assert results["poll_latency"][tool]["tasks"] > 0
-    # both tools did the whole job: clone, start and snapshot each went out once per VM
+        assert results["failed"]["1"][tool]["runs"] == [0], results["failed"]["1"][tool]
+        assert results["memory"]["1"]["pss_peak_mib"][tool] > 0
+        assert sum(results["nodes"]["1"][tool].values()) == 1
+    for other in ("peer", "equal"):
+        assert results["wall"]["1"][f"ratio_{other}"]["median"] > 0
+    # every tool did the whole job: clone, start and snapshot each went out once per VM
     assert results["requests_by_endpoint"]["ours"]["POST /nodes/{node}/qemu/{vmid}/clone"] == 1
     assert results["requests_by_endpoint"]["peer"]["POST /nodes/{node}/qemu/{vmid}/snapshot"] == 1
+    # the equal-work peer waited for cloud-init through the agent and read the three host keys
+    equal = results["requests_by_endpoint"]["equal"]
+    assert equal["POST /nodes/{node}/qemu/{vmid}/agent/exec"] >= 1
+    assert equal["GET /nodes/{node}/qemu/{vmid}/agent/exec-status"] >= 1
+    assert equal["GET /nodes/{node}/qemu/{vmid}/agent/file-read"] == 3
+    assert equal["POST /nodes/{node}/qemu/{vmid}/snapshot"] == 1
     assert results["schema_or_501"] == 0
     assert set(results["journal"]) == {"0", "50", "200"}
     assert results["plan"]["images"] == 128 and results["plan"]["build_plan_ms"] > 0
+    assert [s["k"] for s in results["slices"]] == [1, 2]
+    for sl in results["slices"]:
+        assert sl["rc"] == [0] * sl["k"] and sl["provisioned"] == 2, sl
+        assert sl["duplicate_vms"] == 0 and sl["journal_conflicts"] == 0 and sl["distinct_vmids"] == 2, sl
