@@ -285,7 +285,15 @@ def ratio(a: float | None, b: float | None) -> float:
 class Simulator:
     """``python -m pvesim serve`` with the time model and the seed, plus its admin API."""
 
-    def __init__(self, state_dir: Path, speed: float, timings: Path, storage_lock: str = "on", seed: str = "cluster"):
+    def __init__(
+        self,
+        state_dir: Path,
+        speed: float,
+        timings: Path,
+        storage_lock: str = "on",
+        seed: str = "cluster",
+        extra: t.Sequence[str] = (),
+    ):
         sys.path.insert(0, str(REPO / "tools" / "pvesim"))
         from pvesim.testing import PvesimAdmin, start_server  # pylint: disable=import-outside-toplevel
 
@@ -293,7 +301,8 @@ class Simulator:
         self.proc, self.conn = start_server(
             str(state_dir),
             speed=speed,
-            extra=["--timings", str(timings), "--storage-lock", storage_lock, "--seed", seed],
+            extra=["--timings", str(timings), "--storage-lock", storage_lock, "--seed", seed, *extra],
+            timeout=60,  # a real-guest simulator checks QEMU and the image before it serves
         )
         self.admin = PvesimAdmin(self.conn)
         self.timings = self.admin.timings()
@@ -426,6 +435,7 @@ class Runner:
         setups: dict[str, Ansible],
         forks: int | None = None,
         ours_placement: str = "auto",
+        definition: Path = HERE / "definition.yml",
     ) -> None:
         self.sim = sim
         self.work = work
@@ -441,6 +451,9 @@ class Runner:
         self.ours_python = ours_python
         # ours: the role's default one-task path (vmanyware_provision) or one task per stage (provision_step_by_step)
         self.ours_path = "one-task"
+        # one job for every tool: the peers put the definition's SSH key into sshkeys
+        self.definition = definition
+        ssh_key = yaml.safe_load(definition.read_text(encoding="utf-8"))["access"]["sshPublicKeys"][0]
         self.catalog = REPO / "examples" / "catalog.yml"
         self.target_node = ""
         if sim.seed == "cluster":  # the example catalog's image on the shared template; placement picks the node
@@ -494,6 +507,7 @@ class Runner:
                     "pve_token_user": token_user,
                     "pve_token_name": token_name,
                     "pve_token_secret": conn["tokens"]["full"]["secret"],
+                    "pve_ssh_public_key": ssh_key,
                 }
             ),
             encoding="utf-8",
@@ -524,7 +538,7 @@ class Runner:
                 "-e",
                 f"bench_catalog_path={self.catalog}",
                 "-e",
-                f"bench_definition_path={HERE / 'definition.yml'}",
+                f"bench_definition_path={self.definition}",
                 "-e",
                 f"bench_state={state}",
                 "-e",
