@@ -113,10 +113,8 @@ def _next_operation(source: dict[str, t.Any], journal: Path) -> str:
 class Lab:
     """The simulator, the operator's files and the commands the test runs against the one container."""
 
-    def __init__(
-        self, tmp: Path, state: Path, env: dict[str, str], route: dict[str, t.Any], transports: dict[str, t.Any]
-    ):
-        self.tmp, self.state, self.env, self.route, self.transports = tmp, state, env, route, transports
+    def __init__(self, tmp: Path, state: Path, env: dict[str, str], transports: dict[str, t.Any]) -> None:
+        self.tmp, self.state, self.env, self.transports = tmp, state, env, transports
         self.runs = 0
 
     def attach(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -234,7 +232,7 @@ def test_profiles_on_a_real_container_over_pct_and_ssh(request: pytest.FixtureRe
             ANSIBLE_NOCOLOR="1",
             ANSIBLE_PYTHON_INTERPRETER="/usr/bin/python3",
         )
-        lab = Lab(tmp_path, state, env, node_ssh, transports)
+        lab = Lab(tmp_path, state, env, transports)
 
         # 1. review: the profile steps in run order; then check mode: each profile previewed with its transport
         t0 = time.monotonic()

@@ -233,7 +233,7 @@ def equivalent_command(document: t.Mapping[str, t.Any], transport: str, settings
             )
         )
     address = _address(document) or "<readiness address>"
-    user = (document.get("handoff") or {}).get("guestUser") or document["plan"].get("guestUser")
+    user = (document.get("handoff") or {}).get("guestUser") or document["plan"].get("guestUser") or "<guest user>"
     if guest_type(document) == CONTAINER_GUEST:
         known = shlex.quote(_container_known_hosts(settings, must_exist=False))
     else:
