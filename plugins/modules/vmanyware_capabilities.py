@@ -197,6 +197,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.argspec imp
     connection_argument_spec,
     connection_settings,
 )
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.node_ssh import node_ssh_argument_spec
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._checks.capabilities import capabilities
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module import ModuleEntry, run_entry
 
@@ -204,17 +205,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._runtime.module 
 def argument_spec() -> dict:
     spec = connection_argument_spec()
     spec["template_vmid"] = {"type": "int"}
-    spec["node_ssh"] = {
-        "type": "dict",
-        "options": {
-            "private_key_file": {"type": "path", "required": True},
-            "known_hosts_file": {"type": "path", "required": True},
-            "user": {"type": "str", "default": "root"},
-            "port": {"type": "int", "default": 22},
-            "endpoints": {"type": "dict"},
-            "connect_timeout": {"type": "int", "default": 10},
-        },
-    }
+    spec["node_ssh"] = node_ssh_argument_spec()
     return spec
 
 

@@ -14,8 +14,10 @@ description:
   - Stage C(profile:<name>) of an operation whose plan requests profiles (one stage per profile, after C(packages) and before
     C(snapshot), in the plan's run order).
   - Runs the profile's role with the plan's variables in a nested C(ansible-playbook) on the controller, against the guest through the
-    C(vmanyware.proxmox.qga) connection (default) or SSH with the agent-verified host keys of the readiness stage. The API connection
-    reaches the nested run in its environment only; the variables in a 0600 extra-vars file that is removed afterwards.
+    transport O(guest_connection) - a VM through the C(vmanyware.proxmox.qga) connection (default) or SSH with the agent-verified host
+    keys of the readiness stage; a container over SSH into it (default, with the operator's known_hosts) or by C(pct exec) over SSH
+    to its node (P(vmanyware.proxmox.pct#connection)). The API connection reaches the nested run in its environment only (qga); the
+    variables in a 0600 extra-vars file that is removed afterwards.
   - The journal records the dispatch before the nested run starts and the evidence (changed, ok, failed and unreachable task counts,
     seconds) after it. A completed stage is skipped; a plan entry baked into the template (C(run=false)) is skipped with its reason.
   - A stage found dispatched but unfinished (the controller died), a failed nested run and a cancelled one leave the stage
@@ -41,12 +43,66 @@ options:
     required: true
   guest_connection:
     description:
-      - V(qga) reaches the guest through the Proxmox API and its guest agent (the connection options of this task, passed to the nested
-        run as E(PROXMOX_*) environment variables); V(ssh) through SSH to the readiness address as the guest user, with
-        C(StrictHostKeyChecking=yes) against the host keys the readiness stage verified through the agent.
+      - V(qga) (VMs) reaches the guest through the Proxmox API and its guest agent (the connection options of this task, passed to the
+        nested run as E(PROXMOX_*) environment variables).
+      - V(ssh) goes through SSH to the readiness address as the guest user with C(StrictHostKeyChecking=yes) - for a VM against the host
+        keys the readiness stage verified through the agent; for a container against O(known_hosts_file), which must hold the
+        container's key under its recorded address (C(HostKeyAlias); containers have no API to read it, nothing is trusted on first
+        use).
+      - V(pct) (containers) runs each task with C(pct exec) over SSH to the container's node (P(vmanyware.proxmox.pct#connection),
+        pipelining on), with O(node_ssh); the route is probed read-only before the stage is dispatched.
+      - Unset - V(qga) for a VM, V(ssh) for a container. A transport the guest type cannot take fails with
+        C(profile_transport_unsupported) before anything runs or is recorded, check mode included.
     type: str
-    choices: [qga, ssh]
-    default: qga
+    choices: [qga, ssh, pct]
+  ssh_host:
+    description:
+      - SSH transport - connect here instead of the recorded address (a port forward or NAT in front of the guest); the host key is
+        still looked up under the recorded address (C(HostKeyAlias)).
+    type: str
+  ssh_port:
+    description: SSH transport - the port of that connection (default 22).
+    type: int
+  ssh_private_key_file:
+    description: SSH transport - the private key to log in with (default - the SSH client's).
+    type: path
+  known_hosts_file:
+    description:
+      - SSH transport into a container (required there) - the operator's known_hosts file with the container's host key under its recorded
+        address. Without that key the stage fails with C(stage_precondition_failed) (rule V(host_key_unknown)) before anything runs.
+      - Not used for a VM, whose keys the readiness stage verified through the guest agent.
+    type: path
+  node_ssh:
+    description:
+      - The node SSH route of the V(pct) transport (required there), as O(vmanyware.proxmox.vmanyware_capabilities#module:node_ssh) takes
+        it. The node is the operation's target node, reached at its O(node_ssh.endpoints) entry or by its name.
+      - Before the dispatch a read-only probe logs in (the node's host key verified), finds C(pct) and the container running; a failure
+        is its C(node_ssh_*) code and the stage stays pending.
+    type: dict
+    suboptions:
+      private_key_file:
+        description: The dedicated private key for the node login.
+        type: path
+        required: true
+      known_hosts_file:
+        description: The known_hosts file with the node's SSH host key (no trust on first use).
+        type: path
+        required: true
+      user:
+        description: The login user on the node.
+        type: str
+        default: root
+      port:
+        description: The SSH port of a node whose endpoint names none.
+        type: int
+        default: 22
+      endpoints:
+        description: Node name to C(host), C(host:port) or C([address]:port); a node not listed is reached by its name.
+        type: dict
+      connect_timeout:
+        description: Seconds to wait for the node's SSH endpoint.
+        type: int
+        default: 10
   rerun_uncertain_profile:
     description:
       - Run an C(uncertain) profile stage again (its earlier run may have applied part of the role). Without it such a stage fails
@@ -69,7 +125,9 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Returns the role, its variables and the transport the stage would use; nothing runs and nothing is recorded.
+    details:
+      - Returns the role, its variables, the transport the stage would use and the command each task becomes on it; nothing runs
+        and nothing is recorded.
   diff_mode:
     support: none
     details: The role's own tasks change the guest; their diffs are not collected.
@@ -87,6 +145,17 @@ EXAMPLES = r"""
     operation_id: "{{ operation.operation_id }}"
     profile: docker-host
   register: profile
+
+- name: Run the base profile in a container by pct exec over SSH to its node
+  vmanyware.proxmox.vmanyware_profile:
+    operation_id: "{{ operation.operation_id }}"
+    profile: base
+    guest_connection: pct
+    node_ssh:
+      private_key_file: /etc/vmanyware/pct_node_key
+      known_hosts_file: /etc/vmanyware/pve_known_hosts
+      endpoints:
+        pve1: pve1.example.org
 
 - name: Run an uncertain profile again after checking the guest
   vmanyware.proxmox.vmanyware_profile:
@@ -127,7 +196,9 @@ evidence:
   returned: when the stage completed
   type: dict
 preview:
-  description: Check mode - the C(profile), C(version), C(role), C(vars) and C(transport) the run would use.
+  description:
+    - Check mode - the C(profile), C(version), C(role), C(vars) and C(transport) the run would use, and C(equivalent), the command line
+      each task's command becomes on that transport (C(<task>) stands for it).
   returned: in check mode
   type: dict
 log:
@@ -138,7 +209,7 @@ log:
 error_code:
   description:
     - On failure, the fixed error code (see C(docs/errors.md)), for example V(profile_failed), V(profile_uncertain),
-      V(stage_out_of_order), V(provisioning_disabled), V(run_cancelled).
+      V(stage_out_of_order), V(provisioning_disabled), V(run_cancelled), V(profile_transport_unsupported), a C(node_ssh_*) code.
   returned: failure
   type: str
 """

@@ -62,6 +62,13 @@ options:
     description: Bound in seconds for each guest command of the packages stage (as M(vmanyware.proxmox.vmanyware_packages)).
     type: float
     default: 900
+  profile_connection:
+    description:
+      - The transport the profile stages will run through (O(vmanyware.proxmox.vmanyware_profile#module:guest_connection)), named by
+        the check-mode preview of each profile stage with the command each task becomes. This module never runs a profile itself.
+      - Unset - V(qga), the default of a VM. V(pct) is for containers - the preview fails with C(profile_transport_unsupported).
+    type: str
+    choices: [qga, ssh, pct]
   snapshots_enabled:
     description:
       - Opens the snapshots gate for the snapshot stage when E(VMANYWARE_SNAPSHOTS_ENABLED) is unset (or empty).

@@ -8,8 +8,9 @@ pvesim ``--containers real --node-ssh-authorized-keys``: the node's host key com
 written to a known_hosts file (verified, no trust on first use). The playbook runs command, copy of a binary file,
 slurp, stat and apt (Debian's mirror) in the container; the test then reads the file with ``lxc-attach`` itself. A
 known_hosts with another key fails with ``node_ssh_host_key_not_verified`` and nothing runs. Then
-``vmanyware_capabilities`` probes the node SSH route per node. Opt-in with the real-container lane (``-m
-realcontainer`` or ``PVESIM_REALCONTAINER=1``; ``tools/dev/acceptance.sh``).
+``vmanyware_capabilities`` probes the node SSH route per node (the module, then the capabilities playbook's line per
+node). Opt-in with the real-container lane (``-m realcontainer`` or ``PVESIM_REALCONTAINER=1``;
+``tools/dev/acceptance.sh``).
 """
 
 from __future__ import annotations
@@ -192,6 +193,18 @@ def test_playbook_in_a_real_container_over_the_node(request: pytest.FixtureReque
             report = json.loads(res.stdout.split("=>", 1)[1])
             row = next(item for item in report["node_ssh"]["nodes"] if item["node"] == NODE)
             assert (row["status"], row["reason"]) == expected, report["node_ssh"]
+        # the capabilities playbook (its role) prints the route per node when given the settings
+        (tmp_path / "node_ssh.json").write_text(
+            json.dumps({"vmanyware_node_ssh": args["node_ssh"], "vmanyware_connection": caps})
+        )
+        res = _run(
+            [str(BIN / "ansible-playbook"), "vmanyware.proxmox.capabilities", "-e", "@node_ssh.json"], env, tmp_path
+        )
+        assert res.returncode == 0, res.stdout[-4000:]
+        assert (
+            f"{NODE} node SSH route: unusable (node_ssh_host_key_not_verified) at 127.0.0.1:{endpoint['port']}"
+            in res.stdout
+        )
         _say(f"lane part: {time.monotonic() - started:.1f} s")
     finally:
         if proc.poll() is None:

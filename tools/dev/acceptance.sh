@@ -8,7 +8,8 @@
 # Then (issue 21, docs/containers.md "Acceptance on a real container"): pvesim --containers real and the provision
 # playbook on a real LXC container (rootfs from Debian's mirror, cached; lxc and mmdebstrap installed with apt when missing).
 # And pvesim --guests container: a VM's agent exec/file endpoints and real cloud-init in an LXC container (same rootfs);
-# then the node SSH route (pvesim's node sshd with pct, and ansible-playbook through vmanyware.proxmox.pct).
+# then the node SSH route (pvesim's node sshd with pct, and ansible-playbook through vmanyware.proxmox.pct), and profiles on a
+# real container over both of its transports (pct exec on the node, SSH into the container).
 # Skips (exit 0, reason printed) only where QEMU, or a privileged LXC container, cannot run at all. Extra arguments go to pytest.
 # Timings: printed at the end; also written to $VMANYWARE_ACCEPTANCE_TIMINGS (and ...-container) when set.
 set -euo pipefail
@@ -26,6 +27,6 @@ if [[ $parts == *" container "* ]]; then
     tools/pvesim/tests/test_containerguest.py \
     tools/pvesim/tests/test_nodessh.py tests/integration/test_pct_route.py \
     tests/integration/test_qga_modules.py tests/integration/test_profiles_run.py \
-    tests/integration/test_profiles_bake.py -s -q -p no:cacheprovider "$@"
+    tests/integration/test_profiles_bake.py tests/integration/test_container_profiles.py -s -q -p no:cacheprovider "$@"
   echo "[acceptance] real-container part: $((SECONDS - start)) s"
 fi

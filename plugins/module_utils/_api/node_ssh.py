@@ -37,6 +37,9 @@ __all__ = [
     "RunResult",
     "exec_command",
     "fetch_command",
+    "node_endpoint",
+    "node_settings",
+    "node_ssh_argument_spec",
     "probe_command",
     "put_command",
     "ssh_argv",
@@ -109,6 +112,61 @@ def validate_settings(settings: NodeSshSettings, vmid: t.Any = None, *, need_vmi
     if not VMID_MIN <= number <= VMID_MAX:
         raise ConfigurationError("The container's VMID is not 100-999999999.", path="vmid")
     return number
+
+
+def node_ssh_argument_spec() -> dict[str, t.Any]:
+    """The ``node_ssh`` option of the modules that reach nodes over SSH (``vmanyware_capabilities``, ``vmanyware_profile``)."""
+    return {
+        "type": "dict",
+        "options": {
+            "private_key_file": {"type": "path", "required": True},
+            "known_hosts_file": {"type": "path", "required": True},
+            "user": {"type": "str", "default": "root"},
+            "port": {"type": "int", "default": 22},
+            "endpoints": {"type": "dict"},
+            "connect_timeout": {"type": "int", "default": 10},
+        },
+    }
+
+
+def node_endpoint(node: str, value: t.Any, path: str = "node_ssh") -> tuple[str, int | None]:
+    """``host``, ``host:port`` or ``[v6]:port`` of a node's SSH endpoint (the node's name when not given)."""
+    text = str(value if value is not None else node).strip()
+    match = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?|([^:\[\]]+)(?::(\d+))?", text)
+    if match is None:
+        raise ConfigurationError(
+            "A node SSH endpoint is not host, host:port or [address]:port.", path=f"{path}.endpoints.{node}"
+        )
+    host, port = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+    return host, int(port) if port else None
+
+
+def node_settings(
+    options: t.Mapping[str, t.Any], node: str, path: str = "node_ssh", command_timeout: float | None = None
+) -> NodeSshSettings:
+    """The settings of ``node`` from a ``node_ssh`` option (``endpoints``: node -> host[:port], else the node's name
+    and ``port``), validated; a bad field is named ``<path>.<field>``, never its value."""
+    endpoints = options.get("endpoints") or {}
+    if not isinstance(endpoints, t.Mapping):
+        raise ConfigurationError(
+            "%s.endpoints must map node names to host or host:port." % path, path=path + ".endpoints"
+        )
+    host, port = node_endpoint(node, endpoints.get(node), path)
+    settings = NodeSshSettings(
+        host=host,
+        port=port or int(options.get("port") or 22),
+        user=str(options.get("user") or "root"),
+        private_key_file=str(options.get("private_key_file") or ""),
+        known_hosts_file=str(options.get("known_hosts_file") or ""),
+        connect_timeout=int(options.get("connect_timeout") or 10),
+    )
+    if command_timeout is not None:
+        settings = dataclasses.replace(settings, command_timeout=command_timeout)
+    try:
+        validate_settings(settings)
+    except ConfigurationError as err:
+        raise ConfigurationError(err.message, path=f"{path}.{err.path}") from None
+    return settings
 
 
 def ssh_argv(settings: NodeSshSettings, remote_command: str) -> list[str]:

@@ -29,10 +29,10 @@ import re
 import typing as t
 
 from .._api.client import ProxmoxClient
-from .._api.node_ssh import NodeSshRoute, NodeSshSettings, validate_settings
+from .._api.node_ssh import NodeSshRoute, NodeSshSettings, node_settings
 from .._api.tls import mark_tls, require_tls_for_reads
 from .._api.settings import ConnectionSettings
-from .._core.errors import ConfigurationError, NodeSshError, ProviderError
+from .._core.errors import NodeSshError, ProviderError
 from .permissions import STAGE_ORDER, STAGE_PRIVILEGES, effective_privileges
 from .driver import SUPPORTED_MAJORS
 from .._core.protocols import ApiClient
@@ -442,18 +442,6 @@ def run_report(client: ApiClient, *, template_vmid: int | None = None, tls_verif
     )
 
 
-def _endpoint(node: str, value: t.Any) -> tuple[str, int | None]:
-    """``host``, ``host:port`` or ``[v6]:port`` of a node's SSH endpoint (the node's name when not given)."""
-    text = str(value if value is not None else node).strip()
-    match = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?|([^:\[\]]+)(?::(\d+))?", text)
-    if match is None:
-        raise ConfigurationError(
-            "A node SSH endpoint is not host, host:port or [address]:port.", path=f"node_ssh.endpoints.{node}"
-        )
-    host, port = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
-    return host, int(port) if port else None
-
-
 def node_ssh_report(
     nodes: t.Sequence[t.Mapping[str, t.Any]],
     options: t.Mapping[str, t.Any] | None,
@@ -464,28 +452,11 @@ def node_ssh_report(
     if not options:
         rows = [{"node": node["node"], "status": "not_configured", "reason": "not_configured"} for node in nodes]
         return {"configured": False, "nodes": rows}
-    endpoints = options.get("endpoints") or {}
-    if not isinstance(endpoints, t.Mapping):
-        raise ConfigurationError(
-            "node_ssh.endpoints must map node names to host or host:port.", path="node_ssh.endpoints"
-        )
     rows = []
     for node in nodes:
         name = str(node["node"])
-        host, port = _endpoint(name, endpoints.get(name))
-        settings = NodeSshSettings(
-            host=host,
-            port=port or int(options.get("port") or 22),
-            user=str(options.get("user") or "root"),
-            private_key_file=str(options.get("private_key_file") or ""),
-            known_hosts_file=str(options.get("known_hosts_file") or ""),
-            connect_timeout=int(options.get("connect_timeout") or 10),
-        )
-        try:
-            validate_settings(settings)
-        except ConfigurationError as err:
-            raise ConfigurationError(err.message, path=f"node_ssh.{err.path}") from None
-        row: dict[str, t.Any] = {"node": name, "host": host, "port": settings.port}
+        settings = node_settings(options, name)
+        row: dict[str, t.Any] = {"node": name, "host": settings.host, "port": settings.port}
         if not node.get("online"):
             rows.append({**row, "status": "unusable", "reason": "node_offline"})
             continue

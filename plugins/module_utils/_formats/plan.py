@@ -172,7 +172,7 @@ def plan_steps(
 ) -> list[dict[str, t.Any]]:
     """The ordered provisioning steps (1-based ``position``) for a definition and its mapping (the stage registry's
     conditions), where the registry's ``profile`` row stands one step per profile that runs (``name``:
-    ``profile:<name>``), in run order (docs/profiles.md). Only VMs run profiles (``container_profiles_unsupported``)."""
+    ``profile:<name>``), in run order (docs/profiles.md), for a VM and a container alike."""
     family = CONTAINER if is_container(mapping) else VM
     inputs = {"definition": definition, "mapping": mapping, "profiles": list(profiles)}
     return planned_steps(family, inputs)
@@ -479,9 +479,7 @@ def build_plan(
     choice = select_template(parsed_catalog, parsed_definition["image"], node, requested_identities(parsed_definition))[
         1
     ]
-    if effective.profiles:
-        if is_container(mapping):
-            raise InputError(code="container_profiles_unsupported", path="profiles", details={"rule": "vm_only"})
+    if effective.profiles:  # VMs and containers alike (docs/profiles.md, "Profiles on containers")
         check_distro_families(mapping, effective.profiles)
     vmid = check_target_vmid(target_vmid, mapping.get("templateVmid"))
     if not is_container(mapping) and parsed_definition["resources"]["diskGiB"] < mapping["sourceDiskGiB"]:

@@ -8,8 +8,10 @@
 ``NestedPlaybook`` is what the run needs (argv, environment, the generated files); ``prepare`` writes the generated files
 into a private directory (0700, every file 0600) and ``run_nested`` runs it:
 
-- the inventory names the guest with ``vmanyware.proxmox.qga`` (``vmanyware_vmid``/``vmanyware_node``) or SSH (the
-  handoff's address and user, ``StrictHostKeyChecking=yes`` against a known_hosts file written from the handoff);
+- the inventory names the guest with ``vmanyware.proxmox.qga`` (``vmanyware_vmid``/``vmanyware_node``), SSH (the
+  handoff's address and user, ``StrictHostKeyChecking=yes`` against a known_hosts file written from the handoff, or the
+  operator's known_hosts file with the recorded address as ``HostKeyAlias``) or ``vmanyware.proxmox.pct`` (a container
+  by ``pct exec`` over SSH to its node: the node's host key verified, the dedicated key, pipelining);
 - the API connection of the qga transport goes in the child's environment (``PROXMOX_*``), never on its command line or in
   a file; the profile's variables go in a 0600 extra-vars file (``-e @file``);
 - the counts come from the ``PLAY RECAP`` line of ansible-core's default callback (ansible-core ships no JSON stdout
@@ -27,6 +29,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -54,7 +57,9 @@ PR_SET_PDEATHSIG = 1
 
 @dataclasses.dataclass(frozen=True)
 class GuestTarget:
-    """How the nested run reaches the guest: ``qga`` (vmid, node) or ``ssh`` (address, user, known_hosts lines)."""
+    """How the nested run reaches the guest: ``qga`` (vmid, node), ``ssh`` (address, user, known_hosts lines or the
+    operator's known_hosts file) or ``pct`` (the node's SSH endpoint in ``address``/``port``/``user``, its known_hosts
+    file and the dedicated key)."""
 
     transport: str
     vmid: int
@@ -62,6 +67,11 @@ class GuestTarget:
     address: str | None = None
     user: str | None = None
     known_hosts: tuple[str, ...] = ()
+    port: int | None = None
+    private_key_file: str | None = None
+    known_hosts_file: str | None = None
+    host_key_alias: str | None = None
+    connect_timeout: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,13 +115,35 @@ def _inventory(target: GuestTarget, known_hosts_path: str | None) -> dict[str, t
     host: dict[str, t.Any] = {"vmanyware_vmid": target.vmid, "vmanyware_node": target.node}
     if target.transport == "qga":
         host["ansible_connection"] = "vmanyware.proxmox.qga"
+    elif target.transport == "pct":
+        # the container by pct exec on its node (plugins/connection/pct.py): the node's host key checked against the
+        # operator's file, only the dedicated key offered; pipelining sends each module on stdin (no temp-file round trip)
+        host.update(
+            ansible_connection="vmanyware.proxmox.pct",
+            ansible_host=target.address,
+            ansible_port=target.port or 22,
+            ansible_user=target.user or "root",
+            ansible_private_key_file=target.private_key_file,
+            vmanyware_pct_known_hosts_file=target.known_hosts_file,
+            proxmox_vmid=target.vmid,
+            ansible_pipelining=True,
+        )
+        if target.connect_timeout is not None:
+            host["vmanyware_pct_connect_timeout"] = target.connect_timeout
     else:
+        options = ["-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=%s" % known_hosts_path]
+        if target.host_key_alias:  # the key is known under the recorded address, whatever address the connection uses
+            options += ["-o", "HostKeyAlias=%s" % target.host_key_alias]
         host.update(
             ansible_connection="ssh",
             ansible_host=target.address,
             ansible_user=target.user,
-            ansible_ssh_common_args="-o StrictHostKeyChecking=yes -o UserKnownHostsFile=%s" % known_hosts_path,
+            ansible_ssh_common_args=" ".join(shlex.quote(option) for option in options),
         )
+        if target.port is not None:
+            host["ansible_port"] = target.port
+        if target.private_key_file:
+            host["ansible_ssh_private_key_file"] = target.private_key_file
     return {"all": {"hosts": {GUEST_ALIAS: host}}}
 
 
@@ -173,8 +205,8 @@ def prepare(
     """Write the inventory, playbook, extra vars (and known_hosts for SSH) into a new private directory; the argv names
     files only. The caller removes ``workdir`` (``cleanup``)."""
     workdir = tempfile.mkdtemp(prefix="vmanyware-profile-", dir=temp_root)  # 0700
-    known_hosts_path = None
-    if target.transport == "ssh":
+    known_hosts_path = target.known_hosts_file
+    if target.transport == "ssh" and known_hosts_path is None:
         known_hosts_path = os.path.join(workdir, "known_hosts")
         _write_private(known_hosts_path, "".join(line + "\n" for line in target.known_hosts))
     inventory = os.path.join(workdir, "inventory.json")

@@ -49,7 +49,16 @@ from .operation_states import operation_from_params
 from .._formats.plan import PLAN_INPUT_MUTUALLY_EXCLUSIVE, plan_input_argument_spec
 from .._checks.preflight import preflight_of_recorded
 from .._checks.driver import FAIL_ON_CHOICES, PreflightFailed
-from .profile import STAGE_PREFIX, is_profile_stage, plan_profile, preview_text
+from .profile import (
+    STAGE_PREFIX,
+    TRANSPORTS,
+    ProfileSettings,
+    equivalent_command,
+    is_profile_stage,
+    plan_profile,
+    preview_text,
+    resolve_transport,
+)
 from .progress import report, reporting
 from .._api.recent_reads import ObservingClient, RecentReads
 from .._stages.runner import StageRunner
@@ -68,10 +77,12 @@ MIN_ROUND = 1.0
 
 @dataclasses.dataclass(frozen=True)
 class StageOptions:
-    """The per-stage options of the stage modules that take one (``readiness_timeout``, ``packages_timeout``)."""
+    """The per-stage options of the stage modules that take one (``readiness_timeout``, ``packages_timeout``), and the
+    profile stages' transport their check-mode preview names (``profile_connection``; None: the guest type's default)."""
 
     readiness_timeout: float = 300.0
     packages_timeout: float = 900.0
+    profile_connection: str | None = None
 
 
 def stage_logic(kind: str, options: StageOptions) -> StageLogic:
@@ -248,7 +259,9 @@ def run_stages(
     call_deadline = None if settings.wait_budget is None else settings.clock() + settings.wait_budget
     for kind, position, logic in logics:
         if logic is None:
-            handed = _profile_stage(store.load(operation_id), kind, position, settings.check_mode)
+            handed = _profile_stage(
+                store.load(operation_id), kind, position, settings.check_mode, options.profile_connection
+            )
             summaries.append(handed)
             report(_line(kind, position, total, handed["preview"] if settings.check_mode else handed["note"]))
             if handed["done"] or settings.check_mode:
@@ -310,8 +323,11 @@ def run_stages(
     return _provision_result(store, operation_id, summaries, reads)
 
 
-def _profile_stage(document: t.Mapping[str, t.Any], kind: str, position: int, check_mode: bool) -> dict[str, t.Any]:
-    """A profile stage's summary: completed (skipped), the role's preview (check mode), or handed to vmanyware_profile."""
+def _profile_stage(
+    document: t.Mapping[str, t.Any], kind: str, position: int, check_mode: bool, transport: str | None = None
+) -> dict[str, t.Any]:
+    """A profile stage's summary: completed (skipped), the role's preview with its transport and the command each task
+    becomes (check mode), or handed to vmanyware_profile."""
     record = next(item for item in document["stages"] if item["kind"] == kind)
     done = record["status"] == "completed"
     summary: dict[str, t.Any] = {
@@ -327,7 +343,8 @@ def _profile_stage(document: t.Mapping[str, t.Any], kind: str, position: int, ch
     }
     if check_mode:
         entry = plan_profile(document["plan"], kind[len(STAGE_PREFIX) :])
-        summary["preview"] = preview_text(entry)
+        chosen = resolve_transport(document, transport)
+        summary["preview"] = preview_text(entry, chosen, equivalent_command(document, chosen, ProfileSettings()))
     return summary
 
 
@@ -377,6 +394,8 @@ def provision_argument_spec() -> dict[str, dict[str, t.Any]]:
         {
             "readiness_timeout": {"type": "float", "default": 300.0},
             "packages_timeout": {"type": "float", "default": 900.0},
+            # VM plans only (containers have no one-task path): the transport the check-mode preview of a profile names
+            "profile_connection": {"type": "str", "choices": list(TRANSPORTS)},
             "snapshots_enabled": {"type": "bool"},
             "progress_interval": {"type": "float", "default": DEFAULT_PROGRESS_INTERVAL},
             "preflight": {"type": "bool", "default": False},
@@ -452,6 +471,7 @@ def provision(
     options = StageOptions(
         readiness_timeout=params.get("readiness_timeout") or 300.0,
         packages_timeout=params.get("packages_timeout") or 900.0,
+        profile_connection=params.get("profile_connection") or None,
     )
     record_params = params
     confirmed: dict[str, t.Any] | None = None

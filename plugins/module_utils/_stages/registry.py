@@ -266,6 +266,16 @@ STAGES: tuple[StageSpec, ...] = (
     _container("start"),
     _container("readiness"),
     _container("packages", when=has_packages),
+    # One step per profile that runs, in the plan's run order (docs/profiles.md, "Profiles on containers"): over SSH
+    # into the container or pct exec over SSH to its node; Proxmox's API is not involved, so no privileges.
+    StageSpec(
+        PROFILE,
+        CONTAINER,
+        "vmanyware_profile",
+        role_file="roles/provision/tasks/stages/container_profile.yml",
+        when=runs_profiles,
+        nested_playbook=True,
+    ),
     _container("snapshot", when=wants_snapshot),
     # Template builds (docs/templates.md, "Stages"); privileges: _capabilities.TEMPLATE_BUILD_NEEDS.
     _template("download"),

@@ -316,8 +316,10 @@ def test_distro_family_refusals() -> None:
     )
     assert "record" in str(err) and "distroFamily" in str(err)
 
-    containers = catalog()
-    containers["images"] = [
+
+def container_catalog(**fields: t.Any) -> dict[str, t.Any]:
+    document = catalog()
+    document["images"] = [
         {
             "image": "debian-13",
             "guestType": "container",
@@ -326,11 +328,43 @@ def test_distro_family_refusals() -> None:
             "storage": "local-lvm",
             "bridge": "vmbr0",
             "guestUser": "root",
-            "distroFamily": "debian",
+            **fields,
         }
     ]
-    err = refusal(request({"name": "base"}), catalog_doc=containers)
-    assert (err.code, err.path, err.details) == ("container_profiles_unsupported", "profiles", {"rule": "vm_only"})
+    return document
+
+
+def test_a_container_plan_runs_profiles_in_run_order_between_packages_and_snapshot() -> None:
+    """Containers run profiles too (docs/profiles.md, "Profiles on containers"): no refusal at plan time, the steps
+    have one profile:<name> step each in run order (the lockout-risk profile last), after packages and before snapshot;
+    the transport is chosen at the profile stage, not in the plan (so it is not hashed)."""
+    wanted = request(
+        {"name": "ssh-hardening"},
+        {"name": "base", "vars": {"motd": "ct"}},
+        packages=[{"name": "git"}],
+        snapshotAfterProvisioning=True,
+    )
+    planned = plan(wanted, catalog_doc=container_catalog(distroFamily="debian"))
+    assert planned.plan["guestType"] == "container"
+    assert [p["name"] for p in planned.plan["profiles"]] == ["base", "ssh-hardening"]
+    assert all(p["run"] and not p["baked"] for p in planned.plan["profiles"])
+    assert [step.get("name", step["kind"]) for step in planned.plan["steps"]] == [
+        "create",
+        "start",
+        "readiness",
+        "packages",
+        "profile:base",
+        "profile:ssh-hardening",
+        "snapshot",
+    ]
+    assert planned.plan["templateChoice"] == {"bakedRequested": 0, "candidates": 1, "reason": "single_template"}
+    assert "transport" not in json.dumps(planned.plan)
+    # the container mapping still needs its OS family, and the family must fit every profile
+    err = refusal(request({"name": "base"}), catalog_doc=container_catalog())
+    assert (err.code, err.details["rule"]) == ("distro_family_not_recorded", "distro_family_not_recorded")
+    err = refusal(request({"name": "base"}), catalog_doc=container_catalog(distroFamily="rhel"))
+    assert (err.code, err.path) == ("profile_distro_unsupported", "profiles[0]:distroFamilies")
+    assert "container_profiles_unsupported" not in ERROR_CODES
 
 
 @pytest.mark.parametrize(

@@ -290,9 +290,12 @@ def test_check_mode_previews_the_role_and_vars_and_runs_nothing(store: JournalSt
     assert runner.calls == [] and store.load(operation_id) == before
     assert result["preview"] == {
         "profile": "base", "version": 1, "role": "vmanyware.proxmox.profile_base",
-        "vars": {"packages": ["jq"]}, "transport": "qga",
+        "vars": {"packages": ["jq"]}, "transport": "qga", "equivalent": "qm guest exec 201 -- /bin/sh -c <task>",
     }  # fmt: skip
-    assert lines == ["profile 1/2 base: would run role vmanyware.proxmox.profile_base (vars: packages) through qga"]
+    assert lines == [
+        "profile 1/2 base: would run role vmanyware.proxmox.profile_base (vars: packages) through qga; "
+        "each task as: qm guest exec 201 -- /bin/sh -c <task>"
+    ]
 
 
 def test_the_generated_files_are_private_and_no_secret_is_in_them_or_the_argv(store: JournalStore) -> None:
@@ -369,7 +372,10 @@ def test_the_one_task_run_previews_profile_stages_from_the_plan_in_check_mode(st
     through_packages(store, operation_id)
     complete(store, operation_id, "profile:base", {})
     summary = _profile_stage(store.load(operation_id), "profile:ssh-hardening", 10, True)
-    assert summary["preview"] == "would run role vmanyware.proxmox.profile_ssh_hardening (vars: none) through qga"
+    assert summary["preview"] == (
+        "would run role vmanyware.proxmox.profile_ssh_hardening (vars: none) through qga; "
+        "each task as: qm guest exec 201 -- /bin/sh -c <task>"
+    )
     assert summary["done"] is False
     done = _profile_stage(store.load(operation_id), "profile:base", 9, False)
     assert done["done"] is True and done["note"] == "completed earlier"

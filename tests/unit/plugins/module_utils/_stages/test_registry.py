@@ -87,7 +87,7 @@ def test_the_profile_row_is_a_nested_playbook_with_no_logic_class_and_its_steps_
     """The profile stage is run by vmanyware_profile as a nested ansible-playbook: no StageLogic, its module runs the
     profile runtime, and every ``profile:<name>`` journal stage is a step of that one row."""
     nested = [spec for spec in STAGES if spec.nested_playbook]
-    assert [(spec.family, spec.kind) for spec in nested] == [(VM, PROFILE), (TEMPLATE, PROFILE)]
+    assert [(spec.family, spec.kind) for spec in nested] == [(VM, PROFILE), (CONTAINER, PROFILE), (TEMPLATE, PROFILE)]
     assert {spec.module for spec in nested} == {"vmanyware_profile"}
     with pytest.raises(KeyError):
         logic_class(nested[0])
@@ -95,8 +95,10 @@ def test_the_profile_row_is_a_nested_playbook_with_no_logic_class_and_its_steps_
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
     assert "profile_entry" in imported
     assert step_kind("profile:ssh-hardening") == PROFILE and step_kind("packages") == "packages"
-    vm, template = stage_kinds(VM), stage_kinds(TEMPLATE)
+    vm, container, template = stage_kinds(VM), stage_kinds(CONTAINER), stage_kinds(TEMPLATE)
     assert vm.index("packages") < vm.index(PROFILE) < vm.index("snapshot")
+    assert container.index("packages") < container.index(PROFILE) < container.index("snapshot")
+    assert PROFILE not in module_stage_kinds(CONTAINER)  # vmanyware_container's stage choices: not a profile
     assert template.index("prepare") < template.index(PROFILE) < template.index("generalize")
     build = {"build": {}, "profiles": ["base", "ssh-hardening"]}
     assert [step.get("name") for step in planned_steps(TEMPLATE, build) if step["kind"] == PROFILE] == [
@@ -135,7 +137,7 @@ def test_role_stage_file_runs_the_module(spec: StageSpec) -> None:
     tasks = yaml.safe_load((REPO / spec.role_file).read_text(encoding="utf-8"))
     calls = [task for task in all_tasks(tasks) if "vmanyware.proxmox." + spec.module in task]
     assert calls, "%s does not call %s" % (spec.role_file, spec.module)
-    if spec.family == CONTAINER:
+    if spec.family == CONTAINER and not spec.nested_playbook:
         assert {call["vmanyware.proxmox." + spec.module]["stage"] for call in calls} == {
             spec.kind
         }  # every call: this stage
@@ -193,7 +195,8 @@ def test_plan_steps_follow_the_registry_conditions() -> None:
         for n, kind in enumerate(("clone", "resources", "cloudinit", "seed", "start", "readiness"), start=1)
     ]
     container = {"guestType": "container", "appliance": {"storage": "local"}}
-    assert [step["kind"] for step in plan_steps(DEFINITION, container)] == list(stage_kinds(CONTAINER))
+    assert [step["kind"] for step in plan_steps(DEFINITION, container, ["base"])] == list(stage_kinds(CONTAINER))
+    assert PROFILE not in [step["kind"] for step in plan_steps(DEFINITION, container)]
     assert [
         step["kind"] for step in plan_steps(bare, {"guestType": "container", "ostemplate": "local:vztmpl/x.tar.zst"})
     ] == ["create", "start", "readiness"]
