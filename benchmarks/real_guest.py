@@ -98,6 +98,13 @@ def login(port: int, key: Path, known_hosts: Path, address: str) -> tuple[float,
     raise SystemExit(f"no SSH login within {LOGIN_TIMEOUT:.0f} s ({attempts} attempts): {error}")
 
 
+def boot_seconds(analyze: str) -> float | None:
+    """The total of ``systemd-analyze``'s "Startup finished in ... = T" (``1min 24.490s`` forms too); None before the
+    boot finished."""
+    match = SYSTEMD_ANALYZE.search(analyze)
+    return float(match["s"]) + 60 * int(match["min"] or 0) if match else None
+
+
 def boot_figures(port: int, key: Path, known_hosts: Path, address: str) -> dict[str, float | None]:
     proc = subprocess.run(
         ssh_argv(port, key, known_hosts, address, "systemd-analyze; cat /proc/uptime"),
@@ -106,8 +113,7 @@ def boot_figures(port: int, key: Path, known_hosts: Path, address: str) -> dict[
         check=False,
         timeout=60,
     )
-    match = SYSTEMD_ANALYZE.search(proc.stdout)
-    boot = float(match["s"]) + 60 * int(match["min"] or 0) if match else None
+    boot = boot_seconds(proc.stdout)
     uptime_line = [line for line in proc.stdout.splitlines() if re.fullmatch(r"[\d.]+ [\d.]+", line.strip())]
     return {"boot_s": boot, "uptime_at_login_s": float(uptime_line[-1].split()[0]) if uptime_line else None}
 

@@ -110,3 +110,28 @@ def test_benchmark_smoke_prints_every_figure(peer_root: Path, tmp_path: Path) ->
     for sl in results["slices"]:
         assert sl["rc"] == [0] * sl["k"] and sl["provisioned"] == 2, sl
         assert sl["duplicate_vms"] == 0 and sl["journal_conflicts"] == 0 and sl["distinct_vmids"] == 2, sl
+
+
+def test_the_real_guest_benchmark_reads_the_boot_time_and_the_recorded_address(tmp_path: Path) -> None:
+    """benchmarks/real_guest.py needs a real guest (root, QEMU, minutes under TCG: run by hand, docs/benchmarks.md);
+    what it reads from the guest and from the tools' known_hosts files is checked here on the texts both produce."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import real_guest  # pylint: disable=import-outside-toplevel,import-error
+
+    assert real_guest.boot_seconds(
+        "Startup finished in 2.101s (kernel) + 49.282s (userspace) = 51.383s\n"
+    ) == pytest.approx(51.383)
+    assert real_guest.boot_seconds(
+        "Startup finished in 3.1s (kernel) + 1min 21.390s (userspace) = 1min 24.490s\n"
+    ) == pytest.approx(84.49)
+    assert (
+        real_guest.boot_seconds(
+            "Bootup is not yet finished (org.freedesktop.systemd1.Manager.FinishTimestampMonotonic=0).\n"
+        )
+        is None
+    )
+    ours = tmp_path / "known_hosts-ours"
+    ours.write_text("# BEGIN vmanyware op-1\n10.0.2.15 ssh-ed25519 AAAAC3Nz\n# END vmanyware op-1\n", encoding="utf-8")
+    peer = tmp_path / "known_hosts-peer"
+    peer.write_text("\n10.0.2.15 ssh-rsa AAAAB3Nz\n", encoding="utf-8")
+    assert real_guest.guest_address(ours) == real_guest.guest_address(peer) == "10.0.2.15"
