@@ -82,8 +82,8 @@ def ssh_argv(port: int, key: Path, known_hosts: Path, address: str, command: str
     ]
 
 
-def login(port: int, key: Path, known_hosts: Path, address: str) -> tuple[float, int, str]:
-    """Log in until it works (or LOGIN_TIMEOUT): the moment it worked, the attempts, the last error."""
+def login(port: int, key: Path, known_hosts: Path, address: str) -> tuple[float, int]:
+    """Log in until it works (or LOGIN_TIMEOUT): the moment it worked and the attempts."""
     deadline = time.monotonic() + LOGIN_TIMEOUT
     attempts, error = 0, ""
     while time.monotonic() < deadline:
@@ -92,7 +92,7 @@ def login(port: int, key: Path, known_hosts: Path, address: str) -> tuple[float,
             ssh_argv(port, key, known_hosts, address, "true"), capture_output=True, text=True, check=False, timeout=60
         )
         if proc.returncode == 0:
-            return time.monotonic(), attempts, ""
+            return time.monotonic(), attempts
         error = proc.stderr.strip()[-300:]
         time.sleep(1)
     raise SystemExit(f"no SSH login within {LOGIN_TIMEOUT:.0f} s ({attempts} attempts): {error}")
@@ -136,7 +136,7 @@ def one_run(runner: bench.Runner, tool: str, state: Path, key: Path) -> dict[str
     vm = runner.sim.admin.vm(bench.FIRST_VMID)
     known_hosts = state / f"known_hosts-vm{bench.FIRST_VMID}"
     address = guest_address(known_hosts)
-    logged_in, attempts, _ = login(int(vm["ssh_forward_port"]), key, known_hosts, address)
+    logged_in, attempts = login(int(vm["ssh_forward_port"]), key, known_hosts, address)
     starts = [task for task in result["tasks"] if task["type"] == "qmstart" and task.get("created") is not None]
     figures = {
         "tool": tool,

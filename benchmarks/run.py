@@ -325,7 +325,7 @@ class Simulator:
     def fresh(self) -> None:
         """The seed again, storages large enough for every size (see STORAGE_TOTAL), an empty request log."""
         self.admin.reset(self.seed)
-        for storage in {self.conn["storage"], self.template["storage"]}:
+        for storage in dict.fromkeys((self.conn["storage"], self.template["storage"])):
             self.admin.set_storage(storage, total=STORAGE_TOTAL)
 
     def vm_nodes(self) -> dict[int, dict[str, str]]:
@@ -778,7 +778,7 @@ def run_slices(runner: Runner, k: int, n: int, forks: int | None) -> dict[str, t
     sim.fresh()
     codes, review_wall = launch("review", None)
     if codes != [0] * k:
-        tails = [(pdd / "review.out").read_text(encoding="utf-8")[-2000:] for pdd, _ in pdds]
+        tails = [(pdd / "review.out").read_text(encoding="utf-8")[-2000:] for pdd, _slice in pdds]
         raise SystemExit(f"slices K={k}: review failed {codes}:\n" + "\n".join(tails))
     sim.admin.clear_requests()
     sampler = PssSampler()
@@ -790,7 +790,7 @@ def run_slices(runner: Runner, k: int, n: int, forks: int | None) -> dict[str, t
         memory = sampler.stop()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    outputs = [(pdd / "apply.out").read_text(encoding="utf-8") for pdd, _ in pdds]
+    outputs = [(pdd / "apply.out").read_text(encoding="utf-8") for pdd, _slice in pdds]
     errors: dict[str, str] = {}
     for out in outputs:
         errors.update(host_errors(out))
