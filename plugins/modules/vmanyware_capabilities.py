@@ -31,6 +31,7 @@ author:
   - vmanyware developers (@vmanyware)
 extends_documentation_fragment:
   - vmanyware.proxmox.connection
+  - vmanyware.proxmox.node_ssh
   - vmanyware.proxmox.attributes
 options:
   template_vmid:
@@ -43,30 +44,6 @@ options:
         RV(node_ssh) says per node whether the route is usable, with a fixed reason code. Without it nothing is attempted
         and every node is V(not_configured).
     type: dict
-    suboptions:
-      private_key_file:
-        description: The dedicated private key for the node login.
-        type: path
-        required: true
-      known_hosts_file:
-        description: The known_hosts file with the nodes' SSH host keys (no trust on first use).
-        type: path
-        required: true
-      user:
-        description: The login user on the nodes.
-        type: str
-        default: root
-      port:
-        description: The SSH port of a node whose endpoint names none.
-        type: int
-        default: 22
-      endpoints:
-        description: Node name to C(host), C(host:port) or C([address]:port); a node not listed is reached by its name.
-        type: dict
-      connect_timeout:
-        description: Seconds to wait for each node's SSH endpoint.
-        type: int
-        default: 10
 attributes:
   check_mode:
     support: full

@@ -27,6 +27,7 @@ author:
 extends_documentation_fragment:
   - vmanyware.proxmox.stage.journal
   - vmanyware.proxmox.connection
+  - vmanyware.proxmox.node_ssh
   - vmanyware.proxmox.attributes
 options:
   operation_id:
@@ -79,30 +80,6 @@ options:
       - Before the dispatch a read-only probe logs in (the node's host key verified), finds C(pct) and the container running; a failure
         is its C(node_ssh_*) code and the stage stays pending.
     type: dict
-    suboptions:
-      private_key_file:
-        description: The dedicated private key for the node login.
-        type: path
-        required: true
-      known_hosts_file:
-        description: The known_hosts file with the node's SSH host key (no trust on first use).
-        type: path
-        required: true
-      user:
-        description: The login user on the node.
-        type: str
-        default: root
-      port:
-        description: The SSH port of a node whose endpoint names none.
-        type: int
-        default: 22
-      endpoints:
-        description: Node name to C(host), C(host:port) or C([address]:port); a node not listed is reached by its name.
-        type: dict
-      connect_timeout:
-        description: Seconds to wait for the node's SSH endpoint.
-        type: int
-        default: 10
   rerun_uncertain_profile:
     description:
       - Run an C(uncertain) profile stage again (its earlier run may have applied part of the role). Without it such a stage fails
