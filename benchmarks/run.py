@@ -1160,8 +1160,9 @@ def measure_sizes(
                 sizes_done.remove(n)
                 continue
         reps = reps_for[n]
+        size_tools = args.tools_from[1] if args.tools_from and n >= args.tools_from[0] else tools
         for rep in range(reps):
-            order = tools[rep % len(tools) :] + tools[: rep % len(tools)]  # each tool goes first in turn
+            order = size_tools[rep % len(size_tools) :] + size_tools[: rep % len(size_tools)]  # each goes first in turn
             for tool in order:
                 try:
                     run = runner.run(tool, n, state)
@@ -1413,6 +1414,12 @@ def main(argv: t.Sequence[str] | None = None) -> int:
         help="the newest peer's venv (tools/dev/fetch_newest_peer.sh): auto (the default location if it exists), fetch "
         "(build it there first), none, or a directory",
     )
+    ap.add_argument(
+        "--tools-from",
+        default=None,
+        metavar="N:TOOLS",
+        help="from size N on, only these of --tools (e.g. 50:ours,equal: the slow peers' large sizes left out)",
+    )
     ap.add_argument("--seed", choices=("cluster", "demo"), default="cluster", help="pvesim seed (default: three nodes)")
     ap.add_argument("--forks", type=int, default=None, help="ansible forks (default: N, one per VM)")
     ap.add_argument(
@@ -1488,6 +1495,10 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     jsizes = [int(x) for x in args.journal_sizes.split(",") if x.strip()]
     tools = [x.strip() for x in args.tools.split(",") if x.strip()]
     unknown = set(tools) - set(ALL_TOOLS)
+    if args.tools_from:
+        from_n, _colon, from_tools = args.tools_from.partition(":")
+        args.tools_from = (int(from_n), [x for x in tools if x in from_tools.split(",")])
+        unknown |= set(from_tools.split(",")) - set(tools)
     if unknown:
         ap.error(f"unknown tools: {', '.join(sorted(unknown))}")
     python = str(Path(args.python).absolute())  # keep the venv path (no symlink resolution)

@@ -15,6 +15,7 @@ from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.client impo
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._api.settings import build_settings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._formats.plan import build_plan
+from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import expected_confirmation
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.runner import StageRunner
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.protocol import StageLogic, StageSettings
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._stages.vm.clone import CloneStage
@@ -145,3 +146,31 @@ def mutations(pvesim: t.Any) -> list[tuple[str, str]]:
 
 def deep(value: t.Any) -> t.Any:
     return copy.deepcopy(value)
+
+
+def operation_before_profiles(source: dict[str, t.Any], journal: Path) -> str:
+    """Another operation on an already provisioned guest with ``source``'s plan (its profiles and steps), in a journal
+    of its own: every stage before the profiles completed as the first operation left them, with its readiness
+    handoff (address, guest user), so a test runs the profile stages again."""
+    plan = copy.deepcopy(source["plan"])
+    store = JournalStore(str(journal))
+    scope = source["providerScopeId"]
+    document, _created = store.create_operation(
+        idempotency_key=None,
+        provider_scope_id=scope,
+        definition=source["definition"],
+        mapping=source["mapping"],
+        plan=plan,
+        confirmation=expected_confirmation(plan, scope),
+        target_node=source["target"]["node"],
+        target_vmid=source["target"]["vmid"],
+        stage_kinds=[step.get("name") or step["kind"] for step in plan["steps"]],
+    )
+    operation_id = t.cast(str, document["operationId"])
+    for item in document["stages"]:
+        if item["kind"].startswith("profile:"):
+            break
+        store.record_dispatch(operation_id, item["kind"], {"method": "TEST"})
+        store.record_completed(operation_id, item["kind"], {})
+    store.set_handoff(operation_id, source["handoff"])
+    return operation_id

@@ -36,10 +36,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pvesim.testing import PvesimAdmin, build_container_rootfs, ensure_realcontainer_tools, lxc_cleanup, start_server
+import guest_support as gs
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import expected_confirmation
+
+from pvesim.testing import PvesimAdmin, build_container_rootfs, ensure_realcontainer_tools, lxc_cleanup, start_server
+
 
 pytestmark = [pytest.mark.slow, pytest.mark.realcontainer]
 
@@ -83,33 +85,6 @@ def _only_operation(journal: Path) -> str:
     return t.cast(str, json.loads(path.read_text(encoding="utf-8"))["operationId"])
 
 
-def _next_operation(source: dict[str, t.Any], journal: Path) -> str:
-    """Another operation on the provisioned container with the same plan, in a journal of its own: every stage before
-    the profiles completed as the first one left them, with the readiness handoff (address, guest user)."""
-    plan = copy.deepcopy(source["plan"])
-    store = JournalStore(str(journal))
-    scope = source["providerScopeId"]
-    document, _created = store.create_operation(
-        idempotency_key=None,
-        provider_scope_id=scope,
-        definition=source["definition"],
-        mapping=source["mapping"],
-        plan=plan,
-        confirmation=expected_confirmation(plan, scope),
-        target_node=source["target"]["node"],
-        target_vmid=source["target"]["vmid"],
-        stage_kinds=[step.get("name") or step["kind"] for step in plan["steps"]],
-    )
-    operation_id = t.cast(str, document["operationId"])
-    for item in document["stages"]:
-        if item["kind"].startswith("profile:"):
-            break
-        store.record_dispatch(operation_id, item["kind"], {"method": "TEST"})
-        store.record_completed(operation_id, item["kind"], {})
-    store.set_handoff(operation_id, source["handoff"])
-    return operation_id
-
-
 class Lab:
     """The simulator, the operator's files and the commands the test runs against the one container."""
 
@@ -125,7 +100,7 @@ class Lab:
         """Both profiles of a new operation on the container over ``transport`` (vmanyware_profile, one task each)."""
         self.runs += 1
         journal = self.tmp / f"journal-{self.runs}"
-        operation_id = _next_operation(source, journal)
+        operation_id = gs.operation_before_profiles(source, journal)
         task = {"operation_id": operation_id, "journal_dir": str(journal), "profile": "{{ item }}"}
         task.update(self.transports[transport])
         play = [

@@ -14,7 +14,6 @@ The controller's SSH client is ``/bin/false`` throughout. Opt-in with the real-c
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -26,10 +25,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pvesim.testing import build_container_rootfs, ensure_realcontainer_tools, lxc_cleanup, start_server
+import guest_support as gs
 
 from ansible_collections.vmanyware.proxmox.plugins.module_utils._journal import JournalStore
-from ansible_collections.vmanyware.proxmox.plugins.module_utils._operation.create import expected_confirmation
+
+from pvesim.testing import build_container_rootfs, ensure_realcontainer_tools, lxc_cleanup, start_server
+
 
 pytestmark = [pytest.mark.slow, pytest.mark.realcontainer]
 
@@ -66,33 +67,6 @@ def _say(msg: str) -> None:
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, env=env, cwd=str(cwd), capture_output=True, text=True, timeout=1800, check=False)
-
-
-def _second_operation(source: dict[str, t.Any], journal: Path) -> str:
-    """A second operation on the provisioned VM with the same plan (its profiles and steps), in a journal of its own,
-    every stage before the profiles completed as the first one left them, with the readiness handoff."""
-    plan = copy.deepcopy(source["plan"])
-    store = JournalStore(str(journal))
-    scope = source["providerScopeId"]
-    document, _created = store.create_operation(
-        idempotency_key=None,
-        provider_scope_id=scope,
-        definition=source["definition"],
-        mapping=source["mapping"],
-        plan=plan,
-        confirmation=expected_confirmation(plan, scope),
-        target_node=source["target"]["node"],
-        target_vmid=source["target"]["vmid"],
-        stage_kinds=[step.get("name") or step["kind"] for step in plan["steps"]],
-    )
-    operation_id = t.cast(str, document["operationId"])
-    for item in document["stages"]:
-        if item["kind"].startswith("profile:"):
-            break
-        store.record_dispatch(operation_id, item["kind"], {"method": "TEST"})
-        store.record_completed(operation_id, item["kind"], {})
-    store.set_handoff(operation_id, source["handoff"])
-    return operation_id
 
 
 def _profile_stages(journal: Path, operation_id: str, env: dict[str, str]) -> dict[str, t.Any]:
@@ -224,7 +198,7 @@ def test_a_definition_with_two_profiles_provisions_without_ssh(request: pytest.F
         # a second operation on the same guest: both roles run again and change nothing
         second_journal = tmp_path / "journal-profiles-2"
         second = _run_profiles(
-            tmp_path, env, second_journal, _second_operation(source, second_journal), "second", RUNNING
+            tmp_path, env, second_journal, gs.operation_before_profiles(source, second_journal), "second", RUNNING
         )
         assert [second[kind]["evidence"]["changed"] for kind in ("profile:base", "profile:ssh-hardening")] == [0, 0]
         assert all(item["status"] == "completed" and item["evidence"]["ok"] > 0 for item in second.values())
