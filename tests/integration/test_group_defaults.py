@@ -185,6 +185,11 @@ def test_every_group_option_at_once(pvesim: t.Any, tmp_path: Path, in_process: s
         "known_hosts": ["192.0.2.10 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGroupDefaultsTest"],
         "known_hosts_path": str(tmp_path / "ssh" / "provision_known_hosts"),  # vmanyware_provision's (not run here)
         "profile": "base",  # vmanyware_profile: a name the example plan does not request (refused, see EXPECTED_REFUSAL)
+        # vmanyware_profile's SSH transport (never used: the profile is refused before any transport is chosen)
+        "ssh_host": "127.0.0.1",
+        "ssh_port": 2222,
+        "ssh_private_key_file": str(tmp_path / "ssh" / "id_ed25519"),
+        "known_hosts_file": str(tmp_path / "ssh" / "container_known_hosts"),
         # Presets (read only when a definition names one: the example names none) and a key source repeating the
         # definition's own key, listed once: the definition, so the recorded operation's hashes, are unchanged.
         "presets_path": str(REPO / "examples/presets"),
