@@ -588,6 +588,7 @@ class Runner:
         finally:
             memory = sampler.stop()
         wall = time.monotonic() - started
+        ended_epoch = started_epoch + wall
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         failed_hosts = recap_failed_hosts(proc.stdout)
@@ -658,6 +659,7 @@ class Runner:
             "nodes": dict(sorted(nodes.items())),
             "lock_timeout_tasks": len(lock_errors),
             "finished_wall": finished_wall,
+            "phases": journal_phases(state / "journal", started_epoch, ended_epoch) if tool == "ours" else None,
             "failure_excerpt": failure_excerpt(proc.stdout)[:1500] if failed else "",
             "storage_lock": {k: v for k, v in locks.items() if k != "history"},
         }
@@ -845,6 +847,30 @@ def run_slices(runner: Runner, k: int, n: int, forks: int | None) -> dict[str, t
 
 # ------------------------------------------------------------------------------------------------
 # figures from runs
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def journal_phases(journal: Path, started: float, ended: float) -> dict[str, float] | None:
+    """Where ours' wall time went, from the journal's own timestamps (medians over the run's operations): before the
+    operation was created (ansible-playbook's start, the plan, the preflight, the confirmation check), from its creation
+    to its last stage's completion (the stages: the tasks, the guest wait, and ours' reads and polls around them), and
+    from there to the playbook's exit (the handoff's tasks, known_hosts, Ansible's end)."""
+    before, stages, after = [], [], []
+    for path in journal.glob("op-*.json"):
+        document = json.loads(path.read_text(encoding="utf-8"))
+        done = [_epoch(item["completedAt"]) for item in document["stages"] if item.get("completedAt")]
+        if not done:
+            continue
+        created = _epoch(document["createdAt"])
+        before.append(created - started)
+        stages.append(max(done) - created)
+        after.append(ended - max(done))
+    if not before:
+        return None
+    return {"before_operation_s": median(before), "stages_s": median(stages), "after_stages_s": median(after)}
 
 
 def by_method(requests: t.Sequence[dict[str, t.Any]], n: int) -> dict[str, float]:
@@ -1273,15 +1299,24 @@ def report(
             guest_s = sum(model["guest"][key] for key in GUEST_WAIT[tool]) / args.speed
             path = tasks_s + guest_s
             wall = median(walls)
+            phases = [r["phases"] for r in runs if r["tool"] == tool and r["n"] == 1 and r.get("phases")]
             results["overhead"][tool] = {
+                "phases": {key: median([p[key] for p in phases]) for key in phases[0]} if phases else None,
                 "wall_s": wall,
                 "critical_path_s": path,
                 "task_seconds_measured": tasks_s,
                 "guest_wait_s": guest_s,
                 "overhead": wall / path,
             }
+            phased = results["overhead"][tool]["phases"]
             parts.append(
                 f"{tool} {wall:.1f} s / {path:.1f} s = {wall / path:.2f}x (tasks {tasks_s:.1f} s + guest {guest_s:.1f} s)"
+                + (
+                    f" [journal: {phased['before_operation_s']:.1f} s before the operation, {phased['stages_s']:.1f} s"
+                    f" stages, {phased['after_stages_s']:.1f} s after]"
+                    if phased
+                    else ""
+                )
             )
         print(
             "[3] overhead over the critical path (N=1; path = the VM's tasks as run + the guest wait from the model: "
