@@ -30,7 +30,7 @@ import typing as t
 from .._core.files import LocalFileError, atomic_write_json, remove_file_durable
 from . import JournalError, JournalStore, epoch_seconds
 from .pending import pending_operations
-from .vmid import DEFAULT_LEASE_SECONDS, check_lease_seconds, check_vmid, lease_timestamp, read_lease
+from .vmid import DEFAULT_LEASE_SECONDS, check_lease_seconds, check_vmid, lease_paths, lease_timestamp, read_lease
 
 LEASE_KIND = "vmanyware.dev/v1/PlacementLease"
 LEASE_KEYS = ("kind", "providerScopeId", "vmid", "node", "storage", "memoryMiB", "diskGiB", "createdAt", "expiresAt")
@@ -110,16 +110,10 @@ class PlacementLedger:
 
     def all(self, scope: str) -> list[dict[str, t.Any]]:
         """Every readable lease of ``scope``, expired ones too, lowest VMID first (unreadable files are skipped)."""
-        try:
-            names = sorted(n for n in os.listdir(self.directory) if n.endswith(".json") and not n.startswith("."))
-        except FileNotFoundError:
-            return []
-        except OSError:
-            raise JournalError("The journal directory cannot be read.", code="io_error") from None
         found = []
-        for name in names:
+        for path in lease_paths(self.directory):
             try:
-                lease = self.read_file(os.path.join(self.directory, name))
+                lease = self.read_file(path)
             except JournalError:
                 continue  # not counted, and replaced by the next review of its VMID
             if lease is not None and lease["providerScopeId"] == scope:

@@ -218,6 +218,18 @@ def read_lease(
     return lease
 
 
+def lease_paths(directory: str) -> list[str]:
+    """The lease files in ``directory`` (VMID, address or placement leases), by name; none when it does not exist yet.
+    Hidden files (an atomic write's temporary file) are not leases."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json") and not n.startswith("."))
+    except FileNotFoundError:
+        return []
+    except OSError:
+        raise JournalError("The journal directory cannot be read.", code="io_error") from None
+    return [os.path.join(directory, name) for name in names]
+
+
 class LeaseBook:
     """The leases of one provider scope in one journal directory. Writers hold ``store.journal_lock()``."""
 
@@ -254,19 +266,9 @@ class LeaseBook:
 
     def owned(self, owner: str, purpose: str) -> list[dict[str, t.Any]]:
         """This scope's leases of ``owner`` for ``purpose`` (expired ones too), lowest VMID first."""
-        try:
-            names = sorted(
-                name
-                for name in os.listdir(self.store.leases_dir)
-                if name.endswith(".json") and not name.startswith(".")
-            )
-        except FileNotFoundError:
-            return []
-        except OSError:
-            raise JournalError("The journal directory cannot be read.", code="io_error") from None
         found = []
-        for name in names:
-            lease = self.read_file(os.path.join(self.store.leases_dir, name))
+        for path in lease_paths(self.store.leases_dir):
+            lease = self.read_file(path)
             if (
                 lease is not None
                 and lease["providerScopeId"] == self.scope

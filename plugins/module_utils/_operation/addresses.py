@@ -41,7 +41,7 @@ from .._formats.networks import (
     reserved_addresses,
 )
 from .._journal import JournalError, JournalStore, epoch_seconds
-from .._journal.vmid import check_owner, lease_timestamp, read_lease
+from .._journal.vmid import check_owner, lease_paths, lease_timestamp, read_lease
 
 LEASE_KIND = "vmanyware.dev/v1/AddressLease"
 LEASE_KEYS = ("kind", "providerScopeId", "network", "family", "address", "owner", "createdAt", "expiresAt")
@@ -148,15 +148,9 @@ class AddressBook:
 
     def owned(self, owner: str, network: str, family: str) -> list[dict[str, t.Any]]:
         """This scope's live leases of ``owner`` in ``network`` for ``family``."""
-        try:
-            names = sorted(n for n in os.listdir(self.store.layout.address_leases_dir) if n.endswith(".json"))
-        except FileNotFoundError:
-            return []
-        except OSError:
-            raise JournalError("The journal directory cannot be read.", code="io_error") from None
         found = []
-        for name in names:
-            lease = self.read_file(os.path.join(self.store.layout.address_leases_dir, name))
+        for path in lease_paths(self.store.layout.address_leases_dir):
+            lease = self.read_file(path)
             if (
                 lease is not None
                 and self.live(lease)
