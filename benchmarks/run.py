@@ -453,7 +453,8 @@ class Runner:
         self.ours_path = "one-task"
         # one job for every tool: the peers put the definition's SSH key into sshkeys
         self.definition = definition
-        ssh_key = yaml.safe_load(definition.read_text(encoding="utf-8"))["access"]["sshPublicKeys"][0]
+        job = yaml.safe_load(definition.read_text(encoding="utf-8"))
+        ssh_key = job["access"]["sshPublicKeys"][0]
         self.catalog = REPO / "examples" / "catalog.yml"
         self.target_node = ""
         if sim.seed == "cluster":  # the example catalog's image on the shared template; placement picks the node
@@ -508,6 +509,7 @@ class Runner:
                     "pve_token_name": token_name,
                     "pve_token_secret": conn["tokens"]["full"]["secret"],
                     "pve_ssh_public_key": ssh_key,
+                    "pve_memory_mib": job["resources"]["memoryMiB"],
                 }
             ),
             encoding="utf-8",
@@ -1455,6 +1457,13 @@ def main(argv: t.Sequence[str] | None = None) -> int:
         metavar="N:TOOLS",
         help="from size N on, only these of --tools (e.g. 50:ours,equal: the slow peers' large sizes left out)",
     )
+    ap.add_argument(
+        "--memory-mib",
+        type=int,
+        default=None,
+        help="every tool's guest memory instead of benchmarks/definition.yml's 2048 (the cluster's three nodes have "
+        "56 GiB free each, and placement refuses what does not fit: 2048 MiB fits 84 VMs, 512 MiB 336)",
+    )
     ap.add_argument("--seed", choices=("cluster", "demo"), default="cluster", help="pvesim seed (default: three nodes)")
     ap.add_argument("--forks", type=int, default=None, help="ansible forks (default: N, one per VM)")
     ap.add_argument(
@@ -1608,7 +1617,21 @@ def main(argv: t.Sequence[str] | None = None) -> int:
             print(f"tool {tool}: {labels[tool]}")
         sim = Simulator(work / "sim", args.speed, Path(args.timings), args.storage_lock, args.seed)
         results["config"]["time_model"] = sim.timings
-        runner = Runner(sim, work, ours_python, setups, forks=args.forks, ours_placement=args.ours_placement)
+        definition = HERE / "definition.yml"
+        if args.memory_mib:
+            job = yaml.safe_load(definition.read_text(encoding="utf-8"))
+            job["resources"]["memoryMiB"] = args.memory_mib
+            definition = work / "definition.yml"
+            definition.write_text(yaml.safe_dump(job, sort_keys=False), encoding="utf-8")
+        runner = Runner(
+            sim,
+            work,
+            ours_python,
+            setups,
+            forks=args.forks,
+            ours_placement=args.ours_placement,
+            definition=definition,
+        )
         runner.ours_path = args.ours_path
         if args.storage_concurrency is not None:
             runner.env_ours["VMANYWARE_STORAGE_CONCURRENCY"] = str(args.storage_concurrency)
