@@ -144,8 +144,19 @@ preferred_kept:
   description: With O(prefer), whether that node still qualified and was kept; V(null) without O(prefer).
   returned: success
   type: bool
+not_examined:
+  description:
+    - The nodes whose storage and bridge were not read because O(prefer) was examined first and still qualifies, sorted by
+      name; empty otherwise (every node examined, or nothing placed).
+  returned: success
+  type: list
+  elements: str
+  sample: [pve-test, pve-test3]
 candidates:
-  description: Every node of the cluster, sorted by name, with what the reads said.
+  description:
+    - Every node examined, sorted by name, with what the reads said. That is every node of the cluster, except when O(prefer)
+      still qualifies. Then only that node is examined (the rule keeps it whatever the others say), and RV(not_examined) lists
+      the others.
   returned: success
   type: list
   elements: dict

@@ -126,6 +126,7 @@ def test_auto_places_a_static_vlan_guest_on_the_chosen_node(cluster: t.Any, tmp_
     # the apply run keeps the confirmed node while it still qualifies, so the confirmation matches
     again = _placed(cluster, tmp_path, catalog, definition, prefer=confirmation["targetNode"])
     assert (again["node"], again["preferred_kept"]) == ("pve-test2", True)
+    assert again["not_examined"] == ["pve-test", "pve-test3"]  # the confirmed node qualifies: the others are not read
     cluster.clear_requests()
     result = provision(
         _params(cluster, tmp_path, catalog, definition, target_node=again["node"], confirmation=confirmation),

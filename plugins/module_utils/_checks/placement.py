@@ -22,7 +22,8 @@ Candidates are the cluster's nodes (``GET /nodes``). A node qualifies when all o
 Among qualifying nodes: fewest expected guests (running guests of ``GET /cluster/resources?type=vm``, plus the pending
 operations and the other plans' placement leases on the node, each VMID once), then most free memory (after the
 subtraction), then node name. ``prefer`` (the node an apply run's confirmation names) is kept when it qualifies, so the
-plan, and so the confirmation, stay what was reviewed; when it no longer qualifies the rule chooses (``preferred_kept``
+plan, and so the confirmation, stay what was reviewed; it is examined first, and the other nodes' storage and bridge
+are read only when it no longer qualifies (``not_examined`` lists them otherwise: the rule keeps it whatever they say); when it no longer qualifies the rule chooses (``preferred_kept``
 false) and the confirmation then no longer matches (``plan_changed``). No node qualifies: ``no_node_qualifies`` with
 every candidate's reasons. Reasons are fixed codes and texts; provider bodies are never forwarded.
 
@@ -111,8 +112,6 @@ class Candidate:
             if kept:
                 return "chosen: the node the confirmation names, and it still qualifies (%s guests)" % self.counts()
             return "chosen: fewest expected guests (%s), then most free memory, then name" % self.counts()
-        if kept:
-            return "qualifies; the node the confirmation names was kept (%s guests)" % self.counts()
         if self.expected_guests > chosen.expected_guests:
             return "qualifies; more expected guests than the chosen node (%s, chosen %d)" % (
                 self.counts(),
@@ -353,9 +352,31 @@ class Placement:
         scope = self.client.provider_scope_id
         if not scope:
             raise VmanywareError("The provider scope could not be determined.", code="internal_error")
-        candidates = [
-            self.examine(node, entries[node], maintenance, running.get(node, frozenset())) for node in sorted(entries)
-        ]
+
+        def examine(nodes: t.Iterable[str]) -> list[Candidate]:
+            return [self.examine(node, entries[node], maintenance, running.get(node, frozenset())) for node in nodes]
+
+        if prefer in entries:
+            # The apply run's confirmed node first: the rule keeps it while it qualifies, whatever the others say, so
+            # their storage and bridge are read only when it no longer does (2 requests per other node saved).
+            others = [node for node in sorted(entries) if node != prefer]
+            result = self.choose(examine([prefer]), prefer, vmid, scope, not_examined=others)
+            if result is not None:
+                return result
+        result = self.choose(examine(sorted(entries)), prefer, vmid, scope)
+        assert result is not None  # without not_examined a choice is made or no_node_qualifies raised
+        return result
+
+    def choose(
+        self,
+        candidates: list[Candidate],
+        prefer: str | None,
+        vmid: int | None,
+        scope: str,
+        not_examined: t.Sequence[str] | None = None,
+    ) -> dict[str, t.Any] | None:
+        """Subtract what the journal expects, choose and hold the lease: one locked section. With ``not_examined``
+        (only the preferred node examined) None, and nothing written, when that node does not qualify."""
         # The whole journal is read before the lock (it may hold thousands of operations); under the lock only what was
         # created meanwhile. What the journal expects, the choice and the lease are then one locked section: a
         # concurrent review waits here and then counts this one's lease.
@@ -365,13 +386,15 @@ class Placement:
             leases = self.journal.leases(scope, exclude_vmid=vmid)
             for candidate in candidates:
                 self.subtract(candidate, pending, leases)
+            if not_examined is not None and candidates[0].reasons:
+                return None  # the preferred node no longer qualifies: every node is examined and the rule chooses
             try:
                 result = decide(candidates, prefer, scope)
             except VmanywareError:
                 if vmid is not None:
                     self.journal.drop(scope, vmid)  # a failed review holds no node: its earlier lease ends
                 raise
-            result.update(lease=None, lease_written=False)
+            result.update(lease=None, lease_written=False, not_examined=list(not_examined or ()))
             if vmid is not None:
                 chosen = next(c for c in candidates if c.node == result["node"])
                 held = self.journal.hold(scope, vmid, self.choice(chosen))
@@ -486,6 +509,7 @@ def not_placed(target_node: str | None, definition: t.Mapping[str, t.Any]) -> di
         "clone": None,
         "preferred_kept": None,
         "candidates": [],
+        "not_examined": [],
         "order": [],
         "rule": RULE,
         "lease": None,

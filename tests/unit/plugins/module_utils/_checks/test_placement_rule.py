@@ -278,11 +278,41 @@ def test_prefer_is_kept_while_it_qualifies() -> None:
     state = cluster()
     result = run(state, prefer="pve-c")
     assert (result["node"], result["preferred_kept"]) == ("pve-c", True)
-    assert by_node(result)["pve-c"]["chosen"] and not by_node(result)["pve-a"]["chosen"]
+    assert by_node(result)["pve-c"]["chosen"] and list(by_node(result)) == ["pve-c"]  # the others: not_examined
     state["maintenance"]["pve-c"] = "maintenance"
     result = run(state, prefer="pve-c")
     assert (result["node"], result["preferred_kept"]) == ("pve-a", False)
     assert run(state, prefer="pve-nowhere")["preferred_kept"] is False
+
+
+def test_prefer_is_examined_first_and_the_others_only_when_it_no_longer_qualifies() -> None:
+    """An apply run names the confirmed node: while it qualifies the rule keeps it whatever the other nodes say, so their
+    storage and bridge are not read; when it no longer qualifies every node is examined and the rule chooses."""
+    parsed_catalog, parsed_definition = inputs(None)
+    state = cluster()
+    state["guests"] = [{"vmid": 100, "node": "pve-c", "status": "running", "type": "qemu"}]  # the rule alone: not pve-c
+    fake = client(state)
+    result = place(fake, parsed_catalog, parsed_definition, journal=Journal(), vmid=301, prefer="pve-c")
+    assert (result["node"], result["preferred_kept"], result["not_examined"]) == ("pve-c", True, ["pve-a", "pve-b"])
+    assert [c["node"] for c in result["candidates"]] == ["pve-c"] and result["order"] == ["pve-c"]
+    assert result["lease"]["node"] == "pve-c" and result["lease_written"] is True
+    read = fake.paths("GET")
+    # the template's node is read only for the template (is it on shared storage?), not as a candidate
+    assert [p for p in read if p.startswith(("/nodes/pve-a/", "/nodes/pve-b/"))] == [
+        "/nodes/pve-a/qemu/9000/config",
+        "/nodes/pve-a/storage",
+    ]
+    assert "/nodes/pve-c/storage/shared/status" in read and "/nodes/pve-c/network" in read
+
+    state["nodes"]["pve-c"]["mem"] = state["nodes"]["pve-c"]["maxmem"]  # no free memory left: it no longer qualifies
+    fake = client(state)
+    journal = Journal()
+    result = place(fake, parsed_catalog, parsed_definition, journal=journal, vmid=301, prefer="pve-c")
+    assert (result["node"], result["preferred_kept"], result["not_examined"]) == ("pve-a", False, [])
+    assert by_node(result)["pve-c"]["reasons"] == ["memory_short"] and set(by_node(result)) == set(NODES)
+    assert "/nodes/pve-b/network" in fake.paths("GET") and journal.held[301]["node"] == "pve-a"
+    assert journal.dropped == []  # the first, preferred-only round wrote and dropped nothing
+    assert run(cluster())["not_examined"] == []  # no prefer: every node is examined
 
 
 def test_no_node_qualifies_lists_every_reason() -> None:
@@ -497,7 +527,7 @@ def test_prefer_is_kept_whatever_the_leases_say() -> None:
     result = run(cluster(), journal=journal, vmid=201, prefer="pve-c")
     assert (result["node"], result["preferred_kept"]) == ("pve-c", True) and journal.held[201]["node"] == "pve-c"
     assert by_node(result)["pve-c"]["reason"].startswith("chosen: the node the confirmation names")
-    assert by_node(result)["pve-a"]["reason"].startswith("qualifies; the node the confirmation names was kept")
+    assert result["not_examined"] == ["pve-a", "pve-b"]
 
 
 def test_a_bad_vmid_is_refused_before_any_read() -> None:
