@@ -1202,6 +1202,12 @@ def measure_sizes(
                     continue
                 run["rep"] = rep
                 runs.append(run)
+                if (
+                    args.requests_dir
+                ):  # every request of the run in order, for a breakdown by stage (docs/benchmarks.md)
+                    dump = Path(args.requests_dir) / f"requests-{tool}-n{n}-rep{rep + 1}.json"
+                    keys = ("seq", "time", "method", "path", "status")
+                    dump.write_text(json.dumps([{k: e.get(k) for k in keys} for e in run["requests"]], indent=0))
                 log(
                     f"N={n} rep {rep + 1}/{reps} {tool}: wall {run['wall']:.2f} s, cpu {run['cpu']:.2f} s, "
                     f"{len(run['requests'])} requests, failed VMs {len(run['failed_vms'])}, lock timeouts "
@@ -1521,6 +1527,11 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--json", default=None, help="write all raw results here")
     ap.add_argument("--plot", default=None, help="write the PNG plot here (needs matplotlib)")
+    ap.add_argument(
+        "--requests-dir",
+        default=None,
+        help="write each timed run's requests in order (method, path, status, time) to DIR/requests-TOOL-nN-repR.json",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument(
         "--smoke",

@@ -64,6 +64,8 @@ def test_benchmark_smoke_prints_every_figure(peer_root: Path, tmp_path: Path) ->
             "2",
             "--json",
             str(out_json),
+            "--requests-dir",
+            str(tmp_path),
         ],
         cwd=tmp_path,
         capture_output=True,
@@ -104,6 +106,11 @@ def test_benchmark_smoke_prints_every_figure(peer_root: Path, tmp_path: Path) ->
     assert equal["GET /nodes/{node}/qemu/{vmid}/agent/file-read"] == 3
     assert equal["POST /nodes/{node}/qemu/{vmid}/snapshot"] == 1
     assert results["schema_or_501"] == 0
+    # --requests-dir: each run's requests in order, as many as the run counted
+    dumped = json.loads((tmp_path / "requests-ours-n1-rep1.json").read_text(encoding="utf-8"))
+    clones = [e for e in dumped if e["method"] == "POST" and e["path"].endswith("/clone")]
+    assert len(dumped) == results["requests_per_vm"]["ours"]["total"] and len(clones) == 1
+    assert [e["seq"] for e in dumped] == sorted(e["seq"] for e in dumped)
     assert set(results["journal"]) == {"0", "50", "200"}
     assert results["plan"]["images"] == 128 and results["plan"]["build_plan_ms"] > 0
     assert [s["k"] for s in results["slices"]] == [1, 2]
