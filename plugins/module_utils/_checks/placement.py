@@ -22,9 +22,10 @@ Candidates are the cluster's nodes (``GET /nodes``). A node qualifies when all o
 Among qualifying nodes: fewest expected guests (running guests of ``GET /cluster/resources?type=vm``, plus the pending
 operations and the other plans' placement leases on the node, each VMID once), then most free memory (after the
 subtraction), then node name. ``prefer`` (the node an apply run's confirmation names) is kept when it qualifies, so the
-plan, and so the confirmation, stay what was reviewed; it is examined first, and the other nodes' storage and bridge
-are read only when it no longer qualifies (``not_examined`` lists them otherwise: the rule keeps it whatever they say); when it no longer qualifies the rule chooses (``preferred_kept``
-false) and the confirmation then no longer matches (``plan_changed``). No node qualifies: ``no_node_qualifies`` with
+plan, and so the confirmation, stay what was reviewed. It is examined first, and while it qualifies the other nodes'
+storage and bridge are not read (``not_examined`` lists them: the rule keeps it whatever they say); when it no longer
+qualifies every node is examined, the rule chooses (``preferred_kept`` false) and the confirmation then no longer
+matches (``plan_changed``). No node qualifies: ``no_node_qualifies`` with
 every candidate's reasons. Reasons are fixed codes and texts; provider bodies are never forwarded.
 
 The journal is reached only through ``PlacementJournal`` (``_core/protocols.py``; checks never import the journal): the
@@ -364,7 +365,8 @@ class Placement:
             if result is not None:
                 return result
         result = self.choose(examine(sorted(entries)), prefer, vmid, scope)
-        assert result is not None  # without not_examined a choice is made or no_node_qualifies raised
+        if result is None:  # pragma: no cover - without not_examined a choice is made or no_node_qualifies raised
+            raise VmanywareError("Placement made no choice.", code="internal_error")
         return result
 
     def choose(
