@@ -328,9 +328,9 @@ class Simulator:
         for storage in dict.fromkeys((self.conn["storage"], self.template["storage"])):
             self.admin.set_storage(storage, total=STORAGE_TOTAL)
 
-    def vm_nodes(self) -> dict[int, dict[str, str]]:
-        """Every VM of the cluster: its node and name (``GET /cluster/resources?type=vm``, one request, read after
-        the run's request log was taken)."""
+    def vm_nodes(self) -> dict[int, dict[str, t.Any]]:
+        """Every VM of the cluster: its node, name and memory in bytes (``GET /cluster/resources?type=vm``, one
+        request, read after the run's request log was taken)."""
         resp = self.api.get(
             f"https://{self.conn['host']}:{self.conn['port']}/api2/json/cluster/resources",
             params={"type": "vm"},
@@ -339,7 +339,7 @@ class Simulator:
         )
         resp.raise_for_status()
         return {
-            int(e["vmid"]): {"node": e.get("node", ""), "name": e.get("name", "")}
+            int(e["vmid"]): {"node": e.get("node", ""), "name": e.get("name", ""), "maxmem": e.get("maxmem", 0)}
             for e in resp.json()["data"]
             if not e.get("template")
         }
@@ -705,7 +705,7 @@ def run_slices(runner: Runner, k: int, n: int, forks: int | None) -> dict[str, t
     definitions.mkdir(parents=True)
     confirm.mkdir()
     names = [f"s{i:03d}" for i in range(n)]
-    base = yaml.safe_load((HERE / "definition.yml").read_text(encoding="utf-8"))
+    base = yaml.safe_load(runner.definition.read_text(encoding="utf-8"))  # with --memory-mib's memory
     for name in names:
         (definitions / f"{name}.yml").write_text(yaml.safe_dump(dict(base, name=name)), encoding="utf-8")
     vmid_range = [FIRST_VMID, FIRST_VMID + 2 * n + 10]
@@ -833,6 +833,8 @@ def run_slices(runner: Runner, k: int, n: int, forks: int | None) -> dict[str, t
         "errors": errors,
         "duplicate_vms": sum(c - 1 for c in by_name.values() if c > 1) + sum(c - 1 for c in clones.values() if c > 1),
         "vms_per_host_max": max(by_name.values(), default=0),
+        # the guests' memory as Proxmox has it (--memory-mib reaches the slices' definitions too)
+        "guest_memory_mib": sorted({v["maxmem"] >> 20 for v in placed.values() if v["name"] in set(names)}),
         "distinct_vmids": len(clones),
         # a conflict: a torn document, an operation refused as conflicting, a host with two operations, or a VMID
         # two operations target
@@ -1283,9 +1285,16 @@ def report(
         loads = [value for r in runs if r["n"] == n for value in r["load"]]
         entry["load"] = [min(loads), max(loads)] if loads else None
         results["wall"][str(n)] = entry
+        # the header's ratio: the median of the same-repetition ratios (with_ratios' ratio of the medians differs
+        # whenever the repetitions do)
+        walls_text = ", ".join(f"{tool} {entry[tool]['median']:.1f}" for tool in tools if tool in entry)
+        ratios_text = "".join(
+            f", ours/{other} {entry[f'ratio_{other}']['median']:.3f}"
+            for other in others
+            if have_ours and entry[f"ratio_{other}"]["runs"]
+        )
         parts.append(
-            f"N={n}: "
-            + with_ratios({tool: entry[tool]["median"] for tool in tools if tool in entry}, "{:.1f}")
+            f"N={n}: {walls_text}{ratios_text}"
             + (f" (load average {min(loads):.1f}-{max(loads):.1f})" if loads else "")
         )
     print("[2] wall time, s (median; ratio = median of same-repetition ours/other): " + "; ".join(parts))

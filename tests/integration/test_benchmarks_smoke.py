@@ -62,6 +62,8 @@ def test_benchmark_smoke_prints_every_figure(peer_root: Path, tmp_path: Path) ->
             "2",
             "--slice-n",
             "2",
+            "--memory-mib",
+            "768",
             "--json",
             str(out_json),
             "--requests-dir",
@@ -94,8 +96,13 @@ def test_benchmark_smoke_prints_every_figure(peer_root: Path, tmp_path: Path) ->
         assert results["failed"]["1"][tool]["runs"] == [0], results["failed"]["1"][tool]
         assert results["memory"]["1"]["pss_peak_mib"][tool] > 0
         assert sum(results["nodes"]["1"][tool].values()) == 1
+    wall_line = re.search(r"^\[2\] .*$", proc.stdout, re.MULTILINE)
+    assert wall_line, proc.stdout
     for other in ("peer", "equal"):
-        assert results["wall"]["1"][f"ratio_{other}"]["median"] > 0
+        paired = results["wall"]["1"][f"ratio_{other}"]["median"]
+        assert paired > 0
+        # the printed ratio is the header's: the median of the same-repetition ratios, as the JSON has it
+        assert f"ours/{other} {paired:.3f}" in wall_line.group(0), wall_line.group(0)
     # every tool did the whole job: clone, start and snapshot each went out once per VM
     assert results["requests_by_endpoint"]["ours"]["POST /nodes/{node}/qemu/{vmid}/clone"] == 1
     assert results["requests_by_endpoint"]["peer"]["POST /nodes/{node}/qemu/{vmid}/snapshot"] == 1
@@ -117,6 +124,7 @@ def test_benchmark_smoke_prints_every_figure(peer_root: Path, tmp_path: Path) ->
     for sl in results["slices"]:
         assert sl["rc"] == [0] * sl["k"] and sl["provisioned"] == 2, sl
         assert sl["duplicate_vms"] == 0 and sl["journal_conflicts"] == 0 and sl["distinct_vmids"] == 2, sl
+        assert sl["guest_memory_mib"] == [768], sl  # --memory-mib reaches the slices' definitions
 
 
 def test_the_real_guest_benchmark_reads_the_boot_time_and_the_recorded_address(tmp_path: Path) -> None:
